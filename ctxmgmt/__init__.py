@@ -1,0 +1,75 @@
+"""ctxmgmt: declarative, hook-based context management for LLM agents.
+
+>>> import ctxmgmt
+>>> definition = ctxmgmt.load_definition("definitions/token-aware-truncation.yaml")
+>>> result = definition.apply("pre_llm", ctxmgmt.Context(messages=[...]))
+>>> result.context.messages, result.trace
+"""
+
+from .context import ApplyResult, Context
+from .definitions import Definition, ManagerSpec, check_definition, load_definition
+from .errors import (
+    ConfigError,
+    ContextError,
+    CtxmgmtError,
+    DefinitionError,
+    LLMError,
+    ManagerError,
+    Problem,
+    RegistryError,
+)
+from .llm import ChatClient, ModelConfig, ModelsConfig, load_models
+from .managers import (
+    BUILTINS,
+    ContextManager,
+    Runtime,
+    SlidingWindowManager,
+    SummarizationManager,
+    ToolsOutputTruncateManager,
+)
+from .messages import check_messages
+from .registry import ManagerRegistry, default_registry, register_manager
+from .tokens import TokenCounter, Tokenizer, get_counter
+from .types import Hook, Message, TraceEntry
+
+for _cls in BUILTINS:
+    default_registry.register(_cls, builtin=True)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApplyResult",
+    "ChatClient",
+    "ConfigError",
+    "Context",
+    "ContextError",
+    "ContextManager",
+    "CtxmgmtError",
+    "Definition",
+    "DefinitionError",
+    "Hook",
+    "LLMError",
+    "ManagerError",
+    "ManagerRegistry",
+    "ManagerSpec",
+    "Message",
+    "ModelConfig",
+    "ModelsConfig",
+    "Problem",
+    "RegistryError",
+    "Runtime",
+    "SlidingWindowManager",
+    "SummarizationManager",
+    "TokenCounter",
+    "Tokenizer",
+    "ToolsOutputTruncateManager",
+    "TraceEntry",
+    "__version__",
+    "check_definition",
+    "check_messages",
+    "default_registry",
+    "get_counter",
+    "load_definition",
+    "load_models",
+    "register_manager",
+]

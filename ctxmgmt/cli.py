@@ -1,0 +1,237 @@
+"""The ``ctxmgmt`` command.
+
+Exit codes: 0 success, 1 a run-time failure (a manager with on_error: fail), 2 bad
+input (an invalid definition, context or configuration, or bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import __version__
+from ._resources import data_dir
+from .context import Context
+from .definitions import Definition, check_definition, load_definition, parse_hook
+from .errors import ContextError, CtxmgmtError, DefinitionError, ManagerError, Problem
+from .llm import CONFIG_ENV, ModelsConfig, load_models
+from .types import HOOK_NAMES, TraceEntry
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class _UsageError(Exception):
+    """Bad input: print the reason and exit 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="ctxmgmt: %(levelname)s: %(message)s")
+    try:
+        return int(args.run(args))
+    except (_UsageError, CtxmgmtError) as exc:
+        if isinstance(exc, ManagerError):
+            print(f"ctxmgmt: error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"ctxmgmt: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `ctxmgmt apply ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except Exception as exc:  # never a traceback for a user, unless asked for one
+        if os.environ.get("CTXMGMT_DEBUG"):
+            raise
+        print(
+            f"ctxmgmt: internal error: {type(exc).__name__}: {exc} (set CTXMGMT_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ctxmgmt", description="Declarative context management for LLM agents."
+    )
+    parser.add_argument("--version", action="version", version=f"ctxmgmt {__version__}")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    v = sub.add_parser("validate", help="validate definition files or folders")
+    v.add_argument("paths", nargs="+", metavar="PATH", help="a YAML/JSON file or a folder of them")
+    v.add_argument("--config", help=f"models configuration (default: ${CONFIG_ENV})")
+    v.set_defaults(run=_validate)
+
+    a = sub.add_parser("apply", help="apply a definition's hook to a conversation")
+    a.add_argument("definition", metavar="DEFINITION", help="a file, or the name of a shipped definition")
+    a.add_argument("--hook", default="pre_llm", help=f"one of {', '.join(HOOK_NAMES)} (default: pre_llm)")
+    a.add_argument("--input", required=True, metavar="FILE", help="a JSON conversation, or - for stdin")
+    a.add_argument("--config", help=f"models configuration (default: ${CONFIG_ENV})")
+    a.add_argument("--model", help="the model name, for token counting (overrides the input's)")
+    a.add_argument("--context-window", type=int, help="the model's context window in tokens")
+    a.set_defaults(run=_apply)
+
+    ls = sub.add_parser("list", help="list the shipped definitions")
+    ls.set_defaults(run=_list)
+    return parser
+
+
+# -- validate ----------------------------------------------------------------------
+def _validate(args: argparse.Namespace) -> int:
+    models = _models(args.config)
+    files = _expand(args.paths)
+    errors = 0
+    for path in files:
+        problems = check_definition(path, model_ids=list(models))
+        for p in problems:
+            print(p)
+        bad = [p for p in problems if p.severity == "error"]
+        errors += len(bad)
+        if not bad:
+            print(f"{path}: ok")
+    print(
+        f"{len(files)} file{'s' * (len(files) != 1)} checked, {errors} error{'s' * (errors != 1)}",
+        file=sys.stderr,
+    )
+    return EXIT_USAGE if errors else EXIT_OK
+
+
+def _expand(paths: Sequence[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in _SUFFIXES and p.is_file())
+            if not found:
+                raise _UsageError(f"{raw}: no .yaml, .yml or .json files in this folder")
+            files += found
+        elif path.exists():
+            files.append(path)
+        else:
+            raise _UsageError(f"{raw}: no such file or folder")
+    return files
+
+
+# -- apply -------------------------------------------------------------------------
+def _apply(args: argparse.Namespace) -> int:
+    hook = parse_hook(args.hook)
+    definition = _definition(args.definition)
+    data = _read_input(args.input)
+    if isinstance(data, dict):
+        data = dict(data)
+        if args.model:
+            data["model"] = args.model
+        if args.context_window is not None:
+            data["context_window"] = args.context_window
+    elif args.model or args.context_window is not None:
+        data = {"messages": data, "model": args.model, "context_window": args.context_window}
+    context = Context.from_dict(data)
+    result = definition.apply(hook, context, models=_models(args.config))
+    out = result.context.to_dict()
+    fields = set(data) if isinstance(data, dict) else {"messages"}
+    if result.context.state:
+        fields.add("state")
+    json.dump(
+        {"context": {k: v for k, v in out.items() if k in fields}, "trace": list(result.trace)},
+        sys.stdout,
+        ensure_ascii=False,
+        indent=2,
+    )
+    sys.stdout.write("\n")
+    for entry in result.trace:
+        print(_describe(entry), file=sys.stderr)
+    return EXIT_OK
+
+
+def _definition(name_or_path: str) -> Definition:
+    path = Path(name_or_path)
+    if not path.exists():
+        for suffix in _SUFFIXES:
+            shipped = data_dir("definitions") / f"{name_or_path}{suffix}"
+            if "/" not in name_or_path and shipped.is_file():
+                path = shipped
+                break
+        else:
+            shipped_names = ", ".join(sorted(p.stem for p in data_dir("definitions").glob("*.yaml")))
+            raise _UsageError(
+                f"{name_or_path}: no such file, and no shipped definition has that name "
+                f"(shipped: {shipped_names})"
+            )
+    return load_definition(path)
+
+
+def _read_input(name: str) -> Any:
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _UsageError(f"{name}: cannot read the input: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise _UsageError(f"{name}: the input is not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"{name}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+
+
+def _models(path: str | None) -> ModelsConfig:
+    return load_models(path)
+
+
+def _describe(entry: TraceEntry) -> str:
+    head = f"{entry['hook']}[{entry['index']}] {entry['type']}"
+    if entry["error"]:
+        return f"{head}: error, context unchanged: {entry['error']}"
+    if not entry["activated"]:
+        return f"{head}: not activated ({_reason(entry['reason'])})"
+    return (
+        f"{head}: activated ({_reason(entry['reason'])}): "
+        f"{entry['messages_before']} -> {entry['messages_after']} messages, "
+        f"{entry['tokens_before']:,} -> {entry['tokens_after']:,} tokens "
+        f"[{entry['tokenizer']}]"
+    )
+
+
+def _reason(reason: dict[str, Any]) -> str:
+    parts = []
+    for rule, value in reason.items():
+        if isinstance(value, dict):
+            op = ">" if value.get("met") else "<="
+            parts.append(f"{rule}: {value.get('value')} {op} {value.get('limit')}")
+        elif rule == "any_of":
+            parts.append("any_of: [" + "; ".join(_reason(r) for r in value) + "]")
+        else:
+            parts.append(f"{rule}: {value}")
+    return ", ".join(parts)
+
+
+def _list(args: argparse.Namespace) -> int:
+    for path in sorted(data_dir("definitions").glob("*.yaml")):
+        definition = load_definition(path)
+        print(f"{definition.name:28} {definition.description}")
+    return EXIT_OK
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, (DefinitionError, ContextError)) or hasattr(exc, "problems"):
+        problems: tuple[Problem, ...] = getattr(exc, "problems", ())
+        first = str(problems[0]) if problems else str(exc)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        label = "definition" if isinstance(exc, DefinitionError) else "input"
+        return f"invalid {label}: {first}{more}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def entrypoint() -> NoReturn:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entrypoint()

@@ -1,0 +1,199 @@
+"""Context-management definitions: validated values that apply their hooks to a context."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .context import ApplyResult, Context
+from .errors import ContextError, DefinitionError, Problem
+from .hooks import Entry, arun_hook, run_hook
+from .loader import Document, load_document
+from .registry import ManagerRegistry, default_registry
+from .rules import Activation
+from .tokens import get_counter
+from .types import HOOK_NAMES, Hook
+from .validation import validate_definition
+
+if TYPE_CHECKING:
+    from .llm import ModelsConfig
+
+__all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
+
+
+def parse_hook(hook: str | Hook) -> Hook:
+    """A hook from its name in any case."""
+    try:
+        return Hook(hook.lower()) if isinstance(hook, str) else Hook(hook)
+    except ValueError:
+        raise ContextError(
+            [Problem("/hook", f"unknown hook {hook!r}; hooks are {', '.join(HOOK_NAMES)}")]
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerSpec:
+    """One entry of a hook, as written: type, config, activation, error policy."""
+
+    type: str
+    config: Mapping[str, Any]
+    activation: Activation
+    on_error: str = "skip"
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Definition:
+    """A validated context-management definition.
+
+    Build one with :func:`load_definition`. Manager instances are built once per
+    definition, one per entry, on first use.
+    """
+
+    name: str
+    description: str
+    hooks: Mapping[Hook, tuple[ManagerSpec, ...]]
+    settings: Mapping[str, Any]
+    registry: ManagerRegistry = field(default=default_registry, repr=False)
+    _plans: dict[Hook, tuple[Entry, ...]] = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        registry: ManagerRegistry | None = None,
+        document: Document | None = None,
+    ) -> Definition:
+        """Validate a definition document and build it; raise DefinitionError listing
+        every problem."""
+        registry = registry or default_registry
+        problems = validate_definition(document or data, registry=registry)
+        errors = [p for p in problems if p.severity == "error"]
+        if errors:
+            raise DefinitionError(errors)
+        hooks: dict[Hook, tuple[ManagerSpec, ...]] = {}
+        for key, entries in data["hooks"].items():
+            hooks[Hook(key.lower())] = tuple(_spec(e) for e in entries)
+        return cls(
+            name=data["name"],
+            description=data.get("description", ""),
+            hooks=hooks,
+            settings=dict(data.get("settings", {})),
+            registry=registry,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The definition as a document, hook names normalised to lower case."""
+        out: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.settings:
+            out["settings"] = dict(self.settings)
+        out["hooks"] = {
+            h.value: [copy.deepcopy(dict(s.raw)) for s in specs] for h, specs in self.hooks.items()
+        }
+        return out
+
+    @property
+    def tokenizer(self) -> str:
+        return str(self.settings.get("tokenizer", "auto"))
+
+    def _plan(self, hook: Hook) -> tuple[Entry, ...]:
+        plan = self._plans.get(hook)
+        if plan is None:
+            with self._lock:
+                plan = self._plans.get(hook)
+                if plan is None:
+                    plan = tuple(self._build(i, spec) for i, spec in enumerate(self.hooks.get(hook, ())))
+                    self._plans[hook] = plan
+        return plan
+
+    def _build(self, index: int, spec: ManagerSpec) -> Entry:
+        cls = self.registry.get(spec.type)
+        if cls is None:  # a plugin that was unregistered since validation
+            raise DefinitionError([Problem(f"/hooks/{index}/type", f"unknown manager type {spec.type!r}")])
+        config = _with_defaults(cls.config_schema, spec.config)
+        return Entry(index, spec.type, cls(config), spec.activation, spec.on_error)
+
+    def apply(self, hook: str | Hook, context: Context, *, models: ModelsConfig | None = None) -> ApplyResult:
+        """Run the hook's managers on the context. Returns the new context and the trace;
+        the input is never changed."""
+        h = parse_hook(hook)
+        counter = get_counter(context.model, self.tokenizer)
+        return run_hook(self.name, h, self._plan(h), context, counter, models)
+
+    async def aapply(
+        self, hook: str | Hook, context: Context, *, models: ModelsConfig | None = None
+    ) -> ApplyResult:
+        """The async form of :meth:`apply`; model calls do not block the event loop."""
+        h = parse_hook(hook)
+        counter = get_counter(context.model, self.tokenizer)
+        return await arun_hook(self.name, h, self._plan(h), context, counter, models)
+
+    def model_ids(self) -> set[str]:
+        """The model ids the definition's managers name."""
+        return {
+            str(s.config["summarization_model_id"])
+            for specs in self.hooks.values()
+            for s in specs
+            if "summarization_model_id" in s.config
+        }
+
+
+def _spec(entry: Mapping[str, Any]) -> ManagerSpec:
+    config = dict(entry.get("config") or {})
+    nested = config.pop("activation", None)
+    activation = entry.get("activation", nested)
+    return ManagerSpec(
+        type=entry["type"],
+        config=config,
+        activation=Activation.parse(activation),
+        on_error=entry.get("on_error", "skip"),
+        raw=entry,
+    )
+
+
+def _with_defaults(schema: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config with the schema's top-level defaults filled in."""
+    out = {
+        key: copy.deepcopy(prop["default"])
+        for key, prop in schema.get("properties", {}).items()
+        if isinstance(prop, Mapping) and "default" in prop
+    }
+    out.update(config)
+    return out
+
+
+def load_definition(
+    source: str | Path | Mapping[str, Any],
+    *,
+    registry: ManagerRegistry | None = None,
+) -> Definition:
+    """A validated definition from a YAML/JSON file path or a mapping.
+
+    Raises DefinitionError with every problem, each with its JSON pointer (and its
+    line, for files).
+    """
+    if isinstance(source, Mapping):
+        return Definition.from_dict(source, registry=registry)
+    document = load_document(source)
+    if document.problems and document.data is None:
+        raise DefinitionError(document.problems)
+    if not isinstance(document.data, Mapping):
+        raise DefinitionError(validate_definition(document, registry=registry))
+    return Definition.from_dict(document.data, registry=registry, document=document)
+
+
+def check_definition(
+    source: str | Path | Mapping[str, Any],
+    *,
+    registry: ManagerRegistry | None = None,
+    model_ids: Iterable[str] | None = None,
+) -> list[Problem]:
+    """Every problem of a definition file or mapping, errors and warnings, without raising."""
+    document = source if isinstance(source, Mapping) else load_document(source)
+    return validate_definition(document, registry=registry, model_ids=model_ids)

@@ -1,0 +1,105 @@
+"""Exceptions. Every error ctxmgmt raises derives from one root::
+
+    CtxmgmtError
+     ├── DefinitionError      a definition is invalid; .problems lists every one
+     ├── ContextError         a context or message list is malformed; .problems
+     ├── ConfigError          the models configuration is invalid; .problems
+     ├── RegistryError        a manager type could not be registered; .plugin
+     ├── ManagerError         a manager with on_error: fail raised; .definition .hook .index
+     └── LLMError             a chat-completions call failed; .model_id .status
+
+The ones about input (definition, context, config) are also ValueErrors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with an input, located by a JSON pointer (and a line, for files)."""
+
+    pointer: str
+    message: str
+    line: int | None = None
+    source: str | None = None
+    severity: Literal["error", "warning"] = "error"
+
+    def __str__(self) -> str:
+        where = self.source or "<definition>"
+        if self.line is not None:
+            where += f":{self.line}"
+        prefix = "warning: " if self.severity == "warning" else ""
+        return f"{where}: {prefix}{self.pointer or '/'}: {self.message}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "pointer": self.pointer,
+            "message": self.message,
+            "line": self.line,
+            "source": self.source,
+            "severity": self.severity,
+        }
+
+
+class CtxmgmtError(Exception):
+    """The root of every ctxmgmt exception."""
+
+
+class _ProblemsError(CtxmgmtError, ValueError):
+    what = "input"
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems = tuple(problems)
+        errors = [p for p in self.problems if p.severity == "error"]
+        head = f"invalid {self.what}: {len(errors)} problem{'s' * (len(errors) != 1)}"
+        super().__init__("\n  ".join([head, *map(str, errors)]))
+
+
+class DefinitionError(_ProblemsError):
+    """A context-management definition failed validation."""
+
+    what = "definition"
+
+
+class ContextError(_ProblemsError):
+    """A context (system prompt, messages, tools) is malformed."""
+
+    what = "context"
+
+
+class ConfigError(_ProblemsError):
+    """The models configuration file is invalid."""
+
+    what = "configuration"
+
+
+class RegistryError(CtxmgmtError):
+    """A manager type could not be registered or loaded."""
+
+    def __init__(self, message: str, *, plugin: str | None = None) -> None:
+        self.plugin = plugin
+        super().__init__(f"{plugin}: {message}" if plugin else message)
+
+
+class ManagerError(CtxmgmtError):
+    """A manager whose entry says on_error: fail raised, or broke an invariant."""
+
+    def __init__(self, message: str, *, definition: str, hook: str, index: int, type: str) -> None:
+        self.definition = definition
+        self.hook = hook
+        self.index = index
+        self.type = type
+        super().__init__(f"{definition}/hooks/{hook}/{index} ({type}): {message}")
+
+
+class LLMError(CtxmgmtError):
+    """A call to an OpenAI-compatible chat endpoint failed."""
+
+    def __init__(self, message: str, *, model_id: str, status: int | None = None) -> None:
+        self.model_id = model_id
+        self.status = status
+        super().__init__(f"model {model_id!r}: {message}")

@@ -1,0 +1,189 @@
+"""Run one hook: its entries top to bottom, each gated by its activation.
+
+For every entry the runner records a trace entry. A manager that raises, or that
+returns a context an LLM API would reject, is an error: with ``on_error: skip``
+the context stays as it was and the trace says why; with ``fail`` it raises
+:class:`~ctxmgmt.ManagerError`. Error text never goes into the context.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .context import ApplyResult, Context
+from .errors import ManagerError
+from .managers.base import Runtime
+from .messages import check_messages
+from .rules import Activation, Facts
+from .types import Hook, TraceEntry
+
+if TYPE_CHECKING:
+    from .llm import ModelsConfig
+    from .tokens import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A built manager entry of a hook: the instance and how it is gated."""
+
+    index: int
+    type: str
+    manager: Any
+    activation: Activation
+    on_error: str
+
+
+class _Run:
+    """The state of one hook run: the current context and the trace so far."""
+
+    def __init__(
+        self,
+        definition: str,
+        hook: Hook,
+        context: Context,
+        counter: TokenCounter,
+        models: ModelsConfig | None,
+    ) -> None:
+        self.definition = definition
+        self.hook = hook
+        self.context = context
+        self.counter = counter
+        self.models = models
+        self.trace: list[TraceEntry] = []
+        self._input_problems: set[str] | None = None
+
+    def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
+        """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""
+        tokens, _ = self.counter.context(self.context)
+        fired, reason = entry.activation.evaluate(Facts(self.context, self.counter))
+        if not fired:
+            self._record(entry, False, reason, tokens, self.context, 0.0, None, {})
+            return None
+        runtime = Runtime(self.hook, self.counter, self.definition, self.models)
+        return runtime, time.perf_counter(), tokens, reason
+
+    def finish(
+        self,
+        entry: Entry,
+        started: tuple[Runtime, float, int, dict[str, Any]],
+        output: Any = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        runtime, t0, tokens, reason = started
+        duration = (time.perf_counter() - t0) * 1000
+        error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output)
+        if error is not None:
+            if entry.on_error == "fail":
+                raise ManagerError(
+                    error,
+                    definition=self.definition,
+                    hook=self.hook.value,
+                    index=entry.index,
+                    type=entry.type,
+                ) from exc
+            self._record(entry, True, reason, tokens, self.context, duration, error, runtime.details)
+            return
+        self._record(entry, True, reason, tokens, output, duration, None, runtime.details)
+        self.context = output
+
+    def _broken(self, output: Any) -> str | None:
+        """Why a manager's output may not be used, or None."""
+        if not isinstance(output, Context):
+            return f"apply() returned {type(output).__name__}, not a Context"
+        if output is self.context:
+            return None
+        if output.system_prompt != self.context.system_prompt:
+            return "the manager changed the system prompt, which managers must keep"
+        problems = check_messages(output.messages, partial_tail=True)
+        if problems:
+            if self._input_problems is None:
+                before = check_messages(self.context.messages, partial_tail=True)
+                self._input_problems = {p.message for p in before}
+            new = [p for p in problems if p.message not in self._input_problems]
+            if new:
+                return f"the manager produced an invalid message list: {new[0]}"
+        return None
+
+    def _record(
+        self,
+        entry: Entry,
+        activated: bool,
+        reason: dict[str, Any],
+        tokens_before: int,
+        after: Context,
+        duration: float,
+        error: str | None,
+        details: dict[str, Any],
+    ) -> None:
+        tokens_after = tokens_before if after is self.context else self.counter.context(after)[0]
+        self.trace.append(
+            {
+                "hook": self.hook.value,
+                "index": entry.index,
+                "type": entry.type,
+                "activated": activated,
+                "reason": reason,
+                "tokens_before": tokens_before,
+                "tokens_after": tokens_after,
+                "messages_before": len(self.context.messages),
+                "messages_after": len(after.messages),
+                "duration_ms": round(duration, 3),
+                "error": error,
+                "tokenizer": str(self.counter.tokenizer),
+                "details": details,
+            }
+        )
+
+    def result(self) -> ApplyResult:
+        return ApplyResult(self.context, tuple(self.trace))
+
+
+def run_hook(
+    definition: str,
+    hook: Hook,
+    entries: Sequence[Entry],
+    context: Context,
+    counter: TokenCounter,
+    models: ModelsConfig | None = None,
+) -> ApplyResult:
+    run = _Run(definition, hook, context, counter, models)
+    for entry in entries:
+        started = run.start(entry)
+        if started is None:
+            continue
+        try:
+            output = entry.manager.apply(run.context, started[0])
+        except Exception as exc:
+            run.finish(entry, started, exc=exc)
+        else:
+            run.finish(entry, started, output)
+    return run.result()
+
+
+async def arun_hook(
+    definition: str,
+    hook: Hook,
+    entries: Sequence[Entry],
+    context: Context,
+    counter: TokenCounter,
+    models: ModelsConfig | None = None,
+) -> ApplyResult:
+    run = _Run(definition, hook, context, counter, models)
+    for entry in entries:
+        started = run.start(entry)
+        if started is None:
+            continue
+        try:
+            aapply = getattr(entry.manager, "aapply", None)
+            if aapply is None:  # a duck-typed plugin with only apply()
+                output = entry.manager.apply(run.context, started[0])
+            else:
+                output = await aapply(run.context, started[0])
+        except Exception as exc:
+            run.finish(entry, started, exc=exc)
+        else:
+            run.finish(entry, started, output)
+    return run.result()

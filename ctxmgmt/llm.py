@@ -1,0 +1,249 @@
+"""The models configuration and an OpenAI-compatible chat-completions client over httpx.
+
+The configuration is a YAML file with a ``models:`` mapping::
+
+    models:
+      summarizer:
+        base_url: http://127.0.0.1:8080/v1
+        model: gpt-4o-mini
+        api_key_env: OPENAI_API_KEY   # the key is read from this variable
+        context_window: 128000
+        timeout: 30
+        max_retries: 2
+
+The CLI finds it through ``--config`` or ``CTXMGMT_CONFIG``. An API key never
+appears in a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from jsonschema import Draft202012Validator
+
+from . import _resources
+from .errors import ConfigError, LLMError, Problem
+from .loader import load_document
+
+__all__ = ["ChatClient", "ChatResponse", "ModelConfig", "ModelsConfig", "load_models"]
+
+CONFIG_ENV = "CTXMGMT_CONFIG"
+_RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """One OpenAI-compatible chat endpoint."""
+
+    id: str
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    context_window: int | None = None
+    timeout: float = 60.0
+    max_retries: int = 2
+
+    def api_key(self) -> str | None:
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise LLMError(
+                f"the environment variable {self.api_key_env} (api_key_env) is not set",
+                model_id=self.id,
+            )
+        return key
+
+
+class ModelsConfig(Mapping[str, ModelConfig]):
+    """Model id -> endpoint, from the ``models:`` mapping of the configuration."""
+
+    def __init__(self, models: Mapping[str, ModelConfig] | None = None) -> None:
+        self._models = dict(models or {})
+
+    def __getitem__(self, model_id: str) -> ModelConfig:
+        try:
+            return self._models[model_id]
+        except KeyError:
+            known = ", ".join(sorted(self._models)) or "none"
+            raise LLMError(
+                f"not in the models configuration (configured: {known})", model_id=model_id
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._models)
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str | None = None) -> ModelsConfig:
+        validator = Draft202012Validator(_resources.schema("config.schema.json"))
+        problems = [
+            Problem("".join(f"/{p}" for p in e.absolute_path), e.message, None, source)
+            for e in validator.iter_errors(data if data is not None else {})
+        ]
+        if problems:
+            raise ConfigError(problems)
+        models = {
+            model_id: ModelConfig(id=model_id, **spec)
+            for model_id, spec in (data or {}).get("models", {}).items()
+        }
+        return cls(models)
+
+
+def load_models(path: str | Path | None = None) -> ModelsConfig:
+    """The models configuration from ``path``, or ``$CTXMGMT_CONFIG``, or none."""
+    path = path or os.environ.get(CONFIG_ENV)
+    if not path:
+        return ModelsConfig()
+    doc = load_document(path)
+    if doc.problems:
+        raise ConfigError(doc.problems)
+    return ModelsConfig.from_dict(doc.data, str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    """The assistant message of a completion, and the token usage reported."""
+
+    message: dict[str, Any]
+    usage: dict[str, Any]
+
+    @property
+    def content(self) -> str:
+        content = self.message.get("content")
+        return content if isinstance(content, str) else ""
+
+
+class ChatClient:
+    """Calls one chat-completions endpoint, with timeouts and retries with backoff on
+    429 and 5xx. Pass an httpx transport to route requests elsewhere (tests)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        async_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self._transport = transport
+        self._async_transport = async_transport
+
+    def _request(
+        self, messages: list[dict[str, Any]], params: Mapping[str, Any]
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        url = self.config.base_url.rstrip("/") + "/chat/completions"
+        headers = {"content-type": "application/json"}
+        key = self.config.api_key()
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        body = {"model": self.config.model, "messages": messages, **params}
+        return url, headers, body
+
+    def _parse(self, response: httpx.Response) -> ChatResponse:
+        if response.status_code >= 400:
+            raise LLMError(
+                f"the endpoint answered {response.status_code}: {_reason(response)}",
+                model_id=self.config.id,
+                status=response.status_code,
+            )
+        try:
+            data = response.json()
+            message = data["choices"][0]["message"]
+            if not isinstance(message, dict):
+                raise TypeError("message is not an object")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise LLMError(
+                f"the endpoint's answer is not a chat completion ({exc})",
+                model_id=self.config.id,
+                status=response.status_code,
+            ) from None
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        return ChatResponse(message, usage)
+
+    def _should_retry(self, attempt: int, response: httpx.Response | None) -> float | None:
+        """Seconds to wait before another attempt, or None to stop."""
+        if attempt >= self.config.max_retries:
+            return None
+        if response is not None and response.status_code not in _RETRY_STATUS:
+            return None
+        retry_after = response.headers.get("retry-after") if response is not None else None
+        if retry_after and retry_after.isdigit():
+            return min(float(retry_after), 30.0)
+        return float(min(0.25 * 2**attempt, 8.0) * (0.5 + random.random()))
+
+    def complete(self, messages: list[dict[str, Any]], **params: Any) -> ChatResponse:
+        url, headers, body = self._request(messages, params)
+        with httpx.Client(timeout=self.config.timeout, transport=self._transport) as http:
+            for attempt in range(self.config.max_retries + 1):
+                try:
+                    response = http.post(url, headers=headers, json=body)
+                except httpx.HTTPError as exc:
+                    wait = self._should_retry(attempt, None)
+                    if wait is None:
+                        raise self._transport_error(exc) from None
+                    time.sleep(wait)
+                    continue
+                wait = self._should_retry(attempt, response)
+                if wait is None:
+                    return self._parse(response)
+                time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    async def acomplete(self, messages: list[dict[str, Any]], **params: Any) -> ChatResponse:
+        url, headers, body = self._request(messages, params)
+        async with httpx.AsyncClient(timeout=self.config.timeout, transport=self._async_transport) as http:
+            for attempt in range(self.config.max_retries + 1):
+                try:
+                    response = await http.post(url, headers=headers, json=body)
+                except httpx.HTTPError as exc:
+                    wait = self._should_retry(attempt, None)
+                    if wait is None:
+                        raise self._transport_error(exc) from None
+                    await asyncio.sleep(wait)
+                    continue
+                wait = self._should_retry(attempt, response)
+                if wait is None:
+                    return self._parse(response)
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _transport_error(self, exc: httpx.HTTPError) -> LLMError:
+        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
+        return LLMError(
+            f"the request to {self.config.base_url} {kind} ({type(exc).__name__})",
+            model_id=self.config.id,
+        )
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:300]
+        if isinstance(error, str):
+            return error[:300]
+    except ValueError:
+        pass
+    return (response.text or response.reason_phrase)[:300]
+
+
+def parse_json_object(text: str) -> Any:
+    """The JSON object in a model's answer, tolerating a Markdown code fence."""
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
+        stripped = stripped.rsplit("```", 1)[0]
+    return json.loads(stripped)

@@ -1,0 +1,17 @@
+"""The built-in context managers, one module each."""
+
+from .base import ContextManager, Runtime
+from .sliding_window import SlidingWindowManager
+from .summarization import SummarizationManager
+from .truncate import ToolsOutputTruncateManager
+
+BUILTINS = (SlidingWindowManager, SummarizationManager, ToolsOutputTruncateManager)
+
+__all__ = [
+    "BUILTINS",
+    "ContextManager",
+    "Runtime",
+    "SlidingWindowManager",
+    "SummarizationManager",
+    "ToolsOutputTruncateManager",
+]

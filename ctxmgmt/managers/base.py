@@ -1,0 +1,58 @@
+"""The extension surface: what a context manager is, and what it is handed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .._resources import schema
+from ..types import Hook
+
+if TYPE_CHECKING:
+    from ..context import Context
+    from ..llm import ModelsConfig
+    from ..tokens import TokenCounter
+
+__all__ = ["ContextManager", "Runtime"]
+
+
+@dataclass(slots=True)
+class Runtime:
+    """What a manager may use during one hook run. Managers do no other I/O."""
+
+    hook: Hook
+    counter: TokenCounter
+    definition: str
+    models: ModelsConfig | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
+
+
+class ContextManager:
+    """Base class for context managers. Subclass it, set ``type_name`` and
+    ``config_schema`` (a JSON Schema, Draft 2020-12, for ``config``), implement
+    :meth:`apply`, and register the class (entry-point group ``ctxmgmt.managers``
+    or :func:`ctxmgmt.register_manager`).
+
+    One instance is built per definition entry, with the entry's config, schema
+    defaults filled in. ``apply`` returns a new :class:`~ctxmgmt.Context`; it must
+    not mutate its input, and must keep tool calls with their results.
+    """
+
+    type_name: ClassVar[str]
+    config_schema: ClassVar[Mapping[str, Any]]
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+
+    def apply(self, context: Context, runtime: Runtime) -> Context:
+        raise NotImplementedError
+
+    async def aapply(self, context: Context, runtime: Runtime) -> Context:
+        """The async form; override only when the manager does I/O."""
+        return self.apply(context, runtime)
+
+
+def builtin_schema(type_name: str) -> Mapping[str, Any]:
+    return schema(f"managers/{type_name}.schema.json")  # type: ignore[no-any-return]

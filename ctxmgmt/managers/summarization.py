@@ -1,0 +1,190 @@
+"""SummarizationManager: replace the oldest messages with one structured summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .. import _resources
+from ..context import Context
+from ..errors import LLMError
+from ..llm import ChatClient, parse_json_object
+from ..messages import SYSTEM_ROLES, is_summary, last_task_index, text_of, units
+from ..summaries import SECTIONS, Sections, bound, merge, parse_rendered, render, summarize_offline
+from .base import ContextManager, Runtime, builtin_schema
+
+STATE_KEY = "summary"
+
+DEFAULT_PROMPT = (
+    "You maintain the running summary of an AI agent's conversation. Merge the previous "
+    "summary with the new messages into one summary. Keep every file path, URL, command, "
+    "error line, identifier and number verbatim. Be brief. Answer with only a JSON object "
+    "whose keys are goal, constraints, progress, key_decisions, next_steps and "
+    "critical_context, each a list of short strings."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    removed: tuple[int, ...]
+    cut: int
+    previous: Sections | None
+    previously_summarized: int
+
+
+class SummarizationManager(ContextManager):
+    """Summarises the oldest ``summary_ratio`` of the messages into one message.
+
+    The newest ``preserve_recent_messages`` are kept, the cut never splits a tool
+    call from its results, and with ``pin: task`` the current task is kept. The
+    summary goes right after the system messages (and the pinned task) and is
+    also kept in ``state["summary"]``. An earlier summary is merged, never nested.
+    With ``summarization_model_id`` a chat model writes it; otherwise the offline
+    summariser does. If the model fails, nothing is removed and the trace says why.
+    """
+
+    type_name = "SummarizationManager"
+    config_schema = builtin_schema(type_name)
+
+    def apply(self, context: Context, runtime: Runtime) -> Context:
+        plan = self._plan(context, runtime)
+        if plan is None:
+            return context
+        removed = [context.messages[i] for i in plan.removed]
+        model_id = self.config.get("summarization_model_id")
+        if model_id is None:
+            sections = summarize_offline(removed, plan.previous)
+        else:
+            client, request = self._request(removed, plan.previous, runtime)
+            sections = self._read(client.complete(request).content, plan.previous, model_id)
+        return self._finish(context, plan, sections, runtime)
+
+    async def aapply(self, context: Context, runtime: Runtime) -> Context:
+        plan = self._plan(context, runtime)
+        model_id = self.config.get("summarization_model_id")
+        if plan is None or model_id is None:
+            return self.apply(context, runtime)
+        removed = [context.messages[i] for i in plan.removed]
+        client, request = self._request(removed, plan.previous, runtime)
+        response = await client.acomplete(request)
+        sections = self._read(response.content, plan.previous, model_id)
+        return self._finish(context, plan, sections, runtime)
+
+    # -- planning ------------------------------------------------------------------
+    def _plan(self, context: Context, runtime: Runtime) -> _Plan | None:
+        msgs = context.messages
+        pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES}
+        if self.config["pin"] == "task":
+            task = last_task_index(msgs)
+            if task is not None:
+                pinned.add(task)
+        summaries = [i for i, m in enumerate(msgs) if is_summary(m)]
+        countable = [i for i, m in enumerate(msgs) if i not in pinned and i not in summaries]
+        preserve: int = self.config["preserve_recent_messages"]
+        # Messages at or after `limit` are recent and kept; the cut never goes past it.
+        limit = countable[-preserve] if 0 < preserve <= len(countable) else len(msgs)
+        if preserve > len(countable):
+            limit = 0
+        wanted = int(len(countable) * self.config["summary_ratio"])
+        removed: list[int] = []
+        cut = 0
+        for start, end in units(msgs):
+            if end > limit or len(removed) >= wanted:
+                break
+            removed.extend(i for i in range(start, end) if i not in pinned and i not in summaries)
+            cut = end
+        if not removed:
+            runtime.details["note"] = "nothing to summarise: the messages are recent or pinned"
+            return None
+        previous, count = self._previous(context, summaries)
+        return _Plan(tuple(removed), cut, previous, count)
+
+    @staticmethod
+    def _previous(context: Context, summaries: list[int]) -> tuple[Sections | None, int]:
+        state = context.state.get(STATE_KEY)
+        if isinstance(state, dict) and isinstance(state.get("sections"), dict):
+            return {k: list(v) for k, v in state["sections"].items()}, int(state.get("summarized", 0))
+        if summaries:  # no state was kept: read the summary message back
+            sections, count = parse_rendered(text_of(context.messages[summaries[-1]].get("content")))
+            return sections, count
+        return None, 0
+
+    # -- model -----------------------------------------------------------------------
+    def _request(
+        self, removed: list[Any], previous: Sections | None, runtime: Runtime
+    ) -> tuple[ChatClient, list[dict[str, Any]]]:
+        model_id = self.config["summarization_model_id"]
+        if runtime.models is None:
+            raise LLMError(
+                "no models configuration was given (--config or CTXMGMT_CONFIG)", model_id=model_id
+            )
+        client = ChatClient(runtime.models[model_id])
+        transcript = "\n\n".join(_transcript_line(m) for m in removed)
+        prompt = self.config.get("summarization_system_prompt") or DEFAULT_PROMPT
+        user = (
+            f"Previous summary (JSON):\n{json.dumps(previous or {}, ensure_ascii=False)}\n\n"
+            f"New messages:\n{transcript}"
+        )
+        return client, [{"role": "system", "content": prompt}, {"role": "user", "content": user}]
+
+    @staticmethod
+    def _read(answer: str, previous: Sections | None, model_id: str) -> Sections:
+        try:
+            data = parse_json_object(answer)
+        except ValueError as exc:
+            raise LLMError(f"the summary is not valid JSON ({exc})", model_id=model_id) from None
+        errors = list(Draft202012Validator(_resources.schema("summary.schema.json")).iter_errors(data))
+        if errors:
+            raise LLMError(f"the summary does not match its schema: {errors[0].message}", model_id=model_id)
+        # The model was given the previous summary to merge; keep the goal stable.
+        return merge({"goal": (previous or {}).get("goal", [])}, data)
+
+    # -- result ----------------------------------------------------------------------
+    def _finish(self, context: Context, plan: _Plan, sections: Sections, runtime: Runtime) -> Context:
+        msgs = context.messages
+        summarized = plan.previously_summarized + len(plan.removed)
+        # A summary may take at most half the room of what it replaces (the removed
+        # messages and the previous summary), so that summarising always saves tokens.
+        count = runtime.counter.message
+        replaced = sum(count(msgs[i], i) for i in plan.removed) + sum(
+            count(m, i) for i, m in enumerate(msgs) if is_summary(m)
+        )
+        limit = min(self.config["max_summary_tokens"], max(64, replaced // 2))
+        sections = bound(sections, summarized, limit, runtime.counter.text)
+        summary = {"role": self.config["summary_role"], "content": render(sections, summarized)}
+        removed = set(plan.removed)
+        head = [m for i, m in enumerate(msgs[: plan.cut]) if i not in removed and not is_summary(m)]
+        tail = [m for m in msgs[plan.cut :] if not is_summary(m)]
+        state = {
+            **context.state,
+            STATE_KEY: {"sections": sections, "summarized": summarized},
+        }
+        new = context.with_messages([*head, summary, *tail], state=state)
+        before = runtime.counter.context(context)[0]
+        after = runtime.counter.context(new)[0]
+        if after >= before:
+            runtime.details["note"] = (
+                f"the summary would not save tokens ({after} >= {before}); nothing was changed"
+            )
+            return context
+        runtime.details.update(
+            summarized=len(plan.removed), summary_tokens=runtime.counter.text(summary["content"])
+        )
+        return new
+
+
+def _transcript_line(m: Any) -> str:
+    role = m.get("role")
+    text = text_of(m.get("content"))
+    calls = m.get("tool_calls") or ()
+    called = "; ".join(
+        f"called {c.get('function', {}).get('name')}({c.get('function', {}).get('arguments', '')})"
+        for c in calls
+    )
+    return f"[{role}] {text} {called}".strip()
+
+
+__all__ = ["SECTIONS", "SummarizationManager"]

@@ -1,0 +1,121 @@
+"""ToolsOutputTruncateManager: cut long tool results, marker included in the limit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..context import Context
+from ..messages import text_of, trailing_tool_start
+from ..tokens import TokenCounter
+from ..types import Hook
+from .base import ContextManager, Runtime, builtin_schema
+
+
+class ToolsOutputTruncateManager(ContextManager):
+    """Truncates tool results longer than ``max_output_length`` characters (and, when
+    set, ``max_output_tokens`` tokens), keeping the head, the tail or both.
+
+    The result, marker included, stays within both limits; the marker gives the
+    original length in characters, and in tokens when a token limit applies. At
+    ``post_tool`` only the newest results (the trailing tool messages) are looked
+    at; at other hooks, every tool result. Content already within the limits is
+    left alone, so a second run changes nothing.
+    """
+
+    type_name = "ToolsOutputTruncateManager"
+    config_schema = builtin_schema(type_name)
+
+    def apply(self, context: Context, runtime: Runtime) -> Context:
+        msgs = context.messages
+        start = trailing_tool_start(msgs) if runtime.hook is Hook.POST_TOOL else 0
+        changed: dict[int, Mapping[str, Any]] = {}
+        for i in range(start, len(msgs)):
+            m = msgs[i]
+            if m.get("role") != "tool":
+                continue
+            new = self._truncate(m, runtime.counter)
+            if new is not None:
+                changed[i] = new
+        runtime.details["truncated"] = len(changed)
+        if not changed:
+            return context
+        return context.with_messages([changed.get(i, m) for i, m in enumerate(msgs)])
+
+    def _within(self, text: str, counter: TokenCounter) -> bool:
+        if len(text) > self.config["max_output_length"]:
+            return False
+        limit = self.config.get("max_output_tokens")
+        # Every token is at least one byte, so short ASCII text needs no encoding.
+        if limit is None or (text.isascii() and len(text) <= limit):
+            return True
+        return counter.text(text) <= int(limit)
+
+    def _truncate(self, m: Mapping[str, Any], counter: TokenCounter) -> dict[str, Any] | None:
+        content = m.get("content")
+        text = text_of(content)
+        if self._within(text, counter):
+            return None
+        kept = self.cut(text, counter)
+        if isinstance(content, list):
+            others = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
+            return {**m, "content": [{"type": "text", "text": kept}, *others]}
+        return {**m, "content": kept}
+
+    def cut(self, text: str, counter: TokenCounter) -> str:
+        """``text`` cut to the limits with a marker; the result is within both limits."""
+        max_chars: int = self.config["max_output_length"]
+        max_tokens: int | None = self.config.get("max_output_tokens")
+        mode: str = self.config["mode"]
+        marker = self._marker(text, counter, max_tokens is not None)
+        chars = max_chars - len(marker)
+        tokens = None if max_tokens is None else max_tokens - counter.text(marker) - 2
+        for _ in range(8):
+            result = self._join(text, marker, chars, tokens, mode, counter)
+            if len(result) <= max_chars and (max_tokens is None or counter.text(result) <= max_tokens):
+                return result
+            # Re-tokenising across the join can add a token or two; shrink and retry.
+            chars = max(0, chars - max(1, chars // 20))
+            if tokens is not None:
+                tokens = max(0, tokens - max(2, tokens // 20))
+        return marker.strip()[:max_chars]
+
+    def _join(
+        self,
+        text: str,
+        marker: str,
+        chars: int,
+        tokens: int | None,
+        mode: str,
+        counter: TokenCounter,
+    ) -> str:
+        if mode == "head_tail":
+            head = self._piece(
+                text,
+                chars - chars // 2,
+                None if tokens is None else tokens - tokens // 2,
+                counter,
+                tail=False,
+            )
+            tail = self._piece(text, chars // 2, None if tokens is None else tokens // 2, counter, tail=True)
+            return f"{head}{marker}{tail}"
+        if mode == "tail":
+            return marker.lstrip("\n") + self._piece(text, chars, tokens, counter, tail=True)
+        return self._piece(text, chars, tokens, counter, tail=False) + marker
+
+    @staticmethod
+    def _piece(text: str, chars: int, tokens: int | None, counter: TokenCounter, *, tail: bool) -> str:
+        if chars <= 0 or (tokens is not None and tokens <= 0):
+            return ""
+        piece = text[-chars:] if tail else text[:chars]
+        if tokens is not None:
+            piece = counter.tail(piece, tokens) if tail else counter.head(piece, tokens)
+        return piece
+
+    @staticmethod
+    def _marker(text: str, counter: TokenCounter, with_tokens: bool) -> str:
+        size = f"{len(text):,} chars"
+        if with_tokens:
+            approx = "~" if counter.is_estimate(text) else ""
+            size += f", {approx}{counter.text(text):,} tokens"
+        return f"\n[truncated: original {size}]\n"

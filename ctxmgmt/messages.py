@@ -1,0 +1,162 @@
+"""Message-list structure: tool-call groups, safe cut points, pinning, validity.
+
+A *unit* is the smallest run of messages a manager may keep or remove whole: a
+single message, or an assistant message with tool calls together with the tool
+results that answer it (parallel calls included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import Problem
+
+__all__ = ["SYSTEM_ROLES", "check_messages", "last_task_index", "text_of", "units"]
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+SYSTEM_ROLES = frozenset({"system", "developer"})
+SUMMARY_PREFIX = "[ctxmgmt:summary]"
+
+
+def call_ids(m: Any) -> list[str]:
+    """The tool-call ids an assistant message asks for."""
+    calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+    if not calls:
+        return []
+    return [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
+
+
+def units(messages: Sequence[Any]) -> list[tuple[int, int]]:
+    """Spans ``(start, end)`` that cover the list; a tool-call group is one span."""
+    spans: list[tuple[int, int]] = []
+    i, n = 0, len(messages)
+    while i < n:
+        j = i + 1
+        if call_ids(messages[i]):
+            while j < n and messages[j].get("role") == "tool":
+                j += 1
+        spans.append((i, j))
+        i = j
+    return spans
+
+
+def is_summary(m: Any) -> bool:
+    """Whether a message is a summary written by ctxmgmt."""
+    content = m.get("content")
+    return isinstance(content, str) and content.startswith(SUMMARY_PREFIX)
+
+
+def last_task_index(messages: Sequence[Any]) -> int | None:
+    """Index of the current task: the most recent user message that is not a summary."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.get("role") == "user" and not is_summary(m):
+            return i
+    return None
+
+
+def trailing_tool_start(messages: Sequence[Any]) -> int:
+    """Index where the trailing run of tool messages (the newest results) begins."""
+    i = len(messages)
+    while i > 0 and messages[i - 1].get("role") == "tool":
+        i -= 1
+    return i
+
+
+def text_of(content: Any) -> str:
+    """The text of a message content: the string, or its text parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def check_messages(messages: Sequence[Any], *, partial_tail: bool = False) -> list[Problem]:
+    """Everything the OpenAI chat API would reject in a message list.
+
+    With ``partial_tail``, tool calls at the end that are still waiting for results
+    are allowed: that is the state at ``post_tool`` between parallel results.
+    """
+    problems: list[Problem] = []
+    pending: dict[str, int] = {}  # call id -> index of the assistant message asking
+
+    def unanswered() -> None:
+        for call_id, asked in pending.items():
+            problems.append(
+                Problem(f"/messages/{asked}/tool_calls", f"tool call {call_id!r} has no tool result")
+            )
+        pending.clear()
+
+    for i, m in enumerate(messages):
+        where = f"/messages/{i}"
+        if not isinstance(m, dict):
+            problems.append(Problem(where, "a message must be an object"))
+            continue
+        role = m.get("role")
+        if role not in ROLES:
+            problems.append(Problem(f"{where}/role", f"role must be one of {', '.join(sorted(ROLES))}"))
+            continue
+        if role != "tool" and pending:
+            unanswered()
+        problems.extend(_check_content(m, role, where))
+        if role == "assistant" and "tool_calls" in m:
+            problems.extend(_check_calls(m.get("tool_calls"), where))
+            pending = dict.fromkeys(call_ids(m), i)
+        elif role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str):
+                problems.append(Problem(f"{where}/tool_call_id", "a tool message needs a tool_call_id"))
+            elif call_id not in pending:
+                problems.append(
+                    Problem(
+                        f"{where}/tool_call_id",
+                        f"tool result {call_id!r} does not answer a call of the assistant "
+                        "message right before it",
+                    )
+                )
+            else:
+                del pending[call_id]
+    if pending and not partial_tail:
+        unanswered()
+    return problems
+
+
+def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:
+    content = m.get("content")
+    if content is None:
+        if role == "assistant" and (m.get("tool_calls") or "refusal" in m):
+            return []
+        return [Problem(f"{where}/content", f"a {role} message needs content")]
+    if isinstance(content, str):
+        return []
+    if isinstance(content, list):
+        return [
+            Problem(f"{where}/content/{j}", "a content part must be an object with a type")
+            for j, part in enumerate(content)
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str)
+        ]
+    return [Problem(f"{where}/content", "content must be a string, a list of parts or null")]
+
+
+def _check_calls(calls: Any, where: str) -> list[Problem]:
+    if not isinstance(calls, list) or not calls:
+        return [Problem(f"{where}/tool_calls", "tool_calls must be a non-empty list")]
+    problems = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(call, dict)
+            or not isinstance(call.get("id"), str)
+            or not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+            or not isinstance(fn.get("arguments"), str)
+        ):
+            problems.append(
+                Problem(
+                    f"{where}/tool_calls/{j}",
+                    "a tool call needs id, type 'function' and function {name, arguments (a JSON string)}",
+                )
+            )
+    return problems

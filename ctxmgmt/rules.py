@@ -1,0 +1,114 @@
+"""Activation rules: pure functions of the context's size that gate a manager."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .messages import trailing_tool_start
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .tokens import TokenCounter
+
+__all__ = ["ALWAYS", "Activation", "Facts"]
+
+
+class Facts:
+    """The numbers rules compare, computed on first use."""
+
+    __slots__ = ("_context", "_counter", "_counts", "_tool_tokens")
+
+    def __init__(self, context: Context, counter: TokenCounter) -> None:
+        self._context = context
+        self._counter = counter
+        self._counts: tuple[int, int] | None = None
+        self._tool_tokens: int | None = None
+
+    def _both(self) -> tuple[int, int]:
+        if self._counts is None:
+            self._counts = self._counter.context(self._context)
+        return self._counts
+
+    @property
+    def tokens(self) -> int:
+        return self._both()[0]
+
+    @property
+    def message_count(self) -> int:
+        """Messages other than system and developer ones, tool results included."""
+        return self._both()[1]
+
+    @property
+    def tool_output_tokens(self) -> int:
+        """Tokens of the newest tool results: the trailing tool messages."""
+        if self._tool_tokens is None:
+            msgs = self._context.messages
+            message = self._counter.message
+            self._tool_tokens = sum(message(msgs[i], i) for i in range(trailing_tool_start(msgs), len(msgs)))
+        return self._tool_tokens
+
+    @property
+    def context_window(self) -> int | None:
+        return self._context.context_window
+
+
+def _value(rule: str, facts: Facts) -> float | None:
+    if rule == "tokens_exceed":
+        return facts.tokens
+    if rule == "message_count_exceed":
+        return facts.message_count
+    if rule == "tool_output_tokens_exceed":
+        return facts.tool_output_tokens
+    if rule == "tokens_ratio_exceed":
+        window = facts.context_window
+        return None if not window else round(facts.tokens / window, 4)
+    raise AssertionError(rule)
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """Rules that are ANDed, plus ``any_of`` alternatives. No rules means always."""
+
+    rules: tuple[tuple[str, float], ...] = ()
+    any_of: tuple[Activation, ...] = ()
+    enabled: bool = True
+    """False for ``always: false``: the entry never runs."""
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any] | None) -> Activation:
+        """Build from a validated activation mapping."""
+        if not data:
+            return ALWAYS
+        enabled = data.get("always", True) is not False
+        rules = tuple(
+            (key, value) for key, value in data.items() if key not in ("always", "rule_type", "any_of")
+        )
+        any_of = tuple(cls.parse(alt) for alt in data.get("any_of", ()))
+        return cls(rules, any_of, enabled)
+
+    def evaluate(self, facts: Facts) -> tuple[bool, dict[str, Any]]:
+        """Whether the rules fire, and the values that decided it."""
+        if not self.enabled:
+            return False, {"always": False}
+        if not self.rules and not self.any_of:
+            return True, {"always": True}
+        fired = True
+        reason: dict[str, Any] = {}
+        for rule, limit in self.rules:
+            value = _value(rule, facts)
+            met = value is not None and value > limit
+            entry: dict[str, Any] = {"limit": limit, "value": value, "met": met}
+            if value is None:
+                entry["note"] = "the context window is unknown; set context_window"
+            reason[rule] = entry
+            fired = fired and met
+        if self.any_of:
+            results = [alt.evaluate(facts) for alt in self.any_of]
+            reason["any_of"] = [r for _, r in results]
+            fired = fired and any(ok for ok, _ in results)
+        return fired, reason
+
+
+ALWAYS = Activation()

@@ -1,0 +1,205 @@
+"""Structured summaries: the offline summariser, rendering, parsing and merging.
+
+A summary has six sections, each a list of short items: goal, constraints,
+progress, key decisions, next steps and critical context. The offline summariser
+needs no LLM: it picks sentences by cue words and keeps identifiers verbatim
+(file paths, URLs, commands, error lines, numbers the user gave).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .messages import SUMMARY_PREFIX, is_summary, text_of
+
+__all__ = ["SECTIONS", "merge", "parse_rendered", "render", "summarize_offline"]
+
+Sections = dict[str, list[str]]
+
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("goal", "Goal"),
+    ("constraints", "Constraints"),
+    ("progress", "Progress"),
+    ("key_decisions", "Key decisions"),
+    ("next_steps", "Next steps"),
+    ("critical_context", "Critical context"),
+)
+_TITLES = {title: key for key, title in SECTIONS}
+_ITEM_CHARS = 400
+
+_URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
+_PATH = re.compile(
+    r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w@.+-]+/)+[\w@.+-]+"
+    r"|(?<![\w/.-])[\w-]+\.(?:py|pyi|js|ts|tsx|jsx|json|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv"
+    r"|log|sh|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|sql|html|css|xml|lock|env)\b"
+)
+_BACKTICK = re.compile(r"`([^`\n]{2,200})`")
+_SHELL = re.compile(r"^\s*\$ (.{2,200})$", re.MULTILINE)
+# An error: from an exception name or an error label to the end of its sentence or line.
+_ERROR_LINE = re.compile(
+    r"(?:\b[A-Z]\w*(?:Error|Exception)\b|\b(?:error|Error|ERROR|fatal|FATAL|FAILED|panic)(?:\[\w+\])?:)"
+    r"[^\n]{0,200}?(?=\.\s|\n|$)"
+)
+_NUMBER = re.compile(
+    r"(?<![\w.])[$€£]?\d[\d,]*(?:\.\d+)?(?:\s?(?:%|[kKMG]B|ms|s|k|tokens|USD|EUR))?(?![\w.])"
+)
+# A sentence ends at . ! or ? followed by white space (so "session.py" stays whole).
+_SENTENCE = re.compile(r"\S(?:[^\n]*?)(?:[.!?](?=\s)|(?=\n)|$)")
+_CONSTRAINT = re.compile(
+    r"\b(must|should|shall|never|always|only|don't|do not|without|at most|at least|no more than"
+    r"|limit|avoid|require|required|keep|make sure|ensure)\b",
+    re.IGNORECASE,
+)
+_DECISION = re.compile(
+    r"\b(decided|decide|chose|choose|will use|going to|instead|switch(?:ed)? to|opted|prefer|settled on"
+    r"|approach)\b",
+    re.IGNORECASE,
+)
+_NEXT = re.compile(r"\b(next|then|todo|remaining|still need|will|plan to|after that)\b", re.IGNORECASE)
+
+
+def _clip(text: str, limit: int = _ITEM_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _sentences(text: str, cue: re.Pattern[str]) -> list[str]:
+    return [_clip(s.strip()) for s in _SENTENCE.findall(text) if cue.search(s) and len(s.strip()) > 3]
+
+
+def identifiers(text: str, *, numbers: bool) -> list[str]:
+    """Identifiers in a text, verbatim: URLs, paths, commands, error lines, numbers."""
+    found: list[str] = []
+    found += [u.rstrip(".,;:") for u in _URL.findall(text)]
+    without_urls = _URL.sub(" ", text)
+    found += [p.rstrip(".,;:") for p in _PATH.findall(without_urls) if not p.startswith("//")]
+    found += _BACKTICK.findall(text)
+    found += _SHELL.findall(text)
+    found += [line.strip() for line in _ERROR_LINE.findall(text) if line.strip()]
+    if numbers:
+        found += [n.strip() for n in _NUMBER.findall(without_urls) if len(n.strip()) > 1 or n.isdigit()]
+    return found
+
+
+def _dedupe(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(i for i in items if i))
+
+
+def summarize_offline(messages: Sequence[Mapping[str, Any]], previous: Sections | None = None) -> Sections:
+    """A structured summary of ``messages``, merged into ``previous``."""
+    new: Sections = {key: [] for key, _ in SECTIONS}
+    results = {m.get("tool_call_id"): text_of(m.get("content")) for m in messages if m.get("role") == "tool"}
+    last_assistant = ""
+    for m in messages:
+        if is_summary(m):
+            continue
+        role = m.get("role")
+        text = text_of(m.get("content"))
+        if role == "user":
+            if not new["goal"] and not (previous or {}).get("goal"):
+                new["goal"].append(_clip(text, 1000))
+            new["constraints"] += _sentences(text, _CONSTRAINT)
+            new["critical_context"] += identifiers(text, numbers=True)
+        elif role == "assistant":
+            if text:
+                last_assistant = text
+                new["key_decisions"] += _sentences(text, _DECISION)
+                new["critical_context"] += identifiers(text, numbers=False)
+                if not m.get("tool_calls"):
+                    first = _SENTENCE.findall(text)
+                    if first:
+                        new["progress"].append(_clip("assistant: " + first[0].strip(), 160))
+            for call in m.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                args = fn.get("arguments", "")
+                args = args if isinstance(args, str) else json.dumps(args)
+                new["critical_context"] += identifiers(args, numbers=False)
+                result = results.get(call.get("id"), "")
+                new["progress"].append(
+                    _clip(f"{fn.get('name')}({_clip(args, 80)}) -> {_outcome(result)}", 240)
+                )
+        elif role == "tool":
+            new["critical_context"] += identifiers(text, numbers=False)
+        elif role in ("system", "developer"):
+            continue
+    if last_assistant:
+        new["next_steps"] = _sentences(last_assistant, _NEXT)[-5:]
+    return merge(previous, new)
+
+
+def _outcome(result: str) -> str:
+    if not result.strip():
+        return "(no output)"
+    errors = _ERROR_LINE.findall(result)
+    if errors:
+        return "error: " + _clip(errors[0], 160)
+    return _clip(result.strip().splitlines()[0], 100)
+
+
+def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequence[str]]) -> Sections:
+    """Previous items first, then new ones; duplicates dropped. Next steps are replaced
+    by the newer ones when there are any, since old plans go stale."""
+    out: Sections = {}
+    for key, _ in SECTIONS:
+        old = list((previous or {}).get(key, ()))
+        fresh = list(new.get(key, ()))
+        if key == "next_steps" and fresh:
+            old = []
+        if key == "goal" and old:
+            fresh = []
+        out[key] = _dedupe([*old, *fresh])
+    return out
+
+
+def render(sections: Mapping[str, Sequence[str]], summarized: int) -> str:
+    """The summary message text. It starts with a marker that identifies it."""
+    lines = [f"{SUMMARY_PREFIX} Summary of {summarized} earlier messages, which are no longer shown."]
+    for key, title in SECTIONS:
+        items = sections.get(key) or ()
+        if items:
+            lines.append(f"## {title}")
+            lines += [f"- {item}" for item in items]
+    return "\n".join(lines)
+
+
+_COUNT = re.compile(r"Summary of (\d+) earlier messages")
+
+
+def parse_rendered(text: str) -> tuple[Sections, int]:
+    """The sections and message count of a rendered summary (the inverse of render)."""
+    sections: Sections = {key: [] for key, _ in SECTIONS}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = _TITLES.get(line[3:].strip())
+        elif current and line.startswith("- "):
+            sections[current].append(line[2:])
+    match = _COUNT.search(text)
+    return sections, int(match.group(1)) if match else 0
+
+
+# Which sections give way first when a summary is over its size bound.
+_TRIM_ORDER = ("progress", "key_decisions", "constraints", "critical_context", "next_steps", "goal")
+
+
+def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str], int]) -> Sections:
+    """Drop the oldest items, least critical sections first, until the rendered
+    summary is within ``limit`` tokens."""
+    out = {k: list(v) for k, v in sections.items()}
+    total = count(render(out, summarized))
+    for key in _TRIM_ORDER:
+        while total > limit and out.get(key):
+            item = out[key].pop(0)
+            total -= count(f"- {item}\n")
+            if not out[key]:
+                total = count(render(out, summarized))
+        if total <= limit:
+            break
+    # Re-count exactly: per-item subtraction is an estimate.
+    while count(render(out, summarized)) > limit and any(out.values()):
+        key = next(k for k in _TRIM_ORDER if out.get(k))
+        out[key].pop(0)
+    return out

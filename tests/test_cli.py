@@ -1,0 +1,130 @@
+"""The ctxmgmt command, run as a real subprocess."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxmgmt.testing import make_conversation
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ctxmgmt(*args, stdin=None):
+    return subprocess.run(
+        [sys.executable, "-m", "ctxmgmt.cli", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def conversation(tmp_path):
+    path = tmp_path / "conversation.json"
+    path.write_text(json.dumps({"system_prompt": "sys", "messages": make_conversation(80, seed=1)}))
+    return path
+
+
+def test_validate_ok_folder():
+    """validate on the shipped folder prints ok per file and exits 0."""
+    run = ctxmgmt("validate", "definitions")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count(": ok") == len(list((ROOT / "definitions").glob("*.yaml")))
+
+
+def test_validate_errors_exit_2_with_file_line_and_pointer(tmp_path):
+    """validate prints every error as file:line: pointer: message and exits 2."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: bad\nhooks:\n  pre_llm:\n    - type: SlidingWindowManager\n      config:\n"
+        "        max_messages: 0\n    - type: Nope\n"
+    )
+    run = ctxmgmt("validate", str(bad))
+    assert run.returncode == 2
+    assert f"{bad}:6: /hooks/pre_llm/0/config/max_messages: must be >= 1 (got 0)" in run.stdout
+    assert f"{bad}:7: /hooks/pre_llm/1/type: unknown manager type 'Nope'" in run.stdout
+    assert "Traceback" not in run.stdout + run.stderr
+
+
+def test_validate_warns_about_unconfigured_models(tmp_path):
+    """A summarization model id missing from the configuration is a warning, not an error."""
+    d = tmp_path / "d.yaml"
+    d.write_text(
+        "name: d\nhooks:\n  pre_llm:\n    - type: SummarizationManager\n      config:\n"
+        "        summarization_model_id: big\n"
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text("models:\n  small:\n    base_url: http://127.0.0.1:1/v1\n    model: m\n")
+    run = ctxmgmt("validate", str(d), "--config", str(config))
+    assert run.returncode == 0
+    assert "warning: /hooks/pre_llm/0/config/summarization_model_id" in run.stdout
+
+
+def test_apply_prints_context_and_trace(conversation):
+    """apply prints the new context (same fields as the input) and the trace as JSON."""
+    run = ctxmgmt("apply", "long-conversation", "--hook", "PRE_LLM", "--input", str(conversation))
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert set(out["context"]) == {"system_prompt", "messages"}
+    assert len(out["context"]["messages"]) == 6
+    [entry] = out["trace"]
+    assert entry["activated"] and entry["messages_before"] == 80
+    assert "SlidingWindowManager: activated" in run.stderr
+
+
+def test_apply_reads_stdin_and_a_plain_list(tmp_path):
+    """apply takes a JSON list of messages on stdin."""
+    msgs = make_conversation(30, seed=2)
+    run = ctxmgmt(
+        "apply",
+        str(ROOT / "definitions" / "tool-heavy.yaml"),
+        "--hook",
+        "post_tool",
+        "--input",
+        "-",
+        stdin=json.dumps(msgs),
+    )
+    assert run.returncode == 0, run.stderr
+    assert set(json.loads(run.stdout)["context"]) == {"messages"}
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "reason"),
+    [
+        (["apply", "no-such-definition", "--input", "-"], "[]", "no shipped definition has that name"),
+        (["apply", "default", "--input", "-"], "{not json", "invalid JSON"),
+        (
+            ["apply", "default", "--input", "-"],
+            '{"messages": [{"role": "tool", "tool_call_id": "x", "content": "r"}]}',
+            "/messages/0/tool_call_id",
+        ),
+        (["apply", "default", "--input", "-"], '{"messages": [], "colour": 1}', "/colour"),
+        (["apply", "default", "--input", "-"], '"text"', "expected a list of messages"),
+        (["apply", "default", "--hook", "during", "--input", "-"], "[]", "unknown hook"),
+        (["apply", "default", "--input", "/no/such/file.json"], None, "cannot read the input"),
+        (
+            ["apply", "default", "--input", "-", "--config", "/no/such/config.yaml"],
+            "[]",
+            "cannot read the file",
+        ),
+        (["validate", "/no/such/path"], None, "no such file or folder"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, stdin, reason):
+    """Bad input exits 2 with a one-line reason and no traceback."""
+    run = ctxmgmt(*args, stdin=stdin)
+    assert run.returncode == 2, run.stderr
+    assert reason in run.stderr
+    assert "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_list_shows_shipped_definitions():
+    """list prints each shipped definition with its description."""
+    run = ctxmgmt("list")
+    assert run.returncode == 0 and "token-aware-truncation" in run.stdout

