@@ -15,8 +15,9 @@ it is named in every trace entry. ``settings: {tokenizer: approximate}`` picks 3
 Counting follows OpenAI's published accounting: 3 tokens per message, 1 for the
 role, 1 more for a name, 3 to prime the reply; tool calls count their name and
 arguments, tool schemas their JSON, tool-call ids one token per 3 characters
-(they are unique random strings, so they are estimated rather than encoded). Strings over ``LARGE_TEXT`` characters are
-estimated from samples, so that a 10 MB tool output is never encoded whole.
+(unique random strings: they are estimated rather than encoded). Strings over
+``LARGE_TEXT`` characters are estimated from samples, so that a 10 MB tool output
+is never encoded whole.
 """
 
 from __future__ import annotations

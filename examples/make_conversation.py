@@ -18,22 +18,45 @@ def tool_round(n: int, path: str) -> list[dict]:
         "KeyError: 'session_id'\n"
     ) * 20
     return [
-        {"role": "assistant", "content": f"Reading {path} and running its tests in parallel.", "tool_calls": [
-            {"id": read, "type": "function", "function": {"name": "read_file", "arguments": json.dumps({"path": path})}},
-            {"id": run, "type": "function", "function": {"name": "run",
-             "arguments": json.dumps({"command": f"pytest tests/test_session.py -k refresh_{n}"})}},
-        ]},
+        {
+            "role": "assistant",
+            "content": f"Reading {path} and running its tests in parallel.",
+            "tool_calls": [
+                {
+                    "id": read,
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
+                },
+                {
+                    "id": run,
+                    "type": "function",
+                    "function": {
+                        "name": "run",
+                        "arguments": json.dumps({"command": f"pytest tests/test_session.py -k refresh_{n}"}),
+                    },
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": read, "content": source},
         {"role": "tool", "tool_call_id": run, "content": failure},
-        {"role": "assistant", "content": f"I decided to guard the lookup in {path} instead of changing the store. "
-                                         "Next I will re-run the failing test."},
+        {
+            "role": "assistant",
+            "content": f"I decided to guard the lookup in {path} instead of changing the store. "
+            "Next I will re-run the failing test.",
+        },
     ]
 
 
-messages = [{"role": "user", "content": (
-    "The login refresh fails with KeyError: 'session_id' in /srv/app/src/auth/session.py. "
-    "Fix it. You must not change the database schema, and keep the public API of src/api/routes.py. "
-    "Our SLO is 250 ms p99.")}]
+messages = [
+    {
+        "role": "user",
+        "content": (
+            "The login refresh fails with KeyError: 'session_id' in /srv/app/src/auth/session.py. "
+            "Fix it. You must not change the database schema, and keep the public API of src/api/routes.py. "
+            "Our SLO is 250 ms p99."
+        ),
+    }
+]
 for n in range(15):
     messages += tool_round(n, FILES[n % len(FILES)])
 messages.append({"role": "user", "content": "Also make sure tests/test_session.py passes on Python 3.11."})
@@ -43,10 +66,30 @@ doc = {
     "model": "gpt-4o-mini",
     "context_window": 128000,
     "tools": [
-        {"type": "function", "function": {"name": "read_file", "description": "Read a file",
-         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
-        {"type": "function", "function": {"name": "run", "description": "Run a shell command",
-         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}},
+                    "required": ["path"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "run",
+                "description": "Run a shell command",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"command": {"type": "string"}},
+                    "required": ["command"],
+                },
+            },
+        },
     ],
     "messages": messages,
 }
