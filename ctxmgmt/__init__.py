@@ -6,17 +6,22 @@
 >>> result.context.messages, result.trace
 """
 
+from .client import AsyncClient, Client
 from .context import ApplyResult, Context
 from .definitions import Definition, ManagerSpec, check_definition, load_definition
 from .errors import (
+    ApiError,
     ConfigError,
+    Conflict,
     ContextError,
     CtxmgmtError,
     DefinitionError,
     LLMError,
     ManagerError,
+    NotFound,
     Problem,
     RegistryError,
+    StoreError,
 )
 from .llm import ChatClient, ModelConfig, ModelsConfig, load_models
 from .managers import (
@@ -29,6 +34,7 @@ from .managers import (
 )
 from .messages import check_messages
 from .registry import ManagerRegistry, default_registry, register_manager
+from .store import DefinitionStore
 from .tokens import TokenCounter, Tokenizer, get_counter
 from .types import Hook, Message, TraceEntry
 
@@ -38,15 +44,20 @@ for _cls in BUILTINS:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApiError",
     "ApplyResult",
+    "AsyncClient",
     "ChatClient",
+    "Client",
     "ConfigError",
+    "Conflict",
     "Context",
     "ContextError",
     "ContextManager",
     "CtxmgmtError",
     "Definition",
     "DefinitionError",
+    "DefinitionStore",
     "Hook",
     "LLMError",
     "ManagerError",
@@ -55,10 +66,12 @@ __all__ = [
     "Message",
     "ModelConfig",
     "ModelsConfig",
+    "NotFound",
     "Problem",
     "RegistryError",
     "Runtime",
     "SlidingWindowManager",
+    "StoreError",
     "SummarizationManager",
     "TokenCounter",
     "Tokenizer",

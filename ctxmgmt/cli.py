@@ -15,15 +15,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import httpx
+
 from . import __version__
 from ._resources import data_dir
 from .context import Context
 from .definitions import Definition, check_definition, load_definition, parse_hook
-from .errors import ContextError, CtxmgmtError, DefinitionError, ManagerError, Problem
+from .errors import ApiError, ContextError, CtxmgmtError, DefinitionError, ManagerError, Problem
 from .llm import CONFIG_ENV, ModelsConfig, load_models
+from .store.repository import DATABASE_ENV, DEFAULT_DATABASE_URL
 from .types import HOOK_NAMES, TraceEntry
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+URL_ENV = "CTXMGMT_URL"
+API_KEY_ENV = "CTXMGMT_API_KEY"
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -81,6 +86,57 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list the shipped definitions")
     ls.set_defaults(run=_list)
+
+    s = sub.add_parser("serve", help="run the registry server (SQLite by default)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--db", help=f"database URL (default: ${DATABASE_ENV} or {DEFAULT_DATABASE_URL})")
+    s.add_argument(
+        "--definitions",
+        metavar="DIR",
+        help="load the YAML files of DIR not yet stored (default: the shipped ones)",
+    )
+    s.add_argument("--config", help=f"configuration: models and server settings (default: ${CONFIG_ENV})")
+    s.set_defaults(run=_serve)
+
+    db = sub.add_parser("db", help="database schema").add_subparsers(required=True, metavar="ACTION")
+    up = db.add_parser("upgrade", help="run the migrations")
+    up.add_argument("--db", help=f"database URL (default: ${DATABASE_ENV} or {DEFAULT_DATABASE_URL})")
+    up.set_defaults(run=_db_upgrade)
+
+    defs = sub.add_parser("definitions", help="manage the definitions of a server").add_subparsers(
+        required=True, metavar="ACTION"
+    )
+    for action, helptext in (
+        ("list", "list stored definitions"),
+        ("get", "print one definition"),
+        ("create", "store a new definition from a YAML/JSON file"),
+        ("update", "replace a stored definition from a YAML/JSON file"),
+        ("delete", "delete a definition"),
+    ):
+        p = defs.add_parser(action, help=helptext)
+        p.add_argument(
+            "--url",
+            default=os.environ.get(URL_ENV, "http://127.0.0.1:8000"),
+            help=f"server URL (default: ${URL_ENV} or http://127.0.0.1:8000)",
+        )
+        p.add_argument(
+            "--api-key", default=os.environ.get(API_KEY_ENV), help=f"API key (default: ${API_KEY_ENV})"
+        )
+        if action == "list":
+            p.add_argument("--from", dest="from_", type=int, default=0)
+            p.add_argument("--size", type=int, default=100)
+            p.add_argument("-q", dest="q", help="keep names containing this text")
+        elif action in ("create", "update"):
+            p.add_argument("file", metavar="FILE", help="a YAML or JSON definition")
+            p.add_argument("--name", help="the name to store it under (default: the file's name:)")
+            if action == "update":
+                p.add_argument("--if-version", type=int, help="only if the stored version is this one")
+        else:
+            p.add_argument("name")
+            if action == "delete":
+                p.add_argument("--force", action="store_true", help="delete even if agents use it")
+        p.set_defaults(run=_definitions, action=action)
     return parser
 
 
@@ -219,12 +275,104 @@ def _list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- server ---------------------------------------------------------------------------
+def _database_url(arg: str | None) -> str:
+    return arg or os.environ.get(DATABASE_ENV) or DEFAULT_DATABASE_URL
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from .store import connect, migrate
+
+    url = _database_url(args.db)
+    migrate(connect(url))
+    print(f"database schema is up to date: {_redact(url)}")
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .api import create_app, load_config
+    from .store import DefinitionStore
+
+    models, server = load_config(args.config)
+    url = _database_url(args.db)
+    store = DefinitionStore.open(url)
+    folder = Path(args.definitions) if args.definitions else data_dir("definitions")
+    if not folder.is_dir():
+        raise _UsageError(f"{folder}: no such folder")
+    loaded = 0
+    for path in sorted(p for p in folder.iterdir() if p.suffix in _SUFFIXES):
+        definition = load_definition(path)
+        if not store.exists(definition.name):
+            try:
+                store.create(definition.name, definition.to_dict(), created_by="ctxmgmt serve")
+                loaded += 1
+            except CtxmgmtError:  # another instance stored it first
+                pass
+    app = create_app(store, models=models, config=server)
+    print(
+        f"ctxmgmt {__version__}: database {_redact(url)}; {loaded} definition(s) loaded from {folder}",
+        flush=True,
+    )
+    print(
+        f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json)",
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return EXIT_OK
+
+
+def _redact(url: str) -> str:
+    """A database URL without its password."""
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else url
+    return url
+
+
+def _definitions(args: argparse.Namespace) -> int:
+    from .client import Client
+    from .loader import load_document
+
+    action = args.action
+    with Client(args.url, api_key=args.api_key) as client:
+        try:
+            if action == "list":
+                result = client.list(from_=args.from_, size=args.size, q=args.q)
+            elif action == "get":
+                result = client.get(args.name)
+            elif action == "delete":
+                result = client.delete(args.name, force=args.force)
+            else:
+                doc = load_document(args.file)
+                if doc.problems:
+                    raise DefinitionError(doc.problems)
+                if not isinstance(doc.data, dict):
+                    raise _UsageError(f"{args.file}: a definition must be a mapping")
+                name = args.name or doc.data.get("name")
+                if not isinstance(name, str):
+                    raise _UsageError(f"{args.file}: no name: add name: to the file or pass --name")
+                if action == "create":
+                    result = client.create(name, doc.data)
+                else:
+                    result = client.update(name, doc.data, if_version=args.if_version)
+        except httpx.TransportError as exc:
+            raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
+    json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
+    sys.stdout.write("\n")
+    return EXIT_OK
+
+
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, (DefinitionError, ContextError)) or hasattr(exc, "problems"):
         problems: tuple[Problem, ...] = getattr(exc, "problems", ())
         first = str(problems[0]) if problems else str(exc)
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         label = "definition" if isinstance(exc, DefinitionError) else "input"
+        if isinstance(exc, ApiError):
+            return f"{exc.status} {exc.type}: {exc.reason}" + (f": {first}{more}" if problems else "")
         return f"invalid {label}: {first}{more}"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 

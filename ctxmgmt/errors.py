@@ -6,7 +6,11 @@
      ├── ConfigError          the models configuration is invalid; .problems
      ├── RegistryError        a manager type could not be registered; .plugin
      ├── ManagerError         a manager with on_error: fail raised; .definition .hook .index
-     └── LLMError             a chat-completions call failed; .model_id .status
+     ├── LLMError             a chat-completions call failed; .model_id .status
+     ├── StoreError           a stored definition cannot be read or written as asked
+     │    ├── NotFound        no definition has that name (HTTP 404)
+     │    └── Conflict        it exists already, its version is stale, or it is in use (409)
+     └── ApiError             the REST API answered an error; .status .type .reason .problems
 
 The ones about input (definition, context, config) are also ValueErrors.
 """
@@ -103,3 +107,30 @@ class LLMError(CtxmgmtError):
         self.model_id = model_id
         self.status = status
         super().__init__(f"model {model_id!r}: {message}")
+
+
+class StoreError(CtxmgmtError):
+    """A stored definition cannot be read or written as asked."""
+
+
+class NotFound(StoreError, LookupError):
+    """No stored definition (or agent) has that name."""
+
+
+class Conflict(StoreError):
+    """The write conflicts with the stored state: it exists, its version is stale, or it is in use."""
+
+    def __init__(self, message: str, *, current_version: int | None = None) -> None:
+        self.current_version = current_version
+        super().__init__(message)
+
+
+class ApiError(CtxmgmtError):
+    """An error answer of the ctxmgmt REST API, as the client raises it."""
+
+    def __init__(self, status: int, type: str, reason: str, problems: tuple[Problem, ...] = ()) -> None:
+        self.status = status
+        self.type = type
+        self.reason = reason
+        self.problems = problems
+        super().__init__(f"{status} {type}: {reason}")

@@ -22,3 +22,92 @@ def models(chat_server: ChatServer) -> ModelsConfig:
         id="summarizer", base_url=chat_server.base_url, model="fake", timeout=2.0, max_retries=1
     )
     return ModelsConfig({"summarizer": config})
+
+
+# -- databases and servers ------------------------------------------------------------
+import os  # noqa: E402
+import socket  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+from ctxmgmt.store import DefinitionStore  # noqa: E402
+
+PG_ENV = "CTXMGMT_TEST_POSTGRES_URL"
+REQUIRE_PG_ENV = "CTXMGMT_REQUIRE_POSTGRES"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped(name: str) -> dict:
+    """A shipped definition document."""
+    return yaml.safe_load((ROOT / "definitions" / f"{name}.yaml").read_text())
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path) -> str:
+    """An empty database: a SQLite file, or a reset PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/ctxmgmt.db"
+    url = os.environ.get(PG_ENV)
+    if not url:
+        if os.environ.get(REQUIRE_PG_ENV):
+            pytest.fail(f"{REQUIRE_PG_ENV} is set but {PG_ENV} is not")
+        pytest.skip(f"PostgreSQL tests need {PG_ENV} (see .ci/postgres.sh)")
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE")
+        conn.exec_driver_sql("CREATE SCHEMA public")
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def store(database_url) -> Iterator[DefinitionStore]:
+    """A migrated definition store."""
+    s = DefinitionStore.open(database_url)
+    yield s
+    s.engine.dispose()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """A real uvicorn server for an ASGI app, in a thread, on 127.0.0.1."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def live(store) -> Iterator[LiveServer]:
+    """A real HTTP server over the store."""
+    from ctxmgmt.api import create_app
+
+    with LiveServer(create_app(store)) as server:
+        yield server

@@ -1,0 +1,79 @@
+"""Server settings from the ``server:`` section of the configuration file."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError, Problem
+
+DEFAULT_MAX_BODY = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    name: str
+    scope: str
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    api_keys: tuple[ApiKey, ...] = ()
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    _digests: dict[bytes, ApiKey] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ServerConfig:
+        """From a validated ``server:`` mapping; keys named by environment variable must be set."""
+        data = data or {}
+        keys = []
+        for i, spec in enumerate(data.get("api_keys", ())):
+            if "key_env" in spec:
+                secret = os.environ.get(spec["key_env"])
+                if not secret:
+                    raise ConfigError(
+                        [
+                            Problem(
+                                f"/server/api_keys/{i}/key_env",
+                                f"the environment variable {spec['key_env']} is not set",
+                            )
+                        ]
+                    )
+                digest = hashlib.sha256(secret.encode()).digest()
+            else:
+                digest = bytes.fromhex(spec["key_sha256"])
+            keys.append(ApiKey(spec["name"], spec["scope"], digest))
+        return cls(tuple(keys), int(data.get("max_body_bytes", DEFAULT_MAX_BODY)))
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys)
+
+    def find(self, presented: str) -> ApiKey | None:
+        """The key matching a presented secret. Compares digests in constant time."""
+        digest = hashlib.sha256(presented.encode()).digest()
+        found = None
+        for key in self.api_keys:  # no early exit: every key is compared
+            if hmac.compare_digest(digest, key.digest):
+                found = key
+        return found
+
+
+def load_config(path: str | None) -> tuple[Any, ServerConfig]:
+    """(models, server settings) from the configuration file (``--config`` or ``$CTXMGMT_CONFIG``)."""
+    from ..llm import CONFIG_ENV, ModelsConfig
+    from ..loader import load_document
+
+    path = path or os.environ.get(CONFIG_ENV)
+    if not path:
+        return ModelsConfig(), ServerConfig()
+    doc = load_document(path)
+    if doc.problems:
+        raise ConfigError(doc.problems)
+    models = ModelsConfig.from_dict(doc.data, str(path))  # validates the whole file
+    return models, ServerConfig.from_dict((doc.data or {}).get("server"))

@@ -1,0 +1,68 @@
+"""Errors as HTTP answers in OpenSearch's shape: one table from exception to status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from ..errors import (
+    ConfigError,
+    Conflict,
+    ContextError,
+    CtxmgmtError,
+    DefinitionError,
+    ManagerError,
+    NotFound,
+)
+
+log = logging.getLogger("ctxmgmt.api")
+
+
+class HTTPProblem(CtxmgmtError):
+    """A request the API refuses: bad JSON, a bad parameter, a missing key..."""
+
+    def __init__(self, status: int, reason: str, type: str = "illegal_argument_exception") -> None:
+        self.status = status
+        self.type = type
+        self.reason = reason
+        super().__init__(reason)
+
+
+# exception class -> (status, OpenSearch error type); the first match wins.
+STATUS_TABLE: tuple[tuple[type[BaseException], int, str], ...] = (
+    (DefinitionError, 400, "illegal_argument_exception"),
+    (ContextError, 400, "illegal_argument_exception"),
+    (ConfigError, 400, "illegal_argument_exception"),
+    (NotFound, 404, "resource_not_found_exception"),
+    (Conflict, 409, "version_conflict_engine_exception"),
+    (ManagerError, 422, "context_manager_exception"),
+)
+
+
+def error_body(
+    status: int, type: str, reason: str, problems: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": type, "reason": reason}
+    if problems:
+        error["problems"] = problems
+    return {"error": error, "status": status}
+
+
+async def handle(request: Request, exc: Exception) -> JSONResponse:
+    """The one exception handler: every error is a JSON answer, never a traceback."""
+    if isinstance(exc, HTTPProblem):
+        headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(error_body(exc.status, exc.type, exc.reason), exc.status, headers=headers)
+    for cls, status, kind in STATUS_TABLE:
+        if isinstance(exc, cls):
+            problems = getattr(exc, "problems", None)
+            listed = [p.to_dict() for p in problems if p.severity == "error"] if problems else None
+            reason = str(exc).splitlines()[0]
+            return JSONResponse(error_body(status, kind, reason, listed), status)
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return JSONResponse(
+        error_body(500, "internal_server_error", "an unexpected error happened; see the server log"), 500
+    )

@@ -1,0 +1,199 @@
+"""A Python client for the REST API, over httpx, with an async twin.
+
+Every error answer raises :class:`~ctxmgmt.ApiError` carrying the status, the
+OpenSearch error type, the reason and, for invalid definitions, every problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from .errors import ApiError, Problem
+
+__all__ = ["AsyncClient", "Client"]
+
+BASE = "/_plugins/_ml/context_management"
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _raise_for(response: httpx.Response) -> Any:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if response.status_code < 400:
+        return data
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        raise ApiError(response.status_code, "http_error", response.text[:300] or response.reason_phrase)
+    problems = tuple(
+        Problem(p.get("pointer", ""), p.get("message", ""), p.get("line"), p.get("source"))
+        for p in error.get("problems", ())
+        if isinstance(p, dict)
+    )
+    raise ApiError(response.status_code, str(error.get("type")), str(error.get("reason")), problems)
+
+
+class _Calls:
+    """The requests of the API, described once for both clients."""
+
+    @staticmethod
+    def create(name: str, definition: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        return "POST", f"{BASE}/{name}", {"json": dict(definition)}
+
+    @staticmethod
+    def get(name: str) -> tuple[str, str, dict[str, Any]]:
+        return "GET", f"{BASE}/{name}", {}
+
+    @staticmethod
+    def update(
+        name: str, definition: Mapping[str, Any], if_version: int | None
+    ) -> tuple[str, str, dict[str, Any]]:
+        headers = {"if-match": str(if_version)} if if_version is not None else {}
+        return "PUT", f"{BASE}/{name}", {"json": dict(definition), "headers": headers}
+
+    @staticmethod
+    def delete(name: str, force: bool) -> tuple[str, str, dict[str, Any]]:
+        return "DELETE", f"{BASE}/{name}", {"params": {"force": "true"} if force else {}}
+
+    @staticmethod
+    def list(from_: int, size: int, q: str | None) -> tuple[str, str, dict[str, Any]]:
+        params: dict[str, Any] = {"from": from_, "size": size}
+        if q:
+            params["q"] = q
+        return "GET", BASE, {"params": params}
+
+    @staticmethod
+    def simulate(
+        name: str | None, hook: str, context: Mapping[str, Any], definition: Mapping[str, Any] | None
+    ) -> tuple[str, str, dict[str, Any]]:
+        body: dict[str, Any] = {"hook": hook, "context": dict(context)}
+        if definition is not None:
+            body["definition"] = dict(definition)
+        path = f"{BASE}/{name}/_simulate" if name else f"{BASE}/_simulate"
+        return "POST", path, {"json": body}
+
+
+class Client:
+    """Talks to a ctxmgmt server: ``Client("http://127.0.0.1:8000", api_key=None)``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    def _call(self, request: tuple[str, str, dict[str, Any]]) -> Any:
+        method, path, kwargs = request
+        return _raise_for(self._http.request(method, path, **kwargs))
+
+    def create(self, name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call(_Calls.create(name, definition))  # type: ignore[no-any-return]
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self._call(_Calls.get(name))  # type: ignore[no-any-return]
+
+    def update(
+        self, name: str, definition: Mapping[str, Any], *, if_version: int | None = None
+    ) -> dict[str, Any]:
+        return self._call(_Calls.update(name, definition, if_version))  # type: ignore[no-any-return]
+
+    def delete(self, name: str, *, force: bool = False) -> dict[str, Any]:
+        return self._call(_Calls.delete(name, force))  # type: ignore[no-any-return]
+
+    def list(self, *, from_: int = 0, size: int = 10, q: str | None = None) -> dict[str, Any]:
+        return self._call(_Calls.list(from_, size, q))  # type: ignore[no-any-return]
+
+    def simulate(
+        self,
+        name: str | None,
+        context: Mapping[str, Any],
+        *,
+        hook: str = "pre_llm",
+        definition: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Dry-run a stored definition (by name), or an inline one (name None)."""
+        return self._call(_Calls.simulate(name, hook, context, definition))  # type: ignore[no-any-return]
+
+    def health(self) -> dict[str, Any]:
+        return self._call(("GET", "/_health", {}))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """The async twin of :class:`Client`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def _call(self, request: tuple[str, str, dict[str, Any]]) -> Any:
+        method, path, kwargs = request
+        return _raise_for(await self._http.request(method, path, **kwargs))
+
+    async def create(self, name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._call(_Calls.create(name, definition))  # type: ignore[no-any-return]
+
+    async def get(self, name: str) -> dict[str, Any]:
+        return await self._call(_Calls.get(name))  # type: ignore[no-any-return]
+
+    async def update(
+        self, name: str, definition: Mapping[str, Any], *, if_version: int | None = None
+    ) -> dict[str, Any]:
+        return await self._call(_Calls.update(name, definition, if_version))  # type: ignore[no-any-return]
+
+    async def delete(self, name: str, *, force: bool = False) -> dict[str, Any]:
+        return await self._call(_Calls.delete(name, force))  # type: ignore[no-any-return]
+
+    async def list(self, *, from_: int = 0, size: int = 10, q: str | None = None) -> dict[str, Any]:
+        return await self._call(_Calls.list(from_, size, q))  # type: ignore[no-any-return]
+
+    async def simulate(
+        self,
+        name: str | None,
+        context: Mapping[str, Any],
+        *,
+        hook: str = "pre_llm",
+        definition: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return await self._call(_Calls.simulate(name, hook, context, definition))  # type: ignore[no-any-return]
+
+    async def health(self) -> dict[str, Any]:
+        return await self._call(("GET", "/_health", {}))  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

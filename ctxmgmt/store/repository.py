@@ -1,0 +1,230 @@
+"""The definition repository: create, get, replace, delete, list, resolve.
+
+Every write is validated first, so an invalid definition never reaches the table.
+Create is atomic (the primary key decides a race), and replace with an expected
+version is a compare-and-set in one UPDATE statement.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, func, literal, select
+from sqlalchemy.exc import IntegrityError
+
+from ..definitions import Definition
+from ..errors import ConfigError, Conflict, NotFound, Problem
+from ..registry import ManagerRegistry
+from .models import definitions as table
+
+__all__ = ["DEFAULT_DATABASE_URL", "DefinitionStore", "StoredDefinition", "connect", "migrate"]
+
+DEFAULT_DATABASE_URL = "sqlite:///ctxmgmt.db"
+DATABASE_ENV = "CTXMGMT_DATABASE_URL"
+_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def connect(url: str | None = None) -> Engine:
+    """An engine for a database URL: ``sqlite:///file.db`` or ``postgresql+psycopg://...``."""
+    url = url or DEFAULT_DATABASE_URL
+    if url.startswith("sqlite"):
+        # Writers wait for each other instead of failing with "database is locked".
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    if url.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if not url.startswith("postgresql+psycopg://"):
+        raise ConfigError(
+            [Problem("/database_url", "use sqlite:///FILE or postgresql+psycopg://USER@HOST/DB")]
+        )
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the database schema up to date (Alembic ``upgrade head``)."""
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDefinition:
+    """A definition as stored, with its server-owned fields."""
+
+    name: str
+    description: str
+    hooks: dict[str, Any]
+    settings: dict[str, Any] | None
+    version: int
+    created_time: int
+    last_modified: int
+    created_by: str | None
+
+    def document(self) -> dict[str, Any]:
+        """The definition document (what was written)."""
+        doc: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.settings:
+            doc["settings"] = self.settings
+        doc["hooks"] = self.hooks
+        return doc
+
+    def to_dict(self) -> dict[str, Any]:
+        """The OpenSearch-shaped answer: the document plus version and timestamps."""
+        return {
+            **self.document(),
+            "version": self.version,
+            "created_time": self.created_time,
+            "last_modified": self.last_modified,
+            "created_by": self.created_by,
+        }
+
+
+class DefinitionStore:
+    """Definitions in SQL, plus a cache of built definitions by name and version."""
+
+    def __init__(self, engine: Engine, *, registry: ManagerRegistry | None = None) -> None:
+        self.engine = engine
+        self.registry = registry
+        self._cache: dict[str, Definition] = {}
+        self._cache_versions: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._byte_order = table.c.name.collate("C") if engine.dialect.name == "postgresql" else table.c.name
+
+    @classmethod
+    def open(cls, url: str | None = None, *, upgrade: bool = True) -> DefinitionStore:
+        engine = connect(url)
+        if upgrade:
+            migrate(engine)
+        return cls(engine)
+
+    # -- writes ----------------------------------------------------------------------
+    def _validated(self, name: str, document: Mapping[str, Any]) -> Definition:
+        return Definition.from_dict({**document, "name": name}, registry=self.registry)
+
+    def create(
+        self, name: str, document: Mapping[str, Any], *, created_by: str | None = None
+    ) -> StoredDefinition:
+        """Store a new definition. Raises Conflict when the name is taken."""
+        definition = self._validated(name, document)
+        stamp = now_ms()
+        row = {
+            "name": name,
+            "description": definition.description,
+            "hooks": definition.to_dict()["hooks"],
+            "settings": dict(definition.settings) or None,
+            "version": 1,
+            "created_time": stamp,
+            "last_modified": stamp,
+            "created_by": created_by,
+        }
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(table.insert().values(**row))
+        except IntegrityError:
+            raise Conflict(f"a definition named {name!r} exists already; use PUT to replace it") from None
+        return StoredDefinition(**row)
+
+    def replace(
+        self, name: str, document: Mapping[str, Any], *, if_version: int | None = None
+    ) -> StoredDefinition:
+        """Replace a whole definition. With ``if_version``, only if that is the stored version."""
+        definition = self._validated(name, document)
+        values = {
+            "description": definition.description,
+            "hooks": definition.to_dict()["hooks"],
+            "settings": dict(definition.settings) or None,
+            "version": table.c.version + 1,
+            "last_modified": now_ms(),
+        }
+        condition = table.c.name == name
+        if if_version is not None:
+            condition = condition & (table.c.version == if_version)
+        with self.engine.begin() as conn:
+            row = conn.execute(table.update().where(condition).values(**values).returning(*table.c)).first()
+            if row is None:
+                current = conn.execute(select(table.c.version).where(table.c.name == name)).scalar()
+        if row is None:
+            if current is None:
+                raise NotFound(f"no definition named {name!r}")
+            raise Conflict(
+                f"definition {name!r} is at version {current}, not {if_version}; read it again and retry",
+                current_version=current,
+            )
+        return StoredDefinition(**row._mapping)
+
+    def delete(self, name: str, *, force: bool = False) -> None:
+        """Delete a definition. Raises NotFound when there is none."""
+        with self.engine.begin() as conn:
+            deleted = conn.execute(table.delete().where(table.c.name == name)).rowcount
+        if not deleted:
+            raise NotFound(f"no definition named {name!r}")
+        with self._lock:
+            self._cache.pop(name, None)
+            self._cache_versions.pop(name, None)
+
+    # -- reads -----------------------------------------------------------------------
+    def get(self, name: str) -> StoredDefinition:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(table).where(table.c.name == name)).first()
+        if row is None:
+            raise NotFound(f"no definition named {name!r}")
+        return StoredDefinition(**row._mapping)
+
+    def exists(self, name: str) -> bool:
+        with self.engine.connect() as conn:
+            return conn.execute(select(literal(1)).where(table.c.name == name)).first() is not None
+
+    def list(
+        self, *, offset: int = 0, limit: int = 10, q: str | None = None
+    ) -> tuple[int, list[StoredDefinition]]:
+        """(total matching, one page of definitions sorted by name in byte order)."""
+        where = []
+        if q:
+            escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append(table.c.name.like(f"%{escaped.lower()}%", escape="\\"))
+        with self.engine.connect() as conn:
+            total = conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
+            rows = conn.execute(
+                select(table).where(*where).order_by(self._byte_order).offset(offset).limit(limit)
+            ).all()
+        return total, [StoredDefinition(**r._mapping) for r in rows]
+
+    def resolve(self, name: str) -> Definition:
+        """The built definition for a name: one small version query when cached, so an
+        update or delete by any instance is seen on the next call."""
+        with self.engine.connect() as conn:
+            version = conn.execute(select(table.c.version).where(table.c.name == name)).scalar()
+        if version is None:
+            with self._lock:
+                self._cache.pop(name, None)
+            raise NotFound(f"no definition named {name!r}")
+        cached = self._cache.get(name)
+        if cached is not None and self._cache_versions.get(name) == version:
+            return cached
+        stored = self.get(name)
+        definition = Definition.from_dict(stored.document(), registry=self.registry)
+        with self._lock:
+            self._cache[name] = definition
+            self._cache_versions[name] = stored.version
+        return definition

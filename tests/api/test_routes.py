@@ -1,0 +1,113 @@
+import pytest
+from openapi_spec_validator import validate
+from starlette.testclient import TestClient
+
+from ctxmgmt.api import create_app
+from ctxmgmt.testing import make_conversation
+from tests.conftest import shipped
+
+BASE = "/_plugins/_ml/context_management"
+
+
+@pytest.fixture
+def api(store):
+    with TestClient(create_app(store)) as client:
+        yield client
+
+
+def test_create_answers_like_opensearch(api):
+    """POST answers {context_management_name, status: created}; the URL name wins."""
+    body = {**shipped("default"), "name": "ignored"}
+    r = api.post(f"{BASE}/mine", json=body)
+    assert (r.status_code, r.json()) == (200, {"context_management_name": "mine", "status": "created"})
+    assert api.get(f"{BASE}/mine").json()["name"] == "mine"
+    assert api.get(f"{BASE}/ignored").status_code == 404
+
+
+def test_get_returns_version_and_timestamps(api):
+    """GET returns the definition with version, created_time and last_modified."""
+    api.post(f"{BASE}/mine", json=shipped("default"))
+    r = api.get(f"{BASE}/mine")
+    data = r.json()
+    assert data["version"] == 1 and data["created_time"] == data["last_modified"]
+    assert data["hooks"] == shipped("default")["hooks"]
+    assert r.headers["etag"] == '"1"'
+
+
+def test_put_replaces_with_optimistic_concurrency(api):
+    """PUT replaces the whole definition and answers the new version; a stale If-Match is 409."""
+    api.post(f"{BASE}/mine", json=shipped("token-aware-truncation"))
+    doc = shipped("token-aware-truncation")
+    del doc["hooks"]["pre_llm"]
+    r = api.put(f"{BASE}/mine", json=doc, headers={"If-Match": '"1"'})
+    assert r.json() == {"context_management_name": "mine", "status": "updated", "version": 2}
+    assert set(api.get(f"{BASE}/mine").json()["hooks"]) == {"post_tool"}
+    stale = api.put(f"{BASE}/mine?if_version=1", json=doc)
+    assert stale.status_code == 409 and stale.json()["error"]["type"] == "version_conflict_engine_exception"
+    assert api.put(f"{BASE}/missing", json=doc).status_code == 404
+
+
+def test_delete(api):
+    """DELETE answers {status: deleted}; the name is gone."""
+    api.post(f"{BASE}/mine", json=shipped("default"))
+    r = api.delete(f"{BASE}/mine")
+    assert r.json() == {"context_management_name": "mine", "status": "deleted"}
+    assert api.get(f"{BASE}/mine").status_code == 404
+    assert api.delete(f"{BASE}/mine").status_code == 404
+
+
+def test_list_pages_with_real_total(api):
+    """GET list answers the real total and a page sorted by name."""
+    for n in ("c", "a", "b"):
+        api.post(f"{BASE}/{n}", json=shipped("default"))
+    r = api.get(f"{BASE}?from=1&size=1").json()
+    assert r["total"] == 3 and [d["name"] for d in r["context_management"]] == ["b"]
+    assert api.get(f"{BASE}?q=c").json()["total"] == 1
+
+
+def test_simulate_stored_and_inline(api):
+    """_simulate applies a stored or inline definition to a context and returns context and trace."""
+    api.post(f"{BASE}/window", json=shipped("long-conversation"))
+    context = {"system_prompt": "sys", "messages": make_conversation(40, seed=1)}
+    r = api.post(f"{BASE}/window/_simulate", json={"hook": "pre_llm", "context": context}).json()
+    assert len(r["context"]["messages"]) <= 6 and r["trace"][0]["activated"]
+    inline = {"definition": shipped("long-conversation"), "hook": "PRE_LLM", "context": context}
+    assert api.post(f"{BASE}/_simulate", json=inline).json()["context"] == r["context"]
+    assert api.post(f"{BASE}/missing/_simulate", json={"context": context}).status_code == 404
+
+
+def test_validation_errors_list_every_problem(api):
+    """An invalid definition is a 400 listing each problem with its pointer."""
+    r = api.post(
+        f"{BASE}/bad",
+        json={
+            "hooks": {
+                "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 0, "pin": "x"}}]
+            }
+        },
+    )
+    assert r.status_code == 400
+    pointers = {p["pointer"] for p in r.json()["error"]["problems"]}
+    assert pointers == {"/hooks/pre_llm/0/config/max_messages", "/hooks/pre_llm/0/config/pin"}
+
+
+def test_openapi_document_is_valid_and_uses_the_schema_files(api):
+    """/openapi.json is a valid OpenAPI 3.1 document embedding schemas/definition.schema.json."""
+    doc = api.get("/openapi.json").json()
+    validate(doc)
+    envelope = doc["components"]["schemas"]["ContextManagementDefinition"]
+    assert envelope["properties"]["name"] == shipped_schema()["properties"]["name"]
+    assert "SlidingWindowManagerConfig" in doc["components"]["schemas"]
+
+
+def shipped_schema():
+    import json
+
+    from tests.conftest import ROOT
+
+    return json.loads((ROOT / "schemas" / "definition.schema.json").read_text())
+
+
+def test_health(api):
+    """/_health reports the database as reachable."""
+    assert api.get("/_health").json() == {"status": "green", "database": "ok"}
