@@ -1,10 +1,10 @@
 import hashlib
 
+import httpx
 import pytest
-from starlette.testclient import TestClient
 
 from ctxmgmt.api import ServerConfig, create_app
-from tests.conftest import shipped
+from tests.conftest import LiveServer, shipped
 
 BASE = "/_plugins/_ml/context_management"
 
@@ -20,7 +20,7 @@ def api(store, monkeypatch):
             ]
         }
     )
-    with TestClient(create_app(store, config=config)) as client:
+    with LiveServer(create_app(store, config=config)) as server, httpx.Client(base_url=server.url) as client:
         yield client
 
 

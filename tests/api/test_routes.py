@@ -1,8 +1,7 @@
+import httpx
 import pytest
 from openapi_spec_validator import validate
-from starlette.testclient import TestClient
 
-from ctxmgmt.api import create_app
 from ctxmgmt.testing import make_conversation
 from tests.conftest import shipped
 
@@ -10,8 +9,8 @@ BASE = "/_plugins/_ml/context_management"
 
 
 @pytest.fixture
-def api(store):
-    with TestClient(create_app(store)) as client:
+def api(live):
+    with httpx.Client(base_url=live.url, timeout=30) as client:
         yield client
 
 
