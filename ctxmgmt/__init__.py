@@ -10,6 +10,7 @@ from .client import AsyncClient, Client
 from .context import ApplyResult, Context
 from .definitions import Definition, ManagerSpec, check_definition, load_definition
 from .errors import (
+    AgentError,
     ApiError,
     ConfigError,
     Conflict,
@@ -22,6 +23,7 @@ from .errors import (
     Problem,
     RegistryError,
     StoreError,
+    ToolError,
 )
 from .llm import ChatClient, ModelConfig, ModelsConfig, load_models
 from .managers import (
@@ -34,8 +36,10 @@ from .managers import (
 )
 from .messages import check_messages
 from .registry import ManagerRegistry, default_registry, register_manager
+from .runner import ExecutionResult, Runner
 from .store import DefinitionStore
 from .tokens import TokenCounter, Tokenizer, get_counter
+from .tools import Tool, ToolRegistry, register_tool
 from .types import Hook, Message, TraceEntry
 
 for _cls in BUILTINS:
@@ -44,6 +48,7 @@ for _cls in BUILTINS:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentError",
     "ApiError",
     "ApplyResult",
     "AsyncClient",
@@ -58,6 +63,7 @@ __all__ = [
     "Definition",
     "DefinitionError",
     "DefinitionStore",
+    "ExecutionResult",
     "Hook",
     "LLMError",
     "ManagerError",
@@ -69,12 +75,16 @@ __all__ = [
     "NotFound",
     "Problem",
     "RegistryError",
+    "Runner",
     "Runtime",
     "SlidingWindowManager",
     "StoreError",
     "SummarizationManager",
     "TokenCounter",
     "Tokenizer",
+    "Tool",
+    "ToolError",
+    "ToolRegistry",
     "ToolsOutputTruncateManager",
     "TraceEntry",
     "__version__",
@@ -85,4 +95,5 @@ __all__ = [
     "load_definition",
     "load_models",
     "register_manager",
+    "register_tool",
 ]

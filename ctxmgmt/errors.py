@@ -4,9 +4,11 @@
      ├── DefinitionError      a definition is invalid; .problems lists every one
      ├── ContextError         a context or message list is malformed; .problems
      ├── ConfigError          the models configuration is invalid; .problems
+     ├── AgentError           an agent registration or execution request is invalid; .problems
      ├── RegistryError        a manager type could not be registered; .plugin
      ├── ManagerError         a manager with on_error: fail raised; .definition .hook .index
      ├── LLMError             a chat-completions call failed; .model_id .status
+     ├── ToolError            a tool failed; the model reads the reason as the tool result
      ├── StoreError           a stored definition cannot be read or written as asked
      │    ├── NotFound        no definition has that name (HTTP 404)
      │    └── Conflict        it exists already, its version is stale, or it is in use (409)
@@ -75,6 +77,12 @@ class ContextError(_ProblemsError):
     what = "context"
 
 
+class AgentError(_ProblemsError):
+    """An agent registration or execution request is invalid."""
+
+    what = "agent request"
+
+
 class ConfigError(_ProblemsError):
     """The models configuration file is invalid."""
 
@@ -134,3 +142,7 @@ class ApiError(CtxmgmtError):
         self.reason = reason
         self.problems = problems
         super().__init__(f"{status} {type}: {reason}")
+
+
+class ToolError(CtxmgmtError):
+    """A tool failed. The runner hands the reason to the model as the tool result."""

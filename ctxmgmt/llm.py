@@ -79,6 +79,9 @@ class ModelsConfig(Mapping[str, ModelConfig]):
                 f"not in the models configuration (configured: {known})", model_id=model_id
             ) from None
 
+    def __contains__(self, model_id: object) -> bool:
+        return model_id in self._models
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._models)
 

@@ -229,7 +229,7 @@ class ChatServer:
             ...  # base_url = server.base_url
     """
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -269,7 +269,7 @@ class ChatServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

@@ -111,3 +111,58 @@ def live(store) -> Iterator[LiveServer]:
 
     with LiveServer(create_app(store)) as server:
         yield server
+
+
+@pytest.fixture
+def agent_models(chat_server: ChatServer) -> ModelsConfig:
+    """Models for agents: 'chat' (16k window) and 'summarizer', both the local chat server."""
+    return ModelsConfig(
+        {
+            name: ModelConfig(
+                id=name,
+                base_url=chat_server.base_url,
+                model="fake-model",
+                context_window=16000,
+                timeout=2.0,
+                max_retries=1,
+            )
+            for name in ("chat", "summarizer")
+        }
+    )
+
+
+@pytest.fixture
+def tools():
+    """A tool registry with test tools: big (a large output), boom (fails), echo."""
+    from ctxmgmt.tools import ToolRegistry, register_tool
+
+    registry = ToolRegistry(group="ctxmgmt.test-no-tools")
+    register_tool(
+        "big", lambda size=50_000, **_: "row " * (size // 4), description="a large output", registry=registry
+    )
+
+    def boom(**_):
+        raise RuntimeError("disk on fire")
+
+    register_tool("boom", boom, registry=registry)
+    register_tool("echo", lambda **kw: kw, registry=registry)
+    return registry
+
+
+def tool_call(*calls):
+    """An assistant message calling tools: tool_call(("big", {"size": 10}), ...)."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_{i}_{name}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(calls)
+        ],
+    }
+
+
+import json  # noqa: E402

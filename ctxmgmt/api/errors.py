@@ -9,11 +9,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import (
+    AgentError,
     ConfigError,
     Conflict,
     ContextError,
     CtxmgmtError,
     DefinitionError,
+    LLMError,
     ManagerError,
     NotFound,
 )
@@ -36,6 +38,8 @@ STATUS_TABLE: tuple[tuple[type[BaseException], int, str], ...] = (
     (DefinitionError, 400, "illegal_argument_exception"),
     (ContextError, 400, "illegal_argument_exception"),
     (ConfigError, 400, "illegal_argument_exception"),
+    (AgentError, 400, "illegal_argument_exception"),
+    (LLMError, 502, "llm_exception"),
     (NotFound, 404, "resource_not_found_exception"),
     (Conflict, 409, "version_conflict_engine_exception"),
     (ManagerError, 422, "context_manager_exception"),

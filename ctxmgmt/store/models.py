@@ -18,3 +18,32 @@ definitions = Table(
     Column("last_modified", BigInteger, nullable=False),
     Column("created_by", String(200), nullable=True),
 )
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("agent_id", String(36), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("body", JSON, nullable=False),
+    Column("context_management_name", String(49), nullable=True, index=True),
+    Column("created_time", BigInteger, nullable=False),
+)
+
+memories = Table(
+    "memories",
+    metadata,
+    Column("memory_id", String(36), primary_key=True),
+    Column("agent_id", String(36), nullable=False, index=True),
+    Column("state", JSON, nullable=False),
+    Column("length", Integer, nullable=False),
+    Column("created_time", BigInteger, nullable=False),
+    Column("last_modified", BigInteger, nullable=False),
+)
+
+memory_messages = Table(
+    "memory_messages",
+    metadata,
+    Column("memory_id", String(36), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("message", JSON, nullable=False),
+)

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from ..definitions import Definition
 from ..errors import ConfigError, Conflict, NotFound, Problem
 from ..registry import ManagerRegistry
+from .models import agents
 from .models import definitions as table
 
 __all__ = ["DEFAULT_DATABASE_URL", "DefinitionStore", "StoredDefinition", "connect", "migrate"]
@@ -174,8 +175,20 @@ class DefinitionStore:
         return StoredDefinition(**row._mapping)
 
     def delete(self, name: str, *, force: bool = False) -> None:
-        """Delete a definition. Raises NotFound when there is none."""
+        """Delete a definition. Raises NotFound when there is none, and Conflict naming
+        the agents that still use it, unless ``force``."""
         with self.engine.begin() as conn:
+            if not force:
+                users = conn.execute(
+                    select(agents.c.agent_id, agents.c.name).where(agents.c.context_management_name == name)
+                ).all()
+                if users:
+                    named = ", ".join(f"{u.name} ({u.agent_id})" for u in users[:10])
+                    more = f" and {len(users) - 10} more" if len(users) > 10 else ""
+                    raise Conflict(
+                        f"definition {name!r} is used by agents {named}{more}; "
+                        "delete them first or pass force=true"
+                    )
             deleted = conn.execute(table.delete().where(table.c.name == name)).rowcount
         if not deleted:
             raise NotFound(f"no definition named {name!r}")

@@ -1,0 +1,89 @@
+"""The agent routes: register, get, list, delete, execute."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..runner import Runner
+from .errors import HTTPProblem
+from .requests import authorize, int_param, json_body, state
+
+BASE = "/_plugins/_ml/agents"
+_AGENT_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _runner(request: Request) -> Runner:
+    runner: Runner = state(request).runner
+    return runner
+
+
+def _agent_id(request: Request) -> str:
+    agent_id: str = request.path_params["agent_id"]
+    if not _AGENT_ID.fullmatch(agent_id):
+        raise HTTPProblem(404, f"no agent with id {agent_id[:64]!r}", "resource_not_found_exception")
+    return agent_id
+
+
+async def register(request: Request) -> JSONResponse:
+    authorize(request, "write")
+    body = await json_body(request)
+    agent_id = await run_in_threadpool(_runner(request).register, body)
+    return JSONResponse({"agent_id": agent_id})
+
+
+async def get(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    agent = await run_in_threadpool(_runner(request).agents.get, _agent_id(request))
+    return JSONResponse(agent)
+
+
+async def delete(request: Request) -> JSONResponse:
+    authorize(request, "write")
+    agent_id = _agent_id(request)
+    await run_in_threadpool(_runner(request).agents.delete, agent_id)
+    return JSONResponse({"agent_id": agent_id, "result": "deleted"})
+
+
+async def list_(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    offset = int_param(request, "from", 0, 0, 10**9)
+    size = int_param(request, "size", 10, 1, 1000)
+    total, rows = await run_in_threadpool(_runner(request).agents.list, offset=offset, limit=size)
+    return JSONResponse({"total": total, "agents": rows})
+
+
+async def execute(request: Request) -> JSONResponse:
+    authorize(request, "write")
+    agent_id = _agent_id(request)
+    body = await json_body(request)
+    params: Any = body.get("parameters", {})
+    if not isinstance(params, dict):
+        raise HTTPProblem(
+            400, "parameters must be an object with question (and context_management_name, memory_id)"
+        )
+    question = params.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise HTTPProblem(400, "parameters.question is required: the user's question, a non-empty string")
+    # The OpenSearch docs show the override both inside parameters and at the top level.
+    name = params.get("context_management_name", body.get("context_management_name"))
+    memory_id = params.get("memory_id", body.get("memory_id"))
+    for key, value in (("context_management_name", name), ("memory_id", memory_id)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise HTTPProblem(400, f"{key} must be a non-empty string")
+    result = await _runner(request).aexecute(agent_id, question, name, memory_id)
+    return JSONResponse(result.to_opensearch())
+
+
+routes = [
+    Route(f"{BASE}/_register", register, methods=["POST"]),
+    Route(BASE, list_, methods=["GET"]),
+    Route(BASE + "/{agent_id}/_execute", execute, methods=["POST"]),
+    Route(BASE + "/{agent_id}", get, methods=["GET"]),
+    Route(BASE + "/{agent_id}", delete, methods=["DELETE"]),
+]

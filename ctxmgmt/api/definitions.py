@@ -1,0 +1,124 @@
+"""The definition routes: create, get, replace, delete, list, simulate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..context import Context
+from ..definitions import Definition, parse_hook
+from ..llm import ModelsConfig
+from .errors import HTTPProblem, log
+from .openapi import openapi_document
+from .requests import authorize, caller, flag, if_version, int_param, json_body, name_param, state
+
+BASE = "/_plugins/_ml/context_management"
+_MAX_SIZE = 1000
+
+
+async def create(request: Request) -> JSONResponse:
+    authorize(request, "write")
+    name = name_param(request)
+    body = await json_body(request)
+    await run_in_threadpool(state(request).store.create, name, body, created_by=caller(request))
+    return JSONResponse({"context_management_name": name, "status": "created"})
+
+
+async def get(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    name = name_param(request)
+    stored = await run_in_threadpool(state(request).store.get, name)
+    return JSONResponse(stored.to_dict(), headers={"etag": f'"{stored.version}"'})
+
+
+async def replace(request: Request) -> JSONResponse:
+    authorize(request, "write")
+    name = name_param(request)
+    expected = if_version(request)
+    body = await json_body(request)
+    stored = await run_in_threadpool(state(request).store.replace, name, body, if_version=expected)
+    return JSONResponse(
+        {"context_management_name": name, "status": "updated", "version": stored.version},
+        headers={"etag": f'"{stored.version}"'},
+    )
+
+
+async def delete(request: Request) -> JSONResponse:
+    authorize(request, "write")
+    name = name_param(request)
+    force = flag(request, "force")
+    await run_in_threadpool(state(request).store.delete, name, force=force)
+    return JSONResponse({"context_management_name": name, "status": "deleted"})
+
+
+async def list_(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    offset = int_param(request, "from", 0, 0, 10**9)
+    size = int_param(request, "size", 10, 1, _MAX_SIZE)
+    q = request.query_params.get("q")
+    if q is not None and len(q) > 100:
+        raise HTTPProblem(400, "q must be at most 100 characters")
+    total, rows = await run_in_threadpool(state(request).store.list, offset=offset, limit=size, q=q)
+    return JSONResponse({"total": total, "context_management": [r.to_dict() for r in rows]})
+
+
+async def simulate(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    name = name_param(request)
+    body = await json_body(request)
+    current = state(request)
+    definition = await run_in_threadpool(current.store.resolve, name)
+    return await _simulate(definition, body, current.models)
+
+
+async def simulate_inline(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    body = await json_body(request)
+    document = body.get("definition", body.get("context_management"))
+    if not isinstance(document, dict):
+        raise HTTPProblem(400, "give the definition to simulate as an object in 'definition'")
+    document = {"name": "inline", **document}
+    definition = Definition.from_dict(document)
+    return await _simulate(definition, body, state(request).models)
+
+
+async def _simulate(definition: Definition, body: dict[str, Any], models: ModelsConfig) -> JSONResponse:
+    unknown = sorted(set(body) - {"hook", "context", "definition", "context_management"})
+    if unknown:
+        raise HTTPProblem(400, f"unknown field {unknown[0]!r}; a simulation takes hook and context")
+    hook = parse_hook(body.get("hook", "pre_llm")) if isinstance(body.get("hook", "pre_llm"), str) else None
+    if hook is None:
+        raise HTTPProblem(400, "hook must be a string: pre_llm, post_tool or post_memory")
+    context = Context.from_dict(body.get("context", {}))
+    result = await run_in_threadpool(definition.apply, hook, context, models=models)
+    return JSONResponse(result.to_dict())
+
+
+async def health(request: Request) -> JSONResponse:
+    try:
+        await run_in_threadpool(state(request).store.exists, "_health")
+    except Exception:
+        log.exception("health check: the database does not answer")
+        return JSONResponse({"status": "red", "database": "unreachable"}, status_code=503)
+    return JSONResponse({"status": "green", "database": "ok"})
+
+
+async def openapi(request: Request) -> JSONResponse:
+    return JSONResponse(openapi_document())
+
+
+routes = [
+    Route("/_health", health, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
+    Route(BASE, list_, methods=["GET"]),
+    Route(f"{BASE}/_simulate", simulate_inline, methods=["POST"]),
+    Route(BASE + "/{name}/_simulate", simulate, methods=["POST"]),
+    Route(BASE + "/{name}", create, methods=["POST"]),
+    Route(BASE + "/{name}", get, methods=["GET"]),
+    Route(BASE + "/{name}", replace, methods=["PUT"]),
+    Route(BASE + "/{name}", delete, methods=["DELETE"]),
+]

@@ -1,0 +1,137 @@
+"""Request checks shared by the routes: auth, names, JSON bodies, parameters."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+
+from .config import ServerConfig
+from .errors import HTTPProblem
+
+if TYPE_CHECKING:
+    from ..llm import ModelsConfig
+    from ..runner import Runner
+    from ..store import DefinitionStore
+
+_NAME = re.compile(r"[a-z0-9_-]{1,49}")
+_JSON_TYPES = ("application/json",)
+
+
+class State:
+    def __init__(
+        self, store: DefinitionStore, models: ModelsConfig, config: ServerConfig, runner: Runner
+    ) -> None:
+        self.store = store
+        self.models = models
+        self.config = config
+        self.runner = runner
+
+
+def state(request: Request) -> State:
+    value: State = request.app.state.ctxmgmt
+    return value
+
+
+# -- request checks ---------------------------------------------------------------------
+def authorize(request: Request, scope: str) -> None:
+    """Check the API key, when keys are configured: 401 without a valid one, 403 for a
+    read key on a write. Keys are never logged or echoed."""
+    config = state(request).config
+    if not config.auth_enabled:
+        return
+    header = request.headers.get("authorization", "")
+    presented = (
+        header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    )
+    key = config.find(presented) if presented else None
+    if key is None:
+        raise HTTPProblem(
+            401, "a valid API key is required (Authorization: Bearer KEY)", "security_exception"
+        )
+    if scope == "write" and key.scope != "write":
+        raise HTTPProblem(403, f"the key {key.name!r} may only read", "security_exception")
+
+
+def name_param(request: Request) -> str:
+    name: str = request.path_params["name"]
+    if name.startswith("_"):
+        raise HTTPProblem(
+            400, f"{name!r}: names starting with '_' are reserved for API verbs such as _simulate"
+        )
+    if not _NAME.fullmatch(name):
+        raise HTTPProblem(400, f"{name!r}: a name is 1-49 characters of a-z, 0-9, _ and -")
+    return name
+
+
+def _reject_constant(value: str) -> Any:
+    raise ValueError(f"{value} is not valid JSON")
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    limit = state(request).config.max_body_bytes
+    ctype = request.headers.get("content-type")
+    if ctype is not None and ctype.split(";")[0].strip().lower() not in _JSON_TYPES:
+        raise HTTPProblem(400, f"the content type must be application/json, not {ctype[:60]!r}")
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        raise HTTPProblem(400, f"the body is larger than the limit of {limit} bytes (server.max_body_bytes)")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPProblem(
+                400, f"the body is larger than the limit of {limit} bytes (server.max_body_bytes)"
+            )
+    if not body.strip():
+        raise HTTPProblem(400, "a JSON object body is required")
+    try:
+        data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise HTTPProblem(400, "the body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise HTTPProblem(400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:
+        raise HTTPProblem(400, f"invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise HTTPProblem(400, "the body must be a JSON object")
+    return data
+
+
+def int_param(request: Request, key: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(key)
+    if raw is None:
+        return default
+    if not re.fullmatch(r"\d{1,10}", raw) or not low <= int(raw) <= high:
+        raise HTTPProblem(400, f"{key} must be a whole number from {low} to {high}, not {raw[:40]!r}")
+    return int(raw)
+
+
+def if_version(request: Request) -> int | None:
+    raw = request.headers.get("if-match") or request.query_params.get("if_version")
+    if raw is None:
+        return None
+    value = raw.strip().removeprefix("W/").strip('"')
+    if not re.fullmatch(r"\d{1,10}", value):
+        raise HTTPProblem(400, f"If-Match (or if_version) must be a version number, not {raw[:40]!r}")
+    return int(value)
+
+
+def flag(request: Request, key: str) -> bool:
+    raw = request.query_params.get(key, "false").lower()
+    if raw not in ("true", "false", ""):
+        raise HTTPProblem(400, f"{key} must be true or false, not {raw[:20]!r}")
+    return raw in ("true", "")
+
+
+def caller(request: Request) -> str | None:
+    if not state(request).config.auth_enabled:
+        return None
+    header = request.headers.get("authorization", "")
+    presented = (
+        header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    )
+    key = state(request).config.find(presented)
+    return key.name if key else None

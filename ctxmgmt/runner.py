@@ -1,0 +1,339 @@
+"""The agent loop, with context management at every hook.
+
+For one execution:
+
+1. resolve the definition: the name in the request, else the agent's stored name,
+   else the agent's inline definition, else none (a named one that does not exist
+   is NotFound: the agent never runs unmanaged);
+2. load the memory and add the question, then run ``post_memory``;
+3. repeat until a final answer or ``max_iteration``: run ``pre_llm``, call the
+   model, run each tool call and ``post_tool`` after each result;
+4. append what happened to the memory, in its original form. Managers change only
+   what the model sees, never the stored record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx
+
+from .context import Context
+from .definitions import Definition
+from .errors import AgentError, LLMError, NotFound, Problem, ToolError
+from .llm import ChatClient, ModelsConfig
+from .store import AgentStore, DefinitionStore, MemoryStore
+from .tools import Tool, ToolRegistry, default_tools
+from .types import Hook
+from .validation import validate_definition
+
+__all__ = ["ExecutionResult", "Runner"]
+
+log = logging.getLogger("ctxmgmt.runner")
+DEFAULT_MAX_ITERATION = 10
+
+
+@dataclass(slots=True)
+class ExecutionResult:
+    """What one execution did."""
+
+    memory_id: str
+    response: str
+    finished: bool
+    """False when max_iteration was reached without a final answer."""
+    definition: str | None
+    definition_source: str
+    """request, agent, inline or none."""
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per hook invocation: hook, iteration, and the managers' trace entries."""
+
+    def to_opensearch(self) -> dict[str, Any]:
+        """The answer in OpenSearch's shape."""
+        return {
+            "inference_results": [
+                {
+                    "output": [
+                        {"name": "memory_id", "result": self.memory_id},
+                        {"name": "response", "result": self.response},
+                        {"name": "finished", "result": self.finished},
+                        {"name": "usage", "result": self.usage},
+                        {
+                            "name": "context_management",
+                            "result": {
+                                "definition": self.definition,
+                                "source": self.definition_source,
+                                "trace": self.trace,
+                            },
+                        },
+                    ]
+                }
+            ]
+        }
+
+
+class Runner:
+    """Registers and executes agents over a store, a models configuration and tools."""
+
+    def __init__(
+        self,
+        store: DefinitionStore,
+        models: ModelsConfig,
+        tools: ToolRegistry | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.definitions = store
+        self.agents = AgentStore(store.engine)
+        self.memory = MemoryStore(store.engine)
+        self.models = models
+        self.tools = tools or default_tools
+        self._transport = transport
+        self._inline: dict[str, Definition] = {}
+
+    # -- registration ------------------------------------------------------------------
+    def register(self, body: Mapping[str, Any]) -> str:
+        """Validate and store an agent (OpenSearch's registration body). Returns its id."""
+        return self.agents.register(body, checks=self._checks(body))
+
+    def _checks(self, body: Mapping[str, Any]) -> list[Problem]:
+        problems: list[Problem] = []
+        name = body.get("context_management_name")
+        inline = body.get("context_management")
+        if name is not None and inline is not None:
+            problems.append(
+                Problem(
+                    "/context_management",
+                    "give context_management_name or an inline context_management, not both",
+                )
+            )
+        elif isinstance(name, str) and not self.definitions.exists(name):
+            problems.append(
+                Problem(
+                    "/context_management_name",
+                    f"no definition named {name!r}; create it first "
+                    f"(POST /_plugins/_ml/context_management/{name})",
+                )
+            )
+        elif isinstance(inline, Mapping):
+            doc = {"name": "inline", **inline}
+            problems += [
+                Problem("/context_management" + p.pointer, p.message)
+                for p in validate_definition(doc, registry=self.definitions.registry)
+                if p.severity == "error"
+            ]
+        llm = body.get("llm")
+        model_id = llm.get("model_id") if isinstance(llm, Mapping) else None
+        if isinstance(model_id, str) and model_id not in self.models:
+            known = ", ".join(sorted(self.models)) or "none"
+            problems.append(
+                Problem(
+                    "/llm/model_id",
+                    f"model {model_id!r} is not in the models configuration (configured: {known})",
+                )
+            )
+        tools = body.get("tools")
+        if isinstance(tools, list):
+            seen: set[str] = set()
+            for i, spec in enumerate(tools):
+                if not isinstance(spec, Mapping) or not isinstance(spec.get("type"), str):
+                    continue
+                try:
+                    tool = self.tools.build(spec)
+                except ValueError as exc:
+                    problems.append(Problem(f"/tools/{i}", str(exc)))
+                    continue
+                if tool.name in seen:
+                    problems.append(
+                        Problem(
+                            f"/tools/{i}/name", f"two tools are named {tool.name!r}; give each its own name"
+                        )
+                    )
+                seen.add(tool.name)
+        return problems
+
+    # -- execution ---------------------------------------------------------------------
+    def execute(
+        self,
+        agent_id: str,
+        question: str,
+        context_management_name: str | None = None,
+        memory_id: str | None = None,
+    ) -> ExecutionResult:
+        """Run the agent to a final answer (see :meth:`aexecute`). Not for use inside an event loop."""
+        return asyncio.run(self.aexecute(agent_id, question, context_management_name, memory_id))
+
+    async def aexecute(
+        self,
+        agent_id: str,
+        question: str,
+        context_management_name: str | None = None,
+        memory_id: str | None = None,
+    ) -> ExecutionResult:
+        agent = await asyncio.to_thread(self.agents.get, agent_id)
+        if not isinstance(question, str) or not question.strip():
+            raise AgentError(
+                [Problem("/parameters/question", "is required: the user's question, a non-empty string")]
+            )
+        definition, source = await asyncio.to_thread(self._resolve, agent, context_management_name)
+        llm = agent["llm"]
+        params = llm.get("parameters") or {}
+        try:
+            model = self.models[llm["model_id"]]
+        except LLMError as exc:
+            raise AgentError([Problem("/llm/model_id", str(exc))]) from None
+        try:
+            tools = {t.name: t for t in (self.tools.build(s) for s in agent.get("tools") or ())}
+        except ValueError as exc:
+            raise AgentError([Problem("/tools", str(exc))]) from None
+        if memory_id is None:
+            memory_id = await asyncio.to_thread(self.memory.create, agent_id)
+            history: list[dict[str, Any]] = []
+            state: dict[str, Any] = {}
+            length = 0
+        else:
+            history, state, length = await asyncio.to_thread(self.memory.load, memory_id, agent_id)
+
+        run = _Execution(
+            definition=definition,
+            models=self.models,
+            record=[{"role": "user", "content": question}],
+            view=Context(
+                system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
+                messages=[*history, {"role": "user", "content": question}],
+                tools=[t.schema() for t in tools.values()],
+                model=model.model,
+                context_window=model.context_window,
+                state=state,
+            ),
+        )
+        result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
+        client = ChatClient(model, async_transport=self._transport)
+        try:
+            await run.hook(Hook.POST_MEMORY, 0)
+            for iteration in range(1, int(params.get("max_iteration", DEFAULT_MAX_ITERATION)) + 1):
+                await run.hook(Hook.PRE_LLM, iteration)
+                # Messages are immutable values: hand them over without copying.
+                request = cast(list[dict[str, Any]], list(run.view.messages))
+                if run.view.system_prompt:
+                    request.insert(0, {"role": "system", "content": run.view.system_prompt})
+                extra = {"tools": list(run.view.tools)} if run.view.tools else {}
+                response = await client.acomplete(request, **extra)
+                result.usage.append({"iteration": iteration, **response.usage})
+                message = _assistant(response.message)
+                run.add(message)
+                calls = message.get("tool_calls")
+                if not calls:
+                    result.response = response.content
+                    result.finished = True
+                    break
+                for call in calls:
+                    run.add({"role": "tool", "tool_call_id": call["id"], "content": await _call(tools, call)})
+                    await run.hook(Hook.POST_TOOL, iteration)
+            else:
+                result.response = (
+                    f"stopped after max_iteration={params.get('max_iteration', DEFAULT_MAX_ITERATION)} "
+                    "LLM calls without a final answer"
+                )
+        finally:
+            # Only whole rounds are recorded, so the memory stays consistent even when
+            # the model fails midway: the question and every complete call/result group.
+            result.trace = run.trace
+            await asyncio.to_thread(
+                self.memory.append, memory_id, run.record, run.view.state, expected_length=length
+            )
+        return result
+
+    def _resolve(self, agent: Mapping[str, Any], requested: str | None) -> tuple[Definition | None, str]:
+        if requested is not None:
+            try:
+                return self.definitions.resolve(requested), "request"
+            except NotFound:
+                raise NotFound(f"context management {requested!r} not found") from None
+        stored = agent.get("context_management_name")
+        if stored is not None:
+            try:
+                return self.definitions.resolve(stored), "agent"
+            except NotFound:
+                raise NotFound(
+                    f"the agent's context management {stored!r} no longer exists; "
+                    "the agent does not run unmanaged"
+                ) from None
+        inline = agent.get("context_management")
+        if inline is not None:
+            definition = self._inline.get(agent["agent_id"])
+            if definition is None:
+                definition = Definition.from_dict(
+                    {"name": "inline", **inline}, registry=self.definitions.registry
+                )
+                self._inline[agent["agent_id"]] = definition
+            return definition, "inline"
+        return None, "none"
+
+
+@dataclass
+class _Execution:
+    """The model's view of the conversation, and the record of what happened."""
+
+    definition: Definition | None
+    models: ModelsConfig
+    record: list[dict[str, Any]]
+    view: Context
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, message: dict[str, Any]) -> None:
+        self.record.append(message)
+        self.view = self.view.with_messages([*self.view.messages, message])
+
+    async def hook(self, hook: Hook, iteration: int) -> None:
+        if self.definition is None:
+            return
+        applied = await self.definition.aapply(hook, self.view, models=self.models)
+        self.view = applied.context
+        if applied.trace:
+            self.trace.append({"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)})
+
+
+def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The assistant message as it goes back into the conversation."""
+    out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    calls = message.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": str(c.get("id")),
+                "type": "function",
+                "function": {
+                    "name": str((c.get("function") or {}).get("name")),
+                    "arguments": str((c.get("function") or {}).get("arguments") or "{}"),
+                },
+            }
+            for c in calls
+        ]
+    return out
+
+
+async def _call(tools: Mapping[str, Tool], call: Mapping[str, Any]) -> str:
+    """Run one tool call. Every failure becomes a result the model can read."""
+    fn = call["function"]
+    tool = tools.get(fn["name"])
+    if tool is None:
+        return f"error: there is no tool named {fn['name']!r}; the tools are: {', '.join(tools) or 'none'}"
+    try:
+        arguments = json.loads(fn["arguments"] or "{}")
+    except json.JSONDecodeError as exc:
+        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object"
+    if not isinstance(arguments, dict):
+        return "error: the arguments must be a JSON object"
+    try:
+        return await tool.run(arguments)
+    except ToolError as exc:
+        return f"error: {exc}"
+    except Exception as exc:
+        log.exception("tool %s failed", tool.name)
+        return f"error: the tool {tool.name} failed ({type(exc).__name__})"

@@ -1,0 +1,141 @@
+"""Registered agents and their conversation memory, next to the definitions."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from sqlalchemy import Engine, func, select
+
+from .. import _resources
+from ..errors import AgentError, Conflict, NotFound, Problem
+from ..loader import escape
+from .models import agents, memories, memory_messages
+from .repository import now_ms
+
+__all__ = ["AgentStore", "MemoryStore"]
+
+
+def _schema_problems(body: Any) -> list[Problem]:
+    validator = Draft202012Validator(_resources.schema("agent.schema.json"))
+    problems = []
+    for error in validator.iter_errors(body):
+        pointer = "".join(f"/{escape(p)}" for p in error.absolute_path)
+        if error.validator == "required":
+            missing = [k for k in error.validator_value if k not in error.instance]
+            problems += [Problem(f"{pointer}/{k}", "is required") for k in missing]
+        else:
+            problems.append(Problem(pointer, error.message))
+    return problems
+
+
+class AgentStore:
+    """Agents as registered: the whole body is stored and returned, used fields or not."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def register(self, body: Mapping[str, Any], *, checks: Sequence[Problem] = ()) -> str:
+        """Store a validated registration body and return its new agent id."""
+        problems = [*_schema_problems(body), *checks]
+        if problems:
+            raise AgentError(problems)
+        agent_id = uuid.uuid4().hex
+        with self.engine.begin() as conn:
+            conn.execute(
+                agents.insert().values(
+                    agent_id=agent_id,
+                    name=body["name"],
+                    body=dict(body),
+                    context_management_name=body.get("context_management_name"),
+                    created_time=now_ms(),
+                )
+            )
+        return agent_id
+
+    def get(self, agent_id: str) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(agents).where(agents.c.agent_id == agent_id)).first()
+        if row is None:
+            raise NotFound(f"no agent with id {agent_id!r}")
+        return {**row.body, "agent_id": row.agent_id, "created_time": row.created_time}
+
+    def delete(self, agent_id: str) -> None:
+        with self.engine.begin() as conn:
+            if not conn.execute(agents.delete().where(agents.c.agent_id == agent_id)).rowcount:
+                raise NotFound(f"no agent with id {agent_id!r}")
+
+    def list(self, *, offset: int = 0, limit: int = 10) -> tuple[int, list[dict[str, Any]]]:
+        with self.engine.connect() as conn:
+            total = conn.execute(select(func.count()).select_from(agents)).scalar_one()
+            rows = conn.execute(
+                select(agents).order_by(agents.c.created_time, agents.c.agent_id).offset(offset).limit(limit)
+            ).all()
+        return total, [{**r.body, "agent_id": r.agent_id, "created_time": r.created_time} for r in rows]
+
+
+class MemoryStore:
+    """Conversations by memory id, in their full original form, one row per message."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def create(self, agent_id: str) -> str:
+        memory_id = uuid.uuid4().hex
+        stamp = now_ms()
+        with self.engine.begin() as conn:
+            conn.execute(
+                memories.insert().values(
+                    memory_id=memory_id,
+                    agent_id=agent_id,
+                    state={},
+                    length=0,
+                    created_time=stamp,
+                    last_modified=stamp,
+                )
+            )
+        return memory_id
+
+    def load(self, memory_id: str, agent_id: str) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
+        """(messages, state, length) of a memory of this agent."""
+        with self.engine.connect() as conn:
+            head = conn.execute(
+                select(memories).where(memories.c.memory_id == memory_id, memories.c.agent_id == agent_id)
+            ).first()
+            if head is None:
+                raise NotFound(f"no memory {memory_id!r} for agent {agent_id!r}")
+            rows = conn.execute(
+                select(memory_messages.c.message)
+                .where(memory_messages.c.memory_id == memory_id)
+                .order_by(memory_messages.c.seq)
+            ).all()
+        return [r.message for r in rows], dict(head.state), head.length
+
+    def append(
+        self,
+        memory_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        state: Mapping[str, Any],
+        *,
+        expected_length: int,
+    ) -> None:
+        """Add messages after the ``expected_length`` first ones, and save the state.
+        A concurrent append to the same memory is a Conflict, never an interleaving."""
+        with self.engine.begin() as conn:
+            updated = conn.execute(
+                memories.update()
+                .where(memories.c.memory_id == memory_id, memories.c.length == expected_length)
+                .values(length=expected_length + len(messages), state=dict(state), last_modified=now_ms())
+            ).rowcount
+            if not updated:
+                raise Conflict(f"memory {memory_id!r} changed during this execution; execute again")
+            if messages:
+                conn.execute(
+                    memory_messages.insert(),
+                    [
+                        {"memory_id": memory_id, "seq": expected_length + i, "message": dict(m)}
+                        for i, m in enumerate(messages)
+                    ],
+                )

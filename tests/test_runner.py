@@ -1,0 +1,247 @@
+"""The agent loop through the Python API, against the local chat server over HTTP."""
+
+import asyncio
+
+import pytest
+
+from ctxmgmt import AgentError, LLMError, NotFound, get_counter
+from ctxmgmt.runner import Runner
+from tests.conftest import shipped, tool_call
+
+ALWAYS = {"activation": {"always": True}}
+EVERY_HOOK = {
+    "hooks": {
+        "post_memory": [{"type": "SlidingWindowManager", "config": {"max_messages": 100}, **ALWAYS}],
+        "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 100}, **ALWAYS}],
+        "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 200}, **ALWAYS}],
+    }
+}
+
+
+@pytest.fixture
+def runner(store, agent_models, tools):
+    return Runner(store, agent_models, tools)
+
+
+def agent(runner, **extra):
+    body = {
+        "name": "helper",
+        "type": "conversational",
+        "llm": {"model_id": "chat"},
+        "tools": [{"type": "big"}, {"type": "boom"}, {"type": "echo"}],
+        "system_prompt": "Be brief.",
+        **extra,
+    }
+    return runner.register(body)
+
+
+def test_hooks_run_around_every_call_and_tool_result(runner, chat_server, store):
+    """post_memory once, pre_llm before every LLM call (the first too), post_tool after each result."""
+    store.create("every-hook", EVERY_HOOK)
+    agent_id = agent(runner, context_management_name="every-hook")
+    chat_server.reply(tool_call(("echo", {"a": 1}), ("big", {"size": 4000})))
+    chat_server.reply("done")
+    result = runner.execute(agent_id, "go")
+    assert (result.response, result.finished, result.definition, result.definition_source) == (
+        "done",
+        True,
+        "every-hook",
+        "agent",
+    )
+    assert [(t["hook"], t["iteration"]) for t in result.trace] == [
+        ("post_memory", 0),
+        ("pre_llm", 1),
+        ("post_tool", 1),
+        ("post_tool", 1),
+        ("pre_llm", 2),
+    ]
+    first, second = chat_server.requests
+    assert first["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert first["tools"][0]["function"]["name"] == "big"
+    results = [m for m in second["messages"] if m["role"] == "tool"]
+    assert results[0]["content"] == '{"a": 1}'
+    assert len(results[1]["content"]) <= 200  # truncated by post_tool before the model saw it
+    assert [u["iteration"] for u in result.usage] == [1, 2]
+
+
+def test_memory_keeps_the_original_and_continues(runner, chat_server, store):
+    """The memory stores tool results in full; a later execution continues it with the managed view."""
+    store.create("every-hook", EVERY_HOOK)
+    agent_id = agent(runner, context_management_name="every-hook")
+    chat_server.reply(tool_call(("big", {"size": 4000})))
+    chat_server.reply("first answer")
+    first = runner.execute(agent_id, "question one")
+    messages, _, length = runner.memory.load(first.memory_id, agent_id)
+    assert length == 4 and len(messages[2]["content"]) == 4000
+    chat_server.reply("second answer")
+    second = runner.execute(agent_id, "question two", memory_id=first.memory_id)
+    assert second.memory_id == first.memory_id
+    sent = chat_server.requests[-1]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["question one", "question two"]
+    assert runner.memory.load(first.memory_id, agent_id)[2] == 6
+
+
+def test_tool_errors_become_results_the_model_reads(runner, chat_server):
+    """A failing tool, an unknown tool and bad JSON arguments become readable tool results."""
+    agent_id = agent(runner)
+    bad_json = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c9", "type": "function", "function": {"name": "echo", "arguments": "{not json"}}
+        ],
+    }
+    chat_server.reply(tool_call(("boom", {}), ("nope", {})))
+    chat_server.reply(bad_json)
+    chat_server.reply("ok")
+    runner.execute(agent_id, "go")
+    second = [m["content"] for m in chat_server.requests[1]["messages"] if m["role"] == "tool"]
+    assert second == [
+        "error: RuntimeError: disk on fire",
+        "error: there is no tool named 'nope'; the tools are: big, boom, echo",
+    ]
+    third = [m["content"] for m in chat_server.requests[2]["messages"] if m["role"] == "tool"]
+    assert third[-1].startswith("error: the arguments are not valid JSON")
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        lambda s: [s.fail(500), s.fail(503)],
+        lambda s: s.raw(b"not json at all"),
+        lambda s: [s.reply("slow", delay=3), s.reply("slow", delay=3)],
+    ],
+)
+def test_llm_errors_end_the_execution_and_keep_memory_consistent(runner, chat_server, script):
+    """An LLM failure raises LLMError; the memory holds only whole rounds."""
+    agent_id = agent(runner)
+    chat_server.reply(tool_call(("echo", {"x": 1})))
+    script(chat_server)
+    memory_id = runner.memory.create(agent_id)
+    with pytest.raises(LLMError):
+        runner.execute(agent_id, "go", memory_id=memory_id)
+    messages, _, _ = runner.memory.load(memory_id, agent_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+
+
+def test_max_iteration_stops_the_loop(runner, chat_server):
+    """With max_iteration 2 the loop stops after two LLM calls and says so."""
+    agent_id = agent(runner, llm={"model_id": "chat", "parameters": {"max_iteration": 2}})
+    for _ in range(3):
+        chat_server.reply(tool_call(("echo", {})))
+    result = runner.execute(agent_id, "go")
+    assert not result.finished and "max_iteration=2" in result.response
+    assert len(chat_server.requests) == 2
+
+
+def test_resolution_order(runner, chat_server, store):
+    """Request name, then the agent's name, then the inline definition, then none."""
+    store.create("a", shipped("long-conversation"))
+    store.create("b", shipped("tool-heavy"))
+    named = agent(runner, context_management_name="a")
+    inline = agent(runner, context_management=shipped("tool-heavy"))
+    bare = agent(runner)
+    for _ in range(4):
+        chat_server.reply("ok")
+    assert runner.execute(named, "q").definition == "a"
+    assert runner.execute(named, "q", context_management_name="b").definition_source == "request"
+    assert runner.execute(inline, "q").definition_source == "inline"
+    assert runner.execute(bare, "q").definition_source == "none"
+    with pytest.raises(NotFound, match="'missing' not found"):
+        runner.execute(named, "q", context_management_name="missing")
+
+
+def test_registration_checks(runner, store):
+    """Unknown tool types, both definition forms, unknown names and models are refused with pointers."""
+    store.create("a", shipped("default"))
+    cases = [
+        ({"tools": [{"type": "teleport"}]}, "/tools/0"),
+        ({"context_management_name": "a", "context_management": shipped("default")}, "/context_management"),
+        ({"context_management_name": "nope"}, "/context_management_name"),
+        ({"llm": {"model_id": "gpt-99"}}, "/llm/model_id"),
+        ({"llm": {"model_id": "chat", "parameters": {"max_iteration": 0}}}, "/llm/parameters/max_iteration"),
+        (
+            {"llm": {"model_id": "chat", "parameters": {"max_iteration": 101}}},
+            "/llm/parameters/max_iteration",
+        ),
+        ({"context_management": {"hooks": {"pre_llm": []}}}, "/context_management/hooks/pre_llm"),
+        ({"tools": [{"type": "http", "parameters": {"url": "ftp://x"}}]}, "/tools/0"),
+    ]
+    for extra, pointer in cases:
+        with pytest.raises(AgentError) as info:
+            agent(runner, **extra)
+        assert pointer in {p.pointer for p in info.value.problems}, (extra, info.value.problems)
+
+
+def test_missing_question_and_unknown_agent(runner):
+    """An empty question is an AgentError; an unknown agent is NotFound."""
+    agent_id = agent(runner)
+    with pytest.raises(AgentError, match="question"):
+        runner.execute(agent_id, "  ")
+    with pytest.raises(NotFound):
+        runner.execute("0" * 32, "q")
+
+
+def test_http_tool_calls_its_url(runner, chat_server):
+    """The built-in http tool posts the arguments as JSON and returns the answer text."""
+    from ctxmgmt.testing import ChatServer
+
+    with ChatServer() as endpoint:
+        endpoint.raw(b'{"temperature": 21}')
+        agent_id = agent(
+            runner,
+            tools=[
+                {"type": "http", "name": "weather", "parameters": {"url": endpoint.base_url + "/weather"}}
+            ],
+        )
+        chat_server.reply(tool_call(("weather", {"city": "Oslo"})))
+        chat_server.reply("21 degrees")
+        assert runner.execute(agent_id, "weather?").response == "21 degrees"
+        assert endpoint.requests == [{"city": "Oslo"}]
+    sent = [m for m in chat_server.requests[1]["messages"] if m["role"] == "tool"]
+    assert sent[0]["content"] == '{"temperature": 21}'
+
+
+def test_async_execute(runner, chat_server):
+    """aexecute runs the same loop without blocking the event loop."""
+    agent_id = agent(runner)
+    chat_server.reply("async ok")
+    assert asyncio.run(runner.aexecute(agent_id, "q")).response == "async ok"
+
+
+def test_long_run_stays_under_the_context_window(runner, chat_server, store):
+    """200 tool calls with 50k-character outputs: every request the model gets fits its window."""
+    store.create(
+        "fit",
+        {
+            "hooks": {
+                "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_tokens": 1500}}],
+                "pre_llm": [
+                    {
+                        "type": "SlidingWindowManager",
+                        "config": {"max_messages": 400, "max_tokens": 12000},
+                        "activation": {"tokens_ratio_exceed": 0.7},
+                    }
+                ],
+            }
+        },
+    )
+    agent_id = agent(
+        runner, context_management_name="fit", llm={"model_id": "chat", "parameters": {"max_iteration": 60}}
+    )
+    for i in range(50):  # 50 rounds of 4 parallel calls: 200 tool calls
+        chat_server.reply(tool_call(*[("big", {"size": 50_000 + i + j}) for j in range(4)]))
+    chat_server.reply("finished")
+    result = runner.execute(agent_id, "Collect every row.")
+    assert result.finished and len(chat_server.requests) == 51
+    counter = get_counter("fake-model")
+    tools = chat_server.requests[0]["tools"]
+    from ctxmgmt import Context
+
+    for request in chat_server.requests:
+        system, *messages = request["messages"]
+        tokens = counter.context(Context(system_prompt=system["content"], messages=messages, tools=tools))[0]
+        assert tokens <= 16000, tokens
+    stored, _, _ = runner.memory.load(result.memory_id, agent_id)
+    assert sum(1 for m in stored if m["role"] == "tool") == 200
+    assert all(len(m["content"]) >= 50_000 for m in stored if m["role"] == "tool")
