@@ -245,3 +245,58 @@ def test_long_run_stays_under_the_context_window(runner, chat_server, store):
     stored, _, _ = runner.memory.load(result.memory_id, agent_id)
     assert sum(1 for m in stored if m["role"] == "tool") == 200
     assert all(len(m["content"]) >= 50_000 for m in stored if m["role"] == "tool")
+
+
+def test_state_persists_with_the_memory(runner, chat_server, store):
+    """Managers' state (a running summary) is saved with the memory and read back next time."""
+    store.create(
+        "summarize",
+        {
+            "hooks": {
+                "pre_llm": [
+                    {
+                        "type": "SummarizationManager",
+                        "config": {"preserve_recent_messages": 2, "summary_ratio": 0.8},
+                        "activation": {"message_count_exceed": 6},
+                    }
+                ]
+            }
+        },
+    )
+    agent_id = agent(runner, context_management_name="summarize")
+    for _ in range(4):
+        chat_server.reply(tool_call(("echo", {"path": "/srv/app/main.py"})))
+    chat_server.reply("done")
+    first = runner.execute(agent_id, "Fix /srv/app/main.py please")
+    _, state, _ = runner.memory.load(first.memory_id, agent_id)
+    assert "/srv/app/main.py" in str(state["summary"]["sections"])
+    chat_server.reply("again")
+    runner.execute(agent_id, "and now?", memory_id=first.memory_id)
+    sent = chat_server.requests[-1]["messages"]
+    assert any(str(m.get("content", "")).startswith("[ctxmgmt:summary]") for m in sent)
+
+
+def test_api_key_never_appears_in_errors(store, chat_server, tools, monkeypatch):
+    """An endpoint's error carries its reason, never the API key."""
+    from ctxmgmt import ModelConfig, ModelsConfig
+
+    monkeypatch.setenv("SECRET_KEY_VAR", "sk-very-secret-123")
+    models = ModelsConfig(
+        {
+            "chat": ModelConfig(
+                id="chat",
+                base_url=chat_server.base_url,
+                model="m",
+                api_key_env="SECRET_KEY_VAR",
+                timeout=2,
+                max_retries=0,
+            )
+        }
+    )
+    runner = Runner(store, models, tools)
+    agent_id = runner.register({"name": "k", "llm": {"model_id": "chat"}})
+    chat_server.fail(401, "invalid api key")
+    with pytest.raises(LLMError) as info:
+        runner.execute(agent_id, "q")
+    assert "invalid api key" in str(info.value) and "sk-very-secret" not in str(info.value)
+    assert chat_server.requests  # the key was sent, as a header only

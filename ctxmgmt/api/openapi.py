@@ -83,6 +83,48 @@ def openapi_document() -> dict[str, Any]:
         ]
     }
     components["StoredDefinition"] = stored
+    agent = _rewrite(
+        copy.deepcopy(_resources.schema("agent.schema.json")), "#/components/schemas/AgentRegistration"
+    )
+    agent.pop("$schema", None)
+    agent["properties"]["context_management"] = {"$ref": _DEF}
+    components["AgentRegistration"] = agent
+    components["Execution"] = {
+        "type": "object",
+        "required": ["parameters"],
+        "properties": {
+            "parameters": {
+                "type": "object",
+                "required": ["question"],
+                "properties": {
+                    "question": {"type": "string", "minLength": 1},
+                    "context_management_name": {"type": "string"},
+                    "memory_id": {"type": "string"},
+                },
+            },
+            "context_management_name": {"type": "string"},
+        },
+    }
+    components["ExecutionResult"] = {
+        "type": "object",
+        "properties": {
+            "inference_results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "output": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {"name": {"type": "string"}, "result": {}},
+                            },
+                        }
+                    },
+                },
+            }
+        },
+    }
     components["Status"] = {
         "type": "object",
         "properties": {
@@ -184,6 +226,40 @@ def openapi_document() -> dict[str, Any]:
                     errors=(400, 401, 403, 404),
                 )
             },
+            "/_plugins/_ml/agents/_register": {
+                "post": _op(
+                    "Register an agent",
+                    {"type": "object", "properties": {"agent_id": {"type": "string"}}},
+                    body=ref("AgentRegistration"),
+                )
+            },
+            "/_plugins/_ml/agents": {
+                "get": _op(
+                    "List agents",
+                    {
+                        "type": "object",
+                        "properties": {"total": {"type": "integer"}, "agents": {"type": "array"}},
+                    },
+                    params=("from", "size"),
+                )
+            },
+            "/_plugins/_ml/agents/{agent_id}": {
+                "get": _op(
+                    "Get an agent", ref("AgentRegistration"), params=("agent_id",), errors=(401, 403, 404)
+                ),
+                "delete": _op(
+                    "Delete an agent", {"type": "object"}, params=("agent_id",), errors=(401, 403, 404)
+                ),
+            },
+            "/_plugins/_ml/agents/{agent_id}/_execute": {
+                "post": _op(
+                    "Execute an agent",
+                    ref("ExecutionResult"),
+                    body=ref("Execution"),
+                    params=("agent_id",),
+                    errors=(400, 401, 403, 404, 409, 502),
+                )
+            },
             item: {
                 "post": _op(
                     "Create a definition",
@@ -226,6 +302,12 @@ def openapi_document() -> dict[str, Any]:
                 }
             },
             "parameters": {
+                "agent_id": {
+                    "name": "agent_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
                 "name": {
                     "name": "name",
                     "in": "path",

@@ -97,6 +97,7 @@ def test_openapi_document_is_valid_and_uses_the_schema_files(api):
     envelope = doc["components"]["schemas"]["ContextManagementDefinition"]
     assert envelope["properties"]["name"] == shipped_schema()["properties"]["name"]
     assert "SlidingWindowManagerConfig" in doc["components"]["schemas"]
+    assert {"/_plugins/_ml/agents/_register", "/_plugins/_ml/agents/{agent_id}/_execute"} <= set(doc["paths"])
 
 
 def shipped_schema():
