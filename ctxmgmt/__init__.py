@@ -20,6 +20,7 @@ from .errors import (
     LLMError,
     ManagerError,
     NotFound,
+    OffloadError,
     Problem,
     RegistryError,
     StoreError,
@@ -32,6 +33,7 @@ from .managers import (
     Runtime,
     SlidingWindowManager,
     SummarizationManager,
+    ToolResultCompactionManager,
     ToolsOutputTruncateManager,
 )
 from .messages import check_messages
@@ -73,6 +75,7 @@ __all__ = [
     "ModelConfig",
     "ModelsConfig",
     "NotFound",
+    "OffloadError",
     "Problem",
     "RegistryError",
     "Runner",
@@ -85,6 +88,7 @@ __all__ = [
     "Tool",
     "ToolError",
     "ToolRegistry",
+    "ToolResultCompactionManager",
     "ToolsOutputTruncateManager",
     "TraceEntry",
     "__version__",

@@ -104,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--db", help=f"database URL (default: ${DATABASE_ENV} or {DEFAULT_DATABASE_URL})")
     up.set_defaults(run=_db_upgrade)
 
+    off = sub.add_parser("offload", help="the offload store").add_subparsers(required=True, metavar="ACTION")
+    gc = off.add_parser("gc", help="delete offloaded content older than the retention age")
+    gc.add_argument("--config", help=f"configuration with an offload: section (default: ${CONFIG_ENV})")
+    gc.add_argument("--db", help="database URL, for the sql backend")
+    gc.add_argument("--max-age-days", type=float, help="override offload.retention_days")
+    gc.set_defaults(run=_offload_gc)
+
     defs = sub.add_parser("definitions", help="manage the definitions of a server").add_subparsers(
         required=True, metavar="ACTION"
     )
@@ -293,6 +300,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .api import create_app, load_config
+    from .api.config import open_offloader
     from .store import DefinitionStore
 
     models, server = load_config(args.config)
@@ -310,7 +318,8 @@ def _serve(args: argparse.Namespace) -> int:
                 loaded += 1
             except CtxmgmtError:  # another instance stored it first
                 pass
-    app = create_app(store, models=models, config=server)
+    offloader = open_offloader(server.offload, store.engine)
+    app = create_app(store, models=models, config=server, offloader=offloader)
     print(
         f"ctxmgmt {__version__}: database {_redact(url)}; {loaded} definition(s) loaded from {folder}",
         flush=True,
@@ -320,6 +329,23 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return EXIT_OK
+
+
+def _offload_gc(args: argparse.Namespace) -> int:
+    from .api import load_config
+    from .api.config import open_offloader
+    from .store import connect
+
+    _, server = load_config(args.config)
+    settings = server.offload
+    days = args.max_age_days if args.max_age_days is not None else float(settings.get("retention_days", 30))
+    if days <= 0:
+        raise _UsageError("--max-age-days must be > 0")
+    engine = connect(_database_url(args.db)) if settings.get("backend") == "sql" else None
+    report = open_offloader(settings, engine).gc(days * 86400)
+    freed = f"{report.files} files, {report.rows} rows, {report.bytes:,} bytes freed"
+    print(f"offload gc: older than {days:g} days: {freed}")
     return EXIT_OK
 
 

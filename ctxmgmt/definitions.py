@@ -21,6 +21,7 @@ from .validation import validate_definition
 
 if TYPE_CHECKING:
     from .llm import ModelsConfig
+    from .offload import Offloader
 
 __all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
 
@@ -119,20 +120,43 @@ class Definition:
         config = _with_defaults(cls.config_schema, spec.config)
         return Entry(index, spec.type, cls(config), spec.activation, spec.on_error)
 
-    def apply(self, hook: str | Hook, context: Context, *, models: ModelsConfig | None = None) -> ApplyResult:
+    def apply(
+        self,
+        hook: str | Hook,
+        context: Context,
+        *,
+        models: ModelsConfig | None = None,
+        offloader: Offloader | None = None,
+        session: str = "default",
+    ) -> ApplyResult:
         """Run the hook's managers on the context. Returns the new context and the trace;
         the input is never changed."""
         h = parse_hook(hook)
         counter = get_counter(context.model, self.tokenizer)
-        return run_hook(self.name, h, self._plan(h), context, counter, models)
+        return run_hook(self.name, h, self._plan(h), context, counter, models, offloader, session)
 
     async def aapply(
-        self, hook: str | Hook, context: Context, *, models: ModelsConfig | None = None
+        self,
+        hook: str | Hook,
+        context: Context,
+        *,
+        models: ModelsConfig | None = None,
+        offloader: Offloader | None = None,
+        session: str = "default",
     ) -> ApplyResult:
         """The async form of :meth:`apply`; model calls do not block the event loop."""
         h = parse_hook(hook)
         counter = get_counter(context.model, self.tokenizer)
-        return await arun_hook(self.name, h, self._plan(h), context, counter, models)
+        return await arun_hook(self.name, h, self._plan(h), context, counter, models, offloader, session)
+
+    @property
+    def offloads(self) -> bool:
+        """Whether an entry archives what it removes (so the recall tools are useful)."""
+        return any(
+            s.config.get("offload") or s.type in ("ToolResultCompactionManager", "AutoCompactManager")
+            for specs in self.hooks.values()
+            for s in specs
+        )
 
     def model_ids(self) -> set[str]:
         """The model ids the definition's managers name."""

@@ -9,6 +9,7 @@
      ├── ManagerError         a manager with on_error: fail raised; .definition .hook .index
      ├── LLMError             a chat-completions call failed; .model_id .status
      ├── ToolError            a tool failed; the model reads the reason as the tool result
+     ├── OffloadError         the offload store could not write or read; nothing was removed
      ├── StoreError           a stored definition cannot be read or written as asked
      │    ├── NotFound        no definition has that name (HTTP 404)
      │    └── Conflict        it exists already, its version is stale, or it is in use (409)
@@ -146,3 +147,7 @@ class ApiError(CtxmgmtError):
 
 class ToolError(CtxmgmtError):
     """A tool failed. The runner hands the reason to the model as the tool result."""
+
+
+class OffloadError(CtxmgmtError):
+    """The offload store could not write or read. Managers then remove nothing."""

@@ -22,6 +22,7 @@ from .types import Hook, TraceEntry
 
 if TYPE_CHECKING:
     from .llm import ModelsConfig
+    from .offload import Offloader
     from .tokens import TokenCounter
 
 
@@ -46,7 +47,11 @@ class _Run:
         context: Context,
         counter: TokenCounter,
         models: ModelsConfig | None,
+        offloader: Offloader | None = None,
+        session: str = "default",
     ) -> None:
+        self.offloader = offloader
+        self.session = session
         self.definition = definition
         self.hook = hook
         self.context = context
@@ -62,7 +67,7 @@ class _Run:
         if not fired:
             self._record(entry, False, reason, tokens, self.context, 0.0, None, {})
             return None
-        runtime = Runtime(self.hook, self.counter, self.definition, self.models)
+        runtime = Runtime(self.hook, self.counter, self.definition, self.models, self.offloader, self.session)
         return runtime, time.perf_counter(), tokens, reason
 
     def finish(
@@ -148,8 +153,10 @@ def run_hook(
     context: Context,
     counter: TokenCounter,
     models: ModelsConfig | None = None,
+    offloader: Offloader | None = None,
+    session: str = "default",
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, models)
+    run = _Run(definition, hook, context, counter, models, offloader, session)
     for entry in entries:
         started = run.start(entry)
         if started is None:
@@ -170,8 +177,10 @@ async def arun_hook(
     context: Context,
     counter: TokenCounter,
     models: ModelsConfig | None = None,
+    offloader: Offloader | None = None,
+    session: str = "default",
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, models)
+    run = _Run(definition, hook, context, counter, models, offloader, session)
     for entry in entries:
         started = run.start(entry)
         if started is None:

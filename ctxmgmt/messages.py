@@ -17,6 +17,19 @@ __all__ = ["SYSTEM_ROLES", "check_messages", "last_task_index", "text_of", "unit
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
 SUMMARY_PREFIX = "[ctxmgmt:summary]"
+RECALL_TOOLS = frozenset({"context_read", "context_search"})
+"""Tools that read archived context back: their results are never cut or archived again."""
+
+
+def tool_names(messages: Sequence[Any], start: int = 0) -> dict[str, str]:
+    """Tool-call id -> function name, for the calls from ``start`` on (and the one before)."""
+    names: dict[str, str] = {}
+    for m in messages[max(0, start - 1) :]:
+        if m.get("role") == "assistant":
+            for c in m.get("tool_calls") or ():
+                if isinstance(c, dict):
+                    names[str(c.get("id"))] = str((c.get("function") or {}).get("name"))
+    return names
 
 
 def call_ids(m: Any) -> list[str]:

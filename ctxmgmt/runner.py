@@ -27,8 +27,9 @@ from .context import Context
 from .definitions import Definition
 from .errors import AgentError, LLMError, NotFound, Problem, ToolError
 from .llm import ChatClient, ModelsConfig
+from .offload import Offloader
 from .store import AgentStore, DefinitionStore, MemoryStore
-from .tools import Tool, ToolRegistry, default_tools
+from .tools import Tool, ToolRegistry, default_tools, recall_tools
 from .types import Hook
 from .validation import validate_definition
 
@@ -87,7 +88,9 @@ class Runner:
         tools: ToolRegistry | None = None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        offloader: Offloader | None = None,
     ) -> None:
+        self.offloader = offloader
         self.definitions = store
         self.agents = AgentStore(store.engine)
         self.memory = MemoryStore(store.engine)
@@ -198,10 +201,15 @@ class Runner:
             length = 0
         else:
             history, state, length = await asyncio.to_thread(self.memory.load, memory_id, agent_id)
+        if definition is not None and definition.offloads and self.offloader is not None:
+            for tool in recall_tools(self.offloader, memory_id):
+                tools.setdefault(tool.name, tool)
 
         run = _Execution(
             definition=definition,
             models=self.models,
+            offloader=self.offloader,
+            session=memory_id,
             record=[{"role": "user", "content": question}],
             view=Context(
                 system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
@@ -282,6 +290,8 @@ class _Execution:
 
     definition: Definition | None
     models: ModelsConfig
+    offloader: Offloader | None
+    session: str
     record: list[dict[str, Any]]
     view: Context
     trace: list[dict[str, Any]] = field(default_factory=list)
@@ -293,7 +303,9 @@ class _Execution:
     async def hook(self, hook: Hook, iteration: int) -> None:
         if self.definition is None:
             return
-        applied = await self.definition.aapply(hook, self.view, models=self.models)
+        applied = await self.definition.aapply(
+            hook, self.view, models=self.models, offloader=self.offloader, session=self.session
+        )
         self.view = applied.context
         if applied.trace:
             self.trace.append({"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)})

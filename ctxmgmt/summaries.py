@@ -154,14 +154,26 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
     return out
 
 
-def render(sections: Mapping[str, Sequence[str]], summarized: int) -> str:
-    """The summary message text. It starts with a marker that identifies it."""
+MAX_GUIDE = 20
+
+
+def render(
+    sections: Mapping[str, Sequence[str]], summarized: int, archives: Sequence[Mapping[str, Any]] = ()
+) -> str:
+    """The summary message text. It starts with a marker that identifies it, and ends
+    with a guide to the archived messages, when they were offloaded."""
     lines = [f"{SUMMARY_PREFIX} Summary of {summarized} earlier messages, which are no longer shown."]
     for key, title in SECTIONS:
         items = sections.get(key) or ()
         if items:
             lines.append(f"## {title}")
             lines += [f"- {item}" for item in items]
+    if archives:
+        lines.append("## Archived messages")
+        lines += [
+            f'- {a["ref"]}: {a["count"]} messages; context_read(ref="{a["ref"]}") returns them'
+            for a in list(archives)[-MAX_GUIDE:]
+        ]
     return "\n".join(lines)
 
 

@@ -234,7 +234,7 @@ class ChatServer:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.requests: list[dict[str, Any]] = []
-        self._script: list[tuple[int, bytes, float]] = []
+        self._script: list[tuple[int, Any, float]] = []
         self._lock = threading.Lock()
         server = self
 
@@ -255,6 +255,8 @@ class ChatServer:
                         else (500, b'{"error": {"message": "unscripted request"}}', 0.0)
                     )
                 status, payload, delay = step
+                if callable(payload):
+                    payload = server._completion(payload(server.requests[-1]))
                 if delay:
                     _time.sleep(delay)
                 try:
@@ -281,6 +283,16 @@ class ChatServer:
     def reply(
         self, message: str | dict[str, Any], *, usage: dict[str, int] | None = None, delay: float = 0.0
     ) -> None:
+        """Queue an assistant message (or text) as the next completion."""
+        self.raw(self._completion(message, usage), delay=delay)
+
+    def respond(self, make: Any, *, delay: float = 0.0) -> None:
+        """Queue a reply computed from the request received: ``make(request_body)``
+        returns a message (or text), as :meth:`reply` takes."""
+        with self._lock:
+            self._script.append((200, make, delay))
+
+    def _completion(self, message: str | dict[str, Any], usage: dict[str, int] | None = None) -> bytes:
         msg = {"role": "assistant", "content": message} if isinstance(message, str) else message
         body = {
             "id": f"chatcmpl-{len(self.requests)}",
@@ -294,7 +306,7 @@ class ChatServer:
             ],
             "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
-        self.raw(json.dumps(body).encode(), delay=delay)
+        return json.dumps(body).encode()
 
     def fail(self, status: int, message: str = "server error", *, delay: float = 0.0) -> None:
         self.raw(json.dumps({"error": {"message": message}}).encode(), status=status, delay=delay)

@@ -25,7 +25,7 @@ import httpx
 
 from .errors import RegistryError, ToolError
 
-__all__ = ["Tool", "ToolRegistry", "default_tools", "register_tool"]
+__all__ = ["Tool", "ToolRegistry", "default_tools", "recall_tools", "register_tool"]
 
 log = logging.getLogger("ctxmgmt.tools")
 TOOLS_GROUP = "ctxmgmt.tools"
@@ -162,3 +162,58 @@ def register_tool(
         )
 
     (registry or default_tools).register(name, factory)
+
+
+def recall_tools(offloader: Any, session: str) -> list[Tool]:
+    """context_read and context_search, bound to one session of an offload store.
+    They reach only that store, and only that session's content."""
+    from .errors import OffloadError
+
+    async def read(arguments: dict[str, Any]) -> str:
+        try:
+            got = offloader.read(
+                session,
+                arguments.get("ref"),
+                offset=int(arguments.get("offset", 0)),
+                limit=int(arguments.get("limit", 4000)),
+                unit=arguments.get("unit", "chars")
+                if arguments.get("unit") in ("chars", "lines")
+                else "chars",
+            )
+        except (OffloadError, TypeError, ValueError) as exc:
+            raise ToolError(str(exc)) from None
+        nxt = "end" if got.next_offset is None else f"next offset {got.next_offset}"
+        return f"[{got.ref}: {got.unit} from {got.offset} of {got.total}; {nxt}]\n{got.text}"
+
+    async def search(arguments: dict[str, Any]) -> str:
+        try:
+            hits = offloader.search(session, arguments.get("pattern"), max_results=20)
+        except OffloadError as exc:
+            raise ToolError(str(exc)) from None
+        if not hits:
+            return "no match in the archived context"
+        return "\n".join(f"{h['ref']} line {h['line']}: {h['text']}" for h in hits)
+
+    return [
+        Tool(
+            "context_read",
+            "Read archived context (truncated tool outputs, removed messages) by its reference.",
+            {
+                "type": "object",
+                "required": ["ref"],
+                "properties": {
+                    "ref": {"type": "string", "description": "A reference such as t-... or m-..."},
+                    "offset": {"type": "integer", "minimum": 0, "default": 0},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 20000, "default": 4000},
+                    "unit": {"enum": ["chars", "lines"], "default": "chars"},
+                },
+            },
+            read,
+        ),
+        Tool(
+            "context_search",
+            "Search the archived context of this conversation with a regular expression.",
+            {"type": "object", "required": ["pattern"], "properties": {"pattern": {"type": "string"}}},
+            search,
+        ),
+    ]

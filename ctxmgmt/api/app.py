@@ -9,10 +9,11 @@ from starlette.responses import JSONResponse
 
 from ..errors import CtxmgmtError
 from ..llm import ModelsConfig
+from ..offload import Offloader
 from ..runner import Runner
 from ..store import DefinitionStore
 from ..tools import ToolRegistry
-from . import agents, definitions, errors
+from . import agents, definitions, errors, offload
 from .config import ServerConfig
 from .requests import State
 
@@ -38,18 +39,21 @@ def create_app(
     models: ModelsConfig | None = None,
     config: ServerConfig | None = None,
     tools: ToolRegistry | None = None,
+    offloader: Offloader | None = None,
 ) -> Starlette:
     """The ASGI application over a store."""
     models = models or ModelsConfig()
     app = Starlette(
-        routes=[*definitions.routes, *agents.routes],
+        routes=[*definitions.routes, *agents.routes, *offload.routes],
         exception_handlers={
             HTTPException: _http_exception,
             CtxmgmtError: errors.handle,
             Exception: errors.handle,
         },
     )
-    app.state.ctxmgmt = State(store, models, config or ServerConfig(), Runner(store, models, tools))
+    app.state.ctxmgmt = State(
+        store, models, config or ServerConfig(), Runner(store, models, tools, offloader=offloader)
+    )
     return app
 
 

@@ -25,6 +25,8 @@ class ApiKey:
 class ServerConfig:
     api_keys: tuple[ApiKey, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY
+    offload: Mapping[str, Any] = field(default_factory=dict)
+    """The ``offload:`` section: backend, root, retention_days."""
     _digests: dict[bytes, ApiKey] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -76,4 +78,15 @@ def load_config(path: str | None) -> tuple[Any, ServerConfig]:
     if doc.problems:
         raise ConfigError(doc.problems)
     models = ModelsConfig.from_dict(doc.data, str(path))  # validates the whole file
-    return models, ServerConfig.from_dict((doc.data or {}).get("server"))
+    server = ServerConfig.from_dict((doc.data or {}).get("server"))
+    offload = (doc.data or {}).get("offload") or {}
+    return models, ServerConfig(server.api_keys, server.max_body_bytes, offload)
+
+
+def open_offloader(settings: Mapping[str, Any], engine: Any) -> Any:
+    """The offload store the ``offload:`` settings name (local files by default)."""
+    from ..offload import LocalOffloader, SQLOffloader
+
+    if settings.get("backend", "local") == "sql":
+        return SQLOffloader(engine)
+    return LocalOffloader(settings.get("root", "ctxmgmt-offload"))

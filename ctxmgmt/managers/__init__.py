@@ -1,11 +1,17 @@
 """The built-in context managers, one module each."""
 
 from .base import ContextManager, Runtime
+from .compaction import ToolResultCompactionManager
 from .sliding_window import SlidingWindowManager
 from .summarization import SummarizationManager
 from .truncate import ToolsOutputTruncateManager
 
-BUILTINS = (SlidingWindowManager, SummarizationManager, ToolsOutputTruncateManager)
+BUILTINS = (
+    SlidingWindowManager,
+    SummarizationManager,
+    ToolsOutputTruncateManager,
+    ToolResultCompactionManager,
+)
 
 __all__ = [
     "BUILTINS",
@@ -13,5 +19,6 @@ __all__ = [
     "Runtime",
     "SlidingWindowManager",
     "SummarizationManager",
+    "ToolResultCompactionManager",
     "ToolsOutputTruncateManager",
 ]

@@ -12,6 +12,7 @@ from ..types import Hook
 if TYPE_CHECKING:
     from ..context import Context
     from ..llm import ModelsConfig
+    from ..offload import Offloader
     from ..tokens import TokenCounter
 
 __all__ = ["ContextManager", "Runtime"]
@@ -25,6 +26,10 @@ class Runtime:
     counter: TokenCounter
     definition: str
     models: ModelsConfig | None = None
+    offloader: Offloader | None = None
+    """Where removed content is archived first, when offload is configured."""
+    session: str = "default"
+    """The conversation the offloaded content belongs to (the runner uses the memory id)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
 

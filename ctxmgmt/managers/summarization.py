@@ -54,13 +54,14 @@ class SummarizationManager(ContextManager):
         if plan is None:
             return context
         removed = [context.messages[i] for i in plan.removed]
+        archive = self._archive(removed, runtime)
         model_id = self.config.get("summarization_model_id")
         if model_id is None:
             sections = summarize_offline(removed, plan.previous)
         else:
             client, request = self._request(removed, plan.previous, runtime)
             sections = self._read(client.complete(request).content, plan.previous, model_id)
-        return self._finish(context, plan, sections, runtime)
+        return self._finish(context, plan, sections, runtime, archive)
 
     async def aapply(self, context: Context, runtime: Runtime) -> Context:
         plan = self._plan(context, runtime)
@@ -68,10 +69,11 @@ class SummarizationManager(ContextManager):
         if plan is None or model_id is None:
             return self.apply(context, runtime)
         removed = [context.messages[i] for i in plan.removed]
+        archive = self._archive(removed, runtime)
         client, request = self._request(removed, plan.previous, runtime)
         response = await client.acomplete(request)
         sections = self._read(response.content, plan.previous, model_id)
-        return self._finish(context, plan, sections, runtime)
+        return self._finish(context, plan, sections, runtime, archive)
 
     # -- planning ------------------------------------------------------------------
     def _plan(self, context: Context, runtime: Runtime) -> _Plan | None:
@@ -142,8 +144,25 @@ class SummarizationManager(ContextManager):
         # The model was given the previous summary to merge; keep the goal stable.
         return merge({"goal": (previous or {}).get("goal", [])}, data)
 
+    @staticmethod
+    def _archive(removed: list[Any], runtime: Runtime) -> dict[str, Any] | None:
+        """Offload the messages about to be removed, first, when there is an offload store.
+        A failed write raises, so nothing is removed."""
+        if runtime.offloader is None:
+            return None
+        ref = runtime.offloader.store_messages(runtime.session, [dict(m) for m in removed])
+        runtime.details["offloaded"] = ref
+        return {"ref": ref, "count": len(removed)}
+
     # -- result ----------------------------------------------------------------------
-    def _finish(self, context: Context, plan: _Plan, sections: Sections, runtime: Runtime) -> Context:
+    def _finish(
+        self,
+        context: Context,
+        plan: _Plan,
+        sections: Sections,
+        runtime: Runtime,
+        archive: dict[str, Any] | None,
+    ) -> Context:
         msgs = context.messages
         summarized = plan.previously_summarized + len(plan.removed)
         # A summary may take at most half the room of what it replaces (the removed
@@ -154,13 +173,17 @@ class SummarizationManager(ContextManager):
         )
         limit = min(self.config["max_summary_tokens"], max(64, replaced // 2))
         sections = bound(sections, summarized, limit, runtime.counter.text)
-        summary = {"role": self.config["summary_role"], "content": render(sections, summarized)}
+        previous_state = context.state.get(STATE_KEY)
+        archives = list(previous_state.get("archives", [])) if isinstance(previous_state, dict) else []
+        if archive is not None:
+            archives.append(archive)
+        summary = {"role": self.config["summary_role"], "content": render(sections, summarized, archives)}
         removed = set(plan.removed)
         head = [m for i, m in enumerate(msgs[: plan.cut]) if i not in removed and not is_summary(m)]
         tail = [m for m in msgs[plan.cut :] if not is_summary(m)]
         state = {
             **context.state,
-            STATE_KEY: {"sections": sections, "summarized": summarized},
+            STATE_KEY: {"sections": sections, "summarized": summarized, "archives": archives},
         }
         new = context.with_messages([*head, summary, *tail], state=state)
         before = runtime.counter.context(context)[0]

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..context import Context
-from ..messages import text_of, trailing_tool_start
+from ..errors import OffloadError
+from ..messages import RECALL_TOOLS, text_of, tool_names, trailing_tool_start
 from ..tokens import TokenCounter
 from ..types import Hook
 from .base import ContextManager, Runtime, builtin_schema
+
+# A notice of an earlier offloading truncation: such content is never cut again.
+OFFLOADED = re.compile(r"\[truncated: original [\d,]+ chars[^\]]*stored as t-[0-9a-f]{32}")
 
 
 class ToolsOutputTruncateManager(ContextManager):
@@ -30,11 +35,16 @@ class ToolsOutputTruncateManager(ContextManager):
         msgs = context.messages
         start = trailing_tool_start(msgs) if runtime.hook is Hook.POST_TOOL else 0
         changed: dict[int, Mapping[str, Any]] = {}
+        names: dict[str, str] | None = None
         for i in range(start, len(msgs)):
             m = msgs[i]
             if m.get("role") != "tool":
                 continue
-            new = self._truncate(m, runtime.counter)
+            if self.config.get("offload"):
+                names = tool_names(msgs, start) if names is None else names
+                if names.get(m.get("tool_call_id", "")) in RECALL_TOOLS:
+                    continue  # reading the archive back must not archive it again
+            new = self._truncate(m, runtime)
             if new is not None:
                 changed[i] = new
         runtime.details["truncated"] = len(changed)
@@ -51,27 +61,46 @@ class ToolsOutputTruncateManager(ContextManager):
             return True
         return counter.text(text) <= int(limit)
 
-    def _truncate(self, m: Mapping[str, Any], counter: TokenCounter) -> dict[str, Any] | None:
+    def _truncate(self, m: Mapping[str, Any], runtime: Runtime) -> dict[str, Any] | None:
         content = m.get("content")
         text = text_of(content)
-        if self._within(text, counter):
+        counter = runtime.counter
+        if self._within(text, counter) or OFFLOADED.search(text):
             return None
-        kept = self.cut(text, counter)
+        ref = None
+        if self.config.get("offload"):
+            if runtime.offloader is None:
+                raise OffloadError(
+                    "offload: true needs an offload store (configure offload:, or pass offloader=)"
+                )
+            # Archive first: nothing is cut unless the whole output is safely stored.
+            ref = runtime.offloader.store_tool_result(
+                runtime.session, text, tool_call_id=m.get("tool_call_id")
+            )
+            runtime.details.setdefault("offloaded", []).append(ref)
+        kept = self.cut(text, counter, ref)
         if isinstance(content, list):
             others = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
             return {**m, "content": [{"type": "text", "text": kept}, *others]}
         return {**m, "content": kept}
 
-    def cut(self, text: str, counter: TokenCounter) -> str:
-        """``text`` cut to the limits with a marker; the result is within both limits."""
+    def cut(self, text: str, counter: TokenCounter, ref: str | None = None) -> str:
+        """``text`` cut to the limits with a notice; the result is within both limits.
+        With ``ref``, the notice says which characters are stored there and how to read them."""
         max_chars: int = self.config["max_output_length"]
         max_tokens: int | None = self.config.get("max_output_tokens")
         mode: str = self.config["mode"]
-        marker = self._marker(text, counter, max_tokens is not None)
-        chars = max_chars - len(marker)
-        tokens = None if max_tokens is None else max_tokens - counter.text(marker) - 2
+        n = len(text)
+        with_tokens = max_tokens is not None
+        # Size the pieces against the longest notice this text can get.
+        bound = self._marker(text, counter, with_tokens, ref, (n, n))
+        chars = max_chars - len(bound)
+        tokens = None if max_tokens is None else max_tokens - counter.text(bound) - 2
+        marker = bound
         for _ in range(8):
-            result = self._join(text, marker, chars, tokens, mode, counter)
+            head, tail = self._pieces(text, chars, tokens, mode, counter)
+            marker = self._marker(text, counter, with_tokens, ref, (len(head), n - len(tail)))
+            result = marker.lstrip("\n") + tail if mode == "tail" else head + marker + tail
             if len(result) <= max_chars and (max_tokens is None or counter.text(result) <= max_tokens):
                 return result
             # Re-tokenising across the join can add a token or two; shrink and retry.
@@ -80,15 +109,10 @@ class ToolsOutputTruncateManager(ContextManager):
                 tokens = max(0, tokens - max(2, tokens // 20))
         return marker.strip()[:max_chars]
 
-    def _join(
-        self,
-        text: str,
-        marker: str,
-        chars: int,
-        tokens: int | None,
-        mode: str,
-        counter: TokenCounter,
-    ) -> str:
+    def _pieces(
+        self, text: str, chars: int, tokens: int | None, mode: str, counter: TokenCounter
+    ) -> tuple[str, str]:
+        """The kept head and tail."""
         if mode == "head_tail":
             head = self._piece(
                 text,
@@ -98,10 +122,10 @@ class ToolsOutputTruncateManager(ContextManager):
                 tail=False,
             )
             tail = self._piece(text, chars // 2, None if tokens is None else tokens // 2, counter, tail=True)
-            return f"{head}{marker}{tail}"
+            return head, tail
         if mode == "tail":
-            return marker.lstrip("\n") + self._piece(text, chars, tokens, counter, tail=True)
-        return self._piece(text, chars, tokens, counter, tail=False) + marker
+            return "", self._piece(text, chars, tokens, counter, tail=True)
+        return self._piece(text, chars, tokens, counter, tail=False), ""
 
     @staticmethod
     def _piece(text: str, chars: int, tokens: int | None, counter: TokenCounter, *, tail: bool) -> str:
@@ -113,9 +137,17 @@ class ToolsOutputTruncateManager(ContextManager):
         return piece
 
     @staticmethod
-    def _marker(text: str, counter: TokenCounter, with_tokens: bool) -> str:
+    def _marker(
+        text: str, counter: TokenCounter, with_tokens: bool, ref: str | None, missing: tuple[int, int]
+    ) -> str:
         size = f"{len(text):,} chars"
         if with_tokens:
             approx = "~" if counter.is_estimate(text) else ""
             size += f", {approx}{counter.text(text):,} tokens"
-        return f"\n[truncated: original {size}]\n"
+        if ref is None:
+            return f"\n[truncated: original {size}]\n"
+        start, end = missing
+        return (
+            f"\n[truncated: original {size}; chars {start}-{end} are stored as {ref}: "
+            f'context_read(ref="{ref}", offset={start}, limit={end - start}) returns them]\n'
+        )

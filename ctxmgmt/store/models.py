@@ -47,3 +47,14 @@ memory_messages = Table(
     Column("seq", Integer, primary_key=True),
     Column("message", JSON, nullable=False),
 )
+
+offload = Table(
+    "offload",
+    metadata,
+    Column("ref", String(40), primary_key=True),
+    Column("session_key", String(40), nullable=False, index=True),
+    Column("kind", String(20), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("meta", JSON, nullable=True),
+    Column("created_time", BigInteger, nullable=False),
+)

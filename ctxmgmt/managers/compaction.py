@@ -1,0 +1,69 @@
+"""ToolResultCompactionManager: large tool results become a preview and a reference."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..context import Context
+from ..errors import OffloadError
+from ..messages import RECALL_TOOLS, text_of, tool_names
+from .base import ContextManager, Runtime, builtin_schema
+from .truncate import OFFLOADED, ToolsOutputTruncateManager
+
+
+class ToolResultCompactionManager(ContextManager):
+    """Replaces tool results over their cap with a preview plus the reference of the
+    archived original: a generous cap for the newest ``recent_n`` results, a small one
+    for older results. The original is stored first; a compacted result carries its
+    notice, so a second run changes nothing. A result compacted under the generous
+    cap is re-cut from its archive when it becomes old.
+    """
+
+    type_name = "ToolResultCompactionManager"
+    config_schema = builtin_schema(type_name)
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self._tiers = {
+            cap: ToolsOutputTruncateManager(
+                {"max_output_length": cap, "mode": config["preview"], "offload": True}
+            )
+            for cap in (config["recent_max_chars"], config["old_max_chars"])
+        }
+
+    def apply(self, context: Context, runtime: Runtime) -> Context:
+        if runtime.offloader is None:
+            raise OffloadError("compaction needs an offload store (configure offload:, or pass offloader=)")
+        msgs = context.messages
+        names = tool_names(msgs)
+        excluded = set(self.config["exclude_tools"]) | RECALL_TOOLS
+        results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
+        recent = set(results[len(results) - self.config["recent_n"] :]) if self.config["recent_n"] else set()
+        changed: dict[int, Mapping[str, Any]] = {}
+        for i in results:
+            m = msgs[i]
+            if names.get(str(m.get("tool_call_id"))) in excluded:
+                continue
+            cap = self.config["recent_max_chars"] if i in recent else self.config["old_max_chars"]
+            new = self._compact(m, cap, runtime)
+            if new is not None:
+                changed[i] = new
+        runtime.details["compacted"] = len(changed)
+        if not changed:
+            return context
+        return context.with_messages([changed.get(i, m) for i, m in enumerate(msgs)])
+
+    def _compact(self, m: Mapping[str, Any], cap: int, runtime: Runtime) -> dict[str, Any] | None:
+        text = text_of(m.get("content"))
+        if len(text) <= cap:
+            return None
+        tier = self._tiers[cap]
+        earlier = OFFLOADED.search(text)
+        if earlier is None:
+            return tier._truncate(m, runtime)
+        # Already archived under a larger cap: cut the original again, same reference.
+        assert runtime.offloader is not None
+        ref = earlier.group(0).rsplit(" ", 1)[-1]
+        original = runtime.offloader.read(runtime.session, ref).text
+        return {**m, "content": tier.cut(original, runtime.counter, ref)}

@@ -1,0 +1,217 @@
+"""The local workspace backend: a folder per session under one root.
+
+- each tool result is its own file, written atomically (temporary file, fsync, rename);
+- removed messages are appended to the session's ``messages.jsonl`` under an
+  exclusive lock, without rewriting the file; a batch reference records where its
+  line starts, so reading it back does not scan the file.
+
+Every path is built from store-generated names only and checked to stay inside the root.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from .base import REF, GcReport, OffloadError, Recall, check_ref, compile_pattern, session_key, slice_text
+
+__all__ = ["LocalOffloader"]
+
+_BATCHES = "messages.jsonl"
+_INDEX = "index.jsonl"
+
+
+class LocalOffloader:
+    """Archives removed content in files under ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+
+    def _session_dir(self, session: str, *, create: bool) -> Path:
+        path = (self.root / session_key(session)).resolve()
+        if path.parent != self.root:
+            raise OffloadError("refusing a path outside the offload root")
+        if create:
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OffloadError(f"cannot create the session folder: {exc.strerror}") from None
+        return path
+
+    def _inside(self, folder: Path, name: str) -> Path:
+        path = (folder / name).resolve()
+        if path.parent != folder:
+            raise OffloadError("refusing a path outside the offload root")
+        return path
+
+    # -- writes ----------------------------------------------------------------------
+    def store_tool_result(self, session: str, content: str, *, tool_call_id: str | None = None) -> str:
+        ref = f"t-{uuid.uuid4().hex}"
+        folder = self._session_dir(session, create=True)
+        target = self._inside(folder, f"{ref}.txt")
+        data = content.encode("utf-8", "surrogatepass")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            self._append(
+                folder,
+                _INDEX,
+                {
+                    "ref": ref,
+                    "kind": "tool_result",
+                    "tool_call_id": tool_call_id,
+                    "bytes": len(data),
+                    "time": time.time(),
+                },
+            )
+        except OSError as exc:
+            raise OffloadError(f"cannot write the tool result: {exc.strerror or exc}") from None
+        return ref
+
+    def store_messages(self, session: str, messages: list[dict[str, Any]]) -> str:
+        ref_id = uuid.uuid4().hex
+        folder = self._session_dir(session, create=True)
+        line = json.dumps({"ref": f"m-{ref_id}", "messages": messages}, ensure_ascii=False) + "\n"
+        try:
+            offset = self._append(folder, _BATCHES, line, raw=True)
+            self._append(
+                folder,
+                _INDEX,
+                {
+                    "ref": f"m-{ref_id}",
+                    "kind": "messages",
+                    "offset": offset,
+                    "count": len(messages),
+                    "bytes": len(line.encode()),
+                    "time": time.time(),
+                },
+            )
+        except OSError as exc:
+            raise OffloadError(f"cannot append the removed messages: {exc.strerror or exc}") from None
+        return f"m-{ref_id}"
+
+    def _append(self, folder: Path, name: str, record: Any, *, raw: bool = False) -> int:
+        """Append one line under an exclusive lock; returns the byte offset where it starts."""
+        data = (record if raw else json.dumps(record, ensure_ascii=False) + "\n").encode(
+            "utf-8", "surrogatepass"
+        )
+        path = self._inside(folder, name)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            offset = os.lseek(fd, 0, os.SEEK_END)
+            os.write(fd, data)
+            os.fsync(fd)
+            return offset
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    # -- reads -----------------------------------------------------------------------
+    def _index(self, folder: Path) -> list[dict[str, Any]]:
+        path = self._inside(folder, _INDEX)
+        if not path.exists():
+            return []
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def _content(self, folder: Path, ref: str) -> str:
+        if ref.startswith("t-"):
+            path = self._inside(folder, f"{ref}.txt")
+            try:
+                return path.read_bytes().decode("utf-8", "surrogatepass")
+            except FileNotFoundError:
+                raise OffloadError(f"no stored content {ref} in this session") from None
+        entry = next((e for e in self._index(folder) if e.get("ref") == ref), None)
+        if entry is None:
+            raise OffloadError(f"no stored content {ref} in this session")
+        with open(self._inside(folder, _BATCHES), "rb") as f:
+            f.seek(int(entry["offset"]))
+            record = json.loads(f.readline())
+        if record.get("ref") != ref:
+            raise OffloadError(f"the archive of {ref} is damaged")
+        return json.dumps(record["messages"], ensure_ascii=False, indent=1)
+
+    def read(
+        self,
+        session: str,
+        ref: str,
+        *,
+        offset: int = 0,
+        limit: int | None = None,
+        unit: Literal["chars", "lines"] = "chars",
+    ) -> Recall:
+        ref = check_ref(ref)
+        folder = self._session_dir(session, create=False)
+        if not folder.is_dir():
+            raise OffloadError(f"no stored content {ref} in this session")
+        return slice_text(ref, self._content(folder, ref), offset, limit, unit)
+
+    def search(self, session: str, pattern: str, *, max_results: int = 20) -> list[dict[str, Any]]:
+        regex = compile_pattern(pattern)
+        folder = self._session_dir(session, create=False)
+        hits: list[dict[str, Any]] = []
+        if not folder.is_dir():
+            return hits
+        for entry in self._index(folder):
+            ref = entry.get("ref")
+            if not isinstance(ref, str) or not REF.fullmatch(ref):
+                continue
+            try:
+                text = self._content(folder, ref)
+            except OffloadError:  # collected by gc since it was indexed
+                continue
+            for lineno, line in enumerate(text.splitlines()):
+                if regex.search(line):
+                    hits.append({"ref": ref, "line": lineno, "text": line[:300]})
+                    if len(hits) >= max_results:
+                        return hits
+        return hits
+
+    def list(self, session: str) -> list[dict[str, Any]]:
+        folder = self._session_dir(session, create=False)
+        return self._index(folder) if folder.is_dir() else []
+
+    def delete(self, session: str) -> int:
+        folder = self._session_dir(session, create=False)
+        freed = 0
+        if folder.is_dir():
+            for path in folder.iterdir():
+                freed += path.stat().st_size
+                path.unlink()
+            folder.rmdir()
+        return freed
+
+    def gc(self, max_age_seconds: float) -> GcReport:
+        """Delete every artifact older than ``max_age_seconds``; whole sessions when all is old."""
+        cutoff = time.time() - max_age_seconds
+        files = freed = 0
+        if not self.root.is_dir():
+            return GcReport()
+        for folder in self.root.iterdir():
+            if not folder.is_dir() or len(folder.name) != 40:
+                continue
+            newest = max((p.stat().st_mtime for p in folder.iterdir()), default=0.0)
+            for path in list(folder.iterdir()):
+                # Tool results go one by one; the shared JSONL files only with their session.
+                if path.stat().st_mtime < cutoff and (path.suffix == ".txt" or newest < cutoff):
+                    freed += path.stat().st_size
+                    path.unlink()
+                    files += 1
+            if not any(folder.iterdir()):
+                folder.rmdir()
+        return GcReport(files=files, bytes=freed)

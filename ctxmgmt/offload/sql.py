@@ -1,0 +1,120 @@
+"""The SQL backend: offloaded content in the registry's database, shared by instances."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Literal
+
+from sqlalchemy import Engine, delete, func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..store.models import offload
+from .base import GcReport, OffloadError, Recall, check_ref, compile_pattern, session_key, slice_text
+
+__all__ = ["SQLOffloader"]
+
+
+class SQLOffloader:
+    """Archives removed content in the ``offload`` table (run the migrations first)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _insert(self, session: str, kind: str, content: str, meta: dict[str, Any]) -> str:
+        ref = f"{'t' if kind == 'tool_result' else 'm'}-{uuid.uuid4().hex}"
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    offload.insert().values(
+                        ref=ref,
+                        session_key=session_key(session),
+                        kind=kind,
+                        content=content,
+                        meta=meta,
+                        created_time=int(time.time() * 1000),
+                    )
+                )
+        except SQLAlchemyError as exc:
+            raise OffloadError(f"cannot write to the offload table: {type(exc).__name__}") from None
+        return ref
+
+    def store_tool_result(self, session: str, content: str, *, tool_call_id: str | None = None) -> str:
+        return self._insert(session, "tool_result", content, {"tool_call_id": tool_call_id})
+
+    def store_messages(self, session: str, messages: list[dict[str, Any]]) -> str:
+        text = json.dumps(messages, ensure_ascii=False, indent=1)
+        return self._insert(session, "messages", text, {"count": len(messages)})
+
+    def read(
+        self,
+        session: str,
+        ref: str,
+        *,
+        offset: int = 0,
+        limit: int | None = None,
+        unit: Literal["chars", "lines"] = "chars",
+    ) -> Recall:
+        ref = check_ref(ref)
+        with self.engine.connect() as conn:
+            content = conn.execute(
+                select(offload.c.content).where(
+                    offload.c.ref == ref, offload.c.session_key == session_key(session)
+                )
+            ).scalar()
+        if content is None:
+            raise OffloadError(f"no stored content {ref} in this session")
+        return slice_text(ref, content, offset, limit, unit)
+
+    def search(self, session: str, pattern: str, *, max_results: int = 20) -> list[dict[str, Any]]:
+        regex = compile_pattern(pattern)
+        hits: list[dict[str, Any]] = []
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(offload.c.ref, offload.c.content)
+                .where(offload.c.session_key == session_key(session))
+                .order_by(offload.c.created_time, offload.c.ref)
+            )
+            for ref, content in rows:
+                for lineno, line in enumerate(content.splitlines()):
+                    if regex.search(line):
+                        hits.append({"ref": ref, "line": lineno, "text": line[:300]})
+                        if len(hits) >= max_results:
+                            return hits
+        return hits
+
+    def list(self, session: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    offload.c.ref,
+                    offload.c.kind,
+                    offload.c.meta,
+                    offload.c.created_time,
+                    func.length(offload.c.content).label("chars"),
+                )
+                .where(offload.c.session_key == session_key(session))
+                .order_by(offload.c.created_time, offload.c.ref)
+            ).all()
+        return [
+            {"ref": r.ref, "kind": r.kind, "chars": r.chars, "time": r.created_time / 1000, **(r.meta or {})}
+            for r in rows
+        ]
+
+    def delete(self, session: str) -> int:
+        with self.engine.begin() as conn:
+            return int(
+                conn.execute(delete(offload).where(offload.c.session_key == session_key(session))).rowcount
+            )
+
+    def gc(self, max_age_seconds: float) -> GcReport:
+        cutoff = int((time.time() - max_age_seconds) * 1000)
+        with self.engine.begin() as conn:
+            size = conn.execute(
+                select(func.coalesce(func.sum(func.length(offload.c.content)), 0)).where(
+                    offload.c.created_time < cutoff
+                )
+            ).scalar_one()
+            rows = conn.execute(delete(offload).where(offload.c.created_time < cutoff)).rowcount
+        return GcReport(rows=int(rows), bytes=int(size))

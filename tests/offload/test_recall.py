@@ -1,0 +1,88 @@
+"""The recall tools in the agent loop, and the REST endpoints, read archived content exactly."""
+
+import re
+
+import httpx
+
+from ctxmgmt.api import create_app
+from ctxmgmt.offload import LocalOffloader
+from ctxmgmt.runner import Runner
+from tests.conftest import LiveServer, tool_call
+
+OFFLOADING = {
+    "hooks": {
+        "post_tool": [
+            {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 400, "offload": True}}
+        ]
+    }
+}
+
+
+def test_model_recalls_a_truncated_output_exactly(store, agent_models, tools, chat_server, tmp_path):
+    """The runner adds context_read; the model reads the cut part back, byte for byte."""
+    runner = Runner(store, agent_models, tools, offloader=LocalOffloader(tmp_path))
+    store.create("offloading", OFFLOADING)
+    agent_id = runner.register(
+        {
+            "name": "r",
+            "llm": {"model_id": "chat"},
+            "tools": [{"type": "big"}],
+            "context_management_name": "offloading",
+        }
+    )
+    shown = {}
+
+    def read_the_rest(request):
+        """The model's second turn: call context_read with the arguments the notice gives."""
+        shown["text"] = [m for m in request["messages"] if m["role"] == "tool"][-1]["content"]
+        args = re.search(r'context_read\(ref="(t-[0-9a-f]{32})", offset=(\d+), limit=(\d+)\)', shown["text"])
+        return tool_call(
+            (
+                "context_read",
+                {"ref": args.group(1), "offset": int(args.group(2)), "limit": int(args.group(3))},
+            )
+        )
+
+    chat_server.reply(tool_call(("big", {"size": 3000})))
+    chat_server.respond(read_the_rest)
+    chat_server.reply("done")
+    result = runner.execute(agent_id, "read everything")
+    assert result.finished
+    assert {"context_read", "context_search"} <= {
+        t["function"]["name"] for t in chat_server.requests[0]["tools"]
+    }
+    recalled = [m for m in chat_server.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
+    original = "row " * 750
+    head = shown["text"][: shown["text"].index("\n[truncated")]
+    assert head + recalled.split("\n", 1)[1] == original
+    stored, _, _ = runner.memory.load(result.memory_id, agent_id)
+    assert stored[2]["content"] == original  # the memory keeps the original
+
+
+def test_rest_reads_and_searches_offloaded_content(store, tmp_path):
+    """GET /_plugins/_ml/offload/{ref} and _search read a session's archive; other sessions get 404."""
+    offloader = LocalOffloader(tmp_path)
+    ref = offloader.store_tool_result("mem1", "alpha\nbeta ERROR 42\ngamma\n")
+    with (
+        LiveServer(create_app(store, offloader=offloader)) as server,
+        httpx.Client(base_url=server.url) as http,
+    ):
+        got = http.get(
+            f"/_plugins/_ml/offload/{ref}",
+            params={"session": "mem1", "offset": 1, "limit": 1, "unit": "lines"},
+        )
+        assert got.json()["text"] == "beta ERROR 42\n" and got.json()["next_offset"] == 2
+        hits = http.get(
+            "/_plugins/_ml/offload/_search", params={"session": "mem1", "pattern": r"ERROR \d+"}
+        ).json()
+        assert hits["hits"][0]["ref"] == ref
+        assert http.get(f"/_plugins/_ml/offload/{ref}", params={"session": "other"}).status_code == 404
+        assert http.get("/_plugins/_ml/offload/..%2Fetc", params={"session": "mem1"}).status_code in (
+            400,
+            404,
+        )
+        assert http.get(f"/_plugins/_ml/offload/{ref}").status_code == 400
+        assert (
+            http.get("/_plugins/_ml/offload/_search", params={"session": "mem1", "pattern": "("}).status_code
+            == 400
+        )

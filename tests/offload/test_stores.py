@@ -1,0 +1,170 @@
+"""Both offload backends: exact recall, isolation, safety, durability, retention."""
+
+import errno
+import json
+import os
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxmgmt import OffloadError
+from ctxmgmt.offload import LocalOffloader, SQLOffloader
+
+
+@pytest.fixture(params=["local", "sql"])
+def offloader(request, tmp_path, database_url):
+    if request.param == "local":
+        yield LocalOffloader(tmp_path / "offload")
+        return
+    from ctxmgmt.store import connect, migrate
+
+    engine = connect(database_url)
+    migrate(engine)
+    yield SQLOffloader(engine)
+    engine.dispose()
+
+
+def test_tool_results_read_back_exactly_in_chars_and_lines(offloader):
+    """A stored output reads back exactly, whole or sliced by characters or lines."""
+    text = "".join(f"line {i}: ü€ 😀\n" for i in range(100))
+    ref = offloader.store_tool_result("s", text, tool_call_id="call/../x")
+    assert ref.startswith("t-")
+    assert offloader.read("s", ref).text == text
+    part = offloader.read("s", ref, offset=10, limit=25)
+    assert part.text == text[10:35] and part.next_offset == 35
+    lines = offloader.read("s", ref, offset=5, limit=2, unit="lines")
+    assert lines.text == "line 5: ü€ 😀\nline 6: ü€ 😀\n" and lines.total == 100
+    assert offloader.read("s", ref, offset=len(text) - 3).next_offset is None
+
+
+def test_message_batches_read_back(offloader):
+    """A batch of removed messages reads back as the same messages."""
+    batch = [{"role": "user", "content": "keep /etc/x"}, {"role": "assistant", "content": None}]
+    ref = offloader.store_messages("s", batch)
+    assert ref.startswith("m-") and json.loads(offloader.read("s", ref).text) == batch
+
+
+def test_sessions_are_isolated(offloader):
+    """Content of one session is not readable or searchable from another."""
+    ref = offloader.store_tool_result("alice", "secret token 42")
+    with pytest.raises(OffloadError):
+        offloader.read("bob", ref)
+    assert offloader.search("bob", "secret") == []
+    assert offloader.search("alice", r"token \d+")[0]["ref"] == ref
+
+
+def test_list_delete_and_gc(offloader):
+    """list shows a session's artifacts; delete and gc free them."""
+    offloader.store_tool_result("s", "a" * 100)
+    offloader.store_messages("s", [{"role": "user", "content": "b"}])
+    assert len(offloader.list("s")) == 2
+    assert offloader.gc(3600).bytes == 0
+    report = offloader.gc(0)
+    assert (report.files + report.rows) >= 2 and report.bytes >= 100
+    assert offloader.delete("s") >= 0
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "../etc/passwd",
+        "/etc/passwd",
+        "t-" + "0" * 31,
+        "t-" + "g" * 32,
+        "x-" + "0" * 32,
+        "t-" + "0" * 32 + "/../x",
+        "t-\x00",
+        "",
+        None,
+        5,
+    ],
+)
+def test_bad_references_are_refused(offloader, ref):
+    """Only references of the store's own form are accepted."""
+    with pytest.raises(OffloadError):
+        offloader.read("s", ref)
+
+
+@pytest.mark.parametrize("pattern", ["", "(", "x" * 201])
+def test_bad_patterns_are_refused(offloader, pattern):
+    """Empty, invalid or overlong patterns are refused with a reason."""
+    with pytest.raises(OffloadError):
+        offloader.search("s", pattern)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    session=st.one_of(
+        st.sampled_from(
+            [
+                "../",
+                "../../etc",
+                "/abs/path",
+                "a\x00b",
+                "x" * 600,
+                "",
+                ".",
+                "..",
+                "日本語/セッション",
+                "C:\\temp",
+            ]
+        ),
+        st.text(max_size=80),
+    ),
+    call_id=st.text(max_size=80),
+)
+def test_fuzzed_ids_stay_inside_the_root(tmp_path, session, call_id):
+    """Whatever the session and tool-call ids, nothing is written outside the root."""
+    root = tmp_path / "root"
+    store = LocalOffloader(root)
+    before = set(os.listdir(tmp_path))
+    try:
+        ref = store.store_tool_result(session, "payload", tool_call_id=call_id)
+        assert store.read(session, ref).text == "payload"
+    except OffloadError:
+        pass
+    assert set(os.listdir(tmp_path)) <= before | {"root"}
+    for dirpath, _, files in os.walk(root):
+        assert os.path.realpath(dirpath).startswith(os.path.realpath(root))
+        for f in files:
+            assert f.endswith((".txt", ".jsonl")) and "/" not in f
+
+
+def test_concurrent_appends_are_all_kept_and_never_rewrite(tmp_path):
+    """Parallel writers each get a readable batch; earlier bytes are never rewritten."""
+    store = LocalOffloader(tmp_path)
+    first = store.store_messages("s", [{"role": "user", "content": "first"}])
+    path = next(tmp_path.glob("*/messages.jsonl"))
+    head = path.read_bytes()
+    refs = []
+
+    def write(i):
+        refs.append((i, store.store_messages("s", [{"role": "user", "content": f"message {i}"}])))
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert path.read_bytes().startswith(head)
+    for i, ref in refs:
+        assert json.loads(store.read("s", ref).text) == [{"role": "user", "content": f"message {i}"}]
+    assert json.loads(store.read("s", first).text)[0]["content"] == "first"
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_full_or_read_only_disk_is_an_offload_error(tmp_path, monkeypatch, code):
+    """A disk that is full or read-only makes writes raise OffloadError and leaves no partial file."""
+    store = LocalOffloader(tmp_path)
+
+    def fail(fd):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OffloadError, match=os.strerror(code)):
+        store.store_tool_result("s", "data")
+    with pytest.raises(OffloadError):
+        store.store_messages("s", [{"role": "user", "content": "x"}])
+    assert not list(tmp_path.glob("*/.tmp-*")) and not list(tmp_path.glob("*/t-*.txt"))
