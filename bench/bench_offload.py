@@ -175,7 +175,8 @@ def main() -> None:
         ) / len(facts)
         t = out.trace[0]
         print(
-            f"planted facts: {in_context:.0%} still in context, {recoverable:.0%} recoverable through references; "
+            f"planted facts: {in_context:.0%} still in context, "
+            f"{recoverable:.0%} recoverable through references; "
             f"tokens {t['tokens_before']:,} -> {t['tokens_after']:,} "
             f"({1 - t['tokens_after'] / t['tokens_before']:.0%} saved)"
         )
