@@ -86,6 +86,18 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
         raise OffloadError(f"invalid regular expression: {exc}") from None
 
 
+def find_lines(
+    ref: str, text: str, regex: re.Pattern[str], hits: list[dict[str, Any]], max_results: int
+) -> bool:
+    """Add the lines of ``text`` that match to ``hits``; True once ``max_results`` is reached."""
+    for lineno, line in enumerate(text.splitlines()):
+        if regex.search(line):
+            hits.append({"ref": ref, "line": lineno, "text": line[:300]})
+            if len(hits) >= max_results:
+                return True
+    return False
+
+
 class Offloader(Protocol):
     """Where removed content is archived. Every write returns only once it is durable."""
 

@@ -19,7 +19,17 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from .base import REF, GcReport, OffloadError, Recall, check_ref, compile_pattern, session_key, slice_text
+from .base import (
+    REF,
+    GcReport,
+    OffloadError,
+    Recall,
+    check_ref,
+    compile_pattern,
+    find_lines,
+    session_key,
+    slice_text,
+)
 
 __all__ = ["LocalOffloader"]
 
@@ -175,11 +185,8 @@ class LocalOffloader:
                 text = self._content(folder, ref)
             except OffloadError:  # collected by gc since it was indexed
                 continue
-            for lineno, line in enumerate(text.splitlines()):
-                if regex.search(line):
-                    hits.append({"ref": ref, "line": lineno, "text": line[:300]})
-                    if len(hits) >= max_results:
-                        return hits
+            if find_lines(ref, text, regex, hits, max_results):
+                return hits
         return hits
 
     def list(self, session: str) -> list[dict[str, Any]]:

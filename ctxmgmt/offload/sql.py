@@ -11,7 +11,16 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..store.models import offload
-from .base import GcReport, OffloadError, Recall, check_ref, compile_pattern, session_key, slice_text
+from .base import (
+    GcReport,
+    OffloadError,
+    Recall,
+    check_ref,
+    compile_pattern,
+    find_lines,
+    session_key,
+    slice_text,
+)
 
 __all__ = ["SQLOffloader"]
 
@@ -77,11 +86,8 @@ class SQLOffloader:
                 .order_by(offload.c.created_time, offload.c.ref)
             )
             for ref, content in rows:
-                for lineno, line in enumerate(content.splitlines()):
-                    if regex.search(line):
-                        hits.append({"ref": ref, "line": lineno, "text": line[:300]})
-                        if len(hits) >= max_results:
-                            return hits
+                if find_lines(ref, content, regex, hits, max_results):
+                    return hits
         return hits
 
     def list(self, session: str) -> list[dict[str, Any]]:
