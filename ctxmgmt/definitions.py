@@ -128,12 +128,13 @@ class Definition:
         models: ModelsConfig | None = None,
         offloader: Offloader | None = None,
         session: str = "default",
+        execution: str | None = None,
     ) -> ApplyResult:
         """Run the hook's managers on the context. Returns the new context and the trace;
         the input is never changed."""
         h = parse_hook(hook)
         counter = get_counter(context.model, self.tokenizer)
-        return run_hook(self.name, h, self._plan(h), context, counter, models, offloader, session)
+        return run_hook(self.name, h, self._plan(h), context, counter, models, offloader, session, execution)
 
     async def aapply(
         self,
@@ -143,11 +144,14 @@ class Definition:
         models: ModelsConfig | None = None,
         offloader: Offloader | None = None,
         session: str = "default",
+        execution: str | None = None,
     ) -> ApplyResult:
         """The async form of :meth:`apply`; model calls do not block the event loop."""
         h = parse_hook(hook)
         counter = get_counter(context.model, self.tokenizer)
-        return await arun_hook(self.name, h, self._plan(h), context, counter, models, offloader, session)
+        return await arun_hook(
+            self.name, h, self._plan(h), context, counter, models, offloader, session, execution
+        )
 
     @property
     def offloads(self) -> bool:

@@ -49,7 +49,9 @@ class _Run:
         models: ModelsConfig | None,
         offloader: Offloader | None = None,
         session: str = "default",
+        execution: str | None = None,
     ) -> None:
+        self.execution = execution
         self.offloader = offloader
         self.session = session
         self.definition = definition
@@ -67,7 +69,15 @@ class _Run:
         if not fired:
             self._record(entry, False, reason, tokens, self.context, 0.0, None, {})
             return None
-        runtime = Runtime(self.hook, self.counter, self.definition, self.models, self.offloader, self.session)
+        runtime = Runtime(
+            self.hook,
+            self.counter,
+            self.definition,
+            self.models,
+            self.offloader,
+            self.session,
+            self.execution,
+        )
         return runtime, time.perf_counter(), tokens, reason
 
     def finish(
@@ -155,8 +165,9 @@ def run_hook(
     models: ModelsConfig | None = None,
     offloader: Offloader | None = None,
     session: str = "default",
+    execution: str | None = None,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, models, offloader, session)
+    run = _Run(definition, hook, context, counter, models, offloader, session, execution)
     for entry in entries:
         started = run.start(entry)
         if started is None:
@@ -179,8 +190,9 @@ async def arun_hook(
     models: ModelsConfig | None = None,
     offloader: Offloader | None = None,
     session: str = "default",
+    execution: str | None = None,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, models, offloader, session)
+    run = _Run(definition, hook, context, counter, models, offloader, session, execution)
     for entry in entries:
         started = run.start(entry)
         if started is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -210,6 +211,7 @@ class Runner:
             models=self.models,
             offloader=self.offloader,
             session=memory_id,
+            execution=uuid.uuid4().hex,
             record=[{"role": "user", "content": question}],
             view=Context(
                 system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
@@ -292,6 +294,7 @@ class _Execution:
     models: ModelsConfig
     offloader: Offloader | None
     session: str
+    execution: str
     record: list[dict[str, Any]]
     view: Context
     trace: list[dict[str, Any]] = field(default_factory=list)
@@ -304,7 +307,12 @@ class _Execution:
         if self.definition is None:
             return
         applied = await self.definition.aapply(
-            hook, self.view, models=self.models, offloader=self.offloader, session=self.session
+            hook,
+            self.view,
+            models=self.models,
+            offloader=self.offloader,
+            session=self.session,
+            execution=self.execution,
         )
         self.view = applied.context
         if applied.trace:

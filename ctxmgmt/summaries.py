@@ -143,9 +143,14 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
     """Previous items first, then new ones; duplicates dropped. Next steps are replaced
     by the newer ones when there are any, since old plans go stale."""
     out: Sections = {}
-    for key, _ in SECTIONS:
-        old = list((previous or {}).get(key, ()))
-        fresh = list(new.get(key, ()))
+    # The default sections first, then any other field (a summary_schema of the definition).
+    keys = [k for k, _ in SECTIONS]
+    keys += [k for k in [*(previous or {}), *new] if k not in keys]
+    for key in dict.fromkeys(keys):
+        if key not in (previous or {}) and key not in new and key not in _DEFAULT_KEYS:
+            continue
+        old = _items((previous or {}).get(key, ()))
+        fresh = _items(new.get(key, ()))
         if key == "next_steps" and fresh:
             old = []
         if key == "goal" and old:
@@ -157,16 +162,33 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
 MAX_GUIDE = 20
 
 
+_DEFAULT_KEYS = frozenset(k for k, _ in SECTIONS)
+
+
+def _items(value: Any) -> list[str]:
+    """A field's value as a list of strings (a model may answer a string or an object)."""
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, (list, tuple)):
+        return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value]
+    return [] if value is None else [json.dumps(value, ensure_ascii=False)]
+
+
+def _title(key: str) -> str:
+    return dict(SECTIONS).get(key) or key.replace("_", " ").capitalize()
+
+
 def render(
     sections: Mapping[str, Sequence[str]], summarized: int, archives: Sequence[Mapping[str, Any]] = ()
 ) -> str:
     """The summary message text. It starts with a marker that identifies it, and ends
     with a guide to the archived messages, when they were offloaded."""
     lines = [f"{SUMMARY_PREFIX} Summary of {summarized} earlier messages, which are no longer shown."]
-    for key, title in SECTIONS:
+    keys = [k for k, _ in SECTIONS if k in sections] + [k for k in sections if k not in _DEFAULT_KEYS]
+    for key in keys:
         items = sections.get(key) or ()
         if items:
-            lines.append(f"## {title}")
+            lines.append(f"## {_title(key)}")
             lines += [f"- {item}" for item in items]
     if archives:
         lines.append("## Archived messages")
@@ -197,12 +219,17 @@ def parse_rendered(text: str) -> tuple[Sections, int]:
 _TRIM_ORDER = ("progress", "key_decisions", "constraints", "critical_context", "next_steps", "goal")
 
 
+def _trim_order(sections: Sections) -> list[str]:
+    """Custom fields give way first, then the default sections in _TRIM_ORDER."""
+    return [k for k in sections if k not in _DEFAULT_KEYS] + list(_TRIM_ORDER)
+
+
 def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str], int]) -> Sections:
     """Drop the oldest items, least critical sections first, until the rendered
     summary is within ``limit`` tokens."""
     out = {k: list(v) for k, v in sections.items()}
     total = count(render(out, summarized))
-    for key in _TRIM_ORDER:
+    for key in _trim_order(out):
         while total > limit and out.get(key):
             item = out[key].pop(0)
             total -= count(f"- {item}\n")
@@ -212,6 +239,6 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
             break
     # Re-count exactly: per-item subtraction is an estimate.
     while count(render(out, summarized)) > limit and any(out.values()):
-        key = next(k for k in _TRIM_ORDER if out.get(k))
+        key = next(k for k in _trim_order(out) if out.get(k))
         out[key].pop(0)
     return out

@@ -158,6 +158,9 @@ def _entry_problems(
     else:
         validator = Draft202012Validator(cls.config_schema)
     problems.extend(_schema_problems(validator, own, f"{base}/config"))
+    check = getattr(cls, "check_config", None)
+    if callable(check) and not problems:
+        problems += [Problem(f"{base}/config{pointer}", message) for pointer, message in check(own)]
     model_id = own.get("summarization_model_id")
     if model_ids is not None and isinstance(model_id, str) and model_id not in set(model_ids):
         problems.append(

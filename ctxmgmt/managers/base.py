@@ -30,6 +30,8 @@ class Runtime:
     """Where removed content is archived first, when offload is configured."""
     session: str = "default"
     """The conversation the offloaded content belongs to (the runner uses the memory id)."""
+    execution: str | None = None
+    """The agent execution this hook run belongs to (None outside the runner)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
 

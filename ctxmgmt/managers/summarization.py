@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from .. import _resources
 from ..context import Context
@@ -49,6 +50,30 @@ class SummarizationManager(ContextManager):
     type_name = "SummarizationManager"
     config_schema = builtin_schema(type_name)
 
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._schema = config.get("summary_schema") or _resources.schema("summary.schema.json")
+        self._validator = Draft202012Validator(self._schema)
+
+    @classmethod
+    def check_config(cls, config: Any) -> list[tuple[str, str]]:
+        """Checks JSON Schema cannot express: summary_schema must itself be a valid schema."""
+        schema = config.get("summary_schema")
+        if schema is None:
+            return []
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            return [("/summary_schema", f"is not a valid JSON Schema: {exc.message}")]
+        if schema.get("type") != "object" or not schema.get("properties"):
+            return [
+                (
+                    "/summary_schema",
+                    'must be {"type": "object", "properties": {...}}: the fields of a summary',
+                )
+            ]
+        return []
+
     def apply(self, context: Context, runtime: Runtime) -> Context:
         plan = self._plan(context, runtime)
         if plan is None:
@@ -56,11 +81,19 @@ class SummarizationManager(ContextManager):
         removed = [context.messages[i] for i in plan.removed]
         archive = self._archive(removed, runtime)
         model_id = self.config.get("summarization_model_id")
-        if model_id is None:
-            sections = summarize_offline(removed, plan.previous)
-        else:
-            client, request = self._request(removed, plan.previous, runtime)
-            sections = self._read(client.complete(request).content, plan.previous, model_id)
+        try:
+            if model_id is None:
+                sections = self._offline(removed, plan.previous)
+            else:
+                client, request = self._request(removed, plan.previous, runtime)
+                answer = client.complete(request).content
+                try:
+                    sections = self._read(answer, plan.previous, model_id)
+                except _InvalidSummary as exc:  # one retry, told what was wrong
+                    answer = client.complete(_retry(request, answer, exc)).content
+                    sections = self._read(answer, plan.previous, model_id)
+        except LLMError as exc:
+            sections = self._fallback(plan, archive, exc, runtime)
         return self._finish(context, plan, sections, runtime, archive)
 
     async def aapply(self, context: Context, runtime: Runtime) -> Context:
@@ -70,14 +103,44 @@ class SummarizationManager(ContextManager):
             return self.apply(context, runtime)
         removed = [context.messages[i] for i in plan.removed]
         archive = self._archive(removed, runtime)
-        client, request = self._request(removed, plan.previous, runtime)
-        response = await client.acomplete(request)
-        sections = self._read(response.content, plan.previous, model_id)
+        try:
+            client, request = self._request(removed, plan.previous, runtime)
+            answer = (await client.acomplete(request)).content
+            try:
+                sections = self._read(answer, plan.previous, model_id)
+            except _InvalidSummary as exc:
+                answer = (await client.acomplete(_retry(request, answer, exc))).content
+                sections = self._read(answer, plan.previous, model_id)
+        except LLMError as exc:
+            sections = self._fallback(plan, archive, exc, runtime)
         return self._finish(context, plan, sections, runtime, archive)
+
+    def _fallback(
+        self, plan: _Plan, archive: dict[str, Any] | None, exc: LLMError, runtime: Runtime
+    ) -> Sections:
+        """Only with fallback: drop, and only once archived, remove the messages anyway,
+        keeping the last valid summary. Otherwise the failure stands: nothing is removed."""
+        if self.config["fallback"] != "drop" or archive is None:
+            raise exc
+        runtime.details["fallback"] = f"dropped after archiving, the summary failed: {exc}"
+        return {k: list(v) for k, v in (plan.previous or {}).items()}
+
+    def _offline(self, removed: list[Any], previous: Sections | None) -> Sections:
+        sections = summarize_offline(removed, previous)
+        fields = self._schema.get("properties", {})
+        return (
+            {k: v for k, v in sections.items() if k in fields}
+            if self.config.get("summary_schema")
+            else sections
+        )
 
     # -- planning ------------------------------------------------------------------
     def _plan(self, context: Context, runtime: Runtime) -> _Plan | None:
         msgs = context.messages
+        reason = self._loop_guard(context, runtime)
+        if reason is not None:
+            runtime.details["note"] = reason
+            return None
         pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES}
         if self.config["pin"] == "task":
             task = last_task_index(msgs)
@@ -91,6 +154,18 @@ class SummarizationManager(ContextManager):
         if preserve > len(countable):
             limit = 0
         wanted = int(len(countable) * self.config["summary_ratio"])
+        reserve = self._reserve(context)
+        if reserve is not None:
+            # Keep by tokens: the newest whole units within the reserve; summarise the rest.
+            kept_tokens = 0
+            tokens_of = runtime.counter.message
+            for start, end in reversed(units(msgs)):
+                cost = sum(tokens_of(msgs[i], i) for i in range(start, end) if i not in pinned)
+                if kept_tokens + cost > reserve:
+                    break
+                kept_tokens += cost
+                limit = min(limit, start)
+            wanted = len(countable)
         removed: list[int] = []
         cut = 0
         for start, end in units(msgs):
@@ -103,6 +178,28 @@ class SummarizationManager(ContextManager):
             return None
         previous, count = self._previous(context, summaries)
         return _Plan(tuple(removed), cut, previous, count)
+
+    def _reserve(self, context: Context) -> int | None:
+        if "reserve_tokens" in self.config:
+            return int(self.config["reserve_tokens"])
+        if "reserve_ratio" in self.config and context.context_window:
+            return int(self.config["reserve_ratio"] * context.context_window)
+        return None
+
+    def _loop_guard(self, context: Context, runtime: Runtime) -> str | None:
+        """Why not to summarise again in this execution, or None."""
+        state = context.state.get(STATE_KEY)
+        last = state.get("execution") if isinstance(state, dict) else None
+        if runtime.execution is None or not isinstance(last, dict) or last.get("id") != runtime.execution:
+            return None
+        if last.get("count", 0) >= self.config["max_per_execution"]:
+            return f"already summarised {last['count']} times in this execution (max_per_execution)"
+        if last.get("saving", 1.0) < self.config["min_saving_ratio"]:
+            return (
+                f"the last summary in this execution freed only {last['saving']:.0%} of the tokens "
+                f"(min_saving_ratio {self.config['min_saving_ratio']:.0%})"
+            )
+        return None
 
     @staticmethod
     def _previous(context: Context, summaries: list[int]) -> tuple[Sections | None, int]:
@@ -132,15 +229,16 @@ class SummarizationManager(ContextManager):
         )
         return client, [{"role": "system", "content": prompt}, {"role": "user", "content": user}]
 
-    @staticmethod
-    def _read(answer: str, previous: Sections | None, model_id: str) -> Sections:
+    def _read(self, answer: str, previous: Sections | None, model_id: str) -> Sections:
         try:
             data = parse_json_object(answer)
         except ValueError as exc:
-            raise LLMError(f"the summary is not valid JSON ({exc})", model_id=model_id) from None
-        errors = list(Draft202012Validator(_resources.schema("summary.schema.json")).iter_errors(data))
+            raise _InvalidSummary(f"the summary is not valid JSON ({exc})", model_id=model_id) from None
+        errors = list(self._validator.iter_errors(data))
         if errors:
-            raise LLMError(f"the summary does not match its schema: {errors[0].message}", model_id=model_id)
+            raise _InvalidSummary(
+                f"the summary does not match its schema: {errors[0].message}", model_id=model_id
+            )
         # The model was given the previous summary to merge; keep the goal stable.
         return merge({"goal": (previous or {}).get("goal", [])}, data)
 
@@ -193,10 +291,39 @@ class SummarizationManager(ContextManager):
                 f"the summary would not save tokens ({after} >= {before}); nothing was changed"
             )
             return context
+        if runtime.execution is not None:
+            last = context.state.get(STATE_KEY)
+            last_run = last.get("execution") if isinstance(last, dict) else None
+            runs = (
+                last_run.get("count", 0)
+                if isinstance(last_run, dict) and last_run.get("id") == runtime.execution
+                else 0
+            )
+            # `new` was built here and not handed out yet: completing its state is safe.
+            new.state[STATE_KEY]["execution"] = {
+                "id": runtime.execution,
+                "count": runs + 1,
+                "saving": round(1 - after / before, 4),
+            }
         runtime.details.update(
             summarized=len(plan.removed), summary_tokens=runtime.counter.text(summary["content"])
         )
         return new
+
+
+class _InvalidSummary(LLMError):
+    """The model answered, but not with a summary that matches the schema."""
+
+
+def _retry(request: list[dict[str, Any]], answer: str, exc: LLMError) -> list[dict[str, Any]]:
+    return [
+        *request,
+        {"role": "assistant", "content": answer},
+        {
+            "role": "user",
+            "content": f"That answer is invalid: {exc}. Answer again with only the JSON object.",
+        },
+    ]
 
 
 def _transcript_line(m: Any) -> str:

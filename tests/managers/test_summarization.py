@@ -143,8 +143,8 @@ def test_model_summary_async(chat_server, models):
     [
         (lambda s: [s.fail(500), s.fail(503)], "answered 503"),
         (lambda s: s.raw(b"{not json"), "not a chat completion"),
-        (lambda s: s.reply("this is not JSON"), "not valid JSON"),
-        (lambda s: s.reply(json.dumps({"goal": "one string"})), "schema"),
+        (lambda s: [s.reply("this is not JSON"), s.reply("still not JSON")], "not valid JSON"),
+        (lambda s: [s.reply(json.dumps({"goal": "one"})), s.reply(json.dumps({"goal": "two"}))], "schema"),
         (lambda s: [s.reply("{}", delay=3), s.reply("{}", delay=3)], "timed out"),
     ],
 )
@@ -185,3 +185,100 @@ def test_summary_size_is_bounded():
     )
     text = next(m["content"] for m in out.messages if str(m.get("content") or "").startswith(SUMMARY_PREFIX))
     assert get_counter(None).text(text) <= 300
+
+
+def test_an_invalid_answer_is_retried_once_with_the_reason(chat_server, models):
+    """An off-schema answer gets one retry that says what was wrong; a valid retry is used."""
+    chat_server.reply(json.dumps({"goal": "not a list"}))
+    chat_server.reply(json.dumps(GOOD))
+    d = summarizer(summarization_model_id="summarizer")
+    result = d.apply("pre_llm", Context(messages=conversation()), models=models)
+    assert result.trace[0]["error"] is None
+    assert result.context.state["summary"]["sections"]["critical_context"] == ["src/auth.py"]
+    retry = chat_server.requests[1]["messages"]
+    assert retry[-2]["role"] == "assistant" and "does not match its schema" in retry[-1]["content"]
+
+
+def test_custom_summary_schema(chat_server, models):
+    """summary_schema in the definition defines the fields the model must fill."""
+    schema = {
+        "type": "object",
+        "required": ["facts", "todo"],
+        "additionalProperties": False,
+        "properties": {
+            "facts": {"type": "array", "items": {"type": "string"}},
+            "todo": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    chat_server.reply(json.dumps({"facts": ["uses /srv/app"], "todo": ["ship"]}))
+    d = summarizer(summarization_model_id="summarizer", summary_schema=schema)
+    out = d.apply("pre_llm", Context(messages=conversation()), models=models).context
+    text = next(m["content"] for m in out.messages if str(m.get("content") or "").startswith(SUMMARY_PREFIX))
+    assert "## Facts" in text and "- uses /srv/app" in text and "## Todo" in text
+
+
+def test_invalid_summary_schema_is_a_validation_error():
+    """A summary_schema that is not a valid object schema is refused at validation."""
+    from ctxmgmt import DefinitionError
+
+    with pytest.raises(DefinitionError) as info:
+        summarizer(summary_schema={"type": "object", "properties": {"x": {"type": "nope"}}})
+    assert info.value.problems[0].pointer == "/hooks/pre_llm/0/config/summary_schema"
+
+
+def test_reserve_tokens_keeps_the_newest_by_tokens():
+    """With reserve_tokens the newest messages within that budget stay; all older ones are summarised."""
+    from ctxmgmt import get_counter
+
+    msgs = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"step {i}: " + "detail " * 40} for i in range(40)
+    ]
+    out = (
+        summarizer(reserve_tokens=500, preserve_recent_messages=0)
+        .apply("pre_llm", Context(messages=msgs))
+        .context
+    )
+    kept = [m for m in out.messages if m["role"] == "assistant"]
+    counter = get_counter(None)
+    assert sum(counter.message(m) for m in kept) <= 500
+    assert kept and kept[-1] == msgs[-1] and len(kept) < 20
+
+
+def test_loop_protection_within_one_execution():
+    """At most max_per_execution summaries per execution; a new execution may summarise again."""
+    from ctxmgmt.hooks import run_hook
+
+    d = summarizer(summary_ratio=0.3, preserve_recent_messages=2, max_per_execution=1)
+    filler = "detail " * 40
+    ctx = Context(
+        messages=[{"role": "user", "content": "task"}]
+        + [{"role": "assistant", "content": f"step {i}: {filler}"} for i in range(40)]
+    )
+    first = d.apply("pre_llm", ctx, execution="e1")
+    assert first.trace[0]["details"].get("summarized")
+    second = d.apply("pre_llm", first.context, execution="e1")
+    assert second.context.messages == first.context.messages
+    assert "max_per_execution" in second.trace[0]["details"]["note"]
+    third = d.apply("pre_llm", first.context, execution="e2")
+    assert third.trace[0]["details"].get("summarized")
+    assert run_hook  # imported to show the runner path takes the same execution id
+
+
+def test_fallback_drop_archives_then_removes(chat_server, models, tmp_path):
+    """With fallback: drop, a failed summary still removes the messages, but only after archiving them."""
+    from ctxmgmt.offload import LocalOffloader
+
+    store = LocalOffloader(tmp_path)
+    chat_server.fail(500, "down")
+    chat_server.fail(500, "down")
+    ctx = Context(messages=conversation())
+    d = summarizer(summarization_model_id="summarizer", fallback="drop")
+    result = d.apply("pre_llm", ctx, models=models, offloader=store, session="s")
+    assert len(result.context.messages) < len(ctx.messages)
+    assert "dropped after archiving" in result.trace[0]["details"]["fallback"]
+    [archived] = [e for e in store.list("s") if e["kind"] == "messages"]
+    assert json.loads(store.read("s", archived["ref"]).text)[0] == ctx.messages[0] or archived["count"] > 0
+    chat_server.fail(500, "down")
+    chat_server.fail(500, "down")
+    without_store = d.apply("pre_llm", ctx, models=models)
+    assert without_store.context.messages == ctx.messages  # no archive, no drop
