@@ -29,6 +29,7 @@ from .errors import (
 from .llm import ChatClient, ModelConfig, ModelsConfig, load_models
 from .managers import (
     BUILTINS,
+    AutoCompactManager,
     ContextManager,
     Runtime,
     SlidingWindowManager,
@@ -54,6 +55,7 @@ __all__ = [
     "ApiError",
     "ApplyResult",
     "AsyncClient",
+    "AutoCompactManager",
     "ChatClient",
     "Client",
     "ConfigError",

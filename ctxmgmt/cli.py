@@ -104,6 +104,14 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--db", help=f"database URL (default: ${DATABASE_ENV} or {DEFAULT_DATABASE_URL})")
     up.set_defaults(run=_db_upgrade)
 
+    cp = sub.add_parser("compact", help="summarise an agent's conversation now, on a server")
+    cp.add_argument("--agent", required=True, help="the agent id")
+    cp.add_argument("--memory", required=True, help="the memory id of the conversation")
+    cp.add_argument("--instruction", help="an extra instruction for the summariser")
+    cp.add_argument("--url", default=os.environ.get(URL_ENV, "http://127.0.0.1:8000"))
+    cp.add_argument("--api-key", default=os.environ.get(API_KEY_ENV))
+    cp.set_defaults(run=_compact)
+
     off = sub.add_parser("offload", help="the offload store").add_subparsers(required=True, metavar="ACTION")
     gc = off.add_parser("gc", help="delete offloaded content older than the retention age")
     gc.add_argument("--config", help=f"configuration with an offload: section (default: ${CONFIG_ENV})")
@@ -329,6 +337,20 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return EXIT_OK
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from .client import Client
+
+    with Client(args.url, api_key=args.api_key) as client:
+        try:
+            result = client.compact(args.agent, args.memory, instruction=args.instruction)
+        except httpx.TransportError as exc:
+            raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
+    json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
+    sys.stdout.write("\n")
+    print(f"compacted: {result['tokens_before']:,} -> {result['tokens_after']:,} tokens", file=sys.stderr)
     return EXIT_OK
 
 

@@ -130,6 +130,13 @@ class Client:
     def health(self) -> dict[str, Any]:
         return self._call(("GET", "/_health", {}))  # type: ignore[no-any-return]
 
+    def compact(self, agent_id: str, memory_id: str, *, instruction: str | None = None) -> dict[str, Any]:
+        """Summarise an agent's conversation now."""
+        body: dict[str, Any] = {"memory_id": memory_id}
+        if instruction:
+            body["instruction"] = instruction
+        return self._call(("POST", f"/_plugins/_ml/agents/{agent_id}/_compact", {"json": body}))  # type: ignore[no-any-return]
+
     def close(self) -> None:
         self._http.close()
 

@@ -13,6 +13,7 @@ from .context import ApplyResult, Context
 from .errors import ContextError, DefinitionError, Problem
 from .hooks import Entry, arun_hook, run_hook
 from .loader import Document, load_document
+from .managers.base import with_defaults
 from .registry import ManagerRegistry, default_registry
 from .rules import Activation
 from .tokens import get_counter
@@ -117,7 +118,7 @@ class Definition:
         cls = self.registry.get(spec.type)
         if cls is None:  # a plugin that was unregistered since validation
             raise DefinitionError([Problem(f"/hooks/{index}/type", f"unknown manager type {spec.type!r}")])
-        config = _with_defaults(cls.config_schema, spec.config)
+        config = with_defaults(cls.config_schema, spec.config)
         return Entry(index, spec.type, cls(config), spec.activation, spec.on_error)
 
     def apply(
@@ -183,17 +184,6 @@ def _spec(entry: Mapping[str, Any]) -> ManagerSpec:
         on_error=entry.get("on_error", "skip"),
         raw=entry,
     )
-
-
-def _with_defaults(schema: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config with the schema's top-level defaults filled in."""
-    out = {
-        key: copy.deepcopy(prop["default"])
-        for key, prop in schema.get("properties", {}).items()
-        if isinstance(prop, Mapping) and "default" in prop
-    }
-    out.update(config)
-    return out
 
 
 def load_definition(

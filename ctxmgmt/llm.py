@@ -82,6 +82,9 @@ class ModelsConfig(Mapping[str, ModelConfig]):
     def __contains__(self, model_id: object) -> bool:
         return model_id in self._models
 
+    def get(self, model_id: str, default: Any = None) -> Any:
+        return self._models.get(model_id, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._models)
 

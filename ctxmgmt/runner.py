@@ -28,6 +28,8 @@ from .context import Context
 from .definitions import Definition
 from .errors import AgentError, LLMError, NotFound, Problem, ToolError
 from .llm import ChatClient, ModelsConfig
+from .managers.summarization import DEFAULT_PROMPT
+from .messages import is_summary
 from .offload import Offloader
 from .store import AgentStore, DefinitionStore, MemoryStore
 from .tools import Tool, ToolRegistry, default_tools, recall_tools
@@ -38,6 +40,9 @@ __all__ = ["ExecutionResult", "Runner"]
 
 log = logging.getLogger("ctxmgmt.runner")
 DEFAULT_MAX_ITERATION = 10
+VIEW_KEY = "_view"
+"""Memory state key of the managed view: what the model saw at the end of the last
+execution, and how many stored messages it covers. The record itself stays complete."""
 
 
 @dataclass(slots=True)
@@ -206,6 +211,7 @@ class Runner:
             for tool in recall_tools(self.offloader, memory_id):
                 tools.setdefault(tool.name, tool)
 
+        base, state = _resume(history, state)
         run = _Execution(
             definition=definition,
             models=self.models,
@@ -215,7 +221,7 @@ class Runner:
             record=[{"role": "user", "content": question}],
             view=Context(
                 system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
-                messages=[*history, {"role": "user", "content": question}],
+                messages=[*base, {"role": "user", "content": question}],
                 tools=[t.schema() for t in tools.values()],
                 model=model.model,
                 context_window=model.context_window,
@@ -254,10 +260,64 @@ class Runner:
             # Only whole rounds are recorded, so the memory stays consistent even when
             # the model fails midway: the question and every complete call/result group.
             result.trace = run.trace
-            await asyncio.to_thread(
-                self.memory.append, memory_id, run.record, run.view.state, expected_length=length
-            )
+            saved = {
+                **run.view.state,
+                VIEW_KEY: {"upto": length + len(run.record), "messages": list(run.view.messages)},
+            }
+            await asyncio.to_thread(self.memory.append, memory_id, run.record, saved, expected_length=length)
         return result
+
+    def compact(self, agent_id: str, memory_id: str, instruction: str | None = None) -> dict[str, Any]:
+        """Summarise a conversation now (see :meth:`acompact`). Not for use inside an event loop."""
+        return asyncio.run(self.acompact(agent_id, memory_id, instruction))
+
+    async def acompact(self, agent_id: str, memory_id: str, instruction: str | None = None) -> dict[str, Any]:
+        """Summarise a conversation now (QwenPaw's /compact), with an optional extra
+        instruction for the summariser. The stored record is unchanged; the managed
+        view that the next execution continues from is replaced."""
+        agent = await asyncio.to_thread(self.agents.get, agent_id)
+        definition, _ = await asyncio.to_thread(self._resolve, agent, None)
+        history, state, length = await asyncio.to_thread(self.memory.load, memory_id, agent_id)
+        base, state = _resume(history, state)
+        config = _summarizer_config(definition)
+        if instruction:
+            prompt = config.get("summarization_system_prompt") or DEFAULT_PROMPT
+            config["summarization_system_prompt"] = f"{prompt}\nExtra instruction: {instruction}"
+        compactor = Definition.from_dict(
+            {
+                "name": "compact",
+                "hooks": {
+                    "pre_llm": [{"type": "SummarizationManager", "config": config, "on_error": "fail"}]
+                },
+            },
+            registry=self.definitions.registry,
+        )
+        model_id = agent["llm"]["model_id"]
+        llm = self.models.get(model_id)
+        view = Context(
+            messages=base,
+            model=llm.model if llm else None,
+            context_window=llm.context_window if llm else None,
+            state=state,
+        )
+        result = await compactor.aapply(
+            "pre_llm", view, models=self.models, offloader=self.offloader, session=memory_id
+        )
+        saved = {
+            **result.context.state,
+            VIEW_KEY: {"upto": length, "messages": list(result.context.messages)},
+        }
+        await asyncio.to_thread(self.memory.append, memory_id, [], saved, expected_length=length)
+        entry = result.trace[0]
+        summary = next((m.get("content") for m in result.context.messages if is_summary(m)), None)
+        return {
+            "memory_id": memory_id,
+            "compacted": entry["messages_after"] < entry["messages_before"],
+            "tokens_before": entry["tokens_before"],
+            "tokens_after": entry["tokens_after"],
+            "summary": summary,
+            "trace": list(result.trace),
+        }
 
     def _resolve(self, agent: Mapping[str, Any], requested: str | None) -> tuple[Definition | None, str]:
         if requested is not None:
@@ -357,3 +417,27 @@ async def _call(tools: Mapping[str, Tool], call: Mapping[str, Any]) -> str:
     except Exception as exc:
         log.exception("tool %s failed", tool.name)
         return f"error: the tool {tool.name} failed ({type(exc).__name__})"
+
+
+def _resume(
+    history: list[dict[str, Any]], state: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages to continue from: the saved managed view plus what came after it."""
+    state = dict(state)
+    view = state.pop(VIEW_KEY, None)
+    if isinstance(view, dict) and isinstance(view.get("messages"), list):
+        upto = view.get("upto")
+        if isinstance(upto, int) and 0 <= upto <= len(history):
+            return [*view["messages"], *history[upto:]], state
+    return history, state
+
+
+def _summarizer_config(definition: Definition | None) -> dict[str, Any]:
+    """The summariser settings of a definition (its SummarizationManager or AutoCompactManager)."""
+    for specs in definition.hooks.values() if definition else ():
+        for spec in specs:
+            if spec.type == "SummarizationManager":
+                return dict(spec.config)
+            if spec.type == "AutoCompactManager":
+                return dict(spec.config.get("summarization", {}))
+    return {}

@@ -300,3 +300,60 @@ def test_api_key_never_appears_in_errors(store, chat_server, tools, monkeypatch)
         runner.execute(agent_id, "q")
     assert "invalid api key" in str(info.value) and "sk-very-secret" not in str(info.value)
     assert chat_server.requests  # the key was sent, as a header only
+
+
+def test_next_execution_continues_from_the_managed_view(runner, chat_server, store):
+    """A later execution starts from what the model last saw, not from the whole record again."""
+    store.create(
+        "window", {"hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 3}}]}}
+    )
+    agent_id = agent(runner, context_management_name="window")
+    for i in range(3):
+        chat_server.reply(tool_call(("echo", {"i": i})))
+    chat_server.reply("first done")
+    first = runner.execute(agent_id, "first question")
+    chat_server.reply("second done")
+    runner.execute(agent_id, "second question", memory_id=first.memory_id)
+    sent = chat_server.requests[-1]["messages"]
+    assert len([m for m in sent if m["role"] != "system"]) <= 3
+    stored, state, _ = runner.memory.load(first.memory_id, agent_id)
+    assert len(stored) == 10 and state["_view"]["upto"] == 10  # the record stays complete
+
+
+def test_manual_compact_with_an_instruction(runner, chat_server, store, tmp_path):
+    """compact summarises now, passes the extra instruction, archives, and the next run continues from it."""
+    from ctxmgmt.offload import LocalOffloader
+
+    runner.offloader = LocalOffloader(tmp_path)
+    store.create(
+        "summ",
+        {
+            "hooks": {
+                "pre_llm": [
+                    {
+                        "type": "SummarizationManager",
+                        "config": {"summarization_model_id": "summarizer", "preserve_recent_messages": 2},
+                        "activation": {"tokens_exceed": 10**9},
+                    }
+                ]
+            }
+        },
+    )
+    agent_id = agent(runner, context_management_name="summ")
+    for i in range(6):
+        chat_server.reply(tool_call(("big", {"size": 3000 + i})))
+    chat_server.reply("done")
+    memory_id = runner.execute(agent_id, "Refactor the app in /srv/app/f0.py").memory_id
+    chat_server.reply(
+        '{"goal": ["refactor"], "constraints": [], "progress": ["6 steps"], "key_decisions": [], '
+        '"next_steps": [], "critical_context": ["/srv/app/f0.py"]}'
+    )
+    result = runner.compact(agent_id, memory_id, instruction="Keep every file path.")
+    assert result["compacted"] and result["tokens_after"] < result["tokens_before"]
+    assert "Extra instruction: Keep every file path." in chat_server.requests[-1]["messages"][0]["content"]
+    assert "## Archived messages" in result["summary"]
+    chat_server.reply("continuing")
+    runner.execute(agent_id, "next?", memory_id=memory_id)
+    sent = chat_server.requests[-1]["messages"]
+    assert any(str(m.get("content", "")).startswith("[ctxmgmt:summary]") for m in sent)
+    assert len(runner.memory.load(memory_id, agent_id)[0]) == 16  # the record is complete

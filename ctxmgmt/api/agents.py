@@ -80,10 +80,25 @@ async def execute(request: Request) -> JSONResponse:
     return JSONResponse(result.to_opensearch())
 
 
+async def compact(request: Request) -> JSONResponse:
+    authorize(request, "write")
+    agent_id = _agent_id(request)
+    body = await json_body(request)
+    params: Any = body.get("parameters", body)
+    memory_id = params.get("memory_id") if isinstance(params, dict) else None
+    instruction = params.get("instruction") if isinstance(params, dict) else None
+    if not isinstance(memory_id, str) or not memory_id:
+        raise HTTPProblem(400, "memory_id is required: the conversation to compact")
+    if instruction is not None and (not isinstance(instruction, str) or len(instruction) > 2000):
+        raise HTTPProblem(400, "instruction must be a string of at most 2000 characters")
+    return JSONResponse(await _runner(request).acompact(agent_id, memory_id, instruction))
+
+
 routes = [
     Route(f"{BASE}/_register", register, methods=["POST"]),
     Route(BASE, list_, methods=["GET"]),
     Route(BASE + "/{agent_id}/_execute", execute, methods=["POST"]),
+    Route(BASE + "/{agent_id}/_compact", compact, methods=["POST"]),
     Route(BASE + "/{agent_id}", get, methods=["GET"]),
     Route(BASE + "/{agent_id}", delete, methods=["DELETE"]),
 ]

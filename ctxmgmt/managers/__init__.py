@@ -1,5 +1,6 @@
 """The built-in context managers, one module each."""
 
+from .autocompact import AutoCompactManager
 from .base import ContextManager, Runtime
 from .compaction import ToolResultCompactionManager
 from .sliding_window import SlidingWindowManager
@@ -11,10 +12,12 @@ BUILTINS = (
     SummarizationManager,
     ToolsOutputTruncateManager,
     ToolResultCompactionManager,
+    AutoCompactManager,
 )
 
 __all__ = [
     "BUILTINS",
+    "AutoCompactManager",
     "ContextManager",
     "Runtime",
     "SlidingWindowManager",

@@ -63,3 +63,16 @@ class ContextManager:
 
 def builtin_schema(type_name: str) -> Mapping[str, Any]:
     return schema(f"managers/{type_name}.schema.json")  # type: ignore[no-any-return]
+
+
+def with_defaults(schema: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config with the schema's top-level defaults filled in."""
+    import copy
+
+    out = {
+        key: copy.deepcopy(prop["default"])
+        for key, prop in schema.get("properties", {}).items()
+        if isinstance(prop, Mapping) and "default" in prop
+    }
+    out.update(config)
+    return out

@@ -1,0 +1,53 @@
+import tempfile
+
+from ctxmgmt import Context, load_definition
+from ctxmgmt.messages import SUMMARY_PREFIX
+from ctxmgmt.offload import LocalOffloader
+from ctxmgmt.testing import make_conversation
+
+
+def auto(threshold, **compaction):
+    return load_definition(
+        {
+            "name": "a",
+            "hooks": {
+                "pre_llm": [
+                    {
+                        "type": "AutoCompactManager",
+                        "config": {
+                            "compact_ratio_threshold": threshold,
+                            "compaction": {"recent_n": 1, "old_max_chars": 300, **compaction},
+                            "summarization": {"preserve_recent_messages": 6},
+                        },
+                    }
+                ]
+            },
+        }
+    )
+
+
+def test_compaction_alone_when_it_is_enough():
+    """When compaction brings tokens below the threshold, no summary is made."""
+    ctx = Context(messages=make_conversation(200, seed=2, tool_output_words=300))
+    result = auto(0.75).apply("pre_llm", ctx, offloader=LocalOffloader(tempfile.mkdtemp()), session="s")
+    details = result.trace[0]["details"]
+    assert details["compact_ratio"] <= 0.75 and details["compacted"] > 0
+    assert not any(str(m.get("content") or "").startswith(SUMMARY_PREFIX) for m in result.context.messages)
+
+
+def test_compression_follows_and_keeps_the_compaction():
+    """Above the threshold the compacted context is summarised, and compacted results stay compacted."""
+    ctx = Context(messages=make_conversation(200, seed=2, tool_output_words=300))
+    result = auto(0.05).apply("pre_llm", ctx, offloader=LocalOffloader(tempfile.mkdtemp()), session="s")
+    out = result.context.messages
+    assert any(str(m.get("content") or "").startswith(SUMMARY_PREFIX) for m in out)
+    kept_tools = [m for m in out if m["role"] == "tool"]
+    assert any("stored as t-" in m["content"] for m in kept_tools[:-1])
+    assert result.trace[0]["tokens_after"] < result.trace[0]["tokens_before"]
+
+
+def test_without_a_store_it_fails_open():
+    """Compaction needs an offload store; without one nothing changes and the trace says why."""
+    ctx = Context(messages=make_conversation(50, seed=2, tool_output_words=300))
+    result = auto(0.75).apply("pre_llm", ctx)
+    assert result.context.messages == ctx.messages and "offload store" in result.trace[0]["error"]
