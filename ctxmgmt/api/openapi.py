@@ -21,7 +21,8 @@ def _rewrite(node: Any, base: str) -> Any:
                 if value.startswith("#"):
                     value = base + value[1:]
                 elif value.endswith(".schema.json"):  # managers/X.schema.json, or a sibling X.schema.json
-                    value = "#/components/schemas/" + value.rsplit("/", 1)[-1].replace(".schema.json", "Config")
+                    name = value.rsplit("/", 1)[-1].replace(".schema.json", "Config")
+                    value = "#/components/schemas/" + name
                 elif value.startswith("../definition.schema.json#"):
                     value = _DEF + value.split("#", 1)[1]
             out[key] = _rewrite(value, base)
