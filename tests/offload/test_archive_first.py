@@ -37,6 +37,14 @@ compact = st.builds(
     st.integers(256, 600),
     st.sampled_from(["head", "tail", "head_tail"]),
 )
+autocompact = st.builds(
+    lambda t, old: {
+        "type": "AutoCompactManager",
+        "config": {"compact_ratio_threshold": t, "compaction": {"recent_n": 1, "old_max_chars": old}},
+    },
+    st.floats(0.05, 1.0),
+    st.integers(256, 800),
+)
 summarize = st.builds(
     lambda r, keep: {
         "type": "SummarizationManager",
@@ -61,7 +69,10 @@ def restore(content, store, session):
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(conversations(max_turns=20), st.lists(st.one_of(truncate, compact, summarize), min_size=1, max_size=3))
+@given(
+    conversations(max_turns=20),
+    st.lists(st.one_of(truncate, compact, summarize, autocompact), min_size=1, max_size=3),
+)
 def test_every_removed_byte_is_recoverable(messages, entries):
     """Output valid; cut results restore exactly; removed messages are in their archive; reruns are stable."""
     store = LocalOffloader(tempfile.mkdtemp())
@@ -83,7 +94,17 @@ def test_every_removed_byte_is_recoverable(messages, entries):
             assert restore(m["content"], store, "s") == original or m["tool_call_id"] in archived_ids
     kept_ids = {m.get("tool_call_id") for m in out if m["role"] == "tool"}
     assert set(originals) <= kept_ids | archived_ids  # every result is kept or archived
-    if not any(e["type"] == "SummarizationManager" for e in entries):
+    # Every original message is still there, or restorable from its notice, or archived whole.
+    key = lambda m: json.dumps(m, sort_keys=True)  # noqa: E731
+    present = {key(m) for m in out} | {key(m) for m in archived}
+    restored = {
+        m["tool_call_id"]: restore(m["content"], store, "s")
+        for m in out
+        if m["role"] == "tool" and isinstance(m["content"], str)
+    }
+    for m in messages:
+        assert key(m) in present or restored.get(m.get("tool_call_id")) == m.get("content"), m
+    if not any(e["type"] in ("SummarizationManager", "AutoCompactManager") for e in entries):
         again = definition.apply("pre_llm", result.context, offloader=store, session="s")
         assert again.context.messages == out
 

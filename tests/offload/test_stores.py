@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import re
 import threading
 
 import pytest
@@ -168,3 +169,20 @@ def test_full_or_read_only_disk_is_an_offload_error(tmp_path, monkeypatch, code)
     with pytest.raises(OffloadError):
         store.store_messages("s", [{"role": "user", "content": "x"}])
     assert not list(tmp_path.glob("*/.tmp-*")) and not list(tmp_path.glob("*/t-*.txt"))
+
+
+def test_gc_command_reports_what_it_freed(tmp_path, capsys):
+    """`ctxmgmt offload gc` deletes artifacts past the retention age and reports files and bytes."""
+    from ctxmgmt.cli import main
+
+    root = tmp_path / "offload"
+    LocalOffloader(root).store_tool_result("s", "x" * 1000)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"offload:\n  backend: local\n  root: {root}\n  retention_days: 30\n")
+    assert main(["offload", "gc", "--config", str(config)]) == 0
+    assert "0 files" in capsys.readouterr().out
+    assert main(["offload", "gc", "--config", str(config), "--max-age-days", "0.0000001"]) == 0
+    out = capsys.readouterr().out
+    freed = re.search(r"(\d+) files, 0 rows, ([\d,]+) bytes freed", out)
+    assert freed and int(freed.group(1)) >= 1 and int(freed.group(2).replace(",", "")) >= 1000
+    assert not any(root.glob("*/t-*.txt"))
