@@ -177,11 +177,14 @@ def test_gc_command_reports_what_it_freed(tmp_path, capsys):
 
     root = tmp_path / "offload"
     LocalOffloader(root).store_tool_result("s", "x" * 1000)
+    day_ago = __import__("time").time() - 86400
+    for path in root.rglob("*"):
+        os.utime(path, (day_ago, day_ago))
     config = tmp_path / "config.yaml"
     config.write_text(f"offload:\n  backend: local\n  root: {root}\n  retention_days: 30\n")
     assert main(["offload", "gc", "--config", str(config)]) == 0
     assert "0 files" in capsys.readouterr().out
-    assert main(["offload", "gc", "--config", str(config), "--max-age-days", "0.0000001"]) == 0
+    assert main(["offload", "gc", "--config", str(config), "--max-age-days", "0.5"]) == 0
     out = capsys.readouterr().out
     freed = re.search(r"(\d+) files, 0 rows, ([\d,]+) bytes freed", out)
     assert freed and int(freed.group(1)) >= 1 and int(freed.group(2).replace(",", "")) >= 1000
