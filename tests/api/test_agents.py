@@ -201,37 +201,28 @@ def test_bad_agent_requests_get_4xx(api, method, path, body, status, words):
     assert words in r.text
 
 
-def test_compact_endpoint(api, chat_server):
-    """POST _compact summarises a conversation now; memory_id is required."""
-    api.post(
-        f"{DEFS}/summ",
-        json={
-            "hooks": {
-                "pre_llm": [
-                    {
-                        "type": "SummarizationManager",
-                        "config": {"preserve_recent_messages": 2},
-                        "activation": {"tokens_exceed": 10**9},
-                    }
-                ]
-            }
-        },
-    ).raise_for_status()
-    agent_id = api.post(
-        f"{AGENTS}/_register",
-        json={
-            "name": "c",
-            "llm": {"model_id": "chat"},
-            "tools": [{"type": "big"}],
-            "context_management_name": "summ",
-        },
-    ).json()["agent_id"]
+def conversation_to_compact(api, chat_server):
+    """An agent whose definition summarises, and a 5-round conversation: (agent_id, memory_id)."""
+    never = {"tokens_exceed": 10**9}  # only a manual compaction summarises
+    summ = {"type": "SummarizationManager", "config": {"preserve_recent_messages": 2}, "activation": never}
+    api.post(f"{DEFS}/summ", json={"hooks": {"pre_llm": [summ]}})
+    body = {
+        "name": "c",
+        "llm": {"model_id": "chat"},
+        "tools": [{"type": "big"}],
+        "context_management_name": "summ",
+    }
+    agent_id = api.post(f"{AGENTS}/_register", json=body).json()["agent_id"]
     for i in range(5):
         chat_server.reply(tool_call(("big", {"size": 3000 + i})))
     chat_server.reply("done")
-    memory_id = {
-        o["name"]: o["result"] for o in execute(api, agent_id).json()["inference_results"][0]["output"]
-    }["memory_id"]
+    output = execute(api, agent_id).json()["inference_results"][0]["output"]
+    return agent_id, {o["name"]: o["result"] for o in output}["memory_id"]
+
+
+def test_compact_endpoint(api, chat_server):
+    """POST _compact summarises a conversation now; memory_id is required."""
+    agent_id, memory_id = conversation_to_compact(api, chat_server)
     assert api.post(f"{AGENTS}/{agent_id}/_compact", json={}).status_code == 400
     r = api.post(f"{AGENTS}/{agent_id}/_compact", json={"memory_id": memory_id, "instruction": "be brief"})
     assert r.status_code == 200, r.text
@@ -243,34 +234,7 @@ def test_compact_command(api, chat_server, capsys):
     """`ctxmgmt compact --agent --memory` compacts through the server; bad ids exit 2 with a reason."""
     from ctxmgmt.cli import main
 
-    api.post(
-        f"{DEFS}/summ2",
-        json={
-            "hooks": {
-                "pre_llm": [
-                    {
-                        "type": "SummarizationManager",
-                        "config": {"preserve_recent_messages": 2},
-                        "activation": {"tokens_exceed": 10**9},
-                    }
-                ]
-            }
-        },
-    ).raise_for_status()
-    agent_id = api.post(
-        f"{AGENTS}/_register",
-        json={
-            "name": "c",
-            "llm": {"model_id": "chat"},
-            "tools": [{"type": "big"}],
-            "context_management_name": "summ2",
-        },
-    ).json()["agent_id"]
-    for i in range(5):
-        chat_server.reply(tool_call(("big", {"size": 3000 + i})))
-    chat_server.reply("done")
-    output = execute(api, agent_id).json()["inference_results"][0]["output"]
-    memory_id = {o["name"]: o["result"] for o in output}["memory_id"]
+    agent_id, memory_id = conversation_to_compact(api, chat_server)
     url = str(api.base_url)
     assert main(["compact", "--agent", agent_id, "--memory", memory_id, "--url", url]) == 0
     assert "compacted:" in capsys.readouterr().err
