@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 __all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
 
 
+# Manager types that archive whatever they remove whenever an offload store is given.
+_ARCHIVING_TYPES = frozenset({"ToolResultCompactionManager", "AutoCompactManager", "SummarizationManager"})
+
+
 def parse_hook(hook: str | Hook) -> Hook:
     """A hook from its name in any case."""
     try:
@@ -156,9 +160,10 @@ class Definition:
 
     @property
     def offloads(self) -> bool:
-        """Whether an entry archives what it removes (so the recall tools are useful)."""
+        """Whether an entry archives what it removes when given an offload store, so the
+        model needs the recall tools to read it back (summaries name their archives)."""
         return any(
-            s.config.get("offload") or s.type in ("ToolResultCompactionManager", "AutoCompactManager")
+            s.config.get("offload") or s.type in _ARCHIVING_TYPES
             for specs in self.hooks.values()
             for s in specs
         )

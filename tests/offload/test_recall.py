@@ -86,3 +86,21 @@ def test_rest_reads_and_searches_offloaded_content(store, tmp_path):
             http.get("/_plugins/_ml/offload/_search", params={"session": "mem1", "pattern": "("}).status_code
             == 400
         )
+
+
+def test_summaries_that_archive_come_with_the_recall_tools(store, agent_models, tools, chat_server, tmp_path):
+    """A summariser-only definition archives with a store, so the model gets context_read for its guide."""
+    runner = Runner(store, agent_models, tools, offloader=LocalOffloader(tmp_path))
+    store.create("summ-only", {"hooks": {"pre_llm": [{"type": "SummarizationManager"}]}})
+    agent_id = runner.register(
+        {"name": "s", "llm": {"model_id": "chat"}, "context_management_name": "summ-only"}
+    )
+    chat_server.reply("ok")
+    runner.execute(agent_id, "q")
+    assert {"context_read", "context_search"} <= {
+        t["function"]["name"] for t in chat_server.requests[0]["tools"]
+    }
+    bare = Runner(store, agent_models, tools)  # no store: nothing is archived, no recall tools
+    chat_server.reply("ok")
+    bare.execute(agent_id, "q")
+    assert "tools" not in chat_server.requests[1]
