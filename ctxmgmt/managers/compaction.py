@@ -64,6 +64,6 @@ class ToolResultCompactionManager(ContextManager):
             return tier._truncate(m, runtime)
         # Already archived under a larger cap: cut the original again, same reference.
         assert runtime.offloader is not None
-        ref = earlier.group(0).rsplit(" ", 1)[-1]
+        ref = earlier.group(1)
         original = runtime.offloader.read(runtime.session, ref).text
         return {**m, "content": tier.cut(original, runtime.counter, ref)}

@@ -14,7 +14,7 @@ from ..types import Hook
 from .base import ContextManager, Runtime, builtin_schema
 
 # A notice of an earlier offloading truncation: such content is never cut again.
-OFFLOADED = re.compile(r"\[truncated: original [\d,]+ chars[^\]]*stored as t-[0-9a-f]{32}")
+OFFLOADED = re.compile(r"\[truncated: original [\d,]+ chars[^\]]*stored as (t-[0-9a-f]{32})")
 
 
 class ToolsOutputTruncateManager(ContextManager):
@@ -38,35 +38,34 @@ class ToolsOutputTruncateManager(ContextManager):
         names: dict[str, str] | None = None
         for i in range(start, len(msgs)):
             m = msgs[i]
-            if m.get("role") != "tool":
+            if m.get("role") != "tool" or self.fits(m, runtime.counter, i):
                 continue
-            if self.config.get("offload"):
-                names = tool_names(msgs, start) if names is None else names
-                if names.get(m.get("tool_call_id", "")) in RECALL_TOOLS:
-                    continue  # reading the archive back must not archive it again
-            new = self._truncate(m, runtime)
-            if new is not None:
-                changed[i] = new
+            names = tool_names(msgs, start) if names is None else names
+            if names.get(str(m.get("tool_call_id"))) in RECALL_TOOLS:
+                continue  # what the model recalled from the archive stays whole
+            changed[i] = self._truncate(m, runtime)
         runtime.details["truncated"] = len(changed)
         if not changed:
             return context
         return context.with_messages([changed.get(i, m) for i, m in enumerate(msgs)])
 
-    def _within(self, text: str, counter: TokenCounter) -> bool:
+    def fits(self, m: Mapping[str, Any], counter: TokenCounter, index: int | None = None) -> bool:
+        """Whether a tool result is within the limits, or was already cut with its notice."""
+        text = text_of(m.get("content"))
         if len(text) > self.config["max_output_length"]:
-            return False
+            return bool(OFFLOADED.search(text))
         limit = self.config.get("max_output_tokens")
-        # Every token is at least one byte, so short ASCII text needs no encoding.
-        if limit is None or (text.isascii() and len(text) <= limit):
+        # Cheap sufficient checks first: every token is at least one byte, and a message
+        # counts at least its content's tokens (its count is memoised per message).
+        if limit is None or (text.isascii() and len(text) <= limit) or counter.message(m, index) <= limit:
             return True
-        return counter.text(text) <= int(limit)
+        return counter.text(text) <= int(limit) or bool(OFFLOADED.search(text))
 
-    def _truncate(self, m: Mapping[str, Any], runtime: Runtime) -> dict[str, Any] | None:
+    def _truncate(self, m: Mapping[str, Any], runtime: Runtime) -> dict[str, Any]:
+        """The result cut to the limits (archived first with offload). It must not fit."""
         content = m.get("content")
         text = text_of(content)
         counter = runtime.counter
-        if self._within(text, counter) or OFFLOADED.search(text):
-            return None
         ref = None
         if self.config.get("offload"):
             if runtime.offloader is None:

@@ -110,3 +110,27 @@ def test_invariants_hold():
     msgs = make_conversation(300, seed=5, tool_output_words=300)
     d = truncate("pre_llm", max_output_length=300, max_output_tokens=64, mode="head_tail")
     assert_invariants(d, "pre_llm", Context(messages=msgs))
+
+
+def test_recalled_context_is_never_cut():
+    """A context_read result stays whole even under a plain truncation entry; other results are cut."""
+    calls = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "r",
+                "type": "function",
+                "function": {"name": "context_read", "arguments": '{"ref": "t-0"}'},
+            },
+            {"id": "o", "type": "function", "function": {"name": "other", "arguments": "{}"}},
+        ],
+    }
+    msgs = [
+        {"role": "user", "content": "q"},
+        calls,
+        {"role": "tool", "tool_call_id": "r", "content": "a" * 900},
+        {"role": "tool", "tool_call_id": "o", "content": "b" * 900},
+    ]
+    out = truncate(max_output_length=100).apply("post_tool", Context(messages=msgs)).context.messages
+    assert out[2]["content"] == "a" * 900 and len(out[3]["content"]) <= 100
