@@ -202,16 +202,15 @@ class Runner:
             raise AgentError([Problem("/tools", str(exc))]) from None
         if memory_id is None:
             memory_id = await asyncio.to_thread(self.memory.create, agent_id)
-            history: list[dict[str, Any]] = []
+            base: list[dict[str, Any]] = []
             state: dict[str, Any] = {}
             length = 0
         else:
-            history, state, length = await asyncio.to_thread(self.memory.load, memory_id, agent_id)
+            base, state, length = await asyncio.to_thread(self._continue, memory_id, agent_id)
         if definition is not None and definition.offloads and self.offloader is not None:
             for tool in recall_tools(self.offloader, memory_id):
                 tools.setdefault(tool.name, tool)
 
-        base, state = _resume(history, state)
         run = _Execution(
             definition=definition,
             models=self.models,
@@ -277,8 +276,7 @@ class Runner:
         view that the next execution continues from is replaced."""
         agent = await asyncio.to_thread(self.agents.get, agent_id)
         definition, _ = await asyncio.to_thread(self._resolve, agent, None)
-        history, state, length = await asyncio.to_thread(self.memory.load, memory_id, agent_id)
-        base, state = _resume(history, state)
+        base, state, length = await asyncio.to_thread(self._continue, memory_id, agent_id)
         config = _summarizer_config(definition)
         if instruction:
             prompt = config.get("summarization_system_prompt") or DEFAULT_PROMPT
@@ -318,6 +316,18 @@ class Runner:
             "summary": summary,
             "trace": list(result.trace),
         }
+
+    def _continue(self, memory_id: str, agent_id: str) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
+        """(messages to continue from, state, stored length): the managed view saved by the
+        last execution plus what was stored after it, reading only those rows."""
+        state, length = self.memory.head(memory_id, agent_id)
+        view = state.pop(VIEW_KEY, None)
+        if isinstance(view, dict) and isinstance(view.get("messages"), list):
+            upto = view.get("upto")
+            if isinstance(upto, int) and 0 <= upto <= length:
+                newer = self.memory.messages(memory_id, since=upto, until=length)
+                return [*view["messages"], *newer], state, length
+        return self.memory.messages(memory_id, until=length), state, length
 
     def _resolve(self, agent: Mapping[str, Any], requested: str | None) -> tuple[Definition | None, str]:
         if requested is not None:
@@ -417,19 +427,6 @@ async def _call(tools: Mapping[str, Tool], call: Mapping[str, Any]) -> str:
     except Exception as exc:
         log.exception("tool %s failed", tool.name)
         return f"error: the tool {tool.name} failed ({type(exc).__name__})"
-
-
-def _resume(
-    history: list[dict[str, Any]], state: dict[str, Any]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The messages to continue from: the saved managed view plus what came after it."""
-    state = dict(state)
-    view = state.pop(VIEW_KEY, None)
-    if isinstance(view, dict) and isinstance(view.get("messages"), list):
-        upto = view.get("upto")
-        if isinstance(upto, int) and 0 <= upto <= len(history):
-            return [*view["messages"], *history[upto:]], state
-    return history, state
 
 
 def _summarizer_config(definition: Definition | None) -> dict[str, Any]:

@@ -98,20 +98,32 @@ class MemoryStore:
             )
         return memory_id
 
+    def head(self, memory_id: str, agent_id: str) -> tuple[dict[str, Any], int]:
+        """(state, length) of a memory of this agent."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(memories.c.state, memories.c.length).where(
+                    memories.c.memory_id == memory_id, memories.c.agent_id == agent_id
+                )
+            ).first()
+        if row is None:
+            raise NotFound(f"no memory {memory_id!r} for agent {agent_id!r}")
+        return dict(row.state), row.length
+
+    def messages(self, memory_id: str, *, since: int = 0, until: int | None = None) -> list[dict[str, Any]]:
+        """The stored messages from position ``since`` (up to ``until``), in order."""
+        query = select(memory_messages.c.message).where(
+            memory_messages.c.memory_id == memory_id, memory_messages.c.seq >= since
+        )
+        if until is not None:
+            query = query.where(memory_messages.c.seq < until)
+        with self.engine.connect() as conn:
+            return [r.message for r in conn.execute(query.order_by(memory_messages.c.seq))]
+
     def load(self, memory_id: str, agent_id: str) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
         """(messages, state, length) of a memory of this agent."""
-        with self.engine.connect() as conn:
-            head = conn.execute(
-                select(memories).where(memories.c.memory_id == memory_id, memories.c.agent_id == agent_id)
-            ).first()
-            if head is None:
-                raise NotFound(f"no memory {memory_id!r} for agent {agent_id!r}")
-            rows = conn.execute(
-                select(memory_messages.c.message)
-                .where(memory_messages.c.memory_id == memory_id)
-                .order_by(memory_messages.c.seq)
-            ).all()
-        return [r.message for r in rows], dict(head.state), head.length
+        state, length = self.head(memory_id, agent_id)
+        return self.messages(memory_id, until=length), state, length
 
     def append(
         self,
