@@ -139,14 +139,16 @@ class LocalOffloader:
         with open(path, encoding="utf-8") as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    def _content(self, folder: Path, ref: str) -> str:
+    def _content(self, folder: Path, ref: str, index: dict[str, dict[str, Any]] | None = None) -> str:
         if ref.startswith("t-"):
             path = self._inside(folder, f"{ref}.txt")
             try:
                 return path.read_bytes().decode("utf-8", "surrogatepass")
             except FileNotFoundError:
                 raise OffloadError(f"no stored content {ref} in this session") from None
-        entry = next((e for e in self._index(folder) if e.get("ref") == ref), None)
+        if index is None:
+            index = {str(e.get("ref")): e for e in self._index(folder)}
+        entry = index.get(ref)
         if entry is None:
             raise OffloadError(f"no stored content {ref} in this session")
         with open(self._inside(folder, _BATCHES), "rb") as f:
@@ -177,12 +179,14 @@ class LocalOffloader:
         hits: list[dict[str, Any]] = []
         if not folder.is_dir():
             return hits
-        for entry in self._index(folder):
+        entries = self._index(folder)  # read once, not once per archived batch
+        index = {str(e.get("ref")): e for e in entries}
+        for entry in entries:
             ref = entry.get("ref")
             if not isinstance(ref, str) or not REF.fullmatch(ref):
                 continue
             try:
-                text = self._content(folder, ref)
+                text = self._content(folder, ref, index)
             except OffloadError:  # collected by gc since it was indexed
                 continue
             if find_lines(ref, text, regex, hits, max_results):
