@@ -13,16 +13,19 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import httpx
 
 from . import __version__
 from ._resources import data_dir
+from .api.config import load_config, open_offloader
 from .context import Context
 from .definitions import Definition, check_definition, load_definition, parse_hook
 from .errors import ApiError, ContextError, CtxmgmtError, DefinitionError, ManagerError, Problem
-from .llm import CONFIG_ENV, ModelsConfig, load_models
+from .llm import CONFIG_ENV, load_models
+from .offload import LocalOffloader
+from .store import connect
 from .store.repository import DATABASE_ENV, DEFAULT_DATABASE_URL
 from .types import HOOK_NAMES, TraceEntry
 
@@ -82,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--config", help=f"models configuration (default: ${CONFIG_ENV})")
     a.add_argument("--model", help="the model name, for token counting (overrides the input's)")
     a.add_argument("--context-window", type=int, help="the model's context window in tokens")
+    a.add_argument(
+        "--offload", metavar="DIR", help="archive removed content in DIR (overrides the config's offload:)"
+    )
+    a.add_argument(
+        "--session", default="default", help="the conversation the archive belongs to (default: default)"
+    )
     a.set_defaults(run=_apply)
 
     ls = sub.add_parser("list", help="list the shipped definitions")
@@ -157,7 +166,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # -- validate ----------------------------------------------------------------------
 def _validate(args: argparse.Namespace) -> int:
-    models = _models(args.config)
+    models = load_models(args.config)
     files = _expand(args.paths)
     errors = 0
     for path in files:
@@ -205,7 +214,14 @@ def _apply(args: argparse.Namespace) -> int:
     elif args.model or args.context_window is not None:
         data = {"messages": data, "model": args.model, "context_window": args.context_window}
     context = Context.from_dict(data)
-    result = definition.apply(hook, context, models=_models(args.config))
+    models, server = load_config(args.config)
+    offloader = None
+    if args.offload:
+        offloader = LocalOffloader(args.offload)
+    elif server.offload:
+        engine = connect(_database_url(None)) if server.offload.get("backend") == "sql" else None
+        offloader = open_offloader(server.offload, engine)
+    result = definition.apply(hook, context, models=models, offloader=offloader, session=args.session)
     out = result.context.to_dict()
     fields = set(data) if isinstance(data, dict) else {"messages"}
     if result.context.state:
@@ -250,10 +266,6 @@ def _read_input(name: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise _UsageError(f"{name}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
-
-
-def _models(path: str | None) -> ModelsConfig:
-    return load_models(path)
 
 
 def _describe(entry: TraceEntry) -> str:
@@ -425,9 +437,5 @@ def _one_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def entrypoint() -> NoReturn:
-    sys.exit(main())
-
-
 if __name__ == "__main__":
-    entrypoint()
+    sys.exit(main())

@@ -168,15 +168,6 @@ class Definition:
             for s in specs
         )
 
-    def model_ids(self) -> set[str]:
-        """The model ids the definition's managers name."""
-        return {
-            str(s.config["summarization_model_id"])
-            for specs in self.hooks.values()
-            for s in specs
-            if "summarization_model_id" in s.config
-        }
-
 
 def _spec(entry: Mapping[str, Any]) -> ManagerSpec:
     config = dict(entry.get("config") or {})

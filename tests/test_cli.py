@@ -128,3 +128,23 @@ def test_list_shows_shipped_definitions():
     """list prints each shipped definition with its description."""
     run = ctxmgmt("list")
     assert run.returncode == 0 and "token-aware-truncation" in run.stdout
+
+
+def test_apply_offloads_with_a_folder(tmp_path):
+    """apply --offload DIR archives what managers remove; without a store the trace says how to give one."""
+    run = ctxmgmt("apply", "long-running-agent", "--input", "examples/conversation.json")
+    assert run.returncode == 0 and "--offload DIR" in run.stderr
+    run = ctxmgmt(
+        "apply",
+        "long-running-agent",
+        "--input",
+        "examples/conversation.json",
+        "--offload",
+        str(tmp_path / "archive"),
+        "--session",
+        "s1",
+    )
+    assert run.returncode == 0, run.stderr
+    [entry] = json.loads(run.stdout)["trace"]
+    assert entry["error"] is None and entry["tokens_after"] < entry["tokens_before"] / 2
+    assert list((tmp_path / "archive").glob("*/t-*.txt"))

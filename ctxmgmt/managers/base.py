@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ContextManager", "Runtime"]
 
+NO_STORE = (
+    "needs an offload store "
+    "(offload: in the configuration, --offload DIR for ctxmgmt apply, or offloader= in Python)"
+)
+
 
 @dataclass(slots=True)
 class Runtime:

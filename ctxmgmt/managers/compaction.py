@@ -8,7 +8,7 @@ from typing import Any
 from ..context import Context
 from ..errors import OffloadError
 from ..messages import RECALL_TOOLS, text_of, tool_names
-from .base import ContextManager, Runtime, builtin_schema
+from .base import NO_STORE, ContextManager, Runtime, builtin_schema
 from .truncate import OFFLOADED, ToolsOutputTruncateManager
 
 
@@ -34,7 +34,7 @@ class ToolResultCompactionManager(ContextManager):
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
         if runtime.offloader is None:
-            raise OffloadError("compaction needs an offload store (configure offload:, or pass offloader=)")
+            raise OffloadError(f"compaction {NO_STORE}")
         msgs = context.messages
         names = tool_names(msgs)
         excluded = set(self.config["exclude_tools"]) | RECALL_TOOLS

@@ -11,7 +11,7 @@ from ..errors import OffloadError
 from ..messages import RECALL_TOOLS, text_of, tool_names, trailing_tool_start
 from ..tokens import TokenCounter
 from ..types import Hook
-from .base import ContextManager, Runtime, builtin_schema
+from .base import NO_STORE, ContextManager, Runtime, builtin_schema
 
 # A notice of an earlier offloading truncation: such content is never cut again.
 OFFLOADED = re.compile(r"\[truncated: original [\d,]+ chars[^\]]*stored as (t-[0-9a-f]{32})")
@@ -69,9 +69,7 @@ class ToolsOutputTruncateManager(ContextManager):
         ref = None
         if self.config.get("offload"):
             if runtime.offloader is None:
-                raise OffloadError(
-                    "offload: true needs an offload store (configure offload:, or pass offloader=)"
-                )
+                raise OffloadError(f"offload: true {NO_STORE}")
             # Archive first: nothing is cut unless the whole output is safely stored.
             ref = runtime.offloader.store_tool_result(
                 runtime.session, text, tool_call_id=m.get("tool_call_id")

@@ -246,8 +246,6 @@ def test_reserve_tokens_keeps_the_newest_by_tokens():
 
 def test_loop_protection_within_one_execution():
     """At most max_per_execution summaries per execution; a new execution may summarise again."""
-    from ctxmgmt.hooks import run_hook
-
     d = summarizer(summary_ratio=0.3, preserve_recent_messages=2, max_per_execution=1)
     filler = "detail " * 40
     ctx = Context(
@@ -261,7 +259,6 @@ def test_loop_protection_within_one_execution():
     assert "max_per_execution" in second.trace[0]["details"]["note"]
     third = d.apply("pre_llm", first.context, execution="e2")
     assert third.trace[0]["details"].get("summarized")
-    assert run_hook  # imported to show the runner path takes the same execution id
 
 
 def test_fallback_drop_archives_then_removes(chat_server, models, tmp_path):
@@ -277,7 +274,8 @@ def test_fallback_drop_archives_then_removes(chat_server, models, tmp_path):
     assert len(result.context.messages) < len(ctx.messages)
     assert "dropped after archiving" in result.trace[0]["details"]["fallback"]
     [archived] = [e for e in store.list("s") if e["kind"] == "messages"]
-    assert json.loads(store.read("s", archived["ref"]).text)[0] == ctx.messages[0] or archived["count"] > 0
+    removed = [m for m in ctx.messages if m not in result.context.messages]
+    assert removed and json.loads(store.read("s", archived["ref"]).text) == removed
     chat_server.fail(500, "down")
     chat_server.fail(500, "down")
     without_store = d.apply("pre_llm", ctx, models=models)
