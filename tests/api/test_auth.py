@@ -54,3 +54,22 @@ def test_missing_key_variable_is_a_config_error(monkeypatch):
     monkeypatch.delenv("NOPE_KEY", raising=False)
     with pytest.raises(ConfigError, match="NOPE_KEY"):
         ServerConfig.from_dict({"api_keys": [{"name": "n", "scope": "read", "key_env": "NOPE_KEY"}]})
+
+
+def test_offload_endpoints_follow_the_api_keys(store, monkeypatch, tmp_path):
+    """Reading offloaded content needs a valid key when keys are configured."""
+    from ctxmgmt.offload import LocalOffloader
+
+    offloader = LocalOffloader(tmp_path)
+    ref = offloader.store_tool_result("mem", "secret output")
+    config = ServerConfig.from_dict(
+        {"api_keys": [{"name": "r", "scope": "read", "key_sha256": hashlib.sha256(b"r-key").hexdigest()}]}
+    )
+    with (
+        LiveServer(create_app(store, config=config, offloader=offloader)) as server,
+        httpx.Client(base_url=server.url) as client,
+    ):
+        url = f"/_plugins/_ml/offload/{ref}?session=mem"
+        assert client.get(url).status_code == 401
+        assert client.get("/_plugins/_ml/offload/_search?session=mem&pattern=secret").status_code == 401
+        assert client.get(url, headers={"x-api-key": "r-key"}).json()["text"] == "secret output"

@@ -15,6 +15,11 @@ from ctxmgmt.messages import SUMMARY_PREFIX, check_messages
 from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.testing import conversations
 
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+}
 NOTICE = re.compile(
     r"\n?\[truncated: original [^\]]*chars (\d+)-(\d+) are stored as (t-[0-9a-f]{32})[^\]]*\]\n"
 )
@@ -118,11 +123,7 @@ def test_a_failing_store_removes_nothing(tmp_path, monkeypatch):
         os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
     )
     big = {"role": "tool", "tool_call_id": "a", "content": "x" * 5000}
-    call = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
-    }
+    call = CALL
     msgs = [{"role": "user", "content": "task"}, call, big] + [
         {"role": "assistant", "content": f"s{i}."} for i in range(20)
     ]
@@ -161,11 +162,7 @@ def test_offload_without_a_store_is_a_clear_error():
             },
         }
     )
-    call = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
-    }
+    call = CALL
     ctx = Context(
         messages=[
             {"role": "user", "content": "q"},
@@ -197,11 +194,7 @@ def test_summary_guides_to_the_archive(tmp_path):
 def test_retruncating_changes_nothing(tmp_path, mode):
     """Content already cut with offload is not cut again, even by a smaller limit."""
     store = LocalOffloader(tmp_path)
-    call = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
-    }
+    call = CALL
     ctx = Context(
         messages=[
             {"role": "user", "content": "q"},
