@@ -239,20 +239,7 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _definition(name_or_path: str) -> Definition:
-    path = Path(name_or_path)
-    if not path.exists():
-        for suffix in _SUFFIXES:
-            shipped = data_dir("definitions") / f"{name_or_path}{suffix}"
-            if "/" not in name_or_path and shipped.is_file():
-                path = shipped
-                break
-        else:
-            shipped_names = ", ".join(sorted(p.stem for p in data_dir("definitions").glob("*.yaml")))
-            raise _UsageError(
-                f"{name_or_path}: no such file, and no shipped definition has that name "
-                f"(shipped: {shipped_names})"
-            )
-    return load_definition(path)
+    return load_definition(name_or_path)
 
 
 def _read_input(name: str) -> Any:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._resources import data_dir
 from .context import ApplyResult, Context
 from .errors import ContextError, DefinitionError, Problem
 from .hooks import Entry, arun_hook, run_hook
@@ -139,7 +141,18 @@ class Definition:
         the input is never changed."""
         h = parse_hook(hook)
         counter = get_counter(context.model, self.tokenizer)
-        return run_hook(self.name, h, self._plan(h), context, counter, models, offloader, session, execution)
+        return run_hook(
+            self.name,
+            h,
+            self._plan(h),
+            context,
+            counter,
+            models,
+            offloader,
+            session,
+            execution,
+            self.settings,
+        )
 
     async def aapply(
         self,
@@ -155,7 +168,16 @@ class Definition:
         h = parse_hook(hook)
         counter = get_counter(context.model, self.tokenizer)
         return await arun_hook(
-            self.name, h, self._plan(h), context, counter, models, offloader, session, execution
+            self.name,
+            h,
+            self._plan(h),
+            context,
+            counter,
+            models,
+            offloader,
+            session,
+            execution,
+            self.settings,
         )
 
     @property
@@ -187,19 +209,47 @@ def load_definition(
     *,
     registry: ManagerRegistry | None = None,
 ) -> Definition:
-    """A validated definition from a YAML/JSON file path or a mapping.
+    """A validated definition from a YAML/JSON file path, the name of a shipped
+    definition (``"default"``), or a mapping.
 
     Raises DefinitionError with every problem, each with its JSON pointer (and its
     line, for files).
     """
     if isinstance(source, Mapping):
         return Definition.from_dict(source, registry=registry)
-    document = load_document(source)
+    document = load_document(_path(source))
     if document.problems and document.data is None:
         raise DefinitionError(document.problems)
     if not isinstance(document.data, Mapping):
         raise DefinitionError(validate_definition(document, registry=registry))
     return Definition.from_dict(document.data, registry=registry, document=document)
+
+
+def shipped_definitions() -> dict[str, Path]:
+    """The definitions that ship with ctxmgmt, by name."""
+    return {p.stem: p for p in sorted(data_dir("definitions").glob("*.yaml"))}
+
+
+def _path(source: str | Path) -> Path:
+    """A file, or else the shipped definition of that name."""
+    path = Path(source)
+    if path.exists() or not _SHIPPED_NAME.fullmatch(str(source)):
+        return path
+    shipped = shipped_definitions()
+    if str(source) in shipped:
+        return shipped[str(source)]
+    raise DefinitionError(
+        [
+            Problem(
+                "",
+                f"no such file, and no shipped definition has that name (shipped: {', '.join(shipped)})",
+                source=str(source),
+            )
+        ]
+    )
+
+
+_SHIPPED_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,48}")
 
 
 def check_definition(

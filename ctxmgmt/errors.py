@@ -36,11 +36,12 @@ class Problem:
     severity: Literal["error", "warning"] = "error"
 
     def __str__(self) -> str:
-        where = self.source or "<definition>"
+        where = self.source or ""
         if self.line is not None:
             where += f":{self.line}"
+        where = f"{where}: " if where else ""
         prefix = "warning: " if self.severity == "warning" else ""
-        return f"{where}: {prefix}{self.pointer or '/'}: {self.message}"
+        return f"{where}{prefix}{self.pointer or '/'}: {self.message}"
 
     def to_dict(self) -> dict[str, object]:
         return {

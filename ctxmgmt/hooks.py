@@ -9,15 +9,16 @@ the context stays as it was and the trace says why; with ``fail`` it raises
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .context import ApplyResult, Context
-from .errors import ManagerError
+from .errors import ContextError, ManagerError
+from .fit import Fit
 from .managers.base import Runtime
 from .messages import check_messages
-from .rules import Activation, Facts
+from .rules import Facts, Gate
 from .types import Hook, TraceEntry
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class Entry:
     index: int
     type: str
     manager: Any
-    activation: Activation
+    activation: Gate
     on_error: str
 
 
@@ -50,7 +51,9 @@ class _Run:
         offloader: Offloader | None = None,
         session: str = "default",
         execution: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
+        self.settings = settings or {}
         self.execution = execution
         self.offloader = offloader
         self.session = session
@@ -152,6 +155,29 @@ class _Run:
             }
         )
 
+    def fit(self, index: int) -> None:
+        """The final step of ``pre_llm``: the request fits its window (see :mod:`ctxmgmt.fit`).
+        A context that cannot fit raises ContextError; the LLM is never called with it."""
+        if (
+            self.hook is not Hook.PRE_LLM
+            or not self.context.context_window
+            or not self.settings.get("fit", True)
+        ):
+            return
+        step = Fit(self.settings)
+        entry = Entry(index, Fit.type_name, step, step.activation, "fail")
+        started = self.start(entry)
+        if started is None:
+            return
+        try:
+            output = step.apply(self.context, started[0])
+        except ContextError:
+            raise
+        except Exception as exc:
+            self.finish(entry, started, exc=exc)
+        else:
+            self.finish(entry, started, output)
+
     def result(self) -> ApplyResult:
         return ApplyResult(self.context, tuple(self.trace))
 
@@ -166,8 +192,9 @@ def run_hook(
     offloader: Offloader | None = None,
     session: str = "default",
     execution: str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, models, offloader, session, execution)
+    run = _Run(definition, hook, context, counter, models, offloader, session, execution, settings)
     for entry in entries:
         started = run.start(entry)
         if started is None:
@@ -178,6 +205,7 @@ def run_hook(
             run.finish(entry, started, exc=exc)
         else:
             run.finish(entry, started, output)
+    run.fit(len(entries))
     return run.result()
 
 
@@ -191,8 +219,9 @@ async def arun_hook(
     offloader: Offloader | None = None,
     session: str = "default",
     execution: str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, models, offloader, session, execution)
+    run = _Run(definition, hook, context, counter, models, offloader, session, execution, settings)
     for entry in entries:
         started = run.start(entry)
         if started is None:
@@ -207,4 +236,5 @@ async def arun_hook(
             run.finish(entry, started, exc=exc)
         else:
             run.finish(entry, started, output)
+    run.fit(len(entries))
     return run.result()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .messages import trailing_tool_start
 
@@ -52,6 +52,12 @@ class Facts:
     @property
     def context_window(self) -> int | None:
         return self._context.context_window
+
+
+class Gate(Protocol):
+    """What decides whether an entry runs: an :class:`Activation`, or the fit step's own check."""
+
+    def evaluate(self, facts: Facts) -> tuple[bool, dict[str, Any]]: ...
 
 
 def _value(rule: str, facts: Facts) -> float | None:

@@ -32,6 +32,7 @@ from .managers.summarization import DEFAULT_PROMPT
 from .messages import is_summary
 from .offload import Offloader
 from .store import AgentStore, DefinitionStore, MemoryStore
+from .summaries import STATE_KEY
 from .tools import Tool, ToolRegistry, default_tools, recall_tools
 from .types import Hook
 from .validation import validate_definition
@@ -277,6 +278,9 @@ class Runner:
         agent = await asyncio.to_thread(self.agents.get, agent_id)
         definition, _ = await asyncio.to_thread(self._resolve, agent, None)
         base, state, length = await asyncio.to_thread(self._continue, memory_id, agent_id)
+        running = state.get(STATE_KEY)
+        if isinstance(running, dict):  # asked for now: summarise even with no new message
+            state[STATE_KEY] = {k: v for k, v in running.items() if k != "upto"}
         config = _summarizer_config(definition)
         if instruction:
             prompt = config.get("summarization_system_prompt") or DEFAULT_PROMPT

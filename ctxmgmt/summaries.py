@@ -8,14 +8,22 @@ needs no LLM: it picks sentences by cue words and keeps identifiers verbatim
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .messages import SUMMARY_PREFIX, is_summary, text_of
 
+if TYPE_CHECKING:
+    from .context import Context
+
 __all__ = ["SECTIONS", "merge", "parse_rendered", "render", "summarize_offline"]
+
+STATE_KEY = "summary"
+"""Context state key of the running summary: its sections, how many messages it covers,
+and the archives it guides to."""
 
 Sections = dict[str, list[str]]
 
@@ -242,3 +250,42 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
         key = next(k for k in _trim_order(out) if out.get(k))
         out[key].pop(0)
     return out
+
+
+def previous(context: Context) -> tuple[Sections | None, int, list[dict[str, Any]]]:
+    """The running summary of a context: (sections, messages it covers, archives). From the
+    state when kept there, else read back from the newest summary message."""
+    state = context.state.get(STATE_KEY)
+    if isinstance(state, dict) and isinstance(state.get("sections"), dict):
+        archives = [a for a in state.get("archives", ()) if isinstance(a, dict)]
+        sections = {k: list(v) for k, v in state["sections"].items()}
+        return sections, int(state.get("summarized", 0)), archives
+    for m in reversed(context.messages):
+        if is_summary(m):
+            sections, count = parse_rendered(text_of(m.get("content")))
+            return sections, count, []
+    return None, 0, []
+
+
+def with_summary(
+    context: Context, removed: Iterable[int], cut: int, summary: Mapping[str, Any], state: Mapping[str, Any]
+) -> Context:
+    """The context with the ``removed`` messages (all before ``cut``) and every earlier
+    summary replaced by ``summary``, placed after the kept messages before ``cut``
+    (the system messages and the pinned task); ``state`` becomes the running summary."""
+    msgs = context.messages
+    gone = set(removed)
+    head = [m for i, m in enumerate(msgs[:cut]) if i not in gone and not is_summary(m)]
+    tail = [m for m in msgs[cut:] if not is_summary(m)]
+    old = context.state.get(STATE_KEY)
+    merged = {**(old if isinstance(old, dict) else {}), **state}
+    return context.with_messages([*head, summary, *tail], state={**context.state, STATE_KEY: merged})
+
+
+def last_message_key(context: Context) -> str | None:
+    """A fingerprint of the newest message: a summary records it, so that a second run
+    with no new message does not summarise again."""
+    if not context.messages:
+        return None
+    data = json.dumps(context.messages[-1], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:32]

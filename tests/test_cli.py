@@ -145,6 +145,7 @@ def test_apply_offloads_with_a_folder(tmp_path):
         "s1",
     )
     assert run.returncode == 0, run.stderr
-    [entry] = json.loads(run.stdout)["trace"]
+    [entry, fit] = json.loads(run.stdout)["trace"]
     assert entry["error"] is None and entry["tokens_after"] < entry["tokens_before"] / 2
+    assert fit["type"] == "fit" and not fit["activated"]
     assert list((tmp_path / "archive").glob("*/t-*.txt"))

@@ -14,10 +14,19 @@ from ..context import Context
 from ..errors import LLMError
 from ..llm import ChatClient, parse_json_object
 from ..messages import SYSTEM_ROLES, is_summary, last_task_index, text_of, units
-from ..summaries import SECTIONS, Sections, bound, merge, parse_rendered, render, summarize_offline
+from ..summaries import (
+    SECTIONS,
+    STATE_KEY,
+    Sections,
+    bound,
+    last_message_key,
+    merge,
+    previous,
+    render,
+    summarize_offline,
+    with_summary,
+)
 from .base import ContextManager, Runtime, builtin_schema
-
-STATE_KEY = "summary"
 
 DEFAULT_PROMPT = (
     "You maintain the running summary of an AI agent's conversation. Merge the previous "
@@ -146,8 +155,9 @@ class SummarizationManager(ContextManager):
             task = last_task_index(msgs)
             if task is not None:
                 pinned.add(task)
-        summaries = [i for i, m in enumerate(msgs) if is_summary(m)]
-        countable = [i for i, m in enumerate(msgs) if i not in pinned and i not in summaries]
+        summaries = {i for i, m in enumerate(msgs) if is_summary(m)}
+        skip = pinned | summaries  # kept, and not counted as recent
+        countable = [i for i in range(len(msgs)) if i not in skip]
         preserve: int = self.config["preserve_recent_messages"]
         # Messages at or after `limit` are recent and kept; the cut never goes past it.
         limit = countable[-preserve] if 0 < preserve <= len(countable) else len(msgs)
@@ -160,7 +170,7 @@ class SummarizationManager(ContextManager):
             kept_tokens = 0
             tokens_of = runtime.counter.message
             for start, end in reversed(units(msgs)):
-                cost = sum(tokens_of(msgs[i], i) for i in range(start, end) if i not in pinned)
+                cost = sum(tokens_of(msgs[i], i) for i in range(start, end) if i not in skip)
                 if kept_tokens + cost > reserve:
                     break
                 kept_tokens += cost
@@ -171,24 +181,30 @@ class SummarizationManager(ContextManager):
         for start, end in units(msgs):
             if end > limit or len(removed) >= wanted:
                 break
-            removed.extend(i for i in range(start, end) if i not in pinned and i not in summaries)
+            removed.extend(i for i in range(start, end) if i not in skip)
             cut = end
         if not removed:
             runtime.details["note"] = "nothing to summarise: the messages are recent or pinned"
             return None
-        previous, count = self._previous(context, summaries)
-        return _Plan(tuple(removed), cut, previous, count)
+        sections, count, _ = previous(context)
+        return _Plan(tuple(removed), cut, sections, count)
 
     def _reserve(self, context: Context) -> int | None:
+        """The tokens of newest messages to keep: reserve_tokens, reserve_ratio of the
+        window, or the smaller of the two when both are given."""
+        given = []
         if "reserve_tokens" in self.config:
-            return int(self.config["reserve_tokens"])
+            given.append(int(self.config["reserve_tokens"]))
         if "reserve_ratio" in self.config and context.context_window:
-            return int(self.config["reserve_ratio"] * context.context_window)
-        return None
+            given.append(int(self.config["reserve_ratio"] * context.context_window))
+        return min(given) if given else None
 
     def _loop_guard(self, context: Context, runtime: Runtime) -> str | None:
-        """Why not to summarise again in this execution, or None."""
+        """Why not to summarise again now, or None."""
         state = context.state.get(STATE_KEY)
+        if isinstance(state, dict) and state.get("upto") and state["upto"] == last_message_key(context):
+            # Summarising what was already summarised would only lose more.
+            return "no message has arrived since the last summary"
         last = state.get("execution") if isinstance(state, dict) else None
         if runtime.execution is None or not isinstance(last, dict) or last.get("id") != runtime.execution:
             return None
@@ -200,16 +216,6 @@ class SummarizationManager(ContextManager):
                 f"(min_saving_ratio {self.config['min_saving_ratio']:.0%})"
             )
         return None
-
-    @staticmethod
-    def _previous(context: Context, summaries: list[int]) -> tuple[Sections | None, int]:
-        state = context.state.get(STATE_KEY)
-        if isinstance(state, dict) and isinstance(state.get("sections"), dict):
-            return {k: list(v) for k, v in state["sections"].items()}, int(state.get("summarized", 0))
-        if summaries:  # no state was kept: read the summary message back
-            sections, count = parse_rendered(text_of(context.messages[summaries[-1]].get("content")))
-            return sections, count
-        return None, 0
 
     # -- model -----------------------------------------------------------------------
     def _request(
@@ -271,19 +277,13 @@ class SummarizationManager(ContextManager):
         )
         limit = min(self.config["max_summary_tokens"], max(64, replaced // 2))
         sections = bound(sections, summarized, limit, runtime.counter.text)
-        previous_state = context.state.get(STATE_KEY)
-        archives = list(previous_state.get("archives", [])) if isinstance(previous_state, dict) else []
+        archives = previous(context)[2]
         if archive is not None:
             archives.append(archive)
         summary = {"role": self.config["summary_role"], "content": render(sections, summarized, archives)}
-        removed = set(plan.removed)
-        head = [m for i, m in enumerate(msgs[: plan.cut]) if i not in removed and not is_summary(m)]
-        tail = [m for m in msgs[plan.cut :] if not is_summary(m)]
-        state = {
-            **context.state,
-            STATE_KEY: {"sections": sections, "summarized": summarized, "archives": archives},
-        }
-        new = context.with_messages([*head, summary, *tail], state=state)
+        state = {"sections": sections, "summarized": summarized, "archives": archives}
+        new = with_summary(context, plan.removed, plan.cut, summary, state)
+        new.state[STATE_KEY]["upto"] = last_message_key(new)
         before = runtime.counter.context(context)[0]
         after = runtime.counter.context(new)[0]
         if after >= before:

@@ -15,6 +15,26 @@ from .base import NO_STORE, ContextManager, Runtime, builtin_schema
 
 # A notice of an earlier offloading truncation: such content is never cut again.
 OFFLOADED = re.compile(r"\[truncated: original [\d,]+ chars[^\]]*stored as (t-[0-9a-f]{32})")
+# Any truncation notice (the stamp of content cut before): the original's size in chars,
+# and in tokens when a token limit applied.
+STAMP = re.compile(r"\[truncated: original ([\d,]+) chars(?:, (~?[\d,]+) tokens)?[;\]]")
+
+
+def stamp(text: str) -> tuple[int, str | None] | None:
+    """The original size recorded by an earlier cut: (chars, tokens as written), or None."""
+    found = STAMP.search(text)
+    if found is None:
+        return None
+    return int(found.group(1).replace(",", "")), found.group(2)
+
+
+def with_text(m: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The message with its text replaced; other content parts (images) are kept."""
+    content = m.get("content")
+    if isinstance(content, list):
+        others = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
+        return {**m, "content": [{"type": "text", "text": text}, *others]}
+    return {**m, "content": text}
 
 
 class ToolsOutputTruncateManager(ContextManager):
@@ -25,7 +45,9 @@ class ToolsOutputTruncateManager(ContextManager):
     original length in characters, and in tokens when a token limit applies. At
     ``post_tool`` only the newest results (the trailing tool messages) are looked
     at; at other hooks, every tool result. Content already within the limits is
-    left alone, so a second run changes nothing.
+    left alone, and content that any entry cut before is recognised by its marker
+    and never cut again, so a second run changes nothing and the marker always
+    gives the original's size.
     """
 
     type_name = "ToolsOutputTruncateManager"
@@ -53,18 +75,17 @@ class ToolsOutputTruncateManager(ContextManager):
         """Whether a tool result is within the limits, or was already cut with its notice."""
         text = text_of(m.get("content"))
         if len(text) > self.config["max_output_length"]:
-            return bool(OFFLOADED.search(text))
+            return STAMP.search(text) is not None
         limit = self.config.get("max_output_tokens")
         # Cheap sufficient checks first: every token is at least one byte, and a message
         # counts at least its content's tokens (its count is memoised per message).
         if limit is None or (text.isascii() and len(text) <= limit) or counter.message(m, index) <= limit:
             return True
-        return counter.text(text) <= int(limit) or bool(OFFLOADED.search(text))
+        return counter.text(text) <= int(limit) or STAMP.search(text) is not None
 
     def _truncate(self, m: Mapping[str, Any], runtime: Runtime) -> dict[str, Any]:
         """The result cut to the limits (archived first with offload). It must not fit."""
-        content = m.get("content")
-        text = text_of(content)
+        text = text_of(m.get("content"))
         counter = runtime.counter
         ref = None
         if self.config.get("offload"):
@@ -75,28 +96,33 @@ class ToolsOutputTruncateManager(ContextManager):
                 runtime.session, text, tool_call_id=m.get("tool_call_id")
             )
             runtime.details.setdefault("offloaded", []).append(ref)
-        kept = self.cut(text, counter, ref)
-        if isinstance(content, list):
-            others = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
-            return {**m, "content": [{"type": "text", "text": kept}, *others]}
-        return {**m, "content": kept}
+        return with_text(m, self.cut(text, counter, ref))
 
-    def cut(self, text: str, counter: TokenCounter, ref: str | None = None) -> str:
+    def cut(
+        self,
+        text: str,
+        counter: TokenCounter,
+        ref: str | None = None,
+        original: tuple[int, str | None] | None = None,
+    ) -> str:
         """``text`` cut to the limits with a notice; the result is within both limits.
-        With ``ref``, the notice says which characters are stored there and how to read them."""
+        With ``ref``, the notice says which characters are stored there and how to read them.
+        ``original`` is the size an earlier cut recorded (see :func:`stamp`): the notice
+        keeps it, so that re-cutting never loses the real size."""
         max_chars: int = self.config["max_output_length"]
         max_tokens: int | None = self.config.get("max_output_tokens")
         mode: str = self.config["mode"]
         n = len(text)
         with_tokens = max_tokens is not None
+        size = self._size(text, counter, with_tokens, original)
         # Size the pieces against the longest notice this text can get.
-        bound = self._marker(text, counter, with_tokens, ref, (n, n))
+        bound = self._marker(size, ref, (n, n))
         chars = max_chars - len(bound)
         tokens = None if max_tokens is None else max_tokens - counter.text(bound) - 2
         marker = bound
         for _ in range(8):
             head, tail = self._pieces(text, chars, tokens, mode, counter)
-            marker = self._marker(text, counter, with_tokens, ref, (len(head), n - len(tail)))
+            marker = self._marker(size, ref, (len(head), n - len(tail)))
             result = marker.lstrip("\n") + tail if mode == "tail" else head + marker + tail
             if len(result) <= max_chars and (max_tokens is None or counter.text(result) <= max_tokens):
                 return result
@@ -134,13 +160,21 @@ class ToolsOutputTruncateManager(ContextManager):
         return piece
 
     @staticmethod
-    def _marker(
-        text: str, counter: TokenCounter, with_tokens: bool, ref: str | None, missing: tuple[int, int]
+    def _size(
+        text: str, counter: TokenCounter, with_tokens: bool, original: tuple[int, str | None] | None
     ) -> str:
+        """The original's size as the notice gives it."""
+        if original is not None:
+            chars, tokens = original
+            return f"{chars:,} chars" + (f", {tokens} tokens" if tokens else "")
         size = f"{len(text):,} chars"
         if with_tokens:
             approx = "~" if counter.is_estimate(text) else ""
             size += f", {approx}{counter.text(text):,} tokens"
+        return size
+
+    @staticmethod
+    def _marker(size: str, ref: str | None, missing: tuple[int, int]) -> str:
         if ref is None:
             return f"\n[truncated: original {size}]\n"
         start, end = missing

@@ -20,9 +20,10 @@ def api(store, agent_models, tools):
 
 
 def managers(answer):
-    """The manager types that ran, per the execution's trace."""
+    """The definition's manager types in the execution's trace (not the final fit step)."""
     output = {o["name"]: o["result"] for o in answer["inference_results"][0]["output"]}
-    return {e["type"] for t in output["context_management"]["trace"] for e in t["entries"]}, output
+    trace = output["context_management"]["trace"]
+    return {e["type"] for t in trace for e in t["entries"] if e["type"] != "fit"}, output
 
 
 def execute(api, agent_id, **parameters):

@@ -254,11 +254,29 @@ def test_loop_protection_within_one_execution():
     )
     first = d.apply("pre_llm", ctx, execution="e1")
     assert first.trace[0]["details"].get("summarized")
-    second = d.apply("pre_llm", first.context, execution="e1")
-    assert second.context.messages == first.context.messages
+    grown = first.context.with_messages([*first.context.messages, {"role": "assistant", "content": filler}])
+    second = d.apply("pre_llm", grown, execution="e1")
+    assert second.context.messages == grown.messages
     assert "max_per_execution" in second.trace[0]["details"]["note"]
-    third = d.apply("pre_llm", first.context, execution="e2")
+    third = d.apply("pre_llm", grown, execution="e2")
     assert third.trace[0]["details"].get("summarized")
+
+
+def test_no_second_summary_without_a_new_message():
+    """Applied to its own output, with no new message, the summariser changes nothing;
+    one new message lets it summarise again."""
+    d = summarizer(summary_ratio=0.5, preserve_recent_messages=2)
+    filler = "detail " * 40
+    ctx = Context(
+        messages=[{"role": "user", "content": "task"}]
+        + [{"role": "assistant", "content": f"step {i}: {filler}"} for i in range(40)]
+    )
+    first = d.apply("pre_llm", ctx)
+    again = d.apply("pre_llm", first.context)
+    assert again.context.messages == first.context.messages
+    assert again.trace[0]["details"]["note"] == "no message has arrived since the last summary"
+    grown = first.context.with_messages([*first.context.messages, {"role": "user", "content": "more"}])
+    assert d.apply("pre_llm", grown).trace[0]["details"].get("summarized")
 
 
 def test_fallback_drop_archives_then_removes(chat_server, models, tmp_path):

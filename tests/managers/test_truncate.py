@@ -134,3 +134,28 @@ def test_recalled_context_is_never_cut():
     ]
     out = truncate(max_output_length=100).apply("post_tool", Context(messages=msgs)).context.messages
     assert out[2]["content"] == "a" * 900 and len(out[3]["content"]) <= 100
+
+
+@pytest.mark.parametrize("hook", ["post_tool", "pre_llm"])
+def test_a_cut_output_is_never_cut_again_and_keeps_the_original_size(hook):
+    """Two entries: the second cuts a 70-char output to its token limit; neither entry cuts
+    that output again, on this run or the next, and the marker gives the original's size."""
+    entries = [
+        {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 75}},
+        {"type": "ToolsOutputTruncateManager", "config": {"max_output_tokens": 64}},
+    ]
+    d = load_definition({"name": "t", "hooks": {hook: entries}})
+    msgs = [{"role": "user", "content": "q"}, CALL, {"role": "tool", "tool_call_id": "a", "content": "é:" * 35}]
+    first = d.apply(hook, Context(messages=msgs)).context
+    cut = first.messages[2]["content"]
+    assert "[truncated: original 70 chars," in cut
+    second = d.apply(hook, first)
+    assert second.context.messages == first.messages
+    assert not any(e["details"].get("truncated") for e in second.trace)
+
+
+def test_a_stamped_output_over_a_stricter_limit_is_left_as_cut():
+    """Content that any entry cut is recognised by its notice: a later, stricter entry leaves it."""
+    text = "x" * 900 + "\n[truncated: original 5,000 chars]\n" + "y" * 100
+    out = run(text, max_output_length=200).context.messages[2]["content"]
+    assert out == text

@@ -1,0 +1,225 @@
+"""The fit step: every ``pre_llm`` run ends with a request that fits its window.
+
+A request fits when its system prompt, tool schemas and messages, plus the tokens
+reserved for the reply (``settings.reserve_output_tokens``, by default
+``min(8192, context_window // 4)``), are at most ``context_window``. When the
+definition's own entries leave more, this step, traced as its own entry of type
+``fit``, makes it fit:
+
+1. it removes the oldest whole units (a message, or a tool call with all its
+   results), never the system messages, the pinned task or the summary, and the
+   newest unit only last; what it removes is archived first when a store is given,
+   and merged into the running summary, so nothing removed is lost;
+2. if that is not enough, it cuts the largest tool results that are kept, with the
+   usual truncation notice (archived first when a store is given);
+3. if even that is not enough, it removes the newest unit too;
+4. if the system prompt, tool schemas, pinned messages and reserve alone exceed the
+   window, it raises :class:`~ctxmgmt.ContextError` naming the numbers.
+
+``settings: {fit: false}`` turns the step off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .context import Context
+from .errors import ContextError, CtxmgmtError, Problem
+from .managers.base import Runtime
+from .managers.truncate import OFFLOADED, ToolsOutputTruncateManager, stamp, with_text
+from .messages import RECALL_TOOLS, SYSTEM_ROLES, is_summary, last_task_index, text_of, tool_names, units
+from .rules import Facts
+from .summaries import bound, previous, render, summarize_offline, with_summary
+from .tokens import MESSAGE_OVERHEAD
+
+__all__ = ["DEFAULT_RESERVE_CAP", "Fit", "reserve_tokens"]
+
+DEFAULT_RESERVE_CAP = 8192
+SUMMARY_CAP = 2000
+"""At most this many tokens of summary, and at most an eighth of the room for the input."""
+_MIN_RESULT_TOKENS = 48
+"""A tool result is not cut below this many tokens of content (its notice needs ~30)."""
+
+
+def reserve_tokens(window: int, settings: Mapping[str, Any]) -> int:
+    """The tokens kept free for the reply."""
+    value = settings.get("reserve_output_tokens")
+    return min(DEFAULT_RESERVE_CAP, window // 4) if value is None else int(value)
+
+
+class _Gate:
+    """The fit step's gate: fires when the request plus the reserve exceeds the window."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.settings = settings
+
+    def evaluate(self, facts: Facts) -> tuple[bool, dict[str, Any]]:
+        window = facts.context_window
+        if not window:
+            return False, {"note": "the context window is unknown; set context_window"}
+        reserve = reserve_tokens(window, self.settings)
+        tokens = facts.tokens
+        fired = tokens + reserve > window
+        return fired, {"tokens": tokens, "reserve_output_tokens": reserve, "context_window": window}
+
+
+class Fit:
+    """Makes a context fit its window (see the module docstring)."""
+
+    type_name = "fit"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.activation = _Gate(settings)
+        self.settings = settings
+
+    def apply(self, context: Context, runtime: Runtime) -> Context:
+        window = context.context_window
+        assert window is not None  # the gate does not fire without one
+        budget = window - reserve_tokens(window, self.settings)
+        counter = runtime.counter
+        spans = _removable(context.messages)
+        summary_room = min(SUMMARY_CAP, max(64, budget // 8))
+        runtime.details["removed"] = 0
+        # 1. The oldest whole units, the newest one last.
+        out = self._drop(context, spans[:-1], budget, summary_room, runtime)
+        # 2. The largest tool results that are kept.
+        if counter.context(out)[0] > budget:
+            out = self._cut(out, budget, runtime)
+        # 3. The newest unit too.
+        if counter.context(out)[0] > budget and spans:
+            out = self._drop(out, _removable(out.messages), budget, summary_room, runtime)
+        total = counter.context(out)[0]
+        if total > budget:
+            raise _too_large(out, runtime, window, window - budget)
+        return out
+
+    def _drop(
+        self,
+        context: Context,
+        spans: Sequence[tuple[int, int]],
+        budget: int,
+        summary_room: int,
+        runtime: Runtime,
+    ) -> Context:
+        """Remove the oldest of ``spans`` until the context fits, merging them into the
+        summary (archived first with a store)."""
+        counter = runtime.counter
+        msgs = context.messages
+        total = counter.context(context)[0]
+        old_summary = sum(counter.message(m, i) for i, m in enumerate(msgs) if is_summary(m))
+        # The new summary replaces the old one and takes at most summary_room tokens.
+        growth = max(0, summary_room + MESSAGE_OVERHEAD - old_summary)
+        removed: list[int] = []
+        cut = 0
+        freed = 0
+        for start, end in spans:
+            if total - freed + growth <= budget:
+                break
+            removed.extend(range(start, end))
+            freed += sum(counter.message(msgs[i], i) for i in range(start, end))
+            cut = end
+        if not removed:
+            return context
+        gone = [msgs[i] for i in removed]
+        sections, summarized, archives = previous(context)
+        if runtime.offloader is not None:
+            ref = runtime.offloader.store_messages(runtime.session, [dict(m) for m in gone])
+            archives.append({"ref": ref, "count": len(gone)})
+            runtime.details.setdefault("offloaded", []).append(ref)
+        summarized += len(gone)
+        sections = bound(summarize_offline(gone, sections), summarized, summary_room, counter.text)
+        role = next((m.get("role") for m in msgs if is_summary(m)), "user")
+        summary = {"role": role, "content": render(sections, summarized, archives)}
+        state = {"sections": sections, "summarized": summarized, "archives": archives}
+        runtime.details["removed"] += len(gone)
+        return with_summary(context, removed, cut, summary, state)
+
+    def _cut(self, context: Context, budget: int, runtime: Runtime) -> Context:
+        """Cut the largest kept tool results until the context fits (recalled ones last)."""
+        counter = runtime.counter
+        msgs = context.messages
+        names = tool_names(msgs)
+        results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
+        results.sort(
+            key=lambda i: (
+                names.get(str(msgs[i].get("tool_call_id"))) in RECALL_TOOLS,
+                -counter.message(msgs[i], i),
+            )
+        )
+        need = counter.context(context)[0] - budget
+        changed: dict[int, Mapping[str, Any]] = {}
+        for i in results:
+            if need <= 0:
+                break
+            m = msgs[i]
+            content_tokens = counter.text(text_of(m.get("content")))
+            target = max(_MIN_RESULT_TOKENS, content_tokens - need - 8)
+            if target >= content_tokens:
+                continue
+            new = _shrink(m, target, runtime)
+            need -= counter.message(m, i) - counter.message(new)
+            changed[i] = new
+        runtime.details["cut"] = len(changed)
+        if not changed:
+            return context
+        return context.with_messages([changed.get(i, m) for i, m in enumerate(msgs)])
+
+
+def _pinned(msgs: Sequence[Mapping[str, Any]]) -> set[int]:
+    """What the fit step keeps: system and developer messages, the task, summaries."""
+    pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES or is_summary(m)}
+    task = last_task_index(msgs)
+    if task is not None:
+        pinned.add(task)
+    return pinned
+
+
+def _removable(msgs: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """The units the fit step may remove, oldest first: all but the pinned messages."""
+    pinned = _pinned(msgs)
+    return [u for u in units(msgs) if not (u[1] - u[0] == 1 and u[0] in pinned)]
+
+
+def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, Any]:
+    """A tool result cut to ``tokens`` tokens of content. Its whole text is archived first
+    with a store; an output cut before is cut again from its archived original when there
+    is one, and its notice keeps the original's size either way."""
+    text = text_of(m.get("content"))
+    source, ref, original = text, None, stamp(text)
+    store = runtime.offloader
+    if store is not None:
+        earlier = OFFLOADED.search(text)
+        try:
+            if earlier is not None:
+                ref = earlier.group(1)
+                source, original = store.read(runtime.session, ref).text, None
+        except CtxmgmtError:  # not this session's archive: store what is here instead
+            ref = None
+        if ref is None:
+            ref = store.store_tool_result(runtime.session, text, tool_call_id=m.get("tool_call_id"))
+            runtime.details.setdefault("offloaded", []).append(ref)
+    cutter = ToolsOutputTruncateManager(
+        {"max_output_length": max(64, len(text)), "max_output_tokens": tokens, "mode": "head_tail"}
+    )
+    return with_text(m, cutter.cut(source, runtime.counter, ref, original))
+
+
+def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) -> ContextError:
+    counter = runtime.counter
+    prompt = counter.system_prompt(context.system_prompt)
+    tools = counter.tools(context.tools)
+    kept = counter.messages(context.messages)[0]
+    need = counter.context(context)[0] + reserve
+    return ContextError(
+        [
+            Problem(
+                "/context_window",
+                f"the request cannot fit: the system prompt ({prompt:,} tokens), the tool schemas "
+                f"({tools:,}), the messages that must stay (the task, system messages and summary: "
+                f"{kept:,}) and the reserve for the reply ({reserve:,}) need {need:,} tokens, "
+                f"and the window is {window:,}; shorten the system prompt or the task, send fewer "
+                "tools, lower settings.reserve_output_tokens, or use a model with a larger window",
+            )
+        ]
+    )

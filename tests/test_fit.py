@@ -1,0 +1,254 @@
+"""The fit step: after pre_llm, the request fits its window, for every shipped definition."""
+
+import json
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from ctxmgmt import Context, ContextError, get_counter, load_definition
+from ctxmgmt.fit import reserve_tokens
+from ctxmgmt.messages import is_summary, last_task_index
+from ctxmgmt.offload import LocalOffloader
+from ctxmgmt.testing import assert_valid_messages
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(p.stem for p in (ROOT / "definitions").glob("*.yaml"))
+WINDOWS = [8_000, 16_384, 32_000, 128_000, 200_000, 1_000_000]
+MODEL = "gpt-4o-mini"
+SYSTEM = "You are a coding agent. Work in small steps and run the tests after each change."
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run",
+            "description": "Run a shell command in the repository and return its output.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        },
+    }
+]
+
+
+def _words(rng: random.Random) -> str:
+    syllables = ["ka", "lo", "mi", "ten", "rus", "pa", "vel", "dor", "qui", "zen", "(", ")", "=", "_", "7", "42"]
+    return " ".join("".join(rng.choices(syllables, k=rng.randint(1, 4))) for _ in range(4096))
+
+
+def sized_conversation(tokens: int, seed: int) -> list[dict]:
+    """A valid agent conversation of about ``tokens`` tokens: a task, then assistant turns,
+    parallel tool calls and results from a few tokens to twice the target, and follow-ups."""
+    rng = random.Random(seed)
+    chunk = _words(rng)
+
+    def text(n_tokens: int) -> str:
+        chars = max(1, n_tokens * 4)
+        return (chunk * (chars // len(chunk) + 1))[rng.randrange(len(chunk)) :][:chars]
+
+    out: list[dict] = [{"role": "user", "content": "Task: " + text(40)}]
+    total, call = 50, 0
+    while total < tokens:
+        kind = rng.random()
+        if kind < 0.7:
+            n = rng.randint(1, 3)
+            ids = [f"call_{call + i}" for i in range(n)]
+            call += n
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None if rng.random() < 0.5 else text(rng.randint(5, 80)),
+                    "tool_calls": [
+                        {"id": i, "type": "function", "function": {"name": "run", "arguments": '{"cmd": "ls"}'}}
+                        for i in ids
+                    ],
+                }
+            )
+            for i in rng.sample(ids, n):
+                size = int(10 ** rng.uniform(1, max(1.5, __import__("math").log10(max(tokens, 100)))))
+                out.append({"role": "tool", "tool_call_id": i, "content": text(size)})
+                total += size
+        elif kind < 0.92:
+            size = rng.randint(5, 300)
+            out.append({"role": "assistant", "content": text(size)})
+            total += size
+        else:
+            size = rng.randint(5, 200)
+            out.append({"role": "user", "content": text(size)})
+            total += size
+    return out
+
+
+def fits(result, window: int, definition) -> None:
+    counter = get_counter(MODEL)
+    tokens = counter.context(result.context)[0]
+    reserve = reserve_tokens(window, definition.settings)
+    assert tokens + reserve <= window, f"{tokens} + {reserve} > {window}"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(SHIPPED),
+    window=st.sampled_from(WINDOWS),
+    factor=st.floats(0.5, 10),
+    seed=st.integers(0, 2**16),
+)
+@example(name="default", window=128_000, factor=2.2, seed=0)
+@example(name="tool-heavy", window=8_000, factor=10, seed=1)
+@example(name="long-running-agent", window=1_000_000, factor=10, seed=2)
+def test_every_shipped_definition_fits_its_window(name, window, factor, seed):
+    """For conversations up to 10x the window and windows of 8k to 1M tokens, every shipped
+    definition's pre_llm output fits, is valid, and keeps the system prompt and the task."""
+    definition = load_definition(name)
+    messages = sized_conversation(int(window * factor), seed)
+    ctx = Context(SYSTEM, messages, TOOLS, MODEL, window)
+    with tempfile.TemporaryDirectory() as folder:
+        result = definition.apply("pre_llm", ctx, offloader=LocalOffloader(folder), session="s")
+    fits(result, window, definition)
+    out = result.context.messages
+    assert_valid_messages(out)
+    assert result.context.system_prompt == SYSTEM and result.context.tools == ctx.tools
+    task = messages[last_task_index(messages)]
+    assert any(m is task for m in out), "the task was dropped"
+    assert result.trace[-1]["type"] == "fit"
+
+
+def conversation(n: int = 60, size: int = 400) -> list[dict]:
+    """A task, then n tool rounds with results of about ``size`` tokens."""
+    msgs: list[dict] = [{"role": "user", "content": "Task: fix the failing build in src/app.py"}]
+    for i in range(n):
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"c{i}", "type": "function", "function": {"name": "run", "arguments": '{"cmd": "make"}'}}
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i} output " + "word " * size})
+    return msgs
+
+
+def bare(**settings_):
+    """A definition with no pre_llm entry: only the fit step runs there."""
+    hooks = {"post_memory": [{"type": "SlidingWindowManager", "config": {"max_messages": 1000}}]}
+    return load_definition({"name": "bare", "settings": settings_, "hooks": hooks})
+
+
+def test_fit_removes_oldest_groups_into_the_summary_and_traces_itself():
+    """The fit step is its own trace entry; it removes the oldest whole groups, keeps the
+    task, and what it removed is in the summary."""
+    msgs = conversation()
+    result = bare().apply("pre_llm", Context(messages=msgs, model=MODEL, context_window=8000))
+    [entry] = result.trace
+    assert entry["type"] == "fit" and entry["activated"]
+    assert entry["tokens_before"] > 8000 > entry["tokens_after"] + 2000
+    assert entry["messages_after"] < entry["messages_before"] and entry["details"]["removed"] > 0
+    out = result.context.messages
+    assert out[0] is msgs[0] and is_summary(out[1]) and out[-1] is msgs[-1]
+    assert "Summary of" in out[1]["content"] and "run" in out[1]["content"]
+    assert_valid_messages(out)
+    again = bare().apply("pre_llm", result.context)
+    assert again.context.messages == out and not again.trace[0]["activated"]
+
+
+def test_fit_archives_first_with_a_store(tmp_path):
+    """With a store, what the fit step removes is archived first, and the summary says how to read it."""
+    store = LocalOffloader(tmp_path)
+    msgs = conversation()
+    result = bare().apply(
+        "pre_llm", Context(messages=msgs, model=MODEL, context_window=8000), offloader=store, session="s"
+    )
+    summary = result.context.messages[1]["content"]
+    [ref] = result.trace[0]["details"]["offloaded"]
+    assert f'context_read(ref="{ref}")' in summary
+    archived = json.loads(store.read("s", ref).text)
+    kept = result.context.messages
+    assert [m for m in msgs if not any(m is k for k in kept)] == archived
+
+
+def test_fit_cuts_the_largest_results_when_removing_is_not_enough(tmp_path):
+    """When the newest group alone is too large, its largest result is cut with the usual notice,
+    archived first, and the cut text plus the archive give back the original."""
+    store = LocalOffloader(tmp_path)
+    huge = "line of build output\n" * 20_000
+    msgs = [
+        {"role": "user", "content": "Task: build it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "run", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "run", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": huge},
+        {"role": "tool", "tool_call_id": "b", "content": "ok"},
+    ]
+    d = bare()
+    result = d.apply("pre_llm", Context(messages=msgs, model=MODEL, context_window=16_000), offloader=store)
+    fits(result, 16_000, d)
+    out = result.context.messages
+    assert len(out) == 4 and out[3] is msgs[3] and result.trace[0]["details"]["cut"] == 1
+    assert f"original {len(huge):,} chars" in out[2]["content"]
+    [ref] = result.trace[0]["details"]["offloaded"]
+    assert store.read("default", ref).text == huge
+
+
+def test_a_result_cut_before_is_cut_again_from_its_archive_keeping_the_original_size(tmp_path):
+    """An output that truncation archived and cut is cut again by the fit step from the
+    archived original, with the same reference, and the notice still gives the original size."""
+    store = LocalOffloader(tmp_path)
+    huge = "0123456789abcdef\n" * 40_000
+    truncation = {
+        "type": "ToolsOutputTruncateManager",
+        "config": {"max_output_length": 60_000, "offload": True},
+    }
+    d = load_definition({"name": "t", "hooks": {"pre_llm": [truncation]}})
+    msgs = [
+        {"role": "user", "content": "Task"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "run", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": huge},
+    ]
+    result = d.apply("pre_llm", Context(messages=msgs, model=MODEL, context_window=8_000), offloader=store)
+    fits(result, 8_000, d)
+    [cut_ref] = result.trace[0]["details"]["offloaded"]
+    text = result.context.messages[2]["content"]
+    assert f"original {len(huge):,} chars" in text and cut_ref in text
+    assert "offloaded" not in result.trace[1]["details"]  # read back, not archived again
+
+
+def test_a_request_that_cannot_fit_is_a_context_error_naming_the_numbers():
+    """When the system prompt, tools and task alone exceed the window, apply raises ContextError."""
+    ctx = Context("s " * 5000, [{"role": "user", "content": "task " * 3000}], TOOLS, MODEL, 8000)
+    with pytest.raises(ContextError) as raised:
+        bare().apply("pre_llm", ctx)
+    message = str(raised.value)
+    assert "/context_window" in message and "the window is 8,000" in message
+    assert "system prompt (5,005 tokens)" in message and "reserve for the reply (2,000)" in message
+
+
+def test_fit_can_be_turned_off_and_the_reserve_set():
+    """settings.fit: false leaves an oversized context alone; reserve_output_tokens sets the reserve."""
+    msgs = conversation()
+    ctx = Context(messages=msgs, model=MODEL, context_window=8000)
+    off = bare(fit=False).apply("pre_llm", ctx)
+    assert off.context is ctx and off.trace == ()
+    d = bare(reserve_output_tokens=500)
+    result = d.apply("pre_llm", ctx)
+    fits(result, 8000, d)
+    assert result.trace[0]["reason"]["reserve_output_tokens"] == 500
+    assert get_counter(MODEL).context(result.context)[0] > 8000 - 2000
+
+
+def test_other_hooks_and_unknown_windows_are_left_alone():
+    """The fit step ends pre_llm only, and needs the window."""
+    msgs = conversation()
+    assert bare().apply("post_tool", Context(messages=msgs, context_window=8000)).trace == ()
+    assert bare().apply("pre_llm", Context(messages=msgs)).trace == ()
