@@ -1,6 +1,7 @@
 """The fit step: after pre_llm, the request fits its window, for every shipped definition."""
 
 import json
+import math
 import random
 import tempfile
 from pathlib import Path
@@ -32,8 +33,13 @@ TOOLS = [
 ]
 
 
+def call(call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": "run", "arguments": '{"cmd": "make"}'}}
+
+
 def _words(rng: random.Random) -> str:
-    syllables = ["ka", "lo", "mi", "ten", "rus", "pa", "vel", "dor", "qui", "zen", "(", ")", "=", "_", "7", "42"]
+    syllables = ["ka", "lo", "mi", "ten", "rus", "pa", "vel", "dor"]
+    syllables += ["qui", "zen", "(", ")", "=", "_", "7", "42"]
     return " ".join("".join(rng.choices(syllables, k=rng.randint(1, 4))) for _ in range(4096))
 
 
@@ -59,14 +65,11 @@ def sized_conversation(tokens: int, seed: int) -> list[dict]:
                 {
                     "role": "assistant",
                     "content": None if rng.random() < 0.5 else text(rng.randint(5, 80)),
-                    "tool_calls": [
-                        {"id": i, "type": "function", "function": {"name": "run", "arguments": '{"cmd": "ls"}'}}
-                        for i in ids
-                    ],
+                    "tool_calls": [call(i) for i in ids],
                 }
             )
             for i in rng.sample(ids, n):
-                size = int(10 ** rng.uniform(1, max(1.5, __import__("math").log10(max(tokens, 100)))))
+                size = int(10 ** rng.uniform(1, max(1.5, math.log10(max(tokens, 100)))))
                 out.append({"role": "tool", "tool_call_id": i, "content": text(size)})
                 total += size
         elif kind < 0.92:
@@ -122,12 +125,10 @@ def conversation(n: int = 60, size: int = 400) -> list[dict]:
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [
-                    {"id": f"c{i}", "type": "function", "function": {"name": "run", "arguments": '{"cmd": "make"}'}}
-                ],
+                "tool_calls": [call(f"c{i}")],
             }
         )
-        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i} output " + "word " * size})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i}: " + "word " * size})
     return msgs
 
 

@@ -145,7 +145,8 @@ def test_a_cut_output_is_never_cut_again_and_keeps_the_original_size(hook):
         {"type": "ToolsOutputTruncateManager", "config": {"max_output_tokens": 64}},
     ]
     d = load_definition({"name": "t", "hooks": {hook: entries}})
-    msgs = [{"role": "user", "content": "q"}, CALL, {"role": "tool", "tool_call_id": "a", "content": "é:" * 35}]
+    result = {"role": "tool", "tool_call_id": "a", "content": "é:" * 35}
+    msgs = [{"role": "user", "content": "q"}, CALL, result]
     first = d.apply(hook, Context(messages=msgs)).context
     cut = first.messages[2]["content"]
     assert "[truncated: original 70 chars," in cut
