@@ -33,7 +33,7 @@ TOOLS = [
 ]
 
 
-def call(call_id: str) -> dict:
+def tool_call(call_id: str) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": "run", "arguments": '{"cmd": "make"}'}}
 
 
@@ -65,7 +65,7 @@ def sized_conversation(tokens: int, seed: int) -> list[dict]:
                 {
                     "role": "assistant",
                     "content": None if rng.random() < 0.5 else text(rng.randint(5, 80)),
-                    "tool_calls": [call(i) for i in ids],
+                    "tool_calls": [tool_call(i) for i in ids],
                 }
             )
             for i in rng.sample(ids, n):
@@ -125,7 +125,7 @@ def conversation(n: int = 60, size: int = 400) -> list[dict]:
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [call(f"c{i}")],
+                "tool_calls": [tool_call(f"c{i}")],
             }
         )
         msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i}: " + "word " * size})
