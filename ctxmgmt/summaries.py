@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .messages import SUMMARY_PREFIX, is_summary, text_of
@@ -272,14 +273,17 @@ def with_summary(
 ) -> Context:
     """The context with the ``removed`` messages (all before ``cut``) and every earlier
     summary replaced by ``summary``, placed after the kept messages before ``cut``
-    (the system messages and the pinned task); ``state`` becomes the running summary."""
+    (the system messages and the pinned task); ``state`` becomes the running summary,
+    which also records the newest message it has seen."""
     msgs = context.messages
     gone = set(removed)
     head = [m for i, m in enumerate(msgs[:cut]) if i not in gone and not is_summary(m)]
     tail = [m for m in msgs[cut:] if not is_summary(m)]
     old = context.state.get(STATE_KEY)
     merged = {**(old if isinstance(old, dict) else {}), **state}
-    return context.with_messages([*head, summary, *tail], state={**context.state, STATE_KEY: merged})
+    new = context.with_messages([*head, summary, *tail])
+    merged["upto"] = last_message_key(new)
+    return replace(new, state={**context.state, STATE_KEY: merged})
 
 
 def last_message_key(context: Context) -> str | None:

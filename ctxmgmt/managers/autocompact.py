@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..context import Context
 from ..errors import LLMError, OffloadError
+from ..summaries import last_message_key
 from .base import ContextManager, Runtime, builtin_schema, with_defaults
 from .compaction import ToolResultCompactionManager
 from .summarization import SummarizationManager
+
+STATE_KEY = "autocompact"
 
 
 class AutoCompactManager(ContextManager):
@@ -32,12 +36,21 @@ class AutoCompactManager(ContextManager):
         )
 
     def _compacted(self, context: Context, runtime: Runtime) -> tuple[Context, bool]:
+        """The compacted context, and whether to summarise it too."""
         compacted = self._compact.apply(context, runtime)
         before = runtime.counter.context(context)[0]
         after = runtime.counter.context(compacted)[0]
         ratio = after / before if before else 1.0
         runtime.details["compact_ratio"] = round(ratio, 4)
-        return compacted, ratio > self.config["compact_ratio_threshold"]
+        key = last_message_key(compacted)
+        if ratio > self.config["compact_ratio_threshold"]:
+            if context.state.get(STATE_KEY) != {"enough": key}:
+                return compacted, True
+            # Compaction was enough for these very messages last time: with no new
+            # message, a second run changes nothing.
+            runtime.details["note"] = "compaction was enough and no message has arrived since"
+            return compacted, False
+        return replace(compacted, state={**compacted.state, STATE_KEY: {"enough": key}}), False
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
         compacted, more = self._compacted(context, runtime)

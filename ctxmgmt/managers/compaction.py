@@ -39,7 +39,11 @@ class ToolResultCompactionManager(ContextManager):
         names = tool_names(msgs)
         excluded = set(self.config["exclude_tools"]) | RECALL_TOOLS
         results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
-        recent = set(results[len(results) - self.config["recent_n"] :]) if self.config["recent_n"] else set()
+        recent = (
+            set(results[max(0, len(results) - self.config["recent_n"]) :])
+            if self.config["recent_n"]
+            else set()
+        )
         changed: dict[int, Mapping[str, Any]] = {}
         for i in results:
             m = msgs[i]

@@ -283,7 +283,6 @@ class SummarizationManager(ContextManager):
         summary = {"role": self.config["summary_role"], "content": render(sections, summarized, archives)}
         state = {"sections": sections, "summarized": summarized, "archives": archives}
         new = with_summary(context, plan.removed, plan.cut, summary, state)
-        new.state[STATE_KEY]["upto"] = last_message_key(new)
         before = runtime.counter.context(context)[0]
         after = runtime.counter.context(new)[0]
         if after >= before:

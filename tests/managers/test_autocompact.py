@@ -51,3 +51,29 @@ def test_without_a_store_it_fails_open():
     ctx = Context(messages=make_conversation(50, seed=2, tool_output_words=300))
     result = auto(0.75).apply("pre_llm", ctx)
     assert result.context.messages == ctx.messages and "offload store" in result.trace[0]["error"]
+
+
+def test_compaction_enough_then_a_second_run_changes_nothing():
+    """When compaction was enough, a second run with no new message does not summarise,
+    even though the compaction has nothing left to do; a new message lets it summarise."""
+    ctx = Context(messages=make_conversation(200, seed=2, tool_output_words=300))
+    store = LocalOffloader(tempfile.mkdtemp())
+    d = auto(0.75)
+    first = d.apply("pre_llm", ctx, offloader=store, session="s")
+    again = d.apply("pre_llm", first.context, offloader=store, session="s")
+    assert again.context.messages == first.context.messages
+    assert "no message has arrived" in again.trace[0]["details"]["note"]
+    grown = first.context.with_messages([*first.context.messages, {"role": "user", "content": "go on"}])
+    assert d.apply("pre_llm", grown, offloader=store, session="s").trace[0]["details"].get("summarized")
+
+
+def test_fewer_results_than_recent_n_are_all_recent():
+    """With fewer tool results than recent_n, every result gets the generous cap."""
+    msgs = make_conversation(6, seed=3, tool_output_words=400)
+    results = [m for m in msgs if m["role"] == "tool"]
+    assert 0 < len(results) < 8 and all(300 < len(m["content"]) < 20_000 for m in results)
+    d = auto(0.75, recent_n=8)
+    result = d.apply(
+        "pre_llm", Context(messages=msgs), offloader=LocalOffloader(tempfile.mkdtemp()), session="s"
+    )
+    assert result.trace[0]["details"]["compacted"] == 0
