@@ -17,7 +17,7 @@ from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
 from .fit import Fit
 from .managers.base import Runtime
-from .messages import check_messages
+from .messages import check_format, check_messages
 from .rules import Facts, Gate
 from .types import Hook, TraceEntry
 
@@ -64,6 +64,7 @@ class _Run:
         self.models = models
         self.trace: list[TraceEntry] = []
         self._input_problems: set[str] | None = None
+        self._format_checked = False
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
         """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""
@@ -72,6 +73,11 @@ class _Run:
         if not fired:
             self._record(entry, False, reason, tokens, self.context, 0.0, None, {})
             return None
+        if not self._format_checked:
+            # Before anything changes a list in another provider's format: a clear error,
+            # never a list managed into one that provider would reject.
+            check_format(self.context.messages)
+            self._format_checked = True
         runtime = Runtime(
             self.hook,
             self.counter,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import Problem
+from .errors import ContextError, Problem
 
 __all__ = ["SYSTEM_ROLES", "check_messages", "last_task_index", "text_of", "units"]
 
@@ -107,6 +107,10 @@ def check_messages(messages: Sequence[Any], *, partial_tail: bool = False) -> li
         if not isinstance(m, dict):
             problems.append(Problem(where, "a message must be an object"))
             continue
+        foreign = foreign_format(m, where)
+        if foreign is not None:
+            problems.append(foreign)
+            continue
         role = m.get("role")
         if role not in ROLES:
             problems.append(Problem(f"{where}/role", f"role must be one of {', '.join(sorted(ROLES))}"))
@@ -136,6 +140,56 @@ def check_messages(messages: Sequence[Any], *, partial_tail: bool = False) -> li
     return problems
 
 
+CHAT_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
+"""The content part types of OpenAI chat messages."""
+_ANTHROPIC_PARTS = frozenset(
+    {
+        "tool_use",
+        "tool_result",
+        "image",
+        "document",
+        "thinking",
+        "redacted_thinking",
+        "server_tool_use",
+        "web_search_tool_result",
+        "search_result",
+        "container_upload",
+    }
+)
+_RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_file", "summary_text"})
+_RESPONSES_ITEMS = frozenset(
+    {"message", "function_call", "function_call_output", "reasoning", "custom_tool_call", "item_reference"}
+)
+_TAKES = "ctxmgmt takes OpenAI chat messages"
+
+
+def foreign_format(m: Any, where: str) -> Problem | None:
+    """Why a message is in another provider's format (Anthropic, OpenAI Responses, Gemini),
+    or None. The problem names the format and points at the first part that shows it."""
+    if not isinstance(m, dict):
+        return None
+    if "role" not in m and m.get("type") in _RESPONSES_ITEMS:
+        return Problem(f"{where}/type", f"{m['type']!r} is OpenAI Responses' item format; {_TAKES}")
+    if m.get("role") == "model" or ("parts" in m and "content" not in m):
+        return Problem(where, f"'role: model' and 'parts' are Gemini's format; {_TAKES}")
+    content = m.get("content")
+    for j, part in enumerate(content if isinstance(content, list) else ()):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in _ANTHROPIC_PARTS:
+            return Problem(f"{where}/content/{j}/type", f"{kind!r} is Anthropic's format; {_TAKES}")
+        if kind in _RESPONSES_PARTS:
+            return Problem(f"{where}/content/{j}/type", f"{kind!r} is OpenAI Responses' format; {_TAKES}")
+    return None
+
+
+def check_format(messages: Sequence[Any]) -> None:
+    """Raise ContextError at the first message in another provider's format."""
+    for i, m in enumerate(messages):
+        problem = foreign_format(m, f"/messages/{i}")
+        if problem is not None:
+            raise ContextError([problem])
+
+
 def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:
     content = m.get("content")
     if content is None:
@@ -145,11 +199,19 @@ def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:
     if isinstance(content, str):
         return []
     if isinstance(content, list):
-        return [
-            Problem(f"{where}/content/{j}", "a content part must be an object with a type")
-            for j, part in enumerate(content)
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str)
-        ]
+        problems = []
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if not isinstance(kind, str):
+                problems.append(Problem(f"{where}/content/{j}", "a content part needs a string type"))
+            elif kind not in CHAT_PARTS:
+                problems.append(
+                    Problem(
+                        f"{where}/content/{j}/type",
+                        f"{kind!r} is not a chat content part type ({', '.join(sorted(CHAT_PARTS))})",
+                    )
+                )
+        return problems
     return [Problem(f"{where}/content", "content must be a string, a list of parts or null")]
 
 

@@ -1,3 +1,6 @@
+import pytest
+
+from ctxmgmt import Context, ContextError, load_definition
 from ctxmgmt.messages import check_messages, last_task_index, units
 
 
@@ -69,3 +72,63 @@ def test_task_is_the_last_user_message():
         {"role": "user", "content": "[ctxmgmt:summary] s"},
     ]
     assert last_task_index(msgs) == 2
+
+
+ANTHROPIC = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}],
+    },
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18 C"}]},
+    {"role": "assistant", "content": "It is 18 C."},
+]
+
+
+def test_anthropic_messages_are_rejected_with_a_pointer_and_the_format():
+    """Anthropic content blocks are a clear error naming the first offending block."""
+    with pytest.raises(ContextError) as raised:
+        Context.from_dict(ANTHROPIC)
+    problem, *more = raised.value.problems
+    assert [p.pointer for p in more] == ["/messages/2/content/0/type"]
+    assert problem.pointer == "/messages/1/content/0/type"
+    assert problem.message == "'tool_use' is Anthropic's format; ctxmgmt takes OpenAI chat messages"
+
+
+def test_a_definition_never_manages_another_format_into_an_invalid_list():
+    """A window that would fire on Anthropic messages raises ContextError instead of orphaning a
+    tool_result; when nothing fires, the list passes through untouched."""
+    window = {"type": "SlidingWindowManager", "config": {"max_messages": 2, "pin": "none"}}
+    d = load_definition({"name": "w", "hooks": {"pre_llm": [window]}})
+    with pytest.raises(ContextError, match=r"/messages/1/content/0/type: 'tool_use' is Anthropic's"):
+        d.apply("pre_llm", Context(messages=ANTHROPIC))
+    quiet = load_definition(
+        {"name": "q", "hooks": {"pre_llm": [{**window, "activation": {"tokens_exceed": 9}}]}}
+    )
+    small = Context(messages=ANTHROPIC[:1])
+    assert quiet.apply("pre_llm", small).context.messages == small.messages
+
+
+@pytest.mark.parametrize(
+    ("message", "pointer", "says"),
+    [
+        ({"type": "function_call_output", "call_id": "c", "output": "x"}, "/messages/0/type", "Responses"),
+        (
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            "/messages/0/content/0/type",
+            "Responses",
+        ),
+        ({"role": "model", "parts": [{"text": "hi"}]}, "/messages/0", "Gemini"),
+        (
+            {"role": "user", "content": [{"type": "video", "url": "x"}]},
+            "/messages/0/content/0/type",
+            "not a chat",
+        ),
+    ],
+)
+def test_other_formats_and_unknown_parts_are_named(message, pointer, says):
+    """Responses items, Gemini messages and unknown part types each get their own clear error."""
+    with pytest.raises(ContextError) as raised:
+        Context.from_dict([message])
+    problem = raised.value.problems[0]
+    assert problem.pointer == pointer and says in problem.message
