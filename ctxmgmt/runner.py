@@ -17,22 +17,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import httpx
 
 from .context import Context
 from .definitions import Definition
-from .errors import AgentError, LLMError, NotFound, Problem, ToolError
+from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
 from .llm import ChatClient, ModelsConfig
 from .managers.summarization import DEFAULT_PROMPT
-from .messages import is_summary
+from .managers.truncate import OFFLOADED
+from .messages import is_summary, text_of
 from .offload import Offloader
 from .store import AgentStore, DefinitionStore, MemoryStore
 from .summaries import STATE_KEY
+from .tokens import get_counter
 from .tools import Tool, ToolRegistry, default_tools, recall_tools
 from .types import Hook
 from .validation import validate_definition
@@ -41,6 +44,8 @@ __all__ = ["ExecutionResult", "Runner"]
 
 log = logging.getLogger("ctxmgmt.runner")
 DEFAULT_MAX_ITERATION = 10
+ARCHIVE_MENTION = re.compile(rf"{OFFLOADED.pattern}|^## Archived messages$", re.MULTILINE)
+"""A truncation notice or a summary's guide: the view points at archived content."""
 VIEW_KEY = "_view"
 """Memory state key of the managed view: what the model saw at the end of the last
 execution, and how many stored messages it covers. The record itself stays complete."""
@@ -208,9 +213,12 @@ class Runner:
             length = 0
         else:
             base, state, length = await asyncio.to_thread(self._continue, memory_id, agent_id)
+        schemas = [t.schema() for t in tools.values()]
+        recall: list[dict[str, Any]] = []
         if definition is not None and definition.offloads and self.offloader is not None:
             for tool in recall_tools(self.offloader, memory_id):
-                tools.setdefault(tool.name, tool)
+                if tools.setdefault(tool.name, tool) is tool:
+                    recall.append(tool.schema())
 
         run = _Execution(
             definition=definition,
@@ -222,18 +230,27 @@ class Runner:
             view=Context(
                 system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
                 messages=[*base, {"role": "user", "content": question}],
-                tools=[t.schema() for t in tools.values()],
+                tools=schemas,
                 model=model.model,
                 context_window=model.context_window,
                 state=state,
             ),
+            recall=recall,
         )
+        if recall:
+            found: bool = await asyncio.to_thread(self._archived, memory_id, base)
+            if found:
+                run.show_recall()
         result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
         client = ChatClient(model, async_transport=self._transport)
         try:
             await run.hook(Hook.POST_MEMORY, 0)
             for iteration in range(1, int(params.get("max_iteration", DEFAULT_MAX_ITERATION)) + 1):
                 await run.hook(Hook.PRE_LLM, iteration)
+                if run.archived and run.recall:  # archived just now: the model needs the tools
+                    run.show_recall()
+                    await run.hook(Hook.PRE_LLM, iteration)
+                run.check_window()
                 # Messages are immutable values: hand them over without copying.
                 request = cast(list[dict[str, Any]], list(run.view.messages))
                 if run.view.system_prompt:
@@ -321,6 +338,14 @@ class Runner:
             "trace": list(result.trace),
         }
 
+    def _archived(self, memory_id: str, base: list[dict[str, Any]]) -> bool:
+        """Whether there is something to recall for this conversation: a notice or a
+        summary guide in the view, or items in the store."""
+        if any(ARCHIVE_MENTION.search(text_of(m.get("content"))) for m in base):
+            return True
+        assert self.offloader is not None
+        return bool(self.offloader.list(memory_id))
+
     def _continue(self, memory_id: str, agent_id: str) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
         """(messages to continue from, state, stored length): the managed view saved by the
         last execution plus what was stored after it, reading only those rows."""
@@ -371,7 +396,34 @@ class _Execution:
     execution: str
     record: list[dict[str, Any]]
     view: Context
+    recall: list[dict[str, Any]] = field(default_factory=list)
+    """The recall tools' schemas, until they are shown to the model."""
+    archived: bool = False
+    """Whether a manager archived something in this execution."""
     trace: list[dict[str, Any]] = field(default_factory=list)
+
+    def show_recall(self) -> None:
+        """Give the model context_read and context_search from now on."""
+        self.view = replace(self.view, tools=[*self.view.tools, *self.recall])
+        self.recall = []
+
+    def check_window(self) -> None:
+        """The LLM is never called with a request that exceeds its window (with fit: false,
+        or with no definition, nothing made it fit)."""
+        window = self.view.context_window
+        if not window:
+            return
+        tokens = get_counter(self.view.model).context(self.view)[0]
+        if tokens > window:
+            raise ContextError(
+                [
+                    Problem(
+                        "/context_window",
+                        f"the request has {tokens:,} tokens and the model's window is {window:,}; "
+                        "give the agent a context management definition, or turn its fit step on",
+                    )
+                ]
+            )
 
     def add(self, message: dict[str, Any]) -> None:
         self.record.append(message)
@@ -389,6 +441,7 @@ class _Execution:
             execution=self.execution,
         )
         self.view = applied.context
+        self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
         if applied.trace:
             self.trace.append({"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)})
 

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from ctxmgmt import AgentError, LLMError, NotFound, get_counter
+from ctxmgmt import AgentError, Context, ContextError, LLMError, NotFound, get_counter
 from ctxmgmt.runner import Runner
 from tests.conftest import shipped, tool_call
 
@@ -357,3 +357,31 @@ def test_manual_compact_with_an_instruction(runner, chat_server, store, tmp_path
     sent = chat_server.requests[-1]["messages"]
     assert any(str(m.get("content", "")).startswith("[ctxmgmt:summary]") for m in sent)
     assert len(runner.memory.load(memory_id, agent_id)[0]) == 16  # the record is complete
+
+
+def test_a_request_that_cannot_fit_never_reaches_the_model(runner, chat_server, store):
+    """A question larger than the window is a ContextError naming the numbers, with or without
+    a definition, and the LLM is never called."""
+    store.create("default", shipped("default"))
+    huge = "word " * 20_000
+    for extra in ({"context_management_name": "default"}, {}):
+        agent_id = agent(runner, **extra)
+        with pytest.raises(ContextError, match=r"window is 16,000"):
+            runner.execute(agent_id, huge)
+    assert chat_server.requests == []
+
+
+def test_a_conversation_past_its_window_is_fitted_before_each_call(runner, chat_server, store):
+    """With the default definition, every request the model receives fits its 16k window and
+    the reserve, however large the tool results grow."""
+    store.create("default", shipped("default"))
+    agent_id = agent(runner, context_management_name="default")
+    for _ in range(8):
+        chat_server.reply(tool_call(("big", {"size": 30_000})))
+    chat_server.reply("done")
+    result = runner.execute(agent_id, "read them all")
+    assert result.finished
+    counter = get_counter("fake-model")
+    for request in chat_server.requests:
+        ctx = Context(messages=request["messages"], tools=request.get("tools", ()))
+        assert counter.context(ctx)[0] + 4000 <= 16_000

@@ -19,7 +19,8 @@ OFFLOADING = {
 
 
 def test_model_recalls_a_truncated_output_exactly(store, agent_models, tools, chat_server, tmp_path):
-    """The runner adds context_read; the model reads the cut part back, byte for byte."""
+    """Once a result is archived the runner shows context_read (not before); the model reads
+    the cut part back, byte for byte."""
     runner = Runner(store, agent_models, tools, offloader=LocalOffloader(tmp_path))
     store.create("offloading", OFFLOADING)
     agent_id = runner.register(
@@ -48,9 +49,9 @@ def test_model_recalls_a_truncated_output_exactly(store, agent_models, tools, ch
     chat_server.reply("done")
     result = runner.execute(agent_id, "read everything")
     assert result.finished
-    assert {"context_read", "context_search"} <= {
-        t["function"]["name"] for t in chat_server.requests[0]["tools"]
-    }
+    shown_tools = [{t["function"]["name"] for t in r.get("tools", ())} for r in chat_server.requests]
+    assert shown_tools[0] == {"big"}
+    assert shown_tools[1] == shown_tools[2] == {"big", "context_read", "context_search"}
     recalled = [m for m in chat_server.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
     original = "row " * 750
     head = shown["text"][: shown["text"].index("\n[truncated")]
@@ -89,18 +90,35 @@ def test_rest_reads_and_searches_offloaded_content(store, tmp_path):
 
 
 def test_summaries_that_archive_come_with_the_recall_tools(store, agent_models, tools, chat_server, tmp_path):
-    """A summariser-only definition archives with a store, so the model gets context_read for its guide."""
+    """A summariser-only definition archives with a store: from the request whose summary
+    guides to the archive on, the model has context_read; before it, no recall tools."""
     runner = Runner(store, agent_models, tools, offloader=LocalOffloader(tmp_path))
-    store.create("summ-only", {"hooks": {"pre_llm": [{"type": "SummarizationManager"}]}})
+    summarizer = {
+        "type": "SummarizationManager",
+        "config": {"preserve_recent_messages": 1, "summary_ratio": 0.8},
+    }
+    store.create("summ-only", {"hooks": {"pre_llm": [summarizer]}})
     agent_id = runner.register(
-        {"name": "s", "llm": {"model_id": "chat"}, "context_management_name": "summ-only"}
+        {
+            "name": "s",
+            "llm": {"model_id": "chat"},
+            "tools": [{"type": "big"}],
+            "context_management_name": "summ-only",
+        }
     )
+    for _ in range(3):
+        chat_server.reply(tool_call(("big", {"size": 2000})))
     chat_server.reply("ok")
     runner.execute(agent_id, "q")
-    assert {"context_read", "context_search"} <= {
-        t["function"]["name"] for t in chat_server.requests[0]["tools"]
-    }
+    shown_tools = [{t["function"]["name"] for t in r.get("tools", ())} for r in chat_server.requests]
+    assert shown_tools[:2] == [{"big"}, {"big"}]
+    assert shown_tools[2] == shown_tools[3] == {"big", "context_read", "context_search"}
+    assert any("## Archived messages" in str(m["content"]) for m in chat_server.requests[2]["messages"])
+    chat_server.requests.clear()
+    chat_server.reply("ok")
+    runner.execute(agent_id, "q")  # a new conversation: nothing archived for it yet
+    assert {t["function"]["name"] for t in chat_server.requests[0]["tools"]} == {"big"}
     bare = Runner(store, agent_models, tools)  # no store: nothing is archived, no recall tools
     chat_server.reply("ok")
     bare.execute(agent_id, "q")
-    assert "tools" not in chat_server.requests[1]
+    assert {t["function"]["name"] for t in chat_server.requests[1]["tools"]} == {"big"}
