@@ -7,15 +7,20 @@ input (an invalid definition, context or configuration, or bad arguments).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
 import json
 import logging
 import os
+import re
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
+from sqlalchemy.exc import SQLAlchemyError
 
 from . import __version__
 from ._resources import data_dir
@@ -39,12 +44,30 @@ class _UsageError(Exception):
     """Bad input: print the reason and exit 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with "did you mean" for a mistyped command or choice."""
+
+    def error(self, message: str) -> NoReturn:
+        found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if found:
+            choices = re.findall(r"'?([\w-]+)'?", found.group(2))
+            close = difflib.get_close_matches(found.group(1), choices, n=1)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        super().error(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="ctxmgmt: %(levelname)s: %(message)s")
     try:
         return int(args.run(args))
+    except SQLAlchemyError as exc:
+        url = getattr(args, "db", None) or os.environ.get(DATABASE_ENV) or DEFAULT_DATABASE_URL
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        print(f"ctxmgmt: error: cannot use the database {_redact(url)}: {reason}", file=sys.stderr)
+        return EXIT_USAGE
     except (_UsageError, CtxmgmtError) as exc:
         if isinstance(exc, ManagerError):
             print(f"ctxmgmt: error: {exc}", file=sys.stderr)
@@ -67,9 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ctxmgmt", description="Declarative context management for LLM agents."
-    )
+    parser = _Parser(prog="ctxmgmt", description="Declarative context management for LLM agents.")
     parser.add_argument("--version", action="version", version=f"ctxmgmt {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
@@ -213,7 +234,11 @@ def _apply(args: argparse.Namespace) -> int:
             data["context_window"] = args.context_window
     elif args.model or args.context_window is not None:
         data = {"messages": data, "model": args.model, "context_window": args.context_window}
-    context = Context.from_dict(data)
+    try:
+        context = Context.from_dict(data)
+    except ContextError as exc:
+        source = "<stdin>" if args.input == "-" else args.input
+        raise ContextError([dataclasses.replace(p, source=source) for p in exc.problems]) from None
     models, server = load_config(args.config)
     offloader = None
     if args.offload:
@@ -312,10 +337,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     models, server = load_config(args.config)
     url = _database_url(args.db)
-    store = DefinitionStore.open(url)
     folder = Path(args.definitions) if args.definitions else data_dir("definitions")
     if not folder.is_dir():
         raise _UsageError(f"{folder}: no such folder")
+    # Bind before anything else: a taken port creates no database and prints no "serving on".
+    sock = _listen(args.host, args.port)
+    store = DefinitionStore.open(url)
     loaded = 0
     for path in sorted(p for p in folder.iterdir() if p.suffix in _SUFFIXES):
         definition = load_definition(path)
@@ -335,8 +362,20 @@ def _serve(args: argparse.Namespace) -> int:
         f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json)",
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     return EXIT_OK
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, or a usage error that says why not."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise _UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
 
 
 def _compact(args: argparse.Namespace) -> int:
@@ -349,7 +388,12 @@ def _compact(args: argparse.Namespace) -> int:
             raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
     json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
     sys.stdout.write("\n")
-    print(f"compacted: {result['tokens_before']:,} -> {result['tokens_after']:,} tokens", file=sys.stderr)
+    if result.get("compacted"):
+        print(f"compacted: {result['tokens_before']:,} -> {result['tokens_after']:,} tokens", file=sys.stderr)
+    else:
+        notes = [e.get("error") or e["details"].get("note") for e in result.get("trace", ())]
+        reason = next((n for n in notes if n), "nothing to summarise")
+        print(f"nothing compacted ({result['tokens_before']:,} tokens): {reason}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -149,3 +149,59 @@ def test_apply_offloads_with_a_folder(tmp_path):
     assert entry["error"] is None and entry["tokens_after"] < entry["tokens_before"] / 2
     assert fit["type"] == "fit" and not fit["activated"]
     assert list((tmp_path / "archive").glob("*/t-*.txt"))
+
+
+def run_in(folder, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "ctxmgmt.cli", *args], capture_output=True, text=True, cwd=folder, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "suggestion"),
+    [(("serv",), "did you mean 'serve'?"), (("definitions", "lst"), "did you mean 'list'?")],
+)
+def test_a_mistyped_command_gets_did_you_mean(args, suggestion):
+    """A mistyped command or action exits 2 and suggests the closest one."""
+    run = ctxmgmt(*args)
+    assert run.returncode == 2 and suggestion in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("db", "says"),
+    [
+        (
+            "postgresql://bob:secret@127.0.0.1:1/x",
+            "cannot use the database postgresql://bob:***@127.0.0.1:1/x",
+        ),
+        ("sqlite:////no/such/folder/x.db", "cannot use the database sqlite:////no/such/folder/x.db"),
+        ("mysql://bob:secret@host/x", "'mysql' databases are not supported"),
+    ],
+)
+def test_a_bad_database_is_one_line_exit_2_without_the_password(tmp_path, db, says):
+    """An unreachable or unsupported database: one line naming the URL, password hidden, exit 2."""
+    run = run_in(tmp_path, "db", "upgrade", "--db", db)
+    assert run.returncode == 2 and says in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "secret" not in run.stderr
+
+
+def test_serve_on_a_taken_port_fails_before_creating_the_database(tmp_path):
+    """When the port is taken, serve says so, exits 2, prints no 'serving on' and creates no database."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = run_in(tmp_path, "serve", "--port", str(port))
+    assert run.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in run.stderr
+    assert "serving on" not in run.stdout and not list(tmp_path.iterdir())
+
+
+def test_bad_input_names_its_file(tmp_path):
+    """An input in another format is blamed on the input file, with the pointer and the format."""
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]))
+    run = ctxmgmt("apply", "default", "--input", str(path))
+    assert run.returncode == 2
+    assert f"{path}: /messages/0/content/0/type: 'tool_result' is Anthropic's format" in run.stderr

@@ -55,7 +55,13 @@ def connect(url: str | None = None) -> Engine:
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if not url.startswith("postgresql+psycopg://"):
         raise ConfigError(
-            [Problem("/database_url", "use sqlite:///FILE or postgresql+psycopg://USER@HOST/DB")]
+            [
+                Problem(
+                    "/database_url",
+                    f"{url.split('://', 1)[0]!r} databases are not supported; "
+                    "use sqlite:///FILE or postgresql+psycopg://USER@HOST/DB",
+                )
+            ]
         )
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 

@@ -239,5 +239,10 @@ def test_compact_command(api, chat_server, capsys):
     url = str(api.base_url)
     assert main(["compact", "--agent", agent_id, "--memory", memory_id, "--url", url]) == 0
     assert "compacted:" in capsys.readouterr().err
+    chat_server.reply("hello")
+    output = execute(api, agent_id).json()["inference_results"][0]["output"]
+    short = {o["name"]: o["result"] for o in output}["memory_id"]
+    assert main(["compact", "--agent", agent_id, "--memory", short, "--url", url]) == 0
+    assert "nothing compacted (" in capsys.readouterr().err  # two messages: nothing to summarise
     assert main(["compact", "--agent", agent_id, "--memory", "f" * 32, "--url", url]) == 2
     assert "404" in capsys.readouterr().err
