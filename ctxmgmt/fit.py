@@ -36,7 +36,7 @@ from .tokens import MESSAGE_OVERHEAD
 __all__ = ["DEFAULT_RESERVE_CAP", "Fit", "reserve_tokens"]
 
 DEFAULT_RESERVE_CAP = 8192
-SUMMARY_CAP = 2000
+SUMMARY_CAP = 8000
 """At most this many tokens of summary, and at most an eighth of the room for the input."""
 _MIN_RESULT_TOKENS = 48
 """A tool result is not cut below this many tokens of content (its notice needs ~30)."""

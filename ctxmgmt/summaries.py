@@ -1,9 +1,11 @@
-"""Structured summaries: the offline summariser, rendering, parsing and merging.
+"""Structured summaries: sections, rendering, parsing, merging and bounding.
 
-A summary has six sections, each a list of short items: goal, constraints,
-progress, key decisions, next steps and critical context. The offline summariser
-needs no LLM: it picks sentences by cue words and keeps identifiers verbatim
-(file paths, URLs, commands, error lines, numbers the user gave).
+A summary is a set of sections, each a list of short items, most important first:
+goal, constraints, errors, files changed, progress, key decisions, next steps and
+critical context. The offline summariser (:mod:`ctxmgmt.digest`) fills them without
+an LLM; a model fills them through the same schema. When a summary is over its
+budget, the least important sections give way first: progress, then next steps,
+decisions, critical context, files, constraints, errors, and the goal last.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .digest import digest, split_count
 from .messages import SUMMARY_PREFIX, is_summary, text_of
 
 if TYPE_CHECKING:
@@ -31,141 +34,79 @@ Sections = dict[str, list[str]]
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("goal", "Goal"),
     ("constraints", "Constraints"),
+    ("errors", "Errors"),
+    ("files_changed", "Files changed"),
     ("progress", "Progress"),
     ("key_decisions", "Key decisions"),
     ("next_steps", "Next steps"),
     ("critical_context", "Critical context"),
 )
 _TITLES = {title: key for key, title in SECTIONS}
-_ITEM_CHARS = 400
-
-_URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
-_PATH = re.compile(
-    r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w@.+-]+/)+[\w@.+-]+"
-    r"|(?<![\w/.-])[\w-]+\.(?:py|pyi|js|ts|tsx|jsx|json|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv"
-    r"|log|sh|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|sql|html|css|xml|lock|env)\b"
-)
-_BACKTICK = re.compile(r"`([^`\n]{2,200})`")
-_SHELL = re.compile(r"^\s*\$ (.{2,200})$", re.MULTILINE)
-# An error: from an exception name or an error label to the end of its sentence or line.
-_ERROR_LINE = re.compile(
-    r"(?:\b[A-Z]\w*(?:Error|Exception)\b|\b(?:error|Error|ERROR|fatal|FATAL|FAILED|panic)(?:\[\w+\])?:)"
-    r"[^\n]{0,200}?(?=\.\s|\n|$)"
-)
-_NUMBER = re.compile(
-    r"(?<![\w.])[$€£]?\d[\d,]*(?:\.\d+)?(?:\s?(?:%|[kKMG]B|ms|s|k|tokens|USD|EUR))?(?![\w.])"
-)
-# A sentence ends at . ! or ? followed by white space (so "session.py" stays whole).
-_SENTENCE = re.compile(r"\S(?:[^\n]*?)(?:[.!?](?=\s)|(?=\n)|$)")
-_CONSTRAINT = re.compile(
-    r"\b(must|should|shall|never|always|only|don't|do not|without|at most|at least|no more than"
-    r"|limit|avoid|require|required|keep|make sure|ensure)\b",
-    re.IGNORECASE,
-)
-_DECISION = re.compile(
-    r"\b(decided|decide|chose|choose|will use|going to|instead|switch(?:ed)? to|opted|prefer|settled on"
-    r"|approach)\b",
-    re.IGNORECASE,
-)
-_NEXT = re.compile(r"\b(next|then|todo|remaining|still need|will|plan to|after that)\b", re.IGNORECASE)
+_COUNTED = frozenset({"errors", "files_changed", "critical_context"})
+"""Sections whose items carry how often they were seen, ``(×N)``: merges add the counts."""
+_TOOL_LINE = re.compile(r"^(\S+) ×(\d+)")
 
 
-def _clip(text: str, limit: int = _ITEM_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def summarize_offline(messages: Sequence[Mapping[str, Any]], previous: Sections | None = None) -> Sections:
+    """A structured summary of ``messages``, merged into ``previous``."""
+    return merge(previous, digest(messages))
 
 
-def _sentences(text: str, cue: re.Pattern[str]) -> list[str]:
-    return [_clip(s.strip()) for s in _SENTENCE.findall(text) if cue.search(s) and len(s.strip()) > 3]
-
-
-def identifiers(text: str, *, numbers: bool) -> list[str]:
-    """Identifiers in a text, verbatim: URLs, paths, commands, error lines, numbers."""
-    found: list[str] = []
-    found += [u.rstrip(".,;:") for u in _URL.findall(text)]
-    without_urls = _URL.sub(" ", text)
-    found += [p.rstrip(".,;:") for p in _PATH.findall(without_urls) if not p.startswith("//")]
-    found += _BACKTICK.findall(text)
-    found += _SHELL.findall(text)
-    found += [line.strip() for line in _ERROR_LINE.findall(text) if line.strip()]
-    if numbers:
-        found += [n.strip() for n in _NUMBER.findall(without_urls) if len(n.strip()) > 1 or n.isdigit()]
-    return found
+def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequence[str]]) -> Sections:
+    """One summary from an earlier one and a newer one, ranked again: counted items add
+    their counts and are ordered by them, tool lines add their calls, the goal keeps its
+    first task, next steps are the newer ones when there are any (old plans go stale)."""
+    out: Sections = {}
+    previous = previous or {}
+    # The default sections first, then any other field (a summary_schema of the definition).
+    keys = [k for k, _ in SECTIONS]
+    keys += [k for k in [*previous, *new] if k not in keys]
+    for key in dict.fromkeys(keys):
+        if key not in previous and key not in new and key not in _DEFAULT_KEYS:
+            continue
+        old, fresh = _items(previous.get(key, ())), _items(new.get(key, ()))
+        if key == "next_steps" and fresh:
+            old = []
+        if key in _COUNTED:
+            out[key] = _add_counts(old, fresh)
+        elif key == "progress":
+            out[key] = _add_tool_lines(old, fresh)
+        elif key == "key_decisions":
+            out[key] = _dedupe([*fresh, *old])  # newest first
+        else:
+            out[key] = _dedupe([*old, *fresh])
+    return out
 
 
 def _dedupe(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(i for i in items if i))
 
 
-def summarize_offline(messages: Sequence[Mapping[str, Any]], previous: Sections | None = None) -> Sections:
-    """A structured summary of ``messages``, merged into ``previous``."""
-    new: Sections = {key: [] for key, _ in SECTIONS}
-    results = {m.get("tool_call_id"): text_of(m.get("content")) for m in messages if m.get("role") == "tool"}
-    last_assistant = ""
-    for m in messages:
-        if is_summary(m):
+def _add_counts(old: list[str], fresh: list[str]) -> list[str]:
+    """Counted items of both, counts added, most frequent first, then the newer."""
+    counts: dict[str, int] = {}
+    recency: dict[str, int] = {}
+    for rank, item in enumerate([*reversed(old), *reversed(fresh)]):
+        key, n = split_count(item)
+        counts[key] = counts.get(key, 0) + n
+        recency[key] = rank
+    ranked = sorted(counts, key=lambda k: (-counts[k], -recency[k]))
+    return [k if counts[k] < 2 else f"{k} (×{counts[k]})" for k in ranked]
+
+
+def _add_tool_lines(old: list[str], fresh: list[str]) -> list[str]:
+    """Progress lines, one per tool: the newer line, with both counts of calls added."""
+    lines: dict[str, str] = {}
+    for item in [*old, *fresh]:
+        found = _TOOL_LINE.match(item)
+        if found is None:
+            lines[item] = item
             continue
-        role = m.get("role")
-        text = text_of(m.get("content"))
-        if role == "user":
-            if not new["goal"] and not (previous or {}).get("goal"):
-                new["goal"].append(_clip(text, 1000))
-            new["constraints"] += _sentences(text, _CONSTRAINT)
-            new["critical_context"] += identifiers(text, numbers=True)
-        elif role == "assistant":
-            if text:
-                last_assistant = text
-                new["key_decisions"] += _sentences(text, _DECISION)
-                new["critical_context"] += identifiers(text, numbers=False)
-                if not m.get("tool_calls"):
-                    first = _SENTENCE.findall(text)
-                    if first:
-                        new["progress"].append(_clip("assistant: " + first[0].strip(), 160))
-            for call in m.get("tool_calls") or ():
-                fn = call.get("function") or {}
-                args = fn.get("arguments", "")
-                args = args if isinstance(args, str) else json.dumps(args)
-                new["critical_context"] += identifiers(args, numbers=False)
-                result = results.get(call.get("id"), "")
-                new["progress"].append(
-                    _clip(f"{fn.get('name')}({_clip(args, 80)}) -> {_outcome(result)}", 240)
-                )
-        elif role == "tool":
-            new["critical_context"] += identifiers(text, numbers=False)
-        elif role in ("system", "developer"):
-            continue
-    if last_assistant:
-        new["next_steps"] = _sentences(last_assistant, _NEXT)[-5:]
-    return merge(previous, new)
-
-
-def _outcome(result: str) -> str:
-    if not result.strip():
-        return "(no output)"
-    errors = _ERROR_LINE.findall(result)
-    if errors:
-        return "error: " + _clip(errors[0], 160)
-    return _clip(result.strip().splitlines()[0], 100)
-
-
-def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequence[str]]) -> Sections:
-    """Previous items first, then new ones; duplicates dropped. Next steps are replaced
-    by the newer ones when there are any, since old plans go stale."""
-    out: Sections = {}
-    # The default sections first, then any other field (a summary_schema of the definition).
-    keys = [k for k, _ in SECTIONS]
-    keys += [k for k in [*(previous or {}), *new] if k not in keys]
-    for key in dict.fromkeys(keys):
-        if key not in (previous or {}) and key not in new and key not in _DEFAULT_KEYS:
-            continue
-        old = _items((previous or {}).get(key, ()))
-        fresh = _items(new.get(key, ()))
-        if key == "next_steps" and fresh:
-            old = []
-        if key == "goal" and old:
-            fresh = []
-        out[key] = _dedupe([*old, *fresh])
-    return out
+        name, calls = found.group(1), int(found.group(2))
+        earlier = _TOOL_LINE.match(lines.get(name, ""))
+        total = calls + (int(earlier.group(2)) if earlier else 0)
+        lines[name] = f"{name} ×{total}{item[found.end() :]}"
+    return list(lines.values())
 
 
 MAX_GUIDE = 20
@@ -225,7 +166,16 @@ def parse_rendered(text: str) -> tuple[Sections, int]:
 
 
 # Which sections give way first when a summary is over its size bound.
-_TRIM_ORDER = ("progress", "key_decisions", "constraints", "critical_context", "next_steps", "goal")
+_TRIM_ORDER = (
+    "progress",
+    "next_steps",
+    "key_decisions",
+    "critical_context",
+    "files_changed",
+    "constraints",
+    "errors",
+    "goal",
+)
 
 
 def _trim_order(sections: Sections) -> list[str]:
@@ -233,14 +183,38 @@ def _trim_order(sections: Sections) -> list[str]:
     return [k for k in sections if k not in _DEFAULT_KEYS] + list(_TRIM_ORDER)
 
 
+# The share of the budget a section keeps while others are still over theirs, so that a
+# flood of one kind of item (a thousand error lines) cannot push out every other section.
+_SHARES = {
+    "goal": 0.25,
+    "constraints": 0.2,
+    "errors": 0.6,
+    "files_changed": 0.15,
+    "critical_context": 0.15,
+    "key_decisions": 0.1,
+    "next_steps": 0.05,
+    "progress": 0.05,
+}
+
+
 def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str], int]) -> Sections:
-    """Drop the oldest items, least critical sections first, until the rendered
-    summary is within ``limit`` tokens."""
+    """Drop items until the rendered summary is within ``limit`` tokens: first from the
+    sections over their share of the budget, then the least important sections first; within
+    a section its last (least important) items."""
     out = {k: list(v) for k, v in sections.items()}
     total = count(render(out, summarized))
     for key in _trim_order(out):
+        if total <= limit:
+            break
+        size = sum(count(f"- {item}\n") for item in out.get(key, ()))
+        share = int(limit * _SHARES.get(key, 0.05))
+        while size > share and total > limit and out.get(key):
+            cost = count(f"- {out[key].pop()}\n")
+            size -= cost
+            total -= cost
+    for key in _trim_order(out):
         while total > limit and out.get(key):
-            item = out[key].pop(0)
+            item = out[key].pop()
             total -= count(f"- {item}\n")
             if not out[key]:
                 total = count(render(out, summarized))
@@ -249,7 +223,7 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
     # Re-count exactly: per-item subtraction is an estimate.
     while count(render(out, summarized)) > limit and any(out.values()):
         key = next(k for k in _trim_order(out) if out.get(k))
-        out[key].pop(0)
+        out[key].pop()
     return out
 
 

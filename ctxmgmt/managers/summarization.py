@@ -32,8 +32,9 @@ DEFAULT_PROMPT = (
     "You maintain the running summary of an AI agent's conversation. Merge the previous "
     "summary with the new messages into one summary. Keep every file path, URL, command, "
     "error line, identifier and number verbatim. Be brief. Answer with only a JSON object "
-    "whose keys are goal, constraints, progress, key_decisions, next_steps and "
-    "critical_context, each a list of short strings."
+    "whose keys are goal, constraints, errors (error lines and failed commands), "
+    "files_changed, progress, key_decisions, next_steps and critical_context, each a list "
+    "of short strings."
 )
 
 
@@ -276,6 +277,8 @@ class SummarizationManager(ContextManager):
             count(m, i) for i, m in enumerate(msgs) if is_summary(m)
         )
         limit = min(self.config["max_summary_tokens"], max(64, replaced // 2))
+        if context.context_window:  # and at most an eighth of the window
+            limit = min(limit, max(64, context.context_window // 8))
         sections = bound(sections, summarized, limit, runtime.counter.text)
         archives = previous(context)[2]
         if archive is not None:

@@ -66,7 +66,8 @@ def test_offline_summary_replaces_the_oldest_messages():
     text = summaries[0]["content"]
     for identifier in ("/srv/app/src/auth.py", "250", "KeyError: 'session_id'", "pytest tests/test_auth.py"):
         assert identifier in text
-    assert "## Goal" in text and "## Constraints" in text
+    assert "## Goal" in text and "## Errors" in text
+    assert text.count("You must not change the database schema.") == 1  # the goal holds it; no repeat
     assert result.context.state["summary"]["sections"]["goal"]
     assert result.trace[0]["tokens_after"] < result.trace[0]["tokens_before"]
     assert out[-4:] == tuple(msgs[-4:])

@@ -1,0 +1,339 @@
+"""The offline summariser: what matters in a stretch of conversation, ranked, no LLM.
+
+It reads the messages for the kind of content an agent produces and keeps, verbatim:
+
+- **goal**: the first task, then each later request of the user;
+- **constraints**: the user's rules, and every sentence where the user gave a number;
+- **errors**: error and failure lines from tool results (compiler, test runner, shell,
+  package manager, HTTP, stack traces), once each with how often they were seen, and
+  the commands that failed;
+- **files changed**: paths given to tools that write, edit, patch, move or delete;
+- **progress**: one line per tool, aggregated (``read_file ×31 (src/a.py … src/z.py)``,
+  ``run_tests ×12: 9 failed, last passed``), never raw previews;
+- **key decisions** and **next steps**: the assistant's sentences that state them;
+- **critical context**: URLs, and identifiers the conversation kept using.
+
+Items come most important first within a section; :func:`ctxmgmt.summaries.bound`
+drops the least important sections' last items first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .messages import is_summary, text_of
+
+__all__ = ["digest", "error_lines"]
+
+Sections = dict[str, list[str]]
+
+_ITEM_CHARS = 300
+_MAX_ITEMS = 400
+"""At most this many items per section are kept before ranking, against hostile input."""
+
+# A line that reports a failure: exception names, error labels of compilers, test runners,
+# shells and package managers, HTTP error statuses, signals and exit codes.
+_FAILURE = re.compile(
+    r"\b[A-Z]\w*(?:Error|Exception|Failure|Fault|Violation)\b(?!\w)"
+    r"|\bpanicked at\b|^\s*\d+:\d+\s+error\s|\bunbound variable\b|\bsyntax error\b|\bError \d+\b"
+    r"|\b[Ff]ailed to\b|^\s*[\w./-]+\.\w+:\d+:\d+: (?!warning|note|info)|\b(?:does not|doesn't) exist\b"
+    r"|\bno such\b|\bmissing [\w.]+ entry\b|:\d+:\d+: [A-Z]{1,3}\d{3,4}\b|\bFAIL\s"
+    r"|\b(?:error|ERROR|Error|fatal|FATAL|Fatal|panic|PANIC|FAILED|FAIL|Failed|failed)\b"
+    r"\s?(?:\[[\w-]{1,40}\]|\(\w{1,40}\))?\s?[:!\-]"
+    r"|\berror(?:\[\w+\]| TS\d+| [A-Z]{1,3}\d{3,5})"
+    r"|^\s*(?:E\s{2,}|FAILED |FAIL |ERR!|npm ERR!|not ok |[✗✖✕×] )"
+    r"|\bnpm ERR!|\berror\[E\d+\]|\bpanic:|\bSegmentation fault|\bcore dumped"
+    r"|\bcommand not found|\bNo such file or directory|\bPermission denied|\bnot found\b"
+    r"|\b[Cc]onnection refused|\b[Cc]ouldn't connect|\bE: |\btimed out\b|\b[Cc]annot find\b"
+    r"|\b[Cc]ould not\b|\b[Uu]nable to\b"
+    r"|\bundefined reference\b|\bis not defined\b|\bHTTP/\d(?:\.\d)? [45]\d\d\b"
+    r"|\b[45]\d\d (?:Bad|Unauthorized|Forbidden|Not Found|Internal|Service|Gateway|Conflict|Too Many"
+    r"|Unprocessable)|\bexit (?:code|status):? [1-9]\d*|\bexited with (?:code )?[1-9]\d*"
+    r"|\bassert [^\n]{0,200}? ==",
+    re.MULTILINE,
+)
+# Not a failure although it matches: counts of zero, passing tests, and source code that
+# merely mentions errors (a file shown by a read tool).
+_NOT_FAILURE = re.compile(
+    r"\b(?:0|no|zero) (?:errors?|failures?|failed)\b|\b(?:errors?|failures?|failed):? 0\b"
+    r"|\bPASS(?:ED)?\b|\b\d+ passed\b|^\s*ok\b|✓|^\s*>|^\s*E\s+\+\s|^\s*Traceback \(most recent"
+    r"|^\s*=== RUN\b|:=|\w\([^()]*\)\s*$"
+    r"|^\s*(?:[\w/.-]+:)?(?:\d+(?::\d+)?\s*[|:]?\s*)?(?:(?:raise|throw|except|catch|return|def|class|import|from|if|elif|else|for"
+    r"|while|func|fn|let|const|var|pub|impl|struct|type|interface|case|assert!?)\b|#|//|/\*|\*\s|@|-\s|\+\s)"
+    r"|[;{}(,]\s*$|\b(?:new \w*Error\(|errors\.New|fmt\.Errorf|Err\(|console\.error|log(?:ger)?\.\w+\()",
+    re.IGNORECASE,
+)
+_URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
+_PATH = re.compile(
+    r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w@.+-]+/)+[\w@.+-]+\.\w+"
+    r"|(?<![\w/.-])[\w-]+\.(?:py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|sql|sh"
+    r"|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|html|css|xml|lock|env|tf|proto|gradle)\b"
+)
+_DIFF_FILE = re.compile(r"^(?:\+\+\+ b/|\*\*\* (?:Update|Add|Delete) File: )(\S+)", re.MULTILINE)
+_BACKTICK = re.compile(r"`([^`\n]{2,120})`")
+_SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?](?=\s|$)|(?=\n)|$)")
+_NUMBER = re.compile(r"(?<![\w.])[$€£]?\d[\d,]*(?:\.\d+)?(?![\w.]*\w)|\b\d[\d,.]*\s?(?:%|[a-zA-Z]+)")
+_CONSTRAINT = re.compile(
+    r"\b(must|should|shall|never|always|only|don't|do not|doesn't|without|at most|at least|no more than"
+    r"|no less than|limit|avoid|require[sd]?|keep|make sure|ensure|stay|not allowed|forbidden|compatib\w+"
+    r"|instead of|rather than|against|prefer)\b",
+    re.IGNORECASE,
+)
+_DECISION = re.compile(
+    r"\b(decided|decide|chose|choose|I'll use|I will use|we'll use|will use|going with|go with|instead of"
+    r"|switch(?:ed)? to|opted|prefer|settled on|rather than|because)\b",
+    re.IGNORECASE,
+)
+_NEXT = re.compile(
+    r"\b(next|then|todo|remaining|still need|plan to|after that|will now|going to)\b", re.IGNORECASE
+)
+_WRITES = re.compile(
+    r"write|edit|create|patch|replace|insert|update|modify|append|save|move|rename|delete|remove|mkdir|touch"
+    r"|str_replace|apply|put|upload",
+    re.IGNORECASE,
+)
+_PATH_KEYS = (
+    "path",
+    "file_path",
+    "filepath",
+    "file",
+    "filename",
+    "target",
+    "target_file",
+    "dest",
+    "destination",
+)
+_COMMAND_KEYS = ("cmd", "command", "script", "commands", "shell", "code", "query", "url")
+_SCAN_CHARS = 200_000
+"""Identifiers are looked for in the first this many characters of a message."""
+_COUNT = re.compile(r" \(×(\d+)\)$")
+
+
+def error_lines(text: str) -> list[str]:
+    """The lines of a text that report a failure, in order, each once. Linear in the text:
+    each line is looked at once, and at most 2,000 characters either side of its match;
+    of a text over 400,000 characters, the first and last 200,000."""
+    if len(text) > 2 * _SCAN_CHARS:  # a huge output: its head and tail (the whole is archived)
+        return list(dict.fromkeys([*error_lines(text[:_SCAN_CHARS]), *error_lines(text[-_SCAN_CHARS:])]))
+    found: dict[str, None] = {}
+    pos = 0
+    while len(found) < _MAX_ITEMS:
+        match = _FAILURE.search(text, pos)
+        if match is None:
+            break
+        start = text.rfind("\n", max(pos, match.start() - 2000), match.start()) + 1
+        start = start or max(pos, match.start() - 2000)
+        end = text.find("\n", match.end(), match.end() + 2000)
+        line = text[start : match.end() + 2000 if end < 0 else end].strip()
+        if len(line) > 3 and not _NOT_FAILURE.search(line):
+            found.setdefault(line if len(line) <= _ITEM_CHARS else line[: _ITEM_CHARS - 1] + "…", None)
+        following = text.find("\n", match.end())
+        pos = len(text) if following < 0 else following + 1
+    return list(found)
+
+
+def _clip(text: str, limit: int = _ITEM_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _sentences(text: str) -> Iterable[str]:
+    for s in _SENTENCE.findall(text):
+        s = s.strip()
+        if len(s) > 3:
+            yield _clip(s)
+
+
+def _counted(counts: Counter[str], order: Mapping[str, int], *, specific: bool = False) -> list[str]:
+    """Items with their counts, most frequent first, then the most recent. With ``specific``,
+    items that say something particular (see :func:`specificity`) come before generic ones."""
+    ranked = sorted(counts, key=lambda k: (-specificity(k) if specific else 0, -counts[k], -order[k]))
+    return [k if counts[k] < 2 else f"{k} (×{counts[k]})" for k in ranked[:_MAX_ITEMS]]
+
+
+_SPECIFIC = re.compile(
+    r"['\"`\u2018\u201c].+['\"`\u2019\u201d]|[\w/.-]+\.\w+[:(]\d+|\b\w+(?:_\w+|[a-z][A-Z]\w*|::\w+)|\d{2,}"
+)
+
+
+def specificity(line: str) -> int:
+    """How much an error line says beyond its label: 2 with a quoted name, a file and line,
+    an identifier or a number and some words; 1 with some words; 0 for a bare label such
+    as ``[exit code: 1]`` or ``error: could not compile``."""
+    words = len(line.split())
+    if _SPECIFIC.search(line) and words >= 3:
+        return 2
+    return 1 if words >= 6 else 0
+
+
+def _uncontained(items: list[str]) -> list[str]:
+    """Items without those another item contains verbatim (``KeyError: 'x'`` in
+    ``E   KeyError: 'x'``), in their order; a dropped item's count goes to its container."""
+    keys = [split_count(i)[0] for i in items]
+    longest = sorted(range(len(items)), key=lambda i: -len(keys[i]))
+    kept: list[int] = []
+    for i in longest:
+        if not any(keys[i] in keys[j] for j in kept):
+            kept.append(i)
+    return [items[i] for i in sorted(kept)]
+
+
+def split_count(item: str) -> tuple[str, int]:
+    """An item without its ``(×N)`` suffix, and N (1 without one)."""
+    found = _COUNT.search(item)
+    return (item[: found.start()], int(found.group(1))) if found else (item, 1)
+
+
+def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
+    fn = call.get("function") or {}
+    args = fn.get("arguments", "")
+    if isinstance(args, dict):
+        return args
+    try:
+        value = json.loads(args) if isinstance(args, str) and args.strip().startswith("{") else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class _Reader:
+    """Collects the candidates of one stretch of messages."""
+
+    def __init__(self) -> None:
+        self.asks: list[str] = []
+        self.constraints: dict[str, None] = {}
+        self.errors: Counter[str] = Counter()
+        self.failed: dict[str, None] = {}
+        self.files: Counter[str] = Counter()
+        self.urls: Counter[str] = Counter()
+        self.names: Counter[str] = Counter()
+        self.decisions: dict[str, None] = {}
+        self.next: list[str] = []
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.marked: set[str] = set()  # written as `code` by the user or the assistant
+        self.seen = 0
+        self.order: dict[str, int] = {}
+
+    def _error(self, line: str) -> None:
+        self._see(self.errors, line)
+
+    def _see(self, counter: Counter[str], item: str) -> None:
+        counter[item] += 1
+        self.seen += 1
+        self.order[item] = self.seen
+
+    def user(self, text: str) -> None:
+        self.asks.append(_clip(text, 1000 if not self.asks else _ITEM_CHARS))
+        for s in _sentences(text):
+            if _CONSTRAINT.search(s) or _NUMBER.search(s):
+                self.constraints.setdefault(s, None)
+        for line in error_lines(text):  # a user pasting an error
+            self._error(line)
+        self._identifiers(text)
+
+    def assistant(self, text: str, last: bool) -> None:
+        for s in _sentences(text):
+            if _DECISION.search(s):
+                self.decisions.setdefault(s, None)
+            if last and _NEXT.search(s):
+                self.next.append(s)
+        self._identifiers(text)
+
+    def call(self, call: Mapping[str, Any], result: str | None) -> None:
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "tool")
+        args = _arguments(call)
+        raw = fn.get("arguments", "")
+        raw = raw if isinstance(raw, str) else json.dumps(raw)
+        tool = self.tools.setdefault(name, {"calls": 0, "failed": 0, "paths": [], "last": None})
+        tool["calls"] += 1
+        paths = [v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and v]
+        if _WRITES.search(name):
+            for path in [*paths, *_DIFF_FILE.findall(raw.replace("\\n", "\n"))]:
+                self._see(self.files, _clip(path, 200))
+        for path in paths:
+            tool["paths"].append(path)
+            self._see(self.names, path)
+        errors = error_lines(result or "")
+        if result is not None:
+            tool["last"] = "failed" if errors else "ok"
+        if errors:
+            tool["failed"] += 1
+            command = next((v for k in _COMMAND_KEYS if isinstance(v := args.get(k), str) and v), None)
+            if command:
+                self.failed.setdefault(_clip(command, 120), None)
+        for line in errors:
+            self._error(line)
+        for url in _URL.findall(raw):
+            self._see(self.urls, url.rstrip(".,;:"))
+        if result:
+            for url in _URL.findall(result[:100_000]):
+                self._see(self.urls, url.rstrip(".,;:"))
+
+    def _identifiers(self, text: str) -> None:
+        text = text[:_SCAN_CHARS]
+        for url in _URL.findall(text):
+            self._see(self.urls, url.rstrip(".,;:"))
+        for name in _BACKTICK.findall(text):
+            self._see(self.names, name)
+            self.marked.add(name)
+        for path in _PATH.findall(_URL.sub(" ", text)):
+            self._see(self.names, path.rstrip(".,;:"))
+
+    def sections(self) -> Sections:
+        order = self.order
+        progress = []
+        for name, tool in self.tools.items():
+            line = f"{name} ×{tool['calls']}"
+            paths = list(dict.fromkeys(tool["paths"]))
+            if paths:
+                line += f" ({paths[0]}" + (f" … {paths[-1]})" if len(paths) > 1 else ")")
+            if tool["failed"]:
+                line += f": {tool['failed']} failed, last {'failed' if tool['last'] == 'failed' else 'ok'}"
+            progress.append(line)
+        files = _counted(self.files, order)
+        changed = {split_count(f)[0] for f in files}
+        names = Counter(
+            {k: n for k, n in self.names.items() if (n >= 2 or k in self.marked) and k not in changed}
+        )
+        return {
+            "goal": self.asks,
+            "constraints": list(self.constraints)[:_MAX_ITEMS],
+            "errors": [
+                *_uncontained(_counted(self.errors, order, specific=True)),
+                *(f"failed: `{c}`" for c in self.failed),
+            ],
+            "files_changed": files,
+            "progress": progress,
+            "key_decisions": list(reversed(self.decisions))[:_MAX_ITEMS],
+            "next_steps": self.next[-5:],
+            "critical_context": [*_counted(self.urls, order), *_counted(names, order)],
+        }
+
+
+def digest(messages: Sequence[Mapping[str, Any]]) -> Sections:
+    """The ranked sections of a stretch of conversation (see the module docstring)."""
+    reader = _Reader()
+    results = {m.get("tool_call_id"): text_of(m.get("content")) for m in messages if m.get("role") == "tool"}
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    for i, m in enumerate(messages):
+        if is_summary(m):
+            continue
+        role = m.get("role")
+        text = text_of(m.get("content"))
+        if role == "user":
+            reader.user(text)
+        elif role == "assistant":
+            reader.assistant(text, i == last)
+            for call in m.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    reader.call(call, results.get(call.get("id")))
+    sections = reader.sections()
+    # No item repeats another section's: the goal holds the user's words already.
+    goal = "\n".join(sections["goal"])
+    sections["constraints"] = [c for c in sections["constraints"] if c not in goal]
+    return sections

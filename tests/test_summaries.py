@@ -1,0 +1,140 @@
+"""The offline summariser keeps what matters: planted facts survive, ranked by importance."""
+
+import pytest
+
+from ctxmgmt import Context, get_counter, load_definition
+from ctxmgmt.digest import digest, error_lines
+from ctxmgmt.messages import text_of
+from ctxmgmt.summaries import bound, merge, render, summarize_offline
+from tests.agent_runs import agent_run
+
+MODEL = "gpt-4o-mini"
+
+
+def context_text(ctx: Context) -> str:
+    parts = [ctx.system_prompt or ""]
+    for m in ctx.messages:
+        parts.append(text_of(m.get("content")))
+        parts += [c["function"]["arguments"] for c in m.get("tool_calls") or ()]
+    return "\n".join(parts)
+
+
+# Every project flavour (seed % 5: Python, Node, Rust, Go, devops) at each size.
+RUNS = [(turns, seed) for turns in (40, 160, 300) for seed in (0, 1, 2, 3, 4, 8, 13)]
+
+
+@pytest.mark.parametrize(("turns", "seed"), RUNS)
+def test_default_keeps_95_percent_of_planted_facts_verbatim(turns, seed):
+    """On coding-agent runs of 40 to 300 turns, three times the window, the shipped default
+    keeps at least 95% of the planted facts (task, constraints, numbers, error lines, files
+    changed, URLs), and at least 95% of the error lines, verbatim in the context."""
+    messages, facts = agent_run(turns, seed=seed)
+    tokens = get_counter(MODEL).messages(messages)[0]
+    ctx = Context("You are a coding agent.", messages, (), MODEL, max(8000, tokens // 3))
+    out = context_text(load_definition("default").apply("pre_llm", ctx).context)
+    critical = [
+        f
+        for k in ("task", "constraints", "numbers", "error_lines", "files_changed", "urls")
+        for f in facts[k]
+    ]
+    kept = [f for f in critical if f in out]
+    assert len(kept) >= 0.95 * len(critical), sorted(set(critical) - set(kept))[:10]
+    errors = [f for f in facts["error_lines"] if f in out]
+    assert len(errors) >= 0.95 * len(facts["error_lines"])
+
+
+def test_error_lines_of_many_toolchains_are_found_and_code_is_not():
+    """Failure lines of compilers, test runners, shells and HTTP are found verbatim; source
+    code that merely mentions errors, passing tests and zero counts are not."""
+    log = "\n".join(
+        [
+            "src/parse.c:88:13: error: use of undeclared identifier 'buf_len'",
+            "error[E0382]: borrow of moved value: `cfg`",
+            "FAILED tests/test_api.py::test_refund - AssertionError: assert 402 == 200",
+            "panic: runtime error: index out of range [5] with length 5",
+            "npm ERR! code ERESOLVE",
+            "src/app.ts(14,7): error TS2322: Type 'string' is not assignable to type 'number'.",
+            "bash: jq: command not found",
+            'Exception in thread "main" java.lang.NullPointerException',
+            "HTTP/1.1 503 Service Unavailable",
+            "thread 'main' panicked at src/lib.rs:306:5:",
+            "make: *** [Makefile:48: migrate] Error 1",
+            "    raise KeyError(key)",
+            '  if err != nil { return fmt.Errorf("open: %w", err) }',
+            "test_error_handling PASSED",
+            "Found 0 errors in 12 files",
+        ]
+    )
+    found = error_lines(log)
+    assert found == log.splitlines()[:11]
+
+
+def test_progress_is_aggregated_not_previews():
+    """Tool calls become one line per tool with counts, paths and failures, never raw output."""
+    msgs = [{"role": "user", "content": "Make the tests pass."}]
+    for i in range(12):
+        call = {
+            "id": f"r{i}",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": f'{{"path": "src/m{i}.py"}}'},
+        }
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"r{i}", "content": "import os\nword salad " * 50},
+        ]
+    for i in range(3):
+        call = {
+            "id": f"t{i}",
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": '{"cmd": "pytest"}'},
+        }
+        result = "1 passed" if i == 2 else f"FAILED tests/test_x.py::test_{i} - ValueError: bad {i}"
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"t{i}", "content": result},
+        ]
+    sections = digest(msgs)
+    assert sections["progress"] == [
+        "read_file ×12 (src/m0.py … src/m11.py)",
+        "run_tests ×3: 2 failed, last ok",
+    ]
+    assert "word salad" not in render(sections, len(msgs))
+    assert sections["errors"] == [  # the newest first, then the command that failed
+        "FAILED tests/test_x.py::test_1 - ValueError: bad 1",
+        "FAILED tests/test_x.py::test_0 - ValueError: bad 0",
+        "failed: `pytest`",
+    ]
+
+
+def test_a_merge_ranks_again_and_keeps_old_errors_over_new_noise():
+    """Merged with a stretch of chatter and reads, an earlier summary's errors and files stay
+    within a tight budget; progress and decisions give way first."""
+    old = {
+        "goal": ["Fix the importer."],
+        "errors": [f"ERROR E{i:04d}: ImportError in src/m{i}.py line {i}" for i in range(12)],
+        "files_changed": ["src/importer.py (×3)"],
+    }
+    chatter = [{"role": "user", "content": "go on"}]
+    for i in range(40):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": f"tool{i}", "arguments": "{}"}}
+        chatter += [
+            {
+                "role": "assistant",
+                "content": f"I decided to go with option {i} because it is simpler.",
+                "tool_calls": [call],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "ok"},
+        ]
+    merged = summarize_offline(chatter, old)
+    count = get_counter(MODEL).text
+    kept = bound(merged, 100, 400, count)
+    assert kept["errors"] == old["errors"] and kept["files_changed"] == old["files_changed"]
+    assert len(kept["progress"]) < len(merged["progress"])
+    assert count(render(kept, 100)) <= 400
+
+
+def test_merged_counts_add_up():
+    """The same error in two stretches is one item whose count adds up, ranked first."""
+    a = {"errors": ["KeyError: 'user_id' (×2)", "ERROR: x"]}
+    b = {"errors": ["ERROR: y", "KeyError: 'user_id'"]}
+    assert merge(a, b)["errors"][0] == "KeyError: 'user_id' (×3)"
