@@ -36,14 +36,13 @@ from typing import Any
 import ctxmgmt
 from ctxmgmt import Context
 from ctxmgmt._resources import data_dir
+from ctxmgmt.fit import reserve_tokens
 from ctxmgmt.messages import check_messages, text_of
 from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.tokens import get_counter
 
-from ctxmgmt.fit import reserve_tokens
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.agent_runs import agent_run  # noqa: E402
+from tests.agent_runs import agent_run
 
 MODEL = "gpt-4o-mini"
 RUNS = [(turns, seed) for turns in (40, 120, 300) for seed in range(3)]
