@@ -30,7 +30,9 @@ __all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
 
 
 # Manager types that archive whatever they remove whenever an offload store is given.
-_ARCHIVING_TYPES = frozenset({"ToolResultCompactionManager", "AutoCompactManager", "SummarizationManager"})
+_ARCHIVING_TYPES = frozenset(
+    {"ToolResultCompactionManager", "AutoCompactManager", "SummarizationManager", "SlidingWindowManager"}
+)
 
 
 def parse_hook(hook: str | Hook) -> Hook:
@@ -182,9 +184,9 @@ class Definition:
 
     @property
     def offloads(self) -> bool:
-        """Whether an entry archives what it removes when given an offload store, so the
-        model needs the recall tools to read it back (summaries name their archives)."""
-        return any(
+        """Whether the definition may archive what it removes when given an offload store (an
+        archiving entry, or the fit step), so that the model may need the recall tools."""
+        return self.settings.get("fit", True) is not False or any(
             s.config.get("offload") or s.type in _ARCHIVING_TYPES
             for specs in self.hooks.values()
             for s in specs

@@ -164,6 +164,11 @@ def register_tool(
     (registry or default_tools).register(name, factory)
 
 
+def _hit(h: dict[str, Any]) -> str:
+    where = f"message {h['message']} line {h['line']}" if "message" in h else f"line {h['line']}"
+    return f"{h['ref']} {where}: {h['text']}"
+
+
 def recall_tools(offloader: Any, session: str) -> list[Tool]:
     """context_read and context_search, bound to one session of an offload store.
     They reach only that store, and only that session's content."""
@@ -192,7 +197,7 @@ def recall_tools(offloader: Any, session: str) -> list[Tool]:
             raise ToolError(str(exc)) from None
         if not hits:
             return "no match in the archived context"
-        return "\n".join(f"{h['ref']} line {h['line']}: {h['text']}" for h in hits)
+        return "\n".join(_hit(h) for h in hits)
 
     return [
         Tool(

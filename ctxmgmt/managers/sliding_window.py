@@ -19,7 +19,8 @@ class SlidingWindowManager(ContextManager):
     task (the most recent user message) is kept and counts towards the cap, and a
     ctxmgmt summary is kept likewise unless ``keep_summary`` is false. A tool call
     and its results are kept or dropped together: when the newest N messages would
-    start inside a group, the window starts after it and keeps fewer.
+    start inside a group, the window starts after it and keeps fewer. With an offload
+    store, what it removes is archived first (``context_search`` finds it).
     """
 
     type_name = "SlidingWindowManager"
@@ -58,6 +59,10 @@ class SlidingWindowManager(ContextManager):
         if len(keep) == len(msgs):
             runtime.details["removed"] = 0
             return context
+        if runtime.offloader is not None:
+            # Archive first: nothing is removed unless it is safely stored.
+            gone = [dict(m) for i, m in enumerate(msgs) if i not in keep]
+            runtime.details["offloaded"] = runtime.offloader.store_messages(runtime.session, gone)
         runtime.details["removed"] = len(msgs) - len(keep)
         runtime.details["kept"] = len(keep)
         if budget is not None and budget < 0:

@@ -8,11 +8,13 @@ or from the model are metadata only: they never name a file or a row key as give
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ..errors import OffloadError
+from ..messages import text_of
 
 __all__ = ["GcReport", "OffloadError", "Offloader", "Recall", "check_ref", "session_key"]
 
@@ -89,13 +91,39 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
 def find_lines(
     ref: str, text: str, regex: re.Pattern[str], hits: list[dict[str, Any]], max_results: int
 ) -> bool:
-    """Add the lines of ``text`` that match to ``hits``; True once ``max_results`` is reached."""
-    for lineno, line in enumerate(text.splitlines()):
-        if regex.search(line):
-            hits.append({"ref": ref, "line": lineno, "text": line[:300]})
-            if len(hits) >= max_results:
-                return True
+    """Add the lines of ``text`` that match to ``hits``; True once ``max_results`` is reached.
+    An archived batch of messages (``m-``) is searched in its messages' text as the model
+    saw it (content, then tool-call arguments), not in its JSON: a hit names the message."""
+    for message, body in _searchable(ref, text):
+        for lineno, line in enumerate(body.splitlines()):
+            if regex.search(line):
+                hit = {"ref": ref, "line": lineno, "text": line[:300]}
+                if message is not None:
+                    hit["message"] = message
+                hits.append(hit)
+                if len(hits) >= max_results:
+                    return True
     return False
+
+
+def _searchable(ref: str, text: str) -> list[tuple[int | None, str]]:
+    """(message index or None, text) pairs to search."""
+    if not ref.startswith("m-"):
+        return [(None, text)]
+    try:
+        messages = json.loads(text)
+    except ValueError:
+        return [(None, text)]
+    if not isinstance(messages, list):
+        return [(None, text)]
+    out: list[tuple[int | None, str]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            continue
+        calls = [c.get("function") or {} for c in m.get("tool_calls") or () if isinstance(c, dict)]
+        args = [f"{fn.get('name')}({fn.get('arguments')})" for fn in calls if isinstance(fn, dict)]
+        out.append((i, "\n".join([text_of(m.get("content")), *args])))
+    return out
 
 
 class Offloader(Protocol):

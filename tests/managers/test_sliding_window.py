@@ -102,3 +102,23 @@ def test_invariants_on_a_long_conversation():
     msgs = make_conversation(500, seed=2)
     result = assert_invariants(window(max_messages=25), "pre_llm", Context(system_prompt="s", messages=msgs))
     assert len(result.context.messages) <= 25
+
+
+def test_with_a_store_the_window_archives_what_it_removes(tmp_path):
+    """Given an offload store, the removed messages are archived first and read back exactly."""
+    import json
+
+    from ctxmgmt.offload import LocalOffloader
+
+    store = LocalOffloader(tmp_path)
+    msgs = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"step {i}"} for i in range(10)
+    ]
+    d = load_definition(
+        {"name": "w", "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4}}]}}
+    )
+    result = d.apply("pre_llm", Context(messages=msgs), offloader=store, session="s")
+    kept = result.context.messages
+    ref = result.trace[0]["details"]["offloaded"]
+    assert json.loads(store.read("s", ref).text) == [m for m in msgs if m not in kept]
+    assert store.search("s", "^step 2$")[0]["ref"] == ref

@@ -189,3 +189,29 @@ def test_gc_command_reports_what_it_freed(tmp_path, capsys):
     freed = re.search(r"(\d+) files, 0 rows, ([\d,]+) bytes freed", out)
     assert freed and int(freed.group(1)) >= 1 and int(freed.group(2).replace(",", "")) >= 1000
     assert not any(root.glob("*/t-*.txt"))
+
+
+def test_archived_messages_are_searched_as_the_model_saw_them(offloader):
+    """A batch of messages is searched in its text, not its JSON: quotes, line anchors and
+    tool-call arguments match, and the hit names the message and gives the matching line."""
+    line = 'Error from server (NotFound): deployments.apps "billing-worker" not found'
+    messages = [
+        {"role": "user", "content": "deploy it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "a",
+                    "type": "function",
+                    "function": {"name": "run", "arguments": '{"cmd": "kubectl get"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": f"NAME READY\n{line}\n"},
+    ]
+    ref = offloader.store_messages("s", messages)
+    [hit] = offloader.search("s", '^Error from server .*"billing-worker" not found$')
+    assert hit == {"ref": ref, "message": 2, "line": 1, "text": line}
+    [call] = offloader.search("s", 'kubectl get"')
+    assert call["message"] == 1 and call["text"] == 'run({"cmd": "kubectl get"})'
