@@ -75,7 +75,8 @@ _PATH = re.compile(
 )
 _DIFF_FILE = re.compile(r"^(?:\+\+\+ b/|\*\*\* (?:Update|Add|Delete) File: )(\S+)", re.MULTILINE)
 _BACKTICK = re.compile(r"`([^`\n]{2,120})`")
-_SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?](?=\s|$)|(?=\n)|$)")
+# A sentence ends at . ! or ? before white space ("session.py" and "24.2.0" stay whole).
+_SENTENCE = re.compile(r"(?:[^\n.!?]|[.!?](?=\S))+(?:[.!?]+(?=\s|$))?")
 _NUMBER = re.compile(r"(?<![\w.])[$€£]?\d[\d,]*(?:\.\d+)?(?![\w.]*\w)|\b\d[\d,.]*\s?(?:%|[a-zA-Z]+)")
 _CONSTRAINT = re.compile(
     r"\b(must|should|shall|never|always|only|don't|do not|doesn't|without|at most|at least|no more than"
@@ -85,7 +86,8 @@ _CONSTRAINT = re.compile(
 )
 _DECISION = re.compile(
     r"\b(decided|decide|chose|choose|I'll use|I will use|we'll use|will use|going with|go with|instead of"
-    r"|switch(?:ed)? to|opted|prefer|settled on|rather than|because)\b",
+    r"|switch(?:ed)? to|opted|prefer|settled on|rather than|because)\b"
+    r"|\b(?:I'll|I will|we'll|we will|let's)\b[^.!?\n]{0,200}\b(?:so|so that|to keep|to avoid|in order to)\b",
     re.IGNORECASE,
 )
 _NEXT = re.compile(
