@@ -172,6 +172,15 @@ def specificity(line: str) -> int:
     return 1 if words >= 6 else 0
 
 
+def _failed_commands(commands: list[str]) -> list[str]:
+    """One item naming the commands that failed, the newest five verbatim."""
+    if not commands:
+        return []
+    shown = ", ".join(f"`{c}`" for c in commands[-5:])
+    more = f" (and {len(commands) - 5} earlier)" if len(commands) > 5 else ""
+    return [f"failed commands: {shown}{more}"]
+
+
 def _uncontained(items: list[str]) -> list[str]:
     """Items without those another item contains verbatim (``KeyError: 'x'`` in
     ``E   KeyError: 'x'``), in their order; a dropped item's count goes to its container."""
@@ -229,12 +238,14 @@ class _Reader:
         self.order[item] = self.seen
 
     def user(self, text: str) -> None:
-        self.asks.append(_clip(text, 1000 if not self.asks else _ITEM_CHARS))
+        limit = 1000 if not self.asks else _ITEM_CHARS
+        self.asks.append(_clip(text, limit))
         for s in _sentences(text):
             if _CONSTRAINT.search(s) or _NUMBER.search(s):
                 self.constraints.setdefault(s, None)
-        for line in error_lines(text):  # a user pasting an error
-            self._error(line)
+        if len(text) > limit:  # a user pasting a log: its error lines (the ask holds the rest)
+            for line in error_lines(text):
+                self._error(line)
         self._identifiers(text)
 
     def assistant(self, text: str, last: bool) -> None:
@@ -307,7 +318,7 @@ class _Reader:
             "constraints": list(self.constraints)[:_MAX_ITEMS],
             "errors": [
                 *_uncontained(_counted(self.errors, order, specific=True)),
-                *(f"failed: `{c}`" for c in self.failed),
+                *_failed_commands(list(self.failed)),
             ],
             "files_changed": files,
             "progress": progress,

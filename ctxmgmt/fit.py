@@ -61,7 +61,8 @@ class _Gate:
         reserve = reserve_tokens(window, self.settings)
         tokens = facts.tokens
         fired = tokens + reserve > window
-        return fired, {"tokens": tokens, "reserve_output_tokens": reserve, "context_window": window}
+        need = {"limit": window, "value": tokens + reserve, "met": fired}
+        return fired, {"tokens_plus_reserve_exceed": need, "reserve_output_tokens": reserve}
 
 
 class Fit:

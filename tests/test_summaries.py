@@ -102,7 +102,7 @@ def test_progress_is_aggregated_not_previews():
     assert sections["errors"] == [  # the newest first, then the command that failed
         "FAILED tests/test_x.py::test_1 - ValueError: bad 1",
         "FAILED tests/test_x.py::test_0 - ValueError: bad 0",
-        "failed: `pytest`",
+        "failed commands: `pytest`",
     ]
 
 
