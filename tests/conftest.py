@@ -3,7 +3,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from hypothesis import settings
 
 from ctxmgmt import ModelConfig, ModelsConfig
