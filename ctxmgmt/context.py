@@ -55,8 +55,10 @@ class Context:
             problems.append(Problem("/messages", "must be a list of message objects"))
         if isinstance(values["tools"], (str, bytes, Mapping)) or not isinstance(values["tools"], Sequence):
             problems.append(Problem("/tools", "must be a list of tool schemas"))
-        if values["model"] is not None and not isinstance(values["model"], str):
-            problems.append(Problem("/model", "must be a string"))
+        if values["model"] is not None and (
+            not isinstance(values["model"], str) or len(values["model"]) > 256
+        ):
+            problems.append(Problem("/model", "must be a model name, a string of at most 256 characters"))
         cw = values["context_window"]
         if cw is not None and (isinstance(cw, bool) or not isinstance(cw, int) or cw < 1):
             problems.append(Problem("/context_window", "must be a whole number >= 1"))

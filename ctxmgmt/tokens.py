@@ -58,7 +58,13 @@ CHARS_PER_TOKEN = 4
 ID_CHARS_PER_TOKEN = 3
 LARGE_TEXT = 200_000
 _SAMPLE = 16_384
-_MEMO_LIMIT = 100_000
+MEMO_BYTES = 64 * 1024 * 1024
+"""What the per-message memo may hold, by the size of the messages it keeps alive."""
+STRING_MEMO_BYTES = 8 * 1024 * 1024
+"""What the memo of short repeated strings (names, system prompts) may hold."""
+_COUNTERS_KEPT = 256
+"""Counters kept per (tokenizer setting, model name); model names come from clients."""
+_WARNINGS_KEPT = 64
 _SEQUENCES_KEPT = 4
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
@@ -78,6 +84,65 @@ class Tokenizer:
         return self.name if self.exact else f"{self.name} (estimate)"
 
 
+class Memo:
+    """A memo bounded by the bytes of what it keeps alive: the oldest entries go first.
+
+    Each entry keeps its object, so that a key (an ``id``) cannot be reused by another
+    object while the entry lives; a lookup checks that it is the same object.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._data: dict[Any, tuple[object, int, int]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: Any, obj: object) -> int | None:
+        hit = self._data.get(key)
+        return hit[1] if hit is not None and hit[0] is obj else None
+
+    def put(self, key: Any, obj: object, value: int, size: int) -> None:
+        if size > self.max_bytes:
+            return  # larger than the whole memo: not worth keeping
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self.bytes -= old[2]
+            self._data[key] = (obj, value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, _, gone) = _pop_oldest(self._data)
+                self.bytes -= gone
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.bytes = 0
+
+
+def _pop_oldest(data: dict[Any, Any]) -> tuple[Any, Any]:
+    key = next(iter(data))
+    return key, data.pop(key)
+
+
+def _size(m: Any) -> int:
+    """About how many bytes a message keeps alive (its strings, plus some overhead)."""
+    size = 200
+    content = m.get("content") if isinstance(m, dict) else None
+    if isinstance(content, str):
+        size += len(content)
+    elif isinstance(content, list):
+        size += sum(len(p.get("text") or "") + 200 if isinstance(p, dict) else 64 for p in content)
+    for call in (m.get("tool_calls") or ()) if isinstance(m, dict) else ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        size += 200 + (len(args) if isinstance(args, str) else 0)
+    return size
+
+
 class TokenCounter:
     """Counts tokens of texts, messages and contexts for one tokenizer.
 
@@ -93,9 +158,9 @@ class TokenCounter:
         self._encode: Callable[[str], list[int]] | None = (
             getattr(encoding, "_core_bpe", encoding).encode_ordinary if encoding is not None else None
         )
-        self._memo: dict[int, tuple[object, int]] = {}
+        self._memo = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
         self._sequences: list[tuple[tuple[Any, ...], int, int]] = []
-        self._strings: dict[str, int] = {}
+        self._strings = Memo(STRING_MEMO_BYTES)  # string -> count
         self._lock = threading.Lock()
 
     # -- texts -------------------------------------------------------------------
@@ -122,11 +187,10 @@ class TokenCounter:
 
     def _short(self, s: str) -> int:
         """Tokens of a short, often repeated string (names, roles), memoised."""
-        n = self._strings.get(s)
+        n = self._strings.get(s, s)
         if n is None:
             n = self.text(s)
-            if len(self._strings) < _MEMO_LIMIT:
-                self._strings[s] = n
+            self._strings.put(s, s, n, len(s) + 64)
         return n
 
     def head(self, s: str, limit: int) -> str:
@@ -161,16 +225,11 @@ class TokenCounter:
     # -- messages ----------------------------------------------------------------
     def message(self, m: Any, index: int | None = None) -> int:
         """Tokens of one message, memoised by identity."""
-        hit = self._memo.get(id(m))
-        if hit is not None and hit[0] is m:
-            return hit[1]
+        hit = self._memo.get(id(m), m)
+        if hit is not None:
+            return hit
         n = self._count_message(m, index)
-        memo = self._memo
-        if len(memo) >= _MEMO_LIMIT:
-            # Drop the older half; dicts keep insertion order.
-            for key in list(memo)[: _MEMO_LIMIT // 2]:
-                memo.pop(key, None)
-        memo[id(m)] = (m, n)
+        self._memo.put(id(m), m, n, _size(m))
         return n
 
     def _count_message(self, m: Any, index: int | None) -> int:
@@ -259,13 +318,12 @@ class TokenCounter:
         """Tokens of the tool schemas sent with a request."""
         if not tools:
             return 0
-        hit = self._memo.get(id(tools))
-        if hit is not None and hit[0] is tools:
-            return hit[1]
-        n = sum(
-            TOOL_SCHEMA_OVERHEAD + self.text(json.dumps(t, ensure_ascii=False, sort_keys=True)) for t in tools
-        )
-        self._memo[id(tools)] = (tools, n)
+        hit = self._memo.get(id(tools), tools)
+        if hit is not None:
+            return hit
+        texts = [json.dumps(t, ensure_ascii=False, sort_keys=True, default=str) for t in tools]
+        n = sum(TOOL_SCHEMA_OVERHEAD + self.text(t) for t in texts)
+        self._memo.put(id(tools), tools, n, sum(map(len, texts)) + 64)
         return n
 
     def system_prompt(self, prompt: str | None) -> int:
@@ -297,7 +355,8 @@ def _wanted_encoding(model: str | None) -> tuple[str, str | None]:
     try:
         return tiktoken.encoding_name_for_model(model), None
     except KeyError:
-        return "cl100k_base", f"tiktoken knows no encoding for model {model!r}"
+        shown = model if len(model) <= 80 else model[:77] + "..."
+        return "cl100k_base", f"tiktoken knows no encoding for model {shown!r}"
 
 
 def _from_tiktoken_cache(name: str) -> Any | None:
@@ -365,10 +424,13 @@ def get_counter(model: str | None = None, setting: str = AUTO) -> TokenCounter:
             counter = TokenCounter(tokenizer, encoding) if shared is None else shared
             if tokenizer != counter.tokenizer:
                 counter = _with_tokenizer(shared, tokenizer)
+            while len(_counters) >= _COUNTERS_KEPT:  # model names come from clients
+                _pop_oldest(_counters)
             _counters[key] = counter
-            if tokenizer.note and tokenizer.note not in _warned:
+            if tokenizer.note and tokenizer.note not in _warned and len(_warned) < _WARNINGS_KEPT:
                 _warned.add(tokenizer.note)
-                log.warning("token counts use %s: %s", tokenizer.name, tokenizer.note)
+                more = " (no further notes are logged)" if len(_warned) == _WARNINGS_KEPT else ""
+                log.warning("token counts use %s: %s%s", tokenizer.name, tokenizer.note, more)
     return counter
 
 

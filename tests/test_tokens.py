@@ -180,3 +180,37 @@ def test_head_and_tail_fit_the_limit_without_encoding_everything(counter, monkey
     assert counter.text(head) <= 100 and counter.text(tail) <= 100
     assert counter.text(head) >= 95
     assert max(seen) < 10_000
+
+
+def test_the_message_memo_is_bounded_by_bytes():
+    """Counting many distinct large messages keeps the memo within its byte budget; the
+    newest ones stay memoised."""
+    from ctxmgmt.tokens import Memo
+
+    counter = get_counter("gpt-4o-mini")
+    saved = counter._memo
+    counter._memo = Memo(1_000_000)
+    try:
+        msgs = [
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"{i} " + "x" * 5000} for i in range(1000)
+        ]
+        for m in msgs:
+            counter.message(m)
+        assert counter._memo.bytes <= 1_000_000 and 150 <= len(counter._memo) < 200
+        assert counter._memo.get(id(msgs[-1]), msgs[-1]) is not None
+        assert counter._memo.get(id(msgs[0]), msgs[0]) is None
+    finally:
+        counter._memo = saved
+
+
+def test_client_chosen_model_names_do_not_grow_the_process(caplog):
+    """Thousands of distinct unknown model names keep the counter table and the warnings bounded."""
+    from ctxmgmt import tokens
+
+    with caplog.at_level("WARNING", logger="ctxmgmt.tokens"):
+        for i in range(2000):
+            get_counter(f"no-such-model-{i}-" + "y" * 200)
+    assert len(tokens._counters) <= tokens._COUNTERS_KEPT
+    assert len(tokens._warned) <= tokens._WARNINGS_KEPT
+    assert len(caplog.records) <= tokens._WARNINGS_KEPT
+    assert all(len(r.getMessage()) < 400 for r in caplog.records)
