@@ -197,7 +197,8 @@ def recall_tools(offloader: Any, session: str) -> list[Tool]:
             raise ToolError(str(exc)) from None
         if not hits:
             return "no match in the archived context"
-        return "\n".join(_hit(h) for h in hits)
+        more = ["(the search stopped at its scan limit: narrow the pattern)"] if hits.truncated else []
+        return "\n".join([*(_hit(h) for h in hits), *more])
 
     return [
         Tool(

@@ -68,7 +68,7 @@ async def search(request: Request) -> JSONResponse:
         hits = await run_in_threadpool(_offloader(request).search, session, pattern, max_results=size)
     except OffloadError as exc:
         raise HTTPProblem(400, str(exc)) from None
-    return JSONResponse({"hits": hits})
+    return JSONResponse({"hits": hits, "truncated": hits.truncated})
 
 
 routes = [

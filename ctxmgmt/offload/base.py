@@ -10,8 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+import re2  # type: ignore[import-untyped]
 
 from ..errors import OffloadError
 from ..messages import text_of
@@ -20,6 +23,10 @@ __all__ = ["GcReport", "OffloadError", "Offloader", "Recall", "check_ref", "sess
 
 REF = re.compile(r"(?P<kind>[tm])-(?P<id>[0-9a-f]{32})")
 MAX_PATTERN = 200
+SEARCH_BYTES = 64 * 1024 * 1024
+"""A search reads at most this much archived text..."""
+SEARCH_SECONDS = 2.0
+"""...and runs at most this long; then it answers with what it found, marked truncated."""
 MAX_SESSION = 512
 
 
@@ -79,31 +86,77 @@ def slice_text(
     return Recall(ref, "".join(lines[offset:end]), offset, len(lines), unit)
 
 
-def compile_pattern(pattern: str) -> re.Pattern[str]:
-    if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_PATTERN:
-        raise OffloadError(f"a search pattern is a regular expression of 1-{MAX_PATTERN} characters")
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise OffloadError(f"invalid regular expression: {exc}") from None
+class Hits(list[dict[str, Any]]):
+    """Search hits; ``truncated`` when the search stopped at its scan bound."""
+
+    truncated: bool = False
 
 
-def find_lines(
-    ref: str, text: str, regex: re.Pattern[str], hits: list[dict[str, Any]], max_results: int
-) -> bool:
-    """Add the lines of ``text`` that match to ``hits``; True once ``max_results`` is reached.
-    An archived batch of messages (``m-``) is searched in its messages' text as the model
-    saw it (content, then tool-call arguments), not in its JSON: a hit names the message."""
-    for message, body in _searchable(ref, text):
-        for lineno, line in enumerate(body.splitlines()):
-            if regex.search(line):
-                hit = {"ref": ref, "line": lineno, "text": line[:300]}
+class Search:
+    """One search of a session's archive: a pattern run by RE2, a linear-time engine, so
+    that no pattern can make a search backtrack; and a bounded scan, in bytes and in time.
+    The REST search and the model's ``context_search`` share it."""
+
+    def __init__(self, pattern: Any, max_results: int) -> None:
+        if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_PATTERN:
+            raise OffloadError(f"a search pattern is a regular expression of 1-{MAX_PATTERN} characters")
+        options = re2.Options()
+        options.log_errors = False
+        options.max_mem = 8 << 20
+        options.never_nl = True  # a match stays within one line
+        try:
+            self.regex = re2.compile(b"(?m)" + pattern.encode("utf-8"), options)
+        except (re2.error, UnicodeError) as exc:
+            first = exc.args[0] if exc.args else exc
+            reason = first.decode(errors="replace") if isinstance(first, bytes) else first
+            raise OffloadError(
+                f"invalid regular expression: {reason} (RE2 syntax: no backreferences or lookaround)"
+            ) from None
+        self.max_results = max_results
+        self.hits = Hits()
+        self.scanned = 0
+        self.deadline = time.monotonic() + SEARCH_SECONDS
+
+    def done(self) -> bool:
+        """Whether the search has all its results, or has used up its scan."""
+        if len(self.hits) >= self.max_results:
+            return True
+        if self.scanned > SEARCH_BYTES or time.monotonic() > self.deadline:
+            self.hits.truncated = True
+            return True
+        return False
+
+    def scan(self, ref: str, text: str) -> bool:
+        """Add the lines of ``text`` that match; True once the search is done. An archived
+        batch of messages (``m-``) is searched in its messages' text as the model saw it
+        (content, then tool-call arguments), not in its JSON: a hit names the message."""
+        for message, body in _searchable(ref, text):
+            data = body.encode("utf-8", "surrogatepass")
+            room = SEARCH_BYTES - self.scanned
+            if len(data) > room:
+                data, self.hits.truncated = data[: max(0, room)], True
+            self.scanned += len(data)
+            pos = counted = line = 0
+            while pos <= len(data):
+                found = self.regex.search(data, pos)
+                if found is None:
+                    break
+                start = data.rfind(b"\n", 0, found.start()) + 1
+                line += data.count(b"\n", counted, start)
+                counted = start
+                end = data.find(b"\n", found.end())
+                end = len(data) if end < 0 else end
+                shown = data[start : min(end, start + 1200)].decode(errors="replace")[:300]
+                hit: dict[str, Any] = {"ref": ref, "line": line, "text": shown}
                 if message is not None:
                     hit["message"] = message
-                hits.append(hit)
-                if len(hits) >= max_results:
+                self.hits.append(hit)
+                if len(self.hits) >= self.max_results:
                     return True
-    return False
+                pos = end + 1
+            if self.done():
+                return True
+        return False
 
 
 def _searchable(ref: str, text: str) -> list[tuple[int | None, str]]:
@@ -143,7 +196,7 @@ class Offloader(Protocol):
         unit: Literal["chars", "lines"] = "chars",
     ) -> Recall: ...
 
-    def search(self, session: str, pattern: str, *, max_results: int = 20) -> list[dict[str, Any]]: ...
+    def search(self, session: str, pattern: str, *, max_results: int = 20) -> Hits: ...
 
     def list(self, session: str) -> list[dict[str, Any]]: ...
 

@@ -22,11 +22,11 @@ from typing import Any, Literal
 from .base import (
     REF,
     GcReport,
+    Hits,
     OffloadError,
     Recall,
+    Search,
     check_ref,
-    compile_pattern,
-    find_lines,
     session_key,
     slice_text,
 )
@@ -173,12 +173,11 @@ class LocalOffloader:
             raise OffloadError(f"no stored content {ref} in this session")
         return slice_text(ref, self._content(folder, ref), offset, limit, unit)
 
-    def search(self, session: str, pattern: str, *, max_results: int = 20) -> list[dict[str, Any]]:
-        regex = compile_pattern(pattern)
+    def search(self, session: str, pattern: str, *, max_results: int = 20) -> Hits:
+        search = Search(pattern, max_results)
         folder = self._session_dir(session, create=False)
-        hits: list[dict[str, Any]] = []
         if not folder.is_dir():
-            return hits
+            return search.hits
         entries = self._index(folder)  # read once, not once per archived batch
         index = {str(e.get("ref")): e for e in entries}
         for entry in entries:
@@ -189,9 +188,9 @@ class LocalOffloader:
                 text = self._content(folder, ref, index)
             except OffloadError:  # collected by gc since it was indexed
                 continue
-            if find_lines(ref, text, regex, hits, max_results):
-                return hits
-        return hits
+            if search.scan(ref, text):
+                break
+        return search.hits
 
     def list(self, session: str) -> list[dict[str, Any]]:
         folder = self._session_dir(session, create=False)

@@ -13,11 +13,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..store.models import offload
 from .base import (
     GcReport,
+    Hits,
     OffloadError,
     Recall,
+    Search,
     check_ref,
-    compile_pattern,
-    find_lines,
     session_key,
     slice_text,
 )
@@ -76,9 +76,8 @@ class SQLOffloader:
             raise OffloadError(f"no stored content {ref} in this session")
         return slice_text(ref, content, offset, limit, unit)
 
-    def search(self, session: str, pattern: str, *, max_results: int = 20) -> list[dict[str, Any]]:
-        regex = compile_pattern(pattern)
-        hits: list[dict[str, Any]] = []
+    def search(self, session: str, pattern: str, *, max_results: int = 20) -> Hits:
+        search = Search(pattern, max_results)
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(offload.c.ref, offload.c.content)
@@ -86,9 +85,9 @@ class SQLOffloader:
                 .order_by(offload.c.created_time, offload.c.ref)
             )
             for ref, content in rows:
-                if find_lines(ref, content, regex, hits, max_results):
-                    return hits
-        return hits
+                if search.scan(ref, content):
+                    break
+        return search.hits
 
     def list(self, session: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:

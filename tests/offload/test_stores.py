@@ -215,3 +215,27 @@ def test_archived_messages_are_searched_as_the_model_saw_them(offloader):
     assert hit == {"ref": ref, "message": 2, "line": 1, "text": line}
     [call] = offloader.search("s", 'kubectl get"')
     assert call["message"] == 1 and call["text"] == 'run({"cmd": "kubectl get"})'
+
+
+def test_search_runs_in_linear_time_and_says_what_it_cannot_do(offloader):
+    """Search uses RE2: a pattern that would backtrack exponentially finds its answer, and
+    backreferences are a clear error naming the syntax."""
+    offloader.store_tool_result("s", ("a" * 26 + "!\n") * 3)
+    assert offloader.search("s", "(a+)+$") == []
+    assert [h["line"] for h in offloader.search("s", "^(a+)+!$")] == [0, 1, 2]
+    with pytest.raises(OffloadError, match="RE2 syntax: no backreferences"):
+        offloader.search("s", r"(a)\1")
+
+
+def test_a_search_scans_a_bounded_amount_and_says_so(offloader, monkeypatch):
+    """Past its scan bound a search stops and marks its hits truncated."""
+    from ctxmgmt.offload import base
+
+    for i in range(5):
+        offloader.store_tool_result("s", f"batch {i}\n" + "filler line\n" * 2000)
+    monkeypatch.setattr(base, "SEARCH_BYTES", 30_000)
+    hits = offloader.search("s", "^batch", max_results=10)
+    assert hits.truncated and 1 <= len(hits) < 5
+    monkeypatch.setattr(base, "SEARCH_BYTES", 10**9)
+    hits = offloader.search("s", "^batch", max_results=10)
+    assert not hits.truncated and len(hits) == 5
