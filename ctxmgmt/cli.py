@@ -410,6 +410,8 @@ def _offload_gc(args: argparse.Namespace) -> int:
     engine = connect(_database_url(args.db)) if settings.get("backend") == "sql" else None
     report = open_offloader(settings, engine).gc(days * 86400)
     freed = f"{report.files} files, {report.rows} rows, {report.bytes:,} bytes freed"
+    if report.skipped:
+        freed += f"; left alone (links or foreign entries): {', '.join(report.skipped[:10])}"
     print(f"offload gc: older than {days:g} days: {freed}")
     return EXIT_OK
 

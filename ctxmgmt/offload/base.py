@@ -71,6 +71,8 @@ class GcReport:
     files: int = 0
     rows: int = 0
     bytes: int = 0
+    skipped: tuple[str, ...] = ()
+    """What gc left alone: links and other entries that are not its own regular files."""
 
 
 def slice_text(

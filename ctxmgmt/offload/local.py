@@ -10,6 +10,7 @@ Every path is built from store-generated names only and checked to stay inside t
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -70,10 +71,11 @@ class LocalOffloader:
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(data)
+                    f.write(data)  # a buffered write writes everything or raises
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, target)
+                _fsync_dir(folder)  # the rename itself is durable
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
@@ -115,17 +117,34 @@ class LocalOffloader:
         return f"m-{ref_id}"
 
     def _append(self, folder: Path, name: str, record: Any, *, raw: bool = False) -> int:
-        """Append one line under an exclusive lock; returns the byte offset where it starts."""
+        """Append one line under an exclusive lock; returns the byte offset where it starts.
+
+        The line is acknowledged only once it is whole and durable: a short write or an
+        error (a full disk) truncates the file back to where the line started and raises.
+        A torn tail left by a crash is closed with a newline first, so that it never merges
+        with the next record; readers skip lines that do not parse."""
         data = (record if raw else json.dumps(record, ensure_ascii=False) + "\n").encode(
             "utf-8", "surrogatepass"
         )
         path = self._inside(folder, name)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             offset = os.lseek(fd, 0, os.SEEK_END)
-            os.write(fd, data)
-            os.fsync(fd)
+            if offset and os.pread(fd, 1, offset - 1) != b"\n":
+                data = b"\n" + data  # close a torn tail
+                offset += 1
+            try:
+                written = 0
+                while written < len(data):
+                    n = os.write(fd, data[written:])
+                    if n <= 0:
+                        raise OSError(errno.EIO, "short write")
+                    written += n
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, offset - (1 if data[:1] == b"\n" and offset else 0))
+                raise
             return offset
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -136,8 +155,13 @@ class LocalOffloader:
         path = self._inside(folder, _INDEX)
         if not path.exists():
             return []
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        entries = []
+        with open(path, "rb") as f:
+            for line in f:
+                entry = _record(line)
+                if entry is not None:
+                    entries.append(entry)
+        return entries
 
     def _content(self, folder: Path, ref: str, index: dict[str, dict[str, Any]] | None = None) -> str:
         if ref.startswith("t-"):
@@ -153,9 +177,9 @@ class LocalOffloader:
             raise OffloadError(f"no stored content {ref} in this session")
         with open(self._inside(folder, _BATCHES), "rb") as f:
             f.seek(int(entry["offset"]))
-            record = json.loads(f.readline())
-        if record.get("ref") != ref:
-            raise OffloadError(f"the archive of {ref} is damaged")
+            record = _record(f.readline())
+        if record is None or record.get("ref") != ref:
+            raise OffloadError(f"the archive of {ref} is damaged (a torn write); the others are whole")
         return json.dumps(record["messages"], ensure_ascii=False, indent=1)
 
     def read(
@@ -199,29 +223,61 @@ class LocalOffloader:
     def delete(self, session: str) -> int:
         folder = self._session_dir(session, create=False)
         freed = 0
-        if folder.is_dir():
-            for path in folder.iterdir():
-                freed += path.stat().st_size
-                path.unlink()
+        if folder.is_dir() and not folder.is_symlink():
+            for entry in _entries(folder):
+                # A link is removed as a link: what it points to is never touched.
+                freed += entry.stat(follow_symlinks=False).st_size
+                os.unlink(entry.path)
             folder.rmdir()
         return freed
 
     def gc(self, max_age_seconds: float) -> GcReport:
-        """Delete every artifact older than ``max_age_seconds``; whole sessions when all is old."""
+        """Delete every artifact older than ``max_age_seconds``; whole sessions when all is old.
+        Only regular files in session folders are deleted: links are never followed, and
+        anything else is left alone and reported."""
         cutoff = time.time() - max_age_seconds
         files = freed = 0
+        skipped: list[str] = []
         if not self.root.is_dir():
             return GcReport()
-        for folder in self.root.iterdir():
-            if not folder.is_dir() or len(folder.name) != 40:
+        for folder in _entries(self.root):
+            if not folder.is_dir(follow_symlinks=False) or len(folder.name) != 40:
+                skipped.append(folder.name)
                 continue
-            newest = max((p.stat().st_mtime for p in folder.iterdir()), default=0.0)
-            for path in list(folder.iterdir()):
+            entries = _entries(folder.path)
+            regular = [e for e in entries if e.is_file(follow_symlinks=False)]
+            skipped += [f"{folder.name}/{e.name}" for e in entries if not e.is_file(follow_symlinks=False)]
+            newest = max((e.stat(follow_symlinks=False).st_mtime for e in regular), default=0.0)
+            for entry in regular:
+                info = entry.stat(follow_symlinks=False)
                 # Tool results go one by one; the shared JSONL files only with their session.
-                if path.stat().st_mtime < cutoff and (path.suffix == ".txt" or newest < cutoff):
-                    freed += path.stat().st_size
-                    path.unlink()
+                if info.st_mtime < cutoff and (entry.name.endswith(".txt") or newest < cutoff):
+                    freed += info.st_size
+                    os.unlink(entry.path)
                     files += 1
-            if not any(folder.iterdir()):
-                folder.rmdir()
-        return GcReport(files=files, bytes=freed)
+            if not _entries(folder.path):
+                os.rmdir(folder.path)
+        return GcReport(files=files, bytes=freed, skipped=tuple(skipped))
+
+
+def _record(line: bytes) -> Any | None:
+    """A JSONL record, or None for a torn or damaged line."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def _entries(folder: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
+    with os.scandir(folder) as it:
+        return list(it)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
