@@ -172,13 +172,77 @@ def specificity(line: str) -> int:
     return 1 if words >= 6 else 0
 
 
-def _failed_commands(commands: list[str]) -> list[str]:
+FAILED_COMMANDS = "failed commands: "
+_SHOWN = 5
+
+
+def _failed_commands(commands: list[str], earlier: int = 0) -> list[str]:
     """One item naming the commands that failed, the newest five verbatim."""
     if not commands:
         return []
-    shown = ", ".join(f"`{c}`" for c in commands[-5:])
-    more = f" (and {len(commands) - 5} earlier)" if len(commands) > 5 else ""
-    return [f"failed commands: {shown}{more}"]
+    shown = ", ".join(f"`{c}`" for c in commands[-_SHOWN:])
+    more = earlier + max(0, len(commands) - _SHOWN)
+    return [f"{FAILED_COMMANDS}{shown}" + (f" (and {more} earlier)" if more else "")]
+
+
+def merge_failed_commands(items: list[str]) -> list[str]:
+    """Items with every "failed commands" item merged into one, last, in order."""
+    commands: list[str] = []
+    earlier = 0
+    rest = []
+    for item in items:
+        if not item.startswith(FAILED_COMMANDS):
+            rest.append(item)
+            continue
+        commands += [c for c in re.findall(r"`([^`]*)`", item) if c not in commands]
+        found = re.search(r"\(and (\d+) earlier\)$", item)
+        earlier += int(found.group(1)) if found else 0
+    return [*rest, *_failed_commands(commands, earlier)]
+
+
+# A progress line: tool ×calls (paths): N failed, last ok|failed
+_TOOL = re.compile(
+    r"^(?P<name>\S+) ×(?P<calls>\d+)(?: \((?P<paths>.*?)(?:; (?P<count>\d+) paths)?\))?"
+    r"(?:: (?P<failed>\d+) failed, last (?P<last>ok|failed))?$"
+)
+
+
+def tool_line(name: str, calls: int, paths: list[str], failed: int, last_failed: bool, count: int = 0) -> str:
+    """``read_file ×31 (src/a.py, src/b.py, … src/z.py; 12 paths)``, ``run ×12: 9 failed, last ok``."""
+    line = f"{name} ×{calls}"
+    count = max(count, len(paths))
+    if paths:
+        shown = ", ".join(paths) if count <= 3 else f"{paths[0]}, {paths[1]}, … {paths[-1]}; {count} paths"
+        line += f" ({shown})"
+    if failed:
+        line += f": {failed} failed, last {'failed' if last_failed else 'ok'}"
+    return line
+
+
+def merge_tool_lines(old: list[str], fresh: list[str]) -> list[str]:
+    """Progress lines of two stretches, one per tool: calls, paths and failures added up."""
+    merged: dict[str, dict[str, Any]] = {}
+    for item in [*old, *fresh]:
+        found = _TOOL.match(item)
+        if found is None:
+            merged[item] = {"raw": item}
+            continue
+        paths = [p.removeprefix("… ") for p in (found["paths"] or "").split(", ") if p]
+        failed = int(found["failed"] or 0)
+        tool = merged.setdefault(
+            found["name"], {"calls": 0, "paths": [], "failed": 0, "last": False, "count": 0}
+        )
+        tool["calls"] += int(found["calls"])
+        tool["paths"] = list(dict.fromkeys([*tool["paths"], *paths]))
+        tool["count"] = max(tool["count"], int(found["count"] or 0), len(tool["paths"]))
+        tool["failed"] += failed
+        tool["last"] = found["last"] == "failed"
+    return [
+        t["raw"]
+        if "raw" in t
+        else tool_line(name, t["calls"], t["paths"], t["failed"], t["last"], t["count"])
+        for name, t in merged.items()
+    ]
 
 
 def _uncontained(items: list[str]) -> list[str]:
@@ -299,15 +363,10 @@ class _Reader:
 
     def sections(self) -> Sections:
         order = self.order
-        progress = []
-        for name, tool in self.tools.items():
-            line = f"{name} ×{tool['calls']}"
-            paths = list(dict.fromkeys(tool["paths"]))
-            if paths:
-                line += f" ({paths[0]}" + (f" … {paths[-1]})" if len(paths) > 1 else ")")
-            if tool["failed"]:
-                line += f": {tool['failed']} failed, last {'failed' if tool['last'] == 'failed' else 'ok'}"
-            progress.append(line)
+        progress = [
+            tool_line(name, t["calls"], list(dict.fromkeys(t["paths"])), t["failed"], t["last"] == "failed")
+            for name, t in self.tools.items()
+        ]
         files = _counted(self.files, order)
         changed = {split_count(f)[0] for f in files}
         names = Counter(

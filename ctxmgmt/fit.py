@@ -7,12 +7,13 @@ definition's own entries leave more, this step, traced as its own entry of type
 ``fit``, makes it fit:
 
 1. it removes the oldest whole units (a message, or a tool call with all its
-   results), never the system messages, the pinned task or the summary, and the
-   newest unit only last; what it removes is archived first when a store is given,
-   and merged into the running summary, so nothing removed is lost;
+   results), never the system messages, the pinned task or the summary, and neither
+   the newest unit nor the newest tool-call group yet; what it removes is archived
+   first when a store is given, and merged into the running summary, so nothing
+   removed is lost;
 2. if that is not enough, it cuts the largest tool results that are kept, with the
    usual truncation notice (archived first when a store is given);
-3. if even that is not enough, it removes the newest unit too;
+3. if even that is not enough, it removes those newest units too;
 4. if the system prompt, tool schemas, pinned messages and reserve alone exceed the
    window, it raises :class:`~ctxmgmt.ContextError` naming the numbers.
 
@@ -82,8 +83,12 @@ class Fit:
         spans = _removable(context.messages)
         summary_room = min(SUMMARY_CAP, max(64, budget // 8))
         runtime.details["removed"] = 0
-        # 1. The oldest whole units, the newest one last.
-        out = self._drop(context, spans[:-1], budget, summary_room, runtime)
+        # 1. The oldest whole units; not yet the newest unit and the newest tool-call group,
+        #    whose results step 2 cuts rather than removes.
+        newest = {spans[-1]} if spans else set()
+        groups = [u for u in spans if u[1] - u[0] > 1 or context.messages[u[0]].get("tool_calls")]
+        newest.update(groups[-1:])
+        out = self._drop(context, [u for u in spans if u not in newest], budget, summary_room, runtime)
         # 2. The largest tool results that are kept.
         if counter.context(out)[0] > budget:
             out = self._cut(out, budget, runtime)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .digest import digest, split_count
+from .digest import FAILED_COMMANDS, digest, merge_failed_commands, merge_tool_lines, split_count
 from .messages import SUMMARY_PREFIX, is_summary, text_of
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 _TITLES = {title: key for key, title in SECTIONS}
 _COUNTED = frozenset({"errors", "files_changed", "critical_context"})
 """Sections whose items carry how often they were seen, ``(×N)``: merges add the counts."""
-_TOOL_LINE = re.compile(r"^(\S+) ×(\d+)")
 
 
 def summarize_offline(messages: Sequence[Mapping[str, Any]], previous: Sections | None = None) -> Sections:
@@ -68,9 +67,12 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
         if key == "next_steps" and fresh:
             old = []
         if key in _COUNTED:
-            out[key] = _add_counts(old, fresh)
+            # The failed-commands item of each side merges into one, oldest commands first.
+            old_rest, old_failed = _split_failed(old)
+            fresh_rest, fresh_failed = _split_failed(fresh)
+            out[key] = merge_failed_commands([*_add_counts(old_rest, fresh_rest), *old_failed, *fresh_failed])
         elif key == "progress":
-            out[key] = _add_tool_lines(old, fresh)
+            out[key] = merge_tool_lines(old, fresh)
         elif key == "key_decisions":
             out[key] = _dedupe([*fresh, *old])  # newest first
         else:
@@ -80,6 +82,11 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
 
 def _dedupe(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(i for i in items if i))
+
+
+def _split_failed(items: list[str]) -> tuple[list[str], list[str]]:
+    failed = [i for i in items if i.startswith(FAILED_COMMANDS)]
+    return [i for i in items if not i.startswith(FAILED_COMMANDS)], failed
 
 
 def _add_counts(old: list[str], fresh: list[str]) -> list[str]:
@@ -92,21 +99,6 @@ def _add_counts(old: list[str], fresh: list[str]) -> list[str]:
         recency[key] = rank
     ranked = sorted(counts, key=lambda k: (-counts[k], -recency[k]))
     return [k if counts[k] < 2 else f"{k} (×{counts[k]})" for k in ranked]
-
-
-def _add_tool_lines(old: list[str], fresh: list[str]) -> list[str]:
-    """Progress lines, one per tool: the newer line, with both counts of calls added."""
-    lines: dict[str, str] = {}
-    for item in [*old, *fresh]:
-        found = _TOOL_LINE.match(item)
-        if found is None:
-            lines[item] = item
-            continue
-        name, calls = found.group(1), int(found.group(2))
-        earlier = _TOOL_LINE.match(lines.get(name, ""))
-        total = calls + (int(earlier.group(2)) if earlier else 0)
-        lines[name] = f"{name} ×{total}{item[found.end() :]}"
-    return list(lines.values())
 
 
 MAX_GUIDE = 20
@@ -206,6 +198,8 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
     for key in _trim_order(out):
         if total <= limit:
             break
+        if key == "goal":
+            continue  # the task goes last, not down to a share
         size = sum(count(f"- {item}\n") for item in out.get(key, ()))
         share = int(limit * _SHARES.get(key, 0.05))
         while size > share and total > limit and out.get(key):
@@ -213,7 +207,8 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
             size -= cost
             total -= cost
     for key in _trim_order(out):
-        while total > limit and out.get(key):
+        keep = 1 if key == "goal" else 0  # the task itself is shortened below, not dropped
+        while total > limit and len(out.get(key) or ()) > keep:
             item = out[key].pop()
             total -= count(f"- {item}\n")
             if not out[key]:
@@ -223,7 +218,18 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
     # Re-count exactly: per-item subtraction is an estimate.
     while count(render(out, summarized)) > limit and any(out.values()):
         key = next(k for k in _trim_order(out) if out.get(k))
+        if key == "goal" and len(out["goal"]) == 1:
+            break  # the task itself: shortened below rather than dropped
         out[key].pop()
+    goal = out.get("goal")
+    if goal and count(render(out, summarized)) > limit:
+        text = goal[0]
+        low, high = 0, len(text)
+        while low < high:  # the longest head of the task that fits
+            mid = (low + high + 1) // 2
+            out["goal"] = [text[:mid] + "…"]
+            low, high = (mid, high) if count(render(out, summarized)) <= limit else (low, mid - 1)
+        out["goal"] = [text[:low] + "…"] if low else []
     return out
 
 

@@ -14,6 +14,7 @@ from ctxmgmt import Context, ContextError, get_counter, load_definition
 from ctxmgmt.fit import reserve_tokens
 from ctxmgmt.messages import is_summary, last_task_index
 from ctxmgmt.offload import LocalOffloader
+from ctxmgmt.summaries import bound, render
 from ctxmgmt.testing import assert_valid_messages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,3 +254,28 @@ def test_other_hooks_and_unknown_windows_are_left_alone():
     msgs = conversation()
     assert bare().apply("post_tool", Context(messages=msgs, context_window=8000)).trace == ()
     assert bare().apply("pre_llm", Context(messages=msgs)).trace == ()
+
+
+def test_the_newest_tool_results_are_cut_rather_than_removed():
+    """When the newest tool-call group is followed by an assistant reply, the fit step still
+    keeps that group and cuts its results, rather than removing what the agent just read."""
+    msgs = conversation(6, size=5000)
+    msgs.append({"role": "assistant", "content": "The build fails in src/app.py; I will fix it."})
+    d = bare()
+    result = d.apply("pre_llm", Context(messages=msgs, model=MODEL, context_window=4000))
+    fits(result, 4000, d)
+    out = result.context.messages
+    assert out[-1] is msgs[-1] and out[-2]["tool_call_id"] == "c5" and out[-3] is msgs[-3]
+    assert "[truncated: original" in out[-2]["content"] and result.trace[0]["details"]["cut"] == 1
+
+
+def test_a_tiny_budget_shortens_the_task_in_the_summary_rather_than_dropping_it():
+    """Within a budget too small for the whole task, the summary keeps the task's head."""
+    sections = {
+        "goal": ["Fix the login refresh: " + "the details of the task " * 40],
+        "errors": ["KeyError: 'x'"],
+    }
+    count = get_counter(MODEL).text
+    kept = bound(sections, 10, 40, count)
+    assert kept["goal"][0].startswith("Fix the login refresh: ") and kept["goal"][0].endswith("…")
+    assert count(render(kept, 10)) <= 40

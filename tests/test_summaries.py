@@ -95,7 +95,7 @@ def test_progress_is_aggregated_not_previews():
         ]
     sections = digest(msgs)
     assert sections["progress"] == [
-        "read_file ×12 (src/m0.py … src/m11.py)",
+        "read_file ×12 (src/m0.py, src/m1.py, … src/m11.py; 12 paths)",
         "run_tests ×3: 2 failed, last ok",
     ]
     assert "word salad" not in render(sections, len(msgs))
@@ -138,3 +138,27 @@ def test_merged_counts_add_up():
     a = {"errors": ["KeyError: 'user_id' (×2)", "ERROR: x"]}
     b = {"errors": ["ERROR: y", "KeyError: 'user_id'"]}
     assert merge(a, b)["errors"][0] == "KeyError: 'user_id' (×3)"
+
+
+def test_merging_two_stretches_adds_up_calls_paths_failures_and_failed_commands():
+    """Summarised in two stretches, the progress and failed commands say what one summary
+    of the whole would: calls and failures add up, paths and commands are kept."""
+
+    def run(i, ok):
+        args = f'{{"cmd": "make t{i}"}}'
+        call = {"id": f"r{i}", "type": "function", "function": {"name": "run", "arguments": args}}
+        result = "all good" if ok else f"make: *** [Makefile:{i}: t{i}] Error 2"
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"r{i}", "content": result},
+        ]
+
+    first = [m for i in range(4) for m in run(i, ok=False)]
+    second = [m for i in range(4, 7) for m in run(i, ok=i == 6)]
+    merged = summarize_offline(second, summarize_offline(first))
+    assert merged["progress"] == ["run ×7: 6 failed, last ok"]
+    [commands] = [e for e in merged["errors"] if e.startswith("failed commands")]
+    assert (
+        commands == "failed commands: `make t1`, `make t2`, `make t3`, `make t4`, `make t5` (and 1 earlier)"
+    )
+    assert merged["errors"][-1] == commands
