@@ -327,10 +327,13 @@ def main() -> None:
     for name in names:
         definition = ctxmgmt.load_definition(data_dir("definitions") / f"{name}.yaml")
         methods.append((name, functools.partial(apply_definition, definition)))
-    methods += [
-        (f"baseline: mask obs. ({MASK_KEEP_TURNS})", observation_masking),
-        ("baseline: trim_messages", langchain_trim),
-    ]
+    methods.append((f"baseline: mask obs. ({MASK_KEEP_TURNS})", observation_masking))
+    try:
+        import langchain_core  # noqa: F401
+    except ImportError:
+        print("(the trim_messages baseline needs langchain-core: pip install -e '.[bench]')")
+    else:
+        methods.append(("baseline: trim_messages", langchain_trim))
 
     results: dict[str, list[Outcome]] = {}
     problems: dict[tuple[str, str], list[tuple[Run, str, Outcome]]] = {}

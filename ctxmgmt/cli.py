@@ -224,6 +224,8 @@ def _expand(paths: Sequence[str]) -> list[Path]:
 # -- apply -------------------------------------------------------------------------
 def _apply(args: argparse.Namespace) -> int:
     hook = parse_hook(args.hook)
+    if args.context_window is not None and args.context_window < 1:
+        raise _UsageError(f"--context-window: must be a whole number >= 1 (got {args.context_window})")
     definition = _definition(args.definition)
     data = _read_input(args.input)
     if isinstance(data, dict):
@@ -268,16 +270,17 @@ def _definition(name_or_path: str) -> Definition:
 
 
 def _read_input(name: str) -> Any:
+    shown = "<stdin>" if name == "-" else name
     try:
         text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
     except OSError as exc:
-        raise _UsageError(f"{name}: cannot read the input: {exc.strerror}") from None
+        raise _UsageError(f"{shown}: cannot read the input: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise _UsageError(f"{name}: the input is not UTF-8 text") from None
+        raise _UsageError(f"{shown}: the input is not UTF-8 text") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _UsageError(f"{name}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+        raise _UsageError(f"{shown}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
 
 
 def _describe(entry: TraceEntry) -> str:
@@ -355,7 +358,8 @@ def _serve(args: argparse.Namespace) -> int:
     offloader = open_offloader(server.offload, store.engine)
     app = create_app(store, models=models, config=server, offloader=offloader)
     print(
-        f"ctxmgmt {__version__}: database {_redact(url)}; {loaded} definition(s) loaded from {folder}",
+        f"ctxmgmt {__version__}: database {_redact(url)}; {loaded} definition(s) loaded from {folder} "
+        f"({store.list(limit=1)[0]} stored)",
         flush=True,
     )
     print(

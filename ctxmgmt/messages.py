@@ -171,7 +171,8 @@ def foreign_format(m: Any, where: str) -> Problem | None:
     if "role" not in m and m.get("type") in _RESPONSES_ITEMS:
         return Problem(f"{where}/type", f"{m['type']!r} is OpenAI Responses' item format; {_TAKES}")
     if m.get("role") == "model" or ("parts" in m and "content" not in m):
-        return Problem(where, f"'role: model' and 'parts' are Gemini's format; {_TAKES}")
+        shown = "'role: model'" if m.get("role") == "model" else "'parts'"
+        return Problem(where, f"{shown} is Gemini's format; {_TAKES}")
     content = m.get("content")
     for j, part in enumerate(content if isinstance(content, list) else ()):
         kind = part.get("type") if isinstance(part, dict) else None
