@@ -78,11 +78,37 @@ def validate_definition(
     if not isinstance(data, Mapping):
         problems.append(Problem("", "a definition must be a mapping with name, description and hooks"))
         return _locate(problems, doc)
+    deep = _too_deep(data)
+    if deep is not None:  # before JSON Schema, whose validator recurses with the nesting
+        problems.append(deep)
+        return _locate(problems, doc)
     problems.extend(_schema_problems(_envelope_validator(), data, ""))
     hooks = data.get("hooks")
     if isinstance(hooks, Mapping):
         problems.extend(_hook_problems(hooks, registry, model_ids))
     return _locate(problems, doc)
+
+
+MAX_ANY_OF_DEPTH = 8
+
+
+def _too_deep(data: Any) -> Problem | None:
+    """A problem where ``any_of`` nests more than MAX_ANY_OF_DEPTH deep (iterative walk)."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, pointer, depth = stack.pop()
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                nested = depth + 1 if key == "any_of" else depth
+                if nested > MAX_ANY_OF_DEPTH:
+                    return Problem(
+                        f"{pointer}/{key}",
+                        f"any_of may nest at most {MAX_ANY_OF_DEPTH} deep; flatten the rules",
+                    )
+                stack.append((item, f"{pointer}/{key}", nested))
+        elif isinstance(value, list):
+            stack.extend((item, f"{pointer}/{i}", depth) for i, item in enumerate(value))
+    return None
 
 
 def _locate(problems: list[Problem], doc: Document) -> list[Problem]:

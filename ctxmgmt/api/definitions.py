@@ -14,7 +14,17 @@ from ..definitions import Definition, parse_hook
 from ..llm import ModelsConfig
 from .errors import HTTPProblem, log
 from .openapi import openapi_document
-from .requests import authorize, caller, flag, if_version, int_param, json_body, name_param, state
+from .requests import (
+    authorize,
+    caller,
+    check_values,
+    flag,
+    if_version,
+    int_param,
+    json_body,
+    name_param,
+    state,
+)
 
 BASE = "/_plugins/_ml/context_management"
 _MAX_SIZE = 1000
@@ -62,6 +72,8 @@ async def list_(request: Request) -> JSONResponse:
     q = request.query_params.get("q")
     if q is not None and len(q) > 100:
         raise HTTPProblem(400, "q must be at most 100 characters")
+    if q is not None:
+        check_values(q, nul=True)
     total, rows = await run_in_threadpool(state(request).store.list, offset=offset, limit=size, q=q)
     return JSONResponse({"total": total, "context_management": [r.to_dict() for r in rows]})
 
@@ -69,7 +81,7 @@ async def list_(request: Request) -> JSONResponse:
 async def simulate(request: Request) -> JSONResponse:
     authorize(request, "read")
     name = name_param(request)
-    body = await json_body(request)
+    body = await json_body(request, nul=False)  # a dry run stores nothing
     current = state(request)
     definition = await run_in_threadpool(current.store.resolve, name)
     return await _simulate(definition, body, current.models)
@@ -77,7 +89,7 @@ async def simulate(request: Request) -> JSONResponse:
 
 async def simulate_inline(request: Request) -> JSONResponse:
     authorize(request, "read")
-    body = await json_body(request)
+    body = await json_body(request, nul=False)  # a dry run stores nothing
     document = body.get("definition", body.get("context_management"))
     if not isinstance(document, dict):
         raise HTTPProblem(400, "give the definition to simulate as an object in 'definition'")

@@ -6,6 +6,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from .config import ServerConfig
@@ -66,11 +67,65 @@ def name_param(request: Request) -> str:
     return name
 
 
+MAX_DEPTH = 64
+"""JSON bodies nest at most this deep."""
+MAX_VERSION = 2**31 - 1
+
+
 def _reject_constant(value: str) -> Any:
     raise ValueError(f"{value} is not valid JSON")
 
 
-async def json_body(request: Request) -> dict[str, Any]:
+def _finite(value: str) -> float:
+    number = float(value)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{value[:40]} is too large for a JSON number")
+    return number
+
+
+def _parse(text: str) -> Any:
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+
+
+def check_values(data: Any, *, nul: bool = True) -> None:
+    """Refuse what no answer or database can hold, naming where it is: nesting deeper than
+    MAX_DEPTH, lone surrogates, and (with ``nul``) NUL characters. Iterative, linear."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, pointer, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise HTTPProblem(400, f"{pointer}: JSON nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            _check_text(value, pointer, nul)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                _check_text(key, pointer or "/", nul)
+                stack.append((item, f"{pointer}/{_escape(key)}", depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{pointer}/{i}", depth + 1) for i, item in enumerate(value))
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")[:100]
+
+
+def _check_text(text: str, pointer: str, nul: bool) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise HTTPProblem(
+            400,
+            f"{pointer or '/'}: a string holds a lone surrogate (\\ud800-\\udfff); send valid UTF-16 pairs",
+        ) from None
+    if nul and "\x00" in text:
+        raise HTTPProblem(
+            400, f"{pointer or '/'}: a string holds a NUL character (\\u0000), which cannot be stored"
+        )
+
+
+async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
+    """The request's JSON object, checked (see :func:`check_values`); a 400 naming the
+    problem for anything else. ``nul=False`` allows NUL in strings that are not stored."""
     limit = state(request).config.max_body_bytes
     ctype = request.headers.get("content-type")
     if ctype is not None and ctype.split(";")[0].strip().lower() not in _JSON_TYPES:
@@ -88,7 +143,13 @@ async def json_body(request: Request) -> dict[str, Any]:
     if not body.strip():
         raise HTTPProblem(400, "a JSON object body is required")
     try:
-        data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+        text = body.decode("utf-8")
+        if len(text) > 65536:  # parse large bodies off the event loop
+            data = await run_in_threadpool(_parse, text)
+        else:
+            data = _parse(text)
+    except RecursionError:
+        raise HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels") from None
     except UnicodeDecodeError:
         raise HTTPProblem(400, "the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
@@ -97,6 +158,7 @@ async def json_body(request: Request) -> dict[str, Any]:
         raise HTTPProblem(400, f"invalid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise HTTPProblem(400, "the body must be a JSON object")
+    check_values(data, nul=nul)
     return data
 
 
@@ -110,12 +172,17 @@ def int_param(request: Request, key: str, default: int, low: int, high: int) -> 
 
 
 def if_version(request: Request) -> int | None:
-    raw = request.headers.get("if-match") or request.query_params.get("if_version")
+    raw = request.headers.get("if-match")
+    if raw is None:
+        raw = request.query_params.get("if_version")
     if raw is None:
         return None
     value = raw.strip().removeprefix("W/").strip('"')
-    if not re.fullmatch(r"\d{1,10}", value):
-        raise HTTPProblem(400, f"If-Match (or if_version) must be a version number, not {raw[:40]!r}")
+    if not re.fullmatch(r"\d{1,10}", value) or not 1 <= int(value) <= MAX_VERSION:
+        raise HTTPProblem(
+            400,
+            f"If-Match (or if_version) must be a version number from 1 to {MAX_VERSION}, not {raw[:40]!r}",
+        )
     return int(value)
 
 
