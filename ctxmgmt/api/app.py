@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import CtxmgmtError
 from ..llm import ModelsConfig
@@ -33,6 +35,34 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+class _Faults:
+    """Every other exception becomes a JSON answer here, once: a full disk (507), an
+    unreachable database (503), or a real fault (500, logged once). Unlike Starlette's
+    outermost handler, this one does not re-raise, so the connection stays usable."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:  # too late for an answer of our own
+                raise
+            response = await errors.handle(Request(scope), exc)
+            await response(scope, receive, send)
+
+
 def create_app(
     store: DefinitionStore,
     *,
@@ -45,11 +75,8 @@ def create_app(
     models = models or ModelsConfig()
     app = Starlette(
         routes=[*definitions.routes, *agents.routes, *offload.routes],
-        exception_handlers={
-            HTTPException: _http_exception,
-            CtxmgmtError: errors.handle,
-            Exception: errors.handle,
-        },
+        exception_handlers={HTTPException: _http_exception, CtxmgmtError: errors.handle},
+        middleware=[Middleware(_Faults)],
     )
     app.state.ctxmgmt = State(
         store, models, config or ServerConfig(), Runner(store, models, tools, offloader=offloader)

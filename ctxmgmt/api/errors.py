@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import re
 from typing import Any
 
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -18,6 +21,7 @@ from ..errors import (
     LLMError,
     ManagerError,
     NotFound,
+    OffloadError,
 )
 
 log = logging.getLogger("ctxmgmt.api")
@@ -55,11 +59,36 @@ def error_body(
     return {"error": error, "status": status}
 
 
+# What databases and file systems say when they are out of space.
+_FULL = re.compile(r"disk is full|no space left|could not extend file|diskfull|\b53100\b", re.IGNORECASE)
+
+
+def _storage_fault(exc: BaseException) -> tuple[int, str, str] | None:
+    """(status, type, reason) for a full disk (507) or an unreachable database (503)."""
+    text = f"{type(exc).__name__}: {exc} {getattr(exc, 'orig', '')}"
+    if isinstance(exc, (SQLAlchemyError, OSError, OffloadError)) and (
+        _FULL.search(text) or getattr(exc, "errno", None) == errno.ENOSPC
+    ):
+        return (
+            507,
+            "storage_full",
+            "the server's storage is full; nothing was written; retry once space is freed",
+        )
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return 503, "storage_unavailable", "the database does not answer; nothing was written; retry later"
+    return None
+
+
 async def handle(request: Request, exc: Exception) -> JSONResponse:
     """The one exception handler: every error is a JSON answer, never a traceback."""
     if isinstance(exc, HTTPProblem):
         headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
         return JSONResponse(error_body(exc.status, exc.type, exc.reason), exc.status, headers=headers)
+    storage = _storage_fault(exc)
+    if storage is not None:
+        status, kind, reason = storage
+        log.warning("%s on %s %s: %s", kind, request.method, request.url.path, reason)
+        return JSONResponse(error_body(status, kind, reason), status, headers={"retry-after": "30"})
     for cls, status, kind in STATUS_TABLE:
         if isinstance(exc, cls):
             problems = getattr(exc, "problems", None)

@@ -82,3 +82,54 @@ def test_hostile_input_is_a_clear_4xx_and_changes_nothing(api):
         )
     assert api.get(f"{BASE}/default").json()["version"] == 1
     assert api.get("/_health").status_code == 200
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 2 MiB file system (tmpfs) where the tests run as root, as CI does."""
+    import os
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)]).returncode
+    ):
+        pytest.skip("needs root to mount a small tmpfs")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(folder):
+    """Fill a file system to the last byte; returns the filler file."""
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_is_a_clear_507_and_recovers_by_itself(small_disk):
+    """With the SQLite file on a full disk, writes answer 507 storage_full (no reset, no 500),
+    reads still work, and once space is freed writes succeed again; nothing acknowledged is lost."""
+    from ctxmgmt.store import DefinitionStore
+
+    store = DefinitionStore.open(f"sqlite:///{small_disk}/registry.db")
+    store.create("default", GOOD)
+    app = create_app(store, config=ServerConfig(max_body_bytes=1 << 20))
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as api:
+        filler = fill(small_disk)
+        big = {**GOOD, "description": "d" * 3_000}
+        answers = [api.post(f"{BASE}/full{i}", json=big) for i in range(5)]
+        assert {r.status_code for r in answers} == {507}, [r.text[:200] for r in answers]
+        assert answers[0].json()["error"]["type"] == "storage_full"
+        assert api.get(f"{BASE}/default").status_code == 200
+        filler.unlink()
+        assert api.post(f"{BASE}/after", json=big).status_code == 200
+        assert api.get(f"{BASE}/after").json()["description"] == big["description"]
+    store.engine.dispose()
