@@ -19,6 +19,15 @@ definitions = Table(
     Column("created_by", String(200), nullable=True),
 )
 
+retired_versions = Table(
+    "retired_versions",
+    metadata,
+    Column("name", String(49), primary_key=True),
+    Column("version", Integer, nullable=False),
+)
+"""The last version of each deleted definition: a re-created one continues after it, so
+that an If-Match from the deleted definition can never match the new one."""
+
 agents = Table(
     "agents",
     metadata,

@@ -16,13 +16,13 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, func, literal, select
+from sqlalchemy import Engine, case, create_engine, event, func, literal, select
 from sqlalchemy.exc import IntegrityError
 
 from ..definitions import Definition
 from ..errors import ConfigError, Conflict, NotFound, Problem
 from ..registry import ManagerRegistry
-from .models import agents
+from .models import agents, retired_versions
 from .models import definitions as table
 
 __all__ = ["DEFAULT_DATABASE_URL", "DefinitionStore", "StoredDefinition", "connect", "migrate"]
@@ -147,6 +147,11 @@ class DefinitionStore:
         }
         try:
             with self.engine.begin() as conn:
+                # A re-created name continues after its deleted versions (no ABA on If-Match).
+                retired = conn.execute(
+                    select(retired_versions.c.version).where(retired_versions.c.name == name)
+                ).scalar()
+                row["version"] = (retired or 0) + 1
                 conn.execute(table.insert().values(**row))
         except IntegrityError:
             raise Conflict(f"a definition named {name!r} exists already; use PUT to replace it") from None
@@ -157,20 +162,28 @@ class DefinitionStore:
     ) -> StoredDefinition:
         """Replace a whole definition. With ``if_version``, only if that is the stored version."""
         definition = self._validated(name, document)
+        stamp = now_ms()
         values = {
             "description": definition.description,
             "hooks": definition.to_dict()["hooks"],
             "settings": dict(definition.settings) or None,
             "version": table.c.version + 1,
-            "last_modified": now_ms(),
+            # Never before the creation, whatever the clocks of several instances say.
+            "last_modified": case((table.c.created_time > stamp, table.c.created_time), else_=stamp),
         }
         condition = table.c.name == name
         if if_version is not None:
             condition = condition & (table.c.version == if_version)
-        with self.engine.begin() as conn:
-            row = conn.execute(table.update().where(condition).values(**values).returning(*table.c)).first()
-            if row is None:
-                current = conn.execute(select(table.c.version).where(table.c.name == name)).scalar()
+        for _ in range(3):  # an unconditional write retries when the name was re-created meanwhile
+            with self.engine.begin() as conn:
+                row = conn.execute(
+                    table.update().where(condition).values(**values).returning(*table.c)
+                ).first()
+                current = None
+                if row is None:
+                    current = conn.execute(select(table.c.version).where(table.c.name == name)).scalar()
+            if row is not None or current is None or if_version is not None:
+                break
         if row is None:
             if current is None:
                 raise NotFound(f"no definition named {name!r}")
@@ -195,8 +208,13 @@ class DefinitionStore:
                         f"definition {name!r} is used by agents {named}{more}; "
                         "delete them first or pass force=true"
                     )
-            deleted = conn.execute(table.delete().where(table.c.name == name)).rowcount
-        if not deleted:
+            version = conn.execute(
+                table.delete().where(table.c.name == name).returning(table.c.version)
+            ).scalar()
+            if version is not None:
+                conn.execute(retired_versions.delete().where(retired_versions.c.name == name))
+                conn.execute(retired_versions.insert().values(name=name, version=version))
+        if version is None:
             raise NotFound(f"no definition named {name!r}")
         with self._lock:
             self._cache.pop(name, None)

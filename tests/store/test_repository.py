@@ -117,3 +117,19 @@ def test_migrations_are_idempotent(database_url):
     migrate(engine)
     migrate(engine)
     engine.dispose()
+
+
+def test_versions_never_repeat_across_delete_and_recreate(store):
+    """A re-created name continues after the deleted versions, so an If-Match taken from the
+    deleted definition cannot match the new one; last_modified never precedes created_time."""
+    doc = {"hooks": {"pre_llm": [{"type": "SlidingWindowManager"}]}}
+    store.create("abc", doc)
+    store.replace("abc", doc, if_version=1)
+    store.delete("abc")
+    again = store.create("abc", doc)
+    assert again.version == 3
+    for stale in (1, 2):
+        with pytest.raises(Conflict):
+            store.replace("abc", doc, if_version=stale)
+    updated = store.replace("abc", doc)
+    assert updated.version == 4 and updated.last_modified >= updated.created_time
