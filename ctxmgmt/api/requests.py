@@ -70,6 +70,9 @@ def name_param(request: Request) -> str:
 MAX_DEPTH = 64
 """JSON bodies nest at most this deep."""
 MAX_VERSION = 2**31 - 1
+DRAIN_BYTES = 8 * 1024 * 1024
+"""An oversized body up to this size is read to its end (and discarded) before the 413,
+so that the client, still sending, gets the answer rather than a reset."""
 
 
 def _reject_constant(value: str) -> Any:
@@ -130,16 +133,25 @@ async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
     ctype = request.headers.get("content-type")
     if ctype is not None and ctype.split(";")[0].strip().lower() not in _JSON_TYPES:
         raise HTTPProblem(400, f"the content type must be application/json, not {ctype[:60]!r}")
+    too_large = HTTPProblem(
+        413, f"the body is larger than the limit of {limit} bytes (server.max_body_bytes)"
+    )
     length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > limit):
-        raise HTTPProblem(400, f"the body is larger than the limit of {limit} bytes (server.max_body_bytes)")
+    if length is not None and not length.isdigit():
+        raise HTTPProblem(400, "Content-Length must be a whole number")
+    if length is not None and int(length) > max(limit, DRAIN_BYTES):
+        raise too_large  # at once: not worth reading
     body = bytearray()
+    received = 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPProblem(
-                400, f"the body is larger than the limit of {limit} bytes (server.max_body_bytes)"
-            )
+        received += len(chunk)
+        if received <= limit:
+            body += chunk
+        elif received > DRAIN_BYTES:
+            raise too_large
+    if received > limit:
+        # The client has finished sending, so it reads this answer instead of a reset.
+        raise too_large
     if not body.strip():
         raise HTTPProblem(400, "a JSON object body is required")
     try:
