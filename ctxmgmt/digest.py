@@ -39,13 +39,13 @@ _MAX_ITEMS = 400
 # shells and package managers, HTTP error statuses, signals and exit codes.
 _FAILURE = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception|Failure|Fault|Violation)\b(?!\w)"
-    r"|\bpanicked at\b|^\s*\d+:\d+\s+error\s|\bunbound variable\b|\bsyntax error\b|\bError \d+\b"
-    r"|\b[Ff]ailed to\b|^\s*[\w./-]+\.\w+:\d+:\d+: (?!warning|note|info)|\b(?:does not|doesn't) exist\b"
-    r"|\bno such\b|\bmissing [\w.]+ entry\b|:\d+:\d+: [A-Z]{1,3}\d{3,4}\b|\bFAIL\s"
+    r"|\bpanicked at\b|^[ \t]*\d+:\d+[ \t]+error[ \t]|\bunbound variable\b|\bsyntax error\b|\bError \d+\b"
+    r"|\b[Ff]ailed to\b|^[ \t]*[\w./-]{1,255}:\d+:\d+: (?!warning|note|info)|\b(?:does not|doesn't) exist\b"
+    r"|\bno such\b|\bmissing [\w.]{1,100} entry\b|:\d+:\d+: [A-Z]{1,3}\d{3,4}\b|\bFAIL\s"
     r"|\b(?:error|ERROR|Error|fatal|FATAL|Fatal|panic|PANIC|FAILED|FAIL|Failed|failed)\b"
-    r"\s?(?:\[[\w-]{1,40}\]|\(\w{1,40}\))?\s?[:!\-]"
+    r"[ \t]?(?:\[[\w-]{1,40}\]|\(\w{1,40}\))?[ \t]?[:!\-]"
     r"|\berror(?:\[\w+\]| TS\d+| [A-Z]{1,3}\d{3,5})"
-    r"|^\s*(?:E\s{2,}|FAILED |FAIL |ERR!|npm ERR!|not ok |[✗✖✕×] )"
+    r"|^[ \t]*(?:E[ \t]{2,}|FAILED |FAIL |ERR!|npm ERR!|not ok |[✗✖✕×] )"
     r"|\bnpm ERR!|\berror\[E\d+\]|\bpanic:|\bSegmentation fault|\bcore dumped"
     r"|\bcommand not found|\bNo such file or directory|\bPermission denied|\bnot found\b"
     r"|\b[Cc]onnection refused|\b[Cc]ouldn't connect|\bE: |\btimed out\b|\b[Cc]annot find\b"
@@ -53,23 +53,25 @@ _FAILURE = re.compile(
     r"|\bundefined reference\b|\bis not defined\b|\bHTTP/\d(?:\.\d)? [45]\d\d\b"
     r"|\b[45]\d\d (?:Bad|Unauthorized|Forbidden|Not Found|Internal|Service|Gateway|Conflict|Too Many"
     r"|Unprocessable)|\bexit (?:code|status):? [1-9]\d*|\bexited with (?:code )?[1-9]\d*"
-    r"|\bassert [^\n]{0,200}? ==",
+    r"|\bassert [^\n]{0,200}? ==|\bFAILED[ \t]*$",
     re.MULTILINE,
 )
 # Not a failure although it matches: counts of zero, passing tests, and source code that
-# merely mentions errors (a file shown by a read tool).
+# merely mentions errors (a file shown by a read tool, numbered or not, or a diff of it).
+# Every repetition is bounded or anchored, so that a line costs time linear in its length.
 _NOT_FAILURE = re.compile(
     r"\b(?:0|no|zero) (?:errors?|failures?|failed)\b|\b(?:errors?|failures?|failed):? 0\b"
-    r"|\bPASS(?:ED)?\b|\b\d+ passed\b|^\s*ok\b|✓|^\s*>|^\s*E\s+\+\s|^\s*Traceback \(most recent"
-    r"|^\s*=== RUN\b|:=|\w\([^()]*\)\s*$"
-    r"|^\s*(?:[\w/.-]+:)?(?:\d+(?::\d+)?\s*[|:]?\s*)?(?:(?:raise|throw|except|catch|return|def|class|import|from|if|elif|else|for"
-    r"|while|func|fn|let|const|var|pub|impl|struct|type|interface|case|assert!?)\b|#|//|/\*|\*\s|@|-\s|\+\s)"
-    r"|[;{}(,]\s*$|\b(?:new \w*Error\(|errors\.New|fmt\.Errorf|Err\(|console\.error|log(?:ger)?\.\w+\()",
+    r"|\bPASS(?:ED)?\b|\b\d+ passed\b|^[ \t]*ok\b|✓|^[ \t]*>[ \t]{2,}|^[ \t]*E[ \t]+\+[ \t]"
+    r"|^[ \t]*Traceback \(most recent|^[ \t]*=== RUN\b|:=|^[ \t]*\d+(?:\t|[ \t]*[|│])"
+    r"|^[ \t]*(?:[\w/.-]{1,255}:)?(?:\d{1,9}(?::\d{1,9})?[ \t]*[|:]?[ \t]*)?"
+    r"(?:(?:raise|throw|except|catch|return|def|class|import|from|if|elif|else|for|while|func|fn|let|const"
+    r"|var|pub|impl|struct|type|interface|case|assert!?)\b|#|//|/\*|\*[ \t]|@|[-+](?:[ \t]{2,}|\t))"
+    r"|[;{}(]\s*$|\b(?:new \w*Error\(|errors\.New|fmt\.Errorf|Err\(|console\.error|log(?:ger)?\.\w+\()",
     re.IGNORECASE,
 )
 _URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
 _PATH = re.compile(
-    r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w@.+-]+/)+[\w@.+-]+\.\w+"
+    r"(?<![\w/.:@+-])(?:~|\.{1,2})?/?(?:[\w@.+-]{1,255}/){1,64}[\w@.+-]{1,255}\.\w{1,16}"
     r"|(?<![\w/.-])[\w-]+\.(?:py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|sql|sh"
     r"|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|html|css|xml|lock|env|tf|proto|gradle)\b"
 )

@@ -55,9 +55,16 @@ def units(messages: Sequence[Any]) -> list[tuple[int, int]]:
 
 
 def is_summary(m: Any) -> bool:
-    """Whether a message is a summary written by ctxmgmt."""
+    """Whether a message is a summary written by ctxmgmt: a user or assistant message, with
+    no tool calls, whose text starts with the summary marker. A tool result that starts
+    with the marker (a fetched page, a log) is never taken for one."""
     content = m.get("content")
-    return isinstance(content, str) and content.startswith(SUMMARY_PREFIX)
+    return (
+        isinstance(content, str)
+        and content.startswith(SUMMARY_PREFIX)
+        and m.get("role") in ("user", "assistant")
+        and not m.get("tool_calls")
+    )
 
 
 def last_task_index(messages: Sequence[Any]) -> int | None:

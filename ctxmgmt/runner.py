@@ -413,14 +413,21 @@ class _Execution:
         window = self.view.context_window
         if not window:
             return
-        tokens = get_counter(self.view.model).context(self.view)[0]
+        setting = self.definition.tokenizer if self.definition is not None else "auto"
+        counter = get_counter(self.view.model, setting)
+        tokens = counter.context(self.view)[0]
         if tokens > window:
+            fix = (
+                "give the agent a context management definition"
+                if self.definition is None
+                else f"turn on the fit step of {self.definition.name!r} (settings.fit)"
+            )
             raise ContextError(
                 [
                     Problem(
                         "/context_window",
-                        f"the request has {tokens:,} tokens and the model's window is {window:,}; "
-                        "give the agent a context management definition, or turn its fit step on",
+                        f"the request has {tokens:,} tokens ({counter.tokenizer}) and the model's window "
+                        f"is {window:,}; {fix}",
                     )
                 ]
             )

@@ -89,7 +89,7 @@ class SummarizationManager(ContextManager):
         if plan is None:
             return context
         removed = [context.messages[i] for i in plan.removed]
-        archive = self._archive(removed, runtime)
+        archive = None
         model_id = self.config.get("summarization_model_id")
         try:
             if model_id is None:
@@ -103,8 +103,8 @@ class SummarizationManager(ContextManager):
                     answer = client.complete(_retry(request, answer, exc)).content
                     sections = self._read(answer, plan.previous, model_id)
         except LLMError as exc:
-            sections = self._fallback(plan, archive, exc, runtime)
-        return self._finish(context, plan, sections, runtime, archive)
+            sections, archive = self._fallback(plan, removed, exc, runtime)
+        return self._finish(context, plan, sections, runtime, removed, archive)
 
     async def aapply(self, context: Context, runtime: Runtime) -> Context:
         plan = self._plan(context, runtime)
@@ -112,7 +112,7 @@ class SummarizationManager(ContextManager):
         if plan is None or model_id is None:
             return self.apply(context, runtime)
         removed = [context.messages[i] for i in plan.removed]
-        archive = self._archive(removed, runtime)
+        archive = None
         try:
             client, request = self._request(removed, plan.previous, runtime)
             answer = (await client.acomplete(request)).content
@@ -122,18 +122,20 @@ class SummarizationManager(ContextManager):
                 answer = (await client.acomplete(_retry(request, answer, exc))).content
                 sections = self._read(answer, plan.previous, model_id)
         except LLMError as exc:
-            sections = self._fallback(plan, archive, exc, runtime)
-        return self._finish(context, plan, sections, runtime, archive)
+            sections, archive = self._fallback(plan, removed, exc, runtime)
+        return self._finish(context, plan, sections, runtime, removed, archive)
 
     def _fallback(
-        self, plan: _Plan, archive: dict[str, Any] | None, exc: LLMError, runtime: Runtime
-    ) -> Sections:
+        self, plan: _Plan, removed: list[Any], exc: LLMError, runtime: Runtime
+    ) -> tuple[Sections, dict[str, Any]]:
         """Only with fallback: drop, and only once archived, remove the messages anyway,
         keeping the last valid summary. Otherwise the failure stands: nothing is removed."""
-        if self.config["fallback"] != "drop" or archive is None:
+        if self.config["fallback"] != "drop" or runtime.offloader is None:
             raise exc
+        archive = self._archive(removed, runtime)
         runtime.details["fallback"] = f"dropped after archiving, the summary failed: {exc}"
-        return {k: list(v) for k, v in (plan.previous or {}).items()}
+        assert archive is not None
+        return {k: list(v) for k, v in (plan.previous or {}).items()}, archive
 
     def _offline(self, removed: list[Any], previous: Sections | None) -> Sections:
         sections = summarize_offline(removed, previous)
@@ -266,8 +268,11 @@ class SummarizationManager(ContextManager):
         plan: _Plan,
         sections: Sections,
         runtime: Runtime,
+        removed: list[Any],
         archive: dict[str, Any] | None,
     ) -> Context:
+        """The context with the summary, archiving the removed messages first (with a store),
+        and only when the summary saves tokens: a summary that would not, archives nothing."""
         msgs = context.messages
         summarized = plan.previously_summarized + len(plan.removed)
         # A summary may take at most half the room of what it replaces (the removed
@@ -280,12 +285,18 @@ class SummarizationManager(ContextManager):
         if context.context_window:  # and at most an eighth of the window
             limit = min(limit, max(64, context.context_window // 8))
         sections = bound(sections, summarized, limit, runtime.counter.text)
-        archives = previous(context)[2]
-        if archive is not None:
-            archives.append(archive)
-        summary = {"role": self.config["summary_role"], "content": render(sections, summarized, archives)}
-        state = {"sections": sections, "summarized": summarized, "archives": archives}
-        new = with_summary(context, plan.removed, plan.cut, summary, state)
+        earlier = previous(context)[2]
+        # Measure with a reference of the store's length before writing anything.
+        pending = archive or ({"ref": _PLACEHOLDER, "count": len(removed)} if runtime.offloader else None)
+
+        def build(entry: dict[str, Any] | None) -> Context:
+            archives = [*earlier, entry] if entry is not None else list(earlier)
+            content = render(sections, summarized, archives)
+            state = {"sections": sections, "summarized": summarized, "archives": archives}
+            summary = {"role": self.config["summary_role"], "content": content}
+            return with_summary(context, plan.removed, plan.cut, summary, state)
+
+        new = build(pending)
         before = runtime.counter.context(context)[0]
         after = runtime.counter.context(new)[0]
         if after >= before:
@@ -293,6 +304,10 @@ class SummarizationManager(ContextManager):
                 f"the summary would not save tokens ({after} >= {before}); nothing was changed"
             )
             return context
+        if pending is not None and archive is None:  # archive first, now that it is worth it
+            new = build(self._archive(removed, runtime))
+            after = runtime.counter.context(new)[0]
+        text = next(str(m.get("content")) for m in new.messages if is_summary(m))
         if runtime.execution is not None:
             last = context.state.get(STATE_KEY)
             last_run = last.get("execution") if isinstance(last, dict) else None
@@ -307,10 +322,11 @@ class SummarizationManager(ContextManager):
                 "count": runs + 1,
                 "saving": round(1 - after / before, 4),
             }
-        runtime.details.update(
-            summarized=len(plan.removed), summary_tokens=runtime.counter.text(summary["content"])
-        )
+        runtime.details.update(summarized=len(plan.removed), summary_tokens=runtime.counter.text(text))
         return new
+
+
+_PLACEHOLDER = "m-" + "0" * 32
 
 
 class _InvalidSummary(LLMError):

@@ -14,18 +14,28 @@ from ..types import Hook
 from .base import NO_STORE, ContextManager, Runtime, builtin_schema
 
 # A notice of an earlier offloading truncation: such content is never cut again.
-OFFLOADED = re.compile(r"\[truncated: original [\d,]+ chars[^\]]*stored as (t-[0-9a-f]{32})")
+OFFLOADED = re.compile(r"\[truncated: original [\d,]{1,20} chars[^\]\n]{0,120}stored as (t-[0-9a-f]{32})")
 # Any truncation notice (the stamp of content cut before): the original's size in chars,
 # and in tokens when a token limit applied.
-STAMP = re.compile(r"\[truncated: original ([\d,]+) chars(?:, (~?[\d,]+) tokens)?[;\]]")
+STAMP = re.compile(r"\[truncated: original ([\d,]{1,20}) chars(?:, (~?[\d,]{1,20}) tokens)?[;\]]")
 
 
 def stamp(text: str) -> tuple[int, str | None] | None:
-    """The original size recorded by an earlier cut: (chars, tokens as written), or None."""
+    """The original size recorded by an earlier cut: (chars, tokens as written), or None.
+
+    A notice counts only when it can be ctxmgmt's own: a cut keeps less than the original,
+    so the text around the notice must be shorter than the size it states. A tool output
+    that merely contains such a phrase (a log of ctxmgmt, a forged notice) is not exempt
+    from truncation, and its stated size is not believed."""
     found = STAMP.search(text)
     if found is None:
         return None
-    return int(found.group(1).replace(",", "")), found.group(2)
+    chars = int(found.group(1).replace(",", ""))
+    end = text.find("]", found.end() - 1)
+    notice = (end if end >= 0 else found.end()) + 1 - found.start()
+    if chars <= len(text) - notice - 2:
+        return None
+    return chars, found.group(2)
 
 
 def with_text(m: Mapping[str, Any], text: str) -> dict[str, Any]:
@@ -75,13 +85,13 @@ class ToolsOutputTruncateManager(ContextManager):
         """Whether a tool result is within the limits, or was already cut with its notice."""
         text = text_of(m.get("content"))
         if len(text) > self.config["max_output_length"]:
-            return STAMP.search(text) is not None
+            return stamp(text) is not None
         limit = self.config.get("max_output_tokens")
         # Cheap sufficient checks first: every token is at least one byte, and a message
         # counts at least its content's tokens (its count is memoised per message).
         if limit is None or (text.isascii() and len(text) <= limit) or counter.message(m, index) <= limit:
             return True
-        return counter.text(text) <= int(limit) or STAMP.search(text) is not None
+        return counter.text(text) <= int(limit) or stamp(text) is not None
 
     def _truncate(self, m: Mapping[str, Any], runtime: Runtime) -> dict[str, Any]:
         """The result cut to the limits (archived first with offload). It must not fit."""

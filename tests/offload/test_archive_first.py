@@ -239,3 +239,16 @@ def test_retruncating_changes_nothing(tmp_path, mode):
     )
     cut = big.apply("post_tool", single, offloader=store, session="s").context.messages[-1]["content"]
     assert "context_read(" in cut and len(cut) <= 1000  # a single-line output still gets the notice
+
+
+def test_a_summary_that_would_not_save_tokens_archives_nothing(tmp_path):
+    """When the summary would be larger than what it replaces, nothing is removed and nothing
+    is archived, so later runs do not pile up copies (and the model gets no recall tools)."""
+    store = LocalOffloader(tmp_path)
+    d = load_definition({"name": "s", "hooks": {"pre_llm": [{"type": "SummarizationManager"}]}})
+    msgs = [{"role": "user", "content": "task"}] + [{"role": "assistant", "content": "ok"} for _ in range(20)]
+    for _ in range(3):
+        result = d.apply("pre_llm", Context(messages=msgs), offloader=store, session="s")
+        assert result.context.messages == tuple(msgs)
+        assert "would not save tokens" in result.trace[0]["details"]["note"]
+    assert store.list("s") == [] and "offloaded" not in result.trace[0]["details"]
