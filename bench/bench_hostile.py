@@ -30,7 +30,41 @@ def p99(samples: list[float]) -> float:
     return sorted(samples)[int(len(samples) * 0.99) - 1] * 1000
 
 
+def summariser_scaling() -> None:
+    """The offline summariser on hostile texts: 10x the size should cost about 10x."""
+    from ctxmgmt.digest import digest
+
+    shapes = {
+        "blank lines": "\n",
+        "'@' runs": "@",
+        "dotted word": "a.",
+        "open calls": "a(",
+        "assert runs": "assert ",
+        "numbered": "1:2:",
+        "fake notices": "[truncated: original 1 chars",
+    }
+    print("offline summariser on hostile text, one user and one tool message (head and tail of 400 kB)")
+    for name, unit in shapes.items():
+        times = []
+        for size in (20_000, 200_000):
+            text = unit * (size // len(unit))
+            call = {"id": "c", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+            msgs = [
+                {"role": "user", "content": text},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c", "content": text},
+            ]
+            t0 = time.perf_counter()
+            digest(msgs)
+            times.append(time.perf_counter() - t0)
+        print(
+            f"  {name:14} 20 kB {times[0] * 1000:7.1f} ms, 200 kB {times[1] * 1000:7.1f} ms "
+            f"({times[1] / times[0]:4.1f}x)"
+        )
+
+
 def main() -> None:
+    summariser_scaling()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder) / "offload"
         store = LocalOffloader(root)
