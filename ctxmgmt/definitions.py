@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -235,16 +236,19 @@ def shipped_definitions() -> dict[str, Path]:
 def _path(source: str | Path) -> Path:
     """A file, or else the shipped definition of that name."""
     path = Path(source)
-    if path.exists() or not _SHIPPED_NAME.fullmatch(str(source)):
+    if path.exists() or not _SHIPPED_NAME.fullmatch(str(source).lower()):
         return path
     shipped = shipped_definitions()
     if str(source) in shipped:
         return shipped[str(source)]
+    close = difflib.get_close_matches(str(source).lower(), list(shipped), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
     raise DefinitionError(
         [
             Problem(
                 "",
-                f"no such file, and no shipped definition has that name (shipped: {', '.join(shipped)})",
+                f"no such file, and no shipped definition has that name "
+                f"({hint}shipped: {', '.join(shipped)})",
                 source=str(source),
             )
         ]

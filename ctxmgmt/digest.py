@@ -112,6 +112,8 @@ _PATH_KEYS = (
     "destination",
 )
 _COMMAND_KEYS = ("cmd", "command", "script", "commands", "shell", "code", "query", "url")
+_ASKS_KEPT = 30
+"""The user's later requests kept in the goal, newest first."""
 _SCAN_CHARS = 200_000
 """Identifiers are looked for in the first this many characters of a message."""
 _COUNT = re.compile(r" \(×(\d+)\)$")
@@ -375,8 +377,9 @@ class _Reader:
             {k: n for k, n in self.names.items() if (n >= 2 or k in self.marked) and k not in changed}
         )
         return {
-            "goal": self.asks,
-            "constraints": list(self.constraints)[:_MAX_ITEMS],
+            # The first task, then the newest requests first: a tight budget drops the oldest.
+            "goal": self.asks[:1] + self.asks[: -_ASKS_KEPT - 1 : -1][: len(self.asks) - 1],
+            "constraints": list(self.constraints)[-_MAX_ITEMS:],
             "errors": [
                 *_uncontained(_counted(self.errors, order, specific=True)),
                 *_failed_commands(list(self.failed)),

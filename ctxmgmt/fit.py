@@ -40,6 +40,8 @@ DEFAULT_RESERVE_CAP = 8192
 SUMMARY_CAP = 8000
 """At most this many tokens of summary, and at most an eighth of the room for the input."""
 _MIN_RESULT_TOKENS = 48
+_NOTICE_TOKENS = 80
+"""About the most a truncation notice with a reference costs."""
 """A tool result is not cut below this many tokens of content (its notice needs ~30)."""
 
 
@@ -154,6 +156,11 @@ class Fit:
             )
         )
         need = counter.context(context)[0] - budget
+        # Cut nothing (and archive nothing) when even the shortest cuts cannot fit.
+        room = sum(max(0, counter.message(msgs[i], i) - _MIN_RESULT_TOKENS - _NOTICE_TOKENS) for i in results)
+        if room < need:
+            runtime.details["cut"] = 0
+            return context
         changed: dict[int, Mapping[str, Any]] = {}
         for i in results:
             if need <= 0:

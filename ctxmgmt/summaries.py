@@ -42,6 +42,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("critical_context", "Critical context"),
 )
 _TITLES = {title: key for key, title in SECTIONS}
+_GOAL_ITEMS = 31
 _COUNTED = frozenset({"errors", "files_changed", "critical_context"})
 """Sections whose items carry how often they were seen, ``(×N)``: merges add the counts."""
 
@@ -75,6 +76,9 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
             out[key] = merge_tool_lines(old, fresh)
         elif key == "key_decisions":
             out[key] = _dedupe([*fresh, *old])  # newest first
+        elif key == "goal" and old:
+            # The first task stays first; the newer stretch's requests come before older ones.
+            out[key] = _dedupe([old[0], *fresh[1:], *fresh[:1], *old[1:]])[:_GOAL_ITEMS]
         else:
             out[key] = _dedupe([*old, *fresh])
     return out
@@ -144,17 +148,28 @@ def render(
 _COUNT = re.compile(r"Summary of (\d+) earlier messages")
 
 
-def parse_rendered(text: str) -> tuple[Sections, int]:
-    """The sections and message count of a rendered summary (the inverse of render)."""
+_GUIDE = re.compile(r"^- (m-[0-9a-f]{32}): (\d+) messages; ")
+
+
+def parse_rendered(text: str) -> tuple[Sections, int, list[dict[str, Any]]]:
+    """The sections, message count and archive guide of a rendered summary (the inverse of
+    render), so that a client that sends back only the messages keeps the references."""
     sections: Sections = {key: [] for key, _ in SECTIONS}
+    archives: list[dict[str, Any]] = []
     current: str | None = None
     for line in text.splitlines():
         if line.startswith("## "):
-            current = _TITLES.get(line[3:].strip())
+            current = _TITLES.get(
+                line[3:].strip(), "archives" if line[3:].strip() == "Archived messages" else None
+            )
+        elif current == "archives":
+            found = _GUIDE.match(line)
+            if found:
+                archives.append({"ref": found.group(1), "count": int(found.group(2))})
         elif current and line.startswith("- "):
             sections[current].append(line[2:])
     match = _COUNT.search(text)
-    return sections, int(match.group(1)) if match else 0
+    return sections, int(match.group(1)) if match else 0, archives
 
 
 # Which sections give way first when a summary is over its size bound.
@@ -215,12 +230,14 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
                 total = count(render(out, summarized))
         if total <= limit:
             break
-    # Re-count exactly: per-item subtraction is an estimate.
-    while count(render(out, summarized)) > limit and any(out.values()):
+    # Re-count exactly (per-item subtraction is an estimate), dropping in batches the size
+    # of the overshoot, so that a summary of many items costs a few renders, not one each.
+    while (over := count(render(out, summarized)) - limit) > 0 and any(out.values()):
         key = next(k for k in _trim_order(out) if out.get(k))
         if key == "goal" and len(out["goal"]) == 1:
             break  # the task itself: shortened below rather than dropped
-        out[key].pop()
+        while over > 0 and len(out[key]) > (1 if key == "goal" else 0):
+            over -= count(f"- {out[key].pop()}\n")
     goal = out.get("goal")
     if goal and count(render(out, summarized)) > limit:
         text = goal[0]
@@ -237,15 +254,36 @@ def previous(context: Context) -> tuple[Sections | None, int, list[dict[str, Any
     """The running summary of a context: (sections, messages it covers, archives). From the
     state when kept there, else read back from the newest summary message."""
     state = context.state.get(STATE_KEY)
-    if isinstance(state, dict) and isinstance(state.get("sections"), dict):
-        archives = [a for a in state.get("archives", ()) if isinstance(a, dict)]
-        sections = {k: list(v) for k, v in state["sections"].items()}
-        return sections, int(state.get("summarized", 0)), archives
+    kept = _state(state)
+    if kept is not None:
+        return kept
     for m in reversed(context.messages):
         if is_summary(m):
-            sections, count = parse_rendered(text_of(m.get("content")))
-            return sections, count, []
+            return parse_rendered(text_of(m.get("content")))
     return None, 0, []
+
+
+def _state(state: Any) -> tuple[Sections, int, list[dict[str, Any]]] | None:
+    """The running summary kept in a context's state, or None when there is none or it is not
+    one ctxmgmt wrote (a client may send any state): then the summary message is read back."""
+    if not isinstance(state, dict) or not isinstance(state.get("sections"), dict):
+        return None
+    sections = state["sections"]
+    summarized = state.get("summarized", 0)
+    archives = state.get("archives", [])
+    if (
+        not all(isinstance(k, str) and isinstance(v, list) for k, v in sections.items())
+        or not all(isinstance(i, str) for v in sections.values() for i in v)
+        or isinstance(summarized, bool)
+        or not isinstance(summarized, int)
+        or not isinstance(archives, list)
+        or not all(
+            isinstance(a, dict) and isinstance(a.get("ref"), str) and isinstance(a.get("count"), int)
+            for a in archives
+        )
+    ):
+        return None
+    return {k: list(v) for k, v in sections.items()}, summarized, [dict(a) for a in archives]
 
 
 def with_summary(

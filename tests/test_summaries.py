@@ -162,3 +162,56 @@ def test_merging_two_stretches_adds_up_calls_paths_failures_and_failed_commands(
         commands == "failed commands: `make t1`, `make t2`, `make t3`, `make t4`, `make t5` (and 1 earlier)"
     )
     assert merged["errors"][-1] == commands
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"summary": {"sections": {"goal": 5}}},
+        {"summary": {"sections": {"goal": ["a"]}, "summarized": "many"}},
+        {"summary": {"sections": {"goal": ["a"]}, "archives": [{"ref": 1}]}},
+        {"summary": {"sections": {"goal": "abc"}}},
+        {"summary": {"sections": {}, "execution": {"id": "e", "count": "x", "saving": "y"}}},
+    ],
+)
+def test_a_state_ctxmgmt_did_not_write_is_ignored_not_a_crash(state):
+    """A client's malformed summary state is ignored (the summary is read back from the
+    messages): the summariser and the fit step work as without it."""
+    msgs = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"step {i} " + "z" * 400} for i in range(40)
+    ]
+    ctx = Context(messages=msgs, state=state, model=MODEL, context_window=4000)
+    result = load_definition("default").apply("pre_llm", ctx, execution="e")
+    assert all(e["error"] is None for e in result.trace)
+
+
+def test_the_goal_keeps_the_task_and_the_newest_requests():
+    """With many user requests, the goal keeps the first task and the newest requests first,
+    so a tight budget drops the oldest requests."""
+    msgs = [{"role": "user", "content": "the original task"}]
+    msgs += [{"role": "user", "content": f"request {i}"} for i in range(2000)]
+    goal = digest(msgs)["goal"]
+    assert goal[0] == "the original task" and goal[1] == "request 1999" and len(goal) == 31
+    kept = bound({"goal": goal}, 10, 60, get_counter(MODEL).text)["goal"]
+    assert kept[0] == "the original task" and kept[1] == "request 1999"
+
+
+def test_the_archive_guide_survives_a_client_that_sends_only_messages(tmp_path):
+    """Read back from the summary message, the guide keeps the earlier references."""
+    from ctxmgmt.offload import LocalOffloader
+
+    store = LocalOffloader(tmp_path)
+    d = load_definition({"name": "s", "hooks": {"pre_llm": [{"type": "SummarizationManager"}]}})
+    msgs = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"step {i} " + "z" * 300} for i in range(30)
+    ]
+    first = d.apply("pre_llm", Context(messages=msgs), offloader=store, session="s")
+    [ref] = [a["ref"] for a in first.context.state["summary"]["archives"]]
+    more = [
+        *first.context.messages,
+        *({"role": "assistant", "content": f"more {i} " + "z" * 300} for i in range(30)),
+    ]
+    second = d.apply("pre_llm", Context(messages=more), offloader=store, session="s")  # no state sent back
+    assert ref in next(
+        m["content"] for m in second.context.messages if m["content"].startswith("[ctxmgmt:summary]")
+    )

@@ -211,9 +211,12 @@ class SummarizationManager(ContextManager):
         last = state.get("execution") if isinstance(state, dict) else None
         if runtime.execution is None or not isinstance(last, dict) or last.get("id") != runtime.execution:
             return None
-        if last.get("count", 0) >= self.config["max_per_execution"]:
+        count, saving = last.get("count", 0), last.get("saving", 1.0)
+        if not isinstance(count, int) or not isinstance(saving, (int, float)):
+            return None  # not a state ctxmgmt wrote: no guard to apply
+        if count >= self.config["max_per_execution"]:
             return f"already summarised {last['count']} times in this execution (max_per_execution)"
-        if last.get("saving", 1.0) < self.config["min_saving_ratio"]:
+        if saving < self.config["min_saving_ratio"]:
             return (
                 f"the last summary in this execution freed only {last['saving']:.0%} of the tokens "
                 f"(min_saving_ratio {self.config['min_saving_ratio']:.0%})"
@@ -316,6 +319,7 @@ class SummarizationManager(ContextManager):
                 if isinstance(last_run, dict) and last_run.get("id") == runtime.execution
                 else 0
             )
+            runs = runs if isinstance(runs, int) and not isinstance(runs, bool) else 0
             # `new` was built here and not handed out yet: completing its state is safe.
             new.state[STATE_KEY]["execution"] = {
                 "id": runtime.execution,
