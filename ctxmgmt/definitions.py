@@ -142,20 +142,7 @@ class Definition:
     ) -> ApplyResult:
         """Run the hook's managers on the context. Returns the new context and the trace;
         the input is never changed."""
-        h = parse_hook(hook)
-        counter = get_counter(context.model, self.tokenizer)
-        return run_hook(
-            self.name,
-            h,
-            self._plan(h),
-            context,
-            counter,
-            models,
-            offloader,
-            session,
-            execution,
-            self.settings,
-        )
+        return run_hook(*self._run(hook, context, models, offloader, session, execution))
 
     async def aapply(
         self,
@@ -168,9 +155,22 @@ class Definition:
         execution: str | None = None,
     ) -> ApplyResult:
         """The async form of :meth:`apply`; model calls do not block the event loop."""
+        return await arun_hook(*self._run(hook, context, models, offloader, session, execution))
+
+    def _run(
+        self,
+        hook: str | Hook,
+        context: Context,
+        models: ModelsConfig | None,
+        offloader: Offloader | None,
+        session: str,
+        execution: str | None,
+    ) -> tuple[Any, ...]:
+        """What a hook run is given: the plan, the counter for the context's model, and the
+        caller's environment."""
         h = parse_hook(hook)
         counter = get_counter(context.model, self.tokenizer)
-        return await arun_hook(
+        return (
             self.name,
             h,
             self._plan(h),
