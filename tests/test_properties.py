@@ -43,8 +43,25 @@ summarize = st.builds(
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+CUT_TWICE = [  # found by hypothesis: the second entry's marker made the first one cut again
+    {"role": "user", "content": "q"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    },
+    {"role": "tool", "tool_call_id": "a", "content": "é:" * 35},
+]
+TWO_TRUNCATIONS = [
+    {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 75, "mode": "head"}},
+    {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 40000, "max_output_tokens": 64}},
+]
+
+
 @FAST
 @given(conversations(), st.lists(st.one_of(window, truncate), min_size=1, max_size=3), HOOKS)
+@example(CUT_TWICE, TWO_TRUNCATIONS, "post_tool")
+@example(CUT_TWICE, TWO_TRUNCATIONS, "pre_llm")
 def test_window_and_truncation_invariants(messages, entries, hook):
     """Window and truncation: valid output, pairs kept, system prompt kept, tokens never
     grow, and a second run changes nothing."""
