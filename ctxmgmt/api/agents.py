@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from ..runner import Runner
 from .errors import HTTPProblem
-from .requests import authorize, int_param, json_body, state
+from .requests import authorize, int_param, json_body, resource, state
 
 BASE = "/_plugins/_ml/agents"
 _AGENT_ID = re.compile(r"[0-9a-f]{32}")
@@ -99,6 +99,5 @@ routes = [
     Route(BASE, list_, methods=["GET"]),
     Route(BASE + "/{agent_id}/_execute", execute, methods=["POST"]),
     Route(BASE + "/{agent_id}/_compact", compact, methods=["POST"]),
-    Route(BASE + "/{agent_id}", get, methods=["GET"]),
-    Route(BASE + "/{agent_id}", delete, methods=["DELETE"]),
+    resource(BASE + "/{agent_id}", get=get, delete=delete),
 ]

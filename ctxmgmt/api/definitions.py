@@ -23,6 +23,7 @@ from .requests import (
     int_param,
     json_body,
     name_param,
+    resource,
     state,
 )
 
@@ -129,8 +130,5 @@ routes = [
     Route(BASE, list_, methods=["GET"]),
     Route(f"{BASE}/_simulate", simulate_inline, methods=["POST"]),
     Route(BASE + "/{name}/_simulate", simulate, methods=["POST"]),
-    Route(BASE + "/{name}", create, methods=["POST"]),
-    Route(BASE + "/{name}", get, methods=["GET"]),
-    Route(BASE + "/{name}", replace, methods=["PUT"]),
-    Route(BASE + "/{name}", delete, methods=["DELETE"]),
+    resource(BASE + "/{name}", post=create, get=get, put=replace, delete=delete),
 ]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from .config import ServerConfig
 from .errors import HTTPProblem
@@ -214,3 +217,17 @@ def caller(request: Request) -> str | None:
     )
     key = state(request).config.find(presented)
     return key.name if key else None
+
+
+def resource(path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
+    """One route for all the methods of a path, so that a 405 and OPTIONS name every method
+    it takes (``Allow``), not only those of the first route that matched."""
+    table = {method.upper(): handler for method, handler in handlers.items()}
+    allow = ", ".join(sorted({*table, "OPTIONS", *(("HEAD",) if "GET" in table else ())}))
+
+    async def dispatch(request: Request) -> Response:
+        if request.method == "OPTIONS":
+            return Response(status_code=204, headers={"allow": allow})
+        return await table["GET" if request.method == "HEAD" else request.method](request)
+
+    return Route(path, dispatch, methods=[*table, "OPTIONS"])

@@ -133,3 +133,12 @@ def test_a_full_disk_is_a_clear_507_and_recovers_by_itself(small_disk):
         assert api.post(f"{BASE}/after", json=big).status_code == 200
         assert api.get(f"{BASE}/after").json()["description"] == big["description"]
     store.engine.dispose()
+
+
+def test_allow_names_every_method_of_a_path(api):
+    """OPTIONS and a 405 on a definition name every method it takes."""
+    options = api.options(f"{BASE}/default")
+    assert options.status_code == 204
+    assert set(options.headers["allow"].split(", ")) == {"DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"}
+    patch = api.patch(f"{BASE}/default", json={})
+    assert patch.status_code == 405 and {"GET", "PUT", "DELETE"} <= set(patch.headers["allow"].split(", "))
