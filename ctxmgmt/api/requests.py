@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -73,6 +74,8 @@ def name_param(request: Request) -> str:
 MAX_DEPTH = 64
 """JSON bodies nest at most this deep."""
 MAX_VERSION = 2**31 - 1
+BODY_SECONDS = 30.0
+"""A request body must arrive within this time."""
 DRAIN_BYTES = 8 * 1024 * 1024
 """An oversized body up to this size is read to its end (and discarded) before the 413,
 so that the client, still sending, gets the answer rather than a reset."""
@@ -146,12 +149,16 @@ async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
         raise too_large  # at once: not worth reading
     body = bytearray()
     received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received <= limit:
-            body += chunk
-        elif received > DRAIN_BYTES:
-            raise too_large
+    try:
+        async with asyncio.timeout(BODY_SECONDS):  # a client that trickles its body is cut off
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received <= limit:
+                    body += chunk
+                elif received > DRAIN_BYTES:
+                    raise too_large
+    except TimeoutError:
+        raise HTTPProblem(408, f"the body did not arrive within {BODY_SECONDS:g} s") from None
     if received > limit:
         # The client has finished sending, so it reads this answer instead of a reset.
         raise too_large

@@ -142,3 +142,24 @@ def test_allow_names_every_method_of_a_path(api):
     assert set(options.headers["allow"].split(", ")) == {"DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"}
     patch = api.patch(f"{BASE}/default", json={})
     assert patch.status_code == 405 and {"GET", "PUT", "DELETE"} <= set(patch.headers["allow"].split(", "))
+
+
+def test_a_body_that_trickles_in_is_cut_off_with_a_408(api, monkeypatch):
+    """A client that sends part of its body and stalls gets a 408, not a connection held open."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from ctxmgmt.api import requests as checks
+
+    monkeypatch.setattr(checks, "BODY_SECONDS", 0.5)
+    url = urlsplit(str(api.base_url))
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(f"POST {BASE}/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode())
+        sock.sendall(b'Content-Length: 100\r\n\r\n{"hooks": ')
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408")
