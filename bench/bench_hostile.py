@@ -9,16 +9,14 @@ in parallel while timing ``/_health`` (the baseline in the same run).
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from _serve import start
 
 from ctxmgmt.offload import LocalOffloader
 
@@ -71,21 +69,8 @@ def main() -> None:
         store.store_tool_result("victim", ("a" * 26 + "!\n") * 3)
         store.store_tool_result("victim", "ordinary log line with some words in it\n" * 50_000)
         (Path(folder) / "config.yaml").write_text(f"offload:\n  root: {root}\n")
-        port = 9000 + os.getpid() % 1000
-        base = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "ctxmgmt.cli", "serve", "--port", str(port), "--config", "config.yaml"],
-            cwd=folder,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        server, base = start("--config", "config.yaml", cwd=folder)
         try:
-            for _ in range(100):
-                try:
-                    httpx.get(f"{base}/_health", timeout=1)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.2)
             with httpx.Client(timeout=60) as client:
 
                 def health() -> float:

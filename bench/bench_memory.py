@@ -9,15 +9,13 @@ against the warmed-up server's (the baseline in the same run).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from _serve import start
 
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP = 500
@@ -49,30 +47,9 @@ def body(i: int) -> dict:
 def main() -> None:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     with tempfile.TemporaryDirectory() as folder:
-        port = 8000 + os.getpid() % 1000
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ctxmgmt.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--db",
-                f"sqlite:///{folder}/m.db",
-            ],
-            cwd=folder,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}/_plugins/_ml/context_management/_simulate"
+        server, base = start("--db", f"sqlite:///{folder}/m.db", cwd=folder)
+        url = f"{base}/_plugins/_ml/context_management/_simulate"
         try:
-            for _ in range(100):
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/_health", timeout=1)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.2)
             with httpx.Client(timeout=30) as client, ThreadPoolExecutor(THREADS) as pool:
 
                 def send(i: int) -> None:

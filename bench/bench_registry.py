@@ -12,10 +12,7 @@ cached (one version query) and uncached (read, validate and build).
 from __future__ import annotations
 
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,37 +21,13 @@ from pathlib import Path
 
 import httpx
 import yaml
+from _serve import start
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "/_plugins/_ml/context_management"
 REQUESTS = 400
 THREADS = 4
 DOC = yaml.safe_load((ROOT / "definitions" / "default.yaml").read_text())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start(db: str) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ctxmgmt.cli", "serve", "--port", str(port), "--db", db],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    for _ in range(300):
-        try:
-            httpx.get(f"{url}/_health")
-            return proc, url
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the server did not start")
 
 
 def load(url: str, request: Callable[[httpx.Client, int], httpx.Response]) -> tuple[float, float]:
@@ -78,7 +51,7 @@ def load(url: str, request: Callable[[httpx.Client, int], httpx.Response]) -> tu
 
 
 def bench_server(label: str, db: str) -> None:
-    proc, url = start(db)
+    proc, url = start("--db", db)
     try:
         run = f"{time.time_ns()}"
         health = load(url, lambda h, i: h.get("/_health"))

@@ -202,7 +202,7 @@ def test_a_huge_declared_length_is_refused_before_reading(api):
             f"POST {BASE}/big HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             "Content-Length: 999999999\r\n\r\n{".encode()
         )
-        answer = _read_response(sock)
+        answer = read_response(sock)
     assert answer.startswith("HTTP/1.1 413") and "max_body_bytes" in answer
 
 
@@ -214,7 +214,7 @@ def test_a_client_sending_an_oversized_body_reads_the_413(api):
     assert api.get(f"{BASE}/default").status_code == 200  # the same connection still works
 
 
-def _read_response(sock) -> str:
+def read_response(sock) -> str:
     """The whole HTTP response: its headers, then as many body bytes as it declares
     (a single recv may return only the headers)."""
     data = b""

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from ctxmgmt.api import ServerConfig, create_app
+from tests.api.test_bad_input import read_response
 from tests.conftest import LiveServer, shipped
 
 BASE = "/_plugins/_ml/context_management"
@@ -156,10 +157,5 @@ def test_a_body_that_trickles_in_is_cut_off_with_a_408(api, monkeypatch):
     with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
         sock.sendall(f"POST {BASE}/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode())
         sock.sendall(b'Content-Length: 100\r\n\r\n{"hooks": ')
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-    assert answer.startswith(b"HTTP/1.1 408")
+        answer = read_response(sock)
+    assert answer.startswith("HTTP/1.1 408")
