@@ -306,8 +306,19 @@ def with_summary(
 
 def last_message_key(context: Context) -> str | None:
     """A fingerprint of the newest message: a summary records it, so that a second run
-    with no new message does not summarise again."""
+    with no new message does not summarise again. Bounded work whatever the message's size:
+    its text counts by length, head and tail; everything else (role, ids, calls) whole."""
     if not context.messages:
         return None
-    data = json.dumps(context.messages[-1], sort_keys=True, ensure_ascii=False, default=str)
+    last = dict(context.messages[-1])
+    content = last.pop("content", None)
+    text = text_of(content)
+    if isinstance(content, list):  # images and other parts count whole
+        last["parts"] = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
+    if len(text) > 2 * _KEY_CHARS:
+        text = f"{len(text)}:{text[:_KEY_CHARS]}{text[-_KEY_CHARS:]}"
+    data = json.dumps([last, text], sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+_KEY_CHARS = 4096

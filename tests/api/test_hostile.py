@@ -159,3 +159,17 @@ def test_a_body_that_trickles_in_is_cut_off_with_a_408(api, monkeypatch):
         sock.sendall(b'Content-Length: 100\r\n\r\n{"hooks": ')
         answer = read_response(sock)
     assert answer.startswith("HTTP/1.1 408")
+
+
+def test_a_request_that_cannot_fit_is_a_400_naming_the_numbers(api):
+    """Simulated with a window too small for its system prompt, the fit step answers 400 with
+    the pointer and the numbers, not a 500 and not a context over its window."""
+    context = {
+        "system_prompt": "rules " * 3000,
+        "messages": [{"role": "user", "content": "hi"}],
+        "context_window": 2000,
+    }
+    r = api.post(f"{BASE}/default/_simulate", json={"context": context})
+    assert r.status_code == 400
+    [problem] = r.json()["error"]["problems"]
+    assert problem["pointer"] == "/context_window" and "the window is 2,000" in problem["message"]
