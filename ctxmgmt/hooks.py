@@ -18,6 +18,7 @@ from .errors import ContextError, ManagerError
 from .fit import Fit
 from .managers.base import Runtime
 from .messages import check_format, check_messages
+from .offload.base import Batch, BatchWriter
 from .rules import Facts, Gate
 from .types import Hook, TraceEntry
 
@@ -78,12 +79,15 @@ class _Run:
             # never a list managed into one that provider would reject.
             check_format(self.context.messages)
             self._format_checked = True
+        store: Any = self.offloader
+        if isinstance(store, BatchWriter):  # this run's archives: one durable write
+            store = Batch(store)
         runtime = Runtime(
             self.hook,
             self.counter,
             self.definition,
             self.models,
-            self.offloader,
+            store,
             self.session,
             self.execution,
         )
@@ -99,6 +103,16 @@ class _Run:
         runtime, t0, tokens, reason = started
         duration = (time.perf_counter() - t0) * 1000
         error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output)
+        if error is None and isinstance(runtime.offloader, Batch) and runtime.offloader.pending:
+            # Archived first: the output is used only once what it removed is durable.
+            try:
+                torn = runtime.offloader.commit()
+            except Exception as commit_exc:
+                exc = commit_exc
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                if torn:
+                    runtime.details["torn_records_closed"] = torn
         if error is not None:
             if entry.on_error == "fail":
                 raise ManagerError(

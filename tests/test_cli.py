@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.testing import make_conversation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,7 +149,8 @@ def test_apply_offloads_with_a_folder(tmp_path):
     [entry, fit] = json.loads(run.stdout)["trace"]
     assert entry["error"] is None and entry["tokens_after"] < entry["tokens_before"] / 2
     assert fit["type"] == "fit" and not fit["activated"]
-    assert list((tmp_path / "archive").glob("*/t-*.txt"))
+    store = LocalOffloader(tmp_path / "archive")
+    assert [e["ref"] for e in store.list("s1")] == entry["details"]["offloaded"]
 
 
 def run_in(folder, *args):

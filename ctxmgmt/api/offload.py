@@ -68,10 +68,21 @@ async def search(request: Request) -> JSONResponse:
         hits = await run_in_threadpool(_offloader(request).search, session, pattern, max_results=size)
     except OffloadError as exc:
         raise HTTPProblem(400, str(exc)) from None
-    return JSONResponse({"hits": hits, "truncated": hits.truncated})
+    return JSONResponse({"hits": hits, "truncated": hits.truncated, "damaged": getattr(hits, "damaged", 0)})
+
+
+async def listing(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    session = _session(request)
+    try:
+        archives = await run_in_threadpool(_offloader(request).list, session)
+    except OffloadError as exc:
+        raise HTTPProblem(400, str(exc)) from None
+    return JSONResponse({"archives": archives, "damaged": getattr(archives, "damaged", 0)})
 
 
 routes = [
+    Route(BASE, listing, methods=["GET"]),
     Route(f"{BASE}/_search", search, methods=["GET"]),
     Route(BASE + "/{ref}", read, methods=["GET"]),
 ]

@@ -11,15 +11,26 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import re2  # type: ignore[import-untyped]
 
 from ..errors import OffloadError
 from ..messages import text_of
 
-__all__ = ["GcReport", "OffloadError", "Offloader", "Recall", "check_ref", "session_key"]
+__all__ = [
+    "Batch",
+    "GcReport",
+    "Item",
+    "OffloadError",
+    "Offloader",
+    "Recall",
+    "check_ref",
+    "new_ref",
+    "session_key",
+]
 
 REF = re.compile(r"(?P<kind>[tm])-(?P<id>[0-9a-f]{32})")
 MAX_PATTERN = 200
@@ -35,6 +46,11 @@ def session_key(session: str) -> str:
     if not isinstance(session, str) or not session or len(session) > MAX_SESSION or "\x00" in session:
         raise OffloadError("a session id is a non-empty string of at most 512 characters without NUL")
     return hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def new_ref(kind: Literal["tool_result", "messages"]) -> str:
+    """A fresh reference: ``t-`` or ``m-`` and a random uuid, never anything from a request."""
+    return f"{'t' if kind == 'tool_result' else 'm'}-{uuid.uuid4().hex}"
 
 
 def check_ref(ref: Any) -> str:
@@ -88,10 +104,19 @@ def slice_text(
     return Recall(ref, "".join(lines[offset:end]), offset, len(lines), unit)
 
 
+class Listing(list[dict[str, Any]]):
+    """A session's archives, oldest first; ``damaged`` counts the records skipped because
+    they were torn (by a crash mid-write): they were never acknowledged."""
+
+    damaged: int = 0
+
+
 class Hits(list[dict[str, Any]]):
-    """Search hits; ``truncated`` when the search stopped at its scan bound."""
+    """Search hits; ``truncated`` when the search stopped at its scan bound; ``damaged``
+    counts the archived records it skipped because they were torn (by a crash mid-write)."""
 
     truncated: bool = False
+    damaged: int = 0
 
 
 class Search:
@@ -200,8 +225,83 @@ class Offloader(Protocol):
 
     def search(self, session: str, pattern: str, *, max_results: int = 20) -> Hits: ...
 
-    def list(self, session: str) -> list[dict[str, Any]]: ...
+    def list(self, session: str) -> Listing: ...
 
     def delete(self, session: str) -> int: ...
 
     def gc(self, max_age_seconds: float) -> GcReport: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One archive of a batch: a tool result's text, or a list of removed messages."""
+
+    ref: str
+    kind: Literal["tool_result", "messages"]
+    content: str | list[dict[str, Any]]
+    tool_call_id: str | None = None
+
+
+@runtime_checkable
+class BatchWriter(Protocol):
+    """A store that writes several archives at once, durably, all or none."""
+
+    def write_batch(self, session: str, items: list[Item]) -> int:
+        """Write every item; returns how many torn records (left by an earlier crash) it
+        closed off on the way. Raises OffloadError, having acknowledged none of them."""
+        ...
+
+
+@dataclass(slots=True)
+class Batch:
+    """The offload store as one manager run sees it: its archives are collected and written
+    in one batched, durable write (:meth:`commit`) before its output is used. A run that
+    fails commits nothing, so it leaves no orphan archive either.
+
+    References are generated here, up front; a pending archive can be read back already."""
+
+    store: BatchWriter
+    pending: dict[str, tuple[str, Item]] = field(default_factory=dict)
+
+    def store_tool_result(self, session: str, content: str, *, tool_call_id: str | None = None) -> str:
+        return self._add(session, Item(new_ref("tool_result"), "tool_result", content, tool_call_id))
+
+    def store_messages(self, session: str, messages: list[dict[str, Any]]) -> str:
+        return self._add(session, Item(new_ref("messages"), "messages", [dict(m) for m in messages]))
+
+    def _add(self, session: str, item: Item) -> str:
+        session_key(session)  # a bad session id fails here, in the run
+        self.pending[item.ref] = (session, item)
+        return item.ref
+
+    def commit(self) -> int:
+        """Write what the run archived; returns the torn records closed off on the way."""
+        sessions: dict[str, list[Item]] = {}
+        for session, item in self.pending.values():
+            sessions.setdefault(session, []).append(item)
+        self.pending = {}
+        return sum(self.store.write_batch(session, items) for session, items in sessions.items())
+
+    def read(
+        self,
+        session: str,
+        ref: str,
+        *,
+        offset: int = 0,
+        limit: int | None = None,
+        unit: Literal["chars", "lines"] = "chars",
+    ) -> Recall:
+        waiting = self.pending.get(ref)
+        if waiting is not None and waiting[0] == session:
+            return slice_text(ref, item_text(waiting[1]), offset, limit, unit)
+        return self.store.read(session, ref, offset=offset, limit=limit, unit=unit)  # type: ignore[attr-defined,no-any-return]
+
+    def __getattr__(self, name: str) -> Any:  # search, list, delete and gc: the store's own
+        return getattr(self.store, name)
+
+
+def item_text(item: Item) -> str:
+    """An archive's text as ``read`` returns it."""
+    if isinstance(item.content, str):
+        return item.content
+    return json.dumps(item.content, ensure_ascii=False, indent=1)

@@ -1,9 +1,10 @@
 """The local workspace backend: a folder per session under one root.
 
-- each tool result is its own file, written atomically (temporary file, fsync, rename);
-- removed messages are appended to the session's ``messages.jsonl`` under an
-  exclusive lock, without rewriting the file; a batch reference records where its
-  line starts, so reading it back does not scan the file.
+- archives (tool results and batches of removed messages) are appended to the session's
+  ``messages.jsonl`` under an exclusive lock, without rewriting the file, then indexed in
+  ``index.jsonl``: one write and one fsync for each of the two files per batch, however many
+  archives it holds. An index entry records where its line starts, so a read does not scan;
+- tool results written by earlier versions, one file each (``t-<id>.txt``), read as before.
 
 Every path is built from store-generated names only and checked to stay inside the root.
 """
@@ -14,9 +15,8 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 import time
-import uuid
+import zlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,10 +24,14 @@ from .base import (
     REF,
     GcReport,
     Hits,
+    Item,
+    Listing,
     OffloadError,
     Recall,
     Search,
     check_ref,
+    item_text,
+    new_ref,
     session_key,
     slice_text,
 )
@@ -63,75 +67,56 @@ class LocalOffloader:
 
     # -- writes ----------------------------------------------------------------------
     def store_tool_result(self, session: str, content: str, *, tool_call_id: str | None = None) -> str:
-        ref = f"t-{uuid.uuid4().hex}"
-        folder = self._session_dir(session, create=True)
-        target = self._inside(folder, f"{ref}.txt")
-        data = content.encode("utf-8", "surrogatepass")
-        try:
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)  # a buffered write writes everything or raises
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, target)
-                _fsync_dir(folder)  # the rename itself is durable
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            self._append(
-                folder,
-                _INDEX,
-                {
-                    "ref": ref,
-                    "kind": "tool_result",
-                    "tool_call_id": tool_call_id,
-                    "bytes": len(data),
-                    "time": time.time(),
-                },
-            )
-        except OSError as exc:
-            raise OffloadError(f"cannot write the tool result: {exc.strerror or exc}") from None
-        return ref
+        item = Item(new_ref("tool_result"), "tool_result", content, tool_call_id)
+        self.write_batch(session, [item])
+        return item.ref
 
     def store_messages(self, session: str, messages: list[dict[str, Any]]) -> str:
-        ref_id = uuid.uuid4().hex
+        item = Item(new_ref("messages"), "messages", messages)
+        self.write_batch(session, [item])
+        return item.ref
+
+    def write_batch(self, session: str, items: list[Item]) -> int:
+        """Append every item to the session's archive file, then their index entries: one
+        write and one fsync each, whatever the number of items. Returns the torn records
+        (from an earlier crash) closed off on the way."""
+        if not items:
+            return 0
         folder = self._session_dir(session, create=True)
-        line = json.dumps({"ref": f"m-{ref_id}", "messages": messages}, ensure_ascii=False) + "\n"
+        lines = [_line(item) for item in items]
         try:
-            offset = self._append(folder, _BATCHES, line, raw=True)
-            self._append(
-                folder,
-                _INDEX,
-                {
-                    "ref": f"m-{ref_id}",
-                    "kind": "messages",
-                    "offset": offset,
-                    "count": len(messages),
-                    "bytes": len(line.encode()),
-                    "time": time.time(),
-                },
-            )
+            offset, torn = self._append(folder, _BATCHES, b"".join(lines))
+            entries = []
+            now = time.time()
+            for item, line in zip(items, lines, strict=True):
+                entry: dict[str, Any] = {"ref": item.ref, "kind": item.kind, "offset": offset}
+                if item.kind == "tool_result":
+                    entry["tool_call_id"] = item.tool_call_id
+                else:
+                    entry["count"] = len(item.content)
+                entries.append({**entry, "bytes": len(line), "time": now})
+                offset += len(line)
+            data = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries)
+            torn += self._append(folder, _INDEX, data.encode("utf-8", "surrogatepass"))[1]
         except OSError as exc:
-            raise OffloadError(f"cannot append the removed messages: {exc.strerror or exc}") from None
-        return f"m-{ref_id}"
+            raise OffloadError(f"cannot write the archive: {exc.strerror or exc}") from None
+        return torn
 
-    def _append(self, folder: Path, name: str, record: Any, *, raw: bool = False) -> int:
-        """Append one line under an exclusive lock; returns the byte offset where it starts.
+    def _append(self, folder: Path, name: str, data: bytes) -> tuple[int, int]:
+        """Append whole lines under an exclusive lock; returns the byte offset where they
+        start, and 1 if a torn tail had to be closed first (else 0).
 
-        The line is acknowledged only once it is whole and durable: a short write or an
-        error (a full disk) truncates the file back to where the line started and raises.
+        The lines are acknowledged only once they are whole and durable: a short write or an
+        error (a full disk) truncates the file back to where they started and raises.
         A torn tail left by a crash is closed with a newline first, so that it never merges
         with the next record; readers skip lines that do not parse."""
-        data = (record if raw else json.dumps(record, ensure_ascii=False) + "\n").encode(
-            "utf-8", "surrogatepass"
-        )
         path = self._inside(folder, name)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            offset = os.lseek(fd, 0, os.SEEK_END)
-            if offset and os.pread(fd, 1, offset - 1) != b"\n":
+            start = offset = os.lseek(fd, 0, os.SEEK_END)
+            torn = 1 if offset and os.pread(fd, 1, offset - 1) != b"\n" else 0
+            if torn:
                 data = b"\n" + data  # close a torn tail
                 offset += 1
             try:
@@ -143,44 +128,53 @@ class LocalOffloader:
                     written += n
                 os.fsync(fd)
             except OSError:
-                os.ftruncate(fd, offset - (1 if data[:1] == b"\n" and offset else 0))
+                os.ftruncate(fd, start)
                 raise
-            return offset
+            if not start:  # a new file: its name, and its session folder's, are durable too
+                _fsync_dir(folder)
+                _fsync_dir(folder.parent)
+            return offset, torn
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
     # -- reads -----------------------------------------------------------------------
-    def _index(self, folder: Path) -> list[dict[str, Any]]:
+    def _index(self, folder: Path) -> tuple[list[dict[str, Any]], int]:
+        """The session's index entries, and how many torn lines were skipped."""
         path = self._inside(folder, _INDEX)
+        entries: list[dict[str, Any]] = []
+        torn = 0
         if not path.exists():
-            return []
-        entries = []
+            return entries, torn
         with open(path, "rb") as f:
             for line in f:
                 entry = _record(line)
-                if entry is not None:
+                ref = entry.get("ref") if isinstance(entry, dict) else None
+                if isinstance(entry, dict) and isinstance(ref, str) and REF.fullmatch(ref):
                     entries.append(entry)
-        return entries
+                elif line.strip():
+                    torn += 1
+        return entries, torn
 
     def _content(self, folder: Path, ref: str, index: dict[str, dict[str, Any]] | None = None) -> str:
-        if ref.startswith("t-"):
+        if index is None:
+            index = {e["ref"]: e for e in self._index(folder)[0]}
+        entry = index.get(ref)
+        if ref.startswith("t-") and (entry is None or "offset" not in entry):
+            # Written before batched archives: a file of its own.
             path = self._inside(folder, f"{ref}.txt")
             try:
                 return path.read_bytes().decode("utf-8", "surrogatepass")
             except FileNotFoundError:
                 raise OffloadError(f"no stored content {ref} in this session") from None
-        if index is None:
-            index = {str(e.get("ref")): e for e in self._index(folder)}
-        entry = index.get(ref)
         if entry is None:
             raise OffloadError(f"no stored content {ref} in this session")
         with open(self._inside(folder, _BATCHES), "rb") as f:
             f.seek(int(entry["offset"]))
-            record = _record(f.readline())
-        if record is None or record.get("ref") != ref:
+            body = _framed(f)
+        if body is None or body[0] != ref:
             raise OffloadError(f"the archive of {ref} is damaged (a torn write); the others are whole")
-        return json.dumps(record["messages"], ensure_ascii=False, indent=1)
+        return body[1]
 
     def read(
         self,
@@ -202,23 +196,25 @@ class LocalOffloader:
         folder = self._session_dir(session, create=False)
         if not folder.is_dir():
             return search.hits
-        entries = self._index(folder)  # read once, not once per archived batch
-        index = {str(e.get("ref")): e for e in entries}
+        entries, search.hits.damaged = self._index(folder)  # read once, not once per archive
+        index = {e["ref"]: e for e in entries}
         for entry in entries:
-            ref = entry.get("ref")
-            if not isinstance(ref, str) or not REF.fullmatch(ref):
-                continue
             try:
-                text = self._content(folder, ref, index)
-            except OffloadError:  # collected by gc since it was indexed
+                text = self._content(folder, entry["ref"], index)
+            except OffloadError as exc:  # torn, or collected by gc since it was indexed
+                search.hits.damaged += "damaged" in str(exc)
                 continue
-            if search.scan(ref, text):
+            if search.scan(entry["ref"], text):
                 break
         return search.hits
 
-    def list(self, session: str) -> list[dict[str, Any]]:
+    def list(self, session: str) -> Listing:
         folder = self._session_dir(session, create=False)
-        return self._index(folder) if folder.is_dir() else []
+        listing = Listing()
+        if folder.is_dir():
+            entries, listing.damaged = self._index(folder)
+            listing.extend(entries)
+        return listing
 
     def delete(self, session: str) -> int:
         folder = self._session_dir(session, create=False)
@@ -258,6 +254,31 @@ class LocalOffloader:
             if not _entries(folder.path):
                 os.rmdir(folder.path)
         return GcReport(files=files, bytes=freed, skipped=tuple(skipped))
+
+
+def _line(item: Item) -> bytes:
+    """An archive record: a header line (reference, size and CRC-32 of the body), then the
+    body as ``read`` returns it, byte for byte, then a newline. A tool result's text is
+    stored as it is, with no escaping, so a 10 MB result costs a copy, not an encode."""
+    body = item_text(item).encode("utf-8", "surrogatepass")
+    header = json.dumps({"ref": item.ref, "bytes": len(body), "crc32": zlib.crc32(body)})
+    return b"".join((header.encode(), b"\n", body, b"\n"))
+
+
+def _framed(f: Any) -> tuple[str, str] | None:
+    """The (reference, text) of the record where ``f`` stands, or None when it is torn."""
+    head = _record(f.readline())
+    if not isinstance(head, dict) or not isinstance(head.get("ref"), str):
+        return None
+    if "messages" in head:  # a record of an earlier version: the whole batch on one line
+        return head["ref"], item_text(Item(head["ref"], "messages", head["messages"]))
+    size = head.get("bytes")
+    if not isinstance(size, int) or size < 0:
+        return None
+    body = f.read(size + 1)
+    if len(body) != size + 1 or body[-1:] != b"\n" or zlib.crc32(body[:-1]) != head.get("crc32"):
+        return None
+    return head["ref"], body[:-1].decode("utf-8", "surrogatepass")
 
 
 def _record(line: bytes) -> Any | None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from typing import Any, Literal
 
 from sqlalchemy import Engine, delete, func, select
@@ -14,10 +12,14 @@ from ..store.models import offload
 from .base import (
     GcReport,
     Hits,
+    Item,
+    Listing,
     OffloadError,
     Recall,
     Search,
     check_ref,
+    item_text,
+    new_ref,
     session_key,
     slice_text,
 )
@@ -31,30 +33,43 @@ class SQLOffloader:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def _insert(self, session: str, kind: str, content: str, meta: dict[str, Any]) -> str:
-        ref = f"{'t' if kind == 'tool_result' else 'm'}-{uuid.uuid4().hex}"
+    def write_batch(self, session: str, items: list[Item]) -> int:
+        """Insert every item in one transaction: all are acknowledged, or none."""
+        if not items:
+            return 0
+        key = session_key(session)
+        now = int(time.time() * 1000)
+        rows = [
+            {
+                "ref": item.ref,
+                "session_key": key,
+                "kind": item.kind,
+                "content": item_text(item),
+                "meta": (
+                    {"tool_call_id": item.tool_call_id}
+                    if item.kind == "tool_result"
+                    else {"count": len(item.content)}
+                ),
+                "created_time": now,
+            }
+            for item in items
+        ]
         try:
             with self.engine.begin() as conn:
-                conn.execute(
-                    offload.insert().values(
-                        ref=ref,
-                        session_key=session_key(session),
-                        kind=kind,
-                        content=content,
-                        meta=meta,
-                        created_time=int(time.time() * 1000),
-                    )
-                )
+                conn.execute(offload.insert(), rows)
         except SQLAlchemyError as exc:
             raise OffloadError(f"cannot write to the offload table: {type(exc).__name__}") from None
-        return ref
+        return 0
 
     def store_tool_result(self, session: str, content: str, *, tool_call_id: str | None = None) -> str:
-        return self._insert(session, "tool_result", content, {"tool_call_id": tool_call_id})
+        item = Item(new_ref("tool_result"), "tool_result", content, tool_call_id)
+        self.write_batch(session, [item])
+        return item.ref
 
     def store_messages(self, session: str, messages: list[dict[str, Any]]) -> str:
-        text = json.dumps(messages, ensure_ascii=False, indent=1)
-        return self._insert(session, "messages", text, {"count": len(messages)})
+        item = Item(new_ref("messages"), "messages", messages)
+        self.write_batch(session, [item])
+        return item.ref
 
     def read(
         self,
@@ -89,7 +104,7 @@ class SQLOffloader:
                     break
         return search.hits
 
-    def list(self, session: str) -> list[dict[str, Any]]:
+    def list(self, session: str) -> Listing:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(
@@ -102,10 +117,10 @@ class SQLOffloader:
                 .where(offload.c.session_key == session_key(session))
                 .order_by(offload.c.created_time, offload.c.ref)
             ).all()
-        return [
+        return Listing(
             {"ref": r.ref, "kind": r.kind, "chars": r.chars, "time": r.created_time / 1000, **(r.meta or {})}
             for r in rows
-        ]
+        )
 
     def delete(self, session: str) -> int:
         with self.engine.begin() as conn:

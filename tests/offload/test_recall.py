@@ -6,6 +6,7 @@ import httpx
 
 from ctxmgmt.api import create_app
 from ctxmgmt.offload import LocalOffloader
+from ctxmgmt.offload.base import session_key
 from ctxmgmt.runner import Runner
 from tests.conftest import LiveServer, tool_call
 
@@ -87,6 +88,30 @@ def test_rest_reads_and_searches_offloaded_content(store, tmp_path):
             http.get("/_plugins/_ml/offload/_search", params={"session": "mem1", "pattern": "("}).status_code
             == 400
         )
+
+
+def test_rest_lists_a_sessions_archives_and_reports_torn_records(store, tmp_path):
+    """GET /_plugins/_ml/offload?session= lists the archives oldest first; a record torn by a
+    crash is skipped and counted as damaged there and in a search."""
+    offloader = LocalOffloader(tmp_path)
+    first = offloader.store_tool_result("mem1", "alpha ERROR 1\n", tool_call_id="c1")
+    with open(tmp_path / session_key("mem1") / "index.jsonl", "ab") as f:
+        f.write(b'{"ref": "t-00')  # a crash mid-write
+    second = offloader.store_messages("mem1", [{"role": "user", "content": "ERROR 2"}])
+    with (
+        LiveServer(create_app(store, offloader=offloader)) as server,
+        httpx.Client(base_url=server.url) as http,
+    ):
+        listed = http.get("/_plugins/_ml/offload", params={"session": "mem1"}).json()
+        assert [a["ref"] for a in listed["archives"]] == [first, second]
+        assert listed["archives"][0]["tool_call_id"] == "c1" and listed["damaged"] == 1
+        hits = http.get("/_plugins/_ml/offload/_search", params={"session": "mem1", "pattern": "ERROR"})
+        assert [h["ref"] for h in hits.json()["hits"]] == [first, second] and hits.json()["damaged"] == 1
+        assert http.get("/_plugins/_ml/offload", params={"session": "none"}).json() == {
+            "archives": [],
+            "damaged": 0,
+        }
+        assert http.get("/_plugins/_ml/offload").status_code == 400
 
 
 def test_summaries_that_archive_come_with_the_recall_tools(store, agent_models, tools, chat_server, tmp_path):
