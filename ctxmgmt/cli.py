@@ -336,6 +336,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .api import create_app, load_config
     from .api.config import open_offloader
+    from .api.server import uvicorn_config
     from .store import DefinitionStore
 
     models, server = load_config(args.config)
@@ -366,7 +367,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json)",
         flush=True,
     )
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(app, server)).run(sockets=[sock])
     return EXIT_OK
 
 

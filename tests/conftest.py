@@ -93,9 +93,14 @@ class LiveServer:
     def __init__(self, app) -> None:
         import uvicorn
 
+        from ctxmgmt.api.server import uvicorn_config
+
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        config = uvicorn_config(
+            app, app.state.ctxmgmt.config, host="127.0.0.1", port=self.port, log_level="error"
+        )
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> LiveServer:

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigError, Problem
@@ -27,6 +27,9 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY
     offload: Mapping[str, Any] = field(default_factory=dict)
     """The ``offload:`` section: backend, root, retention_days."""
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    keep_alive_seconds: float = 5.0
     _digests: dict[bytes, ApiKey] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -50,7 +53,13 @@ class ServerConfig:
             else:
                 digest = bytes.fromhex(spec["key_sha256"])
             keys.append(ApiKey(spec["name"], spec["scope"], digest))
-        return cls(tuple(keys), int(data.get("max_body_bytes", DEFAULT_MAX_BODY)))
+        return cls(
+            tuple(keys),
+            int(data.get("max_body_bytes", DEFAULT_MAX_BODY)),
+            header_timeout_seconds=float(data.get("header_timeout_seconds", 10.0)),
+            body_timeout_seconds=float(data.get("body_timeout_seconds", 30.0)),
+            keep_alive_seconds=float(data.get("keep_alive_seconds", 5.0)),
+        )
 
     @property
     def auth_enabled(self) -> bool:
@@ -80,7 +89,7 @@ def load_config(path: str | None) -> tuple[Any, ServerConfig]:
     models = ModelsConfig.from_dict(doc.data, str(path))  # validates the whole file
     server = ServerConfig.from_dict((doc.data or {}).get("server"))
     offload = (doc.data or {}).get("offload") or {}
-    return models, ServerConfig(server.api_keys, server.max_body_bytes, offload)
+    return models, replace(server, offload=offload)
 
 
 def open_offloader(settings: Mapping[str, Any], engine: Any) -> Any:

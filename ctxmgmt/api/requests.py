@@ -74,8 +74,6 @@ def name_param(request: Request) -> str:
 MAX_DEPTH = 64
 """JSON bodies nest at most this deep."""
 MAX_VERSION = 2**31 - 1
-BODY_SECONDS = 30.0
-"""A request body must arrive within this time."""
 DRAIN_BYTES = 8 * 1024 * 1024
 """An oversized body up to this size is read to its end (and discarded) before the 413,
 so that the client, still sending, gets the answer rather than a reset."""
@@ -135,7 +133,8 @@ def _check_text(text: str, pointer: str, nul: bool) -> None:
 async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
     """The request's JSON object, checked (see :func:`check_values`); a 400 naming the
     problem for anything else. ``nul=False`` allows NUL in strings that are not stored."""
-    limit = state(request).config.max_body_bytes
+    config = state(request).config
+    limit, seconds = config.max_body_bytes, config.body_timeout_seconds
     ctype = request.headers.get("content-type")
     if ctype is not None and ctype.split(";")[0].strip().lower() not in _JSON_TYPES:
         raise HTTPProblem(400, f"the content type must be application/json, not {ctype[:60]!r}")
@@ -150,7 +149,7 @@ async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
     body = bytearray()
     received = 0
     try:
-        async with asyncio.timeout(BODY_SECONDS):  # a client that trickles its body is cut off
+        async with asyncio.timeout(seconds):  # a client that trickles its body is cut off
             async for chunk in request.stream():
                 received += len(chunk)
                 if received <= limit:
@@ -158,7 +157,9 @@ async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
                 elif received > DRAIN_BYTES:
                     raise too_large
     except TimeoutError:
-        raise HTTPProblem(408, f"the body did not arrive within {BODY_SECONDS:g} s") from None
+        raise HTTPProblem(
+            408, f"the body did not arrive within {seconds:g} s (server.body_timeout_seconds)"
+        ) from None
     if received > limit:
         # The client has finished sending, so it reads this answer instead of a reset.
         raise too_large

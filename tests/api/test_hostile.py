@@ -1,6 +1,8 @@
 """Hostile bodies and headers get a 4xx naming the field, on SQLite and PostgreSQL, never a 500."""
 
 import json
+import socket
+import time
 
 import httpx
 import pytest
@@ -145,20 +147,59 @@ def test_allow_names_every_method_of_a_path(api):
     assert patch.status_code == 405 and {"GET", "PUT", "DELETE"} <= set(patch.headers["allow"].split(", "))
 
 
-def test_a_body_that_trickles_in_is_cut_off_with_a_408(api, monkeypatch):
+@pytest.fixture
+def impatient(store):
+    """A live server with short header and body deadlines."""
+    config = ServerConfig(header_timeout_seconds=0.5, body_timeout_seconds=0.5, keep_alive_seconds=5)
+    with LiveServer(create_app(store, config=config)) as server:
+        yield server
+
+
+def test_a_body_that_trickles_in_is_cut_off_with_a_408(impatient):
     """A client that sends part of its body and stalls gets a 408, not a connection held open."""
-    import socket
-    from urllib.parse import urlsplit
-
-    from ctxmgmt.api import requests as checks
-
-    monkeypatch.setattr(checks, "BODY_SECONDS", 0.5)
-    url = urlsplit(str(api.base_url))
-    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=10) as sock:
         sock.sendall(f"POST {BASE}/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode())
         sock.sendall(b'Content-Length: 100\r\n\r\n{"hooks": ')
         answer = read_response(sock)
-    assert answer.startswith("HTTP/1.1 408")
+    assert answer.startswith("HTTP/1.1 408") and "server.body_timeout_seconds" in answer
+
+
+def test_headers_that_trickle_in_are_cut_off_with_a_408(impatient):
+    """A client that sends its headers a byte at a time, for longer than the header deadline,
+    gets a 408 naming the setting, then the connection is closed."""
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=10) as sock:
+        started = time.monotonic()
+        try:
+            for byte in f"GET {BASE}/default HTTP/1.1\r\nHost: x\r\nX-Slow: ".encode() + b"a" * 100:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.05)
+        except OSError:  # closed by the server while sending
+            pass
+        answer = read_response(sock)
+    assert answer.startswith("HTTP/1.1 408") and "server.header_timeout_seconds" in answer
+    assert time.monotonic() - started < 5
+
+
+def test_a_kept_alive_connection_gets_the_deadline_for_each_request(impatient):
+    """After one answer on a kept-alive connection, the next request's headers have their own
+    deadline: a slow second request is cut off too, and a quick one is answered."""
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=10) as sock:
+        sock.sendall(b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock).startswith("HTTP/1.1 200")
+        time.sleep(0.3)
+        sock.sendall(b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock).startswith("HTTP/1.1 200")
+        sock.sendall(b"GET /_health HTTP/1.1\r\nHo")
+        time.sleep(1.0)
+        assert read_response(sock).startswith("HTTP/1.1 408")
+
+
+def test_an_idle_connection_that_never_sends_is_closed(impatient):
+    """A connection that sends nothing is closed at the header deadline, without an answer."""
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=10) as sock:
+        started = time.monotonic()
+        assert sock.recv(100) == b""
+    assert time.monotonic() - started < 5
 
 
 def test_a_request_that_cannot_fit_is_a_400_naming_the_numbers(api):

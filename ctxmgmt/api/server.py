@@ -1,0 +1,96 @@
+"""The HTTP server: uvicorn's h11 protocol, with a deadline for a request's headers.
+
+uvicorn times out idle keep-alive connections but not a request whose headers trickle
+in a byte at a time, so a few hundred such clients would hold connections open for as
+long as they like. Here every request's headers must be whole within
+``server.header_timeout_seconds`` of the connection or of the previous answer; otherwise
+the client gets a 408 with the JSON error and the connection is closed. The body has its
+own deadline (``server.body_timeout_seconds``, in :mod:`ctxmgmt.api.requests`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .config import ServerConfig
+
+__all__ = ["uvicorn_config"]
+
+
+class _DeadlineProtocol(H11Protocol):
+    header_seconds: float = 10.0
+
+    def __init__(self, *args: Any, header_seconds: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_seconds = header_seconds
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:  # the headers are whole
+            self._disarm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm()  # the next request's headers have their own deadline
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.header_seconds, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.conn.our_state is h11.IDLE and self.conn.trailing_data[0]:
+            # Part of a request arrived: answer it, so the client knows why it is closed.
+            body = json.dumps(
+                {
+                    "error": {
+                        "type": "request_timeout",
+                        "reason": f"the request headers did not arrive within {self.header_seconds:g} s "
+                        "(server.header_timeout_seconds)",
+                    },
+                    "status": 408,
+                }
+            ).encode()
+            head = (
+                "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.write(head.encode() + body)
+        self.transport.close()
+
+
+def uvicorn_config(app: Any, server: ServerConfig, **options: Any) -> Any:
+    """uvicorn's configuration for ``app``, with the server's timeouts."""
+    import uvicorn
+
+    protocol = functools.partial(_DeadlineProtocol, header_seconds=server.header_timeout_seconds)
+    options.setdefault("log_level", "warning")
+    return uvicorn.Config(
+        app,
+        http=protocol,  # type: ignore[arg-type]
+        timeout_keep_alive=server.keep_alive_seconds,  # type: ignore[arg-type]
+        **options,
+    )
