@@ -82,7 +82,7 @@ def validate_definition(
     if deep is not None:  # before JSON Schema, whose validator recurses with the nesting
         problems.append(deep)
         return _locate(problems, doc)
-    problems.extend(_schema_problems(_envelope_validator(), data, ""))
+    problems.extend(_schema_problems(_envelope_validator(), data, "", per_type=True))
     hooks = data.get("hooks")
     if isinstance(hooks, Mapping):
         problems.extend(_hook_problems(hooks, registry, model_ids))
@@ -200,11 +200,13 @@ def _entry_problems(
     return problems
 
 
-def _schema_problems(validator: Draft202012Validator, instance: Any, base: str) -> list[Problem]:
+def _schema_problems(
+    validator: Draft202012Validator, instance: Any, base: str, *, per_type: bool = False
+) -> list[Problem]:
     problems = []
     for error in validator.iter_errors(instance):
-        if "then" in error.schema_path:
-            continue  # built-in configs are checked per type, with better messages
+        if per_type and "then" in error.schema_path:
+            continue  # in the envelope: built-in configs are checked per type, with better messages
         problems.extend(_explain(error, base))
     return problems
 

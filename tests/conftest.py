@@ -33,12 +33,15 @@ def models(chat_server: ChatServer) -> ModelsConfig:
 
 
 # -- databases and servers ------------------------------------------------------------
+import contextlib  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
+import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import httpx  # noqa: E402
 import yaml  # noqa: E402
 
 from ctxmgmt.store import DefinitionStore  # noqa: E402
@@ -85,6 +88,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve(folder: Path, db_url: str) -> Iterator[str]:
+    """A real `ctxmgmt serve` process on a free port, run in ``folder``; yields its URL."""
+    import subprocess
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "ctxmgmt.cli", "serve", "--port", str(port), "--db", db_url]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/_health").status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(proc.stdout.read())  # type: ignore[union-attr]
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert f"serving on {url}" in out
 
 
 class LiveServer:

@@ -4,49 +4,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, serve
 
 
 @pytest.fixture
 def served(tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ctxmgmt.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--db",
-            f"sqlite:///{tmp_path}/s.db",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/_health").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(proc.stdout.read())
-        time.sleep(0.1)
-    yield url
-    proc.terminate()
-    out, _ = proc.communicate(timeout=10)
-    assert f"serving on {url}" in out
+    with serve(tmp_path, f"sqlite:///{tmp_path}/s.db") as url:
+        yield url
 
 
 def cli(url, *args):

@@ -128,6 +128,19 @@ def test_reserved_names_are_rejected():
         ),
         (minimal(settings={"tokenizer": "Bad Name"}), "/settings/tokenizer"),
         (minimal(extra=1), "/extra"),
+        (
+            minimal(
+                hooks={
+                    "PRE_LLM": [
+                        {
+                            "type": "ToolsOutputTruncateManager",
+                            "config": {"offload": True, "max_output_length": 255},
+                        }
+                    ]
+                }
+            ),
+            "/hooks/PRE_LLM/0/config/max_output_length",  # a rule of the manager's own schema (if/then)
+        ),
     ],
 )
 def test_mistakes_are_errors_at_their_pointer(doc, pointer):

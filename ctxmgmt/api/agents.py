@@ -8,7 +8,6 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from ..runner import Runner
 from .errors import HTTPProblem
@@ -95,9 +94,9 @@ async def compact(request: Request) -> JSONResponse:
 
 
 routes = [
-    Route(f"{BASE}/_register", register, methods=["POST"]),
-    Route(BASE, list_, methods=["GET"]),
-    Route(BASE + "/{agent_id}/_execute", execute, methods=["POST"]),
-    Route(BASE + "/{agent_id}/_compact", compact, methods=["POST"]),
+    resource(f"{BASE}/_register", post=register),
+    resource(BASE, get=list_),
+    resource(BASE + "/{agent_id}/_execute", post=execute),
+    resource(BASE + "/{agent_id}/_compact", post=compact),
     resource(BASE + "/{agent_id}", get=get, delete=delete),
 ]

@@ -7,7 +7,6 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from ..context import Context
 from ..definitions import Definition, parse_hook
@@ -125,10 +124,10 @@ async def openapi(request: Request) -> JSONResponse:
 
 
 routes = [
-    Route("/_health", health, methods=["GET"]),
-    Route("/openapi.json", openapi, methods=["GET"]),
-    Route(BASE, list_, methods=["GET"]),
-    Route(f"{BASE}/_simulate", simulate_inline, methods=["POST"]),
-    Route(BASE + "/{name}/_simulate", simulate, methods=["POST"]),
+    resource("/_health", get=health),
+    resource("/openapi.json", get=openapi),
+    resource(BASE, get=list_),
+    resource(f"{BASE}/_simulate", post=simulate_inline),
+    resource(BASE + "/{name}/_simulate", post=simulate),
     resource(BASE + "/{name}", post=create, get=get, put=replace, delete=delete),
 ]

@@ -5,12 +5,11 @@ from __future__ import annotations
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from ..errors import OffloadError
 from ..offload.base import check_ref
 from .errors import HTTPProblem
-from .requests import authorize, int_param, state
+from .requests import authorize, int_param, resource, state
 
 BASE = "/_plugins/_ml/offload"
 
@@ -82,7 +81,7 @@ async def listing(request: Request) -> JSONResponse:
 
 
 routes = [
-    Route(BASE, listing, methods=["GET"]),
-    Route(f"{BASE}/_search", search, methods=["GET"]),
-    Route(BASE + "/{ref}", read, methods=["GET"]),
+    resource(BASE, get=listing),
+    resource(f"{BASE}/_search", get=search),
+    resource(BASE + "/{ref}", get=read),
 ]

@@ -8,6 +8,7 @@ from functools import cache
 from typing import Any
 
 from .. import __version__, _resources
+from .requests import MAX_VERSION
 
 _DEF = "#/components/schemas/ContextManagementDefinition"
 
@@ -40,6 +41,17 @@ def _error() -> dict[str, Any]:
     return {"$ref": "#/components/responses/Error"}
 
 
+_SERVER_ERRORS = (500, 503, 507)
+"""Any request may meet a fault of the server (500), an unreachable database (503) or a
+full disk (507, ``storage_full``)."""
+_BODY_ERRORS = (400, 408, 413)
+"""A request with a body may be malformed JSON, too slow (408) or too large (413)."""
+SEMANTIC = (
+    "A body that this schema accepts can still be refused with a 400 that names the field, "
+    "for what a schema cannot say: "
+)
+
+
 def _op(
     summary: str,
     ok: dict[str, Any],
@@ -47,11 +59,15 @@ def _op(
     body: dict[str, Any] | None = None,
     params: tuple[str, ...] = (),
     errors: tuple[int, ...] = (400, 401, 403),
+    semantic: str | None = None,
 ) -> dict[str, Any]:
     ok_response = {"description": "OK", "content": {"application/json": {"schema": ok}}}
     op: dict[str, Any] = {"summary": summary, "responses": {"200": ok_response}}
-    for code in errors:
+    codes = {*errors, *_SERVER_ERRORS, *(_BODY_ERRORS if body is not None else ())}
+    for code in sorted(codes):
         op["responses"][str(code)] = _error()
+    if semantic:
+        op["description"] = SEMANTIC + semantic
     if body is not None:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
     if params:
@@ -69,21 +85,23 @@ def openapi_document() -> dict[str, Any]:
         schema = _rewrite(json.loads(path.read_text()), "#")
         schema.pop("$schema", None)
         components[path.name.replace(".schema.json", "Config")] = schema
-    stored = {
-        "allOf": [
-            {"$ref": _DEF},
-            {
-                "type": "object",
-                "properties": {
-                    "version": {"type": "integer"},
-                    "created_time": {"type": "integer", "description": "epoch milliseconds"},
-                    "last_modified": {"type": "integer"},
-                    "created_by": {"type": ["string", "null"]},
-                },
-            },
-        ]
-    }
+    # As stored: the definition with its metadata (the envelope allows no other keys).
+    stored = copy.deepcopy(envelope)
+    stored["title"] = "A stored definition"
+    stored["properties"].update(
+        {
+            "version": {"type": "integer"},
+            "created_time": {"type": "integer", "description": "epoch milliseconds"},
+            "last_modified": {"type": "integer", "description": "epoch milliseconds"},
+            "created_by": {"type": ["string", "null"]},
+        }
+    )
     components["StoredDefinition"] = stored
+    # As sent to create or replace: the name may be left out (the path gives it).
+    body = copy.deepcopy(envelope)
+    body["title"] = "A definition to store"
+    body["required"] = [key for key in body["required"] if key != "name"]
+    components["DefinitionBody"] = body
     agent = _rewrite(
         copy.deepcopy(_resources.schema("agent.schema.json")), "#/components/schemas/AgentRegistration"
     )
@@ -126,6 +144,20 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    components["Compaction"] = {
+        "type": "object",
+        "properties": {
+            "memory_id": {"type": "string", "minLength": 1},
+            "instruction": {"type": "string", "maxLength": 2000},
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "memory_id": {"type": "string", "minLength": 1},
+                    "instruction": {"type": "string", "maxLength": 2000},
+                },
+            },
+        },
+    }
     components["Status"] = {
         "type": "object",
         "properties": {
@@ -134,24 +166,38 @@ def openapi_document() -> dict[str, Any]:
             "version": {"type": "integer"},
         },
     }
-    components["Simulation"] = {
+    hook = {
+        "type": "string",
+        "description": "pre_llm, post_tool or post_memory, in any case",
+        "pattern": envelope["properties"]["hooks"]["propertyNames"]["pattern"],
+        "default": "pre_llm",
+    }
+    components["Context"] = {
         "type": "object",
-        "required": ["context"],
+        "additionalProperties": False,
         "properties": {
-            "hook": {"enum": ["pre_llm", "post_tool", "post_memory"], "default": "pre_llm"},
-            "context": {
-                "type": "object",
-                "properties": {
-                    "system_prompt": {"type": ["string", "null"]},
-                    "messages": {"type": "array", "items": {"type": "object"}},
-                    "tools": {"type": "array", "items": {"type": "object"}},
-                    "model": {"type": ["string", "null"]},
-                    "context_window": {"type": ["integer", "null"]},
-                    "state": {"type": "object"},
-                },
-            },
-            "definition": {"$ref": _DEF},
+            "system_prompt": {"type": ["string", "null"]},
+            "messages": {"type": "array", "items": {"type": "object"}},
+            "tools": {"type": "array", "items": {"type": "object"}},
+            "model": {"type": ["string", "null"]},
+            "context_window": {"type": ["integer", "null"], "minimum": 1},
+            "state": {"type": "object"},
         },
+    }
+    simulation = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "hook": hook,
+            "context": ref("Context"),
+            "definition": ref("DefinitionBody"),
+            "context_management": ref("DefinitionBody"),
+        },
+    }
+    components["Simulation"] = simulation
+    components["InlineSimulation"] = {
+        **simulation,
+        "anyOf": [{"required": ["definition"]}, {"required": ["context_management"]}],
     }
     components["SimulationResult"] = {
         "type": "object",
@@ -183,6 +229,14 @@ def openapi_document() -> dict[str, Any]:
         },
     }
     item = "/_plugins/_ml/context_management/{name}"
+    agent = "/_plugins/_ml/agents/{agent_id}"
+    offload = "/_plugins/_ml/offload"
+    definition_rules = (
+        "a manager type that is not registered, a model or tokenizer the server does not have. "
+        "A name in the body is checked, then the path's name is used."
+    )
+    context_rules = "messages an LLM API would reject (roles, tool calls without results, ...)."
+    archive = {"type": "object", "properties": {"ref": {"type": "string"}, "kind": {"type": "string"}}}
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
@@ -192,7 +246,7 @@ def openapi_document() -> dict[str, Any]:
             "description": "Context-management definitions, in OpenSearch ml-commons' shape.",
         },
         "paths": {
-            "/_health": {"get": _op("Health", {"type": "object"}, errors=(503,))},
+            "/_health": {"get": _op("Health", {"type": "object"}, errors=())},
             "/openapi.json": {"get": _op("This document", {"type": "object"}, errors=())},
             "/_plugins/_ml/context_management": {
                 "get": _op(
@@ -204,18 +258,15 @@ def openapi_document() -> dict[str, Any]:
                             "context_management": {"type": "array", "items": ref("StoredDefinition")},
                         },
                     },
-                    params=(
-                        "from",
-                        "size",
-                        "q",
-                    ),
+                    params=("from", "size", "q"),
                 )
             },
             "/_plugins/_ml/context_management/_simulate": {
                 "post": _op(
                     "Apply an inline definition to a context (dry run)",
                     ref("SimulationResult"),
-                    body=ref("Simulation"),
+                    body=ref("InlineSimulation"),
+                    semantic=f"{definition_rules} {context_rules}",
                 )
             },
             item + "/_simulate": {
@@ -225,6 +276,7 @@ def openapi_document() -> dict[str, Any]:
                     body=ref("Simulation"),
                     params=("name",),
                     errors=(400, 401, 403, 404),
+                    semantic=context_rules,
                 )
             },
             "/_plugins/_ml/agents/_register": {
@@ -232,6 +284,9 @@ def openapi_document() -> dict[str, Any]:
                     "Register an agent",
                     {"type": "object", "properties": {"agent_id": {"type": "string"}}},
                     body=ref("AgentRegistration"),
+                    errors=(400, 401, 403, 404),
+                    semantic="a model the server does not have, a definition name that is not stored "
+                    "(404), a tool that is not registered.",
                 )
             },
             "/_plugins/_ml/agents": {
@@ -244,30 +299,40 @@ def openapi_document() -> dict[str, Any]:
                     params=("from", "size"),
                 )
             },
-            "/_plugins/_ml/agents/{agent_id}": {
-                "get": _op(
-                    "Get an agent", ref("AgentRegistration"), params=("agent_id",), errors=(401, 403, 404)
-                ),
+            agent: {
+                "get": _op("Get an agent", {"type": "object"}, params=("agent_id",), errors=(401, 403, 404)),
                 "delete": _op(
                     "Delete an agent", {"type": "object"}, params=("agent_id",), errors=(401, 403, 404)
                 ),
             },
-            "/_plugins/_ml/agents/{agent_id}/_execute": {
+            agent + "/_execute": {
                 "post": _op(
                     "Execute an agent",
                     ref("ExecutionResult"),
                     body=ref("Execution"),
                     params=("agent_id",),
                     errors=(400, 401, 403, 404, 409, 502),
+                    semantic="a question that is only white space, a definition name that is not stored.",
+                )
+            },
+            agent + "/_compact": {
+                "post": _op(
+                    "Summarise a conversation now",
+                    {"type": "object"},
+                    body=ref("Compaction"),
+                    params=("agent_id",),
+                    errors=(400, 401, 403, 404, 409, 502),
+                    semantic="a memory id with no conversation (404).",
                 )
             },
             item: {
                 "post": _op(
                     "Create a definition",
                     ref("Status"),
-                    body={"$ref": _DEF},
+                    body=ref("DefinitionBody"),
                     params=("name",),
                     errors=(400, 401, 403, 409),
+                    semantic=definition_rules,
                 ),
                 "get": _op(
                     "Get a definition", ref("StoredDefinition"), params=("name",), errors=(400, 401, 403, 404)
@@ -275,23 +340,64 @@ def openapi_document() -> dict[str, Any]:
                 "put": _op(
                     "Replace a definition",
                     ref("Status"),
-                    body={"$ref": _DEF},
-                    params=(
-                        "name",
-                        "If-Match",
-                        "if_version",
-                    ),
+                    body=ref("DefinitionBody"),
+                    params=("name", "If-Match", "if_version"),
                     errors=(400, 401, 403, 404, 409),
+                    semantic=definition_rules + " An If-Match over 2147483647.",
                 ),
                 "delete": _op(
                     "Delete a definition",
                     ref("Status"),
-                    params=(
-                        "name",
-                        "force",
-                    ),
+                    params=("name", "force"),
                     errors=(400, 401, 403, 404, 409),
                 ),
+            },
+            offload: {
+                "get": _op(
+                    "List a session's archives, oldest first",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "archives": {"type": "array", "items": archive},
+                            "damaged": {"type": "integer", "description": "records torn by a crash"},
+                        },
+                    },
+                    params=("session",),
+                    errors=(400, 401, 403, 404),
+                )
+            },
+            offload + "/_search": {
+                "get": _op(
+                    "Search a session's archives (RE2 syntax, one line per hit)",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "hits": {"type": "array", "items": {"type": "object"}},
+                            "truncated": {"type": "boolean"},
+                            "damaged": {"type": "integer"},
+                        },
+                    },
+                    params=("session", "pattern", "search_size"),
+                    errors=(400, 401, 403, 404),
+                )
+            },
+            offload + "/{ref}": {
+                "get": _op(
+                    "Read archived content back",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "ref": {"type": "string"},
+                            "text": {"type": "string"},
+                            "offset": {"type": "integer"},
+                            "total": {"type": "integer"},
+                            "unit": {"enum": ["chars", "lines"]},
+                            "next_offset": {"type": ["integer", "null"]},
+                        },
+                    },
+                    params=("ref", "session", "offset", "limit", "unit"),
+                    errors=(400, 401, 403, 404),
+                )
             },
         },
         "components": {
@@ -313,12 +419,13 @@ def openapi_document() -> dict[str, Any]:
                     "name": "name",
                     "in": "path",
                     "required": True,
-                    "schema": {"type": "string", "pattern": "^[a-z0-9_-]{1,49}$"},
+                    "description": "Names starting with _ are reserved for verbs such as _simulate",
+                    "schema": {"type": "string", "pattern": "^[a-z0-9-][a-z0-9_-]{0,48}$"},
                 },
                 "from": {
                     "name": "from",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 0, "default": 0},
+                    "schema": {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0},
                 },
                 "size": {
                     "name": "size",
@@ -329,20 +436,60 @@ def openapi_document() -> dict[str, Any]:
                     "name": "q",
                     "in": "query",
                     "description": "Keep names containing this text",
-                    "schema": {"type": "string", "maxLength": 100},
+                    "schema": {"type": "string", "maxLength": 100, "pattern": "^[^\\x00]*$"},
                 },
                 "If-Match": {
                     "name": "If-Match",
                     "in": "header",
-                    "description": "The expected version",
-                    "schema": {"type": "string"},
+                    "description": "The expected version (1 to 2147483647), bare or as an ETag",
+                    "schema": {"type": "string", "pattern": '^(W/)?("[1-9][0-9]{0,9}"|[1-9][0-9]{0,9})$'},
                 },
                 "if_version": {
                     "name": "if_version",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 0},
+                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_VERSION},
                 },
                 "force": {"name": "force", "in": "query", "schema": {"type": "boolean", "default": False}},
+                "session": {
+                    "name": "session",
+                    "in": "query",
+                    "required": True,
+                    "description": "The conversation (memory id) the content belongs to",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 512, "pattern": "^[^\\x00]+$"},
+                },
+                "pattern": {
+                    "name": "pattern",
+                    "in": "query",
+                    "required": True,
+                    "description": "A regular expression in RE2 syntax (no backreferences or lookaround)",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+                },
+                "search_size": {
+                    "name": "size",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20},
+                },
+                "ref": {
+                    "name": "ref",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^[tm]-[0-9a-f]{32}$"},
+                },
+                "offset": {
+                    "name": "offset",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 0, "maximum": 10**12, "default": 0},
+                },
+                "limit": {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 10**7, "default": 20000},
+                },
+                "unit": {
+                    "name": "unit",
+                    "in": "query",
+                    "schema": {"enum": ["chars", "lines"], "default": "chars"},
+                },
             },
             "securitySchemes": {
                 "apiKey": {

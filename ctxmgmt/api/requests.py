@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -189,24 +190,33 @@ def int_param(request: Request, key: str, default: int, low: int, high: int) -> 
     raw = request.query_params.get(key)
     if raw is None:
         return default
-    if not re.fullmatch(r"\d{1,10}", raw) or not low <= int(raw) <= high:
+    if not re.fullmatch(r"\d{1,19}", raw) or not low <= int(raw) <= high:
         raise HTTPProblem(400, f"{key} must be a whole number from {low} to {high}, not {raw[:40]!r}")
     return int(raw)
 
 
 def if_version(request: Request) -> int | None:
-    raw = request.headers.get("if-match")
-    if raw is None:
-        raw = request.query_params.get("if_version")
-    if raw is None:
-        return None
-    value = raw.strip().removeprefix("W/").strip('"')
-    if not re.fullmatch(r"\d{1,10}", value) or not 1 <= int(value) <= MAX_VERSION:
+    header = request.headers.get("if-match")
+    query = request.query_params.get("if_version")
+    from_header = None if header is None else _version(header, _ETAG)
+    from_query = None if query is None else _version(query, _DIGITS)
+    if from_header is not None and from_query is not None and from_header != from_query:
+        raise HTTPProblem(400, f"If-Match ({from_header}) and if_version ({from_query}) disagree")
+    return from_header if from_header is not None else from_query
+
+
+_ETAG = re.compile(r'(?:W/)?("?)([1-9][0-9]{0,9})\1')
+_DIGITS = re.compile(r"()([1-9][0-9]{0,9})")
+
+
+def _version(raw: str, form: re.Pattern[str]) -> int:
+    found = form.fullmatch(raw.strip())
+    if found is None or int(found.group(2)) > MAX_VERSION:
         raise HTTPProblem(
             400,
             f"If-Match (or if_version) must be a version number from 1 to {MAX_VERSION}, not {raw[:40]!r}",
         )
-    return int(value)
+    return int(found.group(2))
 
 
 def flag(request: Request, key: str) -> bool:
@@ -227,15 +237,25 @@ def caller(request: Request) -> str | None:
     return key.name if key else None
 
 
+_LITERAL_PATHS: dict[str, str] = {}
+"""The ``Allow`` of each path without parameters (``/_simulate``, ``/_register``)."""
+
+
 def resource(path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
     """One route for all the methods of a path, so that a 405 and OPTIONS name every method
-    it takes (``Allow``), not only those of the first route that matched."""
+    it takes (``Allow``), not only those of the first route that matched. A path with a
+    parameter never answers for a literal path beside it: ``PUT …/_simulate`` is a 405, not
+    a definition named ``_simulate``."""
     table = {method.upper(): handler for method, handler in handlers.items()}
     allow = ", ".join(sorted({*table, "OPTIONS", *(("HEAD",) if "GET" in table else ())}))
+    if "{" not in path:
+        _LITERAL_PATHS[path] = allow
 
     async def dispatch(request: Request) -> Response:
         if request.method == "OPTIONS":
             return Response(status_code=204, headers={"allow": allow})
+        if "{" in path and request.url.path in _LITERAL_PATHS:
+            raise HTTPException(405, headers={"allow": _LITERAL_PATHS[request.url.path]})
         return await table["GET" if request.method == "HEAD" else request.method](request)
 
     return Route(path, dispatch, methods=[*table, "OPTIONS"])

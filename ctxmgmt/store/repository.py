@@ -20,8 +20,9 @@ from sqlalchemy import Engine, case, create_engine, event, func, literal, select
 from sqlalchemy.exc import IntegrityError
 
 from ..definitions import Definition
-from ..errors import ConfigError, Conflict, NotFound, Problem
+from ..errors import ConfigError, Conflict, DefinitionError, NotFound, Problem
 from ..registry import ManagerRegistry
+from ..validation import validate_definition
 from .models import agents, retired_versions
 from .models import definitions as table
 
@@ -127,6 +128,12 @@ class DefinitionStore:
 
     # -- writes ----------------------------------------------------------------------
     def _validated(self, name: str, document: Mapping[str, Any]) -> Definition:
+        """The document stored under ``name``. A name in the document is checked like the
+        rest of it, then the path's name is used: a file's name never renames a copy."""
+        if "name" in document:
+            problems = [p for p in validate_definition(dict(document)) if p.pointer == "/name"]
+            if problems:
+                raise DefinitionError(problems)
         return Definition.from_dict({**document, "name": name}, registry=self.registry)
 
     def create(

@@ -138,6 +138,40 @@ def test_a_full_disk_is_a_clear_507_and_recovers_by_itself(small_disk):
     store.engine.dispose()
 
 
+def test_a_verb_path_is_never_taken_for_a_name(api):
+    """PUT or DELETE on …/_simulate, or GET on …/agents/_register, is a 405 naming the verb's
+    own methods, not a definition or an agent called _simulate or _register."""
+    for method, path, allowed in (
+        ("PUT", f"{BASE}/_simulate", "POST"),
+        ("DELETE", f"{BASE}/_simulate", "POST"),
+        ("GET", "/_plugins/_ml/agents/_register", "POST"),
+    ):
+        r = api.request(method, path, json={})
+        assert r.status_code == 405, (method, path, r.text)
+        assert set(r.headers["allow"].split(", ")) == {allowed, "OPTIONS"}
+        assert api.options(path).headers["allow"] == r.headers["allow"]
+
+
+def test_a_name_in_the_body_is_checked_and_the_path_names_it(api):
+    """A body's name must be a valid name; the path's name is the one stored, so that a
+    file's name never renames a copy."""
+    bad = api.post(f"{BASE}/copy1", json={**GOOD, "name": []})
+    assert bad.status_code == 400 and bad.json()["error"]["problems"][0]["pointer"] == "/name"
+    assert api.post(f"{BASE}/copy1", json={**GOOD, "name": "default"}).status_code == 200
+    assert api.get(f"{BASE}/copy1").json()["name"] == "copy1"
+
+
+def test_if_match_and_if_version_must_agree(api):
+    """Both given and different is a 400; an if_version out of range is a 400 even beside a
+    valid If-Match; a quoted or weak ETag is read as its number."""
+    put = f"{BASE}/default"
+    assert api.put(put, json=GOOD, headers={"if-match": "1"}, params={"if_version": 2}).status_code == 400
+    r = api.put(put, json=GOOD, headers={"if-match": '"1"'}, params={"if_version": 2147483648})
+    assert r.status_code == 400 and "2147483647" in r.text
+    assert api.put(put, json=GOOD, headers={"if-match": "01"}).status_code == 400
+    assert api.put(put, json=GOOD, headers={"if-match": 'W/"1"'}, params={"if_version": 1}).status_code == 200
+
+
 def test_allow_names_every_method_of_a_path(api):
     """OPTIONS and a 405 on a definition name every method it takes."""
     options = api.options(f"{BASE}/default")
