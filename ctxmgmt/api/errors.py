@@ -66,8 +66,9 @@ _FULL = re.compile(r"disk is full|no space left|could not extend file|diskfull|\
 def _storage_fault(exc: BaseException) -> tuple[int, str, str] | None:
     """(status, type, reason) for a full disk (507) or an unreachable database (503)."""
     text = f"{type(exc).__name__}: {exc} {getattr(exc, 'orig', '')}"
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)  # PostgreSQL's own code
     if isinstance(exc, (SQLAlchemyError, OSError, OffloadError)) and (
-        _FULL.search(text) or getattr(exc, "errno", None) == errno.ENOSPC
+        sqlstate == "53100" or _FULL.search(text) or getattr(exc, "errno", None) == errno.ENOSPC
     ):
         return (
             507,

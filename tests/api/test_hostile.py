@@ -138,6 +138,74 @@ def test_a_full_disk_is_a_clear_507_and_recovers_by_itself(small_disk):
     store.engine.dispose()
 
 
+@pytest.mark.postgres
+def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(tmp_path):
+    """With PostgreSQL's tables on a full file system (a tablespace on the small tmpfs),
+    writes answer 507 storage_full with no reset and no 500, reads still work, and once
+    space is freed writes succeed again; nothing acknowledged is lost."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from sqlalchemy import create_engine
+
+    from ctxmgmt.store import DefinitionStore
+
+    url = os.environ.get("CTXMGMT_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("CTXMGMT_REQUIRE_POSTGRES"):
+            pytest.fail("CTXMGMT_REQUIRE_POSTGRES is set but CTXMGMT_TEST_POSTGRES_URL is not")
+        pytest.skip("needs CTXMGMT_TEST_POSTGRES_URL")
+    # The server runs as postgres: the tmpfs sits where it may reach it, not under tmp_path.
+    small_disk = Path(tempfile.mkdtemp(prefix="ctxmgmt-pgfull-"))
+    small_disk.chmod(0o755)
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small_disk)]).returncode
+    ):
+        small_disk.rmdir()
+        pytest.skip("needs root to mount a small tmpfs")
+    space = small_disk / "pg"
+    space.mkdir()
+    shutil.chown(space, "postgres")
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE")
+        conn.exec_driver_sql("CREATE SCHEMA public")
+        conn.exec_driver_sql("DROP TABLESPACE IF EXISTS ctxmgmt_full")
+        conn.exec_driver_sql(f"CREATE TABLESPACE ctxmgmt_full LOCATION '{space}'")
+    sep = "&" if "?" in url else "?"
+    store = DefinitionStore.open(f"{url}{sep}options=-c%20default_tablespace%3Dctxmgmt_full")
+    try:
+        store.create("default", GOOD)
+        app = create_app(store, config=ServerConfig(max_body_bytes=1 << 20))
+        with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as api:
+            filler = fill(small_disk)
+            big = {**GOOD, "description": "d" * 3_000}
+            answers = [api.post(f"{BASE}/full{i}", json=big) for i in range(40)]
+            refused = [r for r in answers if r.status_code != 200]
+            assert refused and {r.status_code for r in refused} == {507}, [r.text[:200] for r in refused]
+            assert refused[0].json()["error"]["type"] == "storage_full"
+            kept = [i for i, r in enumerate(answers) if r.status_code == 200]
+            assert api.get(f"{BASE}/default").status_code == 200
+            filler.unlink()
+            assert api.post(f"{BASE}/after", json=big).status_code == 200
+            assert api.get(f"{BASE}/after").json()["description"] == big["description"]
+            for i in kept:  # every acknowledged write is there
+                assert api.get(f"{BASE}/full{i}").status_code == 200
+    finally:
+        store.engine.dispose()
+        with admin.connect() as conn:
+            conn.exec_driver_sql("DROP SCHEMA public CASCADE")
+            conn.exec_driver_sql("CREATE SCHEMA public")
+            conn.exec_driver_sql("DROP TABLESPACE IF EXISTS ctxmgmt_full")
+        admin.dispose()
+        subprocess.run(["umount", "-l", str(small_disk)], check=False)
+        small_disk.rmdir()
+
+
 def test_a_verb_path_is_never_taken_for_a_name(api):
     """PUT or DELETE on …/_simulate, or GET on …/agents/_register, is a 405 naming the verb's
     own methods, not a definition or an agent called _simulate or _register."""
