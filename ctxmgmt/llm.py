@@ -18,9 +18,11 @@ appears in a log line or an error message.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from . import _resources
 from .errors import ConfigError, LLMError, Problem
 from .loader import load_document
 
-__all__ = ["ChatClient", "ChatResponse", "ModelConfig", "ModelsConfig", "load_models"]
+__all__ = ["ChatClient", "ChatResponse", "HTTPPool", "ModelConfig", "ModelsConfig", "load_models"]
 
 CONFIG_ENV = "CTXMGMT_CONFIG"
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -51,6 +53,10 @@ class ModelConfig:
     context_window: int | None = None
     timeout: float = 60.0
     max_retries: int = 2
+    max_connections: int = 10
+    """Connections kept open to this endpoint at most (keep-alive, reused across calls)."""
+    keep_alive_seconds: float = 30.0
+    """An idle kept-alive connection is closed after this long."""
 
     def api_key(self) -> str | None:
         if self.api_key_env is None:
@@ -131,9 +137,82 @@ class ChatResponse:
         return content if isinstance(content, str) else ""
 
 
+class HTTPPool:
+    """httpx clients kept open and reused: one per endpoint, settings and transport, so that
+    a call pays neither a client's construction (its CA bundle) nor, on a kept-alive
+    connection, a TLS handshake. Async clients belong to the event loop that made them;
+    close them with :meth:`aclose` on that loop (the server does it on shutdown)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sync: dict[tuple[Any, ...], httpx.Client] = {}
+        self._async: dict[tuple[Any, ...], httpx.AsyncClient] = {}
+
+    @staticmethod
+    def _key(config: ModelConfig, transport: Any) -> tuple[Any, ...]:
+        return (
+            config.base_url,
+            config.timeout,
+            config.max_connections,
+            config.keep_alive_seconds,
+            id(transport),
+        )
+
+    @staticmethod
+    def _options(config: ModelConfig) -> dict[str, Any]:
+        limits = httpx.Limits(
+            max_connections=config.max_connections,
+            max_keepalive_connections=config.max_connections,
+            keepalive_expiry=config.keep_alive_seconds,
+        )
+        return {"timeout": config.timeout, "limits": limits}
+
+    def client(self, config: ModelConfig, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+        key = self._key(config, transport)
+        with self._lock:
+            found = self._sync.get(key)
+            if found is None or found.is_closed:
+                found = self._sync[key] = httpx.Client(transport=transport, **self._options(config))
+            return found
+
+    def aclient(
+        self, config: ModelConfig, transport: httpx.AsyncBaseTransport | None = None
+    ) -> httpx.AsyncClient:
+        key = (*self._key(config, transport), id(asyncio.get_running_loop()))
+        with self._lock:
+            found = self._async.get(key)
+            if found is None or found.is_closed:
+                found = self._async[key] = httpx.AsyncClient(transport=transport, **self._options(config))
+            return found
+
+    def close(self) -> None:
+        """Close the sync clients."""
+        with self._lock:
+            clients, self._sync = list(self._sync.values()), {}
+        for client in clients:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the async clients of the running loop (and forget those of any other)."""
+        loop = id(asyncio.get_running_loop())
+        with self._lock:
+            mine = [c for k, c in self._async.items() if k[-1] == loop]
+            self._async = {}
+        for client in mine:
+            await client.aclose()
+
+
+SHARED_POOL = HTTPPool()
+"""The process's sync clients (closed at exit). Async calls pool only where a pool is
+passed in, whose owner closes it on its loop: the runner per execution, the server on
+shutdown."""
+atexit.register(SHARED_POOL.close)
+
+
 class ChatClient:
     """Calls one chat-completions endpoint, with timeouts and retries with backoff on
-    429 and 5xx. Pass an httpx transport to route requests elsewhere (tests)."""
+    429 and 5xx, over pooled keep-alive connections. Pass an httpx transport to route
+    requests elsewhere (tests)."""
 
     def __init__(
         self,
@@ -141,10 +220,12 @@ class ChatClient:
         *,
         transport: httpx.BaseTransport | None = None,
         async_transport: httpx.AsyncBaseTransport | None = None,
+        pool: HTTPPool | None = None,
     ) -> None:
         self.config = config
         self._transport = transport
         self._async_transport = async_transport
+        self._pool = pool
 
     def _request(
         self, messages: list[dict[str, Any]], params: Mapping[str, Any]
@@ -191,38 +272,46 @@ class ChatClient:
 
     def complete(self, messages: list[dict[str, Any]], **params: Any) -> ChatResponse:
         url, headers, body = self._request(messages, params)
-        with httpx.Client(timeout=self.config.timeout, transport=self._transport) as http:
-            for attempt in range(self.config.max_retries + 1):
-                try:
-                    response = http.post(url, headers=headers, json=body)
-                except httpx.HTTPError as exc:
-                    wait = self._should_retry(attempt, None)
-                    if wait is None:
-                        raise self._transport_error(exc) from None
-                    time.sleep(wait)
-                    continue
-                wait = self._should_retry(attempt, response)
+        http = (self._pool or SHARED_POOL).client(self.config, self._transport)
+        for attempt in range(self.config.max_retries + 1):
+            try:
+                response = http.post(url, headers=headers, json=body)
+            except httpx.HTTPError as exc:
+                wait = self._should_retry(attempt, None)
                 if wait is None:
-                    return self._parse(response)
+                    raise self._transport_error(exc) from None
                 time.sleep(wait)
+                continue
+            wait = self._should_retry(attempt, response)
+            if wait is None:
+                return self._parse(response)
+            time.sleep(wait)
         raise AssertionError("unreachable")
 
     async def acomplete(self, messages: list[dict[str, Any]], **params: Any) -> ChatResponse:
         url, headers, body = self._request(messages, params)
-        async with httpx.AsyncClient(timeout=self.config.timeout, transport=self._async_transport) as http:
-            for attempt in range(self.config.max_retries + 1):
-                try:
-                    response = await http.post(url, headers=headers, json=body)
-                except httpx.HTTPError as exc:
-                    wait = self._should_retry(attempt, None)
-                    if wait is None:
-                        raise self._transport_error(exc) from None
-                    await asyncio.sleep(wait)
-                    continue
-                wait = self._should_retry(attempt, response)
+        if self._pool is None:  # no owner to close a pooled client on this loop: one per call
+            options = HTTPPool._options(self.config)
+            async with httpx.AsyncClient(transport=self._async_transport, **options) as http:
+                return await self._apost(http, url, headers, body)
+        return await self._apost(self._pool.aclient(self.config, self._async_transport), url, headers, body)
+
+    async def _apost(
+        self, http: httpx.AsyncClient, url: str, headers: dict[str, str], body: dict[str, Any]
+    ) -> ChatResponse:
+        for attempt in range(self.config.max_retries + 1):
+            try:
+                response = await http.post(url, headers=headers, json=body)
+            except httpx.HTTPError as exc:
+                wait = self._should_retry(attempt, None)
                 if wait is None:
-                    return self._parse(response)
+                    raise self._transport_error(exc) from None
                 await asyncio.sleep(wait)
+                continue
+            wait = self._should_retry(attempt, response)
+            if wait is None:
+                return self._parse(response)
+            await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
     def _transport_error(self, exc: httpx.HTTPError) -> LLMError:

@@ -28,7 +28,7 @@ import httpx
 from .context import Context
 from .definitions import Definition
 from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
-from .llm import ChatClient, ModelsConfig
+from .llm import ChatClient, HTTPPool, ModelsConfig
 from .managers.summarization import DEFAULT_PROMPT
 from .managers.truncate import OFFLOADED
 from .messages import is_summary, text_of
@@ -101,8 +101,12 @@ class Runner:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         offloader: Offloader | None = None,
+        pool: HTTPPool | None = None,
     ) -> None:
         self.offloader = offloader
+        self.pool = pool
+        """Kept-alive LLM connections shared by executions; closed by its owner on its loop
+        (the server, on shutdown). Without one, an execution pools its own calls."""
         self.definitions = store
         self.agents = AgentStore(store.engine)
         self.memory = MemoryStore(store.engine)
@@ -242,7 +246,8 @@ class Runner:
             if found:
                 run.show_recall()
         result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
-        client = ChatClient(model, async_transport=self._transport)
+        pool = self.pool or HTTPPool()
+        client = ChatClient(model, async_transport=self._transport, pool=pool)
         try:
             await run.hook(Hook.POST_MEMORY, 0)
             for iteration in range(1, int(params.get("max_iteration", DEFAULT_MAX_ITERATION)) + 1):
@@ -281,7 +286,13 @@ class Runner:
                 **run.view.state,
                 VIEW_KEY: {"upto": length + len(run.record), "messages": list(run.view.messages)},
             }
-            await asyncio.to_thread(self.memory.append, memory_id, run.record, saved, expected_length=length)
+            try:
+                await asyncio.to_thread(
+                    self.memory.append, memory_id, run.record, saved, expected_length=length
+                )
+            finally:
+                if pool is not self.pool:
+                    await pool.aclose()
         return result
 
     def compact(self, agent_id: str, memory_id: str, instruction: str | None = None) -> dict[str, Any]:

@@ -234,11 +234,27 @@ class ChatServer:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.requests: list[dict[str, Any]] = []
+        self.connections = 0
+        """TCP connections accepted so far (clients keep them alive, as with a real endpoint)."""
+        self._open: set[Any] = set()
         self._script: list[tuple[int, Any, float]] = []
         self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as a real endpoint
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server.connections += 1
+                    server._open.add(self.connection)
+
+            def finish(self) -> None:
+                with server._lock:
+                    server._open.discard(self.connection)
+                super().finish()
+
             def do_POST(self) -> None:
                 import time as _time
 
@@ -320,5 +336,13 @@ class ChatServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        import contextlib
+        import socket
+
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            open_connections = list(self._open)
+        for conn in open_connections:  # kept-alive connections end with the server
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)

@@ -209,6 +209,38 @@ def test_async_execute(runner, chat_server):
     assert asyncio.run(runner.aexecute(agent_id, "q")).response == "async ok"
 
 
+def test_an_execution_reuses_one_kept_alive_connection(runner, chat_server):
+    """Every LLM call of an execution goes over one pooled keep-alive connection, not a new
+    client and connection per call; the connection is closed when the execution ends."""
+    agent_id = agent(runner)
+    for i in range(4):
+        chat_server.reply(tool_call(("echo", {"n": i})))
+    chat_server.reply("done")
+    before = chat_server.connections
+    assert runner.execute(agent_id, "go").response == "done"
+    assert len(chat_server.requests) == 5 and chat_server.connections - before == 1
+
+
+def test_a_runner_with_a_pool_shares_connections_across_executions(store, agent_models, tools, chat_server):
+    """Given a pool (the server's), executions on one loop share its connections."""
+    from ctxmgmt.llm import HTTPPool
+
+    async def three() -> list[str]:
+        pool = HTTPPool()
+        runner = Runner(store, agent_models, tools, pool=pool)
+        agent_id = agent(runner)
+        try:
+            return [(await runner.aexecute(agent_id, f"q{i}")).response for i in range(3)]
+        finally:
+            await pool.aclose()
+
+    for i in range(3):
+        chat_server.reply(f"answer {i}")
+    before = chat_server.connections
+    assert asyncio.run(three()) == ["answer 0", "answer 1", "answer 2"]
+    assert chat_server.connections - before == 1
+
+
 def test_long_run_stays_under_the_context_window(runner, chat_server, store):
     """200 tool calls with 50k-character outputs: every request the model gets fits its window."""
     store.create(

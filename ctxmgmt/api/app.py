@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -10,7 +13,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import CtxmgmtError
-from ..llm import ModelsConfig
+from ..llm import HTTPPool, ModelsConfig
 from ..offload import Offloader
 from ..runner import Runner
 from ..store import DefinitionStore
@@ -73,14 +76,23 @@ def create_app(
 ) -> Starlette:
     """The ASGI application over a store."""
     models = models or ModelsConfig()
+    pool = HTTPPool()  # kept-alive LLM connections, shared by executions
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await pool.aclose()
+
     app = Starlette(
         routes=[*definitions.routes, *agents.routes, *offload.routes],
         exception_handlers={HTTPException: _http_exception, CtxmgmtError: errors.handle},
         middleware=[Middleware(_Faults)],
+        lifespan=lifespan,
     )
-    app.state.ctxmgmt = State(
-        store, models, config or ServerConfig(), Runner(store, models, tools, offloader=offloader)
-    )
+    runner = Runner(store, models, tools, offloader=offloader, pool=pool)
+    app.state.ctxmgmt = State(store, models, config or ServerConfig(), runner)
     return app
 
 
