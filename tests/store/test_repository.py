@@ -133,3 +133,32 @@ def test_versions_never_repeat_across_delete_and_recreate(store):
             store.replace("abc", doc, if_version=stale)
     updated = store.replace("abc", doc)
     assert updated.version == 4 and updated.last_modified >= updated.created_time
+
+
+@pytest.mark.postgres
+def test_reads_survive_a_dropped_connection(tmp_path):
+    """When PostgreSQL drops the pooled connections (a restart, a firewall), the next resolve
+    and get still answer: the read runs again on a new connection, with no ping before
+    every checkout."""
+    import os
+
+    database_url = os.environ.get("CTXMGMT_TEST_POSTGRES_URL")
+    if not database_url:
+        if os.environ.get("CTXMGMT_REQUIRE_POSTGRES"):
+            pytest.fail("CTXMGMT_REQUIRE_POSTGRES is set but CTXMGMT_TEST_POSTGRES_URL is not")
+        pytest.skip("PostgreSQL tests need CTXMGMT_TEST_POSTGRES_URL (see .ci/postgres.sh)")
+    store = DefinitionStore.open(database_url)
+    try:
+        if store.exists("mine"):
+            store.delete("mine", force=True)
+        store.create("mine", {"hooks": {"pre_llm": [{"type": "SlidingWindowManager"}]}})
+        assert store.resolve("mine").name == "mine"
+        with store.engine.connect() as conn:
+            conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        assert store.resolve("mine").name == "mine"
+        assert store.get("mine").version == 1
+    finally:
+        store.engine.dispose()
