@@ -50,21 +50,33 @@ def load(url: str, request: Callable[[httpx.Client, int], httpx.Response]) -> tu
     return REQUESTS / elapsed, p99
 
 
-def bench_server(label: str, db: str) -> None:
-    proc, url = start("--db", db)
+def measure(db: str, workers: int) -> dict[str, tuple[float, float]]:
+    """(req/s, p99 ms) per operation against ``ctxmgmt serve --workers N``."""
+    proc, url = start("--db", db, "--workers", str(workers))
     try:
+        time.sleep(1.0 if workers > 1 else 0.0)  # every worker up
         run = f"{time.time_ns()}"
-        health = load(url, lambda h, i: h.get("/_health"))
-        create = load(url, lambda h, i: h.post(f"{BASE}/b{run[-8:]}-{i}", json=DOC))
-        get = load(url, lambda h, i: h.get(f"{BASE}/default"))
-        listed = load(url, lambda h, i: h.get(f"{BASE}?size=50"))
-        print(f"\n{label}: {REQUESTS} requests per operation, {THREADS} client threads")
-        print(f"  {'operation':10} {'req/s':>8} {'p99 ms':>8} {'req/s vs /_health':>18}")
-        for name, (rps, p99) in (("_health", health), ("GET", get), ("list", listed), ("create", create)):
-            print(f"  {name:10} {rps:8.0f} {p99:8.2f} {rps / health[0]:17.2f}x")
+        return {
+            "_health": load(url, lambda h, i: h.get("/_health")),
+            "GET": load(url, lambda h, i: h.get(f"{BASE}/default")),
+            "list": load(url, lambda h, i: h.get(f"{BASE}?size=50")),
+            "create": load(url, lambda h, i: h.post(f"{BASE}/b{run[-8:]}-{i}", json=DOC)),
+        }
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def bench_server(label: str, db: str) -> None:
+    one, two = measure(db, 1), measure(db, 2)
+    print(f"\n{label}: {REQUESTS} requests per operation, {THREADS} client threads (in this process)")
+    print(f"  {'operation':10} {'1 worker':>17} {'2 workers':>17} {'2 vs 1':>7}  {'1w vs /_health':>14}")
+    for name in one:
+        (rps1, p1), (rps2, p2) = one[name], two[name]
+        print(
+            f"  {name:10} {rps1:6.0f}/s {p1:6.2f}ms {rps2:6.0f}/s {p2:6.2f}ms {rps2 / rps1:6.2f}x"
+            f"  {rps1 / one['_health'][0]:13.2f}x"
+        )
 
 
 def bench_resolve(label: str, db: str) -> None:
@@ -84,8 +96,11 @@ def bench_resolve(label: str, db: str) -> None:
             samples.append(time.perf_counter() - t0)
         return statistics.median(samples) * 1e6
 
-    with store.engine.connect() as conn:
-        raw = timed(lambda: conn.execute(text("SELECT 1")).scalar())
+    def select_one() -> None:  # on the same pool: a checkout and one round trip
+        with store.engine.connect() as conn:
+            conn.execute(text("SELECT 1")).scalar()
+
+    raw = timed(select_one)
     store.resolve("bench-resolve")
     cached = timed(lambda: store.resolve("bench-resolve"))
 
@@ -95,7 +110,8 @@ def bench_resolve(label: str, db: str) -> None:
 
     cold = timed(uncached)
     print(
-        f"  resolve by name: cached {cached:7.0f} us ({cached / raw:4.1f}x a bare SELECT 1 of {raw:.0f} us), "
+        f"  resolve by name: cached {cached:7.0f} us ({cached / raw:4.1f}x a bare SELECT 1 on the pool, "
+        f"{raw:.0f} us), "
         f"uncached {cold:7.0f} us ({cold / cached:4.1f}x cached)"
     )
     store.engine.dispose()

@@ -127,6 +127,13 @@ def _parser() -> argparse.ArgumentParser:
         help="load the YAML files of DIR not yet stored (default: the shipped ones)",
     )
     s.add_argument("--config", help=f"configuration: models and server settings (default: ${CONFIG_ENV})")
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1); SQLite is shared by the processes of one host",
+    )
     s.set_defaults(run=_serve)
 
     db = sub.add_parser("db", help="database schema").add_subparsers(required=True, metavar="ACTION")
@@ -336,10 +343,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .api import create_app, load_config
     from .api.config import open_offloader
-    from .api.server import uvicorn_config
+    from .api.server import serve_workers, uvicorn_config
     from .store import DefinitionStore
 
     models, server = load_config(args.config)
+    if not 1 <= args.workers <= 64:
+        raise _UsageError(f"--workers must be from 1 to 64, not {args.workers}")
     url = _database_url(args.db)
     folder = Path(args.definitions) if args.definitions else data_dir("definitions")
     if not folder.is_dir():
@@ -367,7 +376,11 @@ def _serve(args: argparse.Namespace) -> int:
         f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json)",
         flush=True,
     )
-    uvicorn.Server(uvicorn_config(app, server)).run(sockets=[sock])
+    if args.workers > 1:
+        store.engine.dispose()  # each worker opens its own pool
+        serve_workers(sock, server, args.workers, url, args.config or os.environ.get(CONFIG_ENV))
+    else:
+        uvicorn.Server(uvicorn_config(app, server)).run(sockets=[sock])
     return EXIT_OK
 
 

@@ -91,14 +91,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(folder: Path, db_url: str) -> Iterator[str]:
-    """A real `ctxmgmt serve` process on a free port, run in ``folder``; yields its URL."""
+def serve(folder: Path, db_url: str, *extra: str, pids: list[int] | None = None) -> Iterator[str]:
+    """A real `ctxmgmt serve` process on a free port, run in ``folder``; yields its URL
+    (and puts its process id in ``pids``)."""
     import subprocess
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "ctxmgmt.cli", "serve", "--port", str(port), "--db", db_url]
+    command = [sys.executable, "-m", "ctxmgmt.cli", "serve", "--port", str(port), "--db", db_url, *extra]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder)
+    if pids is not None:
+        pids.append(proc.pid)
     deadline = time.monotonic() + 30
     while True:
         try:

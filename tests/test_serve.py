@@ -4,7 +4,11 @@ import json
 import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import ROOT, free_port, serve
@@ -48,3 +52,61 @@ def test_cli_without_a_server_is_a_clear_error():
     """definitions against a closed port exits 2 with a one-line reason."""
     run = cli(f"http://127.0.0.1:{free_port()}", "list")
     assert run.returncode == 2 and "cannot reach the server" in run.stderr
+
+
+def children(pid):
+    """The process ids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_serve_with_two_workers_shares_one_sqlite_database(tmp_path):
+    """--workers 2 runs two worker processes over one SQLite file (WAL, busy timeout): 60
+    concurrent creates all land, exactly once each, and every worker sees them all."""
+    pids = []
+    with serve(tmp_path, f"sqlite:///{tmp_path}/w.db", "--workers", "2", pids=pids) as url:
+        deadline = time.monotonic() + 30
+        while len([p for p in children(pids[0]) if "spawn" in Path(f"/proc/{p}/cmdline").read_text()]) < 2:
+            assert time.monotonic() < deadline, "two workers did not start"
+            time.sleep(0.1)
+        doc = {"hooks": {"pre_llm": [{"type": "SlidingWindowManager"}]}}
+        base = f"{url}/_plugins/_ml/context_management"
+
+        def create(i):
+            with httpx.Client() as http:  # a connection of its own: spread over the workers
+                return http.post(f"{base}/wk{i}", json=doc, timeout=60).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(create, range(60))) == {200}
+        for _ in range(10):  # each fresh connection may reach either worker
+            listed = httpx.get(base, params={"q": "wk", "size": 100}, headers={"connection": "close"}).json()
+            assert listed["total"] == 60
+
+
+def test_workers_must_be_a_sensible_number(tmp_path):
+    """--workers 0 is a usage error (exit 2), before anything binds or is created."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctxmgmt.cli",
+            "serve",
+            "--workers",
+            "0",
+            "--db",
+            f"sqlite:///{tmp_path}/x.db",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert run.returncode == 2 and "--workers must be from 1 to 64" in run.stderr
+    assert not (tmp_path / "x.db").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 from typing import Any
 
 import h11
@@ -20,7 +21,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .config import ServerConfig
 
-__all__ = ["uvicorn_config"]
+__all__ = ["serve_workers", "uvicorn_config", "worker_app"]
+
+_DB_ENV = "CTXMGMT_SERVE_DATABASE_URL"
+_CONFIG_ENV = "CTXMGMT_SERVE_CONFIG"
 
 
 class _DeadlineProtocol(H11Protocol):
@@ -94,3 +98,30 @@ def uvicorn_config(app: Any, server: ServerConfig, **options: Any) -> Any:
         timeout_keep_alive=server.keep_alive_seconds,  # type: ignore[arg-type]
         **options,
     )
+
+
+def worker_app() -> Any:
+    """The app of one worker process of ``ctxmgmt serve --workers N`` (uvicorn's app
+    factory): the parent has already migrated the database and loaded the definitions."""
+    from ..store import DefinitionStore
+    from .app import create_app
+    from .config import load_config, open_offloader
+
+    models, server = load_config(os.environ.get(_CONFIG_ENV) or None)
+    store = DefinitionStore.open(os.environ[_DB_ENV], upgrade=False)
+    offloader = open_offloader(server.offload, store.engine)
+    return create_app(store, models=models, config=server, offloader=offloader)
+
+
+def serve_workers(
+    sock: Any, server: ServerConfig, workers: int, database_url: str, config: str | None
+) -> None:
+    """Serve on a bound socket with ``workers`` processes (uvicorn's supervisor), each with
+    its own app and database pool. SQLite (WAL, busy timeout) is shared by the processes of
+    one host; PostgreSQL by any number of hosts."""
+    from uvicorn.supervisors import Multiprocess
+
+    os.environ[_DB_ENV] = database_url
+    os.environ[_CONFIG_ENV] = config or ""
+    options = uvicorn_config(f"{__name__}:worker_app", server, factory=True, workers=workers)
+    Multiprocess(options, sockets=[sock]).run()
