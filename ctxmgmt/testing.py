@@ -245,7 +245,12 @@ class ChatServer:
             protocol_version = "HTTP/1.1"  # keep-alive, as a real endpoint
 
             def setup(self) -> None:
+                import socket
+
                 super().setup()
+                # The status line, headers and body are separate writes: without this, a
+                # kept-alive connection waits on the client's delayed ACK (Nagle).
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 with server._lock:
                     server.connections += 1
                     server._open.add(self.connection)
