@@ -35,7 +35,7 @@ def tool_names(messages: Sequence[Any], start: int = 0) -> dict[str, str]:
 def call_ids(m: Any) -> list[str]:
     """The tool-call ids an assistant message asks for."""
     calls = m.get("tool_calls") if m.get("role") == "assistant" else None
-    if not calls:
+    if not calls or not isinstance(calls, list):
         return []
     return [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
 
@@ -119,7 +119,7 @@ def check_messages(messages: Sequence[Any], *, partial_tail: bool = False) -> li
             problems.append(foreign)
             continue
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             problems.append(Problem(f"{where}/role", f"role must be one of {', '.join(sorted(ROLES))}"))
             continue
         if role != "tool" and pending:
@@ -175,7 +175,7 @@ def foreign_format(m: Any, where: str) -> Problem | None:
     or None. The problem names the format and points at the first part that shows it."""
     if not isinstance(m, dict):
         return None
-    if "role" not in m and m.get("type") in _RESPONSES_ITEMS:
+    if "role" not in m and isinstance(m.get("type"), str) and m["type"] in _RESPONSES_ITEMS:
         return Problem(f"{where}/type", f"{m['type']!r} is OpenAI Responses' item format; {_TAKES}")
     if m.get("role") == "model" or ("parts" in m and "content" not in m):
         shown = "'role: model'" if m.get("role") == "model" else "'parts'"
@@ -183,6 +183,8 @@ def foreign_format(m: Any, where: str) -> Problem | None:
     content = m.get("content")
     for j, part in enumerate(content if isinstance(content, list) else ()):
         kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(kind, str):
+            continue
         if kind in _ANTHROPIC_PARTS:
             return Problem(f"{where}/content/{j}/type", f"{kind!r} is Anthropic's format; {_TAKES}")
         if kind in _RESPONSES_PARTS:
@@ -218,6 +220,10 @@ def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:
                         f"{where}/content/{j}/type",
                         f"{kind!r} is not a chat content part type ({', '.join(sorted(CHAT_PARTS))})",
                     )
+                )
+            elif kind in ("text", "refusal") and not isinstance(part.get(kind), str):
+                problems.append(
+                    Problem(f"{where}/content/{j}/{kind}", f"a {kind} part needs a string {kind}")
                 )
         return problems
     return [Problem(f"{where}/content", "content must be a string, a list of parts or null")]

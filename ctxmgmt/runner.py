@@ -167,6 +167,9 @@ class Runner:
                 except ValueError as exc:
                     problems.append(Problem(f"/tools/{i}", str(exc)))
                     continue
+                except (TypeError, KeyError, AttributeError) as exc:  # a plugin's factory
+                    problems.append(Problem(f"/tools/{i}", f"the tool could not be built: {exc!r}"[:300]))
+                    continue
                 if tool.name in seen:
                     problems.append(
                         Problem(

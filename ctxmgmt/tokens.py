@@ -28,6 +28,7 @@ import logging
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -94,7 +95,9 @@ class Memo:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._data: dict[Any, tuple[object, int, int]] = {}
+        # An OrderedDict: evicting from the front stays O(1) however many entries went
+        # (a plain dict's next(iter()) scans the holes its deletions leave at its front).
+        self._data: OrderedDict[Any, tuple[object, int, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -114,7 +117,7 @@ class Memo:
             self._data[key] = (obj, value, size)
             self.bytes += size
             while self.bytes > self.max_bytes:
-                _, (_, _, gone) = _pop_oldest(self._data)
+                _, (_, _, gone) = self._data.popitem(last=False)
                 self.bytes -= gone
 
     def clear(self) -> None:
@@ -135,7 +138,10 @@ def _size(m: Any) -> int:
     if isinstance(content, str):
         size += len(content)
     elif isinstance(content, list):
-        size += sum(len(p.get("text") or "") + 200 if isinstance(p, dict) else 64 for p in content)
+        size += sum(
+            (len(p["text"]) if isinstance(p.get("text"), str) else 0) + 200 if isinstance(p, dict) else 64
+            for p in content
+        )
     for call in (m.get("tool_calls") or ()) if isinstance(m, dict) else ():
         fn = call.get("function") if isinstance(call, dict) else None
         args = fn.get("arguments") if isinstance(fn, dict) else None

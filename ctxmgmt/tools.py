@@ -58,14 +58,25 @@ Factory = Callable[[Mapping[str, Any]], Tool]
 
 def _http_tool(spec: Mapping[str, Any]) -> Tool:
     params = spec.get("parameters") or {}
+    if not isinstance(params, Mapping):
+        raise ValueError("an http tool's parameters is an object with url (and method, headers, timeout)")
     url = params.get("url")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 2048:
         raise ValueError("an http tool needs parameters.url, an http:// or https:// URL")
-    method = str(params.get("method", "POST")).upper()
-    if method not in ("GET", "POST", "PUT"):
+    method = params.get("method", "POST")
+    if not isinstance(method, str) or method.upper() not in ("GET", "POST", "PUT"):
         raise ValueError("an http tool's parameters.method is GET, POST or PUT")
-    headers = {str(k): str(v) for k, v in (params.get("headers") or {}).items()}
-    timeout = float(params.get("timeout", 30))
+    method = method.upper()
+    raw_headers = params.get("headers") or {}
+    if not isinstance(raw_headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw_headers.items()
+    ):
+        raise ValueError("an http tool's parameters.headers is an object of strings")
+    headers = dict(raw_headers)
+    timeout = params.get("timeout", 30)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
+        raise ValueError("an http tool's parameters.timeout is a number of seconds, above 0 and at most 600")
+    timeout = float(timeout)
 
     async def run(arguments: dict[str, Any]) -> str:
         try:

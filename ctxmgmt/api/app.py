@@ -91,6 +91,9 @@ def create_app(
         middleware=[Middleware(_Faults)],
         lifespan=lifespan,
     )
+    # A trailing slash is a 404 like any unknown path, not a redirect built from the Host
+    # header that a client would follow with its DELETE.
+    app.router.redirect_slashes = False
     runner = Runner(store, models, tools, offloader=offloader, pool=pool)
     app.state.ctxmgmt = State(store, models, config or ServerConfig(), runner)
     return app

@@ -266,7 +266,9 @@ def openapi_document() -> dict[str, Any]:
                     "Apply an inline definition to a context (dry run)",
                     ref("SimulationResult"),
                     body=ref("InlineSimulation"),
-                    semantic=f"{definition_rules} {context_rules}",
+                    errors=(400, 401, 403, 422),
+                    semantic=f"{definition_rules} {context_rules} A manager with on_error: fail that "
+                    "fails is a 422 (context_manager_exception).",
                 )
             },
             item + "/_simulate": {
@@ -275,8 +277,8 @@ def openapi_document() -> dict[str, Any]:
                     ref("SimulationResult"),
                     body=ref("Simulation"),
                     params=("name",),
-                    errors=(400, 401, 403, 404),
-                    semantic=context_rules,
+                    errors=(400, 401, 403, 404, 422),
+                    semantic=context_rules + " A manager with on_error: fail that fails is a 422.",
                 )
             },
             "/_plugins/_ml/agents/_register": {

@@ -139,6 +139,9 @@ async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
     ctype = request.headers.get("content-type")
     if ctype is not None and ctype.split(";")[0].strip().lower() not in _JSON_TYPES:
         raise HTTPProblem(400, f"the content type must be application/json, not {ctype[:60]!r}")
+    charset = re.search(r";\s*charset\s*=\s*\"?([^\";\s]*)", ctype or "", re.IGNORECASE)
+    if charset is not None and charset.group(1).lower() not in ("utf-8", "utf8"):
+        raise HTTPProblem(400, f"a JSON body is UTF-8; charset={charset.group(1)[:20]!r} is not supported")
     too_large = HTTPProblem(
         413, f"the body is larger than the limit of {limit} bytes (server.max_body_bytes)"
     )
@@ -190,7 +193,7 @@ def int_param(request: Request, key: str, default: int, low: int, high: int) -> 
     raw = request.query_params.get(key)
     if raw is None:
         return default
-    if not re.fullmatch(r"\d{1,19}", raw) or not low <= int(raw) <= high:
+    if not re.fullmatch(r"[0-9]{1,19}", raw) or not low <= int(raw) <= high:
         raise HTTPProblem(400, f"{key} must be a whole number from {low} to {high}, not {raw[:40]!r}")
     return int(raw)
 

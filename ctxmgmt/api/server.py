@@ -45,13 +45,21 @@ class _DeadlineProtocol(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
-        if self.conn.their_state is not h11.IDLE:  # the headers are whole
-            self._disarm()
+        if self.conn.their_state is not h11.IDLE and self.conn.our_state is not h11.DONE:
+            self._disarm()  # a request's headers are whole, and it is not answered yet
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
-            self._arm()  # the next request's headers have their own deadline
+        if self.transport.is_closing():
+            return
+        # The next request's headers have their own deadline; a request answered before its
+        # body was read (a 405, a 413, a route without a body) must finish sending that body
+        # by the same deadline, or the connection is closed: a trickle holds nothing open.
+        self._arm()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request that is not HTTP: the JSON error every other answer has, then close."""
+        self._close_with(400, "Bad Request", "bad_request", f"{msg} (the request is not valid HTTP/1.1)")
 
     def _arm(self) -> None:
         self._disarm()
@@ -64,25 +72,30 @@ class _DeadlineProtocol(H11Protocol):
 
     def _headers_late(self) -> None:
         self._header_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+        if self.transport.is_closing():
+            return
+        if self.conn.their_state is h11.SEND_BODY and self.conn.our_state is h11.DONE:
+            self.transport.close()  # answered already; the rest of its body is too slow
+            return
+        if self.conn.their_state is not h11.IDLE:
             return
         if self.conn.our_state is h11.IDLE and self.conn.trailing_data[0]:
             # Part of a request arrived: answer it, so the client knows why it is closed.
-            body = json.dumps(
-                {
-                    "error": {
-                        "type": "request_timeout",
-                        "reason": f"the request headers did not arrive within {self.header_seconds:g} s "
-                        "(server.header_timeout_seconds)",
-                    },
-                    "status": 408,
-                }
-            ).encode()
-            head = (
-                "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            reason = (
+                f"the request headers did not arrive within {self.header_seconds:g} s "
+                "(server.header_timeout_seconds)"
             )
-            self.transport.write(head.encode() + body)
+            self._close_with(408, "Request Timeout", "request_timeout", reason)
+        self.transport.close()
+
+    def _close_with(self, status: int, phrase: str, kind: str, reason: str) -> None:
+        """Write a JSON error in OpenSearch's shape, outside h11's state, and close."""
+        body = json.dumps({"error": {"type": kind, "reason": reason}, "status": status}).encode()
+        head = (
+            f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        self.transport.write(head.encode() + body)
         self.transport.close()
 
 

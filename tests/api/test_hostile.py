@@ -65,6 +65,51 @@ HOSTILE = [
 ]
 
 
+def simulate(*messages):
+    return raw(
+        {"definition": {"hooks": {"pre_llm": [{"type": "SlidingWindowManager"}]}}, "context": list(messages)}
+    )
+
+
+# Wrong types where the code compares or measures: each must be a 400 at its pointer.
+HOSTILE += [
+    ("POST", f"{BASE}/_simulate", simulate({"role": ["user"], "content": "x"}), {}, "/messages/0/role"),
+    ("POST", f"{BASE}/_simulate", simulate({"role": {"a": 1}, "content": "x"}), {}, "/messages/0/role"),
+    (
+        "POST",
+        f"{BASE}/_simulate",
+        simulate({"role": "user", "content": [{"type": ["text"]}]}),
+        {},
+        "string type",
+    ),
+    ("POST", f"{BASE}/_simulate", simulate({"role": "user", "content": [{"type": {}}]}), {}, "string type"),
+    (
+        "POST",
+        f"{BASE}/_simulate",
+        simulate({"role": "user", "content": [{"type": "text", "text": 5}]}),
+        {},
+        "/messages/0/content/0/text",
+    ),
+    (
+        "POST",
+        f"{BASE}/_simulate",
+        simulate({"role": "assistant", "content": "y", "tool_calls": 5}),
+        {},
+        "tool_calls",
+    ),
+    (
+        "POST",
+        f"{BASE}/_simulate",
+        simulate({"role": "assistant", "content": "y", "tool_calls": True}),
+        {},
+        "tool_calls",
+    ),
+    ("POST", f"{BASE}/_simulate", simulate({"type": ["message"], "content": "x"}), {}, "/messages/0/role"),
+    ("GET", f"{BASE}?size=%D9%A3", None, {}, "size must be a whole number"),  # an Arabic-Indic 3
+    ("POST", f"{BASE}/cs", raw(GOOD), {"content-type": "application/json; charset=latin1"}, "UTF-8"),
+]
+
+
 @pytest.fixture
 def api(store):
     store.create("default", GOOD)
@@ -204,6 +249,62 @@ def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(tmp_path):
         admin.dispose()
         subprocess.run(["umount", "-l", str(small_disk)], check=False)
         small_disk.rmdir()
+
+
+def test_a_body_left_unread_never_holds_the_connection(impatient):
+    """A request answered before its body was read (here /_health with a huge declared body)
+    gets its answer, then the connection is closed: trickling the rest holds nothing open."""
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=10) as sock:
+        sock.sendall(b"GET /_health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
+        assert read_response(sock).startswith("HTTP/1.1 200")
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 5:
+                sock.sendall(b"x")
+                time.sleep(0.2)
+                if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                    break
+        except (BlockingIOError, OSError):
+            pass
+        assert time.monotonic() - started < 5, "the connection stayed open"
+
+
+def test_a_request_that_is_not_http_gets_the_json_error(api):
+    """Malformed HTTP (a bad Content-Length, a missing Host) is a 400 with the JSON error
+    every other answer has, not uvicorn's text."""
+    url = api.base_url
+    for request in (
+        b"GET /_health HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"POST /_health HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello",
+    ):
+        with socket.create_connection((url.host, url.port), timeout=10) as sock:
+            sock.sendall(request)
+            answer = read_response(sock)
+        head, _, body = answer.partition("\r\n\r\n")
+        assert head.startswith("HTTP/1.1 400") and "application/json" in head, answer
+        assert json.loads(body)["error"]["type"] == "bad_request"
+
+
+def test_a_trailing_slash_is_a_404_never_a_redirect(api):
+    """…/default/ is a JSON 404, not a 307 whose Location comes from the Host header."""
+    for method in ("GET", "DELETE"):
+        r = api.request(method, f"{BASE}/default/", headers={"host": "evil.example"})
+        assert r.status_code == 404 and "location" not in r.headers
+    assert api.get(f"{BASE}/default").status_code == 200
+
+
+def test_an_http_tool_with_malformed_parameters_is_a_400(store):
+    """Registering an agent whose http tool has parameters of the wrong type is a 400 at
+    /tools/0, never a 500."""
+    from ctxmgmt import ModelConfig, ModelsConfig
+
+    models = ModelsConfig({"m": ModelConfig(id="m", base_url="http://127.0.0.1:9/v1", model="m")})
+    with LiveServer(create_app(store, models=models)) as server, httpx.Client(base_url=server.url) as http:
+        for params in ([1], "x", {"url": "http://a", "headers": [1]}, {"url": "http://a", "timeout": "1"}):
+            body = {"name": "a", "llm": {"model_id": "m"}, "tools": [{"type": "http", "parameters": params}]}
+            r = http.post("/_plugins/_ml/agents/_register", json=body)
+            pointers = [p["pointer"] for p in r.json()["error"]["problems"]]
+            assert r.status_code == 400 and all(p.startswith("/tools/0") for p in pointers), r.text
 
 
 def test_a_verb_path_is_never_taken_for_a_name(api):
