@@ -21,8 +21,9 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
+
+from bench_apply import timed as median
 
 from ctxmgmt import Context, get_counter, load_definition
 from ctxmgmt.testing import make_conversation
@@ -42,15 +43,6 @@ QUIET = {
 
 def one(entry: dict[str, Any]) -> Any:
     return load_definition({"name": "scale", "settings": {"fit": False}, "hooks": {"pre_llm": [entry]}})
-
-
-def median(fn: Callable[[], Any], repeat: int) -> float:
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
 def appended(i: int) -> dict[str, Any]:

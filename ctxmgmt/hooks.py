@@ -65,6 +65,7 @@ class _Run:
         self.models = models
         self.trace: list[TraceEntry] = []
         self._input_problems: set[str] | None = None
+        self._batches = isinstance(offloader, BatchWriter)  # checked once, not per manager
         self._format_checked = False
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
@@ -79,8 +80,9 @@ class _Run:
             # never a list managed into one that provider would reject.
             check_format(self.context.messages)
             self._format_checked = True
+        # Each manager's archives are collected and written in one durable batch.
         store: Any = self.offloader
-        if isinstance(store, BatchWriter):  # this run's archives: one durable write
+        if self._batches:
             store = Batch(store)
         runtime = Runtime(
             self.hook,

@@ -28,8 +28,6 @@ _CONFIG_ENV = "CTXMGMT_SERVE_CONFIG"
 
 
 class _DeadlineProtocol(H11Protocol):
-    header_seconds: float = 10.0
-
     def __init__(self, *args: Any, header_seconds: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_seconds = header_seconds

@@ -267,7 +267,7 @@ class Batch:
         return self._add(session, Item(new_ref("tool_result"), "tool_result", content, tool_call_id))
 
     def store_messages(self, session: str, messages: list[dict[str, Any]]) -> str:
-        return self._add(session, Item(new_ref("messages"), "messages", [dict(m) for m in messages]))
+        return self._add(session, Item(new_ref("messages"), "messages", messages))
 
     def _add(self, session: str, item: Item) -> str:
         session_key(session)  # a bad session id fails here, in the run

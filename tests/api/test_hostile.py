@@ -133,20 +133,26 @@ def test_hostile_input_is_a_clear_4xx_and_changes_nothing(api):
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A real 2 MiB file system (tmpfs) where the tests run as root, as CI does."""
+def small_disk():
+    """A real 2 MiB file system (tmpfs) where the tests run as root, as CI does. It is
+    mounted outside pytest's private tmp folder, so that the PostgreSQL server (another
+    user) can reach it."""
     import os
     import subprocess
+    import tempfile
+    from pathlib import Path
 
-    mount = tmp_path / "disk"
-    mount.mkdir()
+    mount = Path(tempfile.mkdtemp(prefix="ctxmgmt-disk-"))
+    mount.chmod(0o755)
     if (
         os.geteuid() != 0
         or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)]).returncode
     ):
+        mount.rmdir()
         pytest.skip("needs root to mount a small tmpfs")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
+    mount.rmdir()
 
 
 def fill(folder):
@@ -184,15 +190,12 @@ def test_a_full_disk_is_a_clear_507_and_recovers_by_itself(small_disk):
 
 
 @pytest.mark.postgres
-def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(tmp_path):
+def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(small_disk):
     """With PostgreSQL's tables on a full file system (a tablespace on the small tmpfs),
     writes answer 507 storage_full with no reset and no 500, reads still work, and once
     space is freed writes succeed again; nothing acknowledged is lost."""
     import os
     import shutil
-    import subprocess
-    import tempfile
-    from pathlib import Path
 
     from sqlalchemy import create_engine
 
@@ -203,15 +206,6 @@ def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(tmp_path):
         if os.environ.get("CTXMGMT_REQUIRE_POSTGRES"):
             pytest.fail("CTXMGMT_REQUIRE_POSTGRES is set but CTXMGMT_TEST_POSTGRES_URL is not")
         pytest.skip("needs CTXMGMT_TEST_POSTGRES_URL")
-    # The server runs as postgres: the tmpfs sits where it may reach it, not under tmp_path.
-    small_disk = Path(tempfile.mkdtemp(prefix="ctxmgmt-pgfull-"))
-    small_disk.chmod(0o755)
-    if (
-        os.geteuid() != 0
-        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small_disk)]).returncode
-    ):
-        small_disk.rmdir()
-        pytest.skip("needs root to mount a small tmpfs")
     space = small_disk / "pg"
     space.mkdir()
     shutil.chown(space, "postgres")
@@ -247,8 +241,6 @@ def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(tmp_path):
             conn.exec_driver_sql("CREATE SCHEMA public")
             conn.exec_driver_sql("DROP TABLESPACE IF EXISTS ctxmgmt_full")
         admin.dispose()
-        subprocess.run(["umount", "-l", str(small_disk)], check=False)
-        small_disk.rmdir()
 
 
 def test_a_body_left_unread_never_holds_the_connection(impatient):
