@@ -4,11 +4,15 @@ path (time ~ n^k, a least-squares fit of log time on log n: k = 0 is O(1), 1 is 
 
 Paths (median of repeated runs):
 - cold: the first apply of a definition to a conversation no cache has seen;
-- steady: apply after one appended 300-character message, no manager firing;
+- steady: ``ctx = ctx.append(message)`` then apply, one 300-character message, no manager
+  firing; "steady list" hands a plain list each time instead (a copy and one prefix check);
+- encode +1: tiktoken encoding the appended message alone, the floor of any steady apply;
 - window: a sliding window that fires (keeps the newest half), vs trim_messages cutting
   the same list to the same budget;
-- summary: the offline summariser firing over the oldest half;
-- truncation: a truncation that fires on every long tool result.
+- summary: the offline summariser firing over the oldest half, on a fresh list of messages
+  it has read before ("summary cold": after clear_caches(), nothing read before);
+- truncation: a truncation that fires on every long tool result, the same list again;
+  "trunc +1": the same, after each appended message.
 
     python bench/bench_scale.py            # all sizes
     python bench/bench_scale.py 500 2000   # some sizes
@@ -69,7 +73,21 @@ def measure(n: int) -> dict[str, float]:
         t0 = time.perf_counter()
         quiet.apply("pre_llm", Context(messages=history))
         samples.append(time.perf_counter() - t0)
+    out["steady list"] = statistics.median(samples)
+
+    grown = Context(messages=messages)
+    quiet.apply("pre_llm", grown)
+    samples = []
+    for i in range(200):
+        t0 = time.perf_counter()
+        grown = grown.append(appended(i))
+        quiet.apply("pre_llm", grown)
+        samples.append(time.perf_counter() - t0)
     out["steady"] = statistics.median(samples)
+    encode = get_counter(None)._encode
+    assert encode is not None
+    texts = [appended(i)["content"] for i in range(200)]
+    out["encode +1"] = median(lambda: [encode(t) for t in texts], 5) / len(texts)
 
     window = one({"type": "SlidingWindowManager", "config": {"max_messages": n // 2}})
     ctx = Context(messages=messages)
@@ -82,12 +100,23 @@ def measure(n: int) -> dict[str, float]:
             "config": {"preserve_recent_messages": n // 2, "max_summary_tokens": 4000},
         }
     )
-    out["summary"] = median(
-        lambda: summary.apply("pre_llm", Context(messages=messages)), 1 if n > 10_000 else 3
-    )
+    clear_caches()
+    t0 = time.perf_counter()
+    summary.apply("pre_llm", Context(messages=messages))
+    out["summary cold"] = time.perf_counter() - t0
+    out["summary"] = median(lambda: summary.apply("pre_llm", Context(messages=messages)), 3)
 
     truncate = one({"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 200}})
     out["truncation"] = median(lambda: truncate.apply("pre_llm", ctx), repeat)
+    tool_grown = ctx
+    truncate.apply("pre_llm", tool_grown)
+    samples = []
+    for i in range(50):
+        t0 = time.perf_counter()
+        tool_grown = tool_grown.append(appended(i))
+        truncate.apply("pre_llm", tool_grown)
+        samples.append(time.perf_counter() - t0)
+    out["trunc +1"] = statistics.median(samples)
     out.update(langchain(messages, history[-50:], n))
     return out
 
@@ -152,9 +181,16 @@ def main() -> None:
         k = exponent(sizes, times) if len(sizes) > 1 else float("nan")
         print(f"{path:12}{cells}{k:10.2f}")
     if "trim steady" in rows[sizes[0]]:
-        for label, ours, theirs in (("steady", "steady", "trim steady"), ("window", "window", "trim cut")):
+        pairs = (
+            ("steady", "steady", "trim steady"),
+            ("steady list", "steady list", "trim steady"),
+            ("window", "window", "trim cut"),
+        )
+        for label, ours, theirs in pairs:
             ratios = "".join(f"{rows[n][theirs] / rows[n][ours]:11.1f}x" for n in sizes)
             print(f"{label + ' vs trim':12}{ratios}   (trim_messages time / ours: above 1 is faster)")
+    floor = "".join(f"{rows[n]['steady'] / rows[n]['encode +1']:11.1f}x" for n in sizes)
+    print(f"{'steady/enc':12}{floor}   (steady apply / encoding its message alone)")
 
 
 if __name__ == "__main__":

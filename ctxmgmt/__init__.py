@@ -26,6 +26,7 @@ from .errors import (
     StoreError,
     ToolError,
 )
+from .history import History
 from .llm import ChatClient, ModelConfig, ModelsConfig, load_models
 from .managers import (
     BUILTINS,
@@ -68,6 +69,7 @@ __all__ = [
     "DefinitionError",
     "DefinitionStore",
     "ExecutionResult",
+    "History",
     "Hook",
     "LLMError",
     "ManagerError",

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from .errors import ContextError, Problem
+from .history import History
 from .messages import check_messages
 from .types import TraceEntry
 
-__all__ = ["ApplyResult", "Context"]
+__all__ = ["ApplyResult", "Context", "Edit"]
+
+Change = tuple[int, int, Sequence[Mapping[str, Any]]]
+"""``(start, end, messages)``: the messages from ``start`` to ``end`` are replaced by ``messages``."""
 
 _FIELDS = ("system_prompt", "messages", "tools", "model", "context_window", "state")
 
@@ -22,7 +26,9 @@ class Context:
     Every argument is optional. ``messages`` are plain dicts in the OpenAI chat
     format; they are treated as immutable values, so do not edit one in place after
     handing it over. A Context is never changed: managers return a new one
-    (``dataclasses.replace`` or :meth:`with_messages`).
+    (``dataclasses.replace`` or :meth:`with_messages`), and :meth:`append` adds
+    messages in O(1). ``messages`` is held as a :class:`~ctxmgmt.History`, a sequence
+    that behaves as a tuple.
     """
 
     system_prompt: str | None = None
@@ -32,6 +38,7 @@ class Context:
     context_window: int | None = None
     state: Mapping[str, Any] = field(default_factory=dict)
     _counts: dict[str, tuple[int, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _edit: Edit | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Callers may be untyped (JSON, REST): check every field at the boundary.
@@ -39,9 +46,9 @@ class Context:
         self._check(problems)
         if problems:
             raise ContextError(problems)
-        # Tuples make the context immutable and let token counts reuse prefixes.
-        if not isinstance(self.messages, tuple):
-            object.__setattr__(self, "messages", tuple(self.messages))
+        # A History is immutable, and an append extends it (and its token counts) in O(1).
+        if not isinstance(self.messages, History):
+            object.__setattr__(self, "messages", History(self.messages))
         if not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
         if not isinstance(self.state, dict):
@@ -67,7 +74,57 @@ class Context:
 
     def with_messages(self, messages: Sequence[Mapping[str, Any]], **changes: Any) -> Context:
         """A copy with other messages (and any other field changed)."""
-        return replace(self, messages=tuple(messages), **changes)
+        return replace(self, messages=messages, **changes)
+
+    def append(self, *messages: Mapping[str, Any], **changes: Any) -> Context:
+        """A copy with ``messages`` after this context's (and any other field changed).
+
+        This is how a growing conversation stays cheap: the copy shares this context's
+        messages and their token counts, so it costs only what it adds, at any length.
+        """
+        history = cast(History, self.messages).append(*messages)
+        if changes:
+            return replace(self, messages=history, **changes)
+        # The hot path of a growing conversation: the other fields were checked already.
+        new = object.__new__(Context)
+        for name in _FIELDS:
+            object.__setattr__(new, name, getattr(self, name))
+        object.__setattr__(new, "messages", history)
+        object.__setattr__(new, "_counts", {})
+        return new
+
+    def splice(self, changes: Iterable[Change], *, state: Mapping[str, Any] | None = None) -> Context:
+        """A copy with each ``(start, end, messages)`` change made: ``self.messages[start:end]``
+        replaced by ``messages``, the indices being this context's. Changes come in order
+        and do not overlap; a removal has no messages, an insertion has ``start == end``.
+
+        The copy remembers the changes (as :attr:`edit`), so that checking it and counting
+        its tokens cost what changed, not its length. Built-in managers make their output so.
+        """
+        items = cast(History, self.messages)._log.items
+        n = len(self.messages)
+        out: list[Mapping[str, Any]] = []
+        done: list[tuple[int, int, tuple[Mapping[str, Any], ...]]] = []
+        spans: list[tuple[int, int]] = []
+        pos = 0
+        for start, end, new in changes:
+            if not pos <= start <= end <= n:
+                raise ValueError(f"change ({start}, {end}) is out of order or outside 0..{n}")
+            out.extend(items[pos:start])
+            added = tuple(new)
+            spans.append((len(out), len(out) + len(added)))
+            out.extend(added)
+            done.append((start, end, added))
+            pos = end
+        out.extend(items[pos:n])
+        changed = replace(self, messages=History._own(out), state=self.state if state is None else state)
+        object.__setattr__(changed, "_edit", Edit(self, tuple(done), tuple(spans)))
+        return changed
+
+    @property
+    def edit(self) -> Edit | None:
+        """How :meth:`splice` made this context from another one, if it did."""
+        return self._edit
 
     def to_dict(self) -> dict[str, Any]:
         """The context as JSON-able data, with the same fields as the input format."""
@@ -101,6 +158,28 @@ class Context:
         if problems:
             raise ContextError(problems)
         return ctx
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """The changes :meth:`Context.splice` made to ``source``."""
+
+    source: Context
+    changes: tuple[tuple[int, int, tuple[Mapping[str, Any], ...]], ...]
+    """``(start, end, messages)`` in the source's indices, in order."""
+    spans: tuple[tuple[int, int], ...]
+    """Where each change's messages are in the result (``start == end`` for a removal)."""
+
+
+def runs(indices: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted indices as ``(start, end)`` runs of consecutive ones."""
+    out: list[tuple[int, int]] = []
+    for i in sorted(indices):
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,10 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from ._memo import BY_CONTENT, Memo, content_key
 from .messages import is_summary, text_of
 
 __all__ = ["digest", "error_lines"]
@@ -140,6 +142,79 @@ def error_lines(text: str) -> list[str]:
         following = text.find("\n", match.end())
         pos = len(text) if following < 0 else following + 1
     return list(found)
+
+
+_FACTS: Memo[tuple[list[str], list[str]]] = Memo(16 * 1024 * 1024, shared=True)
+"""What was read from each long text, by a digest of it: a text is read once however many
+summaries it goes into, and equal texts of different requests share the reading. Bounded by
+the bytes of what was read (the texts themselves are not kept)."""
+_FACTS_MIN_CHARS = 512
+
+
+def _result_facts(result: str) -> tuple[list[str], list[str]]:
+    """A tool result's error lines and URLs."""
+    key = content_key(result) if len(result) >= _FACTS_MIN_CHARS else None
+    if key is not None:
+        hit = _FACTS.get(key, BY_CONTENT)
+        if hit is not None:
+            return hit
+    facts = (error_lines(result), [u.rstrip(".,;:") for u in _URL.findall(result[:100_000])])
+    if key is not None:
+        _FACTS.put(key, BY_CONTENT, facts, sum(map(len, facts[0])) + sum(map(len, facts[1])) + 200)
+    return facts
+
+
+@dataclass(frozen=True, slots=True)
+class _TextFacts:
+    """What the reader takes from a user's or an assistant's text, in order."""
+
+    constraints: list[str]
+    decisions: list[str]
+    next: list[str]
+    errors: list[str]
+    urls: list[str]
+    marked: list[str]
+    paths: list[str]
+
+    def size(self) -> int:
+        parts = (self.constraints, self.decisions, self.next, self.errors, self.urls, self.marked, self.paths)
+        return sum(len(x) + 60 for part in parts for x in part)
+
+
+_TEXTS: Memo[_TextFacts] = Memo(16 * 1024 * 1024, shared=True)
+
+
+def _text_facts(text: str, user: bool) -> _TextFacts:
+    """A user's (or an assistant's) text: its sentences of each kind, its error lines and
+    identifiers, read once per text however many summaries it goes into."""
+    key = (content_key(text), user) if len(text) >= _FACTS_MIN_CHARS // 4 else None
+    if key is not None:
+        hit = _TEXTS.get(key, BY_CONTENT)
+        if hit is not None:
+            return hit
+    constraints, decisions, following = [], [], []
+    for s in _sentences(text):
+        if user:
+            if _CONSTRAINT.search(s) or _NUMBER.search(s):
+                constraints.append(s)
+            continue
+        if _DECISION.search(s):
+            decisions.append(s)
+        if _NEXT.search(s):
+            following.append(s)
+    scanned = text[:_SCAN_CHARS]
+    facts = _TextFacts(
+        constraints,
+        decisions,
+        following,
+        error_lines(text) if user and len(text) > _ITEM_CHARS else [],
+        [u.rstrip(".,;:") for u in _URL.findall(scanned)],
+        _BACKTICK.findall(scanned),
+        [p.rstrip(".,;:") for p in _PATH.findall(_URL.sub(" ", scanned))],
+    )
+    if key is not None:
+        _TEXTS.put(key, BY_CONTENT, facts, facts.size() + 200)
+    return facts
 
 
 def _clip(text: str, limit: int = _ITEM_CHARS) -> str:
@@ -308,21 +383,21 @@ class _Reader:
     def user(self, text: str) -> None:
         limit = 1000 if not self.asks else _ITEM_CHARS
         self.asks.append(_clip(text, limit))
-        for s in _sentences(text):
-            if _CONSTRAINT.search(s) or _NUMBER.search(s):
-                self.constraints.setdefault(s, None)
+        facts = _text_facts(text, user=True)
+        for s in facts.constraints:
+            self.constraints.setdefault(s, None)
         if len(text) > limit:  # a user pasting a log: its error lines (the ask holds the rest)
-            for line in error_lines(text):
+            for line in facts.errors:
                 self._error(line)
-        self._identifiers(text)
+        self._identifiers(facts)
 
     def assistant(self, text: str, last: bool) -> None:
-        for s in _sentences(text):
-            if _DECISION.search(s):
-                self.decisions.setdefault(s, None)
-            if last and _NEXT.search(s):
-                self.next.append(s)
-        self._identifiers(text)
+        facts = _text_facts(text, user=False)
+        for s in facts.decisions:
+            self.decisions.setdefault(s, None)
+        if last:
+            self.next.extend(facts.next)
+        self._identifiers(facts)
 
     def call(self, call: Mapping[str, Any], result: str | None) -> None:
         fn = call.get("function") or {}
@@ -339,7 +414,7 @@ class _Reader:
         for path in paths:
             tool["paths"].append(path)
             self._see(self.names, path)
-        errors = error_lines(result or "")
+        errors, urls = _result_facts(result or "")
         if result is not None:
             tool["last"] = "failed" if errors else "ok"
         if errors:
@@ -351,19 +426,17 @@ class _Reader:
             self._error(line)
         for url in _URL.findall(raw):
             self._see(self.urls, url.rstrip(".,;:"))
-        if result:
-            for url in _URL.findall(result[:100_000]):
-                self._see(self.urls, url.rstrip(".,;:"))
+        for url in urls:
+            self._see(self.urls, url)
 
-    def _identifiers(self, text: str) -> None:
-        text = text[:_SCAN_CHARS]
-        for url in _URL.findall(text):
-            self._see(self.urls, url.rstrip(".,;:"))
-        for name in _BACKTICK.findall(text):
+    def _identifiers(self, facts: _TextFacts) -> None:
+        for url in facts.urls:
+            self._see(self.urls, url)
+        for name in facts.marked:
             self._see(self.names, name)
             self.marked.add(name)
-        for path in _PATH.findall(_URL.sub(" ", text)):
-            self._see(self.names, path.rstrip(".,;:"))
+        for path in facts.paths:
+            self._see(self.names, path)
 
     def sections(self) -> Sections:
         order = self.order

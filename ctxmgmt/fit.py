@@ -176,7 +176,7 @@ class Fit:
         runtime.details["cut"] = len(changed)
         if not changed:
             return context
-        return context.with_messages([changed.get(i, m) for i, m in enumerate(msgs)])
+        return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
 
 
 def _pinned(msgs: Sequence[Mapping[str, Any]]) -> set[int]:

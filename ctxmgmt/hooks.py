@@ -8,16 +8,18 @@ the context stays as it was and the trace says why; with ``fail`` it raises
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
 from .fit import Fit
+from .history import History
 from .managers.base import Runtime
-from .messages import check_format, check_messages
+from .messages import check_changes, check_format, check_grown, check_messages
 from .offload.base import Batch, BatchWriter
 from .rules import Facts, Gate
 from .types import Hook, TraceEntry
@@ -37,6 +39,12 @@ class Entry:
     manager: Any
     activation: Gate
     on_error: str
+
+
+@functools.lru_cache(maxsize=64)
+def _writes_batches(cls: type) -> bool:
+    """Whether an offloader class writes batches (a Protocol check is slow: once per class)."""
+    return issubclass(cls, BatchWriter)
 
 
 class _Run:
@@ -65,13 +73,15 @@ class _Run:
         self.models = models
         self.trace: list[TraceEntry] = []
         self._input_problems: set[str] | None = None
-        self._batches = isinstance(offloader, BatchWriter)  # checked once, not per manager
+        self._batches = offloader is not None and _writes_batches(type(offloader))
         self._format_checked = False
+        self._tokenizer = str(counter.tokenizer)
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
         """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""
-        tokens, _ = self.counter.context(self.context)
-        fired, reason = entry.activation.evaluate(Facts(self.context, self.counter))
+        counts = self.counter.context(self.context)
+        tokens = counts[0]
+        fired, reason = entry.activation.evaluate(Facts(self.context, self.counter, counts))
         if not fired:
             self._record(entry, False, reason, tokens, self.context, 0.0, None, {})
             return None
@@ -80,6 +90,10 @@ class _Run:
             # never a list managed into one that provider would reject.
             check_format(self.context.messages)
             self._format_checked = True
+            history = self.context.messages
+            if isinstance(history, History) and history._valid():
+                # A grown list that was valid: knowing whether it still is costs its new part.
+                self._input_problems = {p.message for p in check_grown(history)}
         # Each manager's archives are collected and written in one durable batch.
         store: Any = self.offloader
         if self._batches:
@@ -137,7 +151,17 @@ class _Run:
             return None
         if output.system_prompt != self.context.system_prompt:
             return "the manager changed the system prompt, which managers must keep"
-        problems = check_messages(output.messages, partial_tail=True)
+        msgs, edit = output.messages, output.edit
+        if isinstance(msgs, History) and msgs._valid():
+            problems = check_grown(msgs)  # grown from a list known valid: its new messages
+        elif edit is not None and edit.source is self.context:
+            # Made by splice from this input: only what changed can be new trouble.
+            problems = check_changes(msgs, edit.spans)
+            source = self.context.messages
+            if not problems and isinstance(source, History) and source._valid() >= len(source):
+                cast(History, msgs)._mark_valid()  # a valid list, changed without new trouble
+        else:  # a plugin's own list: the full check
+            problems = check_grown(msgs)
         if problems:
             if self._input_problems is None:
                 before = check_messages(self.context.messages, partial_tail=True)
@@ -145,6 +169,8 @@ class _Run:
             new = [p for p in problems if p.message not in self._input_problems]
             if new:
                 return f"the manager produced an invalid message list: {new[0]}"
+        if self._format_checked and isinstance(output.messages, History):
+            output.messages._mark_checked()  # its new messages passed the format check too
         return None
 
     def _record(
@@ -172,7 +198,7 @@ class _Run:
                 "messages_after": len(after.messages),
                 "duration_ms": round(duration, 3),
                 "error": error,
-                "tokenizer": str(self.counter.tokenizer),
+                "tokenizer": self._tokenizer,
                 "details": details,
             }
         )

@@ -7,10 +7,11 @@ results that answer it (parallel calls included).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .errors import ContextError, Problem
+from .history import History, items, scan
 
 __all__ = ["SYSTEM_ROLES", "check_messages", "last_task_index", "text_of", "units"]
 
@@ -54,6 +55,51 @@ def units(messages: Sequence[Any]) -> list[tuple[int, int]]:
     return spans
 
 
+def units_from_end(messages: Sequence[Any], end: int | None = None) -> Iterator[tuple[int, int]]:
+    """The spans of :func:`units`, newest first, found by walking back from ``end``: a
+    caller that keeps the newest units pays for what it looks at, not for the list."""
+    i = len(messages) if end is None else end
+    while i > 0:
+        if messages[i - 1].get("role") != "tool":
+            yield i - 1, i
+            i -= 1
+            continue
+        k = i - 1
+        while k > 0 and messages[k - 1].get("role") == "tool":
+            k -= 1
+        if k > 0 and call_ids(messages[k - 1]):
+            yield k - 1, i
+            i = k - 1
+        else:  # tool results that answer no call: each is a unit of its own, as units() has it
+            for j in range(i - 1, k - 1, -1):
+                yield j, j + 1
+            i = k
+
+
+def pinned_positions(messages: Sequence[Any]) -> list[int]:
+    """Indices of the system and developer messages and the summaries, which managers keep."""
+    return scan(messages, "pinned", _always_kept)
+
+
+def _always_kept(m: Any) -> bool:
+    return m.get("role") in SYSTEM_ROLES or is_summary(m)
+
+
+def gaps(end: int, kept: Sequence[int]) -> list[tuple[int, int]]:
+    """The runs of ``range(end)`` between the sorted indices ``kept``."""
+    out: list[tuple[int, int]] = []
+    pos = 0
+    for k in kept:
+        if k >= end:
+            break
+        if k > pos:
+            out.append((pos, k))
+        pos = k + 1
+    if pos < end:
+        out.append((pos, end))
+    return out
+
+
 def is_summary(m: Any) -> bool:
     """Whether a message is a summary written by ctxmgmt: a user or assistant message, with
     no tool calls, whose text starts with the summary marker. A tool result that starts
@@ -93,11 +139,12 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def check_messages(messages: Sequence[Any], *, partial_tail: bool = False) -> list[Problem]:
+def check_messages(messages: Sequence[Any], *, partial_tail: bool = False, offset: int = 0) -> list[Problem]:
     """Everything the OpenAI chat API would reject in a message list.
 
     With ``partial_tail``, tool calls at the end that are still waiting for results
-    are allowed: that is the state at ``post_tool`` between parallel results.
+    are allowed: that is the state at ``post_tool`` between parallel results. ``offset``
+    is the index of the first message, when ``messages`` is a part of a list.
     """
     problems: list[Problem] = []
     pending: dict[str, int] = {}  # call id -> index of the assistant message asking
@@ -109,7 +156,7 @@ def check_messages(messages: Sequence[Any], *, partial_tail: bool = False) -> li
             )
         pending.clear()
 
-    for i, m in enumerate(messages):
+    for i, m in enumerate(messages, offset):
         where = f"/messages/{i}"
         if not isinstance(m, dict):
             problems.append(Problem(where, "a message must be an object"))
@@ -192,12 +239,62 @@ def foreign_format(m: Any, where: str) -> Problem | None:
     return None
 
 
+def check_changes(messages: Sequence[Any], spans: Sequence[tuple[int, int]]) -> list[Problem]:
+    """What :func:`check_messages` would find that a change made, given where the changed
+    messages are (``start == end`` where messages were only removed) in a list made from a
+    valid one: the changed messages and the whole tool-call groups at each seam."""
+    n = len(messages)
+    windows: list[tuple[int, int]] = []
+    for start, end in spans:
+        lo = max(0, start - 1)  # the message before the seam, and the start of its group
+        while lo > 0 and _role(messages[lo]) == "tool":
+            lo -= 1
+        hi = end  # and every tool result that follows
+        while hi < n and _role(messages[hi]) == "tool":
+            hi += 1
+        if windows and lo <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], hi))
+        else:
+            windows.append((lo, hi))
+    problems: list[Problem] = []
+    for lo, hi in windows:
+        part = messages[lo:hi]
+        problems.extend(check_messages(part, partial_tail=hi == n, offset=lo))
+    return problems
+
+
+def check_grown(messages: Sequence[Any]) -> list[Problem]:
+    """``check_messages(messages, partial_tail=True)``; a History remembers how much of it
+    was valid, so one that grew by appends costs only its new messages."""
+    if not isinstance(messages, History):
+        return check_messages(messages, partial_tail=True)
+    n, done = len(messages), messages._valid()
+    if done >= n:
+        return []
+    msgs = items(messages)
+    lo = max(0, done - 1)  # from the group that was open at the end of the valid part
+    while lo > 0 and _role(msgs[lo]) == "tool":
+        lo -= 1
+    problems = check_messages(msgs[lo:n], partial_tail=True, offset=lo)
+    if not problems:
+        messages._mark_valid()
+    return problems
+
+
+def _role(m: Any) -> Any:
+    return m.get("role") if isinstance(m, dict) else None
+
+
 def check_format(messages: Sequence[Any]) -> None:
-    """Raise ContextError at the first message in another provider's format."""
-    for i, m in enumerate(messages):
-        problem = foreign_format(m, f"/messages/{i}")
+    """Raise ContextError at the first message in another provider's format (a History
+    remembers how far it was checked, so a grown one costs only its new messages)."""
+    history = messages if isinstance(messages, History) else None
+    for i in range(history._checked() if history is not None else 0, len(messages)):
+        problem = foreign_format(messages[i], f"/messages/{i}")
         if problem is not None:
             raise ContextError([problem])
+    if history is not None:
+        history._mark_checked()
 
 
 def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:

@@ -20,10 +20,12 @@ class Facts:
 
     __slots__ = ("_context", "_counter", "_counts", "_tool_tokens")
 
-    def __init__(self, context: Context, counter: TokenCounter) -> None:
+    def __init__(
+        self, context: Context, counter: TokenCounter, counts: tuple[int, int] | None = None
+    ) -> None:
         self._context = context
         self._counter = counter
-        self._counts: tuple[int, int] | None = None
+        self._counts = counts
         self._tool_tokens: int | None = None
 
     def _both(self) -> tuple[int, int]:

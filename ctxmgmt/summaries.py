@@ -14,9 +14,9 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .context import runs
 from .digest import FAILED_COMMANDS, digest, merge_failed_commands, merge_tool_lines, split_count
 from .messages import SUMMARY_PREFIX, is_summary, text_of
 
@@ -295,22 +295,33 @@ def with_summary(
     which also records the newest message it has seen."""
     msgs = context.messages
     gone = set(removed)
-    head = [m for i, m in enumerate(msgs[:cut]) if i not in gone and not is_summary(m)]
-    tail = [m for m in msgs[cut:] if not is_summary(m)]
+    gone.update(i for i, m in enumerate(msgs) if is_summary(m))
+    changes: list[tuple[int, int, tuple[Mapping[str, Any], ...]]] = []
+    for start, end in runs(i for i in gone if i < cut):
+        changes.append((start, end, ()))
+    # The summary goes at the cut, after the kept head.
+    if changes and changes[-1][1] == cut:
+        changes[-1] = (changes[-1][0], cut, (summary,))
+    else:
+        changes.append((cut, cut, (summary,)))
+    changes.extend((start, end, ()) for start, end in runs(i for i in gone if i >= cut))
     old = context.state.get(STATE_KEY)
     merged = {**(old if isinstance(old, dict) else {}), **state}
-    new = context.with_messages([*head, summary, *tail])
-    merged["upto"] = last_message_key(new)
-    return replace(new, state={**context.state, STATE_KEY: merged})
+    newest = next((msgs[i] for i in range(len(msgs) - 1, cut - 1, -1) if i not in gone), summary)
+    merged["upto"] = message_key(newest)
+    return context.splice(changes, state={**context.state, STATE_KEY: merged})
 
 
 def last_message_key(context: Context) -> str | None:
     """A fingerprint of the newest message: a summary records it, so that a second run
     with no new message does not summarise again. Bounded work whatever the message's size:
     its text counts by length, head and tail; everything else (role, ids, calls) whole."""
-    if not context.messages:
-        return None
-    last = dict(context.messages[-1])
+    return message_key(context.messages[-1]) if context.messages else None
+
+
+def message_key(m: Mapping[str, Any]) -> str:
+    """The fingerprint :func:`last_message_key` gives a message."""
+    last = dict(m)
     content = last.pop("content", None)
     text = text_of(content)
     if isinstance(content, list):  # images and other parts count whole

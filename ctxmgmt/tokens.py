@@ -28,15 +28,17 @@ import logging
 import os
 import tempfile
 import threading
-from collections import OrderedDict
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ._memo import Memo, clear_shared
 from .errors import ContextError, Problem
+from .history import History
 
 if TYPE_CHECKING:
-    from .context import Context
+    from .context import Context, Edit
 
 __all__ = ["APPROXIMATE", "TokenCounter", "Tokenizer", "clear_caches", "get_counter"]
 
@@ -85,47 +87,6 @@ class Tokenizer:
         return self.name if self.exact else f"{self.name} (estimate)"
 
 
-class Memo:
-    """A memo bounded by the bytes of what it keeps alive: the oldest entries go first.
-
-    Each entry keeps its object, so that a key (an ``id``) cannot be reused by another
-    object while the entry lives; a lookup checks that it is the same object.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        # An OrderedDict: evicting from the front stays O(1) however many entries went
-        # (a plain dict's next(iter()) scans the holes its deletions leave at its front).
-        self._data: OrderedDict[Any, tuple[object, int, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def get(self, key: Any, obj: object) -> int | None:
-        hit = self._data.get(key)
-        return hit[1] if hit is not None and hit[0] is obj else None
-
-    def put(self, key: Any, obj: object, value: int, size: int) -> None:
-        if size > self.max_bytes:
-            return  # larger than the whole memo: not worth keeping
-        with self._lock:
-            old = self._data.pop(key, None)
-            if old is not None:
-                self.bytes -= old[2]
-            self._data[key] = (obj, value, size)
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, (_, _, gone) = self._data.popitem(last=False)
-                self.bytes -= gone
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-            self.bytes = 0
-
-
 def _pop_oldest(data: dict[Any, Any]) -> tuple[Any, Any]:
     key = next(iter(data))
     return key, data.pop(key)
@@ -164,9 +125,9 @@ class TokenCounter:
         self._encode: Callable[[str], list[int]] | None = (
             getattr(encoding, "_core_bpe", encoding).encode_ordinary if encoding is not None else None
         )
-        self._memo = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
-        self._sequences: list[tuple[tuple[Any, ...], int, int]] = []
-        self._strings = Memo(STRING_MEMO_BYTES)  # string -> count
+        self._memo: Memo[int] = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
+        self._sequences: list[History] = []  # recent new logs, to seed their totals
+        self._strings: Memo[int] = Memo(STRING_MEMO_BYTES)  # string -> count
         self._lock = threading.Lock()
 
     # -- texts -------------------------------------------------------------------
@@ -298,27 +259,83 @@ class TokenCounter:
     def messages(self, messages: Sequence[Any]) -> tuple[int, int]:
         """(tokens, count) of a message list; count leaves out system and developer messages.
 
-        A list that starts with a list counted before costs only the new messages.
+        A :class:`~ctxmgmt.History` keeps running totals, so one that grew by appends
+        costs only its new messages. A list that starts with a list counted before costs
+        one comparison of that prefix, plus its new messages.
         """
+        if isinstance(messages, History):
+            return self._history(messages)
         seq = messages if isinstance(messages, tuple) else tuple(messages)
         n = len(seq)
         start, tokens, count = 0, 0, 0
-        for known, known_tokens, known_count in self._sequences:
-            k = len(known)
-            if k <= n and k and seq[k - 1] is known[-1] and (seq if k == n else seq[:k]) == known:
-                start, tokens, count = k, known_tokens, known_count
+        for known in self._sequences:
+            if known._prefix_of(seq):
+                start = len(known)
+                tokens, count = self._history(known)
                 break
-        message = self.message
         for i in range(start, n):
             m = seq[i]
-            tokens += message(m, i)
+            tokens += self.message(m, i)
             if m.get("role") not in _SYSTEM_ROLES:
                 count += 1
-        if start != n:
-            with self._lock:
-                self._sequences.insert(0, (seq, tokens, count))
-                del self._sequences[_SEQUENCES_KEPT:]
         return tokens, count
+
+    def _history(self, history: History) -> tuple[int, int]:
+        n = len(history)
+        if not n:
+            return 0, 0
+        log = history._log
+        sums = log.sums.get(self.tokenizer.name)
+        if sums is not None and len(sums[0]) >= n:
+            return sums[0][n - 1], sums[1][n - 1]  # the steady state: nothing new
+        with log.lock:
+            sums = log.sums.get(self.tokenizer.name)
+            if sums is None:
+                sums = log.sums[self.tokenizer.name] = self._seed(history)
+            totals, counts = sums
+            tokens = totals[-1] if totals else 0
+            count = counts[-1] if counts else 0
+            items, message = log.items, self.message
+            for i in range(len(totals), n):
+                m = items[i]
+                tokens += message(m, i)
+                if m.get("role") not in _SYSTEM_ROLES:
+                    count += 1
+                totals.append(tokens)
+                counts.append(count)
+        return totals[n - 1], counts[n - 1]
+
+    def _edited(self, edit: Edit) -> tuple[int, int]:
+        """(tokens, count) of a spliced list, from its source's running totals and the
+        changes: the cost of what changed, not of the list."""
+        source = cast(History, edit.source.messages)
+        tokens, count = self._history(source)
+        totals, counts = source._log.sums.get(self.tokenizer.name) or ((), ())  # none if empty
+        message = self.message
+        for start, end, new in edit.changes:
+            if end > start:
+                tokens -= totals[end - 1] - (totals[start - 1] if start else 0)
+                count -= counts[end - 1] - (counts[start - 1] if start else 0)
+            for m in new:
+                tokens += message(m)
+                if m.get("role") not in _SYSTEM_ROLES:
+                    count += 1
+        return tokens, count
+
+    def _seed(self, history: History) -> tuple[array[int], array[int]]:
+        """Running totals for a new log: copied from a counted history it extends, if any
+        (one prefix comparison per log, not per call)."""
+        seed: tuple[array[int], array[int]] = (array("q"), array("q"))
+        for known in self._sequences:
+            sums = known._log.sums.get(self.tokenizer.name)
+            if sums is not None and known._prefix_of(history):
+                k = min(len(known), len(sums[0]))
+                seed = (sums[0][:k], sums[1][:k])
+                break
+        with self._lock:
+            self._sequences.insert(0, history)
+            del self._sequences[_SEQUENCES_KEPT:]
+        return seed
 
     def tools(self, tools: Sequence[Any]) -> int:
         """Tokens of the tool schemas sent with a request."""
@@ -340,7 +357,11 @@ class TokenCounter:
         cached = ctx._counts.get(self.tokenizer.name)
         if cached is not None:
             return cached
-        tokens, count = self.messages(ctx.messages)
+        edit = ctx._edit
+        if edit is not None and isinstance(edit.source.messages, History):
+            tokens, count = self._edited(edit)
+        else:
+            tokens, count = self.messages(ctx.messages)
         total = tokens + self.system_prompt(ctx.system_prompt) + self.tools(ctx.tools) + REPLY_PRIMING
         ctx._counts[self.tokenizer.name] = (total, count)
         return total, count
@@ -450,7 +471,8 @@ def _with_tokenizer(shared: TokenCounter | None, tokenizer: Tokenizer) -> TokenC
 
 
 def clear_caches() -> None:
-    """Forget every memoised count (to free memory, or to measure a cold start)."""
+    """Forget every memoised count and extraction (to free memory, or to measure a cold start)."""
+    clear_shared()
     with _resolve_lock:
         for counter in _counters.values():
             counter._memo.clear()

@@ -185,7 +185,7 @@ def test_head_and_tail_fit_the_limit_without_encoding_everything(counter, monkey
 def test_the_message_memo_is_bounded_by_bytes():
     """Counting many distinct large messages keeps the memo within its byte budget; the
     newest ones stay memoised."""
-    from ctxmgmt.tokens import Memo
+    from ctxmgmt._memo import Memo
 
     counter = get_counter("gpt-4o-mini")
     saved = counter._memo

@@ -56,7 +56,7 @@ class ToolResultCompactionManager(ContextManager):
         runtime.details["compacted"] = len(changed)
         if not changed:
             return context
-        return context.with_messages([changed.get(i, m) for i, m in enumerate(msgs)])
+        return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
 
     def _compact(self, m: Mapping[str, Any], cap: int, runtime: Runtime) -> dict[str, Any] | None:
         text = text_of(m.get("content"))

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..context import Context
-from ..messages import SYSTEM_ROLES, is_summary, last_task_index, units
+from ..history import items
+from ..messages import SYSTEM_ROLES, gaps, is_summary, last_task_index, pinned_positions, units_from_end
 from ..tokens import REPLY_PRIMING
 from .base import ContextManager, Runtime, builtin_schema
 
@@ -27,14 +28,13 @@ class SlidingWindowManager(ContextManager):
     config_schema = builtin_schema(type_name)
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
-        msgs = context.messages
+        msgs = items(context.messages)
         max_messages: int = self.config["max_messages"]
         max_tokens: int | None = self.config.get("max_tokens")
-        pinned = self._pinned(msgs)
+        pinned = self._pinned(context.messages, msgs)
         count = runtime.counter.message
 
         used = sum(1 for i in pinned if msgs[i].get("role") not in SYSTEM_ROLES)
-        keep = set(pinned)
         budget = None
         if max_tokens is not None:
             budget = max_tokens - (
@@ -43,7 +43,9 @@ class SlidingWindowManager(ContextManager):
                 + REPLY_PRIMING
                 + sum(count(msgs[i], i) for i in pinned)
             )
-        for start, end in reversed(units(msgs)):
+        # Newest units first, until the cap: only what is kept (and one unit more) is looked at.
+        boundary = len(msgs)
+        for start, end in units_from_end(msgs):
             if start in pinned and end - start == 1:
                 continue
             size = end - start
@@ -55,26 +57,29 @@ class SlidingWindowManager(ContextManager):
                     break
                 budget -= cost
             used += size
-            keep.update(range(start, end))
-        if len(keep) == len(msgs):
+            boundary = start
+        # Removed: everything before the oldest kept unit, except what is pinned.
+        gone = gaps(boundary, sorted(pinned))
+        removed = sum(end - start for start, end in gone)
+        if not removed:
             runtime.details["removed"] = 0
             return context
         if runtime.offloader is not None:
             # Archive first: nothing is removed unless it is safely stored.
-            gone = [dict(m) for i, m in enumerate(msgs) if i not in keep]
-            runtime.details["offloaded"] = runtime.offloader.store_messages(runtime.session, gone)
-        runtime.details["removed"] = len(msgs) - len(keep)
-        runtime.details["kept"] = len(keep)
+            archived = [dict(msgs[i]) for start, end in gone for i in range(start, end)]
+            runtime.details["offloaded"] = runtime.offloader.store_messages(runtime.session, archived)
+        runtime.details["removed"] = removed
+        runtime.details["kept"] = len(msgs) - removed
         if budget is not None and budget < 0:
             runtime.details["note"] = "the pinned messages alone exceed max_tokens"
-        return context.with_messages([m for i, m in enumerate(msgs) if i in keep])
+        return context.splice((start, end, ()) for start, end in gone)
 
-    def _pinned(self, msgs: Sequence[Mapping[str, Any]]) -> set[int]:
-        pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES}
+    def _pinned(self, history: Sequence[Mapping[str, Any]], msgs: Sequence[Mapping[str, Any]]) -> set[int]:
+        pinned = {
+            i for i in pinned_positions(history) if self.config["keep_summary"] or not is_summary(msgs[i])
+        }
         if self.config["pin"] == "task":
             task = last_task_index(msgs)
             if task is not None:
                 pinned.add(task)
-        if self.config["keep_summary"]:
-            pinned.update(i for i, m in enumerate(msgs) if is_summary(m))
         return pinned

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..context import Context
 from ..errors import OffloadError
+from ..history import History, items
 from ..messages import RECALL_TOOLS, text_of, tool_names, trailing_tool_start
 from ..tokens import TokenCounter
 from ..types import Hook
@@ -64,6 +65,13 @@ class ToolsOutputTruncateManager(ContextManager):
     config_schema = builtin_schema(type_name)
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
+        history = context.messages
+        if (
+            runtime.hook is not Hook.POST_TOOL
+            and not self.config.get("offload")
+            and isinstance(history, History)
+        ):
+            return self._grown(context, history, runtime)
         msgs = context.messages
         start = trailing_tool_start(msgs) if runtime.hook is Hook.POST_TOOL else 0
         changed: dict[int, Mapping[str, Any]] = {}
@@ -79,7 +87,43 @@ class ToolsOutputTruncateManager(ContextManager):
         runtime.details["truncated"] = len(changed)
         if not changed:
             return context
-        return context.with_messages([changed.get(i, m) for i, m in enumerate(msgs)])
+        return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
+
+    def _grown(self, context: Context, history: History, runtime: Runtime) -> Context:
+        """Every result cut, remembering the output for this list of messages: each message's
+        result depends only on the messages before it, so a list that grew by appends costs
+        its new messages, and the same list again costs nothing."""
+        key = (self, runtime.counter.tokenizer.name)
+        derived = history._derived()
+        n = len(history)
+        done, out, truncated = derived.get(key, (0, None, 0))
+        if done > n:  # an older view of these messages
+            done, out, truncated = 0, None, 0
+        if done < n:
+            msgs = items(history)
+            lo = done
+            while lo > 0 and msgs[lo - 1].get("role") == "tool":
+                lo -= 1  # the call that the first new results answer
+            names: dict[str, str] | None = None
+            new: list[Mapping[str, Any]] = []
+            for i in range(done, n):
+                m = msgs[i]
+                if m.get("role") == "tool" and not self.fits(m, runtime.counter, i):
+                    names = tool_names(msgs, lo) if names is None else names
+                    if names.get(str(m.get("tool_call_id"))) not in RECALL_TOOLS:
+                        m = self._truncate(m, runtime)
+                        truncated += 1
+                new.append(m)
+            if out is None and truncated:
+                out = History._own([*msgs[:done], *new])
+            elif out is not None:
+                out = out.append(*new)
+            done = n
+            derived[key] = (done, out, truncated)
+        runtime.details["truncated"] = truncated
+        if out is None:
+            return context
+        return context.with_messages(out)
 
     def fits(self, m: Mapping[str, Any], counter: TokenCounter, index: int | None = None) -> bool:
         """Whether a tool result is within the limits, or was already cut with its notice."""

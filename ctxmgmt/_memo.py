@@ -1,0 +1,74 @@
+"""A memo bounded by the bytes of what it keeps alive, keyed by object identity."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Any, Generic, TypeVar
+
+V = TypeVar("V")
+
+__all__ = ["BY_CONTENT", "Memo", "clear_shared", "content_key"]
+
+_SHARED: list[Memo[Any]] = []
+
+BY_CONTENT = object()
+"""The object to give a memo whose keys are content digests (see :func:`content_key`)."""
+
+
+def content_key(text: str) -> bytes:
+    """A 128-bit digest of a text, to key a memo by content without keeping the text alive:
+    equal texts from different requests share an entry."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class Memo(Generic[V]):
+    """A memo bounded by the bytes of what it keeps alive: the oldest entries go first.
+
+    Each entry keeps its object, so that a key (an ``id``) cannot be reused by another
+    object while the entry lives; a lookup checks that it is the same object. A memo keyed
+    by :func:`content_key` is given :data:`BY_CONTENT` as the object.
+    """
+
+    def __init__(self, max_bytes: int, *, shared: bool = False) -> None:
+        """``shared``: a module-level memo, which :func:`clear_shared` empties."""
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        # An OrderedDict: evicting from the front stays O(1) however many entries went
+        # (a plain dict's next(iter()) scans the holes its deletions leave at its front).
+        self._data: OrderedDict[Any, tuple[object, V, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        if shared:
+            _SHARED.append(self)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: Any, obj: object) -> V | None:
+        hit = self._data.get(key)
+        return hit[1] if hit is not None and hit[0] is obj else None
+
+    def put(self, key: Any, obj: object, value: V, size: int) -> None:
+        if size > self.max_bytes:
+            return  # larger than the whole memo: not worth keeping
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self.bytes -= old[2]
+            self._data[key] = (obj, value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, _, gone) = self._data.popitem(last=False)
+                self.bytes -= gone
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.bytes = 0
+
+
+def clear_shared() -> None:
+    """Empty every module-level memo."""
+    for memo in _SHARED:
+        memo.clear()
