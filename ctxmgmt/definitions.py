@@ -16,7 +16,7 @@ from .context import ApplyResult, Context
 from .errors import ContextError, DefinitionError, Problem
 from .hooks import Entry, arun_hook, run_hook
 from .loader import Document, load_document
-from .managers.base import with_defaults
+from .managers.base import Environment, with_defaults
 from .registry import ManagerRegistry, default_registry
 from .rules import Activation
 from .tokens import get_counter
@@ -135,53 +135,39 @@ class Definition:
         hook: str | Hook,
         context: Context,
         *,
+        environment: Environment | None = None,
         models: ModelsConfig | None = None,
         offloader: Offloader | None = None,
         session: str = "default",
         execution: str | None = None,
     ) -> ApplyResult:
         """Run the hook's managers on the context. Returns the new context and the trace;
-        the input is never changed."""
-        return run_hook(*self._run(hook, context, models, offloader, session, execution))
+        the input is never changed. The caller's environment is given whole as
+        ``environment``, or field by field (``models``, ``offloader``, ``session``,
+        ``execution``) for a one-off call."""
+        env = _environment(environment, models, offloader, session, execution)
+        return run_hook(*self._run(hook, context), env, self.settings)
 
     async def aapply(
         self,
         hook: str | Hook,
         context: Context,
         *,
+        environment: Environment | None = None,
         models: ModelsConfig | None = None,
         offloader: Offloader | None = None,
         session: str = "default",
         execution: str | None = None,
     ) -> ApplyResult:
         """The async form of :meth:`apply`; model calls do not block the event loop."""
-        return await arun_hook(*self._run(hook, context, models, offloader, session, execution))
+        env = _environment(environment, models, offloader, session, execution)
+        return await arun_hook(*self._run(hook, context), env, self.settings)
 
-    def _run(
-        self,
-        hook: str | Hook,
-        context: Context,
-        models: ModelsConfig | None,
-        offloader: Offloader | None,
-        session: str,
-        execution: str | None,
-    ) -> tuple[Any, ...]:
-        """What a hook run is given: the plan, the counter for the context's model, and the
-        caller's environment."""
+    def _run(self, hook: str | Hook, context: Context) -> tuple[str, Hook, tuple[Entry, ...], Context, Any]:
+        """What a hook run is given besides the caller's environment: the plan and the counter
+        for the context's model."""
         h = parse_hook(hook)
-        counter = get_counter(context.model, self.tokenizer)
-        return (
-            self.name,
-            h,
-            self._plan(h),
-            context,
-            counter,
-            models,
-            offloader,
-            session,
-            execution,
-            self.settings,
-        )
+        return self.name, h, self._plan(h), context, get_counter(context.model, self.tokenizer)
 
     @property
     def offloads(self) -> bool:
@@ -192,6 +178,20 @@ class Definition:
             for specs in self.hooks.values()
             for s in specs
         )
+
+
+def _environment(
+    environment: Environment | None,
+    models: ModelsConfig | None,
+    offloader: Offloader | None,
+    session: str,
+    execution: str | None,
+) -> Environment:
+    if environment is None:
+        return Environment(models, offloader, session, execution)
+    if models is not None or offloader is not None or session != "default" or execution is not None:
+        raise TypeError("give the environment whole or field by field, not both")
+    return environment
 
 
 def _spec(entry: Mapping[str, Any]) -> ManagerSpec:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,15 +18,13 @@ from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
 from .fit import Fit
 from .history import History
-from .managers.base import Runtime
+from .managers.base import Environment, Runtime
 from .messages import check_changes, check_format, check_grown, check_messages
 from .offload.base import Batch, BatchWriter
 from .rules import Facts, Gate
 from .types import Hook, TraceEntry
 
 if TYPE_CHECKING:
-    from .llm import ModelsConfig
-    from .offload import Offloader
     from .tokens import TokenCounter
 
 
@@ -56,25 +54,21 @@ class _Run:
         hook: Hook,
         context: Context,
         counter: TokenCounter,
-        models: ModelsConfig | None,
-        offloader: Offloader | None = None,
-        session: str = "default",
-        execution: str | None = None,
+        environment: Environment,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.settings = settings or {}
-        self.execution = execution
-        self.offloader = offloader
-        self.session = session
+        self.environment = environment
         self.definition = definition
         self.hook = hook
         self.context = context
         self.counter = counter
-        self.models = models
         self.trace: list[TraceEntry] = []
         self._input_problems: set[str] | None = None
+        offloader = environment.offloader
         self._batches = offloader is not None and _writes_batches(type(offloader))
         self._format_checked = False
+        self._current: tuple[Entry, tuple[Runtime, float, int, dict[str, Any]]] | None = None
         self._tokenizer = str(counter.tokenizer)
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
@@ -95,18 +89,10 @@ class _Run:
                 # A grown list that was valid: knowing whether it still is costs its new part.
                 self._input_problems = {p.message for p in check_grown(history)}
         # Each manager's archives are collected and written in one durable batch.
-        store: Any = self.offloader
+        store: Any = self.environment.offloader
         if self._batches:
             store = Batch(store)
-        runtime = Runtime(
-            self.hook,
-            self.counter,
-            self.definition,
-            self.models,
-            store,
-            self.session,
-            self.execution,
-        )
+        runtime = Runtime(self.hook, self.counter, self.definition, self.environment, store)
         return runtime, time.perf_counter(), tokens, reason
 
     def finish(
@@ -226,7 +212,28 @@ class _Run:
         else:
             self.finish(entry, started, output)
 
-    def result(self) -> ApplyResult:
+    def steps(self, entries: Sequence[Entry]) -> Iterator[tuple[Entry, Runtime]]:
+        """The entries that run, top to bottom, each with its runtime; report each one's
+        outcome with :meth:`done` before taking the next."""
+        for entry in entries:
+            started = self.start(entry)
+            if started is not None:
+                self._current = (entry, started)
+                yield entry, started[0]
+
+    def done(self, outcome: tuple[Any, Exception | None]) -> None:
+        """The outcome of the entry :meth:`steps` gave last: (output, None) or (None, error)."""
+        assert self._current is not None
+        (entry, started), self._current = self._current, None
+        output, exc = outcome
+        if exc is None:
+            self.finish(entry, started, output)
+        else:
+            self.finish(entry, started, exc=exc)
+
+    def end(self, entries: int) -> ApplyResult:
+        """The fit step, then the result."""
+        self.fit(entries)
         return ApplyResult(self.context, tuple(self.trace))
 
 
@@ -236,25 +243,13 @@ def run_hook(
     entries: Sequence[Entry],
     context: Context,
     counter: TokenCounter,
-    models: ModelsConfig | None = None,
-    offloader: Offloader | None = None,
-    session: str = "default",
-    execution: str | None = None,
+    environment: Environment,
     settings: Mapping[str, Any] | None = None,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, models, offloader, session, execution, settings)
-    for entry in entries:
-        started = run.start(entry)
-        if started is None:
-            continue
-        try:
-            output = entry.manager.apply(run.context, started[0])
-        except Exception as exc:
-            run.finish(entry, started, exc=exc)
-        else:
-            run.finish(entry, started, output)
-    run.fit(len(entries))
-    return run.result()
+    run = _Run(definition, hook, context, counter, environment, settings)
+    for entry, runtime in run.steps(entries):
+        run.done(_call(entry.manager, run.context, runtime))
+    return run.end(len(entries))
 
 
 async def arun_hook(
@@ -263,26 +258,28 @@ async def arun_hook(
     entries: Sequence[Entry],
     context: Context,
     counter: TokenCounter,
-    models: ModelsConfig | None = None,
-    offloader: Offloader | None = None,
-    session: str = "default",
-    execution: str | None = None,
+    environment: Environment,
     settings: Mapping[str, Any] | None = None,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, models, offloader, session, execution, settings)
-    for entry in entries:
-        started = run.start(entry)
-        if started is None:
-            continue
-        try:
-            aapply = getattr(entry.manager, "aapply", None)
-            if aapply is None:  # a duck-typed plugin with only apply()
-                output = entry.manager.apply(run.context, started[0])
-            else:
-                output = await aapply(run.context, started[0])
-        except Exception as exc:
-            run.finish(entry, started, exc=exc)
-        else:
-            run.finish(entry, started, output)
-    run.fit(len(entries))
-    return run.result()
+    run = _Run(definition, hook, context, counter, environment, settings)
+    for entry, runtime in run.steps(entries):
+        run.done(await _acall(entry.manager, run.context, runtime))
+    return run.end(len(entries))
+
+
+def _call(manager: Any, context: Context, runtime: Runtime) -> tuple[Any, Exception | None]:
+    """(output, None) or (None, what it raised)."""
+    try:
+        return manager.apply(context, runtime), None
+    except Exception as exc:
+        return None, exc
+
+
+async def _acall(manager: Any, context: Context, runtime: Runtime) -> tuple[Any, Exception | None]:
+    aapply = getattr(manager, "aapply", None)
+    if aapply is None:  # a duck-typed plugin with only apply()
+        return _call(manager, context, runtime)
+    try:
+        return await aapply(context, runtime), None
+    except Exception as exc:
+        return None, exc

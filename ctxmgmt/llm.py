@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import json
 import os
 import random
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -137,6 +139,13 @@ class ChatResponse:
         return content if isinstance(content, str) else ""
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for the process: loading the CA bundle costs ~20 ms, so every client
+    shares it (httpx's own default context)."""
+    return httpx.create_ssl_context()
+
+
 class HTTPPool:
     """httpx clients kept open and reused: one per endpoint, settings and transport, so that
     a call pays neither a client's construction (its CA bundle) nor, on a kept-alive
@@ -165,7 +174,7 @@ class HTTPPool:
             max_keepalive_connections=config.max_connections,
             keepalive_expiry=config.keep_alive_seconds,
         )
-        return {"timeout": config.timeout, "limits": limits}
+        return {"timeout": config.timeout, "limits": limits, "verify": _tls()}
 
     def client(self, config: ModelConfig, transport: httpx.BaseTransport | None = None) -> httpx.Client:
         key = self._key(config, transport)

@@ -29,6 +29,7 @@ from .context import Context
 from .definitions import Definition
 from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
 from .llm import ChatClient, HTTPPool, ModelsConfig
+from .managers.base import Environment
 from .managers.summarization import DEFAULT_PROMPT
 from .managers.truncate import OFFLOADED
 from .messages import is_summary, text_of
@@ -227,12 +228,10 @@ class Runner:
                 if tools.setdefault(tool.name, tool) is tool:
                     recall.append(tool.schema())
 
+        pool = self.pool or HTTPPool()
         run = _Execution(
             definition=definition,
-            models=self.models,
-            offloader=self.offloader,
-            session=memory_id,
-            execution=uuid.uuid4().hex,
+            environment=Environment(self.models, self.offloader, memory_id, uuid.uuid4().hex, pool),
             record=[{"role": "user", "content": question}],
             view=Context(
                 system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
@@ -249,7 +248,6 @@ class Runner:
             if found:
                 run.show_recall()
         result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
-        pool = self.pool or HTTPPool()
         client = ChatClient(model, async_transport=self._transport, pool=pool)
         try:
             await run.hook(Hook.POST_MEMORY, 0)
@@ -285,10 +283,17 @@ class Runner:
             # Only whole rounds are recorded, so the memory stays consistent even when
             # the model fails midway: the question and every complete call/result group.
             result.trace = run.trace
-            saved = {
-                **run.view.state,
-                VIEW_KEY: {"upto": length + len(run.record), "messages": list(run.view.messages)},
-            }
+            # The stored view (the managed messages) is written again only when a manager
+            # changed something: otherwise the view stored before plus the stored record
+            # since then is this view already, and writing it would cost O(memory) per execution.
+            saved = (
+                {
+                    **run.view.state,
+                    VIEW_KEY: {"upto": length + len(run.record), "messages": list(run.view.messages)},
+                }
+                if run.changed
+                else None
+            )
             try:
                 await asyncio.to_thread(
                     self.memory.append, memory_id, run.record, saved, expected_length=length
@@ -333,9 +338,8 @@ class Runner:
             context_window=llm.context_window if llm else None,
             state=state,
         )
-        result = await compactor.aapply(
-            "pre_llm", view, models=self.models, offloader=self.offloader, session=memory_id
-        )
+        env = Environment(self.models, self.offloader, memory_id, pool=self.pool)
+        result = await compactor.aapply("pre_llm", view, environment=env)
         saved = {
             **result.context.state,
             VIEW_KEY: {"upto": length, "messages": list(result.context.messages)},
@@ -404,10 +408,7 @@ class _Execution:
     """The model's view of the conversation, and the record of what happened."""
 
     definition: Definition | None
-    models: ModelsConfig
-    offloader: Offloader | None
-    session: str
-    execution: str
+    environment: Environment
     record: list[dict[str, Any]]
     view: Context
     recall: list[dict[str, Any]] = field(default_factory=list)
@@ -415,6 +416,8 @@ class _Execution:
     archived: bool = False
     """Whether a manager archived something in this execution."""
     trace: list[dict[str, Any]] = field(default_factory=list)
+    changed: bool = False
+    """Whether a hook changed the view (otherwise it is what was loaded, plus the record)."""
 
     def show_recall(self) -> None:
         """Give the model context_read and context_search from now on."""
@@ -448,19 +451,14 @@ class _Execution:
 
     def add(self, message: dict[str, Any]) -> None:
         self.record.append(message)
-        self.view = self.view.with_messages([*self.view.messages, message])
+        self.view = self.view.append(message)  # O(1), and its token counts carry over
 
     async def hook(self, hook: Hook, iteration: int) -> None:
         if self.definition is None:
             return
-        applied = await self.definition.aapply(
-            hook,
-            self.view,
-            models=self.models,
-            offloader=self.offloader,
-            session=self.session,
-            execution=self.execution,
-        )
+        applied = await self.definition.aapply(hook, self.view, environment=self.environment)
+        if applied.context is not self.view:
+            self.changed = True
         self.view = applied.context
         self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
         if applied.trace:

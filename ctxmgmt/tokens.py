@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from ._memo import Memo, clear_shared
+from ._memo import BY_CONTENT, Memo, clear_shared, content_key
 from .errors import ContextError, Problem
 from .history import History
 
@@ -65,6 +65,10 @@ MEMO_BYTES = 64 * 1024 * 1024
 """What the per-message memo may hold, by the size of the messages it keeps alive."""
 STRING_MEMO_BYTES = 8 * 1024 * 1024
 """What the memo of short repeated strings (names, system prompts) may hold."""
+TEXT_MEMO_BYTES = 8 * 1024 * 1024
+"""What the memo of long texts' counts by content digest may hold (about 90,000 texts)."""
+_KEYED_TEXT = 64
+"""Texts from this length on are also memoised by content (a digest costs a fraction of encoding)."""
 _COUNTERS_KEPT = 256
 """Counters kept per (tokenizer setting, model name); model names come from clients."""
 _WARNINGS_KEPT = 64
@@ -128,6 +132,7 @@ class TokenCounter:
         self._memo: Memo[int] = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
         self._sequences: list[History] = []  # recent new logs, to seed their totals
         self._strings: Memo[int] = Memo(STRING_MEMO_BYTES)  # string -> count
+        self._texts: Memo[int] = Memo(TEXT_MEMO_BYTES)  # content digest -> count
         self._lock = threading.Lock()
 
     # -- texts -------------------------------------------------------------------
@@ -158,6 +163,18 @@ class TokenCounter:
         if n is None:
             n = self.text(s)
             self._strings.put(s, s, n, len(s) + 64)
+        return n
+
+    def _long(self, s: str) -> int:
+        """Tokens of a long text, memoised by its content: a message loaded again from a store
+        (or sent again in a request) is a new object that the identity memo cannot know."""
+        if len(s) > LARGE_TEXT:
+            return self.text(s)  # estimated from samples: cheaper than a digest of it all
+        key = content_key(s)
+        n = self._texts.get(key, BY_CONTENT)
+        if n is None:
+            n = self.text(s)
+            self._texts.put(key, BY_CONTENT, n, 96)
         return n
 
     def head(self, s: str, limit: int) -> str:
@@ -206,13 +223,11 @@ class TokenCounter:
         n = MESSAGE_OVERHEAD
         content = m.get("content")
         if type(content) is str:  # the hot case, inlined
-            if content:
+            if len(content) >= _KEYED_TEXT:
+                n += self._long(content)
+            elif content:
                 encode = self._encode
-                n += (
-                    len(encode(content))
-                    if encode is not None and len(content) <= LARGE_TEXT
-                    else self.text(content)
-                )
+                n += len(encode(content)) if encode is not None else self.text(content)
         elif isinstance(content, str):
             n += self.text(content)
         elif isinstance(content, list):
@@ -235,7 +250,8 @@ class TokenCounter:
                 args = fn.get("arguments", "")
                 if not isinstance(args, str):
                     args = json.dumps(args, ensure_ascii=False)
-                n += TOOL_CALL_OVERHEAD + self._short(str(fn.get("name", ""))) + self.text(args)
+                tokens = self._long(args) if len(args) >= _KEYED_TEXT else self.text(args)
+                n += TOOL_CALL_OVERHEAD + self._short(str(fn.get("name", ""))) + tokens
         return n
 
     def _parts(self, parts: list[Any], where: str) -> int:
@@ -478,3 +494,4 @@ def clear_caches() -> None:
             counter._memo.clear()
             counter._sequences.clear()
             counter._strings.clear()
+            counter._texts.clear()

@@ -352,6 +352,30 @@ def test_next_execution_continues_from_the_managed_view(runner, chat_server, sto
     assert len(stored) == 10 and state["_view"]["upto"] == 10  # the record stays complete
 
 
+def test_an_execution_that_changes_nothing_leaves_the_stored_view_and_loses_nothing(
+    runner, chat_server, store
+):
+    """With no manager firing, the stored view is not written again; the next execution still
+    continues from exactly what the model saw, plus what was said after."""
+    window = {"type": "SlidingWindowManager", "config": {"max_messages": 2}}
+    store.create("window", {"hooks": {"pre_llm": [{**window, "activation": {"message_count_exceed": 6}}]}})
+    agent_id = agent(runner, context_management_name="window")
+    for i in range(4):
+        chat_server.reply(tool_call(("echo", {"i": i})))
+    chat_server.reply("first done")
+    first = runner.execute(agent_id, "first question")
+    assert any(e["activated"] for t in first.trace for e in t["entries"])
+    _, state, _ = runner.memory.load(first.memory_id, agent_id)
+    chat_server.reply("second done")
+    second = runner.execute(agent_id, "q2", memory_id=first.memory_id)
+    assert not any(e["activated"] for t in second.trace for e in t["entries"])
+    _, after, length = runner.memory.load(first.memory_id, agent_id)
+    assert after["_view"] == state["_view"] and state["_view"]["upto"] < length  # not written again
+    seen = [m for m in chat_server.requests[-1]["messages"] if m["role"] != "system"]
+    base, _, _ = runner._continue(first.memory_id, agent_id)
+    assert base == [*seen, {"role": "assistant", "content": "second done"}]
+
+
 def test_manual_compact_with_an_instruction(runner, chat_server, store, tmp_path):
     """compact summarises now, passes the extra instruction, archives, and the next run continues from it."""
     from ctxmgmt.offload import LocalOffloader

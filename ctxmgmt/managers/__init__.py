@@ -1,7 +1,7 @@
 """The built-in context managers, one module each."""
 
 from .autocompact import AutoCompactManager
-from .base import ContextManager, Runtime
+from .base import ContextManager, Environment, Runtime
 from .compaction import ToolResultCompactionManager
 from .sliding_window import SlidingWindowManager
 from .summarization import SummarizationManager
@@ -19,6 +19,7 @@ __all__ = [
     "BUILTINS",
     "AutoCompactManager",
     "ContextManager",
+    "Environment",
     "Runtime",
     "SlidingWindowManager",
     "SummarizationManager",

@@ -11,16 +11,37 @@ from ..types import Hook
 
 if TYPE_CHECKING:
     from ..context import Context
-    from ..llm import ModelsConfig
+    from ..llm import HTTPPool, ModelsConfig
     from ..offload import Offloader
     from ..tokens import TokenCounter
 
-__all__ = ["ContextManager", "Runtime"]
+__all__ = ["ContextManager", "Environment", "Runtime"]
 
 NO_STORE = (
     "needs an offload store "
     "(offload: in the configuration, --offload DIR for ctxmgmt apply, or offloader= in Python)"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """What the caller of a hook run gives it, built once by the caller (the runner, an
+    adapter, :meth:`~ctxmgmt.Definition.apply`) and handed on whole."""
+
+    models: ModelsConfig | None = None
+    """Where the summariser's model is configured."""
+    offloader: Offloader | None = None
+    """Where removed content is archived first, when offload is configured."""
+    session: str = "default"
+    """The conversation the offloaded content belongs to (the runner uses the memory id)."""
+    execution: str | None = None
+    """The agent execution this hook run belongs to (None outside the runner)."""
+    pool: HTTPPool | None = None
+    """Open HTTP clients for model calls; their owner closes them. Without one, sync calls
+    use the process's pool and each async call opens and closes a client of its own."""
+
+
+DEFAULT_ENVIRONMENT = Environment()
 
 
 @dataclass(slots=True)
@@ -30,15 +51,29 @@ class Runtime:
     hook: Hook
     counter: TokenCounter
     definition: str
-    models: ModelsConfig | None = None
+    environment: Environment = DEFAULT_ENVIRONMENT
     offloader: Offloader | None = None
-    """Where removed content is archived first, when offload is configured."""
-    session: str = "default"
-    """The conversation the offloaded content belongs to (the runner uses the memory id)."""
-    execution: str | None = None
-    """The agent execution this hook run belongs to (None outside the runner)."""
+    """Where removed content is archived first (for this manager run: its archives are
+    written in one batch), or None."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
+
+    @property
+    def models(self) -> ModelsConfig | None:
+        return self.environment.models
+
+    @property
+    def session(self) -> str:
+        """The conversation the offloaded content belongs to."""
+        return self.environment.session
+
+    @property
+    def execution(self) -> str | None:
+        return self.environment.execution
+
+    @property
+    def pool(self) -> HTTPPool | None:
+        return self.environment.pool
 
 
 class ContextManager:

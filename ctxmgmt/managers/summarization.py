@@ -232,7 +232,7 @@ class SummarizationManager(ContextManager):
             raise LLMError(
                 "no models configuration was given (--config or CTXMGMT_CONFIG)", model_id=model_id
             )
-        client = ChatClient(runtime.models[model_id])
+        client = ChatClient(runtime.models[model_id], pool=runtime.pool)
         transcript = "\n\n".join(_transcript_line(m) for m in removed)
         prompt = self.config.get("summarization_system_prompt") or DEFAULT_PROMPT
         user = (

@@ -129,17 +129,21 @@ class MemoryStore:
         self,
         memory_id: str,
         messages: Sequence[Mapping[str, Any]],
-        state: Mapping[str, Any],
+        state: Mapping[str, Any] | None,
         *,
         expected_length: int,
     ) -> None:
-        """Add messages after the ``expected_length`` first ones, and save the state.
-        A concurrent append to the same memory is a Conflict, never an interleaving."""
+        """Add messages after the ``expected_length`` first ones, and save the state (None
+        keeps the stored one). A concurrent append to the same memory is a Conflict, never
+        an interleaving."""
+        values: dict[str, Any] = {"length": expected_length + len(messages), "last_modified": now_ms()}
+        if state is not None:
+            values["state"] = dict(state)
         with self.engine.begin() as conn:
             updated = conn.execute(
                 memories.update()
                 .where(memories.c.memory_id == memory_id, memories.c.length == expected_length)
-                .values(length=expected_length + len(messages), state=dict(state), last_modified=now_ms())
+                .values(**values)
             ).rowcount
             if not updated:
                 raise Conflict(f"memory {memory_id!r} changed during this execution; execute again")

@@ -139,6 +139,40 @@ def test_model_summary_async(chat_server, models):
     assert result.context.state["summary"]["sections"]["goal"] == ["fix the login bug"]
 
 
+def test_async_summaries_share_the_environments_pool(chat_server, models):
+    """Given a pool in the environment, async summaries on one loop reuse one kept-alive
+    connection; without one, each call opens (and closes) a connection of its own."""
+    from ctxmgmt import Environment
+    from ctxmgmt.llm import HTTPPool
+
+    d = summarizer(summarization_model_id="summarizer")
+
+    async def twice(pool: HTTPPool | None) -> None:
+        env = Environment(models=models, pool=pool)
+        for _ in range(2):
+            result = await d.aapply("pre_llm", Context(messages=conversation()), environment=env)
+            assert result.trace[0]["error"] is None
+        if pool is not None:
+            await pool.aclose()
+
+    for pool, connections in ((HTTPPool(), 1), (None, 2)):
+        chat_server.reply(json.dumps(GOOD))
+        chat_server.reply(json.dumps(GOOD))
+        before = chat_server.connections
+        asyncio.run(twice(pool))
+        assert chat_server.connections - before == connections
+
+
+def test_an_environment_and_its_fields_are_not_both_given(models):
+    """apply takes the environment whole or field by field: both at once is a TypeError."""
+    from ctxmgmt import Environment
+
+    with pytest.raises(TypeError, match="not both"):
+        summarizer().apply(
+            "pre_llm", Context(messages=conversation()), environment=Environment(), models=models
+        )
+
+
 @pytest.mark.parametrize(
     ("script", "error"),
     [
