@@ -39,6 +39,9 @@ class Entry:
     on_error: str
 
 
+_BUILTIN_MODULES = ("ctxmgmt.managers.", "ctxmgmt.fit")
+
+
 @functools.lru_cache(maxsize=64)
 def _writes_batches(cls: type) -> bool:
     """Whether an offloader class writes batches (a Protocol check is slow: once per class)."""
@@ -104,7 +107,8 @@ class _Run:
     ) -> None:
         runtime, t0, tokens, reason = started
         duration = (time.perf_counter() - t0) * 1000
-        error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output)
+        builtin = type(entry.manager).__module__.startswith(_BUILTIN_MODULES)
+        error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output, builtin)
         if error is None and isinstance(runtime.offloader, Batch) and runtime.offloader.pending:
             # Archived first: the output is used only once what it removed is durable.
             try:
@@ -129,8 +133,9 @@ class _Run:
         self._record(entry, True, reason, tokens, output, duration, None, runtime.details)
         self.context = output
 
-    def _broken(self, output: Any) -> str | None:
-        """Why a manager's output may not be used, or None."""
+    def _broken(self, output: Any, builtin: bool) -> str | None:
+        """Why a manager's output may not be used, or None. A built-in's output is checked
+        where it changed; a plugin's, whole."""
         if not isinstance(output, Context):
             return f"apply() returned {type(output).__name__}, not a Context"
         if output is self.context:
@@ -138,7 +143,11 @@ class _Run:
         if output.system_prompt != self.context.system_prompt:
             return "the manager changed the system prompt, which managers must keep"
         msgs, edit = output.messages, output.edit
-        if isinstance(msgs, History) and msgs._valid():
+        if not builtin:  # a plugin's list: the full check, whatever it was made from
+            problems = check_messages(msgs, partial_tail=True)
+            if not problems and isinstance(msgs, History):
+                msgs._mark_valid()
+        elif isinstance(msgs, History) and msgs._valid():
             problems = check_grown(msgs)  # grown from a list known valid: its new messages
         elif edit is not None and edit.source is self.context:
             # Made by splice from this input: only what changed can be new trouble.
@@ -146,7 +155,7 @@ class _Run:
             source = self.context.messages
             if not problems and isinstance(source, History) and source._valid() >= len(source):
                 cast(History, msgs)._mark_valid()  # a valid list, changed without new trouble
-        else:  # a plugin's own list: the full check
+        else:
             problems = check_grown(msgs)
         if problems:
             if self._input_problems is None:

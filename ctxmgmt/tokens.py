@@ -66,7 +66,8 @@ MEMO_BYTES = 64 * 1024 * 1024
 STRING_MEMO_BYTES = 8 * 1024 * 1024
 """What the memo of short repeated strings (names, system prompts) may hold."""
 TEXT_MEMO_BYTES = 8 * 1024 * 1024
-"""What the memo of long texts' counts by content digest may hold (about 90,000 texts)."""
+"""What the memo of long texts' counts by content digest may hold (about 35,000 texts)."""
+_TEXT_ENTRY_BYTES = 240  # a digest, a count and the memo's own entry, as Python holds them
 _KEYED_TEXT = 64
 """Texts from this length on are also memoised by content (a digest costs a fraction of encoding)."""
 _COUNTERS_KEPT = 256
@@ -174,7 +175,7 @@ class TokenCounter:
         n = self._texts.get(key, BY_CONTENT)
         if n is None:
             n = self.text(s)
-            self._texts.put(key, BY_CONTENT, n, 96)
+            self._texts.put(key, BY_CONTENT, n, _TEXT_ENTRY_BYTES)
         return n
 
     def head(self, s: str, limit: int) -> str:

@@ -141,6 +141,10 @@ class DefinitionStore:
         self._cache_versions: dict[str, int] = {}
         self._lock = threading.Lock()
         self._byte_order = table.c.name.collate("C") if engine.dialect.name == "postgresql" else table.c.name
+        # The cached resolve's one query, as the driver's own SQL: building and compiling a
+        # statement each call cost as much as the round trip. Constant text; the name is bound.
+        marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        self._version_sql = f"SELECT version FROM {table.name} WHERE name = {marker}"
 
     @classmethod
     def open(cls, url: str | None = None, *, upgrade: bool = True) -> DefinitionStore:
@@ -285,7 +289,7 @@ class DefinitionStore:
         """The built definition for a name: one small version query when cached, so an
         update or delete by any instance is seen on the next call."""
         with self.engine.connect() as conn:
-            version = conn.execute(select(table.c.version).where(table.c.name == name)).scalar()
+            version = conn.exec_driver_sql(self._version_sql, (name,)).scalar()
         if version is None:
             with self._lock:
                 self._cache.pop(name, None)
