@@ -69,14 +69,14 @@ def main() -> None:
     gc.disable()
 
     # 1. One raw tiktoken pass over the contents and tool-call arguments.
-    raw = timed(lambda: sum(len(encoding.encode_ordinary(s)) for s in strings), 5)
+    raw = timed(lambda: sum(len(encoding.encode_ordinary(s)) for s in strings), 15)
 
     # 2. Cold apply: no cache has seen the conversation; the encoder is loaded.
     def cold() -> None:
         clear_caches()
         definition.apply("pre_llm", Context(system_prompt="sys", messages=messages))
 
-    cold_t = timed(cold, 5)
+    cold_t = timed(cold, 15)
 
     # 3. Warm apply after one new message, no manager activating.
     history = list(messages)

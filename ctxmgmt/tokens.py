@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from ._memo import BY_CONTENT, Memo, clear_shared, content_key
+from ._memo import BY_CONTENT, Memo, clear_shared
 from .errors import ContextError, Problem
 from .history import History
 
@@ -65,10 +65,10 @@ MEMO_BYTES = 64 * 1024 * 1024
 """What the per-message memo may hold, by the size of the messages it keeps alive."""
 STRING_MEMO_BYTES = 8 * 1024 * 1024
 """What the memo of short repeated strings (names, system prompts) may hold."""
-TEXT_MEMO_BYTES = 8 * 1024 * 1024
-"""What the memo of long texts' counts by content digest may hold (about 35,000 texts)."""
-_TEXT_ENTRY_BYTES = 240  # a digest, a count and the memo's own entry, as Python holds them
-_KEYED_TEXT = 64
+TEXT_MEMO_BYTES = 16 * 1024 * 1024
+"""What the memo of long texts' counts by content may hold, the texts included."""
+_TEXT_ENTRY_BYTES = 160  # a count and the memo's own entry, as Python holds them
+_KEYED_TEXT = 512
 """Texts from this length on are also memoised by content (a digest costs a fraction of encoding)."""
 _COUNTERS_KEPT = 256
 """Counters kept per (tokenizer setting, model name); model names come from clients."""
@@ -95,6 +95,10 @@ class Tokenizer:
 def _pop_oldest(data: dict[Any, Any]) -> tuple[Any, Any]:
     key = next(iter(data))
     return key, data.pop(key)
+
+
+def _where(index: int | None) -> str:
+    return f"/messages/{index}" if index is not None else "/message"
 
 
 def _size(m: Any) -> int:
@@ -133,7 +137,7 @@ class TokenCounter:
         self._memo: Memo[int] = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
         self._sequences: list[History] = []  # recent new logs, to seed their totals
         self._strings: Memo[int] = Memo(STRING_MEMO_BYTES)  # string -> count
-        self._texts: Memo[int] = Memo(TEXT_MEMO_BYTES)  # content digest -> count
+        self._texts: Memo[int] = Memo(TEXT_MEMO_BYTES)  # text -> count, by content
         self._lock = threading.Lock()
 
     # -- texts -------------------------------------------------------------------
@@ -169,13 +173,14 @@ class TokenCounter:
     def _long(self, s: str) -> int:
         """Tokens of a long text, memoised by its content: a message loaded again from a store
         (or sent again in a request) is a new object that the identity memo cannot know."""
-        if len(s) > LARGE_TEXT:
-            return self.text(s)  # estimated from samples: cheaper than a digest of it all
-        key = content_key(s)
-        n = self._texts.get(key, BY_CONTENT)
+        encode = self._encode
+        if encode is None or len(s) > LARGE_TEXT:
+            return self.text(s)  # approximate, or estimated from samples: cheaper than hashing
+        # Keyed by the text itself: exact (no digest to collide), and a str caches its hash.
+        n = self._texts.get(s, BY_CONTENT)
         if n is None:
-            n = self.text(s)
-            self._texts.put(key, BY_CONTENT, n, _TEXT_ENTRY_BYTES)
+            n = len(encode(s))
+            self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
         return n
 
     def head(self, s: str, limit: int) -> str:
@@ -213,14 +218,15 @@ class TokenCounter:
         hit = self._memo.get(id(m), m)
         if hit is not None:
             return hit
-        n = self._count_message(m, index)
-        self._memo.put(id(m), m, n, _size(m))
+        n, plain = self._count_message(m, index)
+        # The common case (string content, no calls) is sized inline.
+        self._memo.put(id(m), m, n, 200 + len(m["content"]) if plain else _size(m))
         return n
 
-    def _count_message(self, m: Any, index: int | None) -> int:
-        where = f"/messages/{index}" if index is not None else "/message"
+    def _count_message(self, m: Any, index: int | None) -> tuple[int, bool]:
+        """(tokens, whether the message is plain: string content and no tool calls)."""
         if not isinstance(m, dict):
-            raise ContextError([Problem(where, "a message must be an object with a role")])
+            raise ContextError([Problem(_where(index), "a message must be an object with a role")])
         n = MESSAGE_OVERHEAD
         content = m.get("content")
         if type(content) is str:  # the hot case, inlined
@@ -232,10 +238,10 @@ class TokenCounter:
         elif isinstance(content, str):
             n += self.text(content)
         elif isinstance(content, list):
-            n += self._parts(content, where)
+            n += self._parts(content, _where(index))
         elif content is not None:
             raise ContextError(
-                [Problem(f"{where}/content", "content must be a string, a list of parts or null")]
+                [Problem(f"{_where(index)}/content", "content must be a string, a list of parts or null")]
             )
         name = m.get("name")
         if isinstance(name, str):
@@ -253,7 +259,7 @@ class TokenCounter:
                     args = json.dumps(args, ensure_ascii=False)
                 tokens = self._long(args) if len(args) >= _KEYED_TEXT else self.text(args)
                 n += TOOL_CALL_OVERHEAD + self._short(str(fn.get("name", ""))) + tokens
-        return n
+        return n, type(content) is str and not calls
 
     def _parts(self, parts: list[Any], where: str) -> int:
         n = 0
@@ -313,13 +319,14 @@ class TokenCounter:
             tokens = totals[-1] if totals else 0
             count = counts[-1] if counts else 0
             items, message = log.items, self.message
+            add_total, add_count = totals.append, counts.append
             for i in range(len(totals), n):
                 m = items[i]
                 tokens += message(m, i)
                 if m.get("role") not in _SYSTEM_ROLES:
                     count += 1
-                totals.append(tokens)
-                counts.append(count)
+                add_total(tokens)
+                add_count(count)
         return totals[n - 1], counts[n - 1]
 
     def _edited(self, edit: Edit) -> tuple[int, int]:
