@@ -124,17 +124,23 @@ _COUNT = re.compile(r" \(×(\d+)\)$")
 def error_lines(text: str) -> list[str]:
     """The lines of a text that report a failure, in order, each once. Linear in the text:
     each line is looked at once, and at most 2,000 characters either side of its match;
-    of a text over 400,000 characters, the first and last 200,000."""
+    of a text over 400,000 characters, the first and last 200,000. Only lines that hold one
+    of the words every failure pattern needs are searched (see :func:`_candidate_lines`)."""
     if len(text) > 2 * _SCAN_CHARS:  # a huge output: its head and tail (the whole is archived)
         return list(dict.fromkeys([*error_lines(text[:_SCAN_CHARS]), *error_lines(text[-_SCAN_CHARS:])]))
     found: dict[str, None] = {}
     pos = 0
-    while len(found) < _MAX_ITEMS:
-        match = _FAILURE.search(text, pos)
-        if match is None:
+    for line_start in _candidate_lines(text):
+        if len(found) >= _MAX_ITEMS:
             break
-        start = text.rfind("\n", max(pos, match.start() - 2000), match.start()) + 1
-        start = start or max(pos, match.start() - 2000)
+        if line_start < pos:
+            continue
+        stop = text.find("\n", line_start)
+        match = _FAILURE.search(text, line_start, len(text) if stop < 0 else stop + 1)
+        if match is None:
+            continue
+        start = text.rfind("\n", max(line_start, match.start() - 2000), match.start()) + 1
+        start = start or max(line_start, match.start() - 2000)
         end = text.find("\n", match.end(), match.end() + 2000)
         line = text[start : match.end() + 2000 if end < 0 else end].strip()
         if len(line) > 3 and not _NOT_FAILURE.search(line):
@@ -142,6 +148,46 @@ def error_lines(text: str) -> list[str]:
         following = text.find("\n", match.end())
         pos = len(text) if following < 0 else following + 1
     return list(found)
+
+
+# Every alternative of _FAILURE holds one of these words (compared in lower case) or matches
+# _FAILURE_SHAPES: a line with neither cannot match, and is not searched. The big pattern
+# costs ~0.2 us per character; finding these costs a few nanoseconds. Keep them in step.
+_FAILURE_WORDS = (
+    "error", "exception", "fail", "fault", "violation", "panic", "unbound variable", "exist",
+    "no such", "missing ", "fatal", "err!", "not ok ", "✗", "✖", "✕", "×", "segmentation fault",
+    "core dumped", "not found", "permission denied", "connection refused", "couldn't connect",
+    "timed out", "cannot find", "could not", "unable to", "undefined reference", "is not defined",
+    "http/", "exit", "assert ", "bad", "unauthorized", "forbidden", "internal", "service",
+    "gateway", "conflict", "too many", "unprocessable",
+)  # fmt: skip
+_FAILURE_SHAPES = re.compile(r":\d+:\d+: |^[ \t]*E[ \t]{2}|\bE: ", re.MULTILINE)
+
+
+def _candidate_lines(text: str) -> list[int]:
+    """The starts of the lines that may hold a failure, in order."""
+    low = text.lower()
+    if len(low) != len(text):  # lower-casing changed some lengths: positions would not match
+        return _line_starts(text)
+    starts: set[int] = set()
+    for word in _FAILURE_WORDS:
+        i = low.find(word)
+        while i >= 0:
+            starts.add(text.rfind("\n", 0, i) + 1)
+            following = text.find("\n", i)
+            if following < 0:
+                break
+            i = low.find(word, following + 1)  # the next line, at the earliest
+    for shape in _FAILURE_SHAPES.finditer(text):
+        starts.add(text.rfind("\n", 0, shape.start()) + 1)
+    return sorted(starts)
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0, *(m.end() for m in _NEWLINE.finditer(text) if m.end() < len(text))]
+
+
+_NEWLINE = re.compile("\n")
 
 
 _FACTS: Memo[tuple[list[str], list[str]]] = Memo(16 * 1024 * 1024, shared=True)

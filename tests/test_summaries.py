@@ -1,6 +1,8 @@
 """The offline summariser keeps what matters: planted facts survive, ranked by importance."""
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from ctxmgmt import Context, get_counter, load_definition
 from ctxmgmt.digest import digest, error_lines
@@ -67,6 +69,50 @@ def test_error_lines_of_many_toolchains_are_found_and_code_is_not():
     )
     found = error_lines(log)
     assert found == log.splitlines()[:11]
+
+
+def _error_lines_searching_everything(text):
+    """error_lines as it was before lines were picked by their words: every line searched."""
+    from ctxmgmt.digest import _FAILURE, _ITEM_CHARS, _NOT_FAILURE
+
+    found, pos = {}, 0
+    while True:
+        match = _FAILURE.search(text, pos)
+        if match is None:
+            return list(found)
+        start = text.rfind("\n", max(pos, match.start() - 2000), match.start()) + 1
+        start = start or max(pos, match.start() - 2000)
+        end = text.find("\n", match.end(), match.end() + 2000)
+        line = text[start : match.end() + 2000 if end < 0 else end].strip()
+        if len(line) > 3 and not _NOT_FAILURE.search(line):
+            found.setdefault(line if len(line) <= _ITEM_CHARS else line[: _ITEM_CHARS - 1] + "…", None)
+        following = text.find("\n", match.end())
+        pos = len(text) if following < 0 else following + 1
+
+
+FRAGMENTS = [
+    "src/parse.c:88:13: error: x", "error[E0382]: moved", "FAILED t.py::a - AssertionError: assert 4 == 2",
+    "panic: boom", "npm ERR! code E", "a.ts(1,7): error TS2322: T", "jq: command not found",
+    "java.lang.NullPointerException", "HTTP/1.1 503 Service Unavailable", "panicked at src/lib.rs:3:5:",
+    "make: *** Error 1", "E   assert 1 == 2", "E: Unable to locate package", "not ok 3 - x", "✗ t", "× t",
+    "FAIL", "FAIL\t", "exit code 2", "exited with 1", "422 Unprocessable", "Segmentation fault",
+    "\u0130", "\u017f",
+    "KeyError: 'session_id'", "x is not defined", "could not", "  raise KeyError(k)", "0 errors", "ok",
+    "plain words here", "value: 1", "\t", " ", "", "ERROR", "Fatal:", "a:1:2: W123 y", "no such file",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(FRAGMENTS), max_size=30),
+    st.lists(st.sampled_from(["\n", " ", "", "\r\n"]), max_size=30),
+)
+@example(["FAIL", "x"], ["\n"])
+@example(["\u0130", "ERROR: x"], ["\n"])
+def test_picking_lines_by_their_words_finds_what_searching_everything_finds(parts, seps):
+    """Only lines with a failure word are searched, and the failure lines found are the same."""
+    text = "".join(p + (seps[i] if i < len(seps) else "\n") for i, p in enumerate(parts))
+    assert error_lines(text) == _error_lines_searching_everything(text)
 
 
 def test_progress_is_aggregated_not_previews():
