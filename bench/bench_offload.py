@@ -106,7 +106,8 @@ def main() -> None:
             {"type": "ToolResultCompactionManager", "config": {"recent_n": 3, "old_max_chars": 300}}
         )
         window.apply("pre_llm", ctx)  # warm the token memo for both
-        base = median_ms(lambda: window.apply("pre_llm", ctx))
+        # A new context each time: the window's work, not what it remembers of one list.
+        base = median_ms(lambda: window.apply("pre_llm", Context(system_prompt="sys", messages=messages)))
         t0 = time.perf_counter()
         compacted = compact.apply("pre_llm", ctx, offloader=store, session="bench")
         first = (time.perf_counter() - t0) * 1000
@@ -155,7 +156,8 @@ def main() -> None:
         offloading = one(
             {"type": "ToolsOutputTruncateManager", "config": {"max_output_tokens": 2000, "offload": True}}
         )
-        core = median_ms(lambda: plain.apply("pre_llm", tctx), 3)
+        # A new list each time: truncation remembers its output for a list it has seen.
+        core = median_ms(lambda: plain.apply("pre_llm", Context(messages=list(tctx.messages))), 3)
         with_offload = median_ms(lambda: offloading.apply("pre_llm", tctx, offloader=store, session="big"), 3)
         print(
             f"truncation of {len(big) / 1e6:.1f} MB to 2,000 tokens: core engine {core:.1f} ms, "
