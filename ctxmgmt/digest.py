@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import re2  # type: ignore[import-untyped]
+
 from ._memo import BY_CONTENT, Memo, content_key
 from .messages import is_summary, text_of
 
@@ -136,7 +138,10 @@ def error_lines(text: str) -> list[str]:
         if line_start < pos:
             continue
         stop = text.find("\n", line_start)
-        match = _FAILURE.search(text, line_start, len(text) if stop < 0 else stop + 1)
+        stop = len(text) if stop < 0 else stop + 1
+        if _FAILURE_SUPERSET.search(text[line_start:stop]) is None:
+            continue
+        match = _FAILURE.search(text, line_start, stop)
         if match is None:
             continue
         start = text.rfind("\n", max(line_start, match.start() - 2000), match.start()) + 1
@@ -162,6 +167,26 @@ _FAILURE_WORDS = (
     "gateway", "conflict", "too many", "unprocessable",
 )  # fmt: skip
 _FAILURE_SHAPES = re.compile(r":\d+:\d+: |^[ \t]*E[ \t]{2}|\bE: ", re.MULTILINE)
+
+
+# _FAILURE without its assertions (\b, ^, $, lookarounds), with \w, \d and \s widened to
+# every non-ASCII character: whatever _FAILURE matches, this matches too. RE2 runs it in
+# linear time at ~1 GB/s, so that a line with a failure word (a generated log with "error" on
+# every line) is searched by the slow exact pattern only when this finds something.
+_W = r"[0-9A-Za-z_\x{80}-\x{10FFFF}]"
+_D = r"[0-9\x{80}-\x{10FFFF}]"
+_FAILURE_SUPERSET = re2.compile(
+    rf"[A-Z]{_W}*(?:Error|Exception|Failure|Fault|Violation)|panicked at|{_D}+:{_D}+[ \t]+error[ \t]"
+    rf"|unbound variable|syntax error|Error {_D}|[Ff]ailed to|:{_D}+:{_D}+: |(?:does not|doesn't) exist"
+    r"|no such|missing [.0-9A-Za-z_\x{80}-\x{10FFFF}]{1,100} entry|FAIL[\s\x{80}-\x{10FFFF}]"
+    r"|(?:error|ERROR|Error|fatal|FATAL|Fatal|panic|PANIC|FAILED|FAIL|Failed|failed)"
+    r"[ \t]?(?:\[[^\]\n]{1,40}\]|\([^)\n]{1,40}\))?[ \t]?[:!\-]"
+    r"|error(?:\[| TS| [A-Z])|E[ \t]{2}|FAILED |FAIL |ERR!|not ok |[✗✖✕×] |panic:|Segmentation fault"
+    r"|core dumped|not found|No such file|Permission denied|[Cc]onnection refused|[Cc]ouldn't connect"
+    r"|E: |timed out|[Cc]annot find|[Cc]ould not|[Uu]nable to|undefined reference|is not defined|HTTP/"
+    rf"|[45]{_D}{_D} (?:Bad|Unauthorized|Forbidden|Not Found|Internal|Service|Gateway|Conflict|Too Many"
+    r"|Unprocessable)|exit (?:code|status)|exited with|assert [^\n]{0,200} ==|FAILED"
+)
 
 
 def _candidate_lines(text: str) -> list[int]:

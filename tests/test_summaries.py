@@ -96,7 +96,8 @@ FRAGMENTS = [
     "java.lang.NullPointerException", "HTTP/1.1 503 Service Unavailable", "panicked at src/lib.rs:3:5:",
     "make: *** Error 1", "E   assert 1 == 2", "E: Unable to locate package", "not ok 3 - x", "✗ t", "× t",
     "FAIL", "FAIL\t", "exit code 2", "exited with 1", "422 Unprocessable", "Segmentation fault",
-    "\u0130", "\u017f",
+    "\u0130", "\u017f", "Error \u0663", "4\u0660\u0663 Forbidden", "\u00e9Error: x", "FAIL\u2003",
+    "x:\u0661:2: y", "missing \u00e9t\u00e9 entry",
     "KeyError: 'session_id'", "x is not defined", "could not", "  raise KeyError(k)", "0 errors", "ok",
     "plain words here", "value: 1", "\t", " ", "", "ERROR", "Fatal:", "a:1:2: W123 y", "no such file",
 ]  # fmt: skip
@@ -113,6 +114,27 @@ def test_picking_lines_by_their_words_finds_what_searching_everything_finds(part
     """Only lines with a failure word are searched, and the failure lines found are the same."""
     text = "".join(p + (seps[i] if i < len(seps) else "\n") for i, p in enumerate(parts))
     assert error_lines(text) == _error_lines_searching_everything(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(FRAGMENTS),
+            st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40),
+        ),
+        max_size=8,
+    )
+)
+@example(["Error \u0663"])
+@example(["4\u0660\u0663 Forbidden"])
+def test_the_fast_prefilter_matches_every_line_the_failure_pattern_matches(parts):
+    """Whatever the exact pattern finds on a line, the RE2 prefilter finds something too."""
+    from ctxmgmt.digest import _FAILURE, _FAILURE_SUPERSET
+
+    line = " ".join(parts)
+    if _FAILURE.search(line + "\n"):
+        assert _FAILURE_SUPERSET.search(line + "\n") is not None
 
 
 def test_progress_is_aggregated_not_previews():
