@@ -91,6 +91,7 @@ class Context:
             object.__setattr__(new, name, getattr(self, name))
         object.__setattr__(new, "messages", history)
         object.__setattr__(new, "_counts", {})
+        object.__setattr__(new, "_edit", None)
         return new
 
     def splice(self, changes: Iterable[Change], *, state: Mapping[str, Any] | None = None) -> Context:
