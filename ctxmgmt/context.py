@@ -7,8 +7,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from .errors import ContextError, Problem
+from .formats import FORMAT_NAMES
+from .formats import check as check_format
 from .history import History
-from .messages import check_messages
 from .types import TraceEntry
 
 __all__ = ["ApplyResult", "Context", "Edit"]
@@ -16,27 +17,32 @@ __all__ = ["ApplyResult", "Context", "Edit"]
 Change = tuple[int, int, Sequence[Mapping[str, Any]]]
 """``(start, end, messages)``: the messages from ``start`` to ``end`` are replaced by ``messages``."""
 
-_FIELDS = ("system_prompt", "messages", "tools", "model", "context_window", "state")
+_FIELDS = ("system_prompt", "messages", "tools", "model", "context_window", "state", "format")
 
 
 @dataclass(frozen=True, eq=False)
 class Context:
     """What an LLM call would see: system prompt, messages, tool schemas, model.
 
-    Every argument is optional. ``messages`` are plain dicts in the OpenAI chat
-    format; they are treated as immutable values, so do not edit one in place after
-    handing it over. A Context is never changed: managers return a new one
+    Every argument is optional. ``messages`` are plain dicts in the provider's own
+    format: OpenAI chat messages, Anthropic messages (with ``system_prompt`` a string or
+    Anthropic's system blocks) or OpenAI Responses input items. ``format``
+    (``openai_chat``, ``anthropic`` or ``openai_responses``) declares which; without
+    it, the format is detected from the messages. Messages are treated as immutable
+    values, so do not edit one in place after handing it over. A Context is never
+    changed: managers return a new one
     (``dataclasses.replace`` or :meth:`with_messages`), and :meth:`append` adds
     messages in O(1). ``messages`` is held as a :class:`~ctxmgmt.History`, a sequence
     that behaves as a tuple.
     """
 
-    system_prompt: str | None = None
+    system_prompt: str | Sequence[Mapping[str, Any]] | None = None
     messages: Sequence[Mapping[str, Any]] = ()
     tools: Sequence[Mapping[str, Any]] = ()
     model: str | None = None
     context_window: int | None = None
     state: Mapping[str, Any] = field(default_factory=dict)
+    format: str | None = None
     _counts: dict[str, tuple[int, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _edit: Edit | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -56,8 +62,17 @@ class Context:
 
     def _check(self, problems: list[Problem]) -> None:
         values: dict[str, Any] = {f: getattr(self, f) for f in _FIELDS}
-        if values["system_prompt"] is not None and not isinstance(values["system_prompt"], str):
-            problems.append(Problem("/system_prompt", "must be a string"))
+        fmt = values["format"]
+        if fmt is not None and fmt not in FORMAT_NAMES:
+            problems.append(
+                Problem("/format", f"must be one of {', '.join(FORMAT_NAMES)}, or left out to detect it")
+            )
+        prompt = values["system_prompt"]
+        blocks = isinstance(prompt, list) and fmt in (None, "anthropic")
+        if prompt is not None and not isinstance(prompt, str) and not blocks:
+            problems.append(
+                Problem("/system_prompt", "must be a string (or, for Anthropic, a list of text blocks)")
+            )
         if isinstance(self.messages, (str, bytes, Mapping)) or not isinstance(self.messages, Sequence):
             problems.append(Problem("/messages", "must be a list of message objects"))
         if isinstance(values["tools"], (str, bytes, Mapping)) or not isinstance(values["tools"], Sequence):
@@ -136,12 +151,13 @@ class Context:
             "model": self.model,
             "context_window": self.context_window,
             "state": dict(self.state),
+            "format": self.format,
         }
 
     @classmethod
     def from_dict(cls, data: Any) -> Context:
         """Build a context from a JSON list of messages or an object with the context
-        fields, checking that the messages are ones an LLM API would accept."""
+        fields, checking that the messages are ones their provider's API would accept."""
         if isinstance(data, list):
             data = {"messages": data}
         if not isinstance(data, Mapping):
@@ -155,7 +171,7 @@ class Context:
                 ]
             )
         ctx = cls(**{k: data[k] for k in _FIELDS if k in data and data[k] is not None})
-        problems = check_messages(ctx.messages, partial_tail=True)
+        problems = check_format(ctx, partial_tail=True)
         if problems:
             raise ContextError(problems)
         return ctx

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._resources import data_dir
 from .context import ApplyResult, Context
 from .errors import ContextError, DefinitionError, Problem
+from .formats import CHAT, Internal, internal
 from .hooks import Entry, arun_hook, run_hook
 from .loader import Document, load_document
 from .managers.base import Environment, with_defaults
@@ -146,7 +147,9 @@ class Definition:
         ``environment``, or field by field (``models``, ``offloader``, ``session``,
         ``execution``) for a one-off call."""
         env = _environment(environment, models, offloader, session, execution)
-        return run_hook(*self._run(hook, context), env, self.settings)
+        way, run = self._run(hook, context)
+        result = run_hook(*run, env, self.settings, constraints=way.constraints if way is not None else CHAT)
+        return way.back(result) if way is not None else result
 
     async def aapply(
         self,
@@ -161,13 +164,22 @@ class Definition:
     ) -> ApplyResult:
         """The async form of :meth:`apply`; model calls do not block the event loop."""
         env = _environment(environment, models, offloader, session, execution)
-        return await arun_hook(*self._run(hook, context), env, self.settings)
+        way, run = self._run(hook, context)
+        result = await arun_hook(
+            *run, env, self.settings, constraints=way.constraints if way is not None else CHAT
+        )
+        return way.back(result) if way is not None else result
 
-    def _run(self, hook: str | Hook, context: Context) -> tuple[str, Hook, tuple[Entry, ...], Context, Any]:
-        """What a hook run is given besides the caller's environment: the plan and the counter
-        for the context's model."""
+    def _run(
+        self, hook: str | Hook, context: Context
+    ) -> tuple[Internal | None, tuple[str, Hook, tuple[Entry, ...], Context, Any]]:
+        """What a hook run is given besides the caller's environment: the plan, the context in
+        the internal form (with the way back to its own format) and the counter for its model."""
         h = parse_hook(hook)
-        return self.name, h, self._plan(h), context, get_counter(context.model, self.tokenizer)
+        way = internal(context)
+        if way is not None:
+            context = way.context
+        return way, (self.name, h, self._plan(h), context, get_counter(context.model, self.tokenizer))
 
     @property
     def offloads(self) -> bool:

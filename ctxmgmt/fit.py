@@ -138,6 +138,8 @@ class Fit:
         summarized += len(gone)
         sections = bound(summarize_offline(gone, sections), summarized, summary_room, counter.text)
         role = next((m.get("role") for m in msgs if is_summary(m)), "user")
+        if runtime.constraints.user_first:
+            role = "user"
         summary = {"role": role, "content": render(sections, summarized, archives)}
         state = {"sections": sections, "summarized": summarized, "archives": archives}
         runtime.details["removed"] += len(gone)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
 from .fit import Fit
+from .formats import CHAT, Constraints
 from .history import History
 from .managers.base import Environment, Runtime
 from .messages import check_changes, check_format, check_grown, check_messages
@@ -59,8 +60,10 @@ class _Run:
         counter: TokenCounter,
         environment: Environment,
         settings: Mapping[str, Any] | None = None,
+        constraints: Constraints = CHAT,
     ) -> None:
         self.settings = settings or {}
+        self.constraints = constraints
         self.environment = environment
         self.definition = definition
         self.hook = hook
@@ -95,7 +98,7 @@ class _Run:
         store: Any = self.environment.offloader
         if self._batches:
             store = Batch(store)
-        runtime = Runtime(self.hook, self.counter, self.definition, self.environment, store)
+        runtime = Runtime(self.hook, self.counter, self.definition, self.environment, store, self.constraints)
         return runtime, time.perf_counter(), tokens, reason
 
     def finish(
@@ -164,6 +167,10 @@ class _Run:
             new = [p for p in problems if p.message not in self._input_problems]
             if new:
                 return f"the manager produced an invalid message list: {new[0]}"
+        if self.constraints.rule is not None:
+            why = self.constraints.rule(msgs)
+            if why is not None:
+                return f"the manager produced a list the provider would reject: {why}"
         if self._format_checked and isinstance(output.messages, History):
             output.messages._mark_checked()  # its new messages passed the format check too
         return None
@@ -254,8 +261,10 @@ def run_hook(
     counter: TokenCounter,
     environment: Environment,
     settings: Mapping[str, Any] | None = None,
+    *,
+    constraints: Constraints = CHAT,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, environment, settings)
+    run = _Run(definition, hook, context, counter, environment, settings, constraints)
     for entry, runtime in run.steps(entries):
         run.done(_call(entry.manager, run.context, runtime))
     return run.end(len(entries))
@@ -269,8 +278,10 @@ async def arun_hook(
     counter: TokenCounter,
     environment: Environment,
     settings: Mapping[str, Any] | None = None,
+    *,
+    constraints: Constraints = CHAT,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, environment, settings)
+    run = _Run(definition, hook, context, counter, environment, settings, constraints)
     for entry, runtime in run.steps(entries):
         run.done(await _acall(entry.manager, run.context, runtime))
     return run.end(len(entries))

@@ -214,29 +214,42 @@ _RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input
 _RESPONSES_ITEMS = frozenset(
     {"message", "function_call", "function_call_output", "reasoning", "custom_tool_call", "item_reference"}
 )
-_TAKES = "ctxmgmt takes OpenAI chat messages"
+_LABELS = {"anthropic": "Anthropic's", "openai_responses": "OpenAI Responses'", "gemini": "Gemini's"}
 
 
-def foreign_format(m: Any, where: str) -> Problem | None:
-    """Why a message is in another provider's format (Anthropic, OpenAI Responses, Gemini),
-    or None. The problem names the format and points at the first part that shows it."""
+def foreign_kind(m: Any) -> tuple[str, str, str] | None:
+    """``(format, pointer suffix, what shows it)`` when a message is in another provider's
+    format (``anthropic``, ``openai_responses`` or ``gemini``), else None."""
     if not isinstance(m, dict):
         return None
     if "role" not in m and isinstance(m.get("type"), str) and m["type"] in _RESPONSES_ITEMS:
-        return Problem(f"{where}/type", f"{m['type']!r} is OpenAI Responses' item format; {_TAKES}")
+        return "openai_responses", "/type", f"{m['type']!r} (an item)"
     if m.get("role") == "model" or ("parts" in m and "content" not in m):
-        shown = "'role: model'" if m.get("role") == "model" else "'parts'"
-        return Problem(where, f"{shown} is Gemini's format; {_TAKES}")
+        return "gemini", "", "'role: model'" if m.get("role") == "model" else "'parts'"
     content = m.get("content")
     for j, part in enumerate(content if isinstance(content, list) else ()):
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(kind, str):
             continue
         if kind in _ANTHROPIC_PARTS:
-            return Problem(f"{where}/content/{j}/type", f"{kind!r} is Anthropic's format; {_TAKES}")
+            return "anthropic", f"/content/{j}/type", repr(kind)
         if kind in _RESPONSES_PARTS:
-            return Problem(f"{where}/content/{j}/type", f"{kind!r} is OpenAI Responses' format; {_TAKES}")
+            return "openai_responses", f"/content/{j}/type", repr(kind)
     return None
+
+
+def foreign_format(m: Any, where: str) -> Problem | None:
+    """Why a message in an OpenAI chat list is in another provider's format, or None. The
+    problem names the format and points at the first part that shows it."""
+    found = foreign_kind(m)
+    if found is None:
+        return None
+    name, suffix, shown = found
+    if name == "gemini":
+        fix = "ctxmgmt takes OpenAI chat, Anthropic and OpenAI Responses messages"
+    else:
+        fix = f"the list is taken as OpenAI chat; leave format out to detect it, or set format: {name}"
+    return Problem(where + suffix, f"{shown} is {_LABELS[name]} format; {fix}")
 
 
 def check_changes(messages: Sequence[Any], spans: Sequence[tuple[int, int]]) -> list[Problem]:

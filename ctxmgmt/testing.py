@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from .context import ApplyResult, Context
 from .definitions import Definition
-from .messages import check_messages
+from .formats import check as check_format
+from .formats import internal, name_of
 from .types import Hook
 
 __all__ = ["ChatServer", "assert_invariants", "assert_valid_messages", "conversations", "make_conversation"]
@@ -110,10 +112,21 @@ def make_conversation(
     return out
 
 
-def assert_valid_messages(messages: Sequence[Any], *, partial_tail: bool = False) -> None:
-    """Fail with every problem when the OpenAI chat API would reject ``messages``."""
-    problems = check_messages(messages, partial_tail=partial_tail)
+def assert_valid_messages(
+    messages: Sequence[Any], *, partial_tail: bool = False, format: str = "openai_chat", system: Any = None
+) -> None:
+    """Fail with every problem when the provider (OpenAI chat unless ``format`` says another)
+    would reject ``messages``."""
+    problems = check_format(
+        Context(messages=messages, system_prompt=system, format=format), partial_tail=partial_tail
+    )
     assert not problems, "invalid message list:\n  " + "\n  ".join(map(str, problems))
+
+
+def _chat(context: Context) -> Sequence[Any]:
+    """The context's messages in the internal form (OpenAI chat)."""
+    way = internal(context)
+    return way.context.messages if way is not None else context.messages
 
 
 def _pairs(messages: Sequence[Any]) -> tuple[set[str], set[str]]:
@@ -126,20 +139,23 @@ def assert_invariants(
     definition: Definition, hook: str | Hook, context: Context, *, idempotent: bool = True
 ) -> ApplyResult:
     """Apply ``definition`` and check the invariants every manager must keep."""
-    before_valid = not check_messages(context.messages, partial_tail=True)
+    fmt = name_of(context)
+    before_valid = not check_format(context, partial_tail=True)
     result = definition.apply(hook, context)
     out = result.context
     errors = [e["error"] for e in result.trace if e["error"]]
     assert not errors, f"a manager failed: {errors}"
     if before_valid:
-        assert_valid_messages(out.messages, partial_tail=True)
+        assert_valid_messages(out.messages, partial_tail=True, format=fmt, system=out.system_prompt)
     assert out.system_prompt == context.system_prompt, "the system prompt changed"
-    calls, results = _pairs(out.messages)
+    chat_in, chat_out = _chat(context), _chat(replace(out, format=fmt))
+    calls, results = _pairs(chat_out)
     assert results <= calls, f"tool results lost their calls: {sorted(results - calls)}"
-    kept_calls = calls & _pairs(context.messages)[1]
+    kept_calls = calls & _pairs(chat_in)[1]
     assert kept_calls <= results, f"tool calls lost their results: {sorted(kept_calls - results)}"
     systems = [m for m in context.messages if m.get("role") in ("system", "developer")]
     assert all(any(m is k for k in out.messages) for m in systems), "a system message was dropped"
+    _assert_turns_whole(context.messages, out.messages, fmt)
     if result.trace:
         assert result.trace[-1]["tokens_after"] <= result.trace[0]["tokens_before"], "tokens grew"
     if idempotent:
@@ -150,7 +166,27 @@ def assert_invariants(
     return result
 
 
-def conversations(max_turns: int = 30) -> Any:
+def _assert_turns_whole(before: Sequence[Any], after: Sequence[Any], fmt: str) -> None:
+    """Thinking blocks and reasoning items are kept whole with their turn, or removed with it."""
+    if fmt == "anthropic":
+        for m in after:
+            content = m.get("content")
+            thinking = [b for b in content or () if isinstance(content, list) and b.get("type") in _THINKING]
+            if thinking:
+                assert any(m is k for k in before), f"an assistant turn with thinking was edited: {m}"
+    elif fmt == "openai_responses":
+        follows = {id(x): before[i + 1] if i + 1 < len(before) else None for i, x in enumerate(before)}
+        for i, x in enumerate(after):
+            if x.get("type") == "reasoning":
+                nxt = after[i + 1] if i + 1 < len(after) else None
+                assert id(x) in follows, "a reasoning item was edited"
+                assert nxt is follows[id(x)], "a reasoning item lost the item it reasoned about"
+
+
+_THINKING = ("thinking", "redacted_thinking")
+
+
+def conversations(max_turns: int = 30, format: str = "openai_chat") -> Any:
     """A hypothesis strategy of valid conversations (list of messages), with parallel
     tool calls, multimodal parts, empty content, and system/developer messages."""
     from hypothesis import strategies as st
@@ -211,9 +247,118 @@ def conversations(max_turns: int = 30) -> Any:
         msgs: list[dict[str, Any]] = [{"role": "user", "content": draw(text)}]
         for n in range(draw(st.integers(0, max_turns))):
             msgs += draw(turn(n))
+        if format == "anthropic":
+            return _to_anthropic(msgs, draw)
+        if format == "openai_responses":
+            return _to_responses(msgs, draw)
         return msgs
 
     return conversation()
+
+
+def _to_anthropic(chat: list[dict[str, Any]], draw: Any) -> list[dict[str, Any]]:
+    """An Anthropic conversation with the shape of a chat one: thinking before some tool
+    calls, tool results with is_error, text after tool results in the same user turn."""
+    from hypothesis import strategies as st
+
+    out: list[dict[str, Any]] = []
+    chat = [m for m in chat if m["role"] != "developer"]
+    i = 0
+    while i < len(chat):
+        m = chat[i]
+        i += 1
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            blocks: list[dict[str, Any]] = []
+            if draw(st.booleans()):
+                blocks.append(
+                    {"type": "thinking", "thinking": "I should call the tool", "signature": f"sig{i}"}
+                )
+            if m.get("content"):
+                blocks.append({"type": "text", "text": m["content"]})
+            blocks += [
+                {
+                    "type": "tool_use",
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "input": json.loads(c["function"]["arguments"]),
+                }
+                for c in m["tool_calls"]
+            ]
+            out.append({"role": "assistant", "content": blocks})
+            results: list[dict[str, Any]] = []
+            while i < len(chat) and chat[i]["role"] == "tool":
+                t = chat[i]
+                i += 1
+                content: Any = (
+                    t["content"] if draw(st.booleans()) else [{"type": "text", "text": t["content"]}]
+                )
+                result = {"type": "tool_result", "tool_use_id": t["tool_call_id"], "content": content}
+                if draw(st.booleans()):
+                    result["is_error"] = True
+                results.append(result)
+            if i < len(chat) and chat[i]["role"] == "user" and draw(st.booleans()):
+                results += _anthropic_blocks(chat[i]["content"])
+                i += 1
+            out.append({"role": "user", "content": results})
+        elif m["role"] == "assistant":
+            out.append({"role": "assistant", "content": m["content"] or "ok"})
+        else:
+            content = m["content"]
+            out.append(
+                {
+                    "role": "user",
+                    "content": content if isinstance(content, str) else _anthropic_blocks(content),
+                }
+            )
+    return out
+
+
+def _anthropic_blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [
+        {"type": "text", "text": p["text"]}
+        if p["type"] == "text"
+        else {"type": "image", "source": {"type": "url", "url": p["image_url"]["url"]}}
+        for p in content
+    ]
+
+
+def _to_responses(chat: list[dict[str, Any]], draw: Any) -> list[dict[str, Any]]:
+    """Responses input items with the shape of a chat conversation: reasoning before some
+    turns, typed and easy messages, function calls with their outputs."""
+    from hypothesis import strategies as st
+
+    out: list[dict[str, Any]] = []
+    for n, m in enumerate(chat):
+        role = m["role"]
+        if role == "tool":
+            out.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
+            continue
+        if role == "assistant" and draw(st.booleans()):
+            out.append({"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"enc{n}"})
+        text = m.get("content")
+        if role == "assistant":
+            if text:
+                part = {"type": "output_text", "text": text, "annotations": []}
+                out.append({"type": "message", "role": "assistant", "id": f"msg_{n}", "content": [part]})
+            out += [
+                {"type": "function_call", "id": f"fc_{c['id']}", "call_id": c["id"], **c["function"]}
+                for c in m.get("tool_calls") or ()
+            ]
+            if not text and not m.get("tool_calls"):
+                out.append({"role": "assistant", "content": "ok"})
+        elif isinstance(text, str):
+            out.append({"role": role, "content": text})
+        else:
+            parts = [
+                {"type": "input_text", "text": p["text"]}
+                if p["type"] == "text"
+                else {"type": "input_image", "image_url": p["image_url"]["url"], "detail": "low"}
+                for p in text or ()
+            ]
+            out.append({"type": "message", "role": role, "content": parts})
+    return out
 
 
 class ChatServer:

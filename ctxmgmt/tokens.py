@@ -377,7 +377,12 @@ class TokenCounter:
         self._memo.put(id(tools), tools, n, sum(map(len, texts)) + 64)
         return n
 
-    def system_prompt(self, prompt: str | None) -> int:
+    def system_prompt(self, prompt: str | Sequence[Any] | None) -> int:
+        """Tokens of a system prompt: a string, or Anthropic's text blocks."""
+        if prompt is not None and not isinstance(prompt, str):
+            prompt = "\n".join(
+                b["text"] for b in prompt if isinstance(b, dict) and isinstance(b.get("text"), str)
+            )
         return MESSAGE_OVERHEAD + self._short(prompt) if prompt else 0
 
     def context(self, ctx: Context) -> tuple[int, int]:

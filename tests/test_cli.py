@@ -201,9 +201,25 @@ def test_serve_on_a_taken_port_fails_before_creating_the_database(tmp_path):
 
 
 def test_bad_input_names_its_file(tmp_path):
-    """An input in another format is blamed on the input file, with the pointer and the format."""
+    """A broken input is blamed on the input file, with the pointer and what is wrong."""
     path = tmp_path / "in.json"
     path.write_text(json.dumps([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]))
     run = ctxmgmt("apply", "default", "--input", str(path))
     assert run.returncode == 2
-    assert f"{path}: /messages/0/content/0/type: 'tool_result' is Anthropic's format" in run.stderr
+    assert f"{path}: /messages/0/content/0/tool_use_id: tool_result 'x' answers no tool_use" in run.stderr
+
+
+def test_apply_takes_an_anthropic_conversation_with_its_format(tmp_path):
+    """The CLI's input object may declare format: anthropic; the output is Anthropic messages,
+    with the system blocks and untouched messages as they came."""
+    from tests.formats.test_anthropic import SYSTEM, conversation
+
+    msgs = conversation(20, size=8000)
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps({"system_prompt": SYSTEM, "messages": msgs, "format": "anthropic"}))
+    run = ctxmgmt("apply", "default", "--input", str(path), "--context-window", "20000")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)["context"]
+    assert out["format"] == "anthropic" and out["system_prompt"] == SYSTEM
+    assert out["messages"][0] == msgs[0] and out["messages"][-1] == msgs[-1]
+    assert len(out["messages"]) < len(msgs) and "SummarizationManager: activated" in run.stderr

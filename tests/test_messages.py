@@ -1,6 +1,6 @@
 import pytest
 
-from ctxmgmt import Context, ContextError, load_definition
+from ctxmgmt import Context, ContextError
 from ctxmgmt.messages import check_messages, last_task_index, units
 
 
@@ -85,38 +85,32 @@ ANTHROPIC = [
 ]
 
 
-def test_anthropic_messages_are_rejected_with_a_pointer_and_the_format():
-    """Anthropic content blocks are a clear error naming the first offending block."""
+def test_a_list_declared_as_chat_in_another_format_is_named_with_the_fix():
+    """Anthropic blocks in a context declared as OpenAI chat are a clear error naming the
+    first offending block, the format, and how to fix the declaration."""
     with pytest.raises(ContextError) as raised:
-        Context.from_dict(ANTHROPIC)
+        Context.from_dict({"messages": ANTHROPIC, "format": "openai_chat"})
     problem, *more = raised.value.problems
     assert [p.pointer for p in more] == ["/messages/2/content/0/type"]
     assert problem.pointer == "/messages/1/content/0/type"
-    assert problem.message == "'tool_use' is Anthropic's format; ctxmgmt takes OpenAI chat messages"
-
-
-def test_a_definition_never_manages_another_format_into_an_invalid_list():
-    """A window that would fire on Anthropic messages raises ContextError instead of orphaning a
-    tool_result; when nothing fires, the list passes through untouched."""
-    window = {"type": "SlidingWindowManager", "config": {"max_messages": 2, "pin": "none"}}
-    d = load_definition({"name": "w", "hooks": {"pre_llm": [window]}})
-    with pytest.raises(ContextError, match=r"/messages/1/content/0/type: 'tool_use' is Anthropic's"):
-        d.apply("pre_llm", Context(messages=ANTHROPIC))
-    quiet = load_definition(
-        {"name": "q", "hooks": {"pre_llm": [{**window, "activation": {"tokens_exceed": 9}}]}}
+    assert problem.message == (
+        "'tool_use' is Anthropic's format; the list is taken as OpenAI chat; "
+        "leave format out to detect it, or set format: anthropic"
     )
-    small = Context(messages=ANTHROPIC[:1])
-    assert quiet.apply("pre_llm", small).context.messages == small.messages
 
 
 @pytest.mark.parametrize(
     ("message", "pointer", "says"),
     [
-        ({"type": "function_call_output", "call_id": "c", "output": "x"}, "/messages/0/type", "Responses"),
         (
-            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-            "/messages/0/content/0/type",
-            "Responses",
+            {"type": "function_call_output", "call_id": "c", "output": "x"},
+            "/messages/0/call_id",
+            "answers no",
+        ),
+        (
+            {"role": "user", "content": [{"type": "input_image", "text": "hi"}], "tool_calls": []},
+            "/messages/0/tool_calls",
+            "OpenAI chat's format",
         ),
         ({"role": "model", "parts": [{"text": "hi"}]}, "/messages/0", "Gemini"),
         (
@@ -127,7 +121,7 @@ def test_a_definition_never_manages_another_format_into_an_invalid_list():
     ],
 )
 def test_other_formats_and_unknown_parts_are_named(message, pointer, says):
-    """Responses items, Gemini messages and unknown part types each get their own clear error."""
+    """Broken Responses items, Gemini messages and unknown part types each get their own clear error."""
     with pytest.raises(ContextError) as raised:
         Context.from_dict([message])
     problem = raised.value.problems[0]

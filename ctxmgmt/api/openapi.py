@@ -176,8 +176,24 @@ def openapi_document() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "system_prompt": {"type": ["string", "null"]},
-            "messages": {"type": "array", "items": {"type": "object"}},
+            "system_prompt": {
+                "description": "a string, or (Anthropic) a list of text blocks",
+                "oneOf": [
+                    {"type": ["string", "null"]},
+                    {"type": "array", "items": {"type": "object"}},
+                ],
+            },
+            "messages": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "the provider's own messages: OpenAI chat messages, Anthropic messages "
+                "or OpenAI Responses input items",
+            },
+            "format": {
+                "type": ["string", "null"],
+                "enum": ["openai_chat", "anthropic", "openai_responses", None],
+                "description": "the messages' format; detected from them when left out",
+            },
             "tools": {"type": "array", "items": {"type": "object"}},
             "model": {"type": ["string", "null"]},
             "context_window": {"type": ["integer", "null"], "minimum": 1},

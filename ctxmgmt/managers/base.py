@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._resources import schema
+from ..formats import CHAT, Constraints
 from ..types import Hook
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class Runtime:
     offloader: Offloader | None = None
     """Where removed content is archived first (for this manager run: its archives are
     written in one batch), or None."""
+    constraints: Constraints = CHAT
+    """What the provider asks of the list beyond the chat rules (``user_first``)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
 

@@ -7,7 +7,15 @@ from typing import Any
 
 from ..context import Context
 from ..history import items
-from ..messages import SYSTEM_ROLES, gaps, is_summary, last_task_index, pinned_positions, units_from_end
+from ..messages import (
+    SYSTEM_ROLES,
+    call_ids,
+    gaps,
+    is_summary,
+    last_task_index,
+    pinned_positions,
+    units_from_end,
+)
 from ..tokens import REPLY_PRIMING
 from .base import ContextManager, Runtime, builtin_schema
 
@@ -20,8 +28,10 @@ class SlidingWindowManager(ContextManager):
     task (the most recent user message) is kept and counts towards the cap, and a
     ctxmgmt summary is kept likewise unless ``keep_summary`` is false. A tool call
     and its results are kept or dropped together: when the newest N messages would
-    start inside a group, the window starts after it and keeps fewer. With an offload
-    store, what it removes is archived first (``context_search`` finds it).
+    start inside a group, the window starts after it and keeps fewer; for a provider that
+    wants a user message first (Anthropic), it likewise starts at a user message (and, when
+    that would leave none, keeps from the newest user message on). With an
+    offload store, what it removes is archived first (``context_search`` finds it).
     """
 
     type_name = "SlidingWindowManager"
@@ -58,6 +68,8 @@ class SlidingWindowManager(ContextManager):
                 budget -= cost
             used += size
             boundary = start
+        if runtime.constraints.user_first:
+            boundary = _user_first(msgs, boundary, pinned)
         # Removed: everything before the oldest kept unit, except what is pinned.
         gone = gaps(boundary, sorted(pinned))
         removed = sum(end - start for start, end in gone)
@@ -83,3 +95,25 @@ class SlidingWindowManager(ContextManager):
             if task is not None:
                 pinned.add(task)
         return pinned
+
+
+def _user_first(msgs: Sequence[Mapping[str, Any]], boundary: int, pinned: set[int]) -> int:
+    """The boundary moved past whole units until the first kept message is a user message,
+    for a provider that wants one first: the window keeps fewer rather than start otherwise.
+    When that would keep nothing, it keeps from the newest user message instead."""
+    head = min((i for i in pinned if msgs[i].get("role") not in SYSTEM_ROLES), default=None)
+    n = len(msgs)
+    start = boundary
+    while boundary < n and (head is None or head > boundary):
+        if msgs[boundary].get("role") == "user":
+            return boundary
+        end = boundary + 1  # past the unit: a message, or a call with its results
+        if call_ids(msgs[boundary]):
+            while end < n and msgs[end].get("role") == "tool":
+                end += 1
+        boundary = end
+        while boundary < n and msgs[boundary].get("role") in SYSTEM_ROLES:
+            boundary += 1
+    if boundary >= n and head is None:
+        return next((i for i in range(start - 1, -1, -1) if msgs[i].get("role") == "user"), start)
+    return boundary

@@ -296,7 +296,9 @@ class SummarizationManager(ContextManager):
             archives = [*earlier, entry] if entry is not None else list(earlier)
             content = render(sections, summarized, archives)
             state = {"sections": sections, "summarized": summarized, "archives": archives}
-            summary = {"role": self.config["summary_role"], "content": content}
+            # A provider that wants a user message first gets the summary as one.
+            role = "user" if runtime.constraints.user_first else self.config["summary_role"]
+            summary = {"role": role, "content": content}
             return with_summary(context, plan.removed, plan.cut, summary, state)
 
         new = build(pending)

@@ -111,3 +111,23 @@ def shipped_schema():
 def test_health(api):
     """/_health reports the database as reachable."""
     assert api.get("/_health").json() == {"status": "green", "database": "ok"}
+
+
+def test_simulate_takes_anthropic_and_responses_contexts(api):
+    """_simulate manages a context in its own format, declared or detected, and answers in it."""
+    from tests.formats.test_anthropic import SYSTEM
+    from tests.formats.test_anthropic import conversation as anthropic_conversation
+    from tests.formats.test_openai_responses import conversation as responses_conversation
+
+    window = {"definition": shipped("long-conversation"), "hook": "pre_llm"}
+    msgs = anthropic_conversation(8)
+    context = {"system_prompt": SYSTEM, "messages": msgs, "format": "anthropic"}
+    out = api.post(f"{BASE}/_simulate", json={**window, "context": context}).json()["context"]
+    assert out["format"] == "anthropic" and out["system_prompt"] == SYSTEM
+    assert out["messages"][0] == msgs[0] and out["messages"][-2:] == msgs[-2:]
+    items = responses_conversation(8)
+    out = api.post(f"{BASE}/_simulate", json={**window, "context": {"messages": items}}).json()["context"]
+    assert out["format"] is None and all(item in items for item in out["messages"])
+    bad = {"messages": [{"role": "assistant", "content": "x"}], "format": "anthropic"}
+    r = api.post(f"{BASE}/_simulate", json={**window, "context": bad})
+    assert r.status_code == 400 and r.json()["error"]["problems"][0]["pointer"] == "/messages/0/role"

@@ -1,0 +1,134 @@
+"""Provider message formats: OpenAI chat, Anthropic Messages, OpenAI Responses.
+
+Managers work on one internal form, OpenAI chat messages. A context in another format is
+converted to it before a hook runs and back after it: the output comes back in the input's
+format, and the messages no manager touched come back as the very objects that came in.
+The format is declared (``Context(format=...)``) or detected from the messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ContextError, Problem
+from ..history import History
+from ..messages import foreign_kind
+from . import anthropic, openai_chat, openai_responses
+from ._common import Conversion
+
+if TYPE_CHECKING:
+    from ..context import ApplyResult, Context
+
+__all__ = ["CHAT", "FORMAT_NAMES", "Constraints", "Internal", "check", "detect", "internal", "is_tool_result"]
+
+_MODULES: dict[str, ModuleType] = {m.NAME: m for m in (openai_chat, anthropic, openai_responses)}
+FORMAT_NAMES: tuple[str, ...] = tuple(_MODULES)
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """What a provider asks of a managed list beyond the chat rules; built-in managers
+    follow it, and the hook runner refuses any output that breaks it."""
+
+    user_first: bool = False
+    """The first message must be a user message (Anthropic): a window keeps fewer rather
+    than start with another role, and a summary that goes first is a user message."""
+    rule: Callable[[Sequence[Mapping[str, Any]]], str | None] | None = None
+    """What the provider rejects in a list the chat rules allow, or None when it takes it."""
+
+
+CHAT = Constraints()
+_CONSTRAINTS = {anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule)}
+
+
+def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
+    """The format of a message list: the first message in a provider's own format tells it;
+    a list with none (plain role and text messages) is OpenAI chat, which all three accept."""
+    if isinstance(system_prompt, list):
+        return anthropic.NAME
+    # A History remembers how far it is known to be chat: a grown one costs its new part.
+    start = messages._checked() if isinstance(messages, History) else 0
+    for i in range(start, len(messages)):
+        found = foreign_kind(messages[i])
+        if found is not None and found[0] != "gemini":
+            return found[0]
+        if found is not None:
+            return openai_chat.NAME  # not a format ctxmgmt converts: the chat check says so
+    if isinstance(messages, History):
+        messages._mark_checked()  # every message is known to be chat now
+    return openai_chat.NAME
+
+
+def is_tool_result(m: Any, format: str) -> bool:
+    """Whether a message of this format carries tool results (after which post_tool runs)."""
+    if not isinstance(m, Mapping):
+        return False
+    if format == anthropic.NAME:
+        content = m.get("content")
+        return (
+            m.get("role") == "user"
+            and isinstance(content, list)
+            and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
+        )
+    if format == openai_responses.NAME:
+        return m.get("type") in openai_responses.OUTPUTS
+    return m.get("role") == "tool"
+
+
+def name_of(context: Context) -> str:
+    return context.format or detect(context.messages, context.system_prompt)
+
+
+def check(context: Context, *, partial_tail: bool = True) -> list[Problem]:
+    """Everything the context's provider would reject in its messages and system prompt."""
+    module = _MODULES[name_of(context)]
+    problems: list[Problem] = module.check(context.messages, context.system_prompt, partial_tail=partial_tail)
+    return problems
+
+
+@dataclass(frozen=True, slots=True)
+class Internal:
+    """A context in the internal form, and the way back to its own format."""
+
+    context: Context
+    source: Context
+    conversion: Conversion
+    module: ModuleType
+
+    @property
+    def constraints(self) -> Constraints:
+        """What the format asks of the managed list beyond the chat rules."""
+        return _CONSTRAINTS.get(self.module.NAME, CHAT)
+
+    def back(self, result: ApplyResult) -> ApplyResult:
+        """The result in the source's format (the source itself when nothing changed)."""
+        from ..context import ApplyResult
+
+        out = result.context
+        if out is self.context:
+            return ApplyResult(self.source, result.trace)
+        messages = self.module.back(out.messages, self.conversion)
+        return ApplyResult(replace(self.source, messages=messages, state=out.state), result.trace)
+
+
+def internal(context: Context) -> Internal | None:
+    """The context in the internal form, or None when it is OpenAI chat already. Raises
+    ContextError naming every problem when the provider would reject the messages."""
+    name = name_of(context)
+    if name == openai_chat.NAME:
+        return None
+    module = _MODULES[name]
+    problems = module.check(context.messages, context.system_prompt, partial_tail=True)
+    if problems:
+        raise ContextError(problems)
+    conversion = module.to_internal(context.messages)
+    inner = replace(
+        context,
+        system_prompt=module.system_text(context.system_prompt),
+        messages=conversion.messages,
+        format=openai_chat.NAME,
+    )
+    return Internal(inner, context, conversion, module)

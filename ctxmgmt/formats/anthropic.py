@@ -1,0 +1,485 @@
+"""Anthropic Messages: ``system`` apart from the messages, content blocks, ``tool_use`` and
+``tool_result``, thinking blocks with their signatures.
+
+To the internal form, message by message:
+
+- a user message's ``tool_result`` blocks become tool messages, in order, and its other
+  blocks one user message after them (images and documents as image and file parts);
+- an assistant message becomes one assistant message: its text as content, its ``tool_use``
+  blocks as tool calls. Its thinking blocks ride along untouched in its origin: they are
+  never edited, never counted as text and never shown to a summariser, and they go
+  wherever their turn goes, removed only with it.
+
+Back: a message whose internal messages all come back as they went is returned as it was,
+the same object. Others are rebuilt from their internal messages and their origins' blocks.
+
+Validity: the first message is a user message; a ``tool_result`` sits in the user message
+right after the assistant message with its ``tool_use``, before any other block; every
+``tool_use`` is answered there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ContextError, Problem
+from ._common import ORIGIN, Conversion, Origin, memo, origin_of, rough_size, same
+
+__all__ = ["NAME", "back", "check", "rule", "system_text", "to_internal"]
+
+NAME = "anthropic"
+USER_BLOCKS = frozenset({"text", "image", "document", "tool_result", "search_result", "container_upload"})
+ASSISTANT_BLOCKS = frozenset(
+    {
+        "text",
+        "thinking",
+        "redacted_thinking",
+        "tool_use",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+    }
+)
+RESULT_BLOCKS = frozenset({"text", "image", "document", "search_result"})
+_CHAT_PARTS = frozenset({"image_url", "input_audio", "file", "refusal"})
+_MEMO = memo()
+
+
+# -- validity ---------------------------------------------------------------------------
+def check(messages: Sequence[Any], system: Any = None, *, partial_tail: bool = False) -> list[Problem]:
+    """Everything Anthropic's Messages API would reject in ``system`` and ``messages``."""
+    problems: list[Problem] = _check_system(system)
+    pending: dict[str, int] = {}  # tool_use id -> index of the assistant message asking
+    for i, m in enumerate(messages):
+        where = f"/messages/{i}"
+        if not isinstance(m, dict):
+            problems.append(Problem(where, "a message must be an object"))
+            continue
+        role = m.get("role")
+        if role in ("system", "developer"):
+            problems.append(
+                Problem(f"{where}/role", f"Anthropic has no {role} messages; give it as system_prompt")
+            )
+            continue
+        if role == "tool":
+            problems.append(
+                Problem(
+                    f"{where}/role",
+                    "'role: tool' is OpenAI chat's format; in Anthropic's, tool results are "
+                    "tool_result blocks in the user message after the tool_use",
+                )
+            )
+            continue
+        if role not in ("user", "assistant"):
+            problems.append(Problem(f"{where}/role", "role must be user or assistant"))
+            continue
+        if i == 0 and role != "user":
+            problems.append(Problem(f"{where}/role", "the first message must be a user message"))
+        answered = _check_content(m.get("content"), role, where, problems)
+        if role == "assistant":
+            if pending:
+                _unanswered(pending, problems)
+            pending = dict.fromkeys(_tool_use_ids(m), i)
+            continue
+        for call_id, j in answered:
+            if call_id in pending:
+                del pending[call_id]
+            else:
+                problems.append(
+                    Problem(
+                        f"{where}/content/{j}/tool_use_id",
+                        f"tool_result {call_id!r} answers no tool_use of the assistant message "
+                        "right before it",
+                    )
+                )
+        if pending:
+            _unanswered(pending, problems)
+    if pending and not partial_tail:
+        _unanswered(pending, problems)
+    return problems
+
+
+def _unanswered(pending: dict[str, int], problems: list[Problem]) -> None:
+    for call_id, asked in pending.items():
+        problems.append(
+            Problem(
+                f"/messages/{asked}/content",
+                f"tool_use {call_id!r} has no tool_result in the user message right after it",
+            )
+        )
+    pending.clear()
+
+
+def _check_system(system: Any) -> list[Problem]:
+    if system is None or isinstance(system, str):
+        return []
+    if not isinstance(system, list):
+        return [Problem("/system_prompt", "must be a string or a list of text blocks")]
+    return [
+        Problem(f"/system_prompt/{j}", "a system block must be {type: text, text: <string>}")
+        for j, b in enumerate(system)
+        if not (isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+    ]
+
+
+def _check_content(content: Any, role: str, where: str, problems: list[Problem]) -> list[tuple[str, int]]:
+    """Check one message's content; returns the (tool_use_id, block index) of its tool results."""
+    if isinstance(content, str):
+        return []
+    if not isinstance(content, list) or not content:
+        problems.append(Problem(f"{where}/content", "content must be a string or a non-empty list of blocks"))
+        return []
+    allowed = USER_BLOCKS if role == "user" else ASSISTANT_BLOCKS
+    results: list[tuple[str, int]] = []
+    others = False
+    for j, block in enumerate(content):
+        at = f"{where}/content/{j}"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if not isinstance(kind, str):
+            problems.append(Problem(at, "a content block needs a string type"))
+            continue
+        if kind not in allowed:
+            problems.append(Problem(f"{at}/type", _not_allowed(kind, role, allowed)))
+            continue
+        if kind == "text" and not isinstance(block.get("text"), str):
+            problems.append(Problem(f"{at}/text", "a text block needs a string text"))
+        elif kind == "thinking" and not (
+            isinstance(block.get("thinking"), str) and isinstance(block.get("signature"), str)
+        ):
+            problems.append(
+                Problem(at, "a thinking block needs its thinking and signature strings, unedited")
+            )
+        elif kind == "redacted_thinking" and not isinstance(block.get("data"), str):
+            problems.append(Problem(f"{at}/data", "a redacted_thinking block needs its data string"))
+        elif kind == "tool_use" and not (
+            isinstance(block.get("id"), str)
+            and isinstance(block.get("name"), str)
+            and isinstance(block.get("input"), dict)
+        ):
+            problems.append(Problem(at, "a tool_use block needs id, name and input (an object)"))
+        elif kind == "tool_result":
+            if not isinstance(block.get("tool_use_id"), str):
+                problems.append(Problem(f"{at}/tool_use_id", "a tool_result block needs a tool_use_id"))
+                continue
+            if others:
+                problems.append(
+                    Problem(at, "tool_result blocks must come before any other block of the user message")
+                )
+            _check_result_content(block.get("content"), at, problems)
+            if "is_error" in block and not isinstance(block["is_error"], bool):
+                problems.append(Problem(f"{at}/is_error", "is_error must be true or false"))
+            results.append((block["tool_use_id"], j))
+            continue
+        others = True
+    return results
+
+
+def _check_result_content(content: Any, at: str, problems: list[Problem]) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        problems.append(
+            Problem(f"{at}/content", "a tool_result's content must be a string or a list of blocks")
+        )
+        return
+    for k, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in RESULT_BLOCKS:
+            problems.append(
+                Problem(
+                    f"{at}/content/{k}/type",
+                    f"a tool_result may hold {', '.join(sorted(RESULT_BLOCKS))} blocks (got {kind!r})",
+                )
+            )
+        elif kind == "text" and not isinstance(part.get("text"), str):
+            problems.append(Problem(f"{at}/content/{k}/text", "a text block needs a string text"))
+
+
+def _not_allowed(kind: str, role: str, allowed: frozenset[str]) -> str:
+    if kind in _CHAT_PARTS:
+        return f"{kind!r} is OpenAI chat's format; Anthropic's blocks are {', '.join(sorted(allowed))}"
+    if kind in ("input_text", "output_text", "input_image", "input_file"):
+        return f"{kind!r} is OpenAI Responses' format; Anthropic's blocks are {', '.join(sorted(allowed))}"
+    return f"a {role} message may not hold a {kind!r} block ({', '.join(sorted(allowed))})"
+
+
+def _tool_use_ids(m: Mapping[str, Any]) -> list[str]:
+    content = m.get("content")
+    if not isinstance(content, list):
+        return []
+    return [
+        b["id"]
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str)
+    ]
+
+
+def rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """What Anthropic would reject in an internal list that the chat rules allow."""
+    for m in messages:
+        role = m.get("role")
+        if role in ("system", "developer"):
+            return f"a {role} message, which Anthropic's messages cannot hold"
+        return None if role == "user" else "the first message is not a user message, as Anthropic requires"
+    return "no message is left; Anthropic needs at least one user message"
+
+
+def system_text(system: Any) -> str | None:
+    """The system prompt's text, for counting and for managers."""
+    if isinstance(system, list):
+        return "\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return system if isinstance(system, str) else None
+
+
+# -- to the internal form ---------------------------------------------------------------
+def to_internal(messages: Sequence[Any]) -> Conversion:
+    """The internal messages of a valid Anthropic list (each message converted once, then
+    memoised by identity: messages are immutable values)."""
+    out: list[dict[str, Any]] = []
+    made: dict[int, tuple[Any, Any]] = {}
+    for m in messages:
+        internal = _MEMO.get(id(m), m)
+        if internal is None:
+            internal = _convert(m)
+            _MEMO.put(id(m), m, internal, rough_size(m))
+        made[id(m)] = (m, internal)
+        out.extend(internal)
+    return Conversion(out, made)
+
+
+def _convert(m: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+    role, content = m["role"], m["content"]
+    if isinstance(content, str):
+        return ({"role": role, "content": content, ORIGIN: Origin(m)},)
+    if role == "assistant":
+        return (_assistant(m, content),)
+    out: list[dict[str, Any]] = []
+    others: list[Any] = []
+    for block in content:
+        if block.get("type") == "tool_result":
+            out.append(_tool(m, block))
+        else:
+            others.append(block)
+    if others:
+        out.append({"role": "user", "content": _parts(others), ORIGIN: Origin(m, blocks=others)})
+    return tuple(out)
+
+
+def _assistant(m: Mapping[str, Any], content: list[Any]) -> dict[str, Any]:
+    texts = [b["text"] for b in content if b.get("type") == "text"]
+    calls = [
+        {
+            "id": b["id"],
+            "type": "function",
+            "function": {"name": b["name"], "arguments": json.dumps(b["input"], ensure_ascii=False)},
+        }
+        for b in content
+        if b.get("type") == "tool_use"
+    ]
+    out: dict[str, Any] = {
+        "role": "assistant",
+        "content": "\n".join(texts) if texts else (None if calls else ""),
+    }
+    if calls:
+        out["tool_calls"] = calls
+    out[ORIGIN] = Origin(m, blocks=content)
+    return out
+
+
+def _tool(m: Mapping[str, Any], block: Mapping[str, Any]) -> dict[str, Any]:
+    content = block.get("content")
+    if content is None:
+        content = ""
+    elif isinstance(content, list):
+        content = _parts(content) if any(b.get("type") != "text" for b in content) else _joined(content)
+    return {
+        "role": "tool",
+        "tool_call_id": block["tool_use_id"],
+        "content": content,
+        ORIGIN: Origin(m, block=block, plain={"is_error": True} if block.get("is_error") else None),
+    }
+
+
+def _joined(blocks: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(b["text"] for b in blocks)
+
+
+def _parts(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat content parts standing for Anthropic blocks: text as text, images as images
+    (counted as such), documents and other blocks as files."""
+    parts: list[dict[str, Any]] = []
+    for b in blocks:
+        kind = b.get("type")
+        if kind == "text":
+            parts.append({"type": "text", "text": b["text"]})
+        elif kind == "image":
+            parts.append({"type": "image_url", "image_url": {"url": "anthropic:image"}})
+        else:
+            parts.append({"type": "file", "file": {"filename": f"anthropic:{kind}"}})
+    return parts
+
+
+# -- back -------------------------------------------------------------------------------
+def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[Any]:
+    """The Anthropic messages for an internal list made from ``conversion``'s."""
+    out: list[Any] = []
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        role = m.get("role")
+        if role == "assistant":
+            turn = [m]
+            i += 1
+        elif role in ("tool", "user"):
+            turn = []
+            while i < n and messages[i].get("role") == "tool":
+                turn.append(messages[i])
+                i += 1
+            if (
+                i < n
+                and messages[i].get("role") == "user"
+                and (not turn or _same_source(turn[-1], messages[i]))
+            ):
+                turn.append(messages[i])
+                i += 1
+        else:
+            raise ContextError(
+                [Problem(f"/messages/{i}/role", f"Anthropic's messages cannot hold a {role} message")]
+            )
+        out.append(_message(turn, conversion))
+    return out
+
+
+def _same_source(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    oa, ob = origin_of(a), origin_of(b)
+    return oa is not None and ob is not None and oa.message is ob.message
+
+
+def _message(turn: list[Mapping[str, Any]], conversion: Conversion) -> Any:
+    first = origin_of(turn[0])
+    if first is not None:
+        source, made = conversion.made.get(id(first.message), (None, ()))
+        if source is first.message and same(made, turn):
+            return source  # unchanged: the very message that came in
+    if turn[0].get("role") == "assistant":
+        return _rebuild_assistant(turn[0])
+    blocks: list[Any] = []
+    for m in turn:
+        if m.get("role") == "tool":
+            blocks.append(_rebuild_result(m))
+        else:
+            blocks.extend(_rebuild_blocks(m))
+    if (
+        len(blocks) == 1
+        and blocks[0].get("type") == "text"
+        and turn[0].get("role") == "user"
+        and all(origin_of(m) is None for m in turn)
+    ):
+        return {"role": "user", "content": blocks[0]["text"]}  # a new plain message (a summary)
+    return {"role": "user", "content": blocks}
+
+
+def _rebuild_result(m: Mapping[str, Any]) -> dict[str, Any]:
+    origin = origin_of(m)
+    block: dict[str, Any] = dict(origin.block) if origin is not None and origin.block is not None else {}
+    block["type"] = "tool_result"
+    block["tool_use_id"] = m["tool_call_id"]
+    content = m.get("content")
+    if isinstance(content, list):
+        was = block.get("content")
+        original: list[Any] = was if isinstance(was, list) else []
+        block["content"] = _blocks_of(content, [b for b in original if b.get("type") != "text"])
+    else:
+        block["content"] = content if content is not None else ""
+    if origin is not None and origin.get("is_error"):
+        block["is_error"] = True
+    return block
+
+
+def _rebuild_blocks(m: Mapping[str, Any]) -> list[Any]:
+    origin = origin_of(m)
+    content = m.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    originals = [b for b in (origin.blocks if origin is not None else ()) if b.get("type") != "text"]
+    return _blocks_of(content or [], originals)
+
+
+def _blocks_of(parts: Sequence[Any], originals: Sequence[Any]) -> list[Any]:
+    """Anthropic blocks for chat parts: text parts as text blocks, the others as the
+    original non-text blocks they stood for, in order."""
+    out: list[Any] = []
+    rest = iter(originals)
+    for p in parts:
+        if isinstance(p, dict) and p.get("type") == "text":
+            out.append({"type": "text", "text": p.get("text", "")})
+        else:
+            original = next(rest, None)
+            if original is not None:
+                out.append(original)
+    return out
+
+
+def _rebuild_assistant(m: Mapping[str, Any]) -> dict[str, Any]:
+    """An edited assistant message: its thinking and other blocks as they were, its text and
+    tool calls as they are now."""
+    origin = origin_of(m)
+    originals: Sequence[Any] = origin.blocks if origin is not None else ()
+    text = m.get("content")
+    text = (
+        text
+        if isinstance(text, str)
+        else "\n".join(
+            p.get("text", "") for p in text or () if isinstance(p, dict) and p.get("type") == "text"
+        )
+    )
+    calls = {c["id"]: c for c in m.get("tool_calls") or ()}
+    original_text = "\n".join(b["text"] for b in originals if b.get("type") == "text")
+    blocks: list[Any] = []
+    text_done = False
+    for b in originals:
+        kind = b.get("type")
+        if kind == "text":
+            if not text_done and text:
+                if text == original_text:
+                    blocks.extend(x for x in originals if x.get("type") == "text")
+                else:
+                    blocks.append({"type": "text", "text": text})
+            text_done = True
+        elif kind == "tool_use":
+            call = calls.pop(b["id"], None)
+            if call is not None:
+                blocks.append(_tool_use(call, b))
+        else:
+            blocks.append(b)  # thinking and server tool blocks: never edited
+    if text and not text_done:
+        at = next((k for k, b in enumerate(blocks) if b.get("type") == "tool_use"), len(blocks))
+        blocks.insert(at, {"type": "text", "text": text})
+    blocks.extend(_tool_use(c, None) for c in calls.values())
+    if not blocks:
+        return {"role": "assistant", "content": text or ""}
+    return {"role": "assistant", "content": blocks}
+
+
+def _tool_use(call: Mapping[str, Any], original: Mapping[str, Any] | None) -> dict[str, Any]:
+    fn = call.get("function") or {}
+    arguments = fn.get("arguments", "{}")
+    if original is not None and arguments == json.dumps(original.get("input"), ensure_ascii=False):
+        return original  # type: ignore[return-value]  # unchanged: the block as it came
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        value = {"arguments": arguments}  # edited into something that is not an object: kept as text
+    out = dict(original) if original is not None else {"type": "tool_use", "id": call["id"]}
+    out.update(name=fn.get("name", out.get("name")), input=value)
+    return out

@@ -1,0 +1,376 @@
+"""OpenAI Responses input items: ``message``, ``function_call``, ``function_call_output``,
+``reasoning`` (and ``custom_tool_call`` with its output, like a function call).
+
+To the internal form: a run of calls becomes one assistant message with those tool calls
+(parallel calls stay one group), an output a tool message, a message item a message of its
+role. A ``reasoning`` item rides along in the origin of the internal message made from the
+item after it, so the two are kept or removed together, and never shown to a summariser.
+Server-side tool items that carry their own result (``web_search_call`` and the like) are
+assistant messages with no text of their own.
+
+Back: an internal message that comes back as it went is its items again, the same objects;
+an edited one keeps its reasoning and the fields of its items, with the new text.
+
+Validity: each call has exactly one output after it, with only other outputs of its group
+in between; a ``reasoning`` item is followed by the item it reasoned about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import Problem
+from ._common import ORIGIN, Conversion, Origin, memo, origin_of, rough_size, same
+
+__all__ = ["NAME", "back", "check", "system_text", "to_internal"]
+
+NAME = "openai_responses"
+CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
+"""Call item types, and the field holding their input."""
+OUTPUTS = {"function_call_output": "function_call", "custom_tool_call_output": "custom_tool_call"}
+SELF_CONTAINED = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "image_generation_call",
+        "code_interpreter_call",
+        "mcp_call",
+        "mcp_list_tools",
+    }
+)
+ITEMS = frozenset({"message", "reasoning", *CALLS, *OUTPUTS, *SELF_CONTAINED})
+ROLES = frozenset({"user", "assistant", "system", "developer"})
+TEXT_PARTS = frozenset({"input_text", "output_text", "refusal"})
+PARTS = frozenset({*TEXT_PARTS, "input_image", "input_file", "input_audio"})
+_MEMO = memo()
+
+
+# -- validity ---------------------------------------------------------------------------
+def check(items: Sequence[Any], system: Any = None, *, partial_tail: bool = False) -> list[Problem]:
+    """Everything the Responses API would reject in a list of input items."""
+    problems: list[Problem] = []
+    if system is not None and not isinstance(system, str):
+        problems.append(Problem("/system_prompt", "must be a string (Responses' instructions)"))
+    for i, item in enumerate(items):
+        where = f"/messages/{i}"
+        kind = _kind(item)
+        if kind is None:
+            problems.append(_bad_item(item, where))
+        elif kind in CALLS:
+            field = CALLS[kind]
+            if not all(isinstance(item.get(k), str) for k in ("call_id", "name", field)):
+                problems.append(Problem(where, f"a {kind} needs call_id, name and {field} (strings)"))
+        elif kind in OUTPUTS:
+            if not isinstance(item.get("call_id"), str):
+                problems.append(Problem(f"{where}/call_id", f"a {kind} needs a call_id"))
+            if not isinstance(item.get("output"), (str, list)):
+                problems.append(Problem(f"{where}/output", "output must be a string or a list of parts"))
+        elif kind == "message":
+            _check_message(item, where, problems)
+    if problems:
+        return problems  # pairs are checked on well-formed items only
+    pending: dict[str, int] = {}  # call_id -> index, for the newest turn's calls
+    at = 0
+    for group in _groups(items):
+        first, at = at, at + len(group)
+        main = [(i, x) for i, x in enumerate(group, first) if _kind(x) != "reasoning"]
+        if main and _kind(main[0][1]) in OUTPUTS:
+            i, x = main[0]
+            if len(group) > 1:
+                problems.append(
+                    Problem(
+                        f"/messages/{first}",
+                        "a reasoning item must be followed by the item it reasoned about",
+                    )
+                )
+            if pending.pop(x["call_id"], None) is None:
+                problems.append(
+                    Problem(
+                        f"/messages/{i}/call_id",
+                        f"{_kind(x)} {x['call_id']!r} answers no call of the turn right before it",
+                    )
+                )
+            continue
+        _unanswered(pending, problems)
+        pending = {x["call_id"]: i for i, x in main if _kind(x) in CALLS}
+    if not partial_tail:
+        _unanswered(pending, problems)
+    return problems
+
+
+def _kind(item: Any) -> str | None:
+    """The item's type ('message' for an easy input message), or None when it is not one."""
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")
+    if kind is None and "role" in item:
+        return "message" if "tool_calls" not in item and item.get("role") != "tool" else None
+    return kind if kind in ITEMS else None
+
+
+def _bad_item(item: Any, where: str) -> Problem:
+    if not isinstance(item, dict):
+        return Problem(where, "an input item must be an object")
+    if item.get("role") == "tool":
+        return Problem(
+            f"{where}/role",
+            "'role: tool' is OpenAI chat's format; Responses' tool results are function_call_output items",
+        )
+    if "tool_calls" in item:
+        return Problem(
+            f"{where}/tool_calls",
+            "tool_calls is OpenAI chat's format; Responses' calls are function_call items",
+        )
+    kind = item.get("type")
+    return Problem(
+        f"{where}/type",
+        f"{kind!r} is not an input item ctxmgmt can manage; the types are {', '.join(sorted(ITEMS))}",
+    )
+
+
+def _unanswered(group: dict[str, int], problems: list[Problem]) -> None:
+    for call_id, asked in group.items():
+        problems.append(Problem(f"/messages/{asked}", f"call {call_id!r} has no output after it"))
+    group.clear()
+
+
+def _check_message(item: Mapping[str, Any], where: str, problems: list[Problem]) -> None:
+    role = item.get("role")
+    if role not in ROLES:
+        problems.append(Problem(f"{where}/role", f"role must be one of {', '.join(sorted(ROLES))}"))
+    content = item.get("content")
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        problems.append(Problem(f"{where}/content", "content must be a string or a list of parts"))
+        return
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in PARTS:
+            hint = " (that is OpenAI chat's format)" if kind in ("text", "image_url") else ""
+            problems.append(
+                Problem(
+                    f"{where}/content/{j}/type",
+                    f"{kind!r} is not a Responses content part{hint}; "
+                    f"the parts are {', '.join(sorted(PARTS))}",
+                )
+            )
+        elif kind in TEXT_PARTS and not isinstance(part.get("text", part.get("refusal")), str):
+            problems.append(Problem(f"{where}/content/{j}", f"a {kind} part needs its text"))
+
+
+def system_text(system: Any) -> str | None:
+    return system if isinstance(system, str) else None
+
+
+# -- to the internal form ---------------------------------------------------------------
+def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The items an internal message is made of each: reasoning with the item after it, and
+    one model turn's assistant message and calls together (reasoning between them included),
+    as the API wants them back together."""
+    groups: list[tuple[Any, ...]] = []
+    pending: list[Any] = []
+    for item in items:
+        kind = _kind(item)
+        if kind == "reasoning":
+            pending.append(item)
+        elif kind in CALLS and groups and _opens_calls(groups[-1][-1]):
+            groups[-1] = (*groups[-1], *pending, item)
+            pending = []
+        else:
+            groups.append((*pending, item))
+            pending = []
+    if pending:
+        groups.append(tuple(pending))
+    return groups
+
+
+def _opens_calls(item: Any) -> bool:
+    """Whether calls after this item belong to its group: a call, or the assistant's text."""
+    kind = _kind(item)
+    return kind in CALLS or (kind == "message" and item.get("role") == "assistant")
+
+
+def to_internal(items: Sequence[Any]) -> Conversion:
+    """The internal messages of a valid list of input items (each group converted once,
+    then memoised by the identity of its items)."""
+    out: list[dict[str, Any]] = []
+    made: dict[int, tuple[Any, Any]] = {}
+    for group in _groups(items):
+        key = group[0]
+        hit = _MEMO.get(id(key), key)
+        if hit is not None and same(hit[0], group):
+            internal = hit[1]
+        else:
+            internal = _convert(group)
+            _MEMO.put(id(key), key, (group, internal), sum(rough_size(x) for x in group))
+        origin = internal[ORIGIN]
+        made[id(origin)] = (origin, internal)
+        out.append(internal)
+    return Conversion(out, made)
+
+
+def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
+    main = [x for x in group if _kind(x) != "reasoning"]
+    origin = Origin(main[0] if main else group[0], group=group)
+    if not main:  # reasoning with nothing after it yet
+        return {"role": "assistant", "content": "", ORIGIN: origin}
+    first = main[0]
+    kind = _kind(first)
+    calls = [
+        {"id": x["call_id"], "type": "function", "function": {"name": x["name"], "arguments": x[CALLS[k]]}}
+        for x in main
+        if (k := _kind(x) or "") in CALLS
+    ]
+    if calls:
+        text = _text(_content(first["content"])) if kind == "message" else None
+        return {"role": "assistant", "content": text or None, "tool_calls": calls, ORIGIN: origin}
+    if kind in OUTPUTS:
+        content = _content(first["output"])
+        return {"role": "tool", "tool_call_id": first["call_id"], "content": content, ORIGIN: origin}
+    if kind == "message":
+        return {"role": first["role"], "content": _content(first["content"]), ORIGIN: origin}
+    return {"role": "assistant", "content": "", ORIGIN: origin}  # a server tool's call and result
+
+
+def _content(content: Any) -> Any:
+    """Chat content for Responses content: text parts joined, images and files as such."""
+    if isinstance(content, str):
+        return content
+    if all(isinstance(p, dict) and p.get("type") in TEXT_PARTS for p in content):
+        return "\n".join(p.get("text", p.get("refusal", "")) for p in content)
+    parts: list[dict[str, Any]] = []
+    for p in content:
+        kind = p.get("type") if isinstance(p, dict) else None
+        if kind in TEXT_PARTS:
+            parts.append({"type": "text", "text": p.get("text", p.get("refusal", ""))})
+        elif kind == "input_image":
+            parts.append(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "responses:image", "detail": p.get("detail", "auto")},
+                }
+            )
+        else:
+            parts.append({"type": "file", "file": {"filename": f"responses:{kind}"}})
+    return parts
+
+
+# -- back -------------------------------------------------------------------------------
+def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[Any]:
+    """The input items for an internal list made from ``conversion``'s."""
+    out: list[Any] = []
+    for m in messages:
+        origin = origin_of(m)
+        if origin is not None:
+            _, internal = conversion.made.get(id(origin), (None, None))
+            if internal is m:
+                out.extend(origin.group)  # unchanged: the very items that came in
+                continue
+        out.extend(_rebuild(m, origin))
+    return out
+
+
+def _rebuild(m: Mapping[str, Any], origin: Origin | None) -> list[Any]:
+    originals = origin.group if origin is not None else ()
+    main = [x for x in originals if _kind(x) != "reasoning"]
+    role = m.get("role")
+    calls = m.get("tool_calls")
+    if role == "assistant" and calls:
+        return _rebuild_turn(m, originals, calls)
+    out: list[Any] = [x for x in originals if _kind(x) == "reasoning"]  # kept with their item, unedited
+    if role == "tool":
+        base = dict(main[0]) if main else {"type": "function_call_output", "call_id": m["tool_call_id"]}
+        original = base.get("output")
+        base["output"] = _parts_back(
+            m.get("content"), original if isinstance(original, list) else [], "input"
+        )
+        return [*out, base]
+    if main and _kind(main[0]) in SELF_CONTAINED:
+        return [*out, *main]  # nothing of it is text a manager could edit
+    content = m.get("content")
+    if main and _kind(main[0]) == "message":
+        item = dict(main[0])
+        original = item.get("content")
+        if isinstance(original, list):
+            text_kind = "output" if role == "assistant" else "input"
+            item["content"] = _parts_back(content, original, text_kind)
+        else:
+            item["content"] = _text(content)
+        return [*out, item]
+    if isinstance(content, list):
+        return [
+            *out,
+            {"role": role, "content": _parts_back(content, [], "output" if role == "assistant" else "input")},
+        ]
+    return [*out, {"role": role, "content": content if content is not None else ""}]
+
+
+def _rebuild_turn(m: Mapping[str, Any], originals: Sequence[Any], calls: Sequence[Any]) -> list[Any]:
+    """An edited model turn: its reasoning as it was, its text and calls as they are now."""
+    out: list[Any] = []
+    text = _text(m.get("content"))
+    by_id = {c["id"]: c for c in calls}
+    for x in originals:
+        kind = _kind(x)
+        if kind == "message":
+            if text:
+                same = _text(_content(x.get("content"))) == text
+                out.append(x if same else {**x, "content": _parts_back(text, x.get("content"), "output")})
+            text = ""
+        elif kind in CALLS:
+            call = by_id.pop(x.get("call_id"), None)
+            if call is not None:
+                field = CALLS[kind]
+                arguments = (call.get("function") or {}).get("arguments")
+                out.append(x if x.get(field) == arguments else {**x, field: arguments})
+        else:
+            out.append(x)  # reasoning, kept with its turn and never edited
+    if text:
+        out.insert(0, {"role": "assistant", "content": text})
+    for call in by_id.values():
+        fn = call.get("function") or {}
+        out.append(
+            {
+                "type": "function_call",
+                "call_id": call["id"],
+                "name": fn.get("name"),
+                "arguments": fn.get("arguments"),
+            }
+        )
+    return out
+
+
+def _parts_back(content: Any, originals: Sequence[Any], text_kind: str) -> Any:
+    """Responses content for chat content: a string stays a string when the original was
+    one; text parts become ``<text_kind>_text`` parts, the others the original non-text
+    parts they stood for, in order."""
+    if isinstance(content, str):
+        if not originals:
+            return content
+        return [_text_part(text_kind, content)]
+    rest = iter(p for p in originals if isinstance(p, dict) and p.get("type") not in TEXT_PARTS)
+    out: list[Any] = []
+    for p in content or ():
+        if isinstance(p, dict) and p.get("type") == "text":
+            out.append(_text_part(text_kind, p.get("text", "")))
+        else:
+            original = next(rest, None)
+            if original is not None:
+                out.append(original)
+    return out
+
+
+def _text_part(kind: str, text: str) -> dict[str, Any]:
+    if kind == "output":
+        return {"type": "output_text", "text": text, "annotations": []}
+    return {"type": "input_text", "text": text}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        p.get("text", "") for p in content or () if isinstance(p, dict) and p.get("type") == "text"
+    )

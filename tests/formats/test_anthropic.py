@@ -1,0 +1,215 @@
+"""Anthropic Messages in, Anthropic Messages out: byte-identical where untouched, thinking
+blocks whole, tool results in the user turn after their tool_use, a user message first."""
+
+import json
+
+import pytest
+
+from ctxmgmt import Context, ContextError, load_definition
+from ctxmgmt.formats import anthropic
+from ctxmgmt.testing import assert_valid_messages
+
+SYSTEM = [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}]
+THINKING = {"type": "thinking", "thinking": "SECRET-REASONING about the bug", "signature": "EqQBCkgIARAB"}
+
+
+def turn(n: int, size: int = 4000, *, thinking: bool = True) -> list[dict]:
+    """One tool round: the assistant thinks and calls read_file; the user turn holds the result."""
+    blocks = [THINKING] if thinking else []
+    blocks += [
+        {"type": "text", "text": f"Reading file {n}."},
+        {"type": "tool_use", "id": f"toolu_{n}", "name": "read_file", "input": {"path": f"f{n}.py"}},
+    ]
+    result = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"line {n}\n" * (size // 8)}
+    if n % 2:
+        result["is_error"] = True
+    return [{"role": "assistant", "content": blocks}, {"role": "user", "content": [result]}]
+
+
+def conversation(rounds: int = 6, size: int = 4000) -> list[dict]:
+    msgs = [{"role": "user", "content": "Fix the failing login test."}]
+    for n in range(rounds):
+        msgs += turn(n, size)
+    return msgs
+
+
+def definition(*entries: dict, hook: str = "pre_llm"):
+    return load_definition({"name": "t", "hooks": {hook: list(entries)}})
+
+
+def test_the_format_is_detected_and_the_output_comes_back_in_it():
+    """A list with Anthropic blocks is managed as Anthropic and comes back as Anthropic
+    messages, valid for Anthropic, with the system blocks as they were."""
+    msgs = conversation()
+    d = definition({"type": "SlidingWindowManager", "config": {"max_messages": 5}})
+    out = d.apply("pre_llm", Context(system_prompt=SYSTEM, messages=msgs)).context
+    assert out.system_prompt is SYSTEM
+    assert_valid_messages(out.messages, format="anthropic", system=out.system_prompt)
+    assert [m["role"] for m in out.messages] == ["user", "assistant", "user", "assistant", "user"]
+
+
+def test_untouched_messages_come_back_byte_identical():
+    """Truncating one result rebuilds only its user turn: every other message is the very
+    object that came in, and the edited turn keeps its is_error and other fields."""
+    msgs = conversation(3, size=200)
+    msgs[-1]["content"][0]["content"] = "x" * 20_000
+    msgs[-1]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    d = definition(
+        {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 1000}}, hook="post_tool"
+    )
+    before = json.dumps(msgs)
+    out = d.apply("post_tool", Context(messages=msgs, format="anthropic")).context
+    assert json.dumps(msgs) == before  # the input is never changed
+    assert all(a is b for a, b in zip(msgs[:-1], out.messages[:-1], strict=True))
+    block = out.messages[-1]["content"][0]
+    assert block["tool_use_id"] == "toolu_2" and block["cache_control"] == {"type": "ephemeral"}
+    assert "[truncated: original 20,000 chars]" in block["content"] and len(block["content"]) <= 1000
+
+
+def test_thinking_blocks_stay_whole_and_are_never_summarised_as_text():
+    """The summariser reads the turns' text and tool calls, never the thinking; kept turns
+    keep their thinking blocks with their signatures, untouched."""
+    msgs = conversation(8)
+    d = definition(
+        {"type": "SummarizationManager", "config": {"summary_ratio": 0.5, "preserve_recent_messages": 4}}
+    )
+    out = d.apply("pre_llm", Context(messages=msgs)).context
+    summary = out.messages[1]["content"]
+    assert summary.startswith("[ctxmgmt:summary]") and "SECRET-REASONING" not in summary
+    assert "SECRET-REASONING" not in json.dumps(out.state)
+    for m in out.messages:
+        if m["role"] == "assistant":
+            assert any(m is k for k in msgs) and m["content"][0] == THINKING
+    assert_valid_messages(out.messages, format="anthropic")
+
+
+def test_a_window_without_the_pinned_task_still_starts_with_a_user_message():
+    """With pin: none the window keeps fewer rather than start with an assistant turn; and when
+    no user message would be kept at all, it keeps from the newest one on."""
+    msgs = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "second"},
+        {"role": "assistant", "content": "b"},
+        {"role": "assistant", "content": "c"},
+    ]
+    three = definition({"type": "SlidingWindowManager", "config": {"max_messages": 3, "pin": "none"}})
+    assert three.apply("pre_llm", Context(messages=msgs, format="anthropic")).context.messages == msgs[2:]
+    one = definition({"type": "SlidingWindowManager", "config": {"max_messages": 1, "pin": "none"}})
+    assert one.apply("pre_llm", Context(messages=msgs, format="anthropic")).context.messages == msgs[2:]
+    # The same window on OpenAI chat messages keeps exactly one message.
+    assert len(one.apply("pre_llm", Context(messages=msgs)).context.messages) == 1
+
+
+def test_an_assistant_summary_is_a_user_message_for_anthropic():
+    """summary_role: assistant would put an assistant message first; Anthropic gets a user one."""
+    msgs = conversation(8)
+    d = definition(
+        {
+            "type": "SummarizationManager",
+            "config": {
+                "summary_ratio": 0.8,
+                "preserve_recent_messages": 2,
+                "pin": "none",
+                "summary_role": "assistant",
+            },
+        }
+    )
+    out = d.apply("pre_llm", Context(messages=msgs, format="anthropic")).context
+    assert out.messages[0]["role"] == "user"
+    assert_valid_messages(out.messages, format="anthropic")
+
+
+def test_a_plugin_that_breaks_the_first_message_rule_is_skipped():
+    """The hook runner refuses a plugin's output that Anthropic would reject, and says why."""
+    from ctxmgmt import ContextManager, ManagerRegistry
+
+    class DropFirst(ContextManager):
+        type_name = "DropFirst"
+        config_schema = {"type": "object"}
+
+        def apply(self, context, runtime):
+            return context.with_messages(list(context.messages)[1:])
+
+    registry = ManagerRegistry()
+    registry.register(DropFirst)
+    d = load_definition({"name": "p", "hooks": {"pre_llm": [{"type": "DropFirst"}]}}, registry=registry)
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    result = d.apply("pre_llm", Context(messages=msgs, format="anthropic"))
+    assert result.context.messages == msgs
+    assert "not a user message, as Anthropic requires" in result.trace[0]["error"]
+
+
+def test_fit_keeps_anthropic_requests_within_the_window():
+    """The fit step works in Anthropic's form: the request fits and stays valid."""
+    msgs = conversation(30, size=6000)
+    d = load_definition("default")
+    ctx = Context(system_prompt=SYSTEM, messages=msgs, model="claude-sonnet-4-5", context_window=16_000)
+    result = d.apply("pre_llm", ctx)
+    assert result.trace[-1]["tokens_after"] + 4000 <= 16_000
+    assert_valid_messages(result.context.messages, format="anthropic", system=SYSTEM)
+
+
+@pytest.mark.parametrize(
+    ("messages", "pointer", "says"),
+    [
+        ([{"role": "assistant", "content": "hi"}], "/messages/0/role", "first message must be a user"),
+        ([{"role": "system", "content": "x"}], "/messages/0/role", "give it as system_prompt"),
+        (
+            [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}],
+            "/messages/0/content/0/tool_use_id",
+            "answers no tool_use",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+                {"role": "user", "content": "no result"},
+            ],
+            "/messages/1/content",
+            "has no tool_result",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "tool_result", "tool_use_id": "t"}],
+                },
+            ],
+            "/messages/2/content/1",
+            "before any other block",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "thinking", "thinking": "x", "signature": "s"}]}],
+            "/messages/0/content/0/type",
+            "may not hold a 'thinking' block",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "x"}]},
+            ],
+            "/messages/1/content/0",
+            "signature",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+            "/messages/0/content/0/type",
+            "OpenAI chat's format",
+        ),
+    ],
+)
+def test_invalid_anthropic_messages_are_named_with_a_pointer(messages, pointer, says):
+    """Each thing Anthropic would reject is a ContextError with its JSON pointer and a fix."""
+    with pytest.raises(ContextError) as raised:
+        Context.from_dict({"messages": messages, "format": "anthropic"})
+    problem = raised.value.problems[0]
+    assert problem.pointer == pointer and says in problem.message, problem
+
+
+def test_system_blocks_are_checked():
+    """A system prompt that is neither a string nor text blocks names the block."""
+    problems = anthropic.check([{"role": "user", "content": "q"}], [{"type": "image"}])
+    assert problems[0].pointer == "/system_prompt/0"

@@ -1,0 +1,160 @@
+"""OpenAI Responses input items in, items out: reasoning stays with the item after it, each
+call keeps its one output, untouched items come back as the same objects."""
+
+import json
+
+import pytest
+
+from ctxmgmt import Context, ContextError, load_definition
+from ctxmgmt.testing import assert_valid_messages
+
+
+def turn(n: int, size: int = 4000, parallel: int = 1) -> list[dict]:
+    """One model turn (reasoning, text, calls) and the calls' outputs, as the Agents SDK sends them."""
+    items: list[dict] = [
+        {"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"ENC{n}"},
+        {
+            "type": "message",
+            "id": f"msg_{n}",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": f"Looking at {n}.", "annotations": []}],
+        },
+    ]
+    ids = [f"call_{n}_{k}" for k in range(parallel)]
+    items += [
+        {
+            "type": "function_call",
+            "id": f"fc_{c}",
+            "call_id": c,
+            "name": "read_file",
+            "arguments": json.dumps({"path": f"{c}.py"}),
+            "status": "completed",
+        }
+        for c in ids
+    ]
+    items += [
+        {"type": "function_call_output", "call_id": c, "output": f"{c} line\n" * (size // 12)} for c in ids
+    ]
+    return items
+
+
+def conversation(rounds: int = 6, size: int = 4000) -> list[dict]:
+    items: list[dict] = [{"role": "user", "content": "Fix the failing login test."}]
+    for n in range(rounds):
+        items += turn(n, size, parallel=1 + n % 3)
+    return items
+
+
+def definition(*entries: dict, hook: str = "pre_llm"):
+    return load_definition({"name": "t", "hooks": {hook: list(entries)}})
+
+
+def test_items_are_detected_and_come_back_as_items():
+    """Input items are managed as Responses and come back as valid Responses items."""
+    items = conversation()
+    d = definition({"type": "SlidingWindowManager", "config": {"max_messages": 4}})
+    out = d.apply("pre_llm", Context(system_prompt="You are terse.", messages=items)).context
+    assert_valid_messages(out.messages, format="openai_responses")
+    assert out.messages[0] is items[0]  # the pinned task
+    assert all(any(x is y for y in items) for x in out.messages)
+
+
+def test_reasoning_is_kept_or_dropped_with_its_turn():
+    """A window never separates a reasoning item from the message and calls it came with, and
+    never keeps a call without its output."""
+    items = conversation(8)
+    for keep in range(1, 12):
+        d = definition({"type": "SlidingWindowManager", "config": {"max_messages": keep, "pin": "none"}})
+        out = list(d.apply("pre_llm", Context(messages=items, format="openai_responses")).context.messages)
+        assert_valid_messages(out, format="openai_responses")
+        for i, x in enumerate(out):
+            if x["type"] == "reasoning":
+                j = items.index(x)
+                assert out[i + 1] is items[j + 1]
+
+
+def test_a_truncated_output_keeps_its_fields_and_the_rest_is_untouched():
+    """post_tool truncation edits only the newest outputs, keeping call_id; every other item is
+    the very object that came in."""
+    items = conversation(3, size=300) + turn(9, size=30_000, parallel=2)
+    d = definition(
+        {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 2000}}, hook="post_tool"
+    )
+    out = list(d.apply("post_tool", Context(messages=items)).context.messages)
+    assert len(out) == len(items)
+    edited = [k for k, (a, b) in enumerate(zip(items, out, strict=True)) if a is not b]
+    assert edited == [len(items) - 2, len(items) - 1]
+    for k in edited:
+        assert out[k]["call_id"] == items[k]["call_id"] and len(out[k]["output"]) <= 2000
+        assert "[truncated: original" in out[k]["output"]
+
+
+def test_the_summary_never_reads_reasoning():
+    """Encrypted reasoning is never summarised as text; the summary is a plain user message."""
+    items = conversation(8)
+    d = definition(
+        {"type": "SummarizationManager", "config": {"summary_ratio": 0.6, "preserve_recent_messages": 3}}
+    )
+    out = list(d.apply("pre_llm", Context(messages=items, format="openai_responses")).context.messages)
+    summary = out[1]
+    assert summary["role"] == "user" and summary["content"].startswith("[ctxmgmt:summary]")
+    assert "ENC" not in summary["content"]
+    assert_valid_messages(out, format="openai_responses")
+
+
+@pytest.mark.parametrize(
+    ("items", "pointer", "says"),
+    [
+        (
+            [{"type": "function_call_output", "call_id": "c", "output": "x"}],
+            "/messages/0/call_id",
+            "answers no call",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"role": "user", "content": "next"},
+            ],
+            "/messages/1",
+            "has no output",
+        ),
+        (
+            [{"type": "function_call", "call_id": "c", "name": "f"}],
+            "/messages/0",
+            "call_id, name and arguments",
+        ),
+        ([{"role": "tool", "tool_call_id": "c", "content": "x"}], "/messages/0/role", "function_call_output"),
+        ([{"type": "item_reference", "id": "x"}], "/messages/0/type", "not an input item"),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "/messages/0/content/0/type",
+            "OpenAI chat's format",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "reasoning", "id": "r", "summary": []},
+                {"type": "function_call_output", "call_id": "c", "output": "x"},
+            ],
+            "/messages/2",
+            "reasoning item must be followed",
+        ),
+    ],
+)
+def test_invalid_items_are_named_with_a_pointer(items, pointer, says):
+    """Each thing the Responses API would reject is a ContextError with its pointer."""
+    with pytest.raises(ContextError) as raised:
+        Context.from_dict({"messages": items, "format": "openai_responses"})
+    problem = raised.value.problems[0]
+    assert problem.pointer == pointer and says in problem.message, problem
+
+
+def test_an_unknown_format_is_refused():
+    """format must be one of the three."""
+    with pytest.raises(
+        ContextError, match="/format: must be one of openai_chat, anthropic, openai_responses"
+    ):
+        Context(messages=[], format="gemini")
