@@ -6,6 +6,7 @@
 >>> result.context.messages, result.trace
 """
 
+from .calibration import Calibration
 from .client import AsyncClient, Client
 from .context import ApplyResult, Context
 from .definitions import Definition, ManagerSpec, check_definition, load_definition
@@ -58,6 +59,7 @@ __all__ = [
     "ApplyResult",
     "AsyncClient",
     "AutoCompactManager",
+    "Calibration",
     "ChatClient",
     "Client",
     "ConfigError",

@@ -62,7 +62,7 @@ class _Gate:
         if not window:
             return False, {"note": "the context window is unknown; set context_window"}
         reserve = reserve_tokens(window, self.settings)
-        tokens = facts.tokens
+        tokens = facts.window_tokens
         fired = tokens + reserve > window
         need = {"limit": window, "value": tokens + reserve, "met": fired}
         return fired, {"tokens_plus_reserve_exceed": need, "reserve_output_tokens": reserve}
@@ -80,7 +80,9 @@ class Fit:
     def apply(self, context: Context, runtime: Runtime) -> Context:
         window = context.context_window
         assert window is not None  # the gate does not fire without one
-        budget = window - reserve_tokens(window, self.settings)
+        # In counted tokens: the provider counts ``ratio`` times as many (calibration).
+        ratio = runtime.environment.window_ratio(context.model)
+        budget = int((window - reserve_tokens(window, self.settings)) / ratio)
         counter = runtime.counter
         spans = _removable(context.messages)
         summary_room = min(SUMMARY_CAP, max(64, budget // 8))
@@ -99,7 +101,7 @@ class Fit:
             out = self._drop(out, _removable(out.messages), budget, summary_room, runtime)
         total = counter.context(out)[0]
         if total > budget:
-            raise _too_large(out, runtime, window, window - budget)
+            raise _too_large(out, runtime, window, reserve_tokens(window, self.settings))
         return out
 
     def _drop(
@@ -221,11 +223,13 @@ def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, An
 
 
 def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) -> ContextError:
+    """The error for a context that cannot fit, in the provider's tokens (calibrated)."""
     counter = runtime.counter
-    prompt = counter.system_prompt(context.system_prompt)
-    tools = counter.tools(context.tools)
-    kept = counter.messages(context.messages)[0]
-    need = counter.context(context)[0] + reserve
+    ratio = runtime.environment.window_ratio(context.model)
+    prompt = round(counter.system_prompt(context.system_prompt) * ratio)
+    tools = round(counter.tools(context.tools) * ratio)
+    kept = round(counter.messages(context.messages)[0] * ratio)
+    need = round(counter.context(context)[0] * ratio) + reserve
     return ContextError(
         [
             Problem(

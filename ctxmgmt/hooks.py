@@ -8,6 +8,7 @@ the context stays as it was and the trace says why; with ``fail`` it raises
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -17,12 +18,13 @@ from typing import TYPE_CHECKING, Any, cast
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
 from .fit import Fit
-from .formats import CHAT, Constraints
+from .formats import CHAT, USER_FIRST, Constraints
 from .history import History
 from .managers.base import Environment, Runtime
 from .messages import check_changes, check_format, check_grown, check_messages
 from .offload.base import Batch, BatchWriter
 from .rules import Facts, Gate
+from .telemetry import hook_telemetry
 from .types import Hook, TraceEntry
 
 if TYPE_CHECKING:
@@ -63,6 +65,8 @@ class _Run:
         constraints: Constraints = CHAT,
     ) -> None:
         self.settings = settings or {}
+        if environment.user_first and not constraints.user_first:
+            constraints = USER_FIRST
         self.constraints = constraints
         self.environment = environment
         self.definition = definition
@@ -76,12 +80,14 @@ class _Run:
         self._format_checked = False
         self._current: tuple[Entry, tuple[Runtime, float, int, dict[str, Any]]] | None = None
         self._tokenizer = str(counter.tokenizer)
+        self.ratio = environment.ratio(context.model)
+        self._telemetry = hook_telemetry(definition, hook.value, context, environment.session)
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
         """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""
         counts = self.counter.context(self.context)
         tokens = counts[0]
-        fired, reason = entry.activation.evaluate(Facts(self.context, self.counter, counts))
+        fired, reason = entry.activation.evaluate(Facts(self.context, self.counter, counts, self.ratio))
         if not fired:
             self._record(entry, False, reason, tokens, self.context, 0.0, None, {})
             return None
@@ -99,6 +105,8 @@ class _Run:
         if self._batches:
             store = Batch(store)
         runtime = Runtime(self.hook, self.counter, self.definition, self.environment, store, self.constraints)
+        if self._telemetry is not None:
+            self._telemetry.entry_started(entry.type, entry.index)
         return runtime, time.perf_counter(), tokens, reason
 
     def finish(
@@ -187,23 +195,30 @@ class _Run:
         details: dict[str, Any],
     ) -> None:
         tokens_after = tokens_before if after is self.context else self.counter.context(after)[0]
-        self.trace.append(
-            {
-                "hook": self.hook.value,
-                "index": entry.index,
-                "type": entry.type,
-                "activated": activated,
-                "reason": reason,
-                "tokens_before": tokens_before,
-                "tokens_after": tokens_after,
-                "messages_before": len(self.context.messages),
-                "messages_after": len(after.messages),
-                "duration_ms": round(duration, 3),
-                "error": error,
-                "tokenizer": self._tokenizer,
-                "details": details,
+        entry_trace: TraceEntry = {
+            "hook": self.hook.value,
+            "index": entry.index,
+            "type": entry.type,
+            "activated": activated,
+            "reason": reason,
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_after,
+            "messages_before": len(self.context.messages),
+            "messages_after": len(after.messages),
+            "duration_ms": round(duration, 3),
+            "error": error,
+            "tokenizer": self._tokenizer,
+            "details": details,
+        }
+        if self.ratio != 1.0:  # what the provider would count, by its reports so far
+            entry_trace["calibration"] = {
+                "ratio": round(self.ratio, 4),
+                "tokens_before": round(tokens_before * self.ratio),
+                "tokens_after": round(tokens_after * self.ratio),
             }
-        )
+        self.trace.append(entry_trace)
+        if self._telemetry is not None:
+            self._telemetry.entry_done(entry_trace)
 
     def fit(self, index: int) -> None:
         """The final step of ``pre_llm``: the request fits its window (see :mod:`ctxmgmt.fit`).
@@ -252,6 +267,23 @@ class _Run:
         self.fit(entries)
         return ApplyResult(self.context, tuple(self.trace))
 
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[None]:
+        """The run's telemetry ends however the run ends, with the error when it raised."""
+        try:
+            yield
+        except BaseException as exc:
+            self.close(exc)
+            raise
+        finally:
+            self.close()
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End the hook run's telemetry, however the run ended."""
+        if self._telemetry is not None:
+            self._telemetry.done(tuple(self.trace), self.context, error)
+            self._telemetry = None
+
 
 def run_hook(
     definition: str,
@@ -265,9 +297,10 @@ def run_hook(
     constraints: Constraints = CHAT,
 ) -> ApplyResult:
     run = _Run(definition, hook, context, counter, environment, settings, constraints)
-    for entry, runtime in run.steps(entries):
-        run.done(_call(entry.manager, run.context, runtime))
-    return run.end(len(entries))
+    with run.closing():
+        for entry, runtime in run.steps(entries):
+            run.done(_call(entry.manager, run.context, runtime))
+        return run.end(len(entries))
 
 
 async def arun_hook(
@@ -282,9 +315,10 @@ async def arun_hook(
     constraints: Constraints = CHAT,
 ) -> ApplyResult:
     run = _Run(definition, hook, context, counter, environment, settings, constraints)
-    for entry, runtime in run.steps(entries):
-        run.done(await _acall(entry.manager, run.context, runtime))
-    return run.end(len(entries))
+    with run.closing():
+        for entry, runtime in run.steps(entries):
+            run.done(await _acall(entry.manager, run.context, runtime))
+        return run.end(len(entries))
 
 
 def _call(manager: Any, context: Context, runtime: Runtime) -> tuple[Any, Exception | None]:

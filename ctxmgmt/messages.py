@@ -123,11 +123,16 @@ def last_task_index(messages: Sequence[Any]) -> int | None:
 
 
 def trailing_tool_start(messages: Sequence[Any]) -> int:
-    """Index where the trailing run of tool messages (the newest results) begins."""
+    """Index where the newest tool results begin: the trailing run of tool messages, or the
+    run right before trailing user messages (Anthropic's turn holds the user's text after
+    its results). The length when there are none."""
     i = len(messages)
+    while i > 0 and messages[i - 1].get("role") == "user":
+        i -= 1
+    end = i
     while i > 0 and messages[i - 1].get("role") == "tool":
         i -= 1
-    return i
+    return i if i < end else len(messages)
 
 
 def text_of(content: Any) -> str:
@@ -211,9 +216,6 @@ _ANTHROPIC_PARTS = frozenset(
     }
 )
 _RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_file", "summary_text"})
-_RESPONSES_ITEMS = frozenset(
-    {"message", "function_call", "function_call_output", "reasoning", "custom_tool_call", "item_reference"}
-)
 _LABELS = {"anthropic": "Anthropic's", "openai_responses": "OpenAI Responses'", "gemini": "Gemini's"}
 
 
@@ -222,7 +224,7 @@ def foreign_kind(m: Any) -> tuple[str, str, str] | None:
     format (``anthropic``, ``openai_responses`` or ``gemini``), else None."""
     if not isinstance(m, dict):
         return None
-    if "role" not in m and isinstance(m.get("type"), str) and m["type"] in _RESPONSES_ITEMS:
+    if "role" not in m and isinstance(m.get("type"), str) and m["type"]:
         return "openai_responses", "/type", f"{m['type']!r} (an item)"
     if m.get("role") == "model" or ("parts" in m and "content" not in m):
         return "gemini", "", "'role: model'" if m.get("role") == "model" else "'parts'"

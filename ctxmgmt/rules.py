@@ -18,15 +18,21 @@ __all__ = ["ALWAYS", "Activation", "Facts"]
 class Facts:
     """The numbers rules compare, computed on first use."""
 
-    __slots__ = ("_context", "_counter", "_counts", "_tool_tokens")
+    __slots__ = ("_context", "_counter", "_counts", "_tool_tokens", "ratio")
 
     def __init__(
-        self, context: Context, counter: TokenCounter, counts: tuple[int, int] | None = None
+        self,
+        context: Context,
+        counter: TokenCounter,
+        counts: tuple[int, int] | None = None,
+        ratio: float = 1.0,
     ) -> None:
         self._context = context
         self._counter = counter
         self._counts = counts
         self._tool_tokens: int | None = None
+        self.ratio = ratio
+        """The calibration factor: token facts are counted tokens times this."""
 
     def _both(self) -> tuple[int, int]:
         if self._counts is None:
@@ -35,7 +41,15 @@ class Facts:
 
     @property
     def tokens(self) -> int:
-        return self._both()[0]
+        """The context's tokens, calibrated by the provider's reports when there are any."""
+        counted = self._both()[0]
+        return counted if self.ratio == 1.0 else round(counted * self.ratio)
+
+    @property
+    def window_tokens(self) -> int:
+        """The tokens to check against the window: calibrated, never below ctxmgmt's count."""
+        counted = self._both()[0]
+        return counted if self.ratio <= 1.0 else round(counted * self.ratio)
 
     @property
     def message_count(self) -> int:
@@ -48,7 +62,12 @@ class Facts:
         if self._tool_tokens is None:
             msgs = self._context.messages
             message = self._counter.message
-            self._tool_tokens = sum(message(msgs[i], i) for i in range(trailing_tool_start(msgs), len(msgs)))
+            counted = sum(
+                message(msgs[i], i)
+                for i in range(trailing_tool_start(msgs), len(msgs))
+                if msgs[i].get("role") == "tool"
+            )
+            self._tool_tokens = counted if self.ratio == 1.0 else round(counted * self.ratio)
         return self._tool_tokens
 
     @property

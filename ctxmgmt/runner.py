@@ -25,6 +25,7 @@ from typing import Any, cast
 
 import httpx
 
+from .calibration import Calibration, reported_input_tokens
 from .context import Context
 from .definitions import Definition
 from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
@@ -219,8 +220,10 @@ class Runner:
             base: list[dict[str, Any]] = []
             state: dict[str, Any] = {}
             length = 0
+            calibration = Calibration()
         else:
-            base, state, length = await asyncio.to_thread(self._continue, memory_id, agent_id)
+            base, state, length, saved_ratios = await asyncio.to_thread(self._continue, memory_id, agent_id)
+            calibration = Calibration(saved_ratios)
         schemas = [t.schema() for t in tools.values()]
         recall: list[dict[str, Any]] = []
         if definition is not None and definition.offloads and self.offloader is not None:
@@ -231,7 +234,9 @@ class Runner:
         pool = self.pool or HTTPPool()
         run = _Execution(
             definition=definition,
-            environment=Environment(self.models, self.offloader, memory_id, uuid.uuid4().hex, pool),
+            environment=Environment(
+                self.models, self.offloader, memory_id, uuid.uuid4().hex, pool, calibration=calibration
+            ),
             record=[{"role": "user", "content": question}],
             view=Context(
                 system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
@@ -256,14 +261,25 @@ class Runner:
                 if run.archived and run.recall:  # archived just now: the model needs the tools
                     run.show_recall()
                     await run.hook(Hook.PRE_LLM, iteration)
-                run.check_window()
+                counted, ratio = run.check_window()
                 # Messages are immutable values: hand them over without copying.
                 request = cast(list[dict[str, Any]], list(run.view.messages))
                 if run.view.system_prompt:
                     request.insert(0, {"role": "system", "content": run.view.system_prompt})
                 extra = {"tools": list(run.view.tools)} if run.view.tools else {}
                 response = await client.acomplete(request, **extra)
-                result.usage.append({"iteration": iteration, **response.usage})
+                # This one request's report (never a sum across calls) calibrates the next.
+                reported = reported_input_tokens(response.usage)
+                calibration.observe(model.model, counted, reported)
+                result.usage.append(
+                    {
+                        "iteration": iteration,
+                        **response.usage,
+                        "counted": counted,
+                        "calibrated": round(counted * ratio),
+                        "reported": reported,
+                    }
+                )
                 message = _assistant(response.message)
                 run.add(message)
                 calls = message.get("tool_calls")
@@ -296,7 +312,12 @@ class Runner:
             )
             try:
                 await asyncio.to_thread(
-                    self.memory.append, memory_id, run.record, saved, expected_length=length
+                    self.memory.append,
+                    memory_id,
+                    run.record,
+                    saved,
+                    expected_length=length,
+                    calibration=calibration.to_dict(),
                 )
             finally:
                 if pool is not self.pool:
@@ -313,7 +334,7 @@ class Runner:
         view that the next execution continues from is replaced."""
         agent = await asyncio.to_thread(self.agents.get, agent_id)
         definition, _ = await asyncio.to_thread(self._resolve, agent, None)
-        base, state, length = await asyncio.to_thread(self._continue, memory_id, agent_id)
+        base, state, length, _ = await asyncio.to_thread(self._continue, memory_id, agent_id)
         running = state.get(STATE_KEY)
         if isinstance(running, dict):  # asked for now: summarise even with no new message
             state[STATE_KEY] = {k: v for k, v in running.items() if k != "upto"}
@@ -364,17 +385,19 @@ class Runner:
         assert self.offloader is not None
         return bool(self.offloader.list(memory_id))
 
-    def _continue(self, memory_id: str, agent_id: str) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
-        """(messages to continue from, state, stored length): the managed view saved by the
-        last execution plus what was stored after it, reading only those rows."""
-        state, length = self.memory.head(memory_id, agent_id)
+    def _continue(
+        self, memory_id: str, agent_id: str
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], int, dict[str, Any]]:
+        """(messages to continue from, state, stored length, calibration): the managed view
+        saved by the last execution plus what was stored after it, reading only those rows."""
+        state, length, calibration = self.memory.head(memory_id, agent_id)
         view = state.pop(VIEW_KEY, None)
         if isinstance(view, dict) and isinstance(view.get("messages"), list):
             upto = view.get("upto")
             if isinstance(upto, int) and 0 <= upto <= length:
                 newer = self.memory.messages(memory_id, since=upto, until=length)
-                return [*view["messages"], *newer], state, length
-        return self.memory.messages(memory_id, until=length), state, length
+                return [*view["messages"], *newer], state, length, calibration
+        return self.memory.messages(memory_id, until=length), state, length, calibration
 
     def _resolve(self, agent: Mapping[str, Any], requested: str | None) -> tuple[Definition | None, str]:
         if requested is not None:
@@ -424,15 +447,18 @@ class _Execution:
         self.view = replace(self.view, tools=[*self.view.tools, *self.recall])
         self.recall = []
 
-    def check_window(self) -> None:
-        """The LLM is never called with a request that exceeds its window (with fit: false,
-        or with no definition, nothing made it fit)."""
-        window = self.view.context_window
-        if not window:
-            return
+    def check_window(self) -> tuple[int, float]:
+        """(the request's counted tokens, the calibration ratio). The LLM is never called
+        with a request whose calibrated count exceeds its window (with fit: false, or with no
+        definition, nothing made it fit)."""
         setting = self.definition.tokenizer if self.definition is not None else "auto"
         counter = get_counter(self.view.model, setting)
-        tokens = counter.context(self.view)[0]
+        counted = counter.context(self.view)[0]
+        ratio = self.environment.ratio(self.view.model)
+        window = self.view.context_window
+        tokens = round(counted * self.environment.window_ratio(self.view.model))
+        if not window:
+            return counted, ratio
         if tokens > window:
             fix = (
                 "give the agent a context management definition"
@@ -448,6 +474,7 @@ class _Execution:
                     )
                 ]
             )
+        return counted, ratio
 
     def add(self, message: dict[str, Any]) -> None:
         self.record.append(message)

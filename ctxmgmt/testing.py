@@ -335,6 +335,15 @@ def _to_responses(chat: list[dict[str, Any]], draw: Any) -> list[dict[str, Any]]
         if role == "tool":
             out.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
             continue
+        if role == "assistant" and draw(st.integers(0, 4)) == 0:  # a server tool with its own result
+            out.append(
+                {
+                    "type": "web_search_call",
+                    "id": f"ws_{n}",
+                    "status": "completed",
+                    "action": {"type": "search", "query": "q"},
+                }
+            )
         if role == "assistant" and draw(st.booleans()):
             out.append({"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"enc{n}"})
         text = m.get("content")
@@ -422,7 +431,7 @@ class ChatServer:
                     )
                 status, payload, delay = step
                 if callable(payload):
-                    payload = server._completion(payload(server.requests[-1]))
+                    payload = payload(server.requests[-1])
                 if delay:
                     _time.sleep(delay)
                 try:
@@ -452,11 +461,16 @@ class ChatServer:
         """Queue an assistant message (or text) as the next completion."""
         self.raw(self._completion(message, usage), delay=delay)
 
-    def respond(self, make: Any, *, delay: float = 0.0) -> None:
+    def respond(self, make: Any, *, usage: Any = None, delay: float = 0.0) -> None:
         """Queue a reply computed from the request received: ``make(request_body)``
-        returns a message (or text), as :meth:`reply` takes."""
+        returns a message (or text), as :meth:`reply` takes; ``usage`` is the usage to
+        report, or ``usage(request_body)`` computes it (a provider's own count)."""
+
+        def build(request: dict[str, Any]) -> bytes:
+            return self._completion(make(request), usage(request) if callable(usage) else usage)
+
         with self._lock:
-            self._script.append((200, make, delay))
+            self._script.append((200, build, delay))
 
     def _completion(self, message: str | dict[str, Any], usage: dict[str, int] | None = None) -> bytes:
         msg = {"role": "assistant", "content": message} if isinstance(message, str) else message

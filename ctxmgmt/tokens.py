@@ -79,6 +79,9 @@ _COUNTERS_KEPT = 256
 _WARNINGS_KEPT = 64
 _SEQUENCES_KEPT = 4
 _SYSTEM_ROLES = frozenset({"system", "developer"})
+HIDDEN = "_ctxmgmt"
+"""The key of a converted message's origin (:mod:`ctxmgmt.formats`); its ``counted_text`` and
+``counted_tokens`` are what the provider counts that is not the message's editable content."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +250,14 @@ class TokenCounter:
             raise ContextError(
                 [Problem(f"{_where(index)}/content", "content must be a string, a list of parts or null")]
             )
+        hidden = m.get(HIDDEN)
+        if hidden:  # what the provider counts that no manager may edit (see ctxmgmt.formats)
+            text = hidden.get("counted_text") if isinstance(hidden, dict) else None
+            if isinstance(text, str):
+                n += self._long(text) if len(text) >= _KEYED_TEXT else self.text(text)
+            more = hidden.get("counted_tokens") if isinstance(hidden, dict) else None
+            if isinstance(more, int) and not isinstance(more, bool) and more > 0:
+                n += more
         name = m.get("name")
         if isinstance(name, str):
             n += NAME_OVERHEAD + self._short(name)

@@ -8,7 +8,7 @@ That contract is what lets token counts be memoised per message.
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal, TypeAlias, TypedDict
+from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 
 class FunctionCall(TypedDict):
@@ -63,3 +63,6 @@ class TraceEntry(TypedDict):
     error: str | None
     tokenizer: str
     details: dict[str, Any]
+    calibration: NotRequired[dict[str, Any]]
+    """When the provider's reports calibrate the counts: the ratio, and the tokens before and
+    after as the provider would count them."""

@@ -372,7 +372,7 @@ def test_an_execution_that_changes_nothing_leaves_the_stored_view_and_loses_noth
     _, after, length = runner.memory.load(first.memory_id, agent_id)
     assert after["_view"] == state["_view"] and state["_view"]["upto"] < length  # not written again
     seen = [m for m in chat_server.requests[-1]["messages"] if m["role"] != "system"]
-    base, _, _ = runner._continue(first.memory_id, agent_id)
+    base, _, _, _ = runner._continue(first.memory_id, agent_id)
     assert base == [*seen, {"role": "assistant", "content": "second done"}]
 
 

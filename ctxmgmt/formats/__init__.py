@@ -22,7 +22,17 @@ from ._common import Conversion
 if TYPE_CHECKING:
     from ..context import ApplyResult, Context
 
-__all__ = ["CHAT", "FORMAT_NAMES", "Constraints", "Internal", "check", "detect", "internal", "is_tool_result"]
+__all__ = [
+    "CHAT",
+    "FORMAT_NAMES",
+    "USER_FIRST",
+    "Constraints",
+    "Internal",
+    "check",
+    "detect",
+    "internal",
+    "is_tool_result",
+]
 
 _MODULES: dict[str, ModuleType] = {m.NAME: m for m in (openai_chat, anthropic, openai_responses)}
 FORMAT_NAMES: tuple[str, ...] = tuple(_MODULES)
@@ -40,13 +50,31 @@ class Constraints:
     """What the provider rejects in a list the chat rules allow, or None when it takes it."""
 
 
+def user_first_rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first message after the system messages must be a user message."""
+    for m in messages:
+        role = m.get("role")
+        if role not in ("system", "developer"):
+            return (
+                None
+                if role == "user"
+                else "the first message is not a user message, as the provider requires"
+            )
+    return None
+
+
 CHAT = Constraints()
+USER_FIRST = Constraints(user_first=True, rule=user_first_rule)
+"""For a caller whose provider wants a user message first in chat form (LangChain or
+pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``."""
 _CONSTRAINTS = {anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule)}
 
 
 def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
     """The format of a message list: the first message in a provider's own format tells it;
-    a list with none (plain role and text messages) is OpenAI chat, which all three accept."""
+    a list with none (plain role and text messages) is taken as OpenAI chat. Declare
+    ``format: anthropic`` for such a list meant for Anthropic, whose rules differ (a user
+    message first)."""
     if isinstance(system_prompt, list):
         return anthropic.NAME
     # A History remembers how far it is known to be chat: a grown one costs its new part.
@@ -74,7 +102,7 @@ def is_tool_result(m: Any, format: str) -> bool:
             and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
         )
     if format == openai_responses.NAME:
-        return m.get("type") in openai_responses.OUTPUTS
+        return openai_responses.is_output(m)
     return m.get("role") == "tool"
 
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ContextError, Problem
+from ..history import scan
 from ._common import ORIGIN, Conversion, Origin, memo, origin_of, rough_size, same
 
 __all__ = ["NAME", "back", "check", "rule", "system_text", "to_internal"]
@@ -87,7 +88,12 @@ def check(messages: Sequence[Any], system: Any = None, *, partial_tail: bool = F
         if role == "assistant":
             if pending:
                 _unanswered(pending, problems)
-            pending = dict.fromkeys(_tool_use_ids(m), i)
+            ids = _tool_use_ids(m)
+            if len(set(ids)) < len(ids):
+                problems.append(
+                    Problem(f"{where}/content", "two tool_use blocks share an id; each needs its own")
+                )
+            pending = dict.fromkeys(ids, i)
             continue
         for call_id, j in answered:
             if call_id in pending:
@@ -223,13 +229,20 @@ def _tool_use_ids(m: Mapping[str, Any]) -> list[str]:
 
 
 def rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    """What Anthropic would reject in an internal list that the chat rules allow."""
-    for m in messages:
-        role = m.get("role")
-        if role in ("system", "developer"):
-            return f"a {role} message, which Anthropic's messages cannot hold"
-        return None if role == "user" else "the first message is not a user message, as Anthropic requires"
-    return "no message is left; Anthropic needs at least one user message"
+    """What Anthropic would reject in an internal list that the chat rules allow: no user
+    message first, or a system message anywhere (a History remembers where those are)."""
+    if not messages:
+        return "no message is left; Anthropic needs at least one user message"
+    if messages[0].get("role") != "user":
+        return "the first message is not a user message, as Anthropic requires"
+    found = scan(messages, "system-roles", _system_role)
+    if found:
+        return f"a {messages[found[0]].get('role')} message, which Anthropic's messages cannot hold"
+    return None
+
+
+def _system_role(m: Any) -> bool:
+    return m.get("role") in ("system", "developer")
 
 
 def system_text(system: Any) -> str | None:
@@ -269,7 +282,8 @@ def _convert(m: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         else:
             others.append(block)
     if others:
-        out.append({"role": "user", "content": _parts(others), ORIGIN: Origin(m, blocks=others)})
+        parts, counted = _parts(others)
+        out.append({"role": "user", "content": parts, ORIGIN: Origin(m, blocks=others, plain=counted)})
     return tuple(out)
 
 
@@ -290,21 +304,34 @@ def _assistant(m: Mapping[str, Any], content: list[Any]) -> dict[str, Any]:
     }
     if calls:
         out["tool_calls"] = calls
-    out[ORIGIN] = Origin(m, blocks=content)
+    # Server tools' calls and results are counted, never edited; thinking is neither: the
+    # API does not count earlier turns' thinking, and it is never text a manager reads.
+    server = [b for b in content if b.get("type") not in _OWN_ASSISTANT_BLOCKS]
+    counted = {"counted_text": json.dumps(server, ensure_ascii=False)} if server else None
+    out[ORIGIN] = Origin(m, blocks=content, plain=counted)
     return out
+
+
+_OWN_ASSISTANT_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
 
 
 def _tool(m: Mapping[str, Any], block: Mapping[str, Any]) -> dict[str, Any]:
     content = block.get("content")
+    counted: dict[str, Any] = {}
     if content is None:
         content = ""
     elif isinstance(content, list):
-        content = _parts(content) if any(b.get("type") != "text" for b in content) else _joined(content)
+        if all(b.get("type") == "text" for b in content):
+            content = _joined(content)
+        else:
+            content, counted = _parts(content)
+    if block.get("is_error"):
+        counted["is_error"] = True
     return {
         "role": "tool",
         "tool_call_id": block["tool_use_id"],
         "content": content,
-        ORIGIN: Origin(m, block=block, plain={"is_error": True} if block.get("is_error") else None),
+        ORIGIN: Origin(m, block=block, plain=counted),
     }
 
 
@@ -312,19 +339,52 @@ def _joined(blocks: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(b["text"] for b in blocks)
 
 
-def _parts(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Chat content parts standing for Anthropic blocks: text as text, images as images
-    (counted as such), documents and other blocks as files."""
+def _parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Chat content parts standing for Anthropic blocks, and what the provider counts besides:
+    text as text; an image as an image (its data or address kept, for the archive); a
+    document or another block as a file, with its text counted (a text document's text, a
+    search result's, an estimate for a PDF)."""
     parts: list[dict[str, Any]] = []
+    texts: list[str] = []
+    estimate = 0
     for b in blocks:
         kind = b.get("type")
         if kind == "text":
             parts.append({"type": "text", "text": b["text"]})
-        elif kind == "image":
-            parts.append({"type": "image_url", "image_url": {"url": "anthropic:image"}})
+            continue
+        given = b.get("source")
+        source: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        if kind == "image":
+            parts.append({"type": "image_url", "image_url": {"url": _address(source)}})
+            continue
+        data = source.get("data")
+        if source.get("type") == "text" and isinstance(data, str):
+            texts.append(data)
+        elif isinstance(data, str):
+            estimate += len(data) // _BASE64_CHARS_PER_TOKEN
         else:
-            parts.append({"type": "file", "file": {"filename": f"anthropic:{kind}"}})
-    return parts
+            texts.append(json.dumps({k: v for k, v in b.items() if k != "cache_control"}, ensure_ascii=False))
+        title = b.get("title") if isinstance(b.get("title"), str) else str(kind)
+        parts.append({"type": "file", "file": {"filename": title, "file_data": _address(source)}})
+    counted: dict[str, Any] = {}
+    if texts:
+        counted["counted_text"] = "\n".join(texts)
+    if estimate:
+        counted["counted_tokens"] = estimate
+    return parts, counted
+
+
+_BASE64_CHARS_PER_TOKEN = 6
+"""An estimate for a base64 document (a PDF): about a token per 4.5 bytes of file."""
+
+
+def _address(source: Mapping[str, Any]) -> str:
+    """Where a block's data is: a data URL, its URL, or its file id."""
+    if source.get("type") == "base64":
+        return f"data:{source.get('media_type', 'application/octet-stream')};base64,{source.get('data', '')}"
+    if source.get("type") == "text":
+        return f"data:{source.get('media_type', 'text/plain')},{source.get('data', '')}"
+    return str(source.get("url") or source.get("file_id") or "")
 
 
 # -- back -------------------------------------------------------------------------------
@@ -396,7 +456,7 @@ def _rebuild_result(m: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(content, list):
         was = block.get("content")
         original: list[Any] = was if isinstance(was, list) else []
-        block["content"] = _blocks_of(content, [b for b in original if b.get("type") != "text"])
+        block["content"] = _blocks_of(content, original)
     else:
         block["content"] = content if content is not None else ""
     if origin is not None and origin.get("is_error"):
@@ -409,18 +469,25 @@ def _rebuild_blocks(m: Mapping[str, Any]) -> list[Any]:
     content = m.get("content")
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    originals = [b for b in (origin.blocks if origin is not None else ()) if b.get("type") != "text"]
-    return _blocks_of(content or [], originals)
+    return _blocks_of(content or [], origin.blocks if origin is not None else ())
 
 
 def _blocks_of(parts: Sequence[Any], originals: Sequence[Any]) -> list[Any]:
-    """Anthropic blocks for chat parts: text parts as text blocks, the others as the
-    original non-text blocks they stood for, in order."""
+    """Anthropic blocks for chat parts, in order: a text part as the original text block it
+    stood for when its text is unchanged (its cache_control kept), or a new one; the other
+    parts as the original non-text blocks they stood for."""
+    texts = iter([b for b in originals if b.get("type") == "text"])
+    rest = iter([b for b in originals if b.get("type") != "text"])
     out: list[Any] = []
-    rest = iter(originals)
     for p in parts:
         if isinstance(p, dict) and p.get("type") == "text":
-            out.append({"type": "text", "text": p.get("text", "")})
+            original = next(texts, None)
+            text = p.get("text", "")
+            out.append(
+                original
+                if original is not None and original.get("text") == text
+                else {"type": "text", "text": text}
+            )
         else:
             original = next(rest, None)
             if original is not None:

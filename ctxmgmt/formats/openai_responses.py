@@ -1,22 +1,25 @@
 """OpenAI Responses input items: ``message``, ``function_call``, ``function_call_output``,
-``reasoning`` (and ``custom_tool_call`` with its output, like a function call).
+``reasoning``, and every other call with its output (``custom_tool_call``, ``computer_call``,
+``local_shell_call``, ...: an item ``*_call`` with a ``call_id``, answered by ``*_call_output``).
 
 To the internal form: a run of calls becomes one assistant message with those tool calls
 (parallel calls stay one group), an output a tool message, a message item a message of its
 role. A ``reasoning`` item rides along in the origin of the internal message made from the
 item after it, so the two are kept or removed together, and never shown to a summariser.
-Server-side tool items that carry their own result (``web_search_call`` and the like) are
-assistant messages with no text of their own.
+Items that carry their own result (``web_search_call``, ``mcp_call`` and the like) and other
+item types are assistant messages with no text of their own: counted, kept or removed whole,
+never edited.
 
 Back: an internal message that comes back as it went is its items again, the same objects;
 an edited one keeps its reasoning and the fields of its items, with the new text.
 
 Validity: each call has exactly one output after it, with only other outputs of its group
-in between; a ``reasoning`` item is followed by the item it reasoned about.
+in between; a ``reasoning`` item is followed by the model's item it reasoned about.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,20 +29,8 @@ from ._common import ORIGIN, Conversion, Origin, memo, origin_of, rough_size, sa
 __all__ = ["NAME", "back", "check", "system_text", "to_internal"]
 
 NAME = "openai_responses"
-CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
-"""Call item types, and the field holding their input."""
-OUTPUTS = {"function_call_output": "function_call", "custom_tool_call_output": "custom_tool_call"}
-SELF_CONTAINED = frozenset(
-    {
-        "web_search_call",
-        "file_search_call",
-        "image_generation_call",
-        "code_interpreter_call",
-        "mcp_call",
-        "mcp_list_tools",
-    }
-)
-ITEMS = frozenset({"message", "reasoning", *CALLS, *OUTPUTS, *SELF_CONTAINED})
+CALL_INPUTS = {"function_call": "arguments", "custom_tool_call": "input"}
+"""Call types whose input is a text a manager may read, and the field holding it."""
 ROLES = frozenset({"user", "assistant", "system", "developer"})
 TEXT_PARTS = frozenset({"input_text", "output_text", "refusal"})
 PARTS = frozenset({*TEXT_PARTS, "input_image", "input_file", "input_audio"})
@@ -57,15 +48,19 @@ def check(items: Sequence[Any], system: Any = None, *, partial_tail: bool = Fals
         kind = _kind(item)
         if kind is None:
             problems.append(_bad_item(item, where))
-        elif kind in CALLS:
-            field = CALLS[kind]
+        elif kind in CALL_INPUTS:
+            field = CALL_INPUTS[kind]
             if not all(isinstance(item.get(k), str) for k in ("call_id", "name", field)):
                 problems.append(Problem(where, f"a {kind} needs call_id, name and {field} (strings)"))
-        elif kind in OUTPUTS:
-            if not isinstance(item.get("call_id"), str):
-                problems.append(Problem(f"{where}/call_id", f"a {kind} needs a call_id"))
-            if not isinstance(item.get("output"), (str, list)):
-                problems.append(Problem(f"{where}/output", "output must be a string or a list of parts"))
+        elif kind.endswith("_output") and ("call_id" in item or "id" in item):
+            if answers(item) is None:
+                problems.append(Problem(f"{where}/call_id", f"a {kind} needs a call_id string"))
+            output = item.get("output")
+            if kind in ("function_call_output", "custom_tool_call_output"):
+                if isinstance(output, list):
+                    _check_parts(output, f"{where}/output", "input", problems)
+                elif not isinstance(output, str):
+                    problems.append(Problem(f"{where}/output", "output must be a string or a list of parts"))
         elif kind == "message":
             _check_message(item, where, problems)
     if problems:
@@ -75,38 +70,73 @@ def check(items: Sequence[Any], system: Any = None, *, partial_tail: bool = Fals
     for group in _groups(items):
         first, at = at, at + len(group)
         main = [(i, x) for i, x in enumerate(group, first) if _kind(x) != "reasoning"]
-        if main and _kind(main[0][1]) in OUTPUTS:
-            i, x = main[0]
-            if len(group) > 1:
-                problems.append(
-                    Problem(
-                        f"/messages/{first}",
-                        "a reasoning item must be followed by the item it reasoned about",
-                    )
+        if len(main) < len(group) and (not main or is_output(main[0][1]) or _is_input_message(main[0][1])):
+            problems.append(
+                Problem(
+                    f"/messages/{first}",
+                    "a reasoning item must be followed by the model's item it reasoned about",
                 )
-            if pending.pop(x["call_id"], None) is None:
+            )
+        if main and is_output(main[0][1]):
+            i, x = main[0]
+            if pending.pop(answers(x) or "", None) is None:
                 problems.append(
                     Problem(
                         f"/messages/{i}/call_id",
-                        f"{_kind(x)} {x['call_id']!r} answers no call of the turn right before it",
+                        f"{_kind(x)} {answers(x)!r} answers no call of the turn right before it",
                     )
                 )
             continue
         _unanswered(pending, problems)
-        pending = {x["call_id"]: i for i, x in main if _kind(x) in CALLS}
+        for i, x in main:
+            if _is_call(x):
+                if x["call_id"] in pending:
+                    problems.append(
+                        Problem(
+                            f"/messages/{i}/call_id",
+                            f"two calls of one turn share the call_id {x['call_id']!r}",
+                        )
+                    )
+                pending[x["call_id"]] = i
     if not partial_tail:
         _unanswered(pending, problems)
     return problems
 
 
 def _kind(item: Any) -> str | None:
-    """The item's type ('message' for an easy input message), or None when it is not one."""
+    """The item's type ('message' for an easy input message), or None when it is not an item."""
     if not isinstance(item, dict):
         return None
     kind = item.get("type")
     if kind is None and "role" in item:
         return "message" if "tool_calls" not in item and item.get("role") != "tool" else None
-    return kind if kind in ITEMS else None
+    return kind if isinstance(kind, str) and kind else None
+
+
+def _is_call(item: Any) -> bool:
+    """A call that an output answers: ``*_call`` with a ``call_id``."""
+    kind = _kind(item)
+    return kind is not None and kind.endswith("_call") and isinstance(item.get("call_id"), str)
+
+
+def is_output(item: Any) -> bool:
+    """An item that answers a call: ``*_call_output`` with a ``call_id`` (or, as a local
+    shell call's output has it, an ``id``)."""
+    kind = _kind(item)
+    return kind is not None and kind.endswith("_output") and answers(item) is not None
+
+
+def answers(item: Mapping[str, Any]) -> str | None:
+    """The call id an output answers."""
+    for key in ("call_id", "id"):
+        value = item.get(key)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _is_input_message(item: Any) -> bool:
+    return _kind(item) == "message" and item.get("role") != "assistant"
 
 
 def _bad_item(item: Any, where: str) -> Problem:
@@ -122,11 +152,7 @@ def _bad_item(item: Any, where: str) -> Problem:
             f"{where}/tool_calls",
             "tool_calls is OpenAI chat's format; Responses' calls are function_call items",
         )
-    kind = item.get("type")
-    return Problem(
-        f"{where}/type",
-        f"{kind!r} is not an input item ctxmgmt can manage; the types are {', '.join(sorted(ITEMS))}",
-    )
+    return Problem(f"{where}/type", "an input item needs a type (or a role, for a message)")
 
 
 def _unanswered(group: dict[str, int], problems: list[Problem]) -> None:
@@ -145,19 +171,26 @@ def _check_message(item: Mapping[str, Any], where: str, problems: list[Problem])
     if not isinstance(content, list):
         problems.append(Problem(f"{where}/content", "content must be a string or a list of parts"))
         return
-    for j, part in enumerate(content):
+    _check_parts(content, f"{where}/content", "output" if role == "assistant" else "input", problems)
+
+
+def _check_parts(parts: Sequence[Any], where: str, side: str, problems: list[Problem]) -> None:
+    """Content parts: known types, their text a string; output_text only in the assistant's."""
+    for j, part in enumerate(parts):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in PARTS:
             hint = " (that is OpenAI chat's format)" if kind in ("text", "image_url") else ""
             problems.append(
                 Problem(
-                    f"{where}/content/{j}/type",
+                    f"{where}/{j}/type",
                     f"{kind!r} is not a Responses content part{hint}; "
                     f"the parts are {', '.join(sorted(PARTS))}",
                 )
             )
         elif kind in TEXT_PARTS and not isinstance(part.get("text", part.get("refusal")), str):
-            problems.append(Problem(f"{where}/content/{j}", f"a {kind} part needs its text"))
+            problems.append(Problem(f"{where}/{j}", f"a {kind} part needs its text as a string"))
+        elif side == "input" and kind in ("output_text", "refusal"):
+            problems.append(Problem(f"{where}/{j}/type", f"{kind!r} is the assistant's; use input_text"))
 
 
 def system_text(system: Any) -> str | None:
@@ -175,7 +208,7 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
         kind = _kind(item)
         if kind == "reasoning":
             pending.append(item)
-        elif kind in CALLS and groups and _opens_calls(groups[-1][-1]):
+        elif _is_call(item) and groups and _opens_calls(groups[-1][-1]):
             groups[-1] = (*groups[-1], *pending, item)
             pending = []
         else:
@@ -188,8 +221,7 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 def _opens_calls(item: Any) -> bool:
     """Whether calls after this item belong to its group: a call, or the assistant's text."""
-    kind = _kind(item)
-    return kind in CALLS or (kind == "message" and item.get("role") == "assistant")
+    return _is_call(item) or (_kind(item) == "message" and item.get("role") == "assistant")
 
 
 def to_internal(items: Sequence[Any]) -> Conversion:
@@ -213,48 +245,87 @@ def to_internal(items: Sequence[Any]) -> Conversion:
 
 def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
     main = [x for x in group if _kind(x) != "reasoning"]
-    origin = Origin(main[0] if main else group[0], group=group)
+    first = main[0] if main else group[0]
     if not main:  # reasoning with nothing after it yet
-        return {"role": "assistant", "content": "", ORIGIN: origin}
-    first = main[0]
+        return {"role": "assistant", "content": "", ORIGIN: Origin(first, group=group)}
     kind = _kind(first)
-    calls = [
-        {"id": x["call_id"], "type": "function", "function": {"name": x["name"], "arguments": x[CALLS[k]]}}
-        for x in main
-        if (k := _kind(x) or "") in CALLS
-    ]
+    calls = [_call(x) for x in main if _is_call(x)]
     if calls:
-        text = _text(_content(first["content"])) if kind == "message" else None
-        return {"role": "assistant", "content": text or None, "tool_calls": calls, ORIGIN: origin}
-    if kind in OUTPUTS:
-        content = _content(first["output"])
-        return {"role": "tool", "tool_call_id": first["call_id"], "content": content, ORIGIN: origin}
+        text = _text(_content(first["content"])[0]) if kind == "message" else None
+        hidden = [x for x in main if _is_call(x) and _kind(x) not in CALL_INPUTS]
+        return {
+            "role": "assistant",
+            "content": text or None,
+            "tool_calls": calls,
+            ORIGIN: Origin(first, group=group, plain=_counted(hidden)),
+        }
+    if is_output(first):
+        output = first.get("output")
+        if isinstance(output, (str, list)):
+            content, counted = _content(output)
+        else:  # a screenshot or another structure: counted, never edited
+            content, counted = "", _counted([output])
+        return {
+            "role": "tool",
+            "tool_call_id": answers(first),
+            "content": content,
+            ORIGIN: Origin(first, group=group, plain=counted),
+        }
     if kind == "message":
-        return {"role": first["role"], "content": _content(first["content"]), ORIGIN: origin}
-    return {"role": "assistant", "content": "", ORIGIN: origin}  # a server tool's call and result
+        content, counted = _content(first["content"])
+        return {"role": first["role"], "content": content, ORIGIN: Origin(first, group=group, plain=counted)}
+    # An item with its own result (a web search, an MCP call) or of another type: counted whole.
+    return {"role": "assistant", "content": "", ORIGIN: Origin(first, group=group, plain=_counted(main))}
 
 
-def _content(content: Any) -> Any:
-    """Chat content for Responses content: text parts joined, images and files as such."""
+def _call(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The internal tool call for a call item; a call whose input is not text (a computer
+    action) shows its type, and its input is counted apart."""
+    field = CALL_INPUTS.get(_kind(item) or "")
+    arguments = item[field] if field is not None else "{}"
+    name = item.get("name") if isinstance(item.get("name"), str) else _kind(item)
+    return {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _counted(values: Sequence[Any]) -> dict[str, Any] | None:
+    """What the provider counts of items no manager edits: their JSON."""
+    if not values:
+        return None
+    return {"counted_text": json.dumps(list(values), ensure_ascii=False, default=str)}
+
+
+def _content(content: Any) -> tuple[Any, dict[str, Any] | None]:
+    """Chat content for Responses content (text parts joined, images as images, their address
+    kept for the archive), and what the provider counts besides (a file's data, estimated)."""
     if isinstance(content, str):
-        return content
+        return content, None
     if all(isinstance(p, dict) and p.get("type") in TEXT_PARTS for p in content):
-        return "\n".join(p.get("text", p.get("refusal", "")) for p in content)
+        return "\n".join(p.get("text", p.get("refusal", "")) for p in content), None
     parts: list[dict[str, Any]] = []
+    estimate = 0
     for p in content:
         kind = p.get("type") if isinstance(p, dict) else None
         if kind in TEXT_PARTS:
             parts.append({"type": "text", "text": p.get("text", p.get("refusal", ""))})
         elif kind == "input_image":
+            url = p.get("image_url") or p.get("file_id") or ""
             parts.append(
-                {
-                    "type": "image_url",
-                    "image_url": {"url": "responses:image", "detail": p.get("detail", "auto")},
-                }
+                {"type": "image_url", "image_url": {"url": str(url), "detail": p.get("detail", "auto")}}
             )
         else:
-            parts.append({"type": "file", "file": {"filename": f"responses:{kind}"}})
-    return parts
+            data = p.get("file_data") if isinstance(p, dict) else None
+            estimate += len(data) // _BASE64_CHARS_PER_TOKEN if isinstance(data, str) else 0
+            name = (
+                p.get("filename") if isinstance(p, dict) and isinstance(p.get("filename"), str) else str(kind)
+            )
+            parts.append(
+                {"type": "file", "file": {"filename": name, "file_data": data or p.get("file_id") or ""}}
+            )
+    return parts, {"counted_tokens": estimate} if estimate else None
+
+
+_BASE64_CHARS_PER_TOKEN = 6
+"""An estimate for a base64 file (a PDF): about a token per 4.5 bytes of file."""
 
 
 # -- back -------------------------------------------------------------------------------
@@ -282,13 +353,15 @@ def _rebuild(m: Mapping[str, Any], origin: Origin | None) -> list[Any]:
     out: list[Any] = [x for x in originals if _kind(x) == "reasoning"]  # kept with their item, unedited
     if role == "tool":
         base = dict(main[0]) if main else {"type": "function_call_output", "call_id": m["tool_call_id"]}
-        original = base.get("output")
+        original = base.get("output", "")
+        if not isinstance(original, (str, list)):
+            return [*out, main[0]]  # a structured output (a screenshot): never edited
         base["output"] = _parts_back(
             m.get("content"), original if isinstance(original, list) else [], "input"
         )
         return [*out, base]
-    if main and _kind(main[0]) in SELF_CONTAINED:
-        return [*out, *main]  # nothing of it is text a manager could edit
+    if main and _kind(main[0]) != "message":
+        return [*out, *main]  # an item with its own result: nothing of it is text a manager edits
     content = m.get("content")
     if main and _kind(main[0]) == "message":
         item = dict(main[0])
@@ -316,15 +389,16 @@ def _rebuild_turn(m: Mapping[str, Any], originals: Sequence[Any], calls: Sequenc
         kind = _kind(x)
         if kind == "message":
             if text:
-                same = _text(_content(x.get("content"))) == text
+                same = _text(_content(x.get("content"))[0]) == text
                 out.append(x if same else {**x, "content": _parts_back(text, x.get("content"), "output")})
             text = ""
-        elif kind in CALLS:
+        elif _is_call(x):
             call = by_id.pop(x.get("call_id"), None)
             if call is not None:
-                field = CALLS[kind]
+                field = CALL_INPUTS.get(kind or "")
                 arguments = (call.get("function") or {}).get("arguments")
-                out.append(x if x.get(field) == arguments else {**x, field: arguments})
+                edited = field is not None and x.get(field) != arguments
+                out.append({**x, field: arguments} if edited else x)
         else:
             out.append(x)  # reasoning, kept with its turn and never edited
     if text:

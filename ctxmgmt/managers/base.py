@@ -11,6 +11,7 @@ from ..formats import CHAT, Constraints
 from ..types import Hook
 
 if TYPE_CHECKING:
+    from ..calibration import Calibration
     from ..context import Context
     from ..llm import HTTPPool, ModelsConfig
     from ..offload import Offloader
@@ -40,6 +41,20 @@ class Environment:
     pool: HTTPPool | None = None
     """Open HTTP clients for model calls; their owner closes them. Without one, sync calls
     use the process's pool and each async call opens and closes a client of its own."""
+    user_first: bool = False
+    """The provider wants a user message first (as Anthropic, Gemini and Bedrock do), whatever
+    the messages' format: windows and summaries keep one first."""
+    calibration: Calibration | None = None
+    """Per model, the ratio of the provider's reported tokens to ctxmgmt's count: activation
+    rules and the fit step compare calibrated counts (see :mod:`ctxmgmt.calibration`)."""
+
+    def ratio(self, model: str | None) -> float:
+        """The calibration factor for a model's counts (1.0 without a calibration)."""
+        return self.calibration.ratio(model) if self.calibration is not None else 1.0
+
+    def window_ratio(self, model: str | None) -> float:
+        """The factor for checking a request against its window: the ratio, never below 1."""
+        return self.calibration.window_ratio(model) if self.calibration is not None else 1.0
 
 
 DEFAULT_ENVIRONMENT = Environment()

@@ -69,7 +69,13 @@ class SlidingWindowManager(ContextManager):
             used += size
             boundary = start
         if runtime.constraints.user_first:
+            wanted = boundary
             boundary = _user_first(msgs, boundary, pinned)
+            if boundary < wanted:
+                runtime.details["note"] = (
+                    "kept more than max_messages: the provider wants a user message first, "
+                    "and the newest one is further back"
+                )
         # Removed: everything before the oldest kept unit, except what is pinned.
         gone = gaps(boundary, sorted(pinned))
         removed = sum(end - start for start, end in gone)

@@ -19,6 +19,7 @@ import re2  # type: ignore[import-untyped]
 
 from ..errors import OffloadError
 from ..messages import text_of
+from ..tokens import HIDDEN
 
 __all__ = [
     "Batch",
@@ -202,7 +203,11 @@ def _searchable(ref: str, text: str) -> list[tuple[int | None, str]]:
             continue
         calls = [c.get("function") or {} for c in m.get("tool_calls") or () if isinstance(c, dict)]
         args = [f"{fn.get('name')}({fn.get('arguments')})" for fn in calls if isinstance(fn, dict)]
-        out.append((i, "\n".join([text_of(m.get("content")), *args])))
+        # A converted message's documents and server tool results (see ctxmgmt.formats).
+        hidden = m.get(HIDDEN)
+        extra = hidden.get("counted_text") if isinstance(hidden, dict) else None
+        texts = [text_of(m.get("content")), *args, *([extra] if isinstance(extra, str) else [])]
+        out.append((i, "\n".join(texts)))
     return out
 
 

@@ -98,17 +98,18 @@ class MemoryStore:
             )
         return memory_id
 
-    def head(self, memory_id: str, agent_id: str) -> tuple[dict[str, Any], int]:
-        """(state, length) of a memory of this agent."""
+    def head(self, memory_id: str, agent_id: str) -> tuple[dict[str, Any], int, dict[str, Any]]:
+        """(state, length, calibration) of a memory of this agent."""
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(memories.c.state, memories.c.length).where(
+                select(memories.c.state, memories.c.length, memories.c.calibration).where(
                     memories.c.memory_id == memory_id, memories.c.agent_id == agent_id
                 )
             ).first()
         if row is None:
             raise NotFound(f"no memory {memory_id!r} for agent {agent_id!r}")
-        return dict(row.state), row.length
+        calibration = row.calibration if isinstance(row.calibration, dict) else {}
+        return dict(row.state), row.length, calibration
 
     def messages(self, memory_id: str, *, since: int = 0, until: int | None = None) -> list[dict[str, Any]]:
         """The stored messages from position ``since`` (up to ``until``), in order."""
@@ -122,7 +123,7 @@ class MemoryStore:
 
     def load(self, memory_id: str, agent_id: str) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
         """(messages, state, length) of a memory of this agent."""
-        state, length = self.head(memory_id, agent_id)
+        state, length, _ = self.head(memory_id, agent_id)
         return self.messages(memory_id, until=length), state, length
 
     def append(
@@ -132,13 +133,16 @@ class MemoryStore:
         state: Mapping[str, Any] | None,
         *,
         expected_length: int,
+        calibration: Mapping[str, Any] | None = None,
     ) -> None:
-        """Add messages after the ``expected_length`` first ones, and save the state (None
-        keeps the stored one). A concurrent append to the same memory is a Conflict, never
-        an interleaving."""
+        """Add messages after the ``expected_length`` first ones, and save the state and the
+        calibration (None keeps the stored one). A concurrent append to the same memory is a
+        Conflict, never an interleaving."""
         values: dict[str, Any] = {"length": expected_length + len(messages), "last_modified": now_ms()}
         if state is not None:
             values["state"] = dict(state)
+        if calibration is not None:
+            values["calibration"] = dict(calibration)
         with self.engine.begin() as conn:
             updated = conn.execute(
                 memories.update()

@@ -45,6 +45,7 @@ memories = Table(
     Column("agent_id", String(36), nullable=False, index=True),
     Column("state", JSON, nullable=False),
     Column("length", Integer, nullable=False),
+    Column("calibration", JSON, nullable=True),
     Column("created_time", BigInteger, nullable=False),
     Column("last_modified", BigInteger, nullable=False),
 )

@@ -213,3 +213,67 @@ def test_system_blocks_are_checked():
     """A system prompt that is neither a string nor text blocks names the block."""
     problems = anthropic.check([{"role": "user", "content": "q"}], [{"type": "image"}])
     assert problems[0].pointer == "/system_prompt/0"
+
+
+def test_removed_documents_and_images_are_archived_with_their_data(tmp_path):
+    """A window that removes a user turn with a text document and an image archives the
+    document's text (searchable) and the image's data, not placeholders."""
+    from ctxmgmt.offload import LocalOffloader
+
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    document = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "CONTRACT CLAUSE 7: no refunds"},
+    }
+    msgs = [
+        {"role": "user", "content": [document, image, {"type": "text", "text": "Read these."}]},
+        {"role": "assistant", "content": "Read."},
+        {"role": "user", "content": "Summarise clause 7."},
+    ]
+    store = LocalOffloader(tmp_path)
+    d = definition({"type": "SlidingWindowManager", "config": {"max_messages": 1, "pin": "task"}})
+    out = d.apply("pre_llm", Context(messages=msgs, format="anthropic"), offloader=store, session="s")
+    assert out.context.messages == msgs[2:]
+    (hit,) = [h for h in store.search("s", "CONTRACT CLAUSE 7")]
+    archived = store.read("s", hit["ref"]).text
+    assert "iVBORw0KGgo=" in archived
+
+
+def test_documents_and_server_tool_results_are_counted():
+    """A plain-text document and a code-execution result count by their text, so the fit step
+    sees them: a request of them alone far over the window is made to fit."""
+    stdout = "line of output\n" * 8000
+    msgs = [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "document",
+                    "source": {"type": "text", "media_type": "text/plain", "data": "word " * 20000},
+                }
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "server_tool_use",
+                    "id": "srv_1",
+                    "name": "code_execution",
+                    "input": {"code": "run()"},
+                },
+                {
+                    "type": "code_execution_tool_result",
+                    "tool_use_id": "srv_1",
+                    "content": {"type": "code_execution_result", "stdout": stdout},
+                },
+                {"type": "text", "text": "Ran it."},
+            ],
+        },
+        {"role": "user", "content": "So?"},
+    ]
+    ctx = Context(messages=msgs, format="anthropic", context_window=8000)
+    result = load_definition("default").apply("pre_llm", ctx)
+    assert result.trace[0]["tokens_before"] > 40_000
+    assert result.trace[-1]["tokens_after"] <= 8000 - 2000
+    assert_valid_messages(result.context.messages, format="anthropic")

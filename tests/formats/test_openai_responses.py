@@ -126,7 +126,41 @@ def test_the_summary_never_reads_reasoning():
             "call_id, name and arguments",
         ),
         ([{"role": "tool", "tool_call_id": "c", "content": "x"}], "/messages/0/role", "function_call_output"),
-        ([{"type": "item_reference", "id": "x"}], "/messages/0/type", "not an input item"),
+        ([{"id": "x"}], "/messages/0/type", "needs a type"),
+        (
+            [
+                {
+                    "type": "function_call_output",
+                    "call_id": "c",
+                    "output": [{"type": "input_text", "text": 123}],
+                }
+            ],
+            "/messages/0/output/0",
+            "text as a string",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}],
+            "/messages/0/content/0/type",
+            "use input_text",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"type": "reasoning", "id": "r", "summary": []},
+                {"role": "user", "content": "x"},
+            ],
+            "/messages/1",
+            "reasoning item must be followed",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c", "name": "g", "arguments": "{}"},
+            ],
+            "/messages/2/call_id",
+            "share the call_id",
+        ),
         (
             [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
             "/messages/0/content/0/type",
@@ -158,3 +192,51 @@ def test_an_unknown_format_is_refused():
         ContextError, match="/format: must be one of openai_chat, anthropic, openai_responses"
     ):
         Context(messages=[], format="gemini")
+
+
+def test_other_calls_and_server_items_are_kept_whole_and_counted():
+    """A computer call with its screenshot output, a local shell call, an MCP call and an
+    item reference are managed: kept or removed with their turn, counted, never edited."""
+    items = [
+        {"role": "user", "content": "Open the report."},
+        {
+            "type": "computer_call",
+            "id": "cu1",
+            "call_id": "cc1",
+            "action": {"type": "click", "x": 1, "y": 2},
+            "status": "completed",
+        },
+        {
+            "type": "computer_call_output",
+            "call_id": "cc1",
+            "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AAAA"},
+        },
+        {
+            "type": "local_shell_call",
+            "id": "ls1",
+            "call_id": "sh1",
+            "action": {"type": "exec", "command": ["ls"]},
+            "status": "completed",
+        },
+        {"type": "local_shell_call_output", "call_id": "sh1", "output": "a.txt\n" * 5000},
+        {
+            "type": "mcp_call",
+            "id": "m1",
+            "name": "search",
+            "arguments": "{}",
+            "server_label": "s",
+            "output": "found " * 2000,
+        },
+        {"type": "item_reference", "id": "msg_old"},
+        {"role": "user", "content": "And now?"},
+    ]
+    ctx = Context(messages=items, format="openai_responses", context_window=3000)
+    result = load_definition("default").apply("pre_llm", ctx)
+    out = list(result.context.messages)
+    assert_valid_messages(out, format="openai_responses")
+    assert all(
+        any(x is y for y in items) or x.get("type") == "local_shell_call_output" or "role" in x for x in out
+    )
+    assert result.trace[0]["tokens_before"] > 4000  # the shell output and the MCP result are counted
+    again = load_definition("default").apply("pre_llm", result.context)
+    assert list(again.context.messages) == out

@@ -1,0 +1,195 @@
+"""LangChain v1: context management as an ``AgentMiddleware`` (``pip install 'ctxmgmt[langchain]'``).
+
+>>> from langchain.agents import create_agent
+>>> from ctxmgmt.adapters.langchain import ContextManagementMiddleware
+>>> agent = create_agent(model, tools, middleware=[ContextManagementMiddleware("default")])
+
+Before every model call, the messages the model would see get ``post_tool`` after each
+new tool result and then ``pre_llm``; the model sees the managed list. The agent's
+``messages`` stay the complete record, and the managed view with the managers' state
+(the running summary) is kept in the agent's state under ``ctxmgmt``, so a checkpointer
+persists it and the next call continues from it. The trace goes to the callbacks as a
+custom event named ``ctxmgmt`` and to the ``ctxmgmt.adapters`` logger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents import AgentState
+from langchain.agents.middleware import AgentMiddleware, ExtendedModelResponse, ModelRequest, ModelResponse
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages, convert_to_openai_messages
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.types import Command
+
+from ..messages import CHAT_PARTS, text_of
+from ._core import Conversation, DefinitionSource, Source, Turn
+
+__all__ = ["ContextManagementMiddleware", "ContextManagementState"]
+
+STATE_KEY = "ctxmgmt"
+
+
+def _latest(left: Any, right: Any) -> Any:
+    return right
+
+
+class ContextManagementState(AgentState):
+    """The agent state with ctxmgmt's view and managers' state under ``ctxmgmt``."""
+
+    ctxmgmt: NotRequired[Annotated[dict[str, Any], _latest]]
+
+
+class ContextManagementMiddleware(AgentMiddleware):
+    """Runs a ctxmgmt definition's ``post_tool`` and ``pre_llm`` hooks around every model call.
+
+    Args:
+        definition: a :class:`~ctxmgmt.Definition`, a path, a shipped name, a dict, or
+            ``(client, name)`` for a registry server (fetched per call, rebuilt only when its
+            version changed).
+        models: the models configuration a summariser's ``summarization_model_id`` names.
+        offloader: where removed content is archived first (the thread id is the session).
+        context_window: the model's window, for the fit step; by default the chat model's
+            profile (``max_input_tokens``) when it has one.
+    """
+
+    state_schema = ContextManagementState
+
+    def __init__(
+        self,
+        definition: DefinitionSource,
+        *,
+        models: Any = None,
+        offloader: Any = None,
+        context_window: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = Source(definition)
+        self.models = models
+        self.offloader = offloader
+        self.context_window = context_window
+
+    @property
+    def name(self) -> str:
+        return "ContextManagementMiddleware"
+
+    def _conversation(
+        self, request: ModelRequest
+    ) -> tuple[Conversation, list[dict[str, Any]], dict[str, Any], list[list[dict[str, Any]]]]:
+        conversation = Conversation(
+            self.source, models=self.models, offloader=self.offloader, session=_thread_id(), user_first=True
+        )
+        saved = request.state.get(STATE_KEY)
+        conversation.load(saved if isinstance(saved, Mapping) else None)
+        # Message by message: one LangChain message may become several chat messages (a
+        # HumanMessage with tool_result blocks), the results first, as after their call.
+        converted = [
+            sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
+            for m in request.messages
+        ]
+        record = [d for group in converted for d in group]
+        system = request.system_message
+        model = request.model
+        profile = getattr(model, "profile", None) or {}
+        window = self.context_window or (
+            profile.get("max_input_tokens") if isinstance(profile, Mapping) else None
+        )
+        options = {
+            "system_prompt": _text(system.content) if system is not None else None,
+            "tools": [t if isinstance(t, dict) else convert_to_openai_tool(t) for t in request.tools],
+            "model": getattr(model, "model_name", None) or getattr(model, "model", None),
+            "context_window": window if isinstance(window, int) else None,
+        }
+        return conversation, record, options, converted
+
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ExtendedModelResponse:
+        conversation, record, options, converted = self._conversation(request)
+        turn = conversation.prepare(record, **options)
+        dispatch_custom_event(STATE_KEY, _event(self.source, turn))
+        response = handler(request.override(messages=_messages(turn, request.messages, converted)))
+        return _extended(response, conversation, turn)
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ExtendedModelResponse:
+        conversation, record, options, converted = self._conversation(request)
+        turn = await conversation.aprepare(record, **options)
+        await adispatch_custom_event(STATE_KEY, _event(self.source, turn))
+        response = await handler(request.override(messages=_messages(turn, request.messages, converted)))
+        return _extended(response, conversation, turn)
+
+
+def _extended(response: Any, conversation: Conversation, turn: Turn) -> ExtendedModelResponse:
+    """The model's response, with the view, state and calibration to persist in the agent's state
+    (LangChain hands a middleware its inner handlers' results as a ModelResponse)."""
+    usage = next((m.usage_metadata for m in reversed(response.result) if isinstance(m, AIMessage)), None)
+    turn.usage = conversation.observe(usage.get("input_tokens") if usage else None)
+    return ExtendedModelResponse(
+        model_response=response, command=Command(update={STATE_KEY: conversation.saved})
+    )
+
+
+def _messages(turn: Turn, originals: Sequence[BaseMessage], converted: Sequence[Sequence[Any]]) -> list[Any]:
+    """LangChain messages for the managed list: the framework's own message object where its
+    chat messages are all there, unchanged and together; new ones otherwise (a summary, a cut
+    result)."""
+    known = {
+        group[0]["id"]: (m, group)
+        for m, group in zip(originals, converted, strict=True)
+        if group and group[0].get("id")
+    }
+    out: list[Any] = []
+    managed = turn.messages
+    i = 0
+    while i < len(managed):
+        d = managed[i]
+        original, group = known.get(d.get("id"), (None, ()))
+        if original is not None and list(managed[i : i + len(group)]) == list(group):
+            out.append(original)
+            i += len(group)
+            continue
+        out.extend(convert_to_messages([{k: v for k, v in d.items() if k != "id"}]))
+        i += 1
+    return out
+
+
+def _not_tool(d: Mapping[str, Any]) -> bool:
+    return d.get("role") != "tool"
+
+
+def _chat(d: dict[str, Any]) -> dict[str, Any]:
+    """A converted message with only OpenAI chat content parts: the blocks that LangChain keeps
+    from other providers (Claude's thinking, reasoning) are not text a manager may read or
+    edit. An untouched message goes to the model as the original LangChain message, with them."""
+    content = d.get("content")
+    if not isinstance(content, list) or all(
+        isinstance(p, dict) and p.get("type") in CHAT_PARTS for p in content
+    ):
+        return d
+    parts = [p for p in content if isinstance(p, dict) and p.get("type") in CHAT_PARTS]
+    if d.get("role") == "assistant" and all(p.get("type") == "text" for p in parts):
+        return {**d, "content": "\n".join(p["text"] for p in parts) or (None if d.get("tool_calls") else "")}
+    return {**d, "content": parts or ""}
+
+
+def _event(source: Source, turn: Turn) -> dict[str, Any]:
+    return {"definition": source.name, "trace": list(turn.trace)}
+
+
+def _text(content: Any) -> str:
+    return text_of(content)
+
+
+def _thread_id() -> str:
+    """The LangGraph thread id: the offload session of this conversation."""
+    try:
+        from langgraph.config import get_config
+
+        thread = get_config().get("configurable", {}).get("thread_id")
+    except Exception:  # outside a graph run
+        thread = None
+    return str(thread) if thread else "default"

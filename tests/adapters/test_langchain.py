@@ -1,0 +1,226 @@
+"""The LangChain middleware in a real create_agent tool loop, with LangChain's own fake model."""
+
+import asyncio
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_openai_messages
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
+
+from ctxmgmt.adapters.langchain import ContextManagementMiddleware
+from ctxmgmt.messages import check_messages
+
+DEFINITION = {
+    "name": "lc",
+    "hooks": {
+        "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 400}}],
+        "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4}}],
+    },
+}
+
+
+class RecordingModel(GenericFakeChatModel):
+    """LangChain's fake chat model, recording what each call received."""
+
+    seen: list = Field(default_factory=list)
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+@tool
+def read_log(name: str) -> str:
+    """Read a log file."""
+    return f"{name}: " + "ERROR connection refused\n" * 300
+
+
+def script(turn: int, calls: int = 3) -> list[AIMessage]:
+    """The model reads ``calls`` logs, one per step (with a parallel pair first), then answers."""
+    out = [
+        AIMessage(
+            content="",
+            tool_calls=[
+                {"name": "read_log", "args": {"name": f"t{turn}a"}, "id": f"c{turn}_0"},
+                {"name": "read_log", "args": {"name": f"t{turn}b"}, "id": f"c{turn}_1"},
+            ],
+        )
+    ]
+    out += [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "read_log", "args": {"name": f"t{turn}_{k}"}, "id": f"c{turn}_{k}"}],
+        )
+        for k in range(2, calls + 1)
+    ]
+    return [*out, AIMessage(content=f"answer {turn}")]
+
+
+class Events(BaseCallbackHandler):
+    def __init__(self):
+        self.events = []
+
+    def on_custom_event(self, name, data, **kwargs):
+        self.events.append((name, data))
+
+
+def agent_with(model):
+    middleware = ContextManagementMiddleware(DEFINITION)
+    return create_agent(
+        model,
+        [read_log],
+        system_prompt="You read logs.",
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+
+
+def assert_valid(seen):
+    for call in seen:
+        chat = convert_to_openai_messages(call)
+        assert not check_messages(chat), check_messages(chat)
+
+
+def test_the_managed_messages_reach_the_model_and_the_record_stays_whole():
+    """Every model call sees a valid, managed list (results cut, old turns windowed); the agent's
+    messages keep every result whole; the view persists in the checkpointed state."""
+    model = RecordingModel(messages=iter(script(1) + script(2)))
+    agent = agent_with(model)
+    config = {"configurable": {"thread_id": "t1"}}
+    events = Events()
+    agent.invoke({"messages": [HumanMessage("Why does the login fail?")]}, {**config, "callbacks": [events]})
+    agent.invoke({"messages": [HumanMessage("And the signup?")]}, {**config, "callbacks": [events]})
+    assert len(model.seen) == 8
+    assert_valid(model.seen)
+    results = [m for call in model.seen for m in call if isinstance(m, ToolMessage)]
+    assert results and all(len(m.content) <= 400 for m in results)
+    assert all(len([m for m in call if m.type != "system"]) <= 4 for call in model.seen)
+    # The task is pinned: the second turn's question reaches every call of that turn.
+    assert all(any(m.content == "And the signup?" for m in call) for call in model.seen[4:])
+    state = agent.get_state(config).values
+    record = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert len(record) == 8 and all(len(m.content) > 6000 for m in record)
+    saved = state["ctxmgmt"]
+    assert saved["upto"] == len(state["messages"]) - 1 and len(saved["view"]) <= 5
+    fired = [e for _, data in events.events for e in data["trace"] if e["activated"]]
+    assert {e["type"] for e in fired} == {"ToolsOutputTruncateManager", "SlidingWindowManager"}
+
+
+def test_the_async_agent_is_managed_the_same_way():
+    """ainvoke runs the same hooks through the async path."""
+    model = RecordingModel(messages=iter(script(1)))
+    agent = agent_with(model)
+    asyncio.run(agent.ainvoke({"messages": [HumanMessage("Why?")]}, {"configurable": {"thread_id": "a"}}))
+    assert len(model.seen) == 4
+    assert_valid(model.seen)
+    assert all(len(m.content) <= 400 for call in model.seen for m in call if isinstance(m, ToolMessage))
+
+
+def test_a_definition_from_a_registry_server_is_rebuilt_when_its_version_changes(live):
+    """(client, name) fetches the stored definition per call and rebuilds it on a new version."""
+    from ctxmgmt import Client
+
+    client = Client(live.url)
+    client.create("lc", DEFINITION)
+    middleware = ContextManagementMiddleware((client, "lc"))
+    first = middleware.source.get()
+    assert middleware.source.get() is first
+    changed = {**DEFINITION, "description": "new"}
+    client.update("lc", changed)
+    assert middleware.source.get() is not first
+    client.close()
+
+
+@pytest.mark.parametrize("bad", [42, ("client",), ["a"]])
+def test_a_definition_in_an_unknown_form_is_a_clear_error(bad):
+    """The middleware says which forms a definition may take."""
+    with pytest.raises(TypeError, match=r"definition must be|as \(client, name\)"):
+        ContextManagementMiddleware(bad)
+
+
+def test_reported_usage_calibrates_the_counts_and_is_checkpointed():
+    """Each response's usage_metadata input_tokens (a provider counting about 1.3x) calibrates
+    the next call's counts; the ratio is kept in the checkpointed state."""
+
+    class Reporting(RecordingModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            result = super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+            chars = sum(len(str(m.content)) + 20 for m in messages)
+            tokens = round(1.3 * chars / 4)
+            result.generations[0].message.usage_metadata = {
+                "input_tokens": tokens,
+                "output_tokens": 5,
+                "total_tokens": tokens + 5,
+            }
+            return result
+
+    model = Reporting(messages=iter(script(1)))
+    agent = agent_with(model)
+    config = {"configurable": {"thread_id": "cal"}}
+    agent.invoke({"messages": [HumanMessage("Why?")]}, config)
+    (entry,) = agent.get_state(config).values["ctxmgmt"]["calibration"].values()
+    assert entry["calls"] >= 3 and 0.9 < entry["ratio"] < 2.0
+
+
+def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():
+    """An AIMessage holding Claude's thinking blocks is managed by its text and tool calls;
+    when no manager touches it, the model gets the very message, thinking included."""
+    thinking = {"type": "thinking", "thinking": "the db?", "signature": "sig"}
+    first = AIMessage(
+        content=[thinking, {"type": "text", "text": "Checking."}],
+        tool_calls=[{"name": "read_log", "args": {"name": "x"}, "id": "t0"}],
+    )
+    model = RecordingModel(messages=iter([first, AIMessage(content="done")]))
+    agent = agent_with(model)
+    agent.invoke({"messages": [HumanMessage("Why?")]}, {"configurable": {"thread_id": "claude"}})
+    second_call = model.seen[1]
+    kept = [m for m in second_call if isinstance(m, AIMessage)]
+    assert kept and kept[0].content[0] == thinking
+
+
+def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
+    """A HumanMessage holding Anthropic tool_result blocks and text becomes a tool result and a
+    user message, in that order; every message reaches the model once, in order."""
+    from ctxmgmt.adapters._core import Conversation
+    from ctxmgmt.adapters.langchain import _chat, _messages, _not_tool
+
+    originals = [
+        HumanMessage("fix it", id="h1"),
+        AIMessage(content="", tool_calls=[{"id": "t1", "name": "read", "args": {}}], id="a1"),
+        HumanMessage(
+            content=[
+                {"type": "tool_result", "tool_use_id": "t1", "content": "file"},
+                {"type": "text", "text": "see"},
+            ],
+            id="h2",
+        ),
+        AIMessage("I fixed it.", id="a2"),
+        HumanMessage("now the tests", id="h3"),
+    ]
+    converted = [
+        sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
+        for m in originals
+    ]
+    record = [d for group in converted for d in group]
+    assert not check_messages(record)
+    turn = Conversation(
+        {
+            "name": "n",
+            "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 50}}]},
+        }
+    ).prepare(record)
+    sent = _messages(turn, originals, converted)
+    assert [m.content for m in sent if isinstance(m, AIMessage)] == ["", "I fixed it."]
+    assert (
+        sent[0] is originals[0]
+        and sent[1] is originals[1]
+        and sent[-2] is originals[3]
+        and sent[-1] is originals[4]
+    )

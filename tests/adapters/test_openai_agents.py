@@ -1,0 +1,135 @@
+"""The OpenAI Agents SDK filter in a real Runner tool loop, with the SDK's own ScriptedModel."""
+
+import asyncio
+import json
+
+from agents import Agent, RunConfig, Runner, function_tool, set_trace_processors
+from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.tracing import TracingProcessor
+
+from ctxmgmt.adapters.openai_agents import ContextManagementFilter
+from ctxmgmt.testing import assert_valid_messages
+
+DEFINITION = {
+    "name": "oa",
+    "hooks": {
+        "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 400}}],
+        "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4}}],
+    },
+}
+
+
+class Spans(TracingProcessor):
+    """Keeps the spans the SDK would export, so nothing leaves the machine."""
+
+    def __init__(self):
+        self.spans = []
+
+    def on_trace_start(self, trace):
+        pass
+
+    def on_trace_end(self, trace):
+        pass
+
+    def on_span_start(self, span):
+        pass
+
+    def on_span_end(self, span):
+        self.spans.append(span.export())
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self):
+        pass
+
+
+@function_tool
+def read_log(name: str) -> str:
+    """Read a log file."""
+    return f"{name}: " + "ERROR connection refused\n" * 300
+
+
+def steps(turn: int) -> list:
+    calls = [function_call("read_log", {"name": f"t{turn}_{k}"}, call_id=f"c{turn}_{k}") for k in range(3)]
+    return [[calls[0], calls[1]], [calls[2]], [assistant_message(f"answer {turn}")]]
+
+
+def test_the_filter_manages_every_model_call_and_the_history_stays_whole():
+    """Each model call gets valid, managed Responses items (outputs cut, old turns windowed,
+    the task pinned); the SDK's history keeps every output whole; the trace is a span."""
+    spans = Spans()
+    set_trace_processors([spans])
+    model = ScriptedModel([*steps(1), *steps(2)])
+    agent = Agent(name="logs", instructions="You read logs.", model=model, tools=[read_log])
+    managed = ContextManagementFilter(DEFINITION)
+    config = RunConfig(call_model_input_filter=managed)
+
+    async def run():
+        first = await Runner.run(agent, "Why does the login fail?", run_config=config, hooks=managed.hooks)
+        history = [*first.to_input_list(), {"role": "user", "content": "And the signup?"}]
+        return await Runner.run(agent, history, run_config=config, hooks=managed.hooks)
+
+    second = asyncio.run(run())
+    assert len(model.calls) == 6
+    for call in model.calls:
+        assert_valid_messages(call.input, format="openai_responses")
+        outputs = [i for i in call.input if i.get("type") == "function_call_output"]
+        assert all(len(i["output"]) <= 400 for i in outputs)
+    assert model.calls[-1].input[0]["content"] == "And the signup?"
+    history = [i for i in second.to_input_list() if i.get("type") == "function_call_output"]
+    assert len(history) == 6 and all(len(i["output"]) > 6000 for i in history)
+    assert managed.hooks.usage == []  # the scripted model reports no usage: nothing is calibrated
+    fired = [s for s in spans.spans if s["span_data"].get("name") == "ctxmgmt"]
+    assert len(fired) == 6 and any(
+        e["type"] == "SlidingWindowManager" for s in fired for e in s["span_data"]["data"]["trace"]
+    )
+    assert json.dumps(managed.saved)  # JSON-able, to persist
+
+
+def test_a_new_filter_continues_from_a_saved_view():
+    """What one process saved, another loads: the next call continues from the managed view,
+    so results cut before are not cut again (post_tool runs on the new ones only)."""
+    model = ScriptedModel([*steps(1)])
+    agent = Agent(name="logs", instructions="You read logs.", model=model, tools=[read_log])
+    first = ContextManagementFilter(DEFINITION)
+    result = asyncio.run(Runner.run(agent, "Why?", run_config=RunConfig(call_model_input_filter=first)))
+    saved = json.loads(json.dumps(first.saved))
+    history = [*result.to_input_list(), {"role": "user", "content": "More?"}]
+    model.extend([[assistant_message("more")]])
+    loaded = ContextManagementFilter(DEFINITION)
+    loaded.load(saved)
+    asyncio.run(Runner.run(agent, history, run_config=RunConfig(call_model_input_filter=loaded)))
+    outputs = [i for i in model.calls[-1].input if i.get("type") == "function_call_output"]
+    assert outputs and all(len(i["output"]) <= 400 for i in outputs)  # the view, cut before
+    model.extend([[assistant_message("more")]])
+    fresh = ContextManagementFilter(DEFINITION)  # nothing loaded: a new view of the history
+    asyncio.run(Runner.run(agent, history, run_config=RunConfig(call_model_input_filter=fresh)))
+    outputs = [i for i in model.calls[-1].input if i.get("type") == "function_call_output"]
+    assert outputs and all(len(i["output"]) > 400 for i in outputs)
+
+
+def test_reported_usage_calibrates_the_counts():
+    """Each response's usage (the SDK's on_llm_end) calibrates the next call's counts."""
+    from agents import Usage
+    from agents.testing import ModelStep
+
+    def reply(output):
+        def respond(call):
+            tokens = round(1.3 * len(json.dumps(call.input)) / 4)
+            return ModelStep(
+                output=output,
+                usage=Usage(requests=1, input_tokens=tokens, output_tokens=5, total_tokens=tokens + 5),
+            )
+
+        return ModelStep.respond(respond)
+
+    model = ScriptedModel([reply(step) for step in steps(1)])
+    agent = Agent(name="logs", instructions="You read logs.", model=model, tools=[read_log])
+    managed = ContextManagementFilter(DEFINITION)
+    asyncio.run(
+        Runner.run(agent, "Why?", run_config=RunConfig(call_model_input_filter=managed), hooks=managed.hooks)
+    )
+    assert len(managed.hooks.usage) >= 2  # a report far from any tokenizer's count is ignored
+    assert all(0.5 <= u["reported"] / u["counted"] <= 3 for u in managed.hooks.usage)
+    assert managed.saved["calibration"]

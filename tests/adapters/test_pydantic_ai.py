@@ -1,0 +1,152 @@
+"""The pydantic-ai history processor in a real agent tool loop, with pydantic-ai's FunctionModel."""
+
+import asyncio
+
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from ctxmgmt.adapters.pydantic_ai import ContextManagementProcessor, from_chat, to_chat
+from ctxmgmt.messages import check_messages
+
+DEFINITION = {
+    "name": "pa",
+    "hooks": {
+        "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 400}}],
+        "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4}}],
+    },
+}
+
+
+def make_agent(
+    seen: list[list[ModelMessage]], processor: ContextManagementProcessor, rounds: int = 3
+) -> Agent:
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        n = len(seen)
+        if (n - 1) % (rounds + 1) < rounds:  # ``rounds`` tool rounds, then the answer
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("read_log", {"name": f"a{n}"}, tool_call_id=f"c{n}a"),
+                    ToolCallPart("read_log", {"name": f"b{n}"}, tool_call_id=f"c{n}b"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model), capabilities=[ProcessHistory(processor)])
+
+    @agent.tool_plain
+    def read_log(name: str) -> str:
+        """Read a log file."""
+        return f"{name}: " + "ERROR connection refused\n" * 300
+
+    return agent
+
+
+def test_every_request_is_managed_and_valid():
+    """Each model request gets valid, managed messages: results cut, old rounds windowed; the
+    processor's own output is valid (pydantic-ai would silently drop an orphaned return)."""
+    seen: list[list[ModelMessage]] = []
+    processor = ContextManagementProcessor(DEFINITION)
+    agent = make_agent(seen, processor)
+    result = asyncio.run(agent.run("Why does the login fail?"))
+    assert result.output == "done" and len(seen) == 4
+    for messages in seen:
+        chat, _ = to_chat(messages)
+        assert not check_messages(chat)
+        returns = [
+            p
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, ToolReturnPart)
+        ]
+        assert all(len(p.model_response_str()) <= 400 for p in returns)
+        assert len([d for d in chat if d["role"] != "system"]) <= 5
+    assert not check_messages(processor.last.messages)
+    assert any(e["activated"] and e["type"] == "SlidingWindowManager" for e in processor.last.trace)
+    # The task is pinned: the question reaches every request.
+    assert all(any(d.get("content") == "Why does the login fail?" for d in to_chat(m)[0]) for m in seen)
+
+
+def test_a_second_run_continues_from_the_managed_history():
+    """message_history=result.all_messages() continues from the managed messages."""
+    seen: list[list[ModelMessage]] = []
+    processor = ContextManagementProcessor(DEFINITION)
+    agent = make_agent(seen, processor, rounds=1)
+
+    async def both():
+        first = await agent.run("first question")
+        return await agent.run("second question", message_history=first.all_messages())
+
+    second = asyncio.run(both())
+    assert second.output == "done"
+    chat, _ = to_chat(seen[-1])
+    assert not check_messages(chat) and chat[0]["content"] == "second question"
+    # Every request starts with the user's (Claude, Gemini and Bedrock want it so).
+    assert all(to_chat(messages)[0][0]["role"] == "user" for messages in seen)
+
+
+def test_untouched_messages_come_back_as_the_same_objects():
+    """A conversion with no change gives back the very messages; an edited return keeps its
+    tool name and timestamp."""
+    request = ModelRequest(parts=[ToolReturnPart("read_log", "x" * 5000, tool_call_id="c1")])
+    messages = [
+        ModelRequest.user_text_prompt("q")
+        if hasattr(ModelRequest, "user_text_prompt")
+        else ModelRequest(parts=[]),
+        ModelResponse(parts=[ToolCallPart("read_log", {"name": "a"}, tool_call_id="c1")]),
+        request,
+    ]
+    chat, _ = to_chat(messages)
+    back = from_chat(chat, messages)
+    assert all(a is b for a, b in zip(messages, back, strict=True))
+    edited = [*chat[:-1], {**chat[-1], "content": "short"}]
+    out = from_chat(edited, messages)
+    part = out[-1].parts[0]
+    assert out[:-1] == messages[:-1] and part.content == "short"
+    assert part.tool_name == "read_log" and part.timestamp == request.parts[0].timestamp
+
+
+def test_reported_usage_calibrates_the_counts_of_its_own_conversation():
+    """Each response's reported input tokens calibrate the next request's counts, and only the
+    conversation's own: a processor shared by two conversations pairs no report with the
+    other's request."""
+    from pydantic_ai import RequestUsage
+
+    processor = ContextManagementProcessor(DEFINITION)
+    calls = [0]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        chat, _ = to_chat(messages)
+        tokens = round(1.3 * sum(len(str(d.get("content") or "")) + 20 for d in chat) / 4)
+        usage = RequestUsage(input_tokens=tokens, output_tokens=5)
+        calls[0] += 1
+        if calls[0] % 3:  # two tool rounds, then the answer
+            call = ToolCallPart("read_log", {"name": "x"}, tool_call_id=f"c{calls[0]}")
+            return ModelResponse(parts=[call], usage=usage)
+        return ModelResponse(parts=[TextPart("done")], usage=usage)
+
+    agent = Agent(FunctionModel(model), capabilities=[ProcessHistory(processor)])
+
+    @agent.tool_plain
+    def read_log(name: str) -> str:
+        """Read a log file."""
+        return "ERROR " * 500
+
+    async def two_users():
+        a = await agent.run("A asks")
+        b = await agent.run("B asks")
+        await agent.run("A again", message_history=a.all_messages())
+        await agent.run("B again", message_history=b.all_messages())
+
+    asyncio.run(two_users())
+    assert processor.usage and all(0.8 < u["reported"] / u["counted"] < 2.0 for u in processor.usage)
