@@ -19,7 +19,7 @@ from typing import Any
 
 from ctxmgmt import ModelConfig, ModelsConfig, Runner, ToolRegistry, register_tool
 from ctxmgmt.llm import ChatClient
-from ctxmgmt.store import DefinitionStore
+from ctxmgmt.store import DefinitionStore, ExecutionStore
 from ctxmgmt.testing import ChatServer, make_conversation
 
 STEPS = 20
@@ -73,6 +73,17 @@ def main() -> None:
                 llm_time.append(time.perf_counter() - t0)
 
         ChatClient.acomplete = timed  # type: ignore[method-assign]
+        record_time: list[float] = []
+        save = ExecutionStore.save
+
+        def timed_save(self: ExecutionStore, record: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                save(self, record)
+            finally:
+                record_time.append(time.perf_counter() - t0)
+
+        ExecutionStore.save = timed_save  # type: ignore[method-assign]
         call = {
             "role": "assistant",
             "content": None,
@@ -111,9 +122,12 @@ def main() -> None:
             f"runner overhead per step (all but the LLM)    {overhead * 1e3:8.2f} ms   "
             f"{overhead / trip:5.2f}x the round trip"
         )
+        whole = statistics.median(totals)
+        print(f"whole execution: {whole * 1e3:.0f} ms (load memory, {STEPS} steps, save memory and record)")
+        stored = statistics.median(record_time)
         print(
-            f"whole execution: {statistics.median(totals) * 1e3:.0f} ms "
-            f"(load memory, {STEPS} steps, save memory)"
+            f"storing the execution record (one INSERT)   {stored * 1e3:8.2f} ms   "
+            f"{stored / whole * 100:5.1f}% of the execution"
         )
 
         def median_us(fn: Any, n: int = 200) -> float:

@@ -15,7 +15,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -155,6 +155,39 @@ def _parser() -> argparse.ArgumentParser:
     gc.add_argument("--db", help="database URL, for the sql backend")
     gc.add_argument("--max-age-days", type=float, help="override offload.retention_days")
     gc.set_defaults(run=_offload_gc)
+
+    gca = sub.add_parser("gc", help="delete execution records and offloaded content past their retention")
+    gca.add_argument(
+        "--config", help=f"configuration with executions: and offload: sections (default: ${CONFIG_ENV})"
+    )
+    gca.add_argument("--db", help=f"database URL (default: ${DATABASE_ENV} or {DEFAULT_DATABASE_URL})")
+    gca.add_argument("--max-age-days", type=float, help="override both retention_days settings")
+    gca.set_defaults(run=_gc)
+
+    exe = sub.add_parser("executions", help="the execution records of a server").add_subparsers(
+        required=True, metavar="ACTION"
+    )
+    el = exe.add_parser("list", help="an agent's executions, newest first")
+    el.add_argument("agent_id")
+    el.add_argument("--from", dest="from_", type=int, default=0)
+    el.add_argument("--size", type=int, default=20)
+    eg = exe.add_parser("get", help="print an execution's whole record")
+    eg.add_argument("execution_id")
+    tr = sub.add_parser("trace", help="print an execution's token timeline, per LLM call")
+    tr.add_argument("execution_id")
+    tr.add_argument("--width", type=int, default=40, help="the width of the bars (default 40)")
+    for p in (el, eg, tr):
+        p.add_argument(
+            "--url",
+            default=os.environ.get(URL_ENV, "http://127.0.0.1:8000"),
+            help=f"server URL (default: ${URL_ENV} or http://127.0.0.1:8000)",
+        )
+        p.add_argument(
+            "--api-key", default=os.environ.get(API_KEY_ENV), help=f"API key (default: ${API_KEY_ENV})"
+        )
+    el.set_defaults(run=_executions, action="list")
+    eg.set_defaults(run=_executions, action="get")
+    tr.set_defaults(run=_trace)
 
     defs = sub.add_parser("definitions", help="manage the definitions of a server").add_subparsers(
         required=True, metavar="ACTION"
@@ -441,6 +474,106 @@ def _redact(url: str) -> str:
         creds, host = rest.rsplit("@", 1)
         return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else url
     return url
+
+
+def _gc(args: argparse.Namespace) -> int:
+    """Execution records and offloaded content past their retention."""
+    from .api import load_config
+    from .store import ExecutionStore, connect
+
+    _, server = load_config(args.config)
+    days = args.max_age_days
+    if days is not None and days <= 0:
+        raise _UsageError("--max-age-days must be > 0")
+    record_days = days if days is not None else float(server.executions.get("retention_days", 30))
+    gone = ExecutionStore(connect(_database_url(args.db))).gc(record_days * 86400)
+    print(f"gc: {gone} execution records older than {record_days:g} days deleted")
+    offload_args = argparse.Namespace(config=args.config, db=args.db, max_age_days=days)
+    return _offload_gc(offload_args)
+
+
+def _executions(args: argparse.Namespace) -> int:
+    from .client import Client
+
+    with Client(args.url, api_key=args.api_key) as client:
+        try:
+            if args.action == "list":
+                result = client.executions(args.agent_id, from_=args.from_, size=args.size)
+            else:
+                result = client.execution(args.execution_id)
+        except httpx.TransportError as exc:
+            raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
+    json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
+    sys.stdout.write("\n")
+    if args.action == "list":
+        for row in result["executions"]:
+            window = f" of {row['context_window']:,}" if row.get("context_window") else ""
+            print(
+                f"{row['execution_id']}  {row['status']:13} {row['llm_calls']:>3} calls, largest request "
+                f"{row['max_request_tokens']:,}{window}  {row['definition'] or '-'}",
+                file=sys.stderr,
+            )
+    return EXIT_OK
+
+
+def _trace(args: argparse.Namespace) -> int:
+    """The token timeline of an execution: per LLM call, the tokens before and after the
+    managers as bars against the window, and what fired."""
+    from .client import Client
+
+    if not 10 <= args.width <= 200:
+        raise _UsageError("--width must be between 10 and 200")
+    with Client(args.url, api_key=args.api_key) as client:
+        try:
+            record = client.execution(args.execution_id)
+        except httpx.TransportError as exc:
+            raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
+    for line in trace_lines(record, args.width):
+        print(line)
+    return EXIT_OK
+
+
+def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
+    """An execution record as a terminal timeline (``ctxmgmt trace``): per LLM call, the
+    tokens before the managers and of the request, as the provider counts them (calibrated)."""
+    window = record.get("context_window")
+    calls = record.get("calls") or []
+    top = window or max((max(c["calibrated_before"], c["calibrated"]) for c in calls), default=1) or 1
+    version = f" v{record['definition_version']}" if record.get("definition_version") else ""
+    lines = [
+        f"execution {record['execution_id']}  agent {record['agent_id']}  memory {record['memory_id']}",
+        f"definition {record.get('definition') or '-'}{version} ({record['definition_source']}), "
+        f"{record['status']}, {len(calls)} LLM calls"
+        + (f", window {window:,}" if window else "")
+        + f", largest request {record.get('max_request_tokens', 0):,}",
+    ]
+    fired: dict[int, list[str]] = {}
+    for run in record.get("hooks") or []:
+        for e in run["entries"]:
+            if e["activated"]:
+                removed = e["messages_before"] - e["messages_after"]
+                where = f"{e['type']} ({e['hook']}[{e['index']}])"
+                what = f"{where}: {e['tokens_before']:,} -> {e['tokens_after']:,}"
+                what += f", {removed} messages removed" if removed > 0 else ""
+                what += f", error: {e['error']}" if e["error"] else ""
+                fired.setdefault(run.get("call", run["iteration"]), []).append(what)
+    lines.append(
+        f"{'call':>4} {'before':>9} {'after':>9} {'reported':>9}  {'tokens (| = window)':{width + 1}}  fired"
+    )
+    for c in calls:
+        after = int(c["calibrated"] * width / top)
+        before = int(c["calibrated_before"] * width / top)
+        bar = "".join("#" if i < after else ("." if i < before else " ") for i in range(width))
+        bar += "|" if window else " "
+        reported = f"{c['reported']:,}" if c.get("reported") is not None else "-"
+        notes = fired.get(c["call"], [])
+        numbers = f"{c['call']:>4} {c['calibrated_before']:>9,} {c['calibrated']:>9,} {reported:>9}"
+        lines.append(f"{numbers}  {bar}  {'; '.join(notes)}")
+    for note in fired.get(0, []):
+        lines.append(f"post_memory: {note}")
+    if record.get("error"):
+        lines.append(f"error: {record['error']}")
+    return lines
 
 
 def _definitions(args: argparse.Namespace) -> int:

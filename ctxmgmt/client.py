@@ -16,6 +16,7 @@ from .errors import ApiError, Problem
 __all__ = ["AsyncClient", "Client"]
 
 BASE = "/_plugins/_ml/context_management"
+AGENTS = "/_plugins/_ml/agents"
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -38,6 +39,12 @@ def _raise_for(response: httpx.Response) -> Any:
         if isinstance(p, dict)
     )
     raise ApiError(response.status_code, str(error.get("type")), str(error.get("reason")), problems)
+
+
+def _outputs(answer: Any) -> dict[str, Any]:
+    """OpenSearch's execute answer as ``{name: result}``."""
+    outputs = answer["inference_results"][0]["output"]
+    return {o["name"]: o["result"] for o in outputs}
 
 
 class _Calls:
@@ -78,6 +85,41 @@ class _Calls:
             body["definition"] = dict(definition)
         path = f"{BASE}/{name}/_simulate" if name else f"{BASE}/_simulate"
         return "POST", path, {"json": body}
+
+    @staticmethod
+    def register_agent(body: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        return "POST", f"{AGENTS}/_register", {"json": dict(body)}
+
+    @staticmethod
+    def replace_agent(agent_id: str, body: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        return "PUT", f"{AGENTS}/{agent_id}", {"json": dict(body)}
+
+    @staticmethod
+    def execute(
+        agent_id: str, question: str, context_management_name: str | None, memory_id: str | None
+    ) -> tuple[str, str, dict[str, Any]]:
+        params = {"question": question}
+        if context_management_name:
+            params["context_management_name"] = context_management_name
+        if memory_id:
+            params["memory_id"] = memory_id
+        return "POST", f"{AGENTS}/{agent_id}/_execute", {"json": {"parameters": params}}
+
+    @staticmethod
+    def executions(agent_id: str, from_: int, size: int) -> tuple[str, str, dict[str, Any]]:
+        return "GET", f"{AGENTS}/{agent_id}/executions", {"params": {"from": from_, "size": size}}
+
+    @staticmethod
+    def execution(execution_id: str) -> tuple[str, str, dict[str, Any]]:
+        return "GET", f"/_plugins/_ml/executions/{execution_id}", {}
+
+    @staticmethod
+    def memory(memory_id: str) -> tuple[str, str, dict[str, Any]]:
+        return "GET", f"/_plugins/_ml/memory/{memory_id}", {}
+
+    @staticmethod
+    def memory_messages(memory_id: str, from_: int, size: int) -> tuple[str, str, dict[str, Any]]:
+        return "GET", f"/_plugins/_ml/memory/{memory_id}/messages", {"params": {"from": from_, "size": size}}
 
 
 class Client:
@@ -137,6 +179,42 @@ class Client:
             body["instruction"] = instruction
         return self._call(("POST", f"/_plugins/_ml/agents/{agent_id}/_compact", {"json": body}))  # type: ignore[no-any-return]
 
+    def register_agent(self, body: Mapping[str, Any]) -> str:
+        """Register an agent (OpenSearch's body); its id."""
+        return str(self._call(_Calls.register_agent(body))["agent_id"])
+
+    def replace_agent(self, agent_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call(_Calls.replace_agent(agent_id, body))  # type: ignore[no-any-return]
+
+    def execute(
+        self,
+        agent_id: str,
+        question: str,
+        *,
+        context_management_name: str | None = None,
+        memory_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Execute an agent: ``{name: result}`` of OpenSearch's output list (memory_id,
+        execution_id, response, finished, usage, context_management)."""
+        answer = self._call(_Calls.execute(agent_id, question, context_management_name, memory_id))
+        return _outputs(answer)
+
+    def executions(self, agent_id: str, *, from_: int = 0, size: int = 10) -> dict[str, Any]:
+        """An agent's execution records, newest first: ``{total, executions}``."""
+        return self._call(_Calls.executions(agent_id, from_, size))  # type: ignore[no-any-return]
+
+    def execution(self, execution_id: str) -> dict[str, Any]:
+        """An execution's whole record."""
+        return self._call(_Calls.execution(execution_id))  # type: ignore[no-any-return]
+
+    def memory(self, memory_id: str) -> dict[str, Any]:
+        """A conversation's state and the managed messages the model saw last."""
+        return self._call(_Calls.memory(memory_id))  # type: ignore[no-any-return]
+
+    def memory_messages(self, memory_id: str, *, from_: int = 0, size: int = 100) -> dict[str, Any]:
+        """A conversation's complete stored record: ``{memory_id, total, messages}``."""
+        return self._call(_Calls.memory_messages(memory_id, from_, size))  # type: ignore[no-any-return]
+
     def close(self) -> None:
         self._http.close()
 
@@ -195,6 +273,42 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         return await self._call(("GET", "/_health", {}))  # type: ignore[no-any-return]
+
+    async def register_agent(self, body: Mapping[str, Any]) -> str:
+        """Register an agent (OpenSearch's body); its id."""
+        return str((await self._call(_Calls.register_agent(body)))["agent_id"])
+
+    async def replace_agent(self, agent_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._call(_Calls.replace_agent(agent_id, body))  # type: ignore[no-any-return]
+
+    async def execute(
+        self,
+        agent_id: str,
+        question: str,
+        *,
+        context_management_name: str | None = None,
+        memory_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Execute an agent: ``{name: result}`` of OpenSearch's output list (memory_id,
+        execution_id, response, finished, usage, context_management)."""
+        answer = await self._call(_Calls.execute(agent_id, question, context_management_name, memory_id))
+        return _outputs(answer)
+
+    async def executions(self, agent_id: str, *, from_: int = 0, size: int = 10) -> dict[str, Any]:
+        """An agent's execution records, newest first: ``{total, executions}``."""
+        return await self._call(_Calls.executions(agent_id, from_, size))  # type: ignore[no-any-return]
+
+    async def execution(self, execution_id: str) -> dict[str, Any]:
+        """An execution's whole record."""
+        return await self._call(_Calls.execution(execution_id))  # type: ignore[no-any-return]
+
+    async def memory(self, memory_id: str) -> dict[str, Any]:
+        """A conversation's state and the managed messages the model saw last."""
+        return await self._call(_Calls.memory(memory_id))  # type: ignore[no-any-return]
+
+    async def memory_messages(self, memory_id: str, *, from_: int = 0, size: int = 100) -> dict[str, Any]:
+        """A conversation's complete stored record: ``{memory_id, total, messages}``."""
+        return await self._call(_Calls.memory_messages(memory_id, from_, size))  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         await self._http.aclose()

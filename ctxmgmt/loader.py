@@ -44,7 +44,10 @@ def parse_document(text: str, source: str | None = None) -> Document:
 
     Duplicate keys, which PyYAML silently resolves to the last one, are problems.
     """
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # refuses characters YAML does not allow, as a YAMLError
+    except yaml.YAMLError as exc:
+        return Document(None, {}, [Problem("", f"YAML error: {exc}", None, source)], source)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -29,13 +29,15 @@ from .calibration import Calibration, reported_input_tokens
 from .context import Context
 from .definitions import Definition
 from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
+from .fit import reserve_tokens
 from .llm import ChatClient, HTTPPool, ModelsConfig
 from .managers.base import Environment
 from .managers.summarization import DEFAULT_PROMPT
 from .managers.truncate import OFFLOADED
 from .messages import is_summary, text_of
 from .offload import Offloader
-from .store import AgentStore, DefinitionStore, MemoryStore
+from .store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
+from .store.repository import now_ms
 from .summaries import STATE_KEY
 from .tokens import get_counter
 from .tools import Tool, ToolRegistry, default_tools, recall_tools
@@ -67,6 +69,8 @@ class ExecutionResult:
     usage: list[dict[str, Any]] = field(default_factory=list)
     trace: list[dict[str, Any]] = field(default_factory=list)
     """One entry per hook invocation: hook, iteration, and the managers' trace entries."""
+    execution_id: str = ""
+    """The id of this execution's record (``GET /_plugins/_ml/executions/{execution_id}``)."""
 
     def to_opensearch(self) -> dict[str, Any]:
         """The answer in OpenSearch's shape."""
@@ -75,6 +79,7 @@ class ExecutionResult:
                 {
                     "output": [
                         {"name": "memory_id", "result": self.memory_id},
+                        {"name": "execution_id", "result": self.execution_id},
                         {"name": "response", "result": self.response},
                         {"name": "finished", "result": self.finished},
                         {"name": "usage", "result": self.usage},
@@ -112,6 +117,7 @@ class Runner:
         self.definitions = store
         self.agents = AgentStore(store.engine)
         self.memory = MemoryStore(store.engine)
+        self.executions = ExecutionStore(store.engine)
         self.models = models
         self.tools = tools or default_tools
         self._transport = transport
@@ -121,6 +127,17 @@ class Runner:
     def register(self, body: Mapping[str, Any]) -> str:
         """Validate and store an agent (OpenSearch's registration body). Returns its id."""
         return self.agents.register(body, checks=self._checks(body))
+
+    def replace(self, agent_id: str, body: Mapping[str, Any]) -> None:
+        """Replace an agent's registration, with the same checks as :meth:`register`."""
+        self.agents.replace(agent_id, body, checks=self._checks(body))
+        self._inline.pop(agent_id, None)  # an inline definition is built again from the new body
+
+    def view(self, memory_id: str) -> dict[str, Any]:
+        """A memory's state and the managed messages the model saw last."""
+        agent_id = self.memory.owner(memory_id)
+        messages, state, _, _ = self._continue(memory_id, agent_id)
+        return {"memory_id": memory_id, "agent_id": agent_id, "state": state, "view": messages}
 
     def _checks(self, body: Mapping[str, Any]) -> list[Problem]:
         problems: list[Problem] = []
@@ -204,7 +221,7 @@ class Runner:
             raise AgentError(
                 [Problem("/parameters/question", "is required: the user's question, a non-empty string")]
             )
-        definition, source = await asyncio.to_thread(self._resolve, agent, context_management_name)
+        definition, source, version = await asyncio.to_thread(self._resolve, agent, context_management_name)
         llm = agent["llm"]
         params = llm.get("parameters") or {}
         try:
@@ -253,10 +270,15 @@ class Runner:
             if found:
                 run.show_recall()
         result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
+        result.execution_id = run.environment.execution or ""
         client = ChatClient(model, async_transport=self._transport, pool=pool)
+        started = now_ms()
+        before: dict[int, int] = {}  # LLM call -> the view's tokens before pre_llm ran
+        failure: BaseException | None = None
         try:
             await run.hook(Hook.POST_MEMORY, 0)
             for iteration in range(1, int(params.get("max_iteration", DEFAULT_MAX_ITERATION)) + 1):
+                before[iteration] = run.tokens()
                 await run.hook(Hook.PRE_LLM, iteration)
                 if run.archived and run.recall:  # archived just now: the model needs the tools
                     run.show_recall()
@@ -295,6 +317,9 @@ class Runner:
                     f"stopped after max_iteration={params.get('max_iteration', DEFAULT_MAX_ITERATION)} "
                     "LLM calls without a final answer"
                 )
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             # Only whole rounds are recorded, so the memory stays consistent even when
             # the model fails midway: the question and every complete call/result group.
@@ -322,6 +347,13 @@ class Runner:
             finally:
                 if pool is not self.pool:
                     await pool.aclose()
+                record = execution_record(
+                    agent_id, result, run, version, started, before, failure, self.offloader is not None
+                )
+                try:
+                    await asyncio.to_thread(self.executions.save, record)
+                except Exception:  # the execution's own outcome stands; the record is lost
+                    log.exception("the record of execution %s could not be stored", result.execution_id)
         return result
 
     def compact(self, agent_id: str, memory_id: str, instruction: str | None = None) -> dict[str, Any]:
@@ -333,7 +365,7 @@ class Runner:
         instruction for the summariser. The stored record is unchanged; the managed
         view that the next execution continues from is replaced."""
         agent = await asyncio.to_thread(self.agents.get, agent_id)
-        definition, _ = await asyncio.to_thread(self._resolve, agent, None)
+        definition, _, _ = await asyncio.to_thread(self._resolve, agent, None)
         base, state, length, _ = await asyncio.to_thread(self._continue, memory_id, agent_id)
         running = state.get(STATE_KEY)
         if isinstance(running, dict):  # asked for now: summarise even with no new message
@@ -399,16 +431,21 @@ class Runner:
                 return [*view["messages"], *newer], state, length, calibration
         return self.memory.messages(memory_id, until=length), state, length, calibration
 
-    def _resolve(self, agent: Mapping[str, Any], requested: str | None) -> tuple[Definition | None, str]:
+    def _resolve(
+        self, agent: Mapping[str, Any], requested: str | None
+    ) -> tuple[Definition | None, str, int | None]:
+        """(the definition, where it came from, its stored version)."""
         if requested is not None:
             try:
-                return self.definitions.resolve(requested), "request"
+                definition, version = self.definitions.resolve_version(requested)
             except NotFound:
                 raise NotFound(f"context management {requested!r} not found") from None
+            return definition, "request", version
         stored = agent.get("context_management_name")
         if stored is not None:
             try:
-                return self.definitions.resolve(stored), "agent"
+                definition, version = self.definitions.resolve_version(stored)
+                return definition, "agent", version
             except NotFound:
                 raise NotFound(
                     f"the agent's context management {stored!r} no longer exists; "
@@ -416,14 +453,12 @@ class Runner:
                 ) from None
         inline = agent.get("context_management")
         if inline is not None:
-            definition = self._inline.get(agent["agent_id"])
-            if definition is None:
-                definition = Definition.from_dict(
-                    {"name": "inline", **inline}, registry=self.definitions.registry
-                )
-                self._inline[agent["agent_id"]] = definition
-            return definition, "inline"
-        return None, "none"
+            built = self._inline.get(agent["agent_id"])
+            if built is None:
+                built = Definition.from_dict({"name": "inline", **inline}, registry=self.definitions.registry)
+                self._inline[agent["agent_id"]] = built
+            return built, "inline", None
+        return None, "none", None
 
 
 @dataclass
@@ -476,6 +511,11 @@ class _Execution:
             )
         return counted, ratio
 
+    def tokens(self) -> int:
+        """The view's counted tokens now (memoised: the counter keeps running totals)."""
+        setting = self.definition.tokenizer if self.definition is not None else "auto"
+        return get_counter(self.view.model, setting).context(self.view)[0]
+
     def add(self, message: dict[str, Any]) -> None:
         self.record.append(message)
         self.view = self.view.append(message)  # O(1), and its token counts carry over
@@ -484,12 +524,141 @@ class _Execution:
         if self.definition is None:
             return
         applied = await self.definition.aapply(hook, self.view, environment=self.environment)
+        run: dict[str, Any] = {"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)}
         if applied.context is not self.view:
             self.changed = True
+            run.update(_changes(self.view.messages, applied.context.messages))
         self.view = applied.context
         self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
         if applied.trace:
-            self.trace.append({"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)})
+            self.trace.append(run)
+
+
+MAX_ERROR_CHARS = 2000
+PREVIEWS = 20
+"""Messages a hook run's record shows of what it removed and what it added (a summary, a cut
+result), each by its role and the start of its text; the memory keeps them whole."""
+PREVIEW_CHARS = 300
+
+
+def _changes(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a hook run removed from the view and what it added, as previews."""
+    kept = {id(m) for m in after}
+    was = {id(m) for m in before}
+    removed = [m for m in before if id(m) not in kept]
+    added = [m for m in after if id(m) not in was]
+    return {
+        "removed": len(removed),
+        "added": len(added),
+        "removed_preview": [_preview(m) for m in removed[:PREVIEWS]],
+        "added_preview": [_preview(m) for m in added[:PREVIEWS]],
+    }
+
+
+def _preview(m: Mapping[str, Any]) -> dict[str, Any]:
+    text = text_of(m.get("content"))
+    out: dict[str, Any] = {"role": m.get("role"), "text": text[:PREVIEW_CHARS], "chars": len(text)}
+    calls = [c.get("function", {}).get("name") for c in m.get("tool_calls") or () if isinstance(c, dict)]
+    if calls:
+        out["calls"] = calls
+    return out
+
+
+def execution_record(
+    agent_id: str,
+    result: ExecutionResult,
+    run: _Execution,
+    version: int | None,
+    started: int,
+    before: Mapping[int, int],
+    failure: BaseException | None,
+    offload: bool,
+) -> dict[str, Any]:
+    """What an execution did, as its record: per LLM call the tokens before and after the
+    managers and the usage; per hook run its trace entries and the call it belongs to; what
+    was archived; the window and the activation thresholds, for the timeline."""
+    window = run.view.context_window
+    calls = [
+        {
+            "call": u["iteration"],
+            "tokens_before": before.get(u["iteration"], u["counted"]),
+            "tokens_after": u["counted"],
+            "calibrated_before": round(
+                before.get(u["iteration"], u["counted"]) * u["calibrated"] / (u["counted"] or 1)
+            ),
+            "calibrated": u["calibrated"],
+            "reported": u["reported"],
+            "usage": {
+                k: v for k, v in u.items() if k not in ("iteration", "counted", "calibrated", "reported")
+            },
+        }
+        for u in result.usage
+    ]
+    archived: list[str] = []
+    for run_entry in run.trace:
+        for entry in run_entry["entries"]:
+            refs = entry["details"].get("offloaded")
+            archived += [refs] if isinstance(refs, str) else [r for r in refs or () if isinstance(r, str)]
+    status = "finished" if result.finished else ("error" if failure is not None else "max_iteration")
+    error = None if failure is None else f"{type(failure).__name__}: {failure}"[:MAX_ERROR_CHARS]
+    return {
+        "execution_id": result.execution_id,
+        "agent_id": agent_id,
+        "memory_id": result.memory_id,
+        "definition": result.definition,
+        "definition_version": version,
+        "definition_source": result.definition_source,
+        "started_time": started,
+        "ended_time": now_ms(),
+        "status": status,
+        "llm_calls": len(calls),
+        "max_request_tokens": max((c["calibrated"] for c in calls), default=0),
+        "context_window": window,
+        "model": run.view.model,
+        "error": error,
+        "response": result.response if failure is None else None,
+        "calls": calls,
+        "hooks": [{**h, "call": h["iteration"]} for h in run.trace],
+        "archived": archived if offload else [],
+        "summary": next((text_of(m.get("content")) for m in run.view.messages if is_summary(m)), None),
+        "thresholds": _thresholds(run.definition, window),
+    }
+
+
+def _thresholds(definition: Definition | None, window: int | None) -> list[dict[str, Any]]:
+    """The token levels at which the definition's entries fire, for the timeline: each
+    ``tokens_exceed`` and ``tokens_ratio_exceed`` (times the window), and the fit step's."""
+    out: list[dict[str, Any]] = []
+    if definition is None:
+        return out
+    for hook, specs in definition.hooks.items():
+        for index, spec in enumerate(specs):
+            for activation in (spec.activation, *spec.activation.any_of):
+                for rule, limit in activation.rules:
+                    tokens = limit if rule == "tokens_exceed" else None
+                    if rule == "tokens_ratio_exceed" and window:
+                        tokens = round(limit * window)
+                    if tokens is not None:
+                        out.append(
+                            {
+                                "hook": hook.value,
+                                "index": index,
+                                "type": spec.type,
+                                "rule": rule,
+                                "tokens": tokens,
+                            }
+                        )
+    if window and definition.settings.get("fit", True) is not False:
+        out.append(
+            {
+                "hook": "pre_llm",
+                "index": None,
+                "type": "fit",
+                "rule": "window - reserve",
+                "tokens": window - reserve_tokens(window, definition.settings),
+            }
+        )
+    return out
 
 
 def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:

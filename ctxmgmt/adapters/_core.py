@@ -214,8 +214,12 @@ class Conversation:
                 "state": dict(out.state),
             }
         self.saved["calibration"] = self.calibration.to_dict()
-        for entry in trace:
-            if entry["activated"]:
+        for entry in trace:  # what changed something (or failed), not every gate that opened
+            changed = (entry["tokens_before"], entry["messages_before"]) != (
+                entry["tokens_after"],
+                entry["messages_after"],
+            )
+            if entry["activated"] and (changed or entry["error"]):
                 log.info(
                     "%s %s[%d] %s: %d -> %d tokens, %d -> %d messages%s",
                     definition.name,

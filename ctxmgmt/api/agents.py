@@ -1,4 +1,5 @@
-"""The agent routes: register, get, list, delete, execute."""
+"""The agent routes: register, get, replace, list, delete, execute, compact; and what
+executions left: their records, and a conversation's memory."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from .errors import HTTPProblem
 from .requests import authorize, int_param, json_body, resource, state
 
 BASE = "/_plugins/_ml/agents"
+MEMORY = "/_plugins/_ml/memory"
+EXECUTIONS = "/_plugins/_ml/executions"
 _AGENT_ID = re.compile(r"[0-9a-f]{32}")
+_HEX_ID = _AGENT_ID
 
 
 def _runner(request: Request) -> Runner:
@@ -40,6 +44,58 @@ async def get(request: Request) -> JSONResponse:
     authorize(request, "read")
     agent = await run_in_threadpool(_runner(request).agents.get, _agent_id(request))
     return JSONResponse(agent)
+
+
+async def replace(request: Request) -> JSONResponse:
+    authorize(request, "write")
+    agent_id = _agent_id(request)
+    body = await json_body(request)
+    await run_in_threadpool(_runner(request).replace, agent_id, body)
+    return JSONResponse({"agent_id": agent_id, "result": "updated"})
+
+
+def _path_id(request: Request, key: str, what: str) -> str:
+    value: str = request.path_params[key]
+    if not _HEX_ID.fullmatch(value):
+        raise HTTPProblem(404, f"no {what} with id {value[:64]!r}", "resource_not_found_exception")
+    return value
+
+
+async def executions(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    agent_id = _agent_id(request)
+    offset = int_param(request, "from", 0, 0, 10**9)
+    size = int_param(request, "size", 10, 1, 1000)
+    runner = _runner(request)
+    await run_in_threadpool(runner.agents.get, agent_id)  # 404 for an unknown agent
+    total, rows = await run_in_threadpool(runner.executions.list, agent_id, offset=offset, limit=size)
+    return JSONResponse({"total": total, "executions": rows})
+
+
+async def execution(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    execution_id = _path_id(request, "execution_id", "execution")
+    return JSONResponse(await run_in_threadpool(_runner(request).executions.get, execution_id))
+
+
+async def memory(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    memory_id = _path_id(request, "memory_id", "memory")
+    return JSONResponse(await run_in_threadpool(_runner(request).view, memory_id))
+
+
+async def memory_messages(request: Request) -> JSONResponse:
+    authorize(request, "read")
+    memory_id = _path_id(request, "memory_id", "memory")
+    offset = int_param(request, "from", 0, 0, 10**9)
+    size = int_param(request, "size", 100, 1, 1000)
+    runner = _runner(request)
+    agent_id = await run_in_threadpool(runner.memory.owner, memory_id)
+    _, length, _ = await run_in_threadpool(runner.memory.head, memory_id, agent_id)
+    messages = await run_in_threadpool(
+        runner.memory.messages, memory_id, since=offset, until=min(length, offset + size)
+    )
+    return JSONResponse({"memory_id": memory_id, "total": length, "messages": messages})
 
 
 async def delete(request: Request) -> JSONResponse:
@@ -98,5 +154,9 @@ routes = [
     resource(BASE, get=list_),
     resource(BASE + "/{agent_id}/_execute", post=execute),
     resource(BASE + "/{agent_id}/_compact", post=compact),
-    resource(BASE + "/{agent_id}", get=get, delete=delete),
+    resource(BASE + "/{agent_id}/executions", get=executions),
+    resource(BASE + "/{agent_id}", get=get, put=replace, delete=delete),
+    resource(EXECUTIONS + "/{execution_id}", get=execution),
+    resource(MEMORY + "/{memory_id}/messages", get=memory_messages),
+    resource(MEMORY + "/{memory_id}", get=memory),
 ]

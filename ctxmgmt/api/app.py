@@ -18,7 +18,7 @@ from ..offload import Offloader
 from ..runner import Runner
 from ..store import DefinitionStore
 from ..tools import ToolRegistry
-from . import agents, definitions, errors, offload
+from . import agents, definitions, errors, offload, page
 from .config import ServerConfig
 from .requests import State
 
@@ -86,7 +86,7 @@ def create_app(
             await pool.aclose()
 
     app = Starlette(
-        routes=[*definitions.routes, *agents.routes, *offload.routes],
+        routes=[*definitions.routes, *agents.routes, *offload.routes, *page.routes],
         exception_handlers={HTTPException: _http_exception, CtxmgmtError: errors.handle},
         middleware=[Middleware(_Faults)],
         lifespan=lifespan,

@@ -27,6 +27,8 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY
     offload: Mapping[str, Any] = field(default_factory=dict)
     """The ``offload:`` section: backend, root, retention_days."""
+    executions: Mapping[str, Any] = field(default_factory=dict)
+    """The ``executions:`` section: retention_days of the execution records."""
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 30.0
     keep_alive_seconds: float = 5.0
@@ -89,7 +91,8 @@ def load_config(path: str | None) -> tuple[Any, ServerConfig]:
     models = ModelsConfig.from_dict(doc.data, str(path))  # validates the whole file
     server = ServerConfig.from_dict((doc.data or {}).get("server"))
     offload = (doc.data or {}).get("offload") or {}
-    return models, replace(server, offload=offload)
+    executions = (doc.data or {}).get("executions") or {}
+    return models, replace(server, offload=offload, executions=executions)
 
 
 def open_offloader(settings: Mapping[str, Any], engine: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -11,6 +12,8 @@ from starlette.responses import JSONResponse
 from ..context import Context
 from ..definitions import Definition, parse_hook
 from ..llm import ModelsConfig
+from ..loader import parse_document
+from ..validation import validate_definition
 from .errors import HTTPProblem, log
 from .openapi import openapi_document
 from .requests import (
@@ -110,6 +113,49 @@ async def _simulate(definition: Definition, body: dict[str, Any], models: Models
     return JSONResponse(result.to_dict())
 
 
+_MAX_TEXT = 200_000
+
+
+def _has_alias(text: str) -> bool:
+    """Whether YAML text uses an anchor or alias (a scan, linear in the text)."""
+    try:
+        return any(
+            isinstance(token, (yaml.AliasToken, yaml.AnchorToken))
+            for token in yaml.scan(text, Loader=yaml.SafeLoader)
+        )
+    except yaml.YAMLError:
+        return False  # parse_document reports the syntax error with its line
+
+
+async def validate(request: Request) -> JSONResponse:
+    """Check a definition's YAML or JSON text as an editor holds it: every problem with its
+    pointer and line, and the parsed document when there is none (to save it)."""
+    authorize(request, "read")
+    body = await json_body(request)
+    text = body.get("text")
+    if not isinstance(text, str):
+        raise HTTPProblem(400, "text is required: the definition's YAML or JSON, as a string")
+    if len(text) > _MAX_TEXT:
+        raise HTTPProblem(400, f"text is longer than {_MAX_TEXT:,} characters; a definition is far smaller")
+    if _has_alias(text):  # an alias can make a small text a huge tree (billion laughs)
+        raise HTTPProblem(400, "text uses YAML anchors or aliases (& or *), which are not accepted here")
+    document = parse_document(text, source="definition")
+    problems = await run_in_threadpool(
+        validate_definition,
+        document,
+        registry=state(request).store.registry,
+        model_ids=list(state(request).models),
+    )
+    errors = [p for p in problems if p.severity == "error"]
+    return JSONResponse(
+        {
+            "valid": not errors,
+            "problems": [p.to_dict() for p in problems],
+            "definition": document.data if not errors else None,
+        }
+    )
+
+
 async def health(request: Request) -> JSONResponse:
     try:
         await run_in_threadpool(state(request).store.exists, "_health")
@@ -128,6 +174,7 @@ routes = [
     resource("/openapi.json", get=openapi),
     resource(BASE, get=list_),
     resource(f"{BASE}/_simulate", post=simulate_inline),
+    resource(f"{BASE}/_validate", post=validate),
     resource(BASE + "/{name}/_simulate", post=simulate),
     resource(BASE + "/{name}", post=create, get=get, put=replace, delete=delete),
 ]

@@ -210,6 +210,42 @@ def openapi_document() -> dict[str, Any]:
             "context_management": ref("DefinitionBody"),
         },
     }
+    summary_fields = {
+        "execution_id": {"type": "string"},
+        "agent_id": {"type": "string"},
+        "memory_id": {"type": "string"},
+        "definition": {"type": ["string", "null"]},
+        "definition_version": {"type": ["integer", "null"]},
+        "definition_source": {"enum": ["request", "agent", "inline", "none"]},
+        "started_time": {"type": "integer"},
+        "ended_time": {"type": "integer"},
+        "status": {"enum": ["finished", "max_iteration", "error"]},
+        "llm_calls": {"type": "integer"},
+        "max_request_tokens": {"type": "integer", "description": "the largest request, calibrated"},
+        "context_window": {"type": ["integer", "null"]},
+    }
+    components["ExecutionSummary"] = {"type": "object", "properties": summary_fields}
+    components["ExecutionRecord"] = {
+        "type": "object",
+        "properties": {
+            **summary_fields,
+            "model": {"type": ["string", "null"]},
+            "error": {"type": ["string", "null"]},
+            "response": {"type": ["string", "null"]},
+            "calls": {
+                "type": "array",
+                "description": "per LLM call: tokens before and after the managers, and usage",
+                "items": {"type": "object"},
+            },
+            "hooks": {
+                "type": "array",
+                "description": "per hook run: hook, iteration, call and its trace entries",
+                "items": {"type": "object"},
+            },
+            "archived": {"type": "array", "items": {"type": "string"}},
+            "thresholds": {"type": "array", "items": {"type": "object"}},
+        },
+    }
     components["Simulation"] = simulation
     components["InlineSimulation"] = {
         **simulation,
@@ -287,6 +323,26 @@ def openapi_document() -> dict[str, Any]:
                     "fails is a 422 (context_manager_exception).",
                 )
             },
+            "/_plugins/_ml/context_management/_validate": {
+                "post": _op(
+                    "Check a definition's YAML or JSON text, with lines (an editor's check)",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "valid": {"type": "boolean"},
+                            "problems": {"type": "array", "items": {"type": "object"}},
+                            "definition": {"type": ["object", "null"]},
+                        },
+                    },
+                    body={
+                        "type": "object",
+                        "required": ["text"],
+                        "properties": {"text": {"type": "string", "maxLength": 200_000}},
+                    },
+                    errors=(400, 401, 403),
+                    semantic="YAML anchors or aliases.",
+                )
+            },
             item + "/_simulate": {
                 "post": _op(
                     "Apply a stored definition to a context (dry run)",
@@ -319,6 +375,18 @@ def openapi_document() -> dict[str, Any]:
             },
             agent: {
                 "get": _op("Get an agent", {"type": "object"}, params=("agent_id",), errors=(401, 403, 404)),
+                "put": _op(
+                    "Replace an agent's registration",
+                    {
+                        "type": "object",
+                        "properties": {"agent_id": {"type": "string"}, "result": {"type": "string"}},
+                    },
+                    body=ref("AgentRegistration"),
+                    params=("agent_id",),
+                    errors=(400, 401, 403, 404),
+                    semantic="a model the server does not have, a definition name that is not stored, "
+                    "a tool that is not registered (the checks of registration).",
+                ),
                 "delete": _op(
                     "Delete an agent", {"type": "object"}, params=("agent_id",), errors=(401, 403, 404)
                 ),
@@ -331,6 +399,59 @@ def openapi_document() -> dict[str, Any]:
                     params=("agent_id",),
                     errors=(400, 401, 403, 404, 409, 502),
                     semantic="a question that is only white space, a definition name that is not stored.",
+                )
+            },
+            agent + "/executions": {
+                "get": _op(
+                    "List an agent's executions, newest first",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "total": {"type": "integer"},
+                            "executions": {"type": "array", "items": ref("ExecutionSummary")},
+                        },
+                    },
+                    params=("agent_id", "from", "size"),
+                    errors=(400, 401, 403, 404),
+                )
+            },
+            "/_plugins/_ml/executions/{execution_id}": {
+                "get": _op(
+                    "Get an execution's record",
+                    ref("ExecutionRecord"),
+                    params=("execution_id",),
+                    errors=(401, 403, 404),
+                )
+            },
+            "/_plugins/_ml/memory/{memory_id}": {
+                "get": _op(
+                    "Get a conversation's state and the managed messages the model saw last",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "memory_id": {"type": "string"},
+                            "agent_id": {"type": "string"},
+                            "state": {"type": "object"},
+                            "view": {"type": "array", "items": {"type": "object"}},
+                        },
+                    },
+                    params=("memory_id",),
+                    errors=(401, 403, 404),
+                )
+            },
+            "/_plugins/_ml/memory/{memory_id}/messages": {
+                "get": _op(
+                    "Get a conversation's complete stored record, in order",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "memory_id": {"type": "string"},
+                            "total": {"type": "integer"},
+                            "messages": {"type": "array", "items": {"type": "object"}},
+                        },
+                    },
+                    params=("memory_id", "from", "message_size"),
+                    errors=(400, 401, 403, 404),
                 )
             },
             agent + "/_compact": {
@@ -432,6 +553,23 @@ def openapi_document() -> dict[str, Any]:
                     "in": "path",
                     "required": True,
                     "schema": {"type": "string"},
+                },
+                "execution_id": {
+                    "name": "execution_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+                "memory_id": {
+                    "name": "memory_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+                "message_size": {
+                    "name": "size",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
                 },
                 "name": {
                     "name": "name",

@@ -2,6 +2,7 @@
 
 from ..errors import Conflict, NotFound
 from .agents import AgentStore, MemoryStore
+from .executions import ExecutionStore
 from .repository import DEFAULT_DATABASE_URL, DefinitionStore, StoredDefinition, connect, migrate
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "AgentStore",
     "Conflict",
     "DefinitionStore",
+    "ExecutionStore",
     "MemoryStore",
     "NotFound",
     "StoredDefinition",

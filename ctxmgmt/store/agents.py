@@ -62,6 +62,24 @@ class AgentStore:
             raise NotFound(f"no agent with id {agent_id!r}")
         return {**row.body, "agent_id": row.agent_id, "created_time": row.created_time}
 
+    def replace(self, agent_id: str, body: Mapping[str, Any], *, checks: Sequence[Problem] = ()) -> None:
+        """Replace an agent's registration with a validated body (its id and creation time stay)."""
+        problems = [*_schema_problems(body), *checks]
+        if problems:
+            raise AgentError(problems)
+        with self.engine.begin() as conn:
+            updated = conn.execute(
+                agents.update()
+                .where(agents.c.agent_id == agent_id)
+                .values(
+                    name=body["name"],
+                    body=dict(body),
+                    context_management_name=body.get("context_management_name"),
+                )
+            ).rowcount
+        if not updated:
+            raise NotFound(f"no agent with id {agent_id!r}")
+
     def delete(self, agent_id: str) -> None:
         with self.engine.begin() as conn:
             if not conn.execute(agents.delete().where(agents.c.agent_id == agent_id)).rowcount:
@@ -97,6 +115,16 @@ class MemoryStore:
                 )
             )
         return memory_id
+
+    def owner(self, memory_id: str) -> str:
+        """The agent a memory belongs to."""
+        with self.engine.connect() as conn:
+            agent_id = conn.execute(
+                select(memories.c.agent_id).where(memories.c.memory_id == memory_id)
+            ).scalar()
+        if agent_id is None:
+            raise NotFound(f"no memory with id {memory_id!r}")
+        return str(agent_id)
 
     def head(self, memory_id: str, agent_id: str) -> tuple[dict[str, Any], int, dict[str, Any]]:
         """(state, length, calibration) of a memory of this agent."""

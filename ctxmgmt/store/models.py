@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, BigInteger, Column, Integer, MetaData, String, Table, Text
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -68,3 +68,26 @@ offload = Table(
     Column("meta", JSON, nullable=True),
     Column("created_time", BigInteger, nullable=False),
 )
+
+executions = Table(
+    "executions",
+    metadata,
+    Column("execution_id", String(32), primary_key=True),
+    Column("agent_id", String(36), nullable=False),
+    Column("memory_id", String(36), nullable=False),
+    Column("definition", String(49), nullable=True),
+    Column("definition_version", Integer, nullable=True),
+    Column("definition_source", String(10), nullable=False),
+    Column("started_time", BigInteger, nullable=False),
+    Column("ended_time", BigInteger, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("llm_calls", Integer, nullable=False),
+    Column("max_request_tokens", Integer, nullable=False),
+    Column("context_window", Integer, nullable=True),
+    Column("record", JSON, nullable=False),
+    Index("ix_executions_agent", "agent_id", "started_time"),
+    Index("ix_executions_started", "started_time"),
+)
+"""One row per agent execution; ``record`` holds the response, the error, the LLM calls
+(usage and the managed request's tokens), the hook runs' trace entries and the archived
+references."""

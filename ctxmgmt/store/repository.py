@@ -288,6 +288,10 @@ class DefinitionStore:
     def resolve(self, name: str) -> Definition:
         """The built definition for a name: one small version query when cached, so an
         update or delete by any instance is seen on the next call."""
+        return self.resolve_version(name)[0]
+
+    def resolve_version(self, name: str) -> tuple[Definition, int]:
+        """:meth:`resolve`, with the version it resolved (an execution record keeps it)."""
         with self.engine.connect() as conn:
             version = conn.exec_driver_sql(self._version_sql, (name,)).scalar()
         if version is None:
@@ -296,10 +300,10 @@ class DefinitionStore:
             raise NotFound(f"no definition named {name!r}")
         cached = self._cache.get(name)
         if cached is not None and self._cache_versions.get(name) == version:
-            return cached
+            return cached, int(version)
         stored = self.get(name)
         definition = Definition.from_dict(stored.document(), registry=self.registry)
         with self._lock:
             self._cache[name] = definition
             self._cache_versions[name] = stored.version
-        return definition
+        return definition, stored.version

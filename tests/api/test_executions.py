@@ -1,0 +1,214 @@
+"""Execution records, memory routes and agent replacement, through REST, the client and the CLI."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ctxmgmt import ApiError, Client
+from ctxmgmt.api import create_app
+from ctxmgmt.cli import trace_lines
+from tests.conftest import LiveServer, tool_call
+
+WINDOWED = {
+    "hooks": {
+        "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 2000}}],
+        "pre_llm": [
+            {
+                "type": "SlidingWindowManager",
+                "config": {"max_messages": 6},
+                "activation": {"tokens_exceed": 1500},
+            }
+        ],
+    }
+}
+AGENT = {
+    "name": "helper",
+    "type": "conversational",
+    "llm": {"model_id": "chat", "parameters": {"max_iteration": 8}},
+    "tools": [{"type": "big"}],
+    "context_management_name": "windowed",
+}
+
+
+@pytest.fixture
+def client(store, agent_models, tools):
+    with LiveServer(create_app(store, models=agent_models, tools=tools)) as server, Client(server.url) as c:
+        c.url = server.url
+        yield c
+
+
+def run_agent(client, chat_server, agent_id, rounds, memory_id=None):
+    for _ in range(rounds):
+        chat_server.reply(tool_call(("big", {"size": 6000})))
+    chat_server.reply("done")
+    return client.execute(agent_id, "Read the logs.", memory_id=memory_id)
+
+
+def test_every_execution_leaves_a_record_that_rest_lists_and_returns(client, chat_server):
+    """An execution's id comes back with its answer; its record has the definition and version,
+    per LLM call the tokens before and after the managers, per hook run where a manager fired,
+    and the agent's listing shows it newest first with its largest request and window."""
+    client.create("windowed", WINDOWED)
+    agent_id = client.register_agent(AGENT)
+    first = run_agent(client, chat_server, agent_id, 1)
+    second = run_agent(client, chat_server, agent_id, 4, memory_id=first["memory_id"])
+    listing = client.executions(agent_id)
+    assert listing["total"] == 2
+    assert [e["execution_id"] for e in listing["executions"]] == [
+        second["execution_id"],
+        first["execution_id"],
+    ]
+    record = client.execution(second["execution_id"])
+    assert (record["definition"], record["definition_version"], record["definition_source"]) == (
+        "windowed",
+        1,
+        "agent",
+    )
+    assert (
+        record["status"] == "finished" and record["response"] == "done" and record["context_window"] == 16000
+    )
+    calls = record["calls"]
+    assert [c["call"] for c in calls] == [1, 2, 3, 4, 5] and record["llm_calls"] == 5
+    assert record["max_request_tokens"] == max(c["calibrated"] for c in calls)
+    fired = [(h["call"], e["type"]) for h in record["hooks"] for e in h["entries"] if e["activated"]]
+    windowed = [call for call, kind in fired if kind == "SlidingWindowManager"]
+    assert windowed and all(calls[n - 1]["tokens_after"] < calls[n - 1]["tokens_before"] for n in windowed)
+    assert {t["type"] for t in record["thresholds"]} == {"SlidingWindowManager", "fit"}
+    assert listing["executions"][0]["max_request_tokens"] == record["max_request_tokens"]
+
+
+def test_a_failed_execution_is_recorded_with_its_error(client, chat_server):
+    """An execution whose model fails still leaves a record, with status error and the reason."""
+    client.create("windowed", WINDOWED)
+    agent_id = client.register_agent(AGENT)
+    chat_server.fail(400, "bad request from the provider")
+    with pytest.raises(ApiError):
+        client.execute(agent_id, "q")
+    (row,) = client.executions(agent_id)["executions"]
+    record = client.execution(row["execution_id"])
+    assert record["status"] == "error" and "bad request from the provider" in record["error"]
+
+
+def test_memory_routes_return_the_view_and_the_whole_record(client, chat_server):
+    """GET memory returns the managed view the model saw last; GET memory/messages the complete
+    stored record, untruncated, paged, with its total."""
+    client.create("windowed", WINDOWED)
+    agent_id = client.register_agent(AGENT)
+    answer = run_agent(client, chat_server, agent_id, 4)
+    memory = client.memory(answer["memory_id"])
+    assert memory["agent_id"] == agent_id and "_view" not in memory["state"]
+    assert all(len(m.get("content") or "") <= 2000 for m in memory["view"])
+    whole = client.memory_messages(answer["memory_id"])
+    assert whole["total"] == len(whole["messages"]) == 10
+    assert [len(m["content"]) for m in whole["messages"] if m["role"] == "tool"] == [6000] * 4
+    page = client.memory_messages(answer["memory_id"], from_=8, size=5)
+    assert page["total"] == 10 and page["messages"] == whole["messages"][8:]
+
+
+def test_an_agent_is_replaced_with_the_checks_of_registration(client, chat_server):
+    """PUT replaces the registration (the next execution uses it); an invalid body is a 400
+    naming the field; an unknown agent is a 404."""
+    client.create("windowed", WINDOWED)
+    agent_id = client.register_agent(AGENT)
+    with pytest.raises(ApiError) as bad:
+        client.replace_agent(agent_id, {**AGENT, "context_management_name": "missing"})
+    assert bad.value.status == 400 and bad.value.problems[0].pointer == "/context_management_name"
+    unmanaged = {k: v for k, v in AGENT.items() if k != "context_management_name"}
+    client.replace_agent(agent_id, {**unmanaged, "name": "renamed"})
+    chat_server.reply("plain")
+    answer = client.execute(agent_id, "q")
+    assert answer["context_management"]["definition"] is None
+    with pytest.raises(ApiError) as missing:
+        client.replace_agent("0" * 32, AGENT)
+    assert missing.value.status == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/_plugins/_ml/executions/nope",
+        "/_plugins/_ml/executions/" + "0" * 32,
+        "/_plugins/_ml/memory/" + "0" * 32,
+        "/_plugins/_ml/memory/" + "0" * 32 + "/messages",
+        "/_plugins/_ml/agents/" + "0" * 32 + "/executions",
+    ],
+)
+def test_unknown_ids_are_404_in_opensearch_shape(client, path):
+    """An unknown or malformed id is a 404 with OpenSearch's error body."""
+    response = client._http.get(path)
+    assert response.status_code == 404 and response.json()["error"]["type"] == "resource_not_found_exception"
+
+
+def test_the_cli_lists_executions_and_prints_the_timeline(client, chat_server):
+    """ctxmgmt executions list|get and ctxmgmt trace read the records through REST; the trace
+    prints one line per LLM call with a bar against the window and what fired."""
+    client.create("windowed", WINDOWED)
+    agent_id = client.register_agent(AGENT)
+    answer = run_agent(client, chat_server, agent_id, 4)
+
+    def cli(*args):
+        command = [sys.executable, "-m", "ctxmgmt.cli", *args, "--url", client.url]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    listed = cli("executions", "list", agent_id)
+    assert listed.returncode == 0 and json.loads(listed.stdout)["total"] == 1
+    assert answer["execution_id"] in listed.stderr
+    got = cli("executions", "get", answer["execution_id"])
+    assert json.loads(got.stdout)["execution_id"] == answer["execution_id"]
+    trace = cli("trace", answer["execution_id"])
+    assert trace.returncode == 0, trace.stderr
+    rows = [line for line in trace.stdout.splitlines() if line[:4].strip().isdigit()]
+    assert len(rows) == 5 and all(line.count("|") == 1 for line in rows)
+    assert "SlidingWindowManager (pre_llm[0])" in trace.stdout
+    assert cli("trace", "f" * 32).returncode == 2
+
+
+def test_trace_lines_scale_bars_to_the_window():
+    """A call at the window fills its bar; what the managers removed shows as dots."""
+    record = {
+        "execution_id": "e",
+        "agent_id": "a",
+        "memory_id": "m",
+        "definition": "d",
+        "definition_version": 2,
+        "definition_source": "agent",
+        "status": "finished",
+        "context_window": 1000,
+        "max_request_tokens": 1000,
+        "calls": [
+            {"call": 1, "tokens_before": 1000, "calibrated_before": 1000, "calibrated": 500, "reported": 510}
+        ],
+        "hooks": [],
+    }
+    (row,) = trace_lines(record, width=10)[3:]
+    assert "#####.....|" in row
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("name: x\nhooks: {pre_llm: [{type: SlidingWindow}]}\n", "did you mean 'SlidingWindowManager'"),
+        ("a: &a [1, 2]\nb: [*a, *a]\n", "anchors or aliases"),
+        ("name: x\x82\n", "unacceptable character"),
+        ("name: [unclosed\n", "YAML syntax error"),
+    ],
+)
+def test_validate_checks_an_editors_text_with_lines(client, text, says):
+    """_validate answers every problem of a YAML text (line and pointer), or a 400 for a text
+    it will not parse (aliases); a character YAML refuses is a problem, not a 500."""
+    response = client._http.post("/_plugins/_ml/context_management/_validate", json={"text": text})
+    if response.status_code == 400:
+        assert says in response.json()["error"]["reason"]
+        return
+    body = response.json()
+    assert response.status_code == 200 and not body["valid"] and body["definition"] is None
+    assert any(says in p["message"] for p in body["problems"]), body
+
+
+def test_validate_returns_the_parsed_definition_when_valid(client):
+    """A valid text comes back parsed, ready to store."""
+    text = "name: ok\nhooks:\n  pre_llm:\n    - type: SlidingWindowManager\n"
+    body = client._http.post("/_plugins/_ml/context_management/_validate", json={"text": text}).json()
+    assert body["valid"] and body["definition"]["hooks"]["pre_llm"][0]["type"] == "SlidingWindowManager"
