@@ -177,14 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("execution_id")
     tr.add_argument("--width", type=int, default=40, help="the width of the bars (default 40)")
     for p in (el, eg, tr):
-        p.add_argument(
-            "--url",
-            default=os.environ.get(URL_ENV, "http://127.0.0.1:8000"),
-            help=f"server URL (default: ${URL_ENV} or http://127.0.0.1:8000)",
-        )
-        p.add_argument(
-            "--api-key", default=os.environ.get(API_KEY_ENV), help=f"API key (default: ${API_KEY_ENV})"
-        )
+        _server_options(p)
     el.set_defaults(run=_executions, action="list")
     eg.set_defaults(run=_executions, action="get")
     tr.set_defaults(run=_trace)
@@ -200,14 +193,7 @@ def _parser() -> argparse.ArgumentParser:
         ("delete", "delete a definition"),
     ):
         p = defs.add_parser(action, help=helptext)
-        p.add_argument(
-            "--url",
-            default=os.environ.get(URL_ENV, "http://127.0.0.1:8000"),
-            help=f"server URL (default: ${URL_ENV} or http://127.0.0.1:8000)",
-        )
-        p.add_argument(
-            "--api-key", default=os.environ.get(API_KEY_ENV), help=f"API key (default: ${API_KEY_ENV})"
-        )
+        _server_options(p)
         if action == "list":
             p.add_argument("--from", dest="from_", type=int, default=0)
             p.add_argument("--size", type=int, default=100)
@@ -223,6 +209,18 @@ def _parser() -> argparse.ArgumentParser:
                 p.add_argument("--force", action="store_true", help="delete even if agents use it")
         p.set_defaults(run=_definitions, action=action)
     return parser
+
+
+def _server_options(p: argparse.ArgumentParser) -> None:
+    """--url and --api-key, for the commands that talk to a server."""
+    p.add_argument(
+        "--url",
+        default=os.environ.get(URL_ENV, "http://127.0.0.1:8000"),
+        help=f"server URL (default: ${URL_ENV} or http://127.0.0.1:8000)",
+    )
+    p.add_argument(
+        "--api-key", default=os.environ.get(API_KEY_ENV), help=f"API key (default: ${API_KEY_ENV})"
+    )
 
 
 # -- validate ----------------------------------------------------------------------
@@ -406,7 +404,8 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     print(
-        f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json)",
+        f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json; "
+        f"web page: /ui)",
         flush=True,
     )
     if args.workers > 1:

@@ -282,6 +282,7 @@ class Runner:
                 await run.hook(Hook.PRE_LLM, iteration)
                 if run.archived and run.recall:  # archived just now: the model needs the tools
                     run.show_recall()
+                    before[iteration] = run.tokens()  # with the recall tools' schemas
                     await run.hook(Hook.PRE_LLM, iteration)
                 counted, ratio = run.check_window()
                 # Messages are immutable values: hand them over without copying.
@@ -615,6 +616,7 @@ def execution_record(
         "max_request_tokens": max((c["calibrated"] for c in calls), default=0),
         "context_window": window,
         "model": run.view.model,
+        "question": run.record[0].get("content") if run.record else None,
         "error": error,
         "response": result.response if failure is None else None,
         "calls": calls,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 import yaml
@@ -13,6 +14,7 @@ from ..context import Context
 from ..definitions import Definition, parse_hook
 from ..llm import ModelsConfig
 from ..loader import parse_document
+from ..offload import LocalOffloader
 from ..validation import validate_definition
 from .errors import HTTPProblem, log
 from .openapi import openapi_document
@@ -109,8 +111,19 @@ async def _simulate(definition: Definition, body: dict[str, Any], models: Models
     if hook is None:
         raise HTTPProblem(400, "hook must be a string: pre_llm, post_tool or post_memory")
     context = Context.from_dict(body.get("context", {}))
-    result = await run_in_threadpool(definition.apply, hook, context, models=models)
+    result = await run_in_threadpool(_dry_run, definition, hook, context, models)
     return JSONResponse(result.to_dict())
+
+
+def _dry_run(definition: Definition, hook: Any, context: Context, models: ModelsConfig) -> Any:
+    """Apply a definition without touching the server's stores: an entry that must archive
+    first (``offload: true``) archives into a throwaway folder, removed right after."""
+    if not any(spec.config.get("offload") for specs in definition.hooks.values() for spec in specs):
+        return definition.apply(hook, context, models=models)
+    with tempfile.TemporaryDirectory(prefix="ctxmgmt-simulate-") as folder:
+        return definition.apply(
+            hook, context, models=models, offloader=LocalOffloader(folder), session="simulate"
+        )
 
 
 _MAX_TEXT = 200_000

@@ -230,6 +230,7 @@ def openapi_document() -> dict[str, Any]:
         "properties": {
             **summary_fields,
             "model": {"type": ["string", "null"]},
+            "question": {"type": ["string", "null"]},
             "error": {"type": ["string", "null"]},
             "response": {"type": ["string", "null"]},
             "calls": {

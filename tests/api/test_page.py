@@ -105,6 +105,15 @@ def set_text(driver, element, text):
     )
 
 
+def stray_text(driver, element_id):
+    """Text that sits directly in a container, outside any element (a null turned into "null")."""
+    return driver.execute_script(
+        "return [...document.getElementById(arguments[0]).childNodes]"
+        ".filter(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim()).map(n => n.textContent)",
+        element_id,
+    )
+
+
 def no_console_errors(driver):
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not severe, severe
@@ -127,16 +136,24 @@ def test_edit_save_simulate_run_and_read_the_timeline(browser, server, chat_serv
     wait(browser, ec.text_to_be_present_in_element((By.ID, "status"), "Valid."))
     browser.find_element(By.ID, "save").click()
     wait(browser, ec.text_to_be_present_in_element((By.ID, "status"), "Saved log-reader (version 1)"))
+    assert browser.find_element(By.TAG_NAME, "h1").text == "log-reader (version 1)"
+    browser.find_element(By.ID, "save").click()  # saved again: now a replace of the stored one
+    wait(browser, ec.text_to_be_present_in_element((By.ID, "status"), "Saved log-reader (version 2)"))
+    assert browser.find_element(By.TAG_NAME, "h1").text == "log-reader (version 2)"
 
     Select(browser.find_element(By.ID, "simulate-hook")).select_by_value("post_tool")
     browser.find_element(By.ID, "simulate").click()
     wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "#after li.added")))
     assert browser.find_elements(By.CSS_SELECTOR, "#before li.removed")
     assert "ToolsOutputTruncateManager" in browser.find_element(By.ID, "simulate-trace").text
+    assert not stray_text(browser, "simulate-output")
     browser.save_screenshot(str(shots / "2-definition-simulated.png"))
+    browser.get(f"{server.url}/ui#/definitions/log-reader")  # opened again: the stored one, as YAML
+    stored = wait(browser, ec.presence_of_element_located((By.ID, "definition-text")))
+    assert stored.get_attribute("value").startswith("name: log-reader\ndescription:")
 
     client = Client(server.url)
-    assert client.get("log-reader")["version"] == 1
+    assert client.get("log-reader")["version"] == 2
     agent_id = client.register_agent(
         {
             "name": "log-reader",
@@ -175,6 +192,8 @@ def test_edit_save_simulate_run_and_read_the_timeline(browser, server, chat_serv
     details = wait(browser, ec.presence_of_element_located((By.ID, "entry")))
     assert '"type": "SlidingWindowManager"' in details.text
     assert "Removed by this hook run" in browser.find_element(By.ID, "details").text
+    assert not stray_text(browser, "details")
+    assert "Why does checkout fail?" in browser.find_element(By.ID, "main").text
     browser.save_screenshot(str(shots / "4-execution-timeline.png"))
     no_console_errors(browser)
 

@@ -83,6 +83,7 @@ async function route() {
       main().replaceChildren(el("p", { class: "muted", text: "Loading…" }));
       try {
         main().replaceChildren(await view(...m.slice(1)));
+        window.scrollTo(0, 0);
       } catch (err) {
         main().replaceChildren(failure(err));
       }
@@ -127,20 +128,56 @@ const SAMPLE_CONVERSATION = JSON.stringify([
   { role: "tool", tool_call_id: "call_1", content: "ERROR KeyError: 'session_id'\n".repeat(400) },
 ], null, 2);
 
-function toYamlish(stored) {
-  const doc = { name: stored.name, description: stored.description || "", hooks: stored.hooks };
+function toYaml(stored) {
+  const doc = { name: stored.name, description: stored.description || "" };
   if (stored.settings && Object.keys(stored.settings).length) doc.settings = stored.settings;
-  return JSON.stringify(doc, null, 2);
+  doc.hooks = stored.hooks;
+  return yaml(doc, 0);
+}
+
+// A YAML writer for JSON data: block mappings and sequences, scalars quoted as JSON
+// strings whenever plain YAML could read them as something else.
+function yamlScalar(v) {
+  if (v === null) return "null";
+  if (typeof v === "number" || typeof v === "boolean") return String(v);
+  const s = String(v);
+  const plain = /^[A-Za-z_][A-Za-z0-9_ .,;()'/+-]*$/.test(s) && !/^(true|false|null|yes|no|on|off|~)$/i.test(s) && !/[:#]\s|\s$/.test(s);
+  return plain ? s : JSON.stringify(s);
+}
+function yaml(v, indent) {
+  const pad = " ".repeat(indent);
+  if (Array.isArray(v)) {
+    if (!v.length) return "[]";
+    return v.map((item) => {
+      if (item && typeof item === "object" && !Array.isArray(item) && Object.keys(item).length) {
+        const body = yaml(item, indent + 2).replace(/^\s+/, "");
+        return `${pad}- ${body}`;
+      }
+      return `${pad}- ${yamlBlock(item, indent + 2)}`;
+    }).join("\n");
+  }
+  if (v && typeof v === "object") {
+    const keys = Object.keys(v);
+    if (!keys.length) return "{}";
+    return keys.map((k) => `${pad}${yamlScalar(k)}:${yamlValue(v[k], indent + 2)}`).join("\n");
+  }
+  return yamlScalar(v);
+}
+function yamlBlock(v, indent) {
+  return v && typeof v === "object" && Object.keys(v).length ? `\n${yaml(v, indent)}` : yaml(v, indent);
+}
+function yamlValue(v, indent) {
+  return v && typeof v === "object" && Object.keys(v).length ? `\n${yaml(v, indent)}` : ` ${yaml(v, indent)}`;
 }
 
 async function definitionEditor(name) {
-  const isNew = name === "_new";
+  let isNew = name === "_new";
   let version = null;
   let text = SAMPLE;
   if (!isNew) {
     const stored = await api("GET", `${API}/context_management/${encodeURIComponent(name)}`);
     version = stored.version;
-    text = toYamlish(stored);
+    text = `${toYaml(stored)}\n`;
   }
   const editor = el("textarea", { id: "definition-text", spellcheck: "false", "aria-label": "Definition (YAML or JSON)" });
   editor.value = text;
@@ -181,6 +218,10 @@ async function definitionEditor(name) {
       status.className = "ok";
       status.dataset.saved = "true";
       if (isNew) history.replaceState(null, "", `#/definitions/${encodeURIComponent(target)}`);
+      isNew = false;
+      name = target;
+      save.textContent = "Save";
+      heading.textContent = `${name} (version ${version})`;
     } catch (err) {
       status.textContent = `Not saved: ${err.message}`;
       status.className = "error";
@@ -189,9 +230,10 @@ async function definitionEditor(name) {
   });
 
   const simulation = simulatePane(() => parsed);
+  const heading = el("h1", { text: isNew ? "New definition" : `${name} (version ${version})` });
   check();
   return el("div", {},
-    el("h1", { text: isNew ? "New definition" : `${name} (version ${version})` }),
+    heading,
     el("div", { class: "split" },
       el("section", {}, el("h2", { text: "Definition" }), editor, problems, el("div", { class: "row" }, save, status)),
       simulation));
@@ -219,7 +261,7 @@ function simulatePane(definition) {
     if (window.value) context.context_window = Number(window.value);
     try {
       const result = await api("POST", `${API}/context_management/_simulate`, { definition: doc, hook: hook.value, context });
-      output.append(...simulationResult(context.messages || [], result));
+      output.append(...simulationResult(context.messages || [], result).filter(Boolean));
     } catch (err) {
       output.append(failure(err));
       for (const p of err.problems || []) output.append(el("p", { class: "error", role: "alert", text: `${p.pointer}: ${p.message}` }));
@@ -235,7 +277,8 @@ function simulationResult(before, result) {
   const key = (m) => JSON.stringify(m);
   const kept = new Set(after.map(key));
   const was = new Set(before.map(key));
-  const fired = result.trace.filter((e) => e.activated);
+  const fired = result.trace.filter((e) => e.activated && !e.error);
+  const failed = result.trace.filter((e) => e.error);
   const summary = after.find((m) => textOf(m.content).startsWith("[ctxmgmt:summary]"));
   const line = (m, cls) => el("li", { class: cls },
     el("span", { class: "role", text: m.role || m.type || "?" }), textOf(m.content).slice(0, 400) || (m.tool_calls ? "(tool calls)" : ""));
@@ -250,6 +293,7 @@ function simulationResult(before, result) {
         el("td", { text: `${e.messages_before} → ${e.messages_after}` }),
         el("td", { text: e.error ? `error: ${e.error}` : JSON.stringify(e.details) })))))),
     el("p", { class: "muted", text: fired.length ? `${fired.length} entr${fired.length > 1 ? "ies" : "y"} fired.` : "Nothing fired." }),
+    failed.length ? el("p", { class: "error", role: "alert", text: `${failed.length} entr${failed.length > 1 ? "ies" : "y"} failed and changed nothing: ${failed.map((e) => `${e.type}: ${e.error}`).join("; ")}` }) : null,
     el("h2", { text: "Before" }),
     el("ul", { class: "messages", id: "before" }, before.map((m) => line(m, kept.has(key(m)) ? "" : "removed"))),
     el("h2", { text: "After" }),
@@ -287,7 +331,7 @@ async function agentExecutions(agentId) {
     const sorted = order.value === "closest" ? [...rows].sort((a, b) => share(b) - share(a)) : rows;
     body.replaceChildren(...sorted.map((e) => el("tr", { "data-execution": e.execution_id },
       el("td", {}, el("a", { href: `#/executions/${e.execution_id}`, text: when(e.started_time) })),
-      el("td", { class: e.status === "error" ? "error" : "", text: e.status }),
+      el("td", { class: e.status === "error" ? "error" : e.status === "max_iteration" ? "status-max_iteration" : "", text: e.status }),
       el("td", { text: e.definition ? `${e.definition}${e.definition_version ? ` v${e.definition_version}` : ""}` : "none" }),
       el("td", { text: String(e.llm_calls) }),
       el("td", {}, `${fmt(e.max_request_tokens)} / ${fmt(e.context_window)}`,
@@ -310,10 +354,12 @@ async function executionView(id) {
   const chart = timeline(record, (run, entry, marker) => {
     for (const m of document.querySelectorAll(".marker.selected")) m.classList.remove("selected");
     marker.classList.add("selected");
-    details.replaceChildren(...entryDetails(record, run, entry));
+    details.replaceChildren(...entryDetails(record, run, entry).filter(Boolean));
   });
   return el("div", {},
-    el("h1", { text: `Execution ${id.slice(0, 8)}…` }),
+    el("h1", { text: "Execution" }),
+    el("p", { class: "muted" }, `id ${id} · `, el("a", { href: `${API}/memory/${record.memory_id}/messages?size=1000`, text: "the conversation's stored messages (JSON)" })),
+    record.question ? el("p", {}, el("strong", { text: "Question: " }), record.question) : null,
     el("p", {},
       `${record.status} · ${record.definition ? `${record.definition}${record.definition_version ? ` v${record.definition_version}` : ""} (${record.definition_source})` : "no definition"} · `,
       `${record.llm_calls} LLM calls · largest request ${fmt(record.max_request_tokens)}${record.context_window ? ` of ${fmt(record.context_window)}` : ""} · `,
@@ -323,14 +369,31 @@ async function executionView(id) {
     el("div", { class: "legend" },
       el("span", {}, el("span", { class: "swatch", style: "background: var(--before)" }), "before the managers"),
       el("span", {}, el("span", { class: "swatch", style: "background: var(--after)" }), "the request"),
-      el("span", {}, el("span", { class: "swatch", style: "background: var(--threshold)" }), "a manager fired (click)"),
+      el("span", {}, el("span", { class: "swatch diamond", style: "background: var(--threshold)" }), "a manager fired (click)"),
       el("span", {}, el("span", { class: "swatch", style: "background: var(--window)" }), "the window")),
-    chart,
+    el("div", { class: "chart" }, chart),
     details,
     record.summary ? el("div", {}, el("h2", { text: "The summary the model saw" }), el("pre", { id: "summary", text: record.summary })) : null,
     record.archived && record.archived.length ? el("div", {}, el("h2", { text: "Archived" }),
-      el("ul", {}, record.archived.map((ref) => el("li", {}, el("a", { href: `#/archive/${encodeURIComponent(record.memory_id)}/${ref}`, "data-ref": ref, text: ref }))))) : null,
+      el("ul", { class: "archived" }, archivedBy(record).map(([ref, where]) => el("li", {},
+        el("a", { href: `#/archive/${encodeURIComponent(record.memory_id)}/${ref}`, "data-ref": ref, text: ref }), ` ${where}`)))) : null,
     record.response ? el("div", {}, el("h2", { text: "Response" }), el("pre", { text: record.response })) : null);
+}
+
+function archivedBy(record) {
+  const where = new Map();
+  for (const run of record.hooks || []) {
+    for (const e of run.entries) {
+      for (const ref of [].concat(e.details.offloaded || [])) where.set(ref, `by ${e.type} (${run.hook}), call ${run.call}`);
+    }
+  }
+  return record.archived.map((ref) => [ref, where.get(ref) || ""]);
+}
+
+function niceStep(max) {
+  const raw = max / 4;
+  const p = 10 ** Math.floor(Math.log10(raw));
+  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((s) => s >= raw);
 }
 
 function timeline(record, onMarker) {
@@ -341,18 +404,20 @@ function timeline(record, onMarker) {
   const x = (n) => left + (calls.length <= 1 ? (W - left - right) / 2 : ((n - 1) * (W - left - right)) / (calls.length - 1));
   const y = (t) => top + (H - top - bottom) * (1 - t / max);
   const g = svg("svg", { class: "timeline", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Tokens per LLM call" });
-  for (let i = 0; i <= 4; i++) {
-    const t = (max * i) / 4;
+  const step = niceStep(max);
+  for (let t = 0; t <= max; t += step) {
     g.append(svg("text", { x: 4, y: y(t) + 4 }, document.createTextNode(fmt(Math.round(t)))));
   }
-  const label = (text, at) => svg("text", { x: W - right - 4, y: y(at) - 4, "text-anchor": "end" }, document.createTextNode(text));
+  const label = (text, at) => svg("text", { class: "line-label", x: left + 4, y: y(at) - 4 }, document.createTextNode(text));
   if (record.context_window) {
     const name = `window ${fmt(record.context_window)}`;
     g.append(svg("line", { class: "window", "data-line": "window", x1: left, x2: W - right, y1: y(record.context_window), y2: y(record.context_window) },
       svg("title", {}, document.createTextNode(name))), label(name, record.context_window));
   }
   for (const t of record.thresholds || []) {
-    const name = `${t.type}${t.index === null ? "" : `[${t.index}]`} ${t.rule === "window - reserve" ? "fits under" : "fires over"} ${fmt(t.tokens)}`;
+    const name = t.rule === "window - reserve"
+      ? `fit: requests kept under ${fmt(t.tokens)}`
+      : `${t.type}[${t.index}] fires over ${fmt(t.tokens)}`;
     g.append(svg("line", { class: "threshold", "data-line": "threshold", x1: left, x2: W - right, y1: y(t.tokens), y2: y(t.tokens) },
       svg("title", {}, document.createTextNode(name))), label(name, t.tokens));
   }
@@ -398,7 +463,9 @@ function timeline(record, onMarker) {
 function entryDetails(record, run, entry) {
   const refs = [].concat(entry.details.offloaded || []).filter((r) => typeof r === "string");
   const preview = (items, cls) => el("ul", { class: "messages" }, (items || []).map((m) =>
-    el("li", { class: cls }, el("span", { class: "role", text: m.role }), `${m.text}${m.chars > m.text.length ? ` … (${fmt(m.chars)} characters)` : ""}`)));
+    el("li", { class: cls }, el("span", { class: "role", text: m.role }),
+      m.calls ? `(calls ${m.calls.join(", ")}) ` : "",
+      `${m.text}${m.chars > m.text.length ? ` … (${fmt(m.chars)} characters)` : ""}`)));
   return [
     el("h2", { text: `${entry.hook}[${entry.index}] ${entry.type}, call ${run.call}` }),
     el("p", {}, `${fmt(entry.tokens_before)} → ${fmt(entry.tokens_after)} tokens, ${entry.messages_before} → ${entry.messages_after} messages`,
