@@ -570,6 +570,13 @@ def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
         lines.append(f"{numbers}  {bar}  {'; '.join(notes)}")
     for note in fired.get(0, []):
         lines.append(f"post_memory: {note}")
+    for run in record.get("hooks") or []:  # what each hook run removed, as previews
+        for m in run.get("removed_preview") or []:
+            calls = f"(calls {', '.join(m['calls'])}) " if m.get("calls") else ""
+            text = " ".join(str(m.get("text", "")).split())[:100]
+            more = f" ... ({m['chars']:,} chars)" if m.get("chars", 0) > 100 else ""
+            where = f"call {run.get('call', run['iteration'])} {run['hook']}"
+            lines.append(f"  {where} removed [{m['role']}] {calls}{text}{more}")
     if record.get("error"):
         lines.append(f"error: {record['error']}")
     return lines

@@ -60,6 +60,11 @@ def parse_document(text: str, source: str | None = None) -> Document:
         return Document(None, {}, [Problem("", f"YAML syntax error: {reason}", line, source)], source)
     except yaml.YAMLError as exc:
         return Document(None, {}, [Problem("", f"YAML error: {exc}", None, source)], source)
+    except (ValueError, OverflowError, RecursionError) as exc:  # a date or number YAML cannot build
+        reason = str(exc).split("\n")[0][:200] or type(exc).__name__
+        return Document(
+            None, {}, [Problem("", f"YAML value that cannot be read: {reason}", None, source)], source
+        )
     finally:
         loader.dispose()
     lines: dict[str, int] = {}

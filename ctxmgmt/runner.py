@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -48,6 +49,8 @@ __all__ = ["ExecutionResult", "Runner"]
 
 log = logging.getLogger("ctxmgmt.runner")
 DEFAULT_MAX_ITERATION = 10
+INLINE_KEPT = 256
+"""Inline definitions kept built (the agents' bodies are bounded by the request size)."""
 ARCHIVE_MENTION = re.compile(rf"{OFFLOADED.pattern}|^## Archived messages$", re.MULTILINE)
 """A truncation notice or a summary's guide: the view points at archived content."""
 VIEW_KEY = "_view"
@@ -121,7 +124,9 @@ class Runner:
         self.models = models
         self.tools = tools or default_tools
         self._transport = transport
-        self._inline: dict[str, Definition] = {}
+        self._inline: OrderedDict[str, Definition] = OrderedDict()
+        """Built inline definitions by their JSON: an agent replaced (by any process) brings
+        new JSON, so an execution never runs a definition its agent no longer has."""
 
     # -- registration ------------------------------------------------------------------
     def register(self, body: Mapping[str, Any]) -> str:
@@ -131,7 +136,6 @@ class Runner:
     def replace(self, agent_id: str, body: Mapping[str, Any]) -> None:
         """Replace an agent's registration, with the same checks as :meth:`register`."""
         self.agents.replace(agent_id, body, checks=self._checks(body))
-        self._inline.pop(agent_id, None)  # an inline definition is built again from the new body
 
     def view(self, memory_id: str) -> dict[str, Any]:
         """A memory's state and the managed messages the model saw last."""
@@ -454,10 +458,13 @@ class Runner:
                 ) from None
         inline = agent.get("context_management")
         if inline is not None:
-            built = self._inline.get(agent["agent_id"])
+            key = json.dumps(inline, sort_keys=True, default=str)
+            built = self._inline.get(key)
             if built is None:
                 built = Definition.from_dict({"name": "inline", **inline}, registry=self.definitions.registry)
-                self._inline[agent["agent_id"]] = built
+                self._inline[key] = built
+                while len(self._inline) > INLINE_KEPT:
+                    self._inline.popitem(last=False)
             return built, "inline", None
         return None, "none", None
 

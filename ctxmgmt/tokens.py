@@ -109,21 +109,39 @@ def _where(index: int | None) -> str:
 
 
 def _size(m: Any) -> int:
-    """About how many bytes a message keeps alive (its strings, plus some overhead)."""
+    """About how many bytes a message keeps alive: its strings, its parts' data (an image's
+    data URL), and, for a converted message, the provider message its origin holds."""
     size = 200
-    content = m.get("content") if isinstance(m, dict) else None
+    if not isinstance(m, dict):
+        return size
+    content = m.get("content")
     if isinstance(content, str):
         size += len(content)
     elif isinstance(content, list):
-        size += sum(
-            (len(p["text"]) if isinstance(p.get("text"), str) else 0) + 200 if isinstance(p, dict) else 64
-            for p in content
-        )
-    for call in (m.get("tool_calls") or ()) if isinstance(m, dict) else ():
+        size += _deep_size(content)
+    for call in m.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, dict) else None
         args = fn.get("arguments") if isinstance(fn, dict) else None
         size += 200 + (len(args) if isinstance(args, str) else 0)
+    origin = m.get(HIDDEN)
+    if origin is not None:
+        size += _deep_size(origin)
+        for held in ("message", "block", "blocks", "group"):
+            size += _deep_size(getattr(origin, held, None))
     return size
+
+
+def _deep_size(value: Any, depth: int = 0) -> int:
+    """The bytes of the strings in a JSON-like value, plus some overhead per container."""
+    if isinstance(value, str):
+        return len(value)
+    if depth > 8:
+        return 64
+    if isinstance(value, dict):
+        return 64 + sum(_deep_size(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return 64 + sum(_deep_size(v, depth + 1) for v in value)
+    return 32
 
 
 class TokenCounter:
@@ -287,7 +305,7 @@ class TokenCounter:
             elif kind == "image_url":
                 image = part.get("image_url")
                 detail = image.get("detail", "auto") if isinstance(image, dict) else "auto"
-                n += IMAGE_TOKENS.get(detail, IMAGE_TOKENS["auto"])
+                n += IMAGE_TOKENS.get(detail if isinstance(detail, str) else "auto", IMAGE_TOKENS["auto"])
             elif kind in ("input_audio", "file"):
                 n += AUDIO_OR_FILE_TOKENS
             else:

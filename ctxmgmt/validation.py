@@ -7,6 +7,7 @@ how to fix it, and (for files) its line.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
@@ -92,22 +93,37 @@ def validate_definition(
 MAX_ANY_OF_DEPTH = 8
 
 
+_JSON_INT = 2**63
+"""Integers beyond this many are not numbers a definition holds (nor JSON's own range)."""
+
+
 def _too_deep(data: Any) -> Problem | None:
-    """A problem where ``any_of`` nests more than MAX_ANY_OF_DEPTH deep (iterative walk)."""
+    """A problem where ``any_of`` nests more than MAX_ANY_OF_DEPTH deep, or where a value is
+    not plain JSON (YAML can write a timestamp, a set, binary data, NaN or a huge integer,
+    which no definition holds and no answer could carry). An iterative walk."""
     stack: list[tuple[Any, str, int]] = [(data, "", 0)]
     while stack:
         value, pointer, depth = stack.pop()
         if isinstance(value, Mapping):
             for key, item in value.items():
+                if not isinstance(key, str):
+                    return Problem(pointer, f"a key must be a string (got {type(key).__name__}); quote it")
                 nested = depth + 1 if key == "any_of" else depth
                 if nested > MAX_ANY_OF_DEPTH:
                     return Problem(
                         f"{pointer}/{key}",
                         f"any_of may nest at most {MAX_ANY_OF_DEPTH} deep; flatten the rules",
                     )
-                stack.append((item, f"{pointer}/{key}", nested))
+                stack.append((item, f"{pointer}/{escape(key)}", nested))
         elif isinstance(value, list):
             stack.extend((item, f"{pointer}/{i}", depth) for i, item in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            return Problem(pointer, f"must be a finite number (got {value})")
+        elif isinstance(value, int) and not isinstance(value, bool) and not -_JSON_INT < value < _JSON_INT:
+            return Problem(pointer, "is too large a number; use one of at most 18 digits")
+        elif not isinstance(value, (str, int, float, bool)) and value is not None:
+            kind = type(value).__name__
+            return Problem(pointer, f"must be a JSON value, not a YAML {kind}; quote it if it is text")
     return None
 
 

@@ -214,3 +214,25 @@ def test_client_chosen_model_names_do_not_grow_the_process(caplog):
     assert len(tokens._warned) <= tokens._WARNINGS_KEPT
     assert len(caplog.records) <= tokens._WARNINGS_KEPT
     assert all(len(r.getMessage()) < 400 for r in caplog.records)
+
+
+def test_the_memo_counts_what_a_message_keeps_alive():
+    """A message's size in the memo counts its parts' data and a converted message's origin,
+    so that the memo's byte bound holds for images and provider messages too."""
+    from ctxmgmt.formats import internal
+    from ctxmgmt.tokens import _size
+
+    data = "A" * 500_000
+    chat = {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}],
+    }
+    assert _size(chat) > 500_000
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    way = internal(
+        Context(
+            messages=[{"role": "user", "content": [image, {"type": "text", "text": "see"}]}],
+            format="anthropic",
+        )
+    )
+    assert _size(way.context.messages[0]) > 500_000

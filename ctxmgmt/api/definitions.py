@@ -126,7 +126,32 @@ def _dry_run(definition: Definition, hook: Any, context: Context, models: Models
         )
 
 
-_MAX_TEXT = 200_000
+_MAX_TEXT = 50_000
+_MAX_NESTING = 32
+
+
+def _nesting(text: str) -> int:
+    """How deep a YAML text nests, by brackets and by indentation (a linear scan)."""
+    deepest = depth = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    for line in text.splitlines():
+        stripped = line.lstrip(" -")
+        if stripped:
+            deepest = max(deepest, (len(line) - len(stripped)) // 2)
+    return deepest
+
+
+def _check_text(text: str, registry: Any, models: list[str]) -> tuple[Any, list[Any]]:
+    """(the parsed document, its problems): off the event loop, as parsing takes a while."""
+    if _has_alias(text):  # an alias can make a small text a huge tree (billion laughs)
+        raise HTTPProblem(400, "text uses YAML anchors or aliases (& or *), which are not accepted here")
+    document = parse_document(text, source="definition")
+    return document, validate_definition(document, registry=registry, model_ids=models)
 
 
 def _has_alias(text: str) -> bool:
@@ -150,15 +175,11 @@ async def validate(request: Request) -> JSONResponse:
         raise HTTPProblem(400, "text is required: the definition's YAML or JSON, as a string")
     if len(text) > _MAX_TEXT:
         raise HTTPProblem(400, f"text is longer than {_MAX_TEXT:,} characters; a definition is far smaller")
-    if _has_alias(text):  # an alias can make a small text a huge tree (billion laughs)
-        raise HTTPProblem(400, "text uses YAML anchors or aliases (& or *), which are not accepted here")
-    document = parse_document(text, source="definition")
-    problems = await run_in_threadpool(
-        validate_definition,
-        document,
-        registry=state(request).store.registry,
-        model_ids=list(state(request).models),
-    )
+    depth = _nesting(text)
+    if depth > _MAX_NESTING:  # YAML's parser costs length x nesting, and recurses with it
+        raise HTTPProblem(400, f"text nests {depth} deep; a definition nests at most {_MAX_NESTING}")
+    registry, models = state(request).store.registry, list(state(request).models)
+    document, problems = await run_in_threadpool(_check_text, text, registry, models)
     errors = [p for p in problems if p.severity == "error"]
     return JSONResponse(
         {

@@ -338,10 +338,10 @@ def openapi_document() -> dict[str, Any]:
                     body={
                         "type": "object",
                         "required": ["text"],
-                        "properties": {"text": {"type": "string", "maxLength": 200_000}},
+                        "properties": {"text": {"type": "string", "maxLength": 50_000}},
                     },
                     errors=(400, 401, 403),
-                    semantic="YAML anchors or aliases.",
+                    semantic="YAML anchors or aliases, or a text nesting over 32 deep.",
                 )
             },
             item + "/_simulate": {

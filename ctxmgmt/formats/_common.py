@@ -9,7 +9,7 @@ from typing import Any
 
 from .._memo import Memo
 
-__all__ = ["ORIGIN", "Conversion", "Origin", "memo", "origin_of", "rough_size", "same"]
+__all__ = ["ORIGIN", "Conversion", "Origin", "estimate_tokens", "memo", "origin_of", "rough_size", "same"]
 
 ORIGIN = "_ctxmgmt"
 """The key of an internal message that says where it came from. Managers copy unknown keys
@@ -72,6 +72,26 @@ class Conversion:
 def memo() -> Memo[Any]:
     """A shared, byte-bounded memo of conversions by the provider object's identity."""
     return Memo(CONVERSION_MEMO_BYTES, shared=True)
+
+
+def estimate_tokens(value: Any) -> int:
+    """About how many tokens a provider counts for structured content that no manager reads
+    as text (a server tool's result, a screenshot's description): a token per 4 characters
+    of its strings. Calibration by the provider's reports corrects the rest."""
+    return -(-rough_text(value) // 4)
+
+
+def rough_text(value: Any, depth: int = 0) -> int:
+    """The characters of the strings in a JSON-like value."""
+    if isinstance(value, str):
+        return len(value)
+    if depth > 16:
+        return 0
+    if isinstance(value, Mapping):
+        return sum(rough_text(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(rough_text(v, depth + 1) for v in value)
+    return 8
 
 
 def same(a: Sequence[Any], b: Sequence[Any]) -> bool:

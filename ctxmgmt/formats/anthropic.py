@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ContextError, Problem
 from ..history import scan
-from ._common import ORIGIN, Conversion, Origin, memo, origin_of, rough_size, same
+from ._common import ORIGIN, Conversion, Origin, estimate_tokens, memo, origin_of, rough_size, same
 
 __all__ = ["NAME", "back", "check", "rule", "system_text", "to_internal"]
 
@@ -198,7 +198,7 @@ def _check_result_content(content: Any, at: str, problems: list[Problem]) -> Non
         return
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in RESULT_BLOCKS:
+        if not isinstance(kind, str) or kind not in RESULT_BLOCKS:
             problems.append(
                 Problem(
                     f"{at}/content/{k}/type",
@@ -210,7 +210,7 @@ def _check_result_content(content: Any, at: str, problems: list[Problem]) -> Non
 
 
 def _not_allowed(kind: str, role: str, allowed: frozenset[str]) -> str:
-    if kind in _CHAT_PARTS:
+    if kind in _CHAT_PARTS:  # a str: the callers checked
         return f"{kind!r} is OpenAI chat's format; Anthropic's blocks are {', '.join(sorted(allowed))}"
     if kind in ("input_text", "output_text", "input_image", "input_file"):
         return f"{kind!r} is OpenAI Responses' format; Anthropic's blocks are {', '.join(sorted(allowed))}"
@@ -307,7 +307,7 @@ def _assistant(m: Mapping[str, Any], content: list[Any]) -> dict[str, Any]:
     # Server tools' calls and results are counted, never edited; thinking is neither: the
     # API does not count earlier turns' thinking, and it is never text a manager reads.
     server = [b for b in content if b.get("type") not in _OWN_ASSISTANT_BLOCKS]
-    counted = {"counted_text": json.dumps(server, ensure_ascii=False)} if server else None
+    counted = {"source": server, "counted_tokens": estimate_tokens(server)} if server else None
     out[ORIGIN] = Origin(m, blocks=content, plain=counted)
     return out
 
@@ -341,21 +341,23 @@ def _joined(blocks: Sequence[Mapping[str, Any]]) -> str:
 
 def _parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Chat content parts standing for Anthropic blocks, and what the provider counts besides:
-    text as text; an image as an image (its data or address kept, for the archive); a
-    document or another block as a file, with its text counted (a text document's text, a
-    search result's, an estimate for a PDF)."""
+    text as text; an image as an image; a document or another block as a file, with its text
+    counted (a text document's own string, an estimate for a PDF or a search result). The
+    blocks themselves stay referenced, not copied, under ``source``: an archive keeps them."""
     parts: list[dict[str, Any]] = []
     texts: list[str] = []
     estimate = 0
+    others: list[Mapping[str, Any]] = []
     for b in blocks:
         kind = b.get("type")
         if kind == "text":
             parts.append({"type": "text", "text": b["text"]})
             continue
+        others.append(b)
         given = b.get("source")
         source: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         if kind == "image":
-            parts.append({"type": "image_url", "image_url": {"url": _address(source)}})
+            parts.append({"type": "image_url", "image_url": {"url": "anthropic:image"}})
             continue
         data = source.get("data")
         if source.get("type") == "text" and isinstance(data, str):
@@ -363,12 +365,14 @@ def _parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], d
         elif isinstance(data, str):
             estimate += len(data) // _BASE64_CHARS_PER_TOKEN
         else:
-            texts.append(json.dumps({k: v for k, v in b.items() if k != "cache_control"}, ensure_ascii=False))
+            estimate += estimate_tokens(b)
         title = b.get("title") if isinstance(b.get("title"), str) else str(kind)
-        parts.append({"type": "file", "file": {"filename": title, "file_data": _address(source)}})
+        parts.append({"type": "file", "file": {"filename": title}})
     counted: dict[str, Any] = {}
+    if others:
+        counted["source"] = others
     if texts:
-        counted["counted_text"] = "\n".join(texts)
+        counted["counted_text"] = texts[0] if len(texts) == 1 else "\n".join(texts)
     if estimate:
         counted["counted_tokens"] = estimate
     return parts, counted
@@ -376,15 +380,6 @@ def _parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], d
 
 _BASE64_CHARS_PER_TOKEN = 6
 """An estimate for a base64 document (a PDF): about a token per 4.5 bytes of file."""
-
-
-def _address(source: Mapping[str, Any]) -> str:
-    """Where a block's data is: a data URL, its URL, or its file id."""
-    if source.get("type") == "base64":
-        return f"data:{source.get('media_type', 'application/octet-stream')};base64,{source.get('data', '')}"
-    if source.get("type") == "text":
-        return f"data:{source.get('media_type', 'text/plain')},{source.get('data', '')}"
-    return str(source.get("url") or source.get("file_id") or "")
 
 
 # -- back -------------------------------------------------------------------------------

@@ -19,12 +19,11 @@ in between; a ``reasoning`` item is followed by the model's item it reasoned abo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import Problem
-from ._common import ORIGIN, Conversion, Origin, memo, origin_of, rough_size, same
+from ._common import ORIGIN, Conversion, Origin, estimate_tokens, memo, origin_of, rough_size, same
 
 __all__ = ["NAME", "back", "check", "system_text", "to_internal"]
 
@@ -56,11 +55,10 @@ def check(items: Sequence[Any], system: Any = None, *, partial_tail: bool = Fals
             if answers(item) is None:
                 problems.append(Problem(f"{where}/call_id", f"a {kind} needs a call_id string"))
             output = item.get("output")
-            if kind in ("function_call_output", "custom_tool_call_output"):
-                if isinstance(output, list):
-                    _check_parts(output, f"{where}/output", "input", problems)
-                elif not isinstance(output, str):
-                    problems.append(Problem(f"{where}/output", "output must be a string or a list of parts"))
+            if isinstance(output, list):
+                _check_parts(output, f"{where}/output", "input", problems)
+            elif kind in ("function_call_output", "custom_tool_call_output") and not isinstance(output, str):
+                problems.append(Problem(f"{where}/output", "output must be a string or a list of parts"))
         elif kind == "message":
             _check_message(item, where, problems)
     if problems:
@@ -163,7 +161,7 @@ def _unanswered(group: dict[str, int], problems: list[Problem]) -> None:
 
 def _check_message(item: Mapping[str, Any], where: str, problems: list[Problem]) -> None:
     role = item.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         problems.append(Problem(f"{where}/role", f"role must be one of {', '.join(sorted(ROLES))}"))
     content = item.get("content")
     if isinstance(content, str):
@@ -178,7 +176,7 @@ def _check_parts(parts: Sequence[Any], where: str, side: str, problems: list[Pro
     """Content parts: known types, their text a string; output_text only in the assistant's."""
     for j, part in enumerate(parts):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in PARTS:
+        if not isinstance(kind, str) or kind not in PARTS:
             hint = " (that is OpenAI chat's format)" if kind in ("text", "image_url") else ""
             problems.append(
                 Problem(
@@ -288,10 +286,11 @@ def _call(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _counted(values: Sequence[Any]) -> dict[str, Any] | None:
-    """What the provider counts of items no manager edits: their JSON."""
+    """What the provider counts of items no manager edits (an estimate), and the items
+    themselves, referenced, for an archive."""
     if not values:
         return None
-    return {"counted_text": json.dumps(list(values), ensure_ascii=False, default=str)}
+    return {"source": list(values), "counted_tokens": estimate_tokens(values)}
 
 
 def _content(content: Any) -> tuple[Any, dict[str, Any] | None]:

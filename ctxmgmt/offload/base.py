@@ -205,8 +205,10 @@ def _searchable(ref: str, text: str) -> list[tuple[int | None, str]]:
         args = [f"{fn.get('name')}({fn.get('arguments')})" for fn in calls if isinstance(fn, dict)]
         # A converted message's documents and server tool results (see ctxmgmt.formats).
         hidden = m.get(HIDDEN)
-        extra = hidden.get("counted_text") if isinstance(hidden, dict) else None
-        texts = [text_of(m.get("content")), *args, *([extra] if isinstance(extra, str) else [])]
+        extra = (hidden.get("counted_text") or hidden.get("source")) if isinstance(hidden, dict) else None
+        texts = [text_of(m.get("content")), *args]
+        if extra:
+            texts.append(extra if isinstance(extra, str) else json.dumps(extra, ensure_ascii=False))
         out.append((i, "\n".join(texts)))
     return out
 

@@ -162,6 +162,7 @@ def test_the_cli_lists_executions_and_prints_the_timeline(client, chat_server):
     rows = [line for line in trace.stdout.splitlines() if line[:4].strip().isdigit()]
     assert len(rows) == 5 and all(line.count("|") == 1 for line in rows)
     assert "SlidingWindowManager (pre_llm[0])" in trace.stdout
+    assert "pre_llm removed [tool] row row row" in trace.stdout  # what the window took off
     assert cli("trace", "f" * 32).returncode == 2
 
 
@@ -212,3 +213,69 @@ def test_validate_returns_the_parsed_definition_when_valid(client):
     text = "name: ok\nhooks:\n  pre_llm:\n    - type: SlidingWindowManager\n"
     body = client._http.post("/_plugins/_ml/context_management/_validate", json={"text": text}).json()
     assert body["valid"] and body["definition"]["hooks"]["pre_llm"][0]["type"] == "SlidingWindowManager"
+
+
+def test_a_replaced_inline_definition_is_the_one_that_runs(client, chat_server):
+    """An agent replaced with another inline definition runs that one at once: built
+    definitions are kept by their content, never by the agent's id alone."""
+    first = {k: v for k, v in AGENT.items() if k != "context_management_name"}
+    window = {"hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 5}}]}}
+    truncate = {"hooks": {"pre_llm": [{"type": "ToolsOutputTruncateManager"}]}}
+    agent_id = client.register_agent({**first, "context_management": window})
+    chat_server.reply("one")
+    types = {
+        e["type"] for t in client.execute(agent_id, "q")["context_management"]["trace"] for e in t["entries"]
+    }
+    assert "SlidingWindowManager" in types
+    client.replace_agent(agent_id, {**first, "context_management": truncate})
+    chat_server.reply("two")
+    types = {
+        e["type"] for t in client.execute(agent_id, "q")["context_management"]["trace"] for e in t["entries"]
+    }
+    assert "ToolsOutputTruncateManager" in types and "SlidingWindowManager" not in types
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        {
+            "format": "anthropic",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "a", "content": [{"type": []}]}],
+                }
+            ],
+        },
+        {"messages": [{"type": "message", "role": {}, "content": "x"}]},
+        {"messages": [{"role": "user", "content": [{"type": []}]}], "format": "openai_responses"},
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"type": "computer_call", "call_id": "c", "action": {}},
+                {"type": "computer_call_output", "call_id": "c", "output": [None]},
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "input_image", "image_url": "u", "detail": []}]}
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u", "detail": {}}}]}
+            ]
+        },
+    ],
+)
+def test_wrong_types_in_any_format_are_400_not_500(client, context):
+    """Wrong types inside parts and items, in every format, are a 400 naming the place (or
+    counted as they are), never a 500."""
+    body = {
+        "definition": {
+            "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 2}}]}
+        },
+        "context": context,
+    }
+    response = client._http.post("/_plugins/_ml/context_management/_simulate", json=body)
+    assert response.status_code in (200, 400), response.text
