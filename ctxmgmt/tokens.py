@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ._memo import BY_CONTENT, Memo, clear_shared
 from ._o200k import SOURCE as _o200k_source
 from .errors import ContextError, Problem
+from .formats._common import rough_size
 from .history import History
 
 if TYPE_CHECKING:
@@ -118,30 +119,17 @@ def _size(m: Any) -> int:
     if isinstance(content, str):
         size += len(content)
     elif isinstance(content, list):
-        size += _deep_size(content)
+        size += rough_size(content)
     for call in m.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, dict) else None
         args = fn.get("arguments") if isinstance(fn, dict) else None
         size += 200 + (len(args) if isinstance(args, str) else 0)
     origin = m.get(HIDDEN)
     if origin is not None:
-        size += _deep_size(origin)
+        size += rough_size(origin)
         for held in ("message", "block", "blocks", "group"):
-            size += _deep_size(getattr(origin, held, None))
+            size += rough_size(getattr(origin, held, None))
     return size
-
-
-def _deep_size(value: Any, depth: int = 0) -> int:
-    """The bytes of the strings in a JSON-like value, plus some overhead per container."""
-    if isinstance(value, str):
-        return len(value)
-    if depth > 8:
-        return 64
-    if isinstance(value, dict):
-        return 64 + sum(_deep_size(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return 64 + sum(_deep_size(v, depth + 1) for v in value)
-    return 32
 
 
 class TokenCounter:

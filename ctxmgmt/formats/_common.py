@@ -99,12 +99,15 @@ def same(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
-def rough_size(value: Any) -> int:
-    """About how many bytes a provider message keeps alive (its strings, plus overhead)."""
+def rough_size(value: Any, depth: int = 0) -> int:
+    """About how many bytes a JSON-like value keeps alive (its strings, plus overhead); a
+    nesting past 16 deep is counted as one small value."""
     if isinstance(value, str):
         return 64 + len(value)
+    if depth > 16:
+        return 64
     if isinstance(value, Mapping):
-        return 200 + sum(rough_size(v) for v in value.values())
+        return 200 + sum(rough_size(v, depth + 1) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return 64 + sum(rough_size(v) for v in value)
+        return 64 + sum(rough_size(v, depth + 1) for v in value)
     return 32
