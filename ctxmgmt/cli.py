@@ -478,14 +478,16 @@ def _redact(url: str) -> str:
 def _gc(args: argparse.Namespace) -> int:
     """Execution records and offloaded content past their retention."""
     from .api import load_config
-    from .store import ExecutionStore, connect
+    from .store import DefinitionStore, ExecutionStore
 
     _, server = load_config(args.config)
     days = args.max_age_days
     if days is not None and days <= 0:
         raise _UsageError("--max-age-days must be > 0")
     record_days = days if days is not None else float(server.executions.get("retention_days", 30))
-    gone = ExecutionStore(connect(_database_url(args.db))).gc(record_days * 86400)
+    store = DefinitionStore.open(_database_url(args.db))  # migrated first, as serve does
+    gone = ExecutionStore(store.engine).gc(record_days * 86400)
+    store.engine.dispose()
     print(f"gc: {gone} execution records older than {record_days:g} days deleted")
     offload_args = argparse.Namespace(config=args.config, db=args.db, max_age_days=days)
     return _offload_gc(offload_args)

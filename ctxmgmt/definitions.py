@@ -147,9 +147,8 @@ class Definition:
         ``environment``, or field by field (``models``, ``offloader``, ``session``,
         ``execution``) for a one-off call."""
         env = _environment(environment, models, offloader, session, execution)
-        way, run = self._run(hook, context)
-        result = run_hook(*run, env, self.settings, constraints=way.constraints if way is not None else CHAT)
-        return way.back(result) if way is not None else result
+        run, back = self._run(hook, context)
+        return back(run_hook(*run, env, self.settings, constraints=back.constraints))
 
     async def aapply(
         self,
@@ -164,22 +163,19 @@ class Definition:
     ) -> ApplyResult:
         """The async form of :meth:`apply`; model calls do not block the event loop."""
         env = _environment(environment, models, offloader, session, execution)
-        way, run = self._run(hook, context)
-        result = await arun_hook(
-            *run, env, self.settings, constraints=way.constraints if way is not None else CHAT
-        )
-        return way.back(result) if way is not None else result
+        run, back = self._run(hook, context)
+        return back(await arun_hook(*run, env, self.settings, constraints=back.constraints))
 
     def _run(
         self, hook: str | Hook, context: Context
-    ) -> tuple[Internal | None, tuple[str, Hook, tuple[Entry, ...], Context, Any]]:
-        """What a hook run is given besides the caller's environment: the plan, the context in
-        the internal form (with the way back to its own format) and the counter for its model."""
+    ) -> tuple[tuple[str, Hook, tuple[Entry, ...], Context, Any], Internal | _Same]:
+        """What a hook run is given besides the caller's environment (the plan, the context in
+        the internal form, the counter for its model), and the way back to the context's format."""
         h = parse_hook(hook)
         way = internal(context)
-        if way is not None:
-            context = way.context
-        return way, (self.name, h, self._plan(h), context, get_counter(context.model, self.tokenizer))
+        back: Internal | _Same = way if way is not None else _SAME
+        inner = way.context if way is not None else context
+        return (self.name, h, self._plan(h), inner, get_counter(inner.model, self.tokenizer)), back
 
     @property
     def offloads(self) -> bool:
@@ -190,6 +186,18 @@ class Definition:
             for specs in self.hooks.values()
             for s in specs
         )
+
+
+class _Same:
+    """The way back from OpenAI chat, which is the internal form: none."""
+
+    constraints = CHAT
+
+    def __call__(self, result: ApplyResult) -> ApplyResult:
+        return result
+
+
+_SAME = _Same()
 
 
 def _environment(

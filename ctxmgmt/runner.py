@@ -35,12 +35,12 @@ from .llm import ChatClient, HTTPPool, ModelsConfig
 from .managers.base import Environment
 from .managers.summarization import DEFAULT_PROMPT
 from .managers.truncate import OFFLOADED
-from .messages import is_summary, text_of
+from .messages import is_summary, pinned_positions, text_of
 from .offload import Offloader
 from .store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
 from .store.repository import now_ms
 from .summaries import STATE_KEY
-from .tokens import get_counter
+from .tokens import TokenCounter, get_counter
 from .tools import Tool, ToolRegistry, default_tools, recall_tools
 from .types import Hook
 from .validation import validate_definition
@@ -50,7 +50,8 @@ __all__ = ["ExecutionResult", "Runner"]
 log = logging.getLogger("ctxmgmt.runner")
 DEFAULT_MAX_ITERATION = 10
 INLINE_KEPT = 256
-"""Inline definitions kept built (the agents' bodies are bounded by the request size)."""
+INLINE_BYTES = 8 * 1024 * 1024
+"""Inline definitions kept built: at most this many, and this many bytes of their JSON."""
 ARCHIVE_MENTION = re.compile(rf"{OFFLOADED.pattern}|^## Archived messages$", re.MULTILINE)
 """A truncation notice or a summary's guide: the view points at archived content."""
 VIEW_KEY = "_view"
@@ -127,6 +128,7 @@ class Runner:
         self._inline: OrderedDict[str, Definition] = OrderedDict()
         """Built inline definitions by their JSON: an agent replaced (by any process) brings
         new JSON, so an execution never runs a definition its agent no longer has."""
+        self._inline_bytes = 0
 
     # -- registration ------------------------------------------------------------------
     def register(self, body: Mapping[str, Any]) -> str:
@@ -278,6 +280,7 @@ class Runner:
         client = ChatClient(model, async_transport=self._transport, pool=pool)
         started = now_ms()
         before: dict[int, int] = {}  # LLM call -> the view's tokens before pre_llm ran
+        requests: dict[int, tuple[int, float]] = {}  # LLM call -> (counted, ratio) as sent
         failure: BaseException | None = None
         try:
             await run.hook(Hook.POST_MEMORY, 0)
@@ -285,10 +288,11 @@ class Runner:
                 before[iteration] = run.tokens()
                 await run.hook(Hook.PRE_LLM, iteration)
                 if run.archived and run.recall:  # archived just now: the model needs the tools
+                    shown = run.tokens()
                     run.show_recall()
-                    before[iteration] = run.tokens()  # with the recall tools' schemas
+                    before[iteration] += run.tokens() - shown  # what the recall tools' schemas add
                     await run.hook(Hook.PRE_LLM, iteration)
-                counted, ratio = run.check_window()
+                counted, ratio = requests[iteration] = run.check_window()
                 # Messages are immutable values: hand them over without copying.
                 request = cast(list[dict[str, Any]], list(run.view.messages))
                 if run.view.system_prompt:
@@ -349,11 +353,22 @@ class Runner:
                     expected_length=length,
                     calibration=calibration.to_dict(),
                 )
+            except BaseException as exc:  # nothing was stored (a Conflict): the record says so
+                failure = failure or exc
+                raise
             finally:
                 if pool is not self.pool:
                     await pool.aclose()
                 record = execution_record(
-                    agent_id, result, run, version, started, before, failure, self.offloader is not None
+                    agent_id,
+                    result,
+                    run,
+                    version,
+                    started,
+                    before,
+                    requests,
+                    failure,
+                    self.offloader is not None,
                 )
                 try:
                     await asyncio.to_thread(self.executions.save, record)
@@ -463,8 +478,10 @@ class Runner:
             if built is None:
                 built = Definition.from_dict({"name": "inline", **inline}, registry=self.definitions.registry)
                 self._inline[key] = built
-                while len(self._inline) > INLINE_KEPT:
-                    self._inline.popitem(last=False)
+                self._inline_bytes += len(key)
+                while len(self._inline) > INLINE_KEPT or self._inline_bytes > INLINE_BYTES:
+                    gone, _ = self._inline.popitem(last=False)
+                    self._inline_bytes -= len(gone)
             return built, "inline", None
         return None, "none", None
 
@@ -494,8 +511,7 @@ class _Execution:
         """(the request's counted tokens, the calibration ratio). The LLM is never called
         with a request whose calibrated count exceeds its window (with fit: false, or with no
         definition, nothing made it fit)."""
-        setting = self.definition.tokenizer if self.definition is not None else "auto"
-        counter = get_counter(self.view.model, setting)
+        counter = self.counter()
         counted = counter.context(self.view)[0]
         ratio = self.environment.ratio(self.view.model)
         window = self.view.context_window
@@ -519,10 +535,13 @@ class _Execution:
             )
         return counted, ratio
 
+    def counter(self) -> TokenCounter:
+        setting = self.definition.tokenizer if self.definition is not None else "auto"
+        return get_counter(self.view.model, setting)
+
     def tokens(self) -> int:
         """The view's counted tokens now (memoised: the counter keeps running totals)."""
-        setting = self.definition.tokenizer if self.definition is not None else "auto"
-        return get_counter(self.view.model, setting).context(self.view)[0]
+        return self.counter().context(self.view)[0]
 
     def add(self, message: dict[str, Any]) -> None:
         self.record.append(message)
@@ -535,7 +554,7 @@ class _Execution:
         run: dict[str, Any] = {"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)}
         if applied.context is not self.view:
             self.changed = True
-            run.update(_changes(self.view.messages, applied.context.messages))
+            run.update(_changes(self.view, applied.context))
         self.view = applied.context
         self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
         if applied.trace:
@@ -549,12 +568,19 @@ result), each by its role and the start of its text; the memory keeps them whole
 PREVIEW_CHARS = 300
 
 
-def _changes(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What a hook run removed from the view and what it added, as previews."""
-    kept = {id(m) for m in after}
-    was = {id(m) for m in before}
-    removed = [m for m in before if id(m) not in kept]
-    added = [m for m in after if id(m) not in was]
+def _changes(before: Context, after: Context) -> dict[str, Any]:
+    """What a hook run removed from the view and what it added, as previews. A context made by
+    one splice of the view says so itself (the cost of what changed); otherwise the two lists
+    are compared by identity."""
+    edit = after.edit
+    if edit is not None and edit.source is before:
+        removed = [m for start, end, _ in edit.changes for m in before.messages[start:end]]
+        added = [m for _, _, new in edit.changes for m in new]
+    else:
+        kept = {id(m) for m in after.messages}
+        was = {id(m) for m in before.messages}
+        removed = [m for m in before.messages if id(m) not in kept]
+        added = [m for m in after.messages if id(m) not in was]
     return {
         "removed": len(removed),
         "added": len(added),
@@ -579,6 +605,7 @@ def execution_record(
     version: int | None,
     started: int,
     before: Mapping[int, int],
+    requests: Mapping[int, tuple[int, float]],
     failure: BaseException | None,
     offload: bool,
 ) -> dict[str, Any]:
@@ -586,28 +613,29 @@ def execution_record(
     managers and the usage; per hook run its trace entries and the call it belongs to; what
     was archived; the window and the activation thresholds, for the timeline."""
     window = run.view.context_window
-    calls = [
-        {
-            "call": u["iteration"],
-            "tokens_before": before.get(u["iteration"], u["counted"]),
-            "tokens_after": u["counted"],
-            "calibrated_before": round(
-                before.get(u["iteration"], u["counted"]) * u["calibrated"] / (u["counted"] or 1)
-            ),
-            "calibrated": u["calibrated"],
-            "reported": u["reported"],
-            "usage": {
-                k: v for k, v in u.items() if k not in ("iteration", "counted", "calibrated", "reported")
-            },
+    answered = {u["iteration"]: u for u in result.usage}
+    calls: list[dict[str, Any]] = []
+    for call, (counted, ratio) in sorted(requests.items()):  # the one that failed included
+        usage = answered.get(call)
+        tokens_before = before.get(call, counted)
+        entry = {
+            "call": call,
+            "tokens_before": tokens_before,
+            "tokens_after": counted,
+            "calibrated_before": round(tokens_before * ratio),
+            "calibrated": round(counted * ratio),
+            "reported": usage["reported"] if usage else None,
+            "usage": {k: v for k, v in (usage or {}).items() if k not in _USAGE_KEYS},
         }
-        for u in result.usage
-    ]
+        if usage is None:
+            entry["failed"] = True
+        calls.append(entry)
     archived: list[str] = []
     for run_entry in run.trace:
         for entry in run_entry["entries"]:
             refs = entry["details"].get("offloaded")
             archived += [refs] if isinstance(refs, str) else [r for r in refs or () if isinstance(r, str)]
-    status = "finished" if result.finished else ("error" if failure is not None else "max_iteration")
+    status = "error" if failure is not None else ("finished" if result.finished else "max_iteration")
     error = None if failure is None else f"{type(failure).__name__}: {failure}"[:MAX_ERROR_CHARS]
     return {
         "execution_id": result.execution_id,
@@ -620,7 +648,7 @@ def execution_record(
         "ended_time": now_ms(),
         "status": status,
         "llm_calls": len(calls),
-        "max_request_tokens": max((c["calibrated"] for c in calls), default=0),
+        "max_request_tokens": max((int(c["calibrated"]) for c in calls), default=0),
         "context_window": window,
         "model": run.view.model,
         "question": run.record[0].get("content") if run.record else None,
@@ -629,9 +657,20 @@ def execution_record(
         "calls": calls,
         "hooks": [{**h, "call": h["iteration"]} for h in run.trace],
         "archived": archived if offload else [],
-        "summary": next((text_of(m.get("content")) for m in run.view.messages if is_summary(m)), None),
+        "summary": _summary(run.view.messages),
         "thresholds": _thresholds(run.definition, window),
     }
+
+
+_USAGE_KEYS = ("iteration", "counted", "calibrated", "reported")
+
+
+def _summary(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The summary the model saw last (found by the incremental scan of pinned messages)."""
+    for i in pinned_positions(messages):
+        if is_summary(messages[i]):
+            return text_of(messages[i].get("content"))
+    return None
 
 
 def _thresholds(definition: Definition | None, window: int | None) -> list[dict[str, Any]]:
@@ -642,7 +681,10 @@ def _thresholds(definition: Definition | None, window: int | None) -> list[dict[
         return out
     for hook, specs in definition.hooks.items():
         for index, spec in enumerate(specs):
-            for activation in (spec.activation, *spec.activation.any_of):
+            pending = [spec.activation]
+            while pending:  # any_of alternatives, however deep
+                activation = pending.pop()
+                pending.extend(activation.any_of)
                 for rule, limit in activation.rules:
                     tokens = limit if rule == "tokens_exceed" else None
                     if rule == "tokens_ratio_exceed" and window:

@@ -125,10 +125,8 @@ def _size(m: Any) -> int:
         args = fn.get("arguments") if isinstance(fn, dict) else None
         size += 200 + (len(args) if isinstance(args, str) else 0)
     origin = m.get(HIDDEN)
-    if origin is not None:
-        size += rough_size(origin)
-        for held in ("message", "block", "blocks", "group"):
-            size += rough_size(getattr(origin, held, None))
+    if origin is not None:  # the provider's message (or items) it holds, once
+        size += rough_size(getattr(origin, "group", None) or getattr(origin, "message", None))
     return size
 
 

@@ -441,3 +441,68 @@ def test_a_conversation_past_its_window_is_fitted_before_each_call(runner, chat_
     for request in chat_server.requests:
         ctx = Context(messages=request["messages"], tools=request.get("tools", ()))
         assert counter.context(ctx)[0] + 4000 <= 16_000
+
+
+def test_a_hook_runs_changes_are_the_same_from_the_edit_and_from_the_lists():
+    """What a hook run removed and added, read from the splice that made its output, is what
+    comparing the two lists finds."""
+    from ctxmgmt.runner import _changes
+    from ctxmgmt.testing import make_conversation
+
+    view = Context(messages=make_conversation(60, seed=3))
+    spliced = view.splice([(1, 5, ()), (10, 11, ({"role": "user", "content": "cut"},))])
+    by_edit = _changes(view, spliced)
+    by_lists = _changes(view, Context(messages=list(spliced.messages)))
+    assert by_edit == by_lists and by_edit["removed"] == 5 and by_edit["added"] == 1
+
+
+def test_the_record_keeps_a_reduction_that_made_the_recall_tools_appear(
+    store, agent_models, tools, chat_server, tmp_path
+):
+    """When a pre_llm manager archives and the recall tools are shown, the call's record still
+    shows the reduction (before > after), with the tools' schemas counted in 'before'."""
+    from ctxmgmt.offload import LocalOffloader
+
+    runner = Runner(store, agent_models, tools, offloader=LocalOffloader(tmp_path / "off"))
+    store.create(
+        "compact",
+        {"hooks": {"pre_llm": [{"type": "ToolResultCompactionManager", "config": {"recent_n": 0}}]}},
+    )
+    agent_id = agent(runner, context_management_name="compact")
+    chat_server.reply(tool_call(("big", {"size": 20_000})))
+    chat_server.reply("done")
+    result = runner.execute(agent_id, "go")
+    record = runner.executions.get(result.execution_id)
+    second = record["calls"][1]
+    assert second["tokens_before"] > second["tokens_after"]
+    assert record["archived"] and any(
+        t["name"] == "context_read" for t in chat_server.requests[1]["tools"] for t in [t["function"]]
+    )
+
+
+def test_an_execution_that_loses_the_race_to_store_its_memory_is_recorded_as_an_error(
+    runner, chat_server, store
+):
+    """Two executions on one memory at once: the one whose memory write conflicts raises
+    Conflict and its record says error, never finished."""
+    from ctxmgmt import Conflict
+
+    store.create("every-hook", EVERY_HOOK)
+    agent_id = agent(runner, context_management_name="every-hook")
+    chat_server.reply("first")
+    memory_id = runner.execute(agent_id, "start").memory_id
+    chat_server.reply("one", delay=0.2)
+    chat_server.reply("two", delay=0.2)
+
+    async def both():
+        return await asyncio.gather(
+            runner.aexecute(agent_id, "a", memory_id=memory_id),
+            runner.aexecute(agent_id, "b", memory_id=memory_id),
+            return_exceptions=True,
+        )
+
+    outcomes = asyncio.run(both())
+    assert sorted(type(o).__name__ for o in outcomes) == ["Conflict", "ExecutionResult"]
+    assert any(isinstance(o, Conflict) for o in outcomes)
+    statuses = sorted(e["status"] for e in runner.executions.list(agent_id, limit=10)[1])
+    assert statuses == ["error", "finished", "finished"]

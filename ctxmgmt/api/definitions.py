@@ -115,10 +115,19 @@ async def _simulate(definition: Definition, body: dict[str, Any], models: Models
     return JSONResponse(result.to_dict())
 
 
+_NEED_A_STORE = frozenset({"ToolResultCompactionManager", "AutoCompactManager"})
+"""Built-ins that archive first always, and so need a store even in a simulation."""
+
+
 def _dry_run(definition: Definition, hook: Any, context: Context, models: ModelsConfig) -> Any:
     """Apply a definition without touching the server's stores: an entry that must archive
     first (``offload: true``) archives into a throwaway folder, removed right after."""
-    if not any(spec.config.get("offload") for specs in definition.hooks.values() for spec in specs):
+    needs = any(
+        spec.config.get("offload") or spec.type in _NEED_A_STORE
+        for specs in definition.hooks.values()
+        for spec in specs
+    )
+    if not needs:
         return definition.apply(hook, context, models=models)
     with tempfile.TemporaryDirectory(prefix="ctxmgmt-simulate-") as folder:
         return definition.apply(
@@ -131,18 +140,39 @@ _MAX_NESTING = 32
 
 
 def _nesting(text: str) -> int:
-    """How deep a YAML text nests, by brackets and by indentation (a linear scan)."""
+    """How deep a YAML text nests: brackets outside quotes, plus indentation levels (each
+    deeper indentation one level, however many spaces). A linear scan."""
     deepest = depth = 0
+    quote = ""
+    escaped = False
     for ch in text:
-        if ch in "[{":
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
             depth += 1
             deepest = max(deepest, depth)
         elif ch in "]}":
             depth = max(0, depth - 1)
+        elif ch == "\n":
+            quote = ""  # a quote does not span lines here (a block scalar's text may hold one)
+    levels = [0]
     for line in text.splitlines():
-        stripped = line.lstrip(" -")
-        if stripped:
-            deepest = max(deepest, (len(line) - len(stripped)) // 2)
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(stripped)
+        while indent < levels[-1]:
+            levels.pop()
+        if indent > levels[-1]:
+            levels.append(indent)
+        deepest = max(deepest, len(levels) - 1 + stripped.count("- ", 0, 8))
     return deepest
 
 

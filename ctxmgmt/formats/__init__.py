@@ -111,10 +111,23 @@ def name_of(context: Context) -> str:
 
 
 def check(context: Context, *, partial_tail: bool = True) -> list[Problem]:
-    """Everything the context's provider would reject in its messages and system prompt."""
-    module = _MODULES[name_of(context)]
-    problems: list[Problem] = module.check(context.messages, context.system_prompt, partial_tail=partial_tail)
+    """Everything the context's provider would reject in its messages and system prompt. A
+    History remembers that it passed, so that checking it again (a request checked at the
+    boundary, then applied) costs nothing."""
+    name = name_of(context)
+    module = _MODULES[name]
+    messages = context.messages
+    marks = messages._derived() if isinstance(messages, History) and partial_tail else None
+    if marks is not None and marks.get((_VALID, name)) == len(messages):
+        messages = ()  # the messages passed already (they are immutable): the system prompt only
+    problems: list[Problem] = module.check(messages, context.system_prompt, partial_tail=partial_tail)
+    if marks is not None and not problems:
+        marks[(_VALID, name)] = len(context.messages)
     return problems
+
+
+_VALID = object()
+"""The key of a History's mark that it passed its format's check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +144,7 @@ class Internal:
         """What the format asks of the managed list beyond the chat rules."""
         return _CONSTRAINTS.get(self.module.NAME, CHAT)
 
-    def back(self, result: ApplyResult) -> ApplyResult:
+    def __call__(self, result: ApplyResult) -> ApplyResult:
         """The result in the source's format (the source itself when nothing changed)."""
         from ..context import ApplyResult
 
@@ -149,7 +162,7 @@ def internal(context: Context) -> Internal | None:
     if name == openai_chat.NAME:
         return None
     module = _MODULES[name]
-    problems = module.check(context.messages, context.system_prompt, partial_tail=True)
+    problems = check(context)
     if problems:
         raise ContextError(problems)
     conversion = module.to_internal(context.messages)

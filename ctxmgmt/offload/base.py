@@ -205,12 +205,30 @@ def _searchable(ref: str, text: str) -> list[tuple[int | None, str]]:
         args = [f"{fn.get('name')}({fn.get('arguments')})" for fn in calls if isinstance(fn, dict)]
         # A converted message's documents and server tool results (see ctxmgmt.formats).
         hidden = m.get(HIDDEN)
-        extra = (hidden.get("counted_text") or hidden.get("source")) if isinstance(hidden, dict) else None
         texts = [text_of(m.get("content")), *args]
-        if extra:
-            texts.append(extra if isinstance(extra, str) else json.dumps(extra, ensure_ascii=False))
+        if isinstance(hidden, dict):
+            counted = hidden.get("counted_text")
+            texts += [counted] if isinstance(counted, str) else []
+            texts += _strings(hidden.get("source"))
         out.append((i, "\n".join(texts)))
     return out
+
+
+_NOT_TEXT = frozenset({"data", "signature", "encrypted_content"})
+"""Fields of provider blocks that hold encoded data, not text worth searching."""
+
+
+def _strings(value: Any, depth: int = 0) -> list[str]:
+    """The texts in a provider block (a search result's, a server tool's), without its data."""
+    if isinstance(value, str):
+        return [value]
+    if depth > 16:
+        return []
+    if isinstance(value, dict):
+        return [t for k, v in value.items() if k not in _NOT_TEXT for t in _strings(v, depth + 1)]
+    if isinstance(value, list):
+        return [t for v in value for t in _strings(v, depth + 1)]
+    return []
 
 
 class Offloader(Protocol):

@@ -86,7 +86,7 @@ executions = Table(
     Column("context_window", Integer, nullable=True),
     Column("record", JSON, nullable=False),
     Index("ix_executions_agent", "agent_id", "started_time"),
-    Index("ix_executions_started", "started_time"),
+    Index("ix_executions_ended", "ended_time"),
 )
 """One row per agent execution; ``record`` holds the response, the error, the LLM calls
 (usage and the managed request's tokens), the hook runs' trace entries and the archived

@@ -279,3 +279,63 @@ def test_wrong_types_in_any_format_are_400_not_500(client, context):
     }
     response = client._http.post("/_plugins/_ml/context_management/_simulate", json=body)
     assert response.status_code in (200, 400), response.text
+
+
+def test_the_page_serves_its_files_only(client):
+    """/ui serves the page and its two files with a strict CSP; any other path is a 404."""
+    page = client._http.get("/ui")
+    assert page.status_code == 200 and "default-src 'none'" in page.headers["content-security-policy"]
+    assert client._http.get("/ui/app.js").headers["content-type"].startswith("text/javascript")
+    for path in ("/ui/../app.py", "/ui/index.html", "/ui/%2e%2e%2fpage.py", "/ui/app.js/x"):
+        assert client._http.get(path).status_code == 404, path
+
+
+def test_a_call_that_fails_is_in_the_record(client, chat_server):
+    """The LLM call that failed keeps its entry (the tokens it would have sent, failed: true),
+    so what fired before it shows on the timeline."""
+    client.create("windowed", WINDOWED)
+    agent_id = client.register_agent(AGENT)
+    chat_server.reply(tool_call(("big", {"size": 6000})))
+    chat_server.fail(400, "context too long for this provider")
+    with pytest.raises(ApiError):
+        client.execute(agent_id, "q")
+    record = client.execution(client.executions(agent_id)["executions"][0]["execution_id"])
+    assert [c["call"] for c in record["calls"]] == [1, 2]
+    assert record["calls"][1]["failed"] and record["calls"][1]["reported"] is None
+    assert record["calls"][1]["tokens_after"] > record["calls"][0]["tokens_after"]
+
+
+def test_simulate_gives_a_compaction_a_throwaway_store(client):
+    """A manager that always archives first simulates without touching the server's stores."""
+    messages = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "row " * 3000},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "next"},
+    ]
+    definition = {"hooks": {"pre_llm": [{"type": "ToolResultCompactionManager", "config": {"recent_n": 0}}]}}
+    body = {"definition": definition, "context": {"messages": messages}}
+    result = client._http.post("/_plugins/_ml/context_management/_simulate", json=body).json()
+    assert not [e["error"] for e in result["trace"] if e["error"]]
+
+
+def test_validate_takes_indented_json_and_refuses_deep_nesting(client):
+    """Indentation counts by level, not by spaces: a JSON text indented by 4 is taken; a text
+    nesting past 32 levels is a 400 before any parsing."""
+    nested: dict = {"tokens_exceed": 5}
+    for _ in range(7):
+        nested = {"any_of": [nested]}
+    doc = {"name": "deep", "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "activation": nested}]}}
+    ok = client._http.post(
+        "/_plugins/_ml/context_management/_validate", json={"text": json.dumps(doc, indent=4)}
+    )
+    assert ok.status_code == 200 and ok.json()["valid"], ok.text
+    deep = client._http.post(
+        "/_plugins/_ml/context_management/_validate", json={"text": "a: " + "[" * 40 + "]" * 40}
+    )
+    assert deep.status_code == 400 and "nests 40 deep" in deep.json()["error"]["reason"]

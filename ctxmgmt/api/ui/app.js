@@ -70,6 +70,7 @@ const routes = [
   [/^#\/agents\/([0-9a-f]{32})$/, (id) => agentExecutions(id)],
   [/^#\/agents$/, () => agentsList()],
   [/^#\/executions\/([0-9a-f]{32})$/, (id) => executionView(id)],
+  [/^#\/memory\/([0-9a-f]{32})$/, (id) => memoryView(id)],
   [/^#\/archive\/([^/]+)\/([tm]-[0-9a-f]{32})$/, (session, ref) => archiveView(decodeURIComponent(session), ref)],
   [/^.*$/, () => definitionsList()],
 ];
@@ -244,7 +245,7 @@ function simulatePane(definition) {
   input.value = SAMPLE_CONVERSATION;
   const hook = el("select", { id: "simulate-hook", "aria-label": "Hook" },
     ["pre_llm", "post_tool", "post_memory"].map((h) => el("option", { value: h, text: h })));
-  const window = el("input", { id: "simulate-window", type: "number", min: "1", placeholder: "context window (optional)", "aria-label": "Context window" });
+  const window = el("input", { id: "simulate-window", type: "number", min: "1", placeholder: "window (tokens)", "aria-label": "Context window" });
   const output = el("div", { id: "simulate-output" });
   const run = el("button", { type: "button", id: "simulate", class: "secondary", text: "Simulate" });
   run.addEventListener("click", async () => {
@@ -358,7 +359,7 @@ async function executionView(id) {
   });
   return el("div", {},
     el("h1", { text: "Execution" }),
-    el("p", { class: "muted" }, `id ${id} · `, el("a", { href: `${API}/memory/${record.memory_id}/messages?size=1000`, text: "the conversation's stored messages (JSON)" })),
+    el("p", { class: "muted" }, `id ${id} · `, el("a", { href: `#/memory/${record.memory_id}`, text: "the conversation's stored messages" })),
     record.question ? el("p", {}, el("strong", { text: "Question: " }), record.question) : null,
     el("p", {},
       `${record.status} · ${record.definition ? `${record.definition}${record.definition_version ? ` v${record.definition_version}` : ""} (${record.definition_source})` : "no definition"} · `,
@@ -475,6 +476,17 @@ function entryDetails(record, run, entry) {
     refs.length ? el("p", {}, "Archived: ", refs.map((ref) => el("a", { href: `#/archive/${encodeURIComponent(record.memory_id)}/${ref}`, "data-ref": ref, text: `${ref} ` }))) : null,
     el("pre", { id: "entry", text: JSON.stringify(entry, null, 2) }),
   ];
+}
+
+async function memoryView(id) {
+  const data = await api("GET", `${API}/memory/${id}/messages?size=1000`);
+  return el("div", {},
+    el("h1", { text: "Stored messages" }),
+    el("p", { class: "muted", text: `memory ${id}: ${fmt(data.total)} messages, whole, as stored${data.total > data.messages.length ? ` (the first ${data.messages.length} shown)` : ""}` }),
+    el("ul", { class: "messages", id: "memory" }, data.messages.map((m) =>
+      el("li", {}, el("span", { class: "role", text: m.role }),
+        m.tool_calls ? `(calls ${m.tool_calls.map((c) => c.function && c.function.name).join(", ")}) ` : "",
+        textOf(m.content)))));
 }
 
 async function archiveView(session, ref) {
