@@ -37,6 +37,7 @@ from .managers import (
     Runtime,
     SlidingWindowManager,
     SummarizationManager,
+    ToolResultClearingManager,
     ToolResultCompactionManager,
     ToolsOutputTruncateManager,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "Tool",
     "ToolError",
     "ToolRegistry",
+    "ToolResultClearingManager",
     "ToolResultCompactionManager",
     "ToolsOutputTruncateManager",
     "TraceEntry",

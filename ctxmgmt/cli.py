@@ -557,9 +557,30 @@ def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
                 what = f"{where}: {e['tokens_before']:,} -> {e['tokens_after']:,}"
                 what += f", {removed} messages removed" if removed > 0 else ""
                 what += f", error: {e['error']}" if e["error"] else ""
+                cache = e["details"].get("cache") if isinstance(e.get("details"), dict) else None
+                if e["details"].get("postponed") == "cache" and isinstance(cache, dict):
+                    what += (
+                        f", postponed: cache (would free {cache['freed']:,} tokens: saving "
+                        f"{cache['saving']:,} < rewrite {cache['rewrite_cost']:,} over "
+                        f"{cache['expected_calls']} calls)"
+                    )
                 fired.setdefault(run.get("call", run["iteration"]), []).append(what)
+    cache = record.get("cache") or {}
+    if cache.get("input_tokens"):
+        line = (
+            f"prompt cache: {cache['input_tokens']:,} input tokens, "
+            f"{cache.get('reusable_share') or 0:.0%} reusable"
+        )
+        if "cached_tokens" in cache:
+            line += f", {cache['cached_tokens']:,} cached by the provider"
+        if "estimated_cost" in cache:
+            line += f"; estimated cost {cache['estimated_cost']:.4f}"
+            summarizer = sum(c.get("estimated_cost", 0) for c in cache.get("summarizer_calls", ()))
+            line += f" (summariser {summarizer:.4f})" if summarizer else ""
+        lines.append(line)
     lines.append(
-        f"{'call':>4} {'before':>9} {'after':>9} {'reported':>9}  {'tokens (| = window)':{width + 1}}  fired"
+        f"{'call':>4} {'before':>9} {'after':>9} {'reused':>9} {'reported':>9}  "
+        f"{'tokens (| = window)':{width + 1}}  fired"
     )
     for c in calls:
         after = int(c["calibrated"] * width / top)
@@ -568,7 +589,10 @@ def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
         bar += "|" if window else " "
         reported = f"{c['reported']:,}" if c.get("reported") is not None else "-"
         notes = fired.get(c["call"], [])
-        numbers = f"{c['call']:>4} {c['calibrated_before']:>9,} {c['calibrated']:>9,} {reported:>9}"
+        reused = f"{c['reusable_prefix_tokens']:,}" if c.get("reusable_prefix_tokens") is not None else "-"
+        numbers = (
+            f"{c['call']:>4} {c['calibrated_before']:>9,} {c['calibrated']:>9,} {reused:>9} {reported:>9}"
+        )
         lines.append(f"{numbers}  {bar}  {'; '.join(notes)}")
     for note in fired.get(0, []):
         lines.append(f"post_memory: {note}")

@@ -33,7 +33,13 @@ __all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
 
 # Manager types that archive whatever they remove whenever an offload store is given.
 _ARCHIVING_TYPES = frozenset(
-    {"ToolResultCompactionManager", "AutoCompactManager", "SummarizationManager", "SlidingWindowManager"}
+    {
+        "ToolResultCompactionManager",
+        "ToolResultClearingManager",
+        "AutoCompactManager",
+        "SummarizationManager",
+        "SlidingWindowManager",
+    }
 )
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
-from .fit import Fit
+from .fit import Fit, reserve_tokens
 from .formats import CHAT, USER_FIRST, Constraints
 from .history import History
 from .managers.base import Environment, Runtime
@@ -82,12 +82,19 @@ class _Run:
         self._tokenizer = str(counter.tokenizer)
         self.ratio = environment.ratio(context.model)
         self._telemetry = hook_telemetry(definition, hook.value, context, environment.session)
+        # With cache: aware, any hook's edit of the previous request's prefix is weighed.
+        self._cache = environment.cache if self.settings.get("cache") == "aware" else None
+        self._key = f"{definition}:{hook.value}"  # a postponed entry's, with its index
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
         """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""
         counts = self.counter.context(self.context)
         tokens = counts[0]
         fired, reason = entry.activation.evaluate(Facts(self.context, self.counter, counts, self.ratio))
+        if fired and self._cache is not None and entry.type != Fit.type_name:
+            waiting = self._cache.waiting(self._key, entry.index, tokens, self._limit())
+            if waiting is not None:  # postponed before, and nothing says it pays yet
+                fired, reason = False, {**reason, "postponed": "cache", "cache": waiting}
         if not fired:
             self._record(entry, False, reason, tokens, self.context, 0.0, None, {})
             return None
@@ -120,6 +127,9 @@ class _Run:
         duration = (time.perf_counter() - t0) * 1000
         builtin = type(entry.manager).__module__.startswith(_BUILTIN_MODULES)
         error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output, builtin)
+        if error is None and self._postponed(entry, output, tokens, runtime.details):
+            self._record(entry, True, reason, tokens, self.context, duration, None, runtime.details)
+            return  # nothing of it is used, so nothing it archived is written
         if error is None and isinstance(runtime.offloader, Batch) and runtime.offloader.pending:
             # Archived first: the output is used only once what it removed is durable.
             try:
@@ -143,6 +153,31 @@ class _Run:
             return
         self._record(entry, True, reason, tokens, output, duration, None, runtime.details)
         self.context = output
+
+    def _limit(self) -> int | None:
+        """The counted tokens a request may have: the window less the reply's reserve."""
+        window = self.context.context_window
+        if not window:
+            return None
+        room = window - reserve_tokens(window, self.settings)
+        return int(room / self.environment.window_ratio(self.context.model))
+
+    def _postponed(self, entry: Entry, output: Context, tokens: int, details: dict[str, Any]) -> bool:
+        """With ``cache: aware``: whether an entry's edit of the reusable prefix waits (the
+        fit step's never does). The numbers go into its trace entry either way."""
+        if self._cache is None or entry.type == Fit.type_name or output is self.context:
+            return False
+        verdict = self._cache.weigh(
+            self.context, output, self.counter, self._limit(), self.settings.get("cache_expected_calls")
+        )
+        if verdict is None:
+            return False
+        details["cache"] = verdict
+        if not verdict["postpone"]:
+            return False
+        details["postponed"] = "cache"
+        self._cache.postponed(self._key, entry.index, tokens, self._limit())
+        return True
 
     def _broken(self, output: Any, builtin: bool) -> str | None:
         """Why a manager's output may not be used, or None. A built-in's output is checked

@@ -1,4 +1,5 @@
-"""The models configuration and an OpenAI-compatible chat-completions client over httpx.
+"""The models configuration and a chat client over httpx: OpenAI-compatible chat
+completions, or Anthropic's Messages API.
 
 The configuration is a YAML file with a ``models:`` mapping::
 
@@ -10,6 +11,17 @@ The configuration is a YAML file with a ``models:`` mapping::
         context_window: 128000
         timeout: 30
         max_retries: 2
+      claude:
+        provider: anthropic           # POST {base_url}/messages, x-api-key, anthropic-version
+        base_url: https://api.anthropic.com/v1
+        model: claude-sonnet-4-5
+        api_key_env: ANTHROPIC_API_KEY
+        context_window: 200000
+        max_tokens: 8192              # the reply's limit (Anthropic requires one; default 4096)
+        pricing: {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75}  # per million tokens
+
+With ``provider: anthropic`` the client places ``cache_control`` breakpoints at the end of
+the stable prefix (the tools, the system prompt, the summary) and at the last message.
 
 The CLI finds it through ``--config`` or ``CTXMGMT_CONFIG``. An API key never
 appears in a log line or an error message.
@@ -35,22 +47,30 @@ import httpx
 from jsonschema import Draft202012Validator
 
 from . import _resources
+from .cache import Pricing
 from .errors import ConfigError, LLMError, Problem
+from .formats import anthropic as _anthropic
 from .loader import load_document
+from .messages import is_summary
 
 __all__ = ["ChatClient", "ChatResponse", "HTTPPool", "ModelConfig", "ModelsConfig", "load_models"]
 
 CONFIG_ENV = "CTXMGMT_CONFIG"
-_RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+_RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+"""The reply's limit sent to Anthropic when the model's configuration gives no max_tokens."""
 
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """One OpenAI-compatible chat endpoint."""
+    """One chat endpoint: OpenAI-compatible, or Anthropic's Messages API."""
 
     id: str
     base_url: str
     model: str
+    provider: str = "openai"
+    """openai: ``{base_url}/chat/completions``; anthropic: ``{base_url}/messages``."""
     api_key_env: str | None = None
     context_window: int | None = None
     timeout: float = 60.0
@@ -59,6 +79,13 @@ class ModelConfig:
     """Connections kept open to this endpoint at most (keep-alive, reused across calls)."""
     keep_alive_seconds: float = 30.0
     """An idle kept-alive connection is closed after this long."""
+    max_tokens: int | None = None
+    """The reply's limit (Anthropic: ``max_tokens``, DEFAULT_MAX_TOKENS when not given)."""
+    anthropic_version: str = ANTHROPIC_VERSION
+    cache_breakpoints: bool = True
+    """Anthropic: mark the stable prefix with ``cache_control`` breakpoints."""
+    pricing: Pricing | None = None
+    """Prices per million tokens: an execution's estimated cost."""
 
     def api_key(self) -> str | None:
         if self.api_key_env is None:
@@ -109,7 +136,11 @@ class ModelsConfig(Mapping[str, ModelConfig]):
         if problems:
             raise ConfigError(problems)
         models = {
-            model_id: ModelConfig(id=model_id, **spec)
+            model_id: ModelConfig(
+                id=model_id,
+                **{k: v for k, v in spec.items() if k != "pricing"},
+                pricing=Pricing.from_dict(spec["pricing"]) if "pricing" in spec else None,
+            )
             for model_id, spec in (data or {}).get("models", {}).items()
         }
         return cls(models)
@@ -239,13 +270,29 @@ class ChatClient:
     def _request(
         self, messages: list[dict[str, Any]], params: Mapping[str, Any]
     ) -> tuple[str, dict[str, str], dict[str, Any]]:
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
+        config = self.config
         headers = {"content-type": "application/json"}
-        key = self.config.api_key()
+        key = config.api_key()
+        if config.provider == "anthropic":
+            if key:
+                headers["x-api-key"] = key
+            headers["anthropic-version"] = config.anthropic_version
+            stable = next((i for i, m in enumerate(messages) if is_summary(m)), None)
+            body = {
+                "model": config.model,
+                "max_tokens": config.max_tokens or DEFAULT_MAX_TOKENS,
+                **_anthropic.request(
+                    messages, params.get("tools") or (), breakpoints=config.cache_breakpoints, stable=stable
+                ),
+                **{k: v for k, v in params.items() if k != "tools"},
+            }
+            return config.base_url.rstrip("/") + "/messages", headers, body
         if key:
             headers["authorization"] = f"Bearer {key}"
-        body = {"model": self.config.model, "messages": messages, **params}
-        return url, headers, body
+        body = {"model": config.model, "messages": messages, **params}
+        if config.max_tokens is not None:
+            body.setdefault("max_tokens", config.max_tokens)
+        return config.base_url.rstrip("/") + "/chat/completions", headers, body
 
     def _parse(self, response: httpx.Response) -> ChatResponse:
         if response.status_code >= 400:
@@ -254,14 +301,16 @@ class ChatClient:
                 model_id=self.config.id,
                 status=response.status_code,
             )
+        anthropic = self.config.provider == "anthropic"
         try:
             data = response.json()
-            message = data["choices"][0]["message"]
+            message = _anthropic.response_message(data) if anthropic else data["choices"][0]["message"]
             if not isinstance(message, dict):
                 raise TypeError("message is not an object")
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            kind = "a Messages API answer" if anthropic else "a chat completion"
             raise LLMError(
-                f"the endpoint's answer is not a chat completion ({exc})",
+                f"the endpoint's answer is not {kind} ({exc})",
                 model_id=self.config.id,
                 status=response.status_code,
             ) from None

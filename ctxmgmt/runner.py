@@ -26,12 +26,13 @@ from typing import Any, cast
 
 import httpx
 
+from .cache import PromptCache, cache_figures, output_tokens
 from .calibration import Calibration, reported_input_tokens
 from .context import Context
 from .definitions import Definition
 from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
 from .fit import reserve_tokens
-from .llm import ChatClient, HTTPPool, ModelsConfig
+from .llm import ChatClient, HTTPPool, ModelConfig, ModelsConfig
 from .managers.base import Environment
 from .managers.summarization import DEFAULT_PROMPT
 from .managers.truncate import OFFLOADED
@@ -75,6 +76,9 @@ class ExecutionResult:
     """One entry per hook invocation: hook, iteration, and the managers' trace entries."""
     execution_id: str = ""
     """The id of this execution's record (``GET /_plugins/_ml/executions/{execution_id}``)."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """The prompt cache over the execution's LLM calls: input tokens, the reusable prefix and
+    its share, the provider's cached figures, and ``estimated_cost`` when pricing is set."""
 
     def to_opensearch(self) -> dict[str, Any]:
         """The answer in OpenSearch's shape."""
@@ -92,6 +96,7 @@ class ExecutionResult:
                             "result": {
                                 "definition": self.definition,
                                 "source": self.definition_source,
+                                "cache": self.cache,
                                 "trace": self.trace,
                             },
                         },
@@ -255,10 +260,17 @@ class Runner:
                     recall.append(tool.schema())
 
         pool = self.pool or HTTPPool()
+        cache = PromptCache(model.pricing)
         run = _Execution(
             definition=definition,
             environment=Environment(
-                self.models, self.offloader, memory_id, uuid.uuid4().hex, pool, calibration=calibration
+                self.models,
+                self.offloader,
+                memory_id,
+                uuid.uuid4().hex,
+                pool,
+                calibration=calibration,
+                cache=cache,
             ),
             record=[{"role": "user", "content": question}],
             view=Context(
@@ -275,12 +287,18 @@ class Runner:
             found: bool = await asyncio.to_thread(self._archived, memory_id, base)
             if found:
                 run.show_recall()
+        # The previous execution's last request: what it sent ends before its last model turn.
+        last_turn = next(
+            (i for i in range(len(base) - 1, -1, -1) if base[i].get("role") == "assistant"), None
+        )
+        if last_turn is not None:
+            cache.seed(run.view.tools or None, run.view.system_prompt, base[:last_turn])
         result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
         result.execution_id = run.environment.execution or ""
         client = ChatClient(model, async_transport=self._transport, pool=pool)
         started = now_ms()
         before: dict[int, int] = {}  # LLM call -> the view's tokens before pre_llm ran
-        requests: dict[int, tuple[int, float]] = {}  # LLM call -> (counted, ratio) as sent
+        requests: dict[int, tuple[int, float, int]] = {}  # LLM call -> (counted, ratio, reusable) as sent
         failure: BaseException | None = None
         try:
             await run.hook(Hook.POST_MEMORY, 0)
@@ -292,7 +310,9 @@ class Runner:
                     run.show_recall()
                     before[iteration] += run.tokens() - shown  # what the recall tools' schemas add
                     await run.hook(Hook.PRE_LLM, iteration)
-                counted, ratio = requests[iteration] = run.check_window()
+                counted, ratio = run.check_window()
+                reusable = cache.measure(run.view, run.counter())
+                requests[iteration] = (counted, ratio, reusable)
                 # Messages are immutable values: hand them over without copying.
                 request = cast(list[dict[str, Any]], list(run.view.messages))
                 if run.view.system_prompt:
@@ -309,6 +329,8 @@ class Runner:
                         "counted": counted,
                         "calibrated": round(counted * ratio),
                         "reported": reported,
+                        "reusable_prefix_tokens": reusable,
+                        **cache_figures(response.usage),
                     }
                 )
                 message = _assistant(response.message)
@@ -333,6 +355,7 @@ class Runner:
             # Only whole rounds are recorded, so the memory stays consistent even when
             # the model fails midway: the question and every complete call/result group.
             result.trace = run.trace
+            result.cache = cache_summary(result.usage, run.trace, model, self.models)
             # The stored view (the managed messages) is written again only when a manager
             # changed something: otherwise the view stored before plus the stored record
             # since then is this view already, and writing it would cost O(memory) per execution.
@@ -605,7 +628,7 @@ def execution_record(
     version: int | None,
     started: int,
     before: Mapping[int, int],
-    requests: Mapping[int, tuple[int, float]],
+    requests: Mapping[int, tuple[int, float, int]],
     failure: BaseException | None,
     offload: bool,
 ) -> dict[str, Any]:
@@ -615,7 +638,8 @@ def execution_record(
     window = run.view.context_window
     answered = {u["iteration"]: u for u in result.usage}
     calls: list[dict[str, Any]] = []
-    for call, (counted, ratio) in sorted(requests.items()):  # the one that failed included
+    priced = {c["call"]: c for c in result.cache.get("calls", ())}
+    for call, (counted, ratio, reusable) in sorted(requests.items()):  # the one that failed included
         usage = answered.get(call)
         tokens_before = before.get(call, counted)
         entry = {
@@ -625,8 +649,14 @@ def execution_record(
             "calibrated_before": round(tokens_before * ratio),
             "calibrated": round(counted * ratio),
             "reported": usage["reported"] if usage else None,
+            "reusable_prefix_tokens": reusable,
             "usage": {k: v for k, v in (usage or {}).items() if k not in _USAGE_KEYS},
         }
+        for key in ("cached_tokens", "cache_write_tokens"):
+            if usage and key in usage:
+                entry[key] = usage[key]
+        if call in priced:
+            entry["estimated_cost"] = priced[call]["estimated_cost"]
         if usage is None:
             entry["failed"] = True
         calls.append(entry)
@@ -659,10 +689,90 @@ def execution_record(
         "archived": archived if offload else [],
         "summary": _summary(run.view.messages),
         "thresholds": _thresholds(run.definition, window),
+        "cache": {k: v for k, v in result.cache.items() if k != "calls"},
+        **({"estimated_cost": result.cache["estimated_cost"]} if "estimated_cost" in result.cache else {}),
     }
 
 
-_USAGE_KEYS = ("iteration", "counted", "calibrated", "reported")
+_USAGE_KEYS = (
+    "iteration",
+    "counted",
+    "calibrated",
+    "reported",
+    "reusable_prefix_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+)
+
+
+def cache_summary(
+    usage: Sequence[Mapping[str, Any]],
+    trace: Sequence[Mapping[str, Any]],
+    model: ModelConfig,
+    models: ModelsConfig,
+) -> dict[str, Any]:
+    """The prompt cache over an execution's calls: input tokens (the provider's report, else
+    the calibrated count), the reusable prefix in the same units (each call's prefix scaled by
+    its input tokens over ctxmgmt's count) and its share, the provider's cached figures, and,
+    with pricing, each call's estimated cost and the total. The summariser's model calls are
+    priced as fresh input, each at its own model's prices, and listed apart."""
+    out: dict[str, Any] = {}
+    total_input = reusable_total = 0
+    cached_total = written_total = 0
+    calls: list[dict[str, Any]] = []
+    cost = 0.0
+    pricing = model.pricing
+    for u in usage:
+        reported = u.get("reported")
+        tokens = reported if isinstance(reported, int) and reported > 0 else u["calibrated"]
+        scale = tokens / u["counted"] if u["counted"] else 1.0
+        reusable = min(tokens, round(u["reusable_prefix_tokens"] * scale))
+        total_input += tokens
+        reusable_total += reusable
+        cached_total += u.get("cached_tokens", 0)
+        written_total += u.get("cache_write_tokens", 0)
+        if pricing is not None:
+            call_cost = pricing.call(
+                tokens,
+                reusable,
+                output_tokens(u),
+                cached=u.get("cached_tokens"),
+                written=u.get("cache_write_tokens"),
+            )
+            cost += call_cost
+            calls.append({"call": u["iteration"], "estimated_cost": round(call_cost, 8)})
+    out["llm_calls"] = len(usage)
+    out["input_tokens"] = total_input
+    out["reusable_prefix_tokens"] = reusable_total
+    out["reusable_share"] = round(reusable_total / total_input, 4) if total_input else None
+    if any("cached_tokens" in u for u in usage):
+        out["cached_tokens"] = cached_total
+    if any("cache_write_tokens" in u for u in usage):
+        out["cache_write_tokens"] = written_total
+    summarizer: list[dict[str, Any]] = []
+    for run in trace:
+        for entry in run.get("entries", ()):
+            for used in entry.get("details", {}).get("model_calls", ()):
+                spec = models.get(used["model_id"])
+                tokens_in = reported_input_tokens(used["usage"]) or 0
+                item: dict[str, Any] = {
+                    "call": run.get("iteration"),
+                    "type": entry["type"],
+                    "model_id": used["model_id"],
+                    "input_tokens": tokens_in,
+                    "output_tokens": output_tokens(used["usage"]),
+                }
+                if spec is not None and spec.pricing is not None:
+                    item["estimated_cost"] = round(spec.pricing.fresh(tokens_in, item["output_tokens"]), 8)
+                    cost += item["estimated_cost"]
+                summarizer.append(item)
+    if summarizer:
+        out["summarizer_calls"] = summarizer
+    if pricing is not None:
+        out["pricing"] = pricing.to_dict()
+        out["estimated_cost"] = round(cost, 8)
+        out["calls"] = calls
+    return out
 
 
 def _summary(messages: Sequence[Mapping[str, Any]]) -> str | None:

@@ -371,23 +371,29 @@ def _to_responses(chat: list[dict[str, Any]], draw: Any) -> list[dict[str, Any]]
 
 
 class ChatServer:
-    """A scripted OpenAI-compatible chat-completions server on 127.0.0.1.
+    """A scripted OpenAI-compatible chat-completions server on 127.0.0.1, or with
+    ``provider="anthropic"`` an Anthropic Messages API one (replies are given in chat form,
+    as the client returns them, and answered as Messages API content blocks).
 
     Queue replies with :meth:`reply` (a message or text), :meth:`fail` (a status and
     error), :meth:`raw` (any body, e.g. malformed JSON) and ``delay`` (seconds
     before answering). Unscripted requests get a 500. ``requests`` holds every
-    request body received. Use it as a context manager::
+    request body received, ``received`` the path and headers of each. Use it as a
+    context manager::
 
         with ChatServer() as server:
             server.reply('{"goal": []}')
             ...  # base_url = server.base_url
     """
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, provider: str = "openai") -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+        self.provider = provider
         self.requests: list[dict[str, Any]] = []
+        self.received: list[tuple[str, dict[str, str]]] = []
+        """(path, headers) of each request, in order."""
         self.connections = 0
         """TCP connections accepted so far (clients keep them alive, as with a real endpoint)."""
         self._open: set[Any] = set()
@@ -420,6 +426,7 @@ class ChatServer:
                 length = int(self.headers.get("content-length", 0))
                 body = self.rfile.read(length)
                 with server._lock:
+                    server.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
                     try:
                         server.requests.append(json.loads(body))
                     except ValueError:
@@ -474,6 +481,8 @@ class ChatServer:
 
     def _completion(self, message: str | dict[str, Any], usage: dict[str, int] | None = None) -> bytes:
         msg = {"role": "assistant", "content": message} if isinstance(message, str) else message
+        if self.provider == "anthropic":
+            return json.dumps(_messages_answer(msg, usage, len(self.requests))).encode()
         body = {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
@@ -489,6 +498,10 @@ class ChatServer:
         return json.dumps(body).encode()
 
     def fail(self, status: int, message: str = "server error", *, delay: float = 0.0) -> None:
+        if self.provider == "anthropic":
+            error = {"type": "error", "error": {"type": "api_error", "message": message}}
+            self.raw(json.dumps(error).encode(), status=status, delay=delay)
+            return
         self.raw(json.dumps({"error": {"message": message}}).encode(), status=status, delay=delay)
 
     def raw(self, body: bytes, *, status: int = 200, delay: float = 0.0) -> None:
@@ -510,3 +523,28 @@ class ChatServer:
         for conn in open_connections:  # kept-alive connections end with the server
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
+
+
+def _messages_answer(msg: dict[str, Any], usage: dict[str, int] | None, n: int) -> dict[str, Any]:
+    """A chat-form assistant message as an Anthropic Messages API answer."""
+    blocks: list[dict[str, Any]] = []
+    if isinstance(msg.get("content"), str) and msg["content"]:
+        blocks.append({"type": "text", "text": msg["content"]})
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": fn.get("name"),
+                "input": json.loads(fn.get("arguments") or "{}"),
+            }
+        )
+    return {
+        "id": f"msg_{n}",
+        "type": "message",
+        "role": "assistant",
+        "content": blocks,
+        "stop_reason": "tool_use" if msg.get("tool_calls") else "end_turn",
+        "usage": usage or {"input_tokens": 10, "output_tokens": 5},
+    }

@@ -506,3 +506,55 @@ def test_an_execution_that_loses_the_race_to_store_its_memory_is_recorded_as_an_
     assert any(isinstance(o, Conflict) for o in outcomes)
     statuses = sorted(e["status"] for e in runner.executions.list(agent_id, limit=10)[1])
     assert statuses == ["error", "finished", "finished"]
+
+
+def test_the_reusable_prefix_carries_across_executions_of_one_memory(runner, chat_server, store):
+    """Each call's usage says how much of its request repeats the previous one; the first call
+    of the next execution of the memory reuses the whole last request of the one before."""
+    from ctxmgmt.tokens import REPLY_PRIMING
+
+    store.create("every-hook", EVERY_HOOK)
+    agent_id = agent(runner, context_management_name="every-hook")
+    chat_server.reply(tool_call(("echo", {"a": 1})))
+    chat_server.reply("done")
+    first = runner.execute(agent_id, "go")
+    assert first.usage[0]["reusable_prefix_tokens"] == 0
+    assert first.usage[1]["reusable_prefix_tokens"] == first.usage[0]["counted"] - REPLY_PRIMING
+    chat_server.reply("again")
+    second = runner.execute(agent_id, "more", memory_id=first.memory_id)
+    assert second.usage[0]["reusable_prefix_tokens"] == first.usage[1]["counted"] - REPLY_PRIMING
+    assert second.cache["llm_calls"] == 1 and "estimated_cost" not in second.cache  # no pricing
+
+
+def test_an_edit_postponed_for_the_cache_shows_in_the_trace_and_the_record(runner, chat_server, store):
+    """cache: aware through the runner: clearing a small old result would rewrite more than it
+    saves, so it waits; the execution's trace, its record and `ctxmgmt trace` say
+    'postponed: cache' with the numbers, and the model got the result untouched."""
+    from ctxmgmt.cli import trace_lines
+    from ctxmgmt.store import ExecutionStore
+
+    store.create(
+        "aware",
+        {
+            "settings": {"cache": "aware", "cache_expected_calls": 1},
+            "hooks": {
+                "pre_llm": [{"type": "ToolResultClearingManager", "config": {"trigger": 0, "keep": 1}}]
+            },
+        },
+    )
+    agent_id = agent(runner, context_management_name="aware")
+    chat_server.reply(tool_call(("echo", {"text": "first " * 40})))
+    chat_server.reply(tool_call(("echo", {"text": "second"})))
+    chat_server.reply("done")
+    result = runner.execute(agent_id, "go")
+    postponed = [
+        e for run in result.trace for e in run["entries"] if e["details"].get("postponed") == "cache"
+    ]
+    assert (
+        postponed
+        and postponed[0]["details"]["cache"]["saving"] < postponed[0]["details"]["cache"]["rewrite_cost"]
+    )
+    last = chat_server.requests[-1]["messages"]
+    assert next(m["content"] for m in last if m["role"] == "tool").count("first") == 40
+    record = ExecutionStore(store.engine).get(result.execution_id)
+    assert any("postponed: cache (would free" in line for line in trace_lines(record))

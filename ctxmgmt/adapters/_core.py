@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..cache import Pricing, PromptCache
 from ..calibration import Calibration
 from ..context import ApplyResult, Context
 from ..definitions import Definition, load_definition
@@ -100,8 +101,12 @@ class Turn:
     trace: list[TraceEntry] = field(default_factory=list)
     """The trace entries of every hook run of this turn: post_tool for each new tool result,
     then pre_llm."""
+    reusable_prefix_tokens: int = 0
+    """The tokens of this request's prefix (tools, system prompt, messages) identical to the
+    previous request's: what the provider's prompt cache can serve."""
     usage: dict[str, Any] | None = None
-    """Once the provider answered: ``{counted, calibrated, reported}`` input tokens."""
+    """Once the provider answered: ``{counted, calibrated, reported, reusable_prefix_tokens}``
+    input tokens, and ``cached_tokens`` / ``cache_write_tokens`` when it reports them."""
 
 
 class Conversation:
@@ -125,17 +130,25 @@ class Conversation:
         format: str = "openai_chat",
         keep_view: bool = True,
         user_first: bool = False,
+        pricing: Pricing | None = None,
     ) -> None:
         self.source = definition if isinstance(definition, Source) else Source(definition)
         self.calibration = Calibration()
+        self.cache = PromptCache(pricing)
+        """The previous request, for the reusable prefix and ``settings: {cache: aware}``."""
         self.environment = Environment(
-            models, offloader, session, user_first=user_first, calibration=self.calibration
+            models,
+            offloader,
+            session,
+            user_first=user_first,
+            calibration=self.calibration,
+            cache=self.cache,
         )
         self.format = format
         self.keep_view = keep_view
         """False when the framework keeps the managed messages itself (pydantic-ai)."""
         self.saved: dict[str, Any] = {}
-        self._last: tuple[str | None, int] | None = None  # (model, counted) of the last request
+        self._last: tuple[str | None, int, int] | None = None  # (model, counted, reusable) last sent
 
     def load(self, saved: Mapping[str, Any] | None) -> None:
         """Continue from a state that :attr:`saved` held (as the framework persisted it)."""
@@ -144,18 +157,29 @@ class Conversation:
         self.calibration = Calibration(ratios if isinstance(ratios, Mapping) else None)
         self.environment = replace(self.environment, calibration=self.calibration)
 
-    def observe(self, reported: Any) -> dict[str, Any] | None:
+    def observe(self, reported: Any, *, cached: Any = None, written: Any = None) -> dict[str, Any] | None:
         """The provider's reported input tokens for the last prepared request: they calibrate
-        the next ones. Returns ``{counted, calibrated, reported}`` for the record, or None
-        when there was no request or no report."""
+        the next ones. ``cached`` and ``written``: its prompt-cache figures, when it reports
+        them. Returns ``{counted, calibrated, reported, reusable_prefix_tokens}`` (and
+        ``cached_tokens``, ``cache_write_tokens``) for the record, or None when there was no
+        request or no report."""
         if self._last is None:
             return None
-        model, counted = self._last
+        model, counted, reusable = self._last
         ratio = self.calibration.ratio(model)
         if self.calibration.observe(model, counted, reported) is None:
             return None
         self.saved["calibration"] = self.calibration.to_dict()
-        return {"counted": counted, "calibrated": round(counted * ratio), "reported": reported}
+        record = {
+            "counted": counted,
+            "calibrated": round(counted * ratio),
+            "reported": reported,
+            "reusable_prefix_tokens": reusable,
+        }
+        for key, value in (("cached_tokens", cached), ("cache_write_tokens", written)):
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                record[key] = value
+        return record
 
     def prepare(self, record: Sequence[Any], **request: Any) -> Turn:
         """The managed messages for the next model call (see the class docstring).
@@ -201,11 +225,13 @@ class Conversation:
         result = yield "pre_llm", context
         trace.extend(result.trace)
         out = result.context
-        # The request as counted: the last entry's tokens after, or (nothing ran) a count.
-        self._last = (
-            out.model,
-            result.trace[-1]["tokens_after"] if result.trace else _counted(definition, out),
-        )
+        # The request as counted (memoised: the hooks counted it), and what it reuses.
+        way = internal(out)
+        inner = way.context if way is not None else out
+        counter = get_counter(inner.model, definition.tokenizer)
+        counted = counter.context(inner)[0]
+        reusable = self.cache.measure(inner, counter)
+        self._last = (out.model, counted, reusable)
         if self.keep_view:
             self.saved = {
                 "view": list(out.messages),
@@ -232,7 +258,7 @@ class Conversation:
                     entry["messages_after"],
                     f" (error: {entry['error']})" if entry["error"] else "",
                 )
-        return Turn(list(out.messages), out, trace)
+        return Turn(list(out.messages), out, trace, reusable)
 
     def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any]]:
         """(view, how many record messages it covers, state): the saved view when the record
@@ -252,10 +278,3 @@ class Conversation:
         while start > 0 and is_tool_result(record[start - 1], self.format):
             start -= 1
         return list(record[:start]), start, {}
-
-
-def _counted(definition: Definition, context: Context) -> int:
-    """ctxmgmt's count of a request as the model gets it (memoised: it was counted already)."""
-    way = internal(context)
-    inner = way.context if way is not None else context
-    return get_counter(inner.model, definition.tokenizer).context(inner)[0]

@@ -127,7 +127,13 @@ def _extended(response: Any, conversation: Conversation, turn: Turn) -> Extended
     """The model's response, with the view, state and calibration to persist in the agent's state
     (LangChain hands a middleware its inner handlers' results as a ModelResponse)."""
     usage = next((m.usage_metadata for m in reversed(response.result) if isinstance(m, AIMessage)), None)
-    turn.usage = conversation.observe(usage.get("input_tokens") if usage else None)
+    found: Mapping[str, Any] = usage or {}  # LangChain's UsageMetadata, a TypedDict
+    details: Mapping[str, Any] = found.get("input_token_details") or {}
+    turn.usage = conversation.observe(
+        usage.get("input_tokens") if usage else None,
+        cached=details.get("cache_read"),
+        written=details.get("cache_creation"),
+    )
     return ExtendedModelResponse(
         model_response=response, command=Command(update={STATE_KEY: conversation.saved})
     )

@@ -111,7 +111,12 @@ class ContextManagementHooks(RunHooks[Any]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        record = self.managed.conversation.observe(getattr(response.usage, "input_tokens", None))
+        details = getattr(response.usage, "input_tokens_details", None)
+        record = self.managed.conversation.observe(
+            getattr(response.usage, "input_tokens", None),
+            cached=getattr(details, "cached_tokens", None),
+            written=getattr(details, "cache_write_tokens", None),
+        )
         if record is not None:
             self.usage.append(record)
             if self.managed.last is not None:

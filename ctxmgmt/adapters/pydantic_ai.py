@@ -102,7 +102,11 @@ class ContextManagementProcessor:
         usage = getattr(messages[n], "usage", None)
         if getattr(usage, "unmeasured_requests", 0):
             return  # pydantic-ai's own estimate, not the provider's report
-        record = self.conversation.observe(getattr(usage, "input_tokens", None))
+        record = self.conversation.observe(
+            getattr(usage, "input_tokens", None),
+            cached=getattr(usage, "cache_read_tokens", None),
+            written=getattr(usage, "cache_write_tokens", None),
+        )
         if record is not None:
             self.usage.append(record)
 

@@ -28,7 +28,7 @@ from ..errors import ContextError, Problem
 from ..history import scan
 from ._common import ORIGIN, Conversion, Origin, estimate_tokens, memo, origin_of, rough_size, same
 
-__all__ = ["NAME", "back", "check", "rule", "system_text", "to_internal"]
+__all__ = ["NAME", "back", "check", "request", "response_message", "rule", "system_text", "to_internal"]
 
 NAME = "anthropic"
 USER_BLOCKS = frozenset({"text", "image", "document", "tool_result", "search_result", "container_upload"})
@@ -544,4 +544,159 @@ def _tool_use(call: Mapping[str, Any], original: Mapping[str, Any] | None) -> di
         value = {"arguments": arguments}  # edited into something that is not an object: kept as text
     out = dict(original) if original is not None else {"type": "tool_use", "id": call["id"]}
     out.update(name=fn.get("name", out.get("name")), input=value)
+    return out
+
+
+# -- requests from the internal form -------------------------------------------------------
+MAX_BREAKPOINTS = 4
+"""Anthropic accepts at most four ``cache_control`` breakpoints per request."""
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def request(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] = (),
+    *,
+    breakpoints: bool = True,
+    stable: int | None = None,
+) -> dict[str, Any]:
+    """A Messages API body (``system``, ``messages``, ``tools``) for a chat-form request: system
+    and developer messages become ``system``, tool calls ``tool_use`` blocks, a call's results
+    one user message of ``tool_result`` blocks (with a user message that follows them).
+
+    With ``breakpoints``, ``cache_control`` marks the end of the stable prefix: the last tool,
+    the system prompt, the message at ``stable`` (the summary) and the last message, so that
+    the next request reads all of it from the cache; never more than four."""
+    system: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
+    stable_block: dict[str, Any] | None = None  # the last block of the message at `stable`
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role in ("system", "developer"):
+            text = _text(m.get("content"))
+            if text:
+                system.append({"type": "text", "text": text})
+            continue
+        if role == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": str(m.get("tool_call_id")),
+                "content": _text(m.get("content")),
+            }
+            if out and out[-1]["role"] == "user" and _only_results(out[-1]["content"]):
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif role == "assistant":
+            blocks = _chat_blocks(m.get("content"))
+            for call in m.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                try:
+                    value = json.loads(fn.get("arguments") or "{}")
+                except (TypeError, ValueError):
+                    value = None
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": str(call.get("id")),
+                        "name": str(fn.get("name")),
+                        "input": value if isinstance(value, dict) else {"arguments": fn.get("arguments")},
+                    }
+                )
+            _turn(out, "assistant", blocks or [{"type": "text", "text": "(no text)"}])
+        else:  # consecutive user messages are one turn; tool results go first in theirs
+            _turn(out, "user", _chat_blocks(m.get("content")) or [{"type": "text", "text": "(empty)"}])
+        if stable is not None and i == stable:
+            stable_block = out[-1]["content"][-1]
+    body: dict[str, Any] = {"messages": out}
+    if system:
+        body["system"] = system
+    if tools:
+        body["tools"] = [_tool_schema(t) for t in tools]
+    if breakpoints:
+        marks: list[dict[str, Any]] = [body["tools"][-1]] if tools else []
+        if system:
+            marks.append(system[-1])
+        for mark in (stable_block, out[-1]["content"][-1] if out else None):
+            if mark is not None and all(mark is not b for b in marks):
+                marks.append(mark)
+        for mark in marks[:MAX_BREAKPOINTS]:
+            mark["cache_control"] = dict(_EPHEMERAL)
+    return body
+
+
+def _turn(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    """Add blocks as a turn of ``role``, to the previous turn when it has that role."""
+    if out and out[-1]["role"] == role:
+        out[-1]["content"].extend(blocks)
+    else:
+        out.append({"role": role, "content": blocks})
+
+
+def _only_results(content: list[dict[str, Any]]) -> bool:
+    return bool(content) and all(b.get("type") == "tool_result" for b in content)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "" if content is None else str(content)
+
+
+def _chat_blocks(content: Any) -> list[dict[str, Any]]:
+    """Anthropic blocks for chat content: text, and images given as data URLs or URLs."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    blocks: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("text"), str) and part["text"]:
+            blocks.append({"type": "text", "text": part["text"]})
+        elif part.get("type") == "image_url":
+            url = str((part.get("image_url") or {}).get("url", ""))
+            if url.startswith("data:") and ";base64," in url:
+                media, data = url[5:].split(";base64,", 1)
+                blocks.append(
+                    {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+                )
+            elif url.startswith(("http://", "https://")):
+                blocks.append({"type": "image", "source": {"type": "url", "url": url}})
+    return blocks
+
+
+def _tool_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI function tool as an Anthropic tool (one given in Anthropic's shape as it is)."""
+    fn = schema.get("function")
+    if not isinstance(fn, Mapping):
+        return dict(schema)
+    out: dict[str, Any] = {
+        "name": fn.get("name"),
+        "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+    }
+    if fn.get("description"):
+        out["description"] = fn["description"]
+    return out
+
+
+def response_message(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The assistant message of a Messages API answer, in chat form."""
+    blocks = data["content"]
+    if not isinstance(blocks, list):
+        raise TypeError("content is not a list")
+    text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    calls = [
+        {
+            "id": str(b.get("id")),
+            "type": "function",
+            "function": {"name": str(b.get("name")), "arguments": json.dumps(b.get("input") or {})},
+        }
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        out["tool_calls"] = calls
     return out

@@ -2,6 +2,7 @@
 
 from .autocompact import AutoCompactManager
 from .base import ContextManager, Environment, Runtime
+from .clearing import ToolResultClearingManager
 from .compaction import ToolResultCompactionManager
 from .sliding_window import SlidingWindowManager
 from .summarization import SummarizationManager
@@ -12,6 +13,7 @@ BUILTINS = (
     SummarizationManager,
     ToolsOutputTruncateManager,
     ToolResultCompactionManager,
+    ToolResultClearingManager,
     AutoCompactManager,
 )
 
@@ -23,6 +25,7 @@ __all__ = [
     "Runtime",
     "SlidingWindowManager",
     "SummarizationManager",
+    "ToolResultClearingManager",
     "ToolResultCompactionManager",
     "ToolsOutputTruncateManager",
 ]

@@ -11,6 +11,7 @@ from ..formats import CHAT, Constraints
 from ..types import Hook
 
 if TYPE_CHECKING:
+    from ..cache import PromptCache
     from ..calibration import Calibration
     from ..context import Context
     from ..llm import HTTPPool, ModelsConfig
@@ -47,6 +48,9 @@ class Environment:
     calibration: Calibration | None = None
     """Per model, the ratio of the provider's reported tokens to ctxmgmt's count: activation
     rules and the fit step compare calibrated counts (see :mod:`ctxmgmt.calibration`)."""
+    cache: PromptCache | None = None
+    """The conversation's previous request: with ``settings: {cache: aware}``, a hook run
+    postpones edits of its reusable prefix that do not pay (see :mod:`ctxmgmt.cache`)."""
 
     def ratio(self, model: str | None) -> float:
         """The calibration factor for a model's counts (1.0 without a calibration)."""
@@ -117,6 +121,21 @@ class ContextManager:
     async def aapply(self, context: Context, runtime: Runtime) -> Context:
         """The async form; override only when the manager does I/O."""
         return self.apply(context, runtime)
+
+
+def target_tokens(config: Mapping[str, Any], context: Context, runtime: Runtime) -> int | None:
+    """The tokens a reducing manager cuts the whole request down to when it fires (its
+    hysteresis: a target below its trigger keeps it quiet for many calls): ``target_tokens``,
+    ``target_ratio`` of the window, or the smaller of the two; in counted tokens (a ratio of
+    the window is divided by the calibration). None when neither is given."""
+    given = []
+    if config.get("target_tokens") is not None:
+        given.append(int(config["target_tokens"]))
+    ratio = config.get("target_ratio")
+    if ratio is not None and context.context_window:
+        calibrated = runtime.environment.window_ratio(context.model)
+        given.append(int(float(ratio) * context.context_window / calibrated))
+    return min(given) if given else None
 
 
 def builtin_schema(type_name: str) -> Mapping[str, Any]:

@@ -17,7 +17,8 @@ class ToolResultCompactionManager(ContextManager):
     archived original: a generous cap for the newest ``recent_n`` results, a small one
     for older results. The original is stored first; a compacted result carries its
     notice, so a second run changes nothing. A result compacted under the generous
-    cap is re-cut from its archive when it becomes old.
+    cap is re-cut from its archive when it becomes old. With ``clear_at_least`` it
+    compacts only when that frees at least so many tokens (fewer, larger edits).
     """
 
     type_name = "ToolResultCompactionManager"
@@ -44,19 +45,38 @@ class ToolResultCompactionManager(ContextManager):
             if self.config["recent_n"]
             else set()
         )
-        changed: dict[int, Mapping[str, Any]] = {}
+        todo: list[tuple[int, int]] = []
         for i in results:
             m = msgs[i]
             if names.get(str(m.get("tool_call_id"))) in excluded:
                 continue
             cap = self.config["recent_max_chars"] if i in recent else self.config["old_max_chars"]
-            new = self._compact(m, cap, runtime)
+            if len(text_of(m.get("content"))) > cap:
+                todo.append((i, cap))
+        at_least: int = self.config["clear_at_least"]
+        if at_least and todo:
+            freed = sum(self._saving(msgs[i], i, cap, runtime) for i, cap in todo)
+            if freed < at_least:
+                runtime.details["compacted"] = 0
+                runtime.details["note"] = (
+                    f"would free {freed:,} tokens, less than clear_at_least ({at_least:,})"
+                )
+                return context
+        changed: dict[int, Mapping[str, Any]] = {}
+        for i, cap in todo:
+            new = self._compact(msgs[i], cap, runtime)
             if new is not None:
                 changed[i] = new
         runtime.details["compacted"] = len(changed)
         if not changed:
             return context
         return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
+
+    def _saving(self, m: Mapping[str, Any], index: int, cap: int, runtime: Runtime) -> int:
+        """The tokens compacting a result would free (its notice sized with a reference)."""
+        text = text_of(m.get("content"))
+        cut = self._tiers[cap].cut(text, runtime.counter, "t-" + "0" * 32)
+        return max(0, runtime.counter.message(m, index) - runtime.counter.text(cut))
 
     def _compact(self, m: Mapping[str, Any], cap: int, runtime: Runtime) -> dict[str, Any] | None:
         text = text_of(m.get("content"))

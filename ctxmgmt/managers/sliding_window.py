@@ -17,7 +17,7 @@ from ..messages import (
     units_from_end,
 )
 from ..tokens import REPLY_PRIMING
-from .base import ContextManager, Runtime, builtin_schema
+from .base import ContextManager, Runtime, builtin_schema, target_tokens
 
 
 class SlidingWindowManager(ContextManager):
@@ -32,6 +32,8 @@ class SlidingWindowManager(ContextManager):
     wants a user message first (Anthropic), it likewise starts at a user message (and, when
     that would leave none, keeps from the newest user message on). With an
     offload store, what it removes is archived first (``context_search`` finds it).
+    ``target_tokens`` / ``target_ratio`` cut the request further when it fires, so that
+    it stays quiet for many calls (and the prompt cache is rewritten seldom).
     """
 
     type_name = "SlidingWindowManager"
@@ -41,6 +43,9 @@ class SlidingWindowManager(ContextManager):
         msgs = items(context.messages)
         max_messages: int = self.config["max_messages"]
         max_tokens: int | None = self.config.get("max_tokens")
+        target = target_tokens(self.config, context, runtime)
+        if target is not None:
+            max_tokens = target if max_tokens is None else min(max_tokens, target)
         pinned = self._pinned(context.messages, msgs)
         count = runtime.counter.message
 

@@ -12,7 +12,7 @@ from jsonschema.exceptions import SchemaError
 from .. import _resources
 from ..context import Context
 from ..errors import LLMError
-from ..llm import ChatClient, parse_json_object
+from ..llm import ChatClient, ChatResponse, parse_json_object
 from ..messages import SYSTEM_ROLES, is_summary, last_task_index, text_of, units
 from ..summaries import (
     SECTIONS,
@@ -26,7 +26,8 @@ from ..summaries import (
     summarize_offline,
     with_summary,
 )
-from .base import ContextManager, Runtime, builtin_schema
+from ..tokens import REPLY_PRIMING
+from .base import ContextManager, Runtime, builtin_schema, target_tokens
 
 DEFAULT_PROMPT = (
     "You maintain the running summary of an AI agent's conversation. Merge the previous "
@@ -36,6 +37,15 @@ DEFAULT_PROMPT = (
     "files_changed, progress, key_decisions, next_steps and critical_context, each a list "
     "of short strings."
 )
+
+
+def _used(runtime: Runtime, model_id: str, response: ChatResponse) -> str:
+    """The answer's text; its usage goes into the trace entry (``details["model_calls"]``),
+    so that the execution prices the summariser's calls apart."""
+    runtime.details.setdefault("model_calls", []).append(
+        {"model_id": model_id, "usage": dict(response.usage)}
+    )
+    return response.content
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +106,11 @@ class SummarizationManager(ContextManager):
                 sections = self._offline(removed, plan.previous)
             else:
                 client, request = self._request(removed, plan.previous, runtime)
-                answer = client.complete(request).content
+                answer = _used(runtime, model_id, client.complete(request))
                 try:
                     sections = self._read(answer, plan.previous, model_id)
                 except _InvalidSummary as exc:  # one retry, told what was wrong
-                    answer = client.complete(_retry(request, answer, exc)).content
+                    answer = _used(runtime, model_id, client.complete(_retry(request, answer, exc)))
                     sections = self._read(answer, plan.previous, model_id)
         except LLMError as exc:
             sections, archive = self._fallback(plan, removed, exc, runtime)
@@ -115,11 +125,11 @@ class SummarizationManager(ContextManager):
         archive = None
         try:
             client, request = self._request(removed, plan.previous, runtime)
-            answer = (await client.acomplete(request)).content
+            answer = _used(runtime, model_id, await client.acomplete(request))
             try:
                 sections = self._read(answer, plan.previous, model_id)
             except _InvalidSummary as exc:
-                answer = (await client.acomplete(_retry(request, answer, exc))).content
+                answer = _used(runtime, model_id, await client.acomplete(_retry(request, answer, exc)))
                 sections = self._read(answer, plan.previous, model_id)
         except LLMError as exc:
             sections, archive = self._fallback(plan, removed, exc, runtime)
@@ -167,7 +177,7 @@ class SummarizationManager(ContextManager):
         if preserve > len(countable):
             limit = 0
         wanted = int(len(countable) * self.config["summary_ratio"])
-        reserve = self._reserve(context)
+        reserve = self._reserve(context, runtime, skip - summaries)
         if reserve is not None:
             # Keep by tokens: the newest whole units within the reserve; summarise the rest.
             kept_tokens = 0
@@ -192,14 +202,28 @@ class SummarizationManager(ContextManager):
         sections, count, _ = previous(context)
         return _Plan(tuple(removed), cut, sections, count)
 
-    def _reserve(self, context: Context) -> int | None:
+    def _reserve(self, context: Context, runtime: Runtime, pinned: set[int]) -> int | None:
         """The tokens of newest messages to keep: reserve_tokens, reserve_ratio of the
-        window, or the smaller of the two when both are given."""
+        window, and what target_tokens / target_ratio leave once the system prompt, tools,
+        pinned messages and the summary's budget are counted; the smallest of those given."""
         given = []
         if "reserve_tokens" in self.config:
             given.append(int(self.config["reserve_tokens"]))
         if "reserve_ratio" in self.config and context.context_window:
             given.append(int(self.config["reserve_ratio"] * context.context_window))
+        target = target_tokens(self.config, context, runtime)
+        if target is not None:
+            counter = runtime.counter
+            budget = int(self.config["max_summary_tokens"])
+            if context.context_window:
+                budget = min(budget, context.context_window // 8)
+            fixed = (
+                counter.system_prompt(context.system_prompt)
+                + counter.tools(context.tools)
+                + REPLY_PRIMING
+                + sum(counter.message(context.messages[i], i) for i in pinned)
+            )
+            given.append(max(0, target - fixed - budget))
         return min(given) if given else None
 
     def _loop_guard(self, context: Context, runtime: Runtime) -> str | None:

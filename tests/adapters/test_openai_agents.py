@@ -113,13 +113,20 @@ def test_reported_usage_calibrates_the_counts():
     """Each response's usage (the SDK's on_llm_end) calibrates the next call's counts."""
     from agents import Usage
     from agents.testing import ModelStep
+    from openai.types.responses.response_usage import InputTokensDetails
 
     def reply(output):
         def respond(call):
             tokens = round(1.3 * len(json.dumps(call.input)) / 4)
             return ModelStep(
                 output=output,
-                usage=Usage(requests=1, input_tokens=tokens, output_tokens=5, total_tokens=tokens + 5),
+                usage=Usage(
+                    requests=1,
+                    input_tokens=tokens,
+                    output_tokens=5,
+                    total_tokens=tokens + 5,
+                    input_tokens_details=InputTokensDetails(cached_tokens=tokens // 2, cache_write_tokens=3),
+                ),
             )
 
         return ModelStep.respond(respond)
@@ -133,3 +140,7 @@ def test_reported_usage_calibrates_the_counts():
     assert len(managed.hooks.usage) >= 2  # a report far from any tokenizer's count is ignored
     assert all(0.5 <= u["reported"] / u["counted"] <= 3 for u in managed.hooks.usage)
     assert managed.saved["calibration"]
+    # The provider's cached tokens, and the prefix ctxmgmt saw repeated, are in each record.
+    assert all(u["cached_tokens"] == u["reported"] // 2 for u in managed.hooks.usage)
+    assert all(u["cache_write_tokens"] == 3 for u in managed.hooks.usage)
+    assert managed.hooks.usage[-1]["reusable_prefix_tokens"] > 0

@@ -128,7 +128,7 @@ def test_reported_usage_calibrates_the_counts_of_its_own_conversation():
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         chat, _ = to_chat(messages)
         tokens = round(1.3 * sum(len(str(d.get("content") or "")) + 20 for d in chat) / 4)
-        usage = RequestUsage(input_tokens=tokens, output_tokens=5)
+        usage = RequestUsage(input_tokens=tokens, output_tokens=5, cache_read_tokens=tokens // 2)
         calls[0] += 1
         if calls[0] % 3:  # two tool rounds, then the answer
             call = ToolCallPart("read_log", {"name": "x"}, tool_call_id=f"c{calls[0]}")
@@ -150,3 +150,5 @@ def test_reported_usage_calibrates_the_counts_of_its_own_conversation():
 
     asyncio.run(two_users())
     assert processor.usage and all(0.8 < u["reported"] / u["counted"] < 2.0 for u in processor.usage)
+    assert all(u["cached_tokens"] == u["reported"] // 2 for u in processor.usage)
+    assert any(u["reusable_prefix_tokens"] > 0 for u in processor.usage)

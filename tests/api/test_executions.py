@@ -339,3 +339,69 @@ def test_validate_takes_indented_json_and_refuses_deep_nesting(client):
         "/_plugins/_ml/context_management/_validate", json={"text": "a: " + "[" * 40 + "]" * 40}
     )
     assert deep.status_code == 400 and "nests 40 deep" in deep.json()["error"]["reason"]
+
+
+def test_the_prompt_cache_figures_come_out_of_rest_in_the_answer_and_the_record(
+    store, agent_models, tools, chat_server
+):
+    """With pricing configured, an execution through REST answers with each call's reusable
+    prefix, the provider's cached tokens and the estimated cost (in context_management.cache),
+    and its record carries the same figures per call and in total; the CLI's trace prints them."""
+    from ctxmgmt import ModelConfig, ModelsConfig
+    from ctxmgmt.cache import Pricing
+
+    chat = agent_models["chat"]
+    priced = ModelsConfig(
+        {
+            "chat": ModelConfig(
+                id="chat",
+                base_url=chat.base_url,
+                model=chat.model,
+                context_window=chat.context_window,
+                timeout=2.0,
+                max_retries=1,
+                pricing=Pricing(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
+            )
+        }
+    )
+    with LiveServer(create_app(store, models=priced, tools=tools)) as server, Client(server.url) as c:
+        c.create("windowed", WINDOWED)
+        agent_id = c.register_agent(AGENT)
+        usage = {
+            "prompt_tokens": 700,
+            "completion_tokens": 10,
+            "prompt_tokens_details": {"cached_tokens": 512},
+        }
+        chat_server.reply(tool_call(("big", {"size": 1000})), usage=usage)
+        chat_server.reply(tool_call(("big", {"size": 1000})), usage=usage)
+        chat_server.reply("done", usage=usage)
+        answer = c.execute(agent_id, "Read the logs.")
+        calls = answer["usage"]
+        assert calls[0]["reusable_prefix_tokens"] == 0
+        assert 0 < calls[1]["reusable_prefix_tokens"] < calls[1]["counted"]
+        assert calls[2]["reusable_prefix_tokens"] > calls[1]["reusable_prefix_tokens"]
+        assert all(u["cached_tokens"] == 512 for u in calls)
+        cache = answer["context_management"]["cache"]
+        per_call = (188 * 3.0 + 512 * 0.3 + 10 * 15.0) / 1e6
+        assert cache["estimated_cost"] == pytest.approx(3 * per_call)
+        assert cache["input_tokens"] == 2100 and cache["cached_tokens"] == 1536
+        # In the provider's units, as input_tokens: each call's prefix scaled by its report.
+        scaled = sum(round(u["reusable_prefix_tokens"] * u["reported"] / u["counted"]) for u in calls)
+        assert cache["reusable_prefix_tokens"] == scaled and cache["reusable_share"] == round(
+            scaled / 2100, 4
+        )
+        record = c.execution(answer["execution_id"])
+        assert record["estimated_cost"] == pytest.approx(3 * per_call)
+        assert [r["reusable_prefix_tokens"] for r in record["calls"]] == [
+            u["reusable_prefix_tokens"] for u in calls
+        ]
+        assert [r["cached_tokens"] for r in record["calls"]] == [512, 512, 512]
+        assert record["cache"]["reusable_share"] == cache["reusable_share"]
+        out = subprocess.run(
+            [sys.executable, "-m", "ctxmgmt.cli", "trace", answer["execution_id"], "--url", server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "estimated cost" in out.stdout and "reusable" in out.stdout

@@ -193,6 +193,8 @@ def test_edit_save_simulate_run_and_read_the_timeline(browser, server, chat_serv
     assert "Removed by this hook run" in browser.find_element(By.ID, "details").text
     assert not stray_text(browser, "details")
     assert "Why does checkout fail?" in browser.find_element(By.ID, "main").text
+    share = round(record["cache"]["reusable_share"] * 100)
+    assert f"{share}% reusable" in browser.find_element(By.ID, "cache").text  # the prompt cache line
     browser.save_screenshot(str(shots / "4-execution-timeline.png"))
     no_console_errors(browser)
 

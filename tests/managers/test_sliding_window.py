@@ -122,3 +122,55 @@ def test_with_a_store_the_window_archives_what_it_removes(tmp_path):
     ref = result.trace[0]["details"]["offloaded"]
     assert json.loads(store.read("s", ref).text) == [m for m in msgs if m not in kept]
     assert store.search("s", "^step 2$")[0]["ref"] == ref
+
+
+def test_a_target_cuts_below_the_trigger_so_the_window_stays_quiet():
+    """With target_tokens the window cuts to the target when its trigger fires, not just under
+    the trigger, so the next many calls pass without an edit (the prompt cache stays warm)."""
+    from ctxmgmt import get_counter
+
+    definition = load_definition(
+        {
+            "name": "w",
+            "hooks": {
+                "pre_llm": [
+                    {
+                        "type": "SlidingWindowManager",
+                        "config": {"max_messages": 1000, "target_tokens": 3000},
+                        "activation": {"tokens_exceed": 8000},
+                    }
+                ]
+            },
+        }
+    )
+    counter = get_counter("gpt-4o")
+    msgs = [{"role": "user", "content": "task"}]
+    msgs += [{"role": "assistant", "content": f"step {i} " + "word " * 200} for i in range(60)]
+    first = definition.apply("pre_llm", Context(messages=msgs, model="gpt-4o"))
+    assert first.trace[0]["activated"] and counter.context(first.context)[0] <= 3000
+    ctx, quiet = first.context, 0
+    for i in range(60, 100):
+        ctx = ctx.append({"role": "assistant", "content": f"step {i} " + "word " * 200})
+        result = definition.apply("pre_llm", ctx)
+        if result.trace[0]["activated"]:
+            break
+        quiet += 1
+    assert quiet >= 20  # (8000 - 3000) / ~205 tokens per message
+
+
+def test_target_ratio_is_a_share_of_the_window_and_the_smaller_target_wins():
+    """target_ratio is read against the context window; with target_tokens too, the smaller applies."""
+    from ctxmgmt import get_counter
+
+    msgs = [{"role": "user", "content": "task"}]
+    msgs += [{"role": "assistant", "content": f"step {i} " + "word " * 200} for i in range(60)]
+    counter = get_counter("gpt-4o")
+    for config, limit in (
+        ({"target_ratio": 0.1}, 2000),
+        ({"target_ratio": 0.5, "target_tokens": 1500}, 1500),
+    ):
+        out = window(max_messages=1000, **config).apply(
+            "pre_llm", Context(messages=msgs, model="gpt-4o", context_window=20_000)
+        )
+        tokens = counter.context(out.context)[0]
+        assert limit - 300 < tokens <= limit

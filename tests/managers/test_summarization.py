@@ -333,3 +333,44 @@ def test_fallback_drop_archives_then_removes(chat_server, models, tmp_path):
     chat_server.fail(500, "down")
     without_store = d.apply("pre_llm", ctx, models=models)
     assert without_store.context.messages == ctx.messages  # no archive, no drop
+
+
+def test_a_target_summarises_down_to_it_and_then_stays_quiet():
+    """With target_ratio the summariser cuts the whole request to that share of the window in
+    one step (the summary's budget included), well below its trigger: the calls after it pass
+    without another summary until the conversation has grown back."""
+    from ctxmgmt import get_counter
+
+    definition = load_definition(
+        {
+            "name": "s",
+            "hooks": {
+                "pre_llm": [
+                    {
+                        "type": "SummarizationManager",
+                        "config": {"target_ratio": 0.3, "preserve_recent_messages": 2},
+                        "activation": {"tokens_ratio_exceed": 0.8},
+                    }
+                ]
+            },
+        }
+    )
+    counter = get_counter("gpt-4o")
+    window = 20_000
+    msgs = [{"role": "user", "content": "Fix the parser; keep the API stable."}]
+    for i in range(80):
+        msgs.append(
+            {"role": "assistant", "content": f"Read src/mod_{i}.py: " + "the function parses tokens. " * 40}
+        )
+    ctx = Context(system_prompt="Be brief.", messages=msgs, model="gpt-4o", context_window=window)
+    first = definition.apply("pre_llm", ctx)
+    assert first.trace[0]["activated"] and counter.context(first.context)[0] <= 0.3 * window
+    ctx, quiet = first.context, 0
+    for i in range(80, 160):
+        ctx = ctx.append(
+            {"role": "assistant", "content": f"Read src/mod_{i}.py: " + "the function parses tokens. " * 40}
+        )
+        if definition.apply("pre_llm", ctx).trace[0]["activated"]:
+            break
+        quiet += 1
+    assert quiet >= 30  # (0.8 - 0.3) * 20,000 / ~250 tokens per message

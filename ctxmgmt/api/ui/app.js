@@ -366,6 +366,7 @@ async function executionView(id) {
       `${record.llm_calls} LLM calls · largest request ${fmt(record.max_request_tokens)}${record.context_window ? ` of ${fmt(record.context_window)}` : ""} · `,
       el("a", { href: `#/agents/${record.agent_id}`, text: "all executions of this agent" })),
     record.error ? el("p", { class: "error", text: record.error }) : null,
+    cacheLine(record.cache),
     el("h2", { text: "Tokens per LLM call" }),
     el("div", { class: "legend" },
       el("span", {}, el("span", { class: "swatch", style: "background: var(--before)" }), "before the managers"),
@@ -395,6 +396,16 @@ function niceStep(max) {
   const raw = max / 4;
   const p = 10 ** Math.floor(Math.log10(raw));
   return [1, 2, 2.5, 5, 10].map((m) => m * p).find((s) => s >= raw);
+}
+
+/** The prompt cache over an execution: input tokens, the reusable share, the provider's
+ * cached tokens and the estimated cost, when the record has them. */
+function cacheLine(cache) {
+  if (!cache || !cache.input_tokens) return null;
+  const parts = [`${fmt(cache.input_tokens)} input tokens`, `${Math.round((cache.reusable_share || 0) * 100)}% reusable (the same prefix as the previous request)`];
+  if (cache.cached_tokens != null) parts.push(`${fmt(cache.cached_tokens)} cached by the provider`);
+  if (cache.estimated_cost != null) parts.push(`estimated cost ${cache.estimated_cost.toFixed(4)}`);
+  return el("p", { id: "cache" }, el("strong", { text: "Prompt cache: " }), parts.join(" · "));
 }
 
 function timeline(record, onMarker) {
@@ -429,7 +440,7 @@ function timeline(record, onMarker) {
       svg("line", { class: "span", x1: x(c.call), x2: x(c.call), y1: y(c.calibrated_before), y2: y(c.calibrated) }),
       svg("circle", { class: "before", cx: x(c.call), cy: y(c.calibrated_before), r: 3 }),
       svg("circle", { class: "after", cx: x(c.call), cy: y(c.calibrated), r: 4.5 }),
-      svg("title", {}, document.createTextNode(`call ${c.call}: ${fmt(c.calibrated_before)} before the managers, ${fmt(c.calibrated)} sent${c.reported ? `, ${fmt(c.reported)} reported` : ""}`))));
+      svg("title", {}, document.createTextNode(`call ${c.call}: ${fmt(c.calibrated_before)} before the managers, ${fmt(c.calibrated)} sent${c.reported ? `, ${fmt(c.reported)} reported` : ""}${c.reusable_prefix_tokens != null ? `, ${fmt(c.reusable_prefix_tokens)} as the previous request` : ""}`))));
     if (calls.length <= 30 || c.call % Math.ceil(calls.length / 30) === 1) {
       g.append(svg("text", { x: x(c.call) - 4, y: H - 14 }, document.createTextNode(String(c.call))));
     }

@@ -1,0 +1,119 @@
+"""ToolResultClearingManager: old tool results become a placeholder (Anthropic's clear_tool_uses)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..context import Context
+from ..messages import RECALL_TOOLS, call_ids, text_of, tool_names, trailing_tool_start
+from .base import ContextManager, Runtime, builtin_schema
+from .truncate import stamp, with_text
+
+CLEARED = re.compile(r"\[cleared: original [\d,]{1,20} chars")
+CLEARED_INPUT = "{}"
+
+
+def cleared(text: str) -> bool:
+    """Whether a tool result is one this manager cleared (its notice, and nothing longer)."""
+    return CLEARED.search(text) is not None and stamp(text) is not None
+
+
+class ToolResultClearingManager(ContextManager):
+    """When the request has more than ``trigger`` tokens, every tool result but the newest
+    ``keep`` becomes the placeholder with a notice of its size, as Anthropic's
+    ``clear_tool_uses`` edit does, oldest first. Results the model has not answered yet,
+    those of ``exclude_tools`` and the recall tools' are never cleared.
+
+    With ``clear_at_least`` it clears only when that frees at least so many tokens, so it
+    edits seldom and in large steps (the prompt cache is rewritten seldom). With an offload
+    store each result is archived first and its notice gives the reference that
+    ``context_read`` recalls. A cleared result carries its notice, so a second run changes
+    nothing. ``clear_tool_inputs`` also empties the arguments of those results' calls.
+    """
+
+    type_name = "ToolResultClearingManager"
+    config_schema = builtin_schema(type_name)
+
+    def apply(self, context: Context, runtime: Runtime) -> Context:
+        counter = runtime.counter
+        trigger: int = self.config["trigger"]
+        if trigger:
+            tokens = counter.context(context)[0] * runtime.environment.ratio(context.model)
+            if tokens <= trigger:
+                runtime.details["note"] = f"{round(tokens):,} tokens, not over the trigger ({trigger:,})"
+                return context
+        msgs = context.messages
+        names = tool_names(msgs)
+        excluded = set(self.config["exclude_tools"]) | RECALL_TOOLS
+        unanswered = trailing_tool_start(msgs)
+        results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
+        keep: int = self.config["keep"]
+        older = results[: max(0, len(results) - keep)]
+        placeholder: str = self.config["placeholder"]
+        candidates: list[tuple[int, str, int]] = []  # (index, text, tokens freed)
+        for i in older:
+            m = msgs[i]
+            if i >= unanswered or names.get(str(m.get("tool_call_id"))) in excluded:
+                continue
+            text = text_of(m.get("content"))
+            if cleared(text):
+                continue
+            before = counter.message(m, i)
+            after = counter.message(with_text(m, self._notice(placeholder, text, None)))
+            if before > after:
+                candidates.append((i, text, before - after))
+        freed = sum(f for _, _, f in candidates)
+        if not candidates or freed < self.config["clear_at_least"]:
+            runtime.details["cleared"] = 0
+            if candidates:
+                at_least = self.config["clear_at_least"]
+                runtime.details["note"] = (
+                    f"would free {freed:,} tokens, less than clear_at_least ({at_least:,})"
+                )
+            return context
+        changed: dict[int, Mapping[str, Any]] = {}
+        refs: list[str] = []
+        for i, text, _ in candidates:
+            m = msgs[i]
+            ref = None
+            if runtime.offloader is not None:  # archived first: the notice says where
+                ref = runtime.offloader.store_tool_result(
+                    runtime.session, text, tool_call_id=m.get("tool_call_id")
+                )
+                refs.append(ref)
+            changed[i] = with_text(m, self._notice(placeholder, text, ref))
+        if self.config["clear_tool_inputs"]:
+            self._clear_inputs(msgs, {str(msgs[i].get("tool_call_id")) for i in changed}, changed)
+        runtime.details["cleared"] = len(candidates)
+        runtime.details["freed"] = freed
+        if refs:
+            runtime.details["offloaded"] = refs
+        return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
+
+    @staticmethod
+    def _notice(placeholder: str, text: str, ref: str | None) -> str:
+        n = len(text)
+        if ref is None:
+            return f"{placeholder}\n[cleared: original {n:,} chars]"
+        return (
+            f"{placeholder}\n[cleared: original {n:,} chars; all of it is stored as {ref}: "
+            f'context_read(ref="{ref}") returns it]'
+        )
+
+    @staticmethod
+    def _clear_inputs(msgs: Any, ids: set[str], changed: dict[int, Mapping[str, Any]]) -> None:
+        """The calls of the cleared results get empty arguments (a call whose results are
+        all kept keeps its arguments)."""
+        for i, m in enumerate(msgs):
+            if m.get("role") != "assistant" or not ids.intersection(call_ids(m)):
+                continue
+            calls = [
+                {**c, "function": {**c["function"], "arguments": CLEARED_INPUT}}
+                if isinstance(c, dict) and str(c.get("id")) in ids and isinstance(c.get("function"), dict)
+                else c
+                for c in m.get("tool_calls") or ()
+            ]
+            if calls != m.get("tool_calls"):
+                changed[i] = {**m, "tool_calls": calls}

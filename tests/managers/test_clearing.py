@@ -1,0 +1,184 @@
+"""ToolResultClearingManager, and clear_at_least for clearing and compaction."""
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxmgmt import Context, get_counter, load_definition
+from ctxmgmt.managers.clearing import cleared
+from ctxmgmt.managers.truncate import OFFLOADED
+from ctxmgmt.offload import LocalOffloader
+from ctxmgmt.testing import assert_invariants, conversations
+
+MODEL = "gpt-4o"
+
+
+def clearing(**config):
+    return load_definition(
+        {"name": "c", "hooks": {"pre_llm": [{"type": "ToolResultClearingManager", "config": config}]}}
+    )
+
+
+def run(n: int, size: int = 4000, names=("read",)) -> list[dict]:
+    """A task and n tool calls, each answered with a result of `size` characters."""
+    msgs: list[dict] = [{"role": "user", "content": "Find the bug."}]
+    for i in range(n):
+        name = names[i % len(names)]
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": '{"path": "x"}'},
+                    }
+                ],
+            }
+        )
+        msgs.append(
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"{i}:" + "log line\n" * (size // 9)}
+        )
+    return msgs
+
+
+def test_all_but_the_newest_results_are_cleared_once_over_the_trigger():
+    """Over the trigger, every result but the newest `keep` becomes the placeholder with the
+    original's size; under it, nothing changes."""
+    msgs = run(6)
+    ctx = Context(messages=msgs, model=MODEL)
+    tokens = get_counter(MODEL).context(ctx)[0]
+    quiet = clearing(trigger=tokens, keep=2).apply("pre_llm", ctx)
+    assert (
+        quiet.context.messages == ctx.messages and "not over the trigger" in quiet.trace[0]["details"]["note"]
+    )
+    out = clearing(trigger=tokens - 1, keep=2).apply("pre_llm", ctx).context.messages
+    results = [m for m in out if m["role"] == "tool"]
+    assert [cleared(m["content"]) for m in results] == [True] * 4 + [False] * 2
+    assert results[0]["content"].startswith("[tool result cleared to save context]\n[cleared: original 3,")
+    assert results[-1] is msgs[-1] and results[-2] is msgs[-3]
+
+
+def test_clearing_is_stamped_so_a_second_run_changes_nothing():
+    """A cleared result carries its notice: the next run leaves it (and the list) as it is."""
+    definition = clearing(trigger=0, keep=1)
+    first = definition.apply("pre_llm", Context(messages=run(5), model=MODEL))
+    again = definition.apply("pre_llm", first.context)
+    assert again.context is first.context and again.trace[0]["details"]["cleared"] == 0
+
+
+def test_a_store_archives_first_and_the_notice_says_where(tmp_path):
+    """With an offload store each result is archived before it is cleared; the notice's
+    reference reads the whole original back (the runner's recall tools use it)."""
+    msgs = run(3)
+    store = LocalOffloader(tmp_path)
+    result = clearing(trigger=0, keep=1).apply(
+        "pre_llm", Context(messages=msgs, model=MODEL), offloader=store, session="s"
+    )
+    first = result.context.messages[2]["content"]
+    ref = OFFLOADED.search(first).group(1)
+    assert store.read("s", ref).text == msgs[2]["content"]
+    assert result.trace[0]["details"]["offloaded"] == [
+        ref,
+        OFFLOADED.search(result.context.messages[4]["content"]).group(1),
+    ]
+
+
+def test_excluded_tools_unanswered_results_and_recall_results_are_never_cleared():
+    """exclude_tools, context_read/context_search and the results the model has not seen yet stay."""
+    msgs = run(6, names=("read", "plan", "context_read"))
+    msgs.append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "new", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+            ],
+        }
+    )
+    msgs.append({"role": "tool", "tool_call_id": "new", "content": "fresh " * 2000})
+    out = clearing(trigger=0, keep=0, exclude_tools=["plan"]).apply(
+        "pre_llm", Context(messages=msgs, model=MODEL)
+    )
+    by_id = {m["tool_call_id"]: m["content"] for m in out.context.messages if m["role"] == "tool"}
+    assert [k for k, v in by_id.items() if cleared(v)] == ["c0", "c3"]
+
+
+def test_clear_tool_inputs_empties_the_arguments_of_cleared_calls_only():
+    """clear_tool_inputs: the calls of cleared results get {} arguments; kept ones keep theirs."""
+    out = clearing(trigger=0, keep=1, clear_tool_inputs=True).apply(
+        "pre_llm", Context(messages=run(3), model=MODEL)
+    )
+    args = [m["tool_calls"][0]["function"]["arguments"] for m in out.context.messages if m.get("tool_calls")]
+    assert args == ["{}", "{}", '{"path": "x"}']
+
+
+def test_clear_at_least_leaves_small_savings_alone():
+    """Clearing that would free less than clear_at_least changes nothing (and says so); above
+    it, everything eligible is cleared in one step."""
+    msgs = run(4, size=2000)
+    ctx = Context(messages=msgs, model=MODEL)
+    small = clearing(trigger=0, keep=3, clear_at_least=5000).apply("pre_llm", ctx)
+    assert small.context is ctx and "less than clear_at_least" in small.trace[0]["details"]["note"]
+    msgs = run(12, size=2000)
+    big = clearing(trigger=0, keep=3, clear_at_least=2000).apply(
+        "pre_llm", Context(messages=msgs, model=MODEL)
+    )
+    assert big.trace[0]["details"]["cleared"] == 9 and big.trace[0]["details"]["freed"] >= 2000
+
+
+def test_compaction_with_clear_at_least_compacts_only_large_savings(tmp_path):
+    """ToolResultCompactionManager with clear_at_least: a small saving changes nothing and
+    archives nothing; a large one compacts every result over its cap at once."""
+    definition = load_definition(
+        {
+            "name": "k",
+            "hooks": {
+                "pre_llm": [
+                    {
+                        "type": "ToolResultCompactionManager",
+                        "config": {"recent_n": 1, "old_max_chars": 1000, "clear_at_least": 3000},
+                    }
+                ]
+            },
+        }
+    )
+    store = LocalOffloader(tmp_path)
+    few = Context(messages=run(2, size=3000), model=MODEL)
+    result = definition.apply("pre_llm", few, offloader=store, session="s")
+    assert result.context is few and store.list("s") == []
+    many = Context(messages=run(8, size=3000), model=MODEL)
+    result = definition.apply("pre_llm", many, offloader=store, session="s")
+    assert result.trace[0]["details"]["compacted"] == 7 and len(store.list("s")) == 7
+
+
+clearing_configs = st.builds(
+    lambda keep, at_least, inputs, trigger: {
+        "type": "ToolResultClearingManager",
+        "config": {"keep": keep, "clear_at_least": at_least, "clear_tool_inputs": inputs, "trigger": trigger},
+    },
+    st.integers(0, 5),
+    st.sampled_from([0, 10, 200]),
+    st.booleans(),
+    st.sampled_from([0, 50, 500]),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations(), clearing_configs)
+def test_clearing_keeps_every_invariant_and_is_idempotent(messages, entry):
+    """On any valid conversation: valid output, pairs kept, system kept, tokens never grow, and
+    a second run changes nothing."""
+    definition = load_definition({"name": "p", "hooks": {"pre_llm": [entry]}})
+    assert_invariants(definition, "pre_llm", Context(system_prompt="s", messages=messages, model=MODEL))
+
+
+def test_the_placeholder_is_json_safe_text():
+    """The placeholder is configurable and stays plain text in the result."""
+    out = clearing(trigger=0, keep=0, placeholder="[gone]").apply(
+        "pre_llm", Context(messages=run(2), model=MODEL)
+    )
+    content = out.context.messages[2]["content"]
+    assert content.startswith("[gone]\n[cleared: original") and json.loads(json.dumps(content)) == content

@@ -1,0 +1,241 @@
+"""The prompt cache: the reusable prefix, prices, and postponing edits that do not pay."""
+
+import pytest
+
+from ctxmgmt import Context, Definition, Environment, get_counter
+from ctxmgmt.cache import ANTHROPIC_RATIOS, Pricing, PromptCache, cache_figures, output_tokens
+
+MODEL = "gpt-4o"
+TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+
+
+def conversation(results: int, size: int = 4000) -> list[dict]:
+    """A task, then `results` tool calls each with a result of about size/4 tokens."""
+    msgs: list[dict] = [{"role": "user", "content": "Fix the failing test in billing."}]
+    for i in range(results):
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i} " * (size // 7)})
+    return msgs
+
+
+def context(msgs: list[dict], window: int | None = 200_000, system: str = "Be brief.") -> Context:
+    return Context(system_prompt=system, messages=msgs, tools=TOOLS, model=MODEL, context_window=window)
+
+
+def test_the_reusable_prefix_is_tools_system_and_the_identical_messages():
+    """The first request reuses nothing; the next reuses tools, system prompt and every message
+    identical to the previous request's, up to the first difference."""
+    counter = get_counter(MODEL)
+    cache = PromptCache()
+    msgs = conversation(3)
+    first = context(msgs)
+    assert cache.measure(first, counter) == 0
+    grown = context([*msgs, {"role": "user", "content": "and the docs"}])
+    whole = counter.tools(TOOLS) + counter.system_prompt("Be brief.") + sum(counter.message(m) for m in msgs)
+    assert cache.measure(grown, counter) == whole
+    grown_msgs = list(grown.messages)
+    edited = [*grown_msgs[:3], {**grown_msgs[3], "content": "cut"}, *grown_msgs[4:]]
+    upto_edit = whole - sum(counter.message(m) for m in msgs[3:])
+    assert cache.measure(context(edited), counter) == upto_edit
+
+
+def test_a_new_system_prompt_leaves_only_the_tools_and_new_tools_nothing():
+    """Providers cache tools, then the system prompt, then messages: a change ends the prefix there."""
+    counter = get_counter(MODEL)
+    cache = PromptCache()
+    msgs = conversation(2)
+    cache.measure(context(msgs), counter)
+    assert cache.measure(context(msgs, system="Be thorough."), counter) == counter.tools(TOOLS)
+    other = Context(system_prompt="Be thorough.", messages=msgs, tools=[], model=MODEL)
+    assert cache.measure(other, counter) == 0
+
+
+def test_equal_messages_loaded_again_are_reusable():
+    """Messages read back from storage are new objects: equal ones still count as the prefix."""
+    counter = get_counter(MODEL)
+    cache = PromptCache()
+    msgs = conversation(2)
+    cache.measure(context(msgs), counter)
+    copies = [dict(m) for m in msgs]
+    assert cache.measure(context(copies), counter) == cache.prefix_tokens(context(msgs), counter, len(msgs))
+
+
+@pytest.mark.parametrize(
+    ("usage", "figures"),
+    [
+        ({"prompt_tokens": 900, "prompt_tokens_details": {"cached_tokens": 800}}, {"cached_tokens": 800}),
+        ({"input_tokens": 900, "input_tokens_details": {"cached_tokens": 640}}, {"cached_tokens": 640}),
+        (
+            {"input_tokens": 50, "cache_read_input_tokens": 700, "cache_creation_input_tokens": 150},
+            {"cached_tokens": 700, "cache_write_tokens": 150},
+        ),
+        ({"prompt_tokens": 900}, {}),
+        ({"prompt_tokens_details": {"cached_tokens": True}}, {}),
+        (None, {}),
+    ],
+)
+def test_cache_figures_are_read_from_each_providers_usage(usage, figures):
+    """OpenAI chat and Responses report cached_tokens, Anthropic its cache reads and writes."""
+    assert cache_figures(usage) == figures
+
+
+def test_a_call_is_priced_by_the_providers_figures_or_by_the_reusable_prefix():
+    """Without cache figures the reusable prefix is read and the rest written; with them, the
+    rest of the input is fresh. Output tokens are priced apart."""
+    p = Pricing(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+    assert p.call(1_000_000, 900_000, 1000) == pytest.approx(0.27 + 0.375 + 0.015)
+    assert p.call(1_000_000, 0, cached=900_000, written=50_000) == pytest.approx(0.15 + 0.27 + 0.1875)
+    assert Pricing(input=2.0).call(1_000_000, 500_000) == pytest.approx(2.0)
+    assert p.fresh(1_000_000, 1_000_000) == pytest.approx(18.0)
+    assert output_tokens({"completion_tokens": 7}) == output_tokens({"output_tokens": 7}) == 7
+
+
+# -- postponement ---------------------------------------------------------------------------
+
+MASK_ALL = {
+    "settings": {"cache": "aware"},
+    "hooks": {
+        "pre_llm": [{"type": "ToolResultClearingManager", "config": {"trigger": 0, "keep": 2}}],
+    },
+}
+
+
+def sent_then(msgs: list[dict], window: int, new: int = 1):
+    """A cache that saw the request without the last `new` messages, and the context now."""
+    counter = get_counter(MODEL)
+    cache = PromptCache(ANTHROPIC_RATIOS)
+    before = context(msgs[: len(msgs) - new], window)
+    cache.measure(before, counter)
+    return cache, context(msgs, window)
+
+
+def test_an_edit_of_the_cached_prefix_that_does_not_pay_is_postponed():
+    """Clearing one old result deep in a long cached request frees little and rewrites much:
+    with cache: aware it waits, the trace says 'postponed: cache' with the numbers, and the
+    request is the one sent before plus what is new."""
+    msgs = conversation(12, size=400)
+    msgs[1:3] = conversation(1, size=20_000)[1:]  # one large old result at the start ...
+    msgs[3:3] = [{"role": "user", "content": "long notes " * 3000}]  # ... and a long cached rest
+    cache, ctx = sent_then(msgs, window=200_000, new=2)
+    definition = Definition.from_dict(
+        {"name": "aware", **MASK_ALL, "settings": {"cache": "aware", "cache_expected_calls": 1}}
+    )
+    result = definition.apply("pre_llm", ctx, environment=Environment(cache=cache))
+    entry = result.trace[0]
+    assert entry["activated"] and entry["details"]["postponed"] == "cache"
+    numbers = entry["details"]["cache"]
+    assert numbers["postpone"] and numbers["fits"] and numbers["freed"] > 0
+    assert numbers["saving"] < numbers["rewrite_cost"] and numbers["expected_calls"] == 1
+    assert result.context.messages == ctx.messages
+
+
+def test_an_edit_that_pays_for_the_rewrite_is_applied_and_says_why():
+    """Clearing many large old results saves more over the calls to come than the rewrite costs."""
+    msgs = conversation(12, size=20_000)
+    cache, ctx = sent_then(msgs, window=200_000, new=2)
+    definition = Definition.from_dict({"name": "aware", **MASK_ALL})
+    result = definition.apply("pre_llm", ctx, environment=Environment(cache=cache))
+    entry = result.trace[0]
+    assert "postponed" not in entry["details"] and entry["details"]["cleared"] == 10
+    numbers = entry["details"]["cache"]
+    assert not numbers["postpone"] and numbers["saving"] >= numbers["rewrite_cost"]
+    assert result.trace[0]["tokens_after"] < result.trace[0]["tokens_before"]
+
+
+def test_without_cache_aware_the_same_edit_is_applied():
+    """The policy is opt-in: without settings.cache the manager edits as it always did."""
+    msgs = conversation(12, size=400)
+    cache, ctx = sent_then(msgs, window=200_000, new=2)
+    definition = Definition.from_dict({"name": "plain", "hooks": MASK_ALL["hooks"]})
+    result = definition.apply("pre_llm", ctx, environment=Environment(cache=cache))
+    assert result.trace[0]["details"]["cleared"] == 10 and "cache" not in result.trace[0]["details"]
+
+
+def test_an_edit_of_only_new_messages_is_never_postponed():
+    """What the previous request did not have is not cached: editing it costs the cache nothing."""
+    msgs = conversation(4, size=40)
+    msgs[-1] = {**msgs[-1], "content": "row " * 20_000}  # only the newest result is over the limit
+    cache, ctx = sent_then(msgs, window=200_000, new=2)
+    definition = Definition.from_dict(
+        {
+            "name": "new-only",
+            "settings": {"cache": "aware", "cache_expected_calls": 1},
+            "hooks": {
+                "pre_llm": [
+                    {
+                        "type": "ToolsOutputTruncateManager",
+                        "config": {"max_output_length": 100_000, "max_output_tokens": 1000},
+                    }
+                ]
+            },
+        }
+    )
+    result = definition.apply("pre_llm", ctx, environment=Environment(cache=cache))
+    assert result.trace[0]["details"]["truncated"] == 1 and "cache" not in result.trace[0]["details"]
+
+
+def test_fit_overrides_postponement():
+    """A request that would not fit is never kept for the cache's sake: the entry that would
+    otherwise wait is applied (fits: false in its numbers), and the request fits its window."""
+    msgs = conversation(12, size=2000)
+    msgs[3:3] = [{"role": "user", "content": "long notes " * 3000}]
+    counter = get_counter(MODEL)
+    tokens = counter.context(context(msgs))[0]
+    window = tokens + 2000  # over window - reserve (min(8192, window/4)): the request does not fit
+    cache, ctx = sent_then(msgs, window=window, new=2)
+    definition = Definition.from_dict(
+        {"name": "aware", **MASK_ALL, "settings": {"cache": "aware", "cache_expected_calls": 1}}
+    )
+    result = definition.apply("pre_llm", ctx, environment=Environment(cache=cache))
+    entry = result.trace[0]
+    assert entry["details"]["cache"]["fits"] is False and "postponed" not in entry["details"]
+    assert counter.context(result.context)[0] + min(8192, window // 4) <= window
+
+    # And when the entry cannot make room, the fit step does: it is never postponed.
+    cache, ctx = sent_then(msgs, window=window, new=2)
+    stubborn = Definition.from_dict(
+        {
+            "name": "stubborn",
+            "settings": {"cache": "aware", "cache_expected_calls": 1},
+            "hooks": {
+                "pre_llm": [{"type": "ToolResultClearingManager", "config": {"trigger": 0, "keep": 100}}]
+            },
+        }
+    )
+    result = stubborn.apply("pre_llm", ctx, environment=Environment(cache=cache))
+    fit = result.trace[-1]
+    assert fit["type"] == "fit" and fit["activated"] and "postponed" not in fit["details"]
+    assert counter.context(result.context)[0] + min(8192, window // 4) <= window
+
+
+def test_a_postponed_entry_waits_until_the_request_has_grown():
+    """Once postponed, an entry is not run again on every call: it waits until the request has
+    grown by a quarter of its room (or four calls' growth), then is weighed again."""
+    counter = get_counter(MODEL)
+    cache = PromptCache()
+    msgs = conversation(3)
+    cache.measure(context(msgs), counter)
+    cache.postponed("d", 0, 10_000, limit=90_000)
+    assert cache.waiting("d", 0, 12_000, 90_000) == {"until_tokens": 30_000}
+    assert cache.waiting("d", 1, 12_000, 90_000) is None  # another entry
+    assert cache.waiting("d", 0, 30_000, 90_000) is None  # grown enough: weighed again
+    assert cache.waiting("d", 0, 12_000, 90_000) is None  # and forgotten until postponed again
+
+
+def test_an_edit_of_the_prefix_wakes_the_waiting_entries():
+    """When the prefix is rewritten anyway, the postponed entries are weighed again at once."""
+    counter = get_counter(MODEL)
+    cache = PromptCache()
+    msgs = conversation(3)
+    cache.measure(context(msgs), counter)
+    cache.postponed("d", 0, 10_000, limit=90_000)
+    cache.measure(context(msgs[2:]), counter)
+    assert cache.waiting("d", 0, 10_001, 90_000) is None
