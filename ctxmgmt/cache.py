@@ -18,12 +18,16 @@ request fits; the fit step is never postponed.
 from __future__ import annotations
 
 import collections
+import hashlib
+import json
 import math
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .calibration import MAX_REPORTED
 from .history import History
 from .tokens import REPLY_PRIMING
 
@@ -31,13 +35,26 @@ if TYPE_CHECKING:
     from .context import Context
     from .tokens import TokenCounter
 
-__all__ = ["ANTHROPIC_RATIOS", "Pricing", "PromptCache", "cache_figures", "output_tokens"]
+__all__ = [
+    "ANTHROPIC_RATIOS",
+    "OPENAI_RATIOS",
+    "Pricing",
+    "PromptCache",
+    "cache_figures",
+    "digest",
+    "output_tokens",
+    "ratios_for",
+]
 
 MAX_EXPECTED_CALLS = 50
 """The horizon of the cost comparison: an edit is judged on at most this many later calls."""
 MIN_GROWTH = 64
 """Tokens a conversation is taken to grow by per call at least (a step adds a message)."""
 GROWTH_SAMPLES = 20
+REQUESTS_KEPT = 4
+"""Requests kept to match the next one against (several conversations may share an adapter)."""
+DEFAULT_TTL = 300.0
+"""Seconds a request's prefix stays cached: Anthropic's default lifetime (OpenAI: 5-10 minutes)."""
 NO_PREFIX, TOOLS_ONLY = -2, -1
 """What :meth:`PromptCache.common` returns when the tools, or only the system prompt, differ."""
 
@@ -91,13 +108,17 @@ class Pricing:
         ``written``), the rest of ``input_tokens`` is fresh; without them, the reusable prefix
         is read from the cache and the rest written to it (a breakpoint at the end, as agents
         place it)."""
+        input_tokens = max(0, min(input_tokens, MAX_REPORTED))
+        output = max(0, min(output, MAX_REPORTED))
         if cached is None and written is None:
             reusable = max(0, min(reusable, input_tokens))
             return (
                 reusable * self.read + (input_tokens - reusable) * self.write + output * self.output
             ) / 1e6
-        cached, written = cached or 0, written or 0
-        fresh = max(0, input_tokens - cached - written)
+        # A report of more cached (or written) tokens than the input is not believed beyond it.
+        cached = max(0, min(cached or 0, input_tokens))
+        written = max(0, min(written or 0, input_tokens - cached))
+        fresh = input_tokens - cached - written
         return (fresh * self.input + cached * self.read + written * self.write + output * self.output) / 1e6
 
     def fresh(self, input_tokens: int, output: int = 0) -> float:
@@ -107,10 +128,19 @@ class Pricing:
 
 ANTHROPIC_RATIOS = Pricing(input=1.0, output=5.0, cache_read=0.1, cache_write=1.25)
 """Relative prices when none are configured: Anthropic's cache read (0.1x) and write (1.25x)."""
+OPENAI_RATIOS = Pricing(input=1.0, output=4.0, cache_read=0.5, cache_write=1.0)
+"""OpenAI's: a cached read at half the price or less (0.5x for gpt-4o, 0.25x for gpt-4.1,
+0.1x for gpt-5), no write premium. The conservative end, when no pricing is configured."""
+
+
+def ratios_for(provider: str | None) -> Pricing:
+    """The relative prices for a provider without configured pricing."""
+    return ANTHROPIC_RATIOS if provider == "anthropic" else OPENAI_RATIOS
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED
+    return value if ok else None
 
 
 def cache_figures(usage: Mapping[str, Any] | None) -> dict[str, int]:
@@ -130,6 +160,30 @@ def cache_figures(usage: Mapping[str, Any] | None) -> dict[str, int]:
         out["cached_tokens"] = read
     if write is not None:
         out["cache_write_tokens"] = write
+    return out
+
+
+def clean_usage(usage: Any, depth: int = 0) -> dict[str, Any]:
+    """A provider's usage report as it may be stored and answered: JSON-safe (finite numbers,
+    counts within MAX_REPORTED, short strings, at most 64 keys and 3 levels); the rest dropped."""
+    out: dict[str, Any] = {}
+    if not isinstance(usage, Mapping) or depth > 2:
+        return out
+    for key, value in list(usage.items())[:64]:
+        if not isinstance(key, str) or len(key) > 100:
+            continue
+        if isinstance(value, bool) or value is None:
+            out[key] = value
+        elif isinstance(value, int):
+            if abs(value) <= MAX_REPORTED:
+                out[key] = value
+        elif isinstance(value, float):
+            if math.isfinite(value) and abs(value) <= MAX_REPORTED:
+                out[key] = value
+        elif isinstance(value, str):
+            out[key] = value[:200]
+        elif isinstance(value, Mapping):
+            out[key] = clean_usage(value, depth + 1)
     return out
 
 
@@ -153,52 +207,78 @@ def _same(a: Any, b: Any) -> bool:
     return a is b or a == b
 
 
+def digest(value: Any) -> str:
+    """A short fingerprint of tool schemas or a system prompt ("" for none)."""
+    if not value:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+@dataclass(slots=True)
+class _Sent:
+    """A request that was sent: the fingerprints of its tools and system prompt, its messages
+    (kept by reference), their tokens, when it was sent, and its conversation's lineage: the
+    growth per call and the postponed entries, carried to the request that extends it."""
+
+    tools: str
+    system: str
+    messages: Sequence[Any]
+    body: int | None
+    total: int | None
+    at: float
+    grown: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=GROWTH_SAMPLES))
+    waiting: dict[tuple[str, int], float] = field(default_factory=dict)
+
+
 class PromptCache:
-    """One conversation's previous request, to measure what the next one reuses and to
-    weigh edits of that prefix. The runner and the adapters keep one per conversation and
-    hand it to hook runs through :class:`~ctxmgmt.managers.base.Environment`."""
+    """The requests a conversation sent (the last few, within the cache's lifetime), to
+    measure what the next one reuses and to weigh edits of that prefix. The runner keeps one
+    per execution, the adapters one per conversation; hook runs get it through
+    :class:`~ctxmgmt.managers.base.Environment`.
 
-    def __init__(self, pricing: Pricing | None = None) -> None:
+    Like a provider's cache it is keyed by content: a request reuses the longest prefix it
+    shares with any request kept (so one adapter serving several conversations measures each
+    against its own), and a request older than ``ttl`` seconds (Anthropic's default lifetime
+    is five minutes) serves nothing."""
+
+    def __init__(
+        self,
+        pricing: Pricing | None = None,
+        *,
+        ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.pricing = pricing or ANTHROPIC_RATIOS
-        self._tools: Any = None
-        self._system: Any = None
-        self._messages: Sequence[Any] = ()
-        """The previous request's messages: a History as it was (immutable), or a tuple."""
-        self._body: int | None = None
-        """Their tokens, once counted (the prefix when nothing was edited: the common case)."""
-        self._sent = False
-        self._last_total = 0
-        self._grown: collections.deque[int] = collections.deque(maxlen=GROWTH_SAMPLES)
-        self._waiting: dict[tuple[str, int], float] = {}
-        """Postponed entries (definition, index) -> the tokens at which they are weighed again."""
-        self._lock = threading.Lock()
+        self.ttl = ttl
+        self._clock = clock
+        self._sent: collections.deque[_Sent] = collections.deque(maxlen=REQUESTS_KEPT)
+        self._keys: dict[int, tuple[Any, str]] = {}  # id -> (object, digest): one digest per object
+        self._lock = threading.RLock()
 
-    @property
-    def growth(self) -> float:
-        """Tokens a request grows by per call: the mean over the last calls (a call with many
-        parallel results is one of them, not the new rate)."""
-        return max(float(MIN_GROWTH), sum(self._grown) / len(self._grown)) if self._grown else MIN_GROWTH
+    # -- matching -------------------------------------------------------------------------
+    def _key(self, value: Any) -> str:
+        found = self._keys.get(id(value))
+        if found is not None and found[0] is value:
+            return found[1]
+        key = digest(value)
+        if len(self._keys) >= 4 * REQUESTS_KEPT:
+            self._keys.clear()
+        self._keys[id(value)] = (value, key)
+        return key
 
-    @property
-    def known(self) -> bool:
-        """Whether there is a previous request to compare with."""
-        return self._sent
+    def _live(self) -> list[_Sent]:
+        now = self._clock()
+        while self._sent and now - self._sent[0].at > self.ttl:
+            self._sent.popleft()
+        return list(reversed(self._sent))  # the newest first
 
-    def seed(self, tools: Any, system: Any, messages: Sequence[Any]) -> None:
-        """Take a request sent before this process saw the conversation (an earlier execution)."""
-        with self._lock:
-            self._tools, self._system, self._sent = tools, system, True
-            self._messages, self._body = _kept(messages), None
-
-    def common(self, context: Context) -> int:
-        """How many of the context's messages are the previous request's first ones; -1 when
-        the system prompt differs (only the tools are reusable), -2 when the tools differ or
-        there is no previous request (nothing is)."""
-        if not self._sent or not _same(context.tools or None, self._tools or None):
+    def _common_with(self, sent: _Sent, context: Context) -> int:
+        if self._key(context.tools or None) != sent.tools:
             return NO_PREFIX
-        if not _same(context.system_prompt or None, self._system or None):
+        if self._key(context.system_prompt or None) != sent.system:
             return TOOLS_ONLY
-        previous, messages = self._messages, context.messages
+        previous, messages = sent.messages, context.messages
         n = min(len(previous), len(messages))
         if n == len(previous):  # the common case, a request that grew: compared at C speed
             if isinstance(previous, History) and previous._prefix_of(messages):
@@ -210,6 +290,30 @@ class PromptCache:
             i += 1
         return i
 
+    def _match(self, context: Context) -> tuple[_Sent | None, int]:
+        """The kept request sharing the longest prefix with the context, and its length (see
+        :meth:`common`)."""
+        best: tuple[_Sent | None, int] = (None, NO_PREFIX)
+        for sent in self._live():
+            common = self._common_with(sent, context)
+            if common > best[1]:
+                best = (sent, common)
+            if common == len(sent.messages):
+                break  # it extends the newest request it can: the usual step of a conversation
+        return best
+
+    @property
+    def known(self) -> bool:
+        """Whether a request within the cache's lifetime was sent."""
+        with self._lock:
+            return bool(self._live())
+
+    def common(self, context: Context) -> int:
+        """How many of the context's messages a kept request starts with; -1 when only the
+        tools match (the system prompt differs), -2 when nothing does."""
+        with self._lock:
+            return self._match(context)[1]
+
     def prefix_tokens(self, context: Context, counter: TokenCounter, upto: int) -> int:
         """The tokens of the request's tools, system prompt and first ``upto`` messages (see
         :meth:`common` for ``upto`` below 0)."""
@@ -218,30 +322,94 @@ class PromptCache:
         if upto == TOOLS_ONLY:
             return counter.tools(context.tools)
         fixed = counter.tools(context.tools) + counter.system_prompt(context.system_prompt)
-        if upto == len(self._messages) and self._body is not None:
-            return fixed + self._body  # the previous request's messages, all of them
         message = counter.message
         messages = context.messages
         return fixed + sum(message(messages[i]) for i in range(upto))
 
-    def measure(self, context: Context, counter: TokenCounter) -> int:
-        """The reusable prefix of a request about to be sent, which then becomes the previous
-        request (its count is memoised on the context: the hooks and the window check made it)."""
-        total = counter.context(context)[0]
-        with self._lock:
-            common = self.common(context)
-            reusable = self.prefix_tokens(context, counter, common)
-            if common < len(self._messages):  # the prefix was edited: postponed edits cost less now
-                self._waiting.clear()
-            if self._sent and total >= self._last_total:  # a call after an edit says nothing of it
-                self._grown.append(total - self._last_total)
-            self._tools, self._system = context.tools or None, context.system_prompt or None
-            self._messages = _kept(context.messages)
+    def _prefix(self, sent: _Sent | None, context: Context, counter: TokenCounter, upto: int) -> int:
+        if sent is not None and upto == len(sent.messages) and sent.body is not None:
             fixed = counter.tools(context.tools) + counter.system_prompt(context.system_prompt)
-            self._body = total - fixed - REPLY_PRIMING
-            self._sent, self._last_total = True, total
+            return fixed + sent.body  # all of that request's messages: their count is known
+        return self.prefix_tokens(context, counter, upto)
+
+    # -- requests ---------------------------------------------------------------------------
+    def seed(self, tools: Any, system: Any, messages: Sequence[Any], *, at: float | None = None) -> None:
+        """Take a request sent before this object existed (an earlier execution of the memory,
+        an adapter's saved state), sent at ``at`` (now when not given)."""
+        self._remember(
+            _Sent(
+                self._key(tools or None),
+                self._key(system or None),
+                _kept(messages),
+                None,
+                None,
+                at or self._clock(),
+            )
+        )
+
+    def restore(self, saved: Any, messages: Sequence[Any]) -> None:
+        """Take the request :meth:`export` described, whose messages are ``messages`` (a
+        saved state is checked like input: anything else is ignored)."""
+        if not isinstance(saved, Mapping):
+            return
+        tools, system, at = saved.get("tools"), saved.get("system"), saved.get("at")
+        if isinstance(tools, str) and isinstance(system, str) and isinstance(at, (int, float)):
+            body = saved.get("body")
+            body = body if isinstance(body, int) and not isinstance(body, bool) else None
+            self._remember(_Sent(tools, system, _kept(messages), body, None, float(at)))
+
+    def export(self) -> dict[str, Any] | None:
+        """The newest request, JSON-able, without its messages (a saved view holds them)."""
+        with self._lock:
+            live = self._live()
+            if not live:
+                return None
+            sent = live[0]
+            return {"tools": sent.tools, "system": sent.system, "at": sent.at, "body": sent.body}
+
+    def _remember(self, sent: _Sent) -> None:
+        with self._lock:
+            self._sent.append(sent)
+
+    def measure(self, context: Context, counter: TokenCounter) -> int:
+        """The reusable prefix of a request about to be sent, which is then kept (its count is
+        memoised on the context: the hooks and the window check made it)."""
+        total = counter.context(context)[0]
+        fixed = counter.tools(context.tools) + counter.system_prompt(context.system_prompt)
+        with self._lock:
+            sent, common = self._match(context)
+            reusable = self._prefix(sent, context, counter, common)
+            new = _Sent(
+                self._key(context.tools or None),
+                self._key(context.system_prompt or None),
+                _kept(context.messages),
+                total - fixed - REPLY_PRIMING,
+                total,
+                self._clock(),
+            )
+            if sent is not None and common == len(sent.messages):  # it extends that request
+                new.grown = sent.grown
+                new.waiting = sent.waiting  # an edit of the prefix wakes the postponed entries
+                if sent.total is not None and total >= sent.total:
+                    sent.grown.append(total - sent.total)
+                if sent in self._sent:
+                    self._sent.remove(sent)  # the lineage goes on in the new request
+            self._sent.append(new)
             return reusable
 
+    def growth(self, context: Context | None = None) -> float:
+        """Tokens a request grows by per call in the context's conversation: the mean over
+        its last calls (one with many parallel results is one of them, not the new rate)."""
+        with self._lock:
+            if context is not None:
+                sent = self._match(context)[0]
+            else:
+                live = self._live()
+                sent = live[0] if live else None
+            grown = sent.grown if sent is not None else ()
+            return max(float(MIN_GROWTH), sum(grown) / len(grown)) if grown else float(MIN_GROWTH)
+
+    # -- edits ------------------------------------------------------------------------------
     def weigh(
         self,
         before: Context,
@@ -258,22 +426,23 @@ class PromptCache:
         calls expected before the next edit, are worth less at the cache-read price than
         rewriting the cache now costs. ``expected_calls``: None estimates them as the calls
         until the edited request would reach ``limit`` at the growth per call seen so far."""
-        if not self._sent:
-            return None
-        cached = self.common(before)
-        edited = self.common(after)
-        if edited >= cached:
-            return None  # the edit changes only what is new since the previous request
-        total_before = counter.context(before)[0]
-        total_after = counter.context(after)[0]
+        with self._lock:
+            sent, cached = self._match(before)
+            if sent is None:
+                return None
+            edited = self._common_with(sent, after)
+            if edited >= cached:
+                return None  # the edit changes only what is new since that request
+            total_before = counter.context(before)[0]
+            total_after = counter.context(after)[0]
+            kept_before = self._prefix(sent, before, counter, cached)
+            kept_after = self._prefix(sent, after, counter, edited)
+            growth = self.growth(before)
         freed = max(0, total_before - total_after)
-        kept_before = self.prefix_tokens(before, counter, cached)
-        kept_after = self.prefix_tokens(after, counter, edited)
         p = self.pricing
         cost_now = kept_after * p.read + (total_after - kept_after) * p.write
         cost_wait = kept_before * p.read + (total_before - kept_before) * p.write
         rewrite = cost_now - cost_wait
-        growth = self.growth
         if expected_calls is not None:
             calls = expected_calls
         elif limit:
@@ -296,23 +465,30 @@ class PromptCache:
             "fits": fits,
         }
 
-    def postponed(self, definition: str, index: int, tokens: int, limit: int | None) -> None:
-        """Remember an entry that was postponed at ``tokens``: it is not run again until the
-        request has grown by a quarter of its remaining room (at least four calls' growth),
-        or no longer fits, or the prefix was edited anyway."""
-        growth = self.growth
-        step = max(4 * growth, (limit - tokens) / 4 if limit else 0.0)
+    def postponed(self, key: str, index: int, context: Context, tokens: int, limit: int | None) -> None:
+        """Remember an entry that was postponed at ``tokens`` in the context's conversation: it
+        is not run again until the request has grown by a quarter of its remaining room (at
+        least four calls' growth), or no longer fits, or its prefix was edited anyway."""
         with self._lock:
-            self._waiting[(definition, index)] = tokens + step
+            sent = self._match(context)[0]
+            if sent is None:
+                return
+            growth = self.growth(context)
+            step = max(4 * growth, (limit - tokens) / 4 if limit else 0.0)
+            sent.waiting[(key, index)] = tokens + step
 
-    def waiting(self, definition: str, index: int, tokens: int, limit: int | None) -> dict[str, Any] | None:
+    def waiting(
+        self, key: str, index: int, context: Context, tokens: int, limit: int | None
+    ) -> dict[str, Any] | None:
         """``{"until_tokens": N}`` while a postponed entry waits; None when it runs."""
         with self._lock:
-            until = self._waiting.get((definition, index))
+            sent, common = self._match(context)
+            if sent is None or common < len(sent.messages):
+                return None  # its prefix was edited: the rewrite is paid, the entry may run
+            until = sent.waiting.get((key, index))
             if until is None:
                 return None
-            growth = self.growth
-            if tokens >= until or (limit is not None and tokens + growth > limit):
-                del self._waiting[(definition, index)]
+            if tokens >= until or (limit is not None and tokens + self.growth(context) > limit):
+                del sent.waiting[(key, index)]
                 return None
             return {"until_tokens": round(until)}

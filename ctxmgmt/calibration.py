@@ -37,6 +37,10 @@ MODELS_KEPT = 256
 """Models remembered per calibration (model names come from clients)."""
 
 
+MAX_REPORTED = 10**12
+"""A reported token count above this is not a real count (a broken or hostile endpoint)."""
+
+
 class Calibration:
     """Per model, a smoothed ratio of reported to counted input tokens (see the module)."""
 
@@ -63,8 +67,8 @@ class Calibration:
         if (
             isinstance(reported, bool)
             or not isinstance(reported, (int, float))
+            or not 0 < reported <= MAX_REPORTED  # before isfinite: a huge int is no float
             or not math.isfinite(reported)
-            or reported <= 0
             or counted <= 0
         ):
             return None
@@ -120,11 +124,12 @@ def reported_input_tokens(usage: Mapping[str, Any] | None) -> int | None:
         return None
     for key in ("prompt_tokens", "input_tokens"):
         value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_REPORTED:
             extra = 0
             if key == "input_tokens":  # Anthropic counts its cache apart
                 for cached in ("cache_read_input_tokens", "cache_creation_input_tokens"):
                     more = usage.get(cached)
-                    extra += more if isinstance(more, int) and not isinstance(more, bool) and more > 0 else 0
+                    if isinstance(more, int) and not isinstance(more, bool) and 0 < more <= MAX_REPORTED:
+                        extra += more
             return value + extra
     return None

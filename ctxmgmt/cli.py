@@ -589,7 +589,10 @@ def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
         bar += "|" if window else " "
         reported = f"{c['reported']:,}" if c.get("reported") is not None else "-"
         notes = fired.get(c["call"], [])
-        reused = f"{c['reusable_prefix_tokens']:,}" if c.get("reusable_prefix_tokens") is not None else "-"
+        reused = "-"
+        if isinstance(c.get("reusable_prefix_tokens"), int):  # calibrated, as the columns beside it
+            scale = c["calibrated"] / c["tokens_after"] if c.get("tokens_after") else 1.0
+            reused = f"{round(c['reusable_prefix_tokens'] * scale):,}"
         numbers = (
             f"{c['call']:>4} {c['calibrated_before']:>9,} {c['calibrated']:>9,} {reused:>9} {reported:>9}"
         )

@@ -17,7 +17,10 @@ definition's own entries leave more, this step, traced as its own entry of type
 4. if the system prompt, tool schemas, pinned messages and reserve alone exceed the
    window, it raises :class:`~ctxmgmt.ContextError` naming the numbers.
 
-``settings: {fit: false}`` turns the step off.
+``settings: {fit: false}`` turns the step off. With ``settings: {cache: aware}`` step 1
+removes old units down to three quarters of the room, not just under it: a step that cut
+only what the next call needs would fire again on every call and rewrite the prompt cache
+each time (the hysteresis every reducing built-in has).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from .tokens import MESSAGE_OVERHEAD
 __all__ = ["DEFAULT_RESERVE_CAP", "Fit", "reserve_tokens"]
 
 DEFAULT_RESERVE_CAP = 8192
+CACHE_TARGET = 0.75
+"""With cache: aware, step 1 removes old units down to this share of the room."""
 SUMMARY_CAP = 8000
 """At most this many tokens of summary, and at most an eighth of the room for the input."""
 _MIN_RESULT_TOKENS = 48
@@ -92,7 +97,8 @@ class Fit:
         newest = {spans[-1]} if spans else set()
         groups = [u for u in spans if u[1] - u[0] > 1 or context.messages[u[0]].get("tool_calls")]
         newest.update(groups[-1:])
-        out = self._drop(context, [u for u in spans if u not in newest], budget, summary_room, runtime)
+        target = int(budget * CACHE_TARGET) if self.settings.get("cache") == "aware" else budget
+        out = self._drop(context, [u for u in spans if u not in newest], target, summary_room, runtime)
         # 2. The largest tool results that are kept.
         if counter.context(out)[0] > budget:
             out = self._cut(out, budget, runtime)
@@ -206,11 +212,15 @@ def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, An
     source, ref, original = text, None, stamp(text)
     store = runtime.offloader
     if store is not None:
-        earlier = OFFLOADED.search(text)
+        earlier = OFFLOADED.search(text) if original is not None else None
         try:
-            if earlier is not None:
+            if earlier is not None and original is not None:
                 ref = earlier.group(1)
-                source, original = store.read(runtime.session, ref).text, None
+                archived = store.read(runtime.session, ref).text
+                if len(archived) != original[0]:  # a quoted notice, not ctxmgmt's own
+                    original = None
+                    raise CtxmgmtError("not the archive this notice states")
+                source, original = archived, None
         except CtxmgmtError:  # not this session's archive: store what is here instead
             ref = None
         if ref is None:

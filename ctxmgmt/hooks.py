@@ -92,7 +92,7 @@ class _Run:
         tokens = counts[0]
         fired, reason = entry.activation.evaluate(Facts(self.context, self.counter, counts, self.ratio))
         if fired and self._cache is not None and entry.type != Fit.type_name:
-            waiting = self._cache.waiting(self._key, entry.index, tokens, self._limit())
+            waiting = self._cache.waiting(self._key, entry.index, self.context, tokens, self._limit())
             if waiting is not None:  # postponed before, and nothing says it pays yet
                 fired, reason = False, {**reason, "postponed": "cache", "cache": waiting}
         if not fired:
@@ -172,11 +172,16 @@ class _Run:
         )
         if verdict is None:
             return False
-        details["cache"] = verdict
+        if verdict["postpone"] and details.get("model_calls"):
+            verdict = {**verdict, "postpone": False, "note": "applied: its model calls are paid for"}
         if not verdict["postpone"]:
+            details["cache"] = verdict
             return False
-        details["postponed"] = "cache"
-        self._cache.postponed(self._key, entry.index, tokens, self._limit())
+        # Nothing of the edit is used: what it did (and archived) is reported as what it would do.
+        would = {k: v for k, v in details.items() if k != "offloaded"}
+        details.clear()
+        details.update(postponed="cache", cache=verdict, would=would)
+        self._cache.postponed(self._key, entry.index, self.context, tokens, self._limit())
         return True
 
     def _broken(self, output: Any, builtin: bool) -> str | None:

@@ -260,7 +260,15 @@ def check_changes(messages: Sequence[Any], spans: Sequence[tuple[int, int]]) -> 
     valid one: the changed messages and the whole tool-call groups at each seam."""
     n = len(messages)
     windows: list[tuple[int, int]] = []
-    for start, end in spans:
+    for start, end in sorted(spans):
+        if windows and start - 1 <= windows[-1][1]:
+            # Within (or next to) the last window: extend it, never walk its group again
+            # (many changed results of one large parallel group cost the group once).
+            hi = max(windows[-1][1], end)
+            while hi < n and _role(messages[hi]) == "tool":
+                hi += 1
+            windows[-1] = (windows[-1][0], hi)
+            continue
         lo = max(0, start - 1)  # the message before the seam, and the start of its group
         while lo > 0 and _role(messages[lo]) == "tool":
             lo -= 1

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import httpx
 
-from .cache import PromptCache, cache_figures, output_tokens
+from .cache import PromptCache, cache_figures, clean_usage, output_tokens, ratios_for
 from .calibration import Calibration, reported_input_tokens
 from .context import Context
 from .definitions import Definition
@@ -147,7 +147,7 @@ class Runner:
     def view(self, memory_id: str) -> dict[str, Any]:
         """A memory's state and the managed messages the model saw last."""
         agent_id = self.memory.owner(memory_id)
-        messages, state, _, _ = self._continue(memory_id, agent_id)
+        messages, state, *_ = self._continue(memory_id, agent_id)
         return {"memory_id": memory_id, "agent_id": agent_id, "state": state, "view": messages}
 
     def _checks(self, body: Mapping[str, Any]) -> list[Problem]:
@@ -243,6 +243,7 @@ class Runner:
             tools = {t.name: t for t in (self.tools.build(s) for s in agent.get("tools") or ())}
         except ValueError as exc:
             raise AgentError([Problem("/tools", str(exc))]) from None
+        modified = None
         if memory_id is None:
             memory_id = await asyncio.to_thread(self.memory.create, agent_id)
             base: list[dict[str, Any]] = []
@@ -250,7 +251,9 @@ class Runner:
             length = 0
             calibration = Calibration()
         else:
-            base, state, length, saved_ratios = await asyncio.to_thread(self._continue, memory_id, agent_id)
+            base, state, length, saved_ratios, modified = await asyncio.to_thread(
+                self._continue, memory_id, agent_id
+            )
             calibration = Calibration(saved_ratios)
         schemas = [t.schema() for t in tools.values()]
         recall: list[dict[str, Any]] = []
@@ -260,7 +263,7 @@ class Runner:
                     recall.append(tool.schema())
 
         pool = self.pool or HTTPPool()
-        cache = PromptCache(model.pricing)
+        cache = PromptCache(model.pricing or ratios_for(model.provider))
         run = _Execution(
             definition=definition,
             environment=Environment(
@@ -271,6 +274,7 @@ class Runner:
                 pool,
                 calibration=calibration,
                 cache=cache,
+                user_first=model.provider == "anthropic",  # the Messages API wants a user turn first
             ),
             record=[{"role": "user", "content": question}],
             view=Context(
@@ -287,12 +291,13 @@ class Runner:
             found: bool = await asyncio.to_thread(self._archived, memory_id, base)
             if found:
                 run.show_recall()
-        # The previous execution's last request: what it sent ends before its last model turn.
+        # The previous execution's last request: what it sent ends before its last model turn,
+        # about when the memory was last written (the cache may have expired since).
         last_turn = next(
             (i for i in range(len(base) - 1, -1, -1) if base[i].get("role") == "assistant"), None
         )
-        if last_turn is not None:
-            cache.seed(run.view.tools or None, run.view.system_prompt, base[:last_turn])
+        if last_turn is not None and modified is not None:
+            cache.seed(run.view.tools or None, run.view.system_prompt, base[:last_turn], at=modified / 1000)
         result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
         result.execution_id = run.environment.execution or ""
         client = ChatClient(model, async_transport=self._transport, pool=pool)
@@ -325,7 +330,7 @@ class Runner:
                 result.usage.append(
                     {
                         "iteration": iteration,
-                        **response.usage,
+                        **clean_usage(response.usage),
                         "counted": counted,
                         "calibrated": round(counted * ratio),
                         "reported": reported,
@@ -409,7 +414,7 @@ class Runner:
         view that the next execution continues from is replaced."""
         agent = await asyncio.to_thread(self.agents.get, agent_id)
         definition, _, _ = await asyncio.to_thread(self._resolve, agent, None)
-        base, state, length, _ = await asyncio.to_thread(self._continue, memory_id, agent_id)
+        base, state, length, *_ = await asyncio.to_thread(self._continue, memory_id, agent_id)
         running = state.get(STATE_KEY)
         if isinstance(running, dict):  # asked for now: summarise even with no new message
             state[STATE_KEY] = {k: v for k, v in running.items() if k != "upto"}
@@ -462,17 +467,18 @@ class Runner:
 
     def _continue(
         self, memory_id: str, agent_id: str
-    ) -> tuple[list[dict[str, Any]], dict[str, Any], int, dict[str, Any]]:
-        """(messages to continue from, state, stored length, calibration): the managed view
-        saved by the last execution plus what was stored after it, reading only those rows."""
-        state, length, calibration = self.memory.head(memory_id, agent_id)
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], int, dict[str, Any], int]:
+        """(messages to continue from, state, stored length, calibration, last modified in ms):
+        the managed view saved by the last execution plus what was stored after it, reading
+        only those rows."""
+        state, length, calibration, modified = self.memory.head(memory_id, agent_id)
         view = state.pop(VIEW_KEY, None)
         if isinstance(view, dict) and isinstance(view.get("messages"), list):
             upto = view.get("upto")
             if isinstance(upto, int) and 0 <= upto <= length:
                 newer = self.memory.messages(memory_id, since=upto, until=length)
-                return [*view["messages"], *newer], state, length, calibration
-        return self.memory.messages(memory_id, until=length), state, length, calibration
+                return [*view["messages"], *newer], state, length, calibration, modified
+        return self.memory.messages(memory_id, until=length), state, length, calibration, modified
 
     def _resolve(
         self, agent: Mapping[str, Any], requested: str | None

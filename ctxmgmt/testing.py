@@ -373,7 +373,9 @@ def _to_responses(chat: list[dict[str, Any]], draw: Any) -> list[dict[str, Any]]
 class ChatServer:
     """A scripted OpenAI-compatible chat-completions server on 127.0.0.1, or with
     ``provider="anthropic"`` an Anthropic Messages API one (replies are given in chat form,
-    as the client returns them, and answered as Messages API content blocks).
+    as the client returns them, and answered as Messages API content blocks). The Anthropic
+    one refuses, with a 400 as the real API does, a request without ``max_tokens``, with more
+    than four ``cache_control`` breakpoints, or whose messages break the API's rules.
 
     Queue replies with :meth:`reply` (a message or text), :meth:`fail` (a status and
     error), :meth:`raw` (any body, e.g. malformed JSON) and ``delay`` (seconds
@@ -431,11 +433,13 @@ class ChatServer:
                         server.requests.append(json.loads(body))
                     except ValueError:
                         server.requests.append({"_raw": body.decode("utf-8", "replace")})
-                    step = (
-                        server._script.pop(0)
-                        if server._script
-                        else (500, b'{"error": {"message": "unscripted request"}}', 0.0)
-                    )
+                    refused = _refused(server.requests[-1]) if server.provider == "anthropic" else None
+                    if refused is not None:  # as the real API: a 400, and the script waits
+                        step = (400, refused, 0.0)
+                    elif server._script:
+                        step = server._script.pop(0)
+                    else:
+                        step = (500, b'{"error": {"message": "unscripted request"}}', 0.0)
                 status, payload, delay = step
                 if callable(payload):
                     payload = payload(server.requests[-1])
@@ -548,3 +552,24 @@ def _messages_answer(msg: dict[str, Any], usage: dict[str, int] | None, n: int) 
         "stop_reason": "tool_use" if msg.get("tool_calls") else "end_turn",
         "usage": usage or {"input_tokens": 10, "output_tokens": 5},
     }
+
+
+def _refused(body: Any) -> bytes | None:
+    """Why the Messages API would refuse a request body (an error answer), or None."""
+    from .formats import anthropic
+
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        why = "messages: a list is required"
+    elif not isinstance(body.get("max_tokens"), int):
+        why = "max_tokens: Field required"
+    else:
+        marks = json.dumps(body).count('"cache_control"')
+        problems = anthropic.check(body["messages"], body.get("system"))
+        if marks > anthropic.MAX_BREAKPOINTS:
+            why = f"A maximum of 4 blocks with cache_control may be provided. Found {marks}."
+        elif problems:
+            why = f"messages{problems[0].pointer}: {problems[0].message}"
+        else:
+            return None
+    error = {"type": "error", "error": {"type": "invalid_request_error", "message": why}}
+    return json.dumps(error).encode()

@@ -235,3 +235,67 @@ def test_the_models_configuration_reads_provider_max_tokens_and_pricing(tmp_path
         load_models(path)
     pointers = {p.pointer for p in caught.value.problems}
     assert pointers == {"/models/c/provider", "/models/c/pricing/input"}
+
+
+def test_the_test_server_refuses_what_the_messages_api_refuses(claude, anthropic_server):
+    """An assistant turn first, or more than four breakpoints: a 400 naming the rule."""
+    with pytest.raises(LLMError, match="400"):
+        ChatClient(claude).complete(
+            [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}]
+        )
+    assert anthropic_server.requests[-1]["messages"][0]["role"] == "assistant"
+
+
+def test_managers_keep_a_user_turn_first_for_an_anthropic_model(store, tools, claude, anthropic_server):
+    """With provider: anthropic the runner asks the managers for a user message first: a window
+    of two messages without the task pinned still starts every request with a user turn."""
+    store.create(
+        "tiny",
+        {
+            "hooks": {
+                "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 2, "pin": "none"}}]
+            }
+        },
+    )
+    runner = Runner(store, ModelsConfig({"claude": claude}), tools)
+    agent_id = runner.register(
+        {
+            "name": "w",
+            "llm": {"model_id": "claude"},
+            "tools": [{"type": "echo"}],
+            "context_management_name": "tiny",
+        }
+    )
+    for i in range(3):
+        anthropic_server.reply(tool_call(("echo", {"i": i})))
+    anthropic_server.reply("done")
+    assert runner.execute(agent_id, "Echo three times.").response == "done"
+    assert all(body["messages"][0]["role"] == "user" for body in anthropic_server.requests)
+
+
+def test_an_image_in_a_tool_result_reaches_the_messages_api():
+    """A tool result with an image part becomes a tool_result with text and image blocks."""
+    png = "data:image/png;base64,iVBORw0KGgo="
+    messages = [
+        {"role": "user", "content": "look"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "shot", "arguments": "{}"}}],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "a",
+            "content": [
+                {"type": "text", "text": "the page"},
+                {"type": "image_url", "image_url": {"url": png}},
+            ],
+        },
+    ]
+    (result,) = request(messages, breakpoints=False)["messages"][2]["content"]
+    assert [b["type"] for b in result["content"]] == ["text", "image"]
+    assert result["content"][1]["source"] == {
+        "type": "base64",
+        "media_type": "image/png",
+        "data": "iVBORw0KGgo=",
+    }

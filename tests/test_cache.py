@@ -3,7 +3,7 @@
 import pytest
 
 from ctxmgmt import Context, Definition, Environment, get_counter
-from ctxmgmt.cache import ANTHROPIC_RATIOS, Pricing, PromptCache, cache_figures, output_tokens
+from ctxmgmt.cache import ANTHROPIC_RATIOS, Pricing, PromptCache, cache_figures, clean_usage, output_tokens
 
 MODEL = "gpt-4o"
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
@@ -222,20 +222,120 @@ def test_a_postponed_entry_waits_until_the_request_has_grown():
     counter = get_counter(MODEL)
     cache = PromptCache()
     msgs = conversation(3)
-    cache.measure(context(msgs), counter)
-    cache.postponed("d", 0, 10_000, limit=90_000)
-    assert cache.waiting("d", 0, 12_000, 90_000) == {"until_tokens": 30_000}
-    assert cache.waiting("d", 1, 12_000, 90_000) is None  # another entry
-    assert cache.waiting("d", 0, 30_000, 90_000) is None  # grown enough: weighed again
-    assert cache.waiting("d", 0, 12_000, 90_000) is None  # and forgotten until postponed again
+    ctx = context(msgs)
+    cache.measure(ctx, counter)
+    cache.postponed("d", 0, ctx, 10_000, limit=90_000)
+    assert cache.waiting("d", 0, ctx, 12_000, 90_000) == {"until_tokens": 30_000}
+    assert cache.waiting("d", 1, ctx, 12_000, 90_000) is None  # another entry
+    assert cache.waiting("d", 0, ctx, 30_000, 90_000) is None  # grown enough: weighed again
+    assert cache.waiting("d", 0, ctx, 12_000, 90_000) is None  # and forgotten until postponed again
 
 
 def test_an_edit_of_the_prefix_wakes_the_waiting_entries():
-    """When the prefix is rewritten anyway, the postponed entries are weighed again at once."""
+    """When the prefix is rewritten anyway, the postponed entries run: the rewrite is paid."""
     counter = get_counter(MODEL)
     cache = PromptCache()
     msgs = conversation(3)
+    ctx = context(msgs)
+    cache.measure(ctx, counter)
+    cache.postponed("d", 0, ctx, 10_000, limit=90_000)
+    assert cache.waiting("d", 0, context([*msgs, {"role": "user", "content": "more"}]), 10_001, 90_000)
+    assert cache.waiting("d", 0, context(msgs[2:]), 10_001, 90_000) is None
+
+
+def test_a_request_older_than_the_caches_lifetime_serves_nothing():
+    """Past ttl seconds the provider's cache has expired: nothing is reusable, nothing waits."""
+    now = [1000.0]
+    counter = get_counter(MODEL)
+    cache = PromptCache(ttl=300, clock=lambda: now[0])
+    msgs = conversation(2)
     cache.measure(context(msgs), counter)
-    cache.postponed("d", 0, 10_000, limit=90_000)
-    cache.measure(context(msgs[2:]), counter)
-    assert cache.waiting("d", 0, 10_001, 90_000) is None
+    now[0] += 299
+    assert cache.measure(context(msgs), counter) > 0
+    now[0] += 301
+    assert cache.measure(context(msgs), counter) == 0
+
+
+def test_each_conversation_is_measured_against_its_own_previous_request():
+    """One cache serving two interleaved conversations (an adapter shared by users) measures
+    each against its own last request, as a provider's content-keyed cache does."""
+    counter = get_counter(MODEL)
+    cache = PromptCache()
+    a = conversation(2)
+    b = [{"role": "user", "content": "Another task entirely."}, *conversation(2)[1:]]
+    cache.measure(context(a), counter)
+    cache.measure(context(b), counter)
+    grown_a = context([*a, {"role": "user", "content": "next"}])
+    assert cache.measure(grown_a, counter) == cache.prefix_tokens(grown_a, counter, len(a))
+
+
+def test_growth_is_measured_on_requests_that_extend_one_another():
+    """The growth per call is what a request adds to the one it extends; a seeded request
+    (an earlier execution's) gives no sample."""
+    counter = get_counter(MODEL)
+    cache = PromptCache()
+    msgs = conversation(4)
+    cache.seed(TOOLS, "Be brief.", msgs[:3])
+    cache.measure(context(msgs[:3]), counter)
+    assert cache.growth() == 64  # no sample yet: the floor
+    cache.measure(context(msgs[:5]), counter)
+    added = counter.message(msgs[3]) + counter.message(msgs[4])
+    assert cache.growth() == added
+
+
+def test_usage_from_a_broken_endpoint_is_bounded_and_json_safe():
+    """Absurd counts, NaN and deep junk in a usage report are dropped, and a price is always
+    a finite number (a huge report once made the answer unserialisable)."""
+    import math
+
+    usage = {
+        "prompt_tokens": 10**400,
+        "completion_tokens": 10**308,
+        "x": float("nan"),
+        "d": {"e": {"f": {"g": 1}}},
+    }
+    assert clean_usage(usage) == {"d": {"e": {"f": {}}}}
+    assert output_tokens({"completion_tokens": 10**400}) == 0
+    p = Pricing(input=3.0, output=15.0, cache_read=0.3)
+    assert math.isfinite(p.call(10**400, 0, 10**400, cached=10**400))
+    assert p.call(100, 0, cached=5000) == pytest.approx(100 * 0.3 / 1e6)  # cached beyond the input: capped
+
+
+def test_a_postponed_edit_archives_nothing_and_reports_what_it_would_do(tmp_path):
+    """With a store, a postponed clearing writes no archive and its trace entry lists no
+    reference (the runner would otherwise show the recall tools and break the prefix itself);
+    what it would have done is under 'would'."""
+    from ctxmgmt.offload import LocalOffloader
+
+    msgs = conversation(12, size=400)
+    msgs[1:3] = conversation(1, size=20_000)[1:]
+    msgs[3:3] = [{"role": "user", "content": "long notes " * 3000}]
+    cache, ctx = sent_then(msgs, window=200_000, new=2)
+    store = LocalOffloader(tmp_path)
+    definition = Definition.from_dict(
+        {"name": "aware", **MASK_ALL, "settings": {"cache": "aware", "cache_expected_calls": 1}}
+    )
+    result = definition.apply(
+        "pre_llm", ctx, environment=Environment(cache=cache, offloader=store, session="s")
+    )
+    details = result.trace[0]["details"]
+    assert details["postponed"] == "cache" and "offloaded" not in details
+    assert details["would"]["cleared"] == 10 and store.list("s") == []
+
+
+def test_with_cache_aware_the_fit_step_makes_room_for_the_next_calls():
+    """A fit step that removed only what this call needs would fire again on every call and
+    rewrite the cache each time: with cache: aware it removes old units down to three quarters
+    of the room; without, just what is needed."""
+    counter = get_counter(MODEL)
+    msgs = conversation(40, size=2000)
+    window = 12_000
+    budget = window - min(8192, window // 4)
+    plain = Definition.from_dict({"name": "p", "hooks": FIT_ONLY})
+    aware = Definition.from_dict({"name": "a", "settings": {"cache": "aware"}, "hooks": FIT_ONLY})
+    tight = counter.context(plain.apply("pre_llm", context(msgs, window)).context)[0]
+    roomy = counter.context(aware.apply("pre_llm", context(msgs, window)).context)[0]
+    assert roomy <= 0.75 * budget < tight <= budget
+
+
+FIT_ONLY = {"pre_llm": [{"type": "SlidingWindowManager", "activation": {"always": False}}]}

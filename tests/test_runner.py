@@ -372,7 +372,7 @@ def test_an_execution_that_changes_nothing_leaves_the_stored_view_and_loses_noth
     _, after, length = runner.memory.load(first.memory_id, agent_id)
     assert after["_view"] == state["_view"] and state["_view"]["upto"] < length  # not written again
     seen = [m for m in chat_server.requests[-1]["messages"] if m["role"] != "system"]
-    base, _, _, _ = runner._continue(first.memory_id, agent_id)
+    base, *_ = runner._continue(first.memory_id, agent_id)
     assert base == [*seen, {"role": "assistant", "content": "second done"}]
 
 
@@ -526,12 +526,21 @@ def test_the_reusable_prefix_carries_across_executions_of_one_memory(runner, cha
     assert second.cache["llm_calls"] == 1 and "estimated_cost" not in second.cache  # no pricing
 
 
-def test_an_edit_postponed_for_the_cache_shows_in_the_trace_and_the_record(runner, chat_server, store):
-    """cache: aware through the runner: clearing a small old result would rewrite more than it
-    saves, so it waits; the execution's trace, its record and `ctxmgmt trace` say
-    'postponed: cache' with the numbers, and the model got the result untouched."""
+def test_an_edit_postponed_for_the_cache_shows_in_the_trace_and_the_record(
+    agent_models, tools, chat_server, store
+):
+    """cache: aware through the runner, at Anthropic's prices: clearing a small old result would
+    rewrite more than it saves, so it waits; the execution's trace, its record and `ctxmgmt
+    trace` say 'postponed: cache' with the numbers, and the model got the result untouched."""
+    from dataclasses import replace
+
+    from ctxmgmt import ModelsConfig
+    from ctxmgmt.cache import Pricing
     from ctxmgmt.cli import trace_lines
     from ctxmgmt.store import ExecutionStore
+
+    priced = Pricing(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+    runner = Runner(store, ModelsConfig({"chat": replace(agent_models["chat"], pricing=priced)}), tools)
 
     store.create(
         "aware",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cache import Pricing, PromptCache
+from ..cache import Pricing, PromptCache, ratios_for
 from ..calibration import Calibration
 from ..context import ApplyResult, Context
 from ..definitions import Definition, load_definition
@@ -134,8 +134,10 @@ class Conversation:
     ) -> None:
         self.source = definition if isinstance(definition, Source) else Source(definition)
         self.calibration = Calibration()
-        self.cache = PromptCache(pricing)
-        """The previous request, for the reusable prefix and ``settings: {cache: aware}``."""
+        self.cache = PromptCache(pricing or ratios_for("anthropic" if format == "anthropic" else None))
+        """The requests sent, for the reusable prefix and ``settings: {cache: aware}``; the
+        last one is kept with the saved view, so that a conversation restored from it (the
+        LangChain middleware's, at every call) measures against it."""
         self.environment = Environment(
             models,
             offloader,
@@ -156,6 +158,9 @@ class Conversation:
         ratios = self.saved.get("calibration")
         self.calibration = Calibration(ratios if isinstance(ratios, Mapping) else None)
         self.environment = replace(self.environment, calibration=self.calibration)
+        view = self.saved.get("view")
+        if isinstance(view, list):
+            self.cache.restore(self.saved.get("cache"), view)
 
     def observe(self, reported: Any, *, cached: Any = None, written: Any = None) -> dict[str, Any] | None:
         """The provider's reported input tokens for the last prepared request: they calibrate
@@ -240,6 +245,8 @@ class Conversation:
                 "state": dict(out.state),
             }
         self.saved["calibration"] = self.calibration.to_dict()
+        if self.keep_view and way is None:  # the saved view is the request's messages
+            self.saved["cache"] = self.cache.export()
         for entry in trace:  # what changed something (or failed), not every gate that opened
             changed = (entry["tokens_before"], entry["messages_before"]) != (
                 entry["tokens_after"],

@@ -24,6 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages,
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 
+from ..cache import Pricing
 from ..messages import CHAT_PARTS, text_of
 from ._core import Conversation, DefinitionSource, Source, Turn
 
@@ -64,12 +65,14 @@ class ContextManagementMiddleware(AgentMiddleware):
         models: Any = None,
         offloader: Any = None,
         context_window: int | None = None,
+        pricing: Pricing | None = None,
     ) -> None:
         super().__init__()
         self.source = Source(definition)
         self.models = models
         self.offloader = offloader
         self.context_window = context_window
+        self.pricing = pricing
 
     @property
     def name(self) -> str:
@@ -79,7 +82,12 @@ class ContextManagementMiddleware(AgentMiddleware):
         self, request: ModelRequest
     ) -> tuple[Conversation, list[dict[str, Any]], dict[str, Any], list[list[dict[str, Any]]]]:
         conversation = Conversation(
-            self.source, models=self.models, offloader=self.offloader, session=_thread_id(), user_first=True
+            self.source,
+            models=self.models,
+            offloader=self.offloader,
+            session=_thread_id(),
+            user_first=True,
+            pricing=self.pricing,
         )
         saved = request.state.get(STATE_KEY)
         conversation.load(saved if isinstance(saved, Mapping) else None)
@@ -183,7 +191,11 @@ def _chat(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _event(source: Source, turn: Turn) -> dict[str, Any]:
-    return {"definition": source.name, "trace": list(turn.trace)}
+    return {
+        "definition": source.name,
+        "trace": list(turn.trace),
+        "reusable_prefix_tokens": turn.reusable_prefix_tokens,
+    }
 
 
 def _text(content: Any) -> str:

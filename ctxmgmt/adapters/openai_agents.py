@@ -29,6 +29,7 @@ from agents.items import ModelResponse
 from agents.run_config import CallModelData, ModelInputData
 from agents.tracing import custom_span
 
+from ..cache import Pricing
 from ._core import Conversation, DefinitionSource, Turn
 
 __all__ = ["ContextManagementFilter", "ContextManagementHooks"]
@@ -56,9 +57,15 @@ class ContextManagementFilter:
         offloader: Any = None,
         session: str = "default",
         context_window: int | None = None,
+        pricing: Pricing | None = None,
     ) -> None:
         self.conversation = Conversation(
-            definition, models=models, offloader=offloader, session=session, format="openai_responses"
+            definition,
+            models=models,
+            offloader=offloader,
+            session=session,
+            format="openai_responses",
+            pricing=pricing,
         )
         self.context_window = context_window
         self.hooks = ContextManagementHooks(self)

@@ -36,6 +36,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin, origin_of
 from ._core import Conversation, DefinitionSource, Turn
 
@@ -62,10 +63,17 @@ class ContextManagementProcessor:
         offloader: Any = None,
         session: str = "default",
         context_window: int | None = None,
+        pricing: Pricing | None = None,
     ) -> None:
         # pydantic-ai talks to any provider, and Claude, Gemini and Bedrock want a user message first.
         self.conversation = Conversation(
-            definition, models=models, offloader=offloader, session=session, keep_view=False, user_first=True
+            definition,
+            models=models,
+            offloader=offloader,
+            session=session,
+            keep_view=False,
+            user_first=True,
+            pricing=pricing,
         )
         self.context_window = context_window
         self.last: Turn | None = None

@@ -91,7 +91,7 @@ async def memory_messages(request: Request) -> JSONResponse:
     size = int_param(request, "size", 100, 1, 1000)
     runner = _runner(request)
     agent_id = await run_in_threadpool(runner.memory.owner, memory_id)
-    _, length, _ = await run_in_threadpool(runner.memory.head, memory_id, agent_id)
+    _, length, *_ = await run_in_threadpool(runner.memory.head, memory_id, agent_id)
     messages = await run_in_threadpool(
         runner.memory.messages, memory_id, since=offset, until=min(length, offset + size)
     )

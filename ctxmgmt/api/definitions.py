@@ -115,8 +115,9 @@ async def _simulate(definition: Definition, body: dict[str, Any], models: Models
     return JSONResponse(result.to_dict())
 
 
-_NEED_A_STORE = frozenset({"ToolResultCompactionManager", "AutoCompactManager"})
-"""Built-ins that archive first always, and so need a store even in a simulation."""
+_NEED_A_STORE = frozenset({"ToolResultCompactionManager", "AutoCompactManager", "ToolResultClearingManager"})
+"""Built-ins that archive first always (clearing: whenever a store exists, so a simulation
+shows the notice a real run with a store writes), and so get one even in a simulation."""
 
 
 def _dry_run(definition: Definition, hook: Any, context: Context, models: ModelsConfig) -> Any:

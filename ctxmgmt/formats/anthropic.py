@@ -578,10 +578,13 @@ def request(
                 system.append({"type": "text", "text": text})
             continue
         if role == "tool":
+            content = m.get("content")
+            parts = _chat_blocks(content) if isinstance(content, list) else None
             block = {
                 "type": "tool_result",
                 "tool_use_id": str(m.get("tool_call_id")),
-                "content": _text(m.get("content")),
+                # Text, or its blocks when it has images too.
+                "content": parts if parts and any(b["type"] != "text" for b in parts) else _text(content),
             }
             if out and out[-1]["role"] == "user" and _only_results(out[-1]["content"]):
                 out[-1]["content"].append(block)

@@ -143,13 +143,20 @@ def builtin_schema(type_name: str) -> Mapping[str, Any]:
 
 
 def with_defaults(schema: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config with the schema's top-level defaults filled in."""
+    """The config with the schema's top-level defaults filled in, and its whole-number floats
+    made integers where the schema wants one (JSON Schema takes 2.0 as an integer; slices
+    and ranges do not)."""
     import copy
 
+    properties = schema.get("properties", {})
     out = {
         key: copy.deepcopy(prop["default"])
-        for key, prop in schema.get("properties", {}).items()
+        for key, prop in properties.items()
         if isinstance(prop, Mapping) and "default" in prop
     }
     out.update(config)
+    for key, value in out.items():
+        prop = properties.get(key)
+        if isinstance(value, float) and isinstance(prop, Mapping) and prop.get("type") == "integer":
+            out[key] = int(value)  # valid, so whole
     return out

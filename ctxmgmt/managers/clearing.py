@@ -7,17 +7,50 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..context import Context
-from ..messages import RECALL_TOOLS, call_ids, text_of, tool_names, trailing_tool_start
+from ..formats._common import origin_of
+from ..messages import RECALL_TOOLS, call_ids, text_of, trailing_tool_start
 from .base import ContextManager, Runtime, builtin_schema
-from .truncate import stamp, with_text
+from .truncate import with_text
 
-CLEARED = re.compile(r"\[cleared: original [\d,]{1,20} chars")
+CLEARED = re.compile(r"\n\[cleared: original [\d,]{1,20} chars(?:; [^\]\n]{0,200})?\]\Z")
+"""The notice that ends a cleared result."""
+CLEARED_MAX = 1000
+"""A cleared result is the placeholder (at most 500 characters) and the notice: never longer."""
 CLEARED_INPUT = "{}"
+_SIGNED = frozenset({"thinking", "redacted_thinking", "reasoning"})
 
 
 def cleared(text: str) -> bool:
-    """Whether a tool result is one this manager cleared (its notice, and nothing longer)."""
-    return CLEARED.search(text) is not None and stamp(text) is not None
+    """Whether a tool result is one this manager cleared: short, and ending with its notice
+    (a long output that merely quotes a notice is not exempt)."""
+    return len(text) <= CLEARED_MAX and CLEARED.search(text) is not None
+
+
+def _signed(m: Mapping[str, Any]) -> bool:
+    """Whether a turn carries thinking or reasoning that must stay as it was (its tool calls'
+    inputs included): an Anthropic turn with thinking blocks, a Responses call after reasoning."""
+    origin = origin_of(m)
+    if origin is None:
+        return False
+    return any(isinstance(b, Mapping) and b.get("type") in _SIGNED for b in (*origin.blocks, *origin.group))
+
+
+def _names(msgs: Any) -> dict[int, str]:
+    """Each tool result's tool name, from the nearest call before it with its id (an id that a
+    later call reuses names that call's results, not the earlier ones)."""
+    current: dict[str, str] = {}
+    out: dict[int, str] = {}
+    for i, m in enumerate(msgs):
+        role = m.get("role")
+        if role == "assistant":
+            for call in m.get("tool_calls") or ():
+                if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+                    current[str(call.get("id"))] = str(call["function"].get("name"))
+        elif role == "tool":
+            name = current.get(str(m.get("tool_call_id")))
+            if name is not None:
+                out[i] = name
+    return out
 
 
 class ToolResultClearingManager(ContextManager):
@@ -45,7 +78,7 @@ class ToolResultClearingManager(ContextManager):
                 runtime.details["note"] = f"{round(tokens):,} tokens, not over the trigger ({trigger:,})"
                 return context
         msgs = context.messages
-        names = tool_names(msgs)
+        names = _names(msgs)
         excluded = set(self.config["exclude_tools"]) | RECALL_TOOLS
         unanswered = trailing_tool_start(msgs)
         results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
@@ -55,7 +88,7 @@ class ToolResultClearingManager(ContextManager):
         candidates: list[tuple[int, str, int]] = []  # (index, text, tokens freed)
         for i in older:
             m = msgs[i]
-            if i >= unanswered or names.get(str(m.get("tool_call_id"))) in excluded:
+            if i >= unanswered or names.get(i) in excluded:
                 continue
             text = text_of(m.get("content"))
             if cleared(text):
@@ -107,8 +140,8 @@ class ToolResultClearingManager(ContextManager):
         """The calls of the cleared results get empty arguments (a call whose results are
         all kept keeps its arguments)."""
         for i, m in enumerate(msgs):
-            if m.get("role") != "assistant" or not ids.intersection(call_ids(m)):
-                continue
+            if m.get("role") != "assistant" or not ids.intersection(call_ids(m)) or _signed(m):
+                continue  # a turn with thinking or reasoning keeps its calls as they were
             calls = [
                 {**c, "function": {**c["function"], "arguments": CLEARED_INPUT}}
                 if isinstance(c, dict) and str(c.get("id")) in ids and isinstance(c.get("function"), dict)

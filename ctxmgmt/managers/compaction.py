@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..context import Context
-from ..errors import OffloadError
+from ..errors import CtxmgmtError, OffloadError
 from ..messages import RECALL_TOOLS, text_of, tool_names
 from .base import NO_STORE, ContextManager, Runtime, builtin_schema
-from .truncate import OFFLOADED, ToolsOutputTruncateManager
+from .truncate import OFFLOADED, ToolsOutputTruncateManager, stamp
 
 
 class ToolResultCompactionManager(ContextManager):
@@ -84,10 +84,16 @@ class ToolResultCompactionManager(ContextManager):
             return None
         tier = self._tiers[cap]
         earlier = OFFLOADED.search(text)
-        if earlier is None:
-            return tier._truncate(m, runtime)
-        # Already archived under a larger cap: cut the original again, same reference.
-        assert runtime.offloader is not None
-        ref = earlier.group(1)
-        original = runtime.offloader.read(runtime.session, ref).text
-        return {**m, "content": tier.cut(original, runtime.counter, ref)}
+        size = stamp(text)
+        if earlier is not None and size is not None:
+            # Archived under a larger cap: cut the original again, same reference; only when
+            # the notice is ctxmgmt's own (the archive exists and has the size it states).
+            assert runtime.offloader is not None
+            ref = earlier.group(1)
+            try:
+                original = runtime.offloader.read(runtime.session, ref).text
+            except CtxmgmtError:
+                original = None
+            if original is not None and len(original) == size[0]:
+                return {**m, "content": tier.cut(original, runtime.counter, ref)}
+        return tier._truncate(m, runtime)  # plain content, whatever notice it quotes

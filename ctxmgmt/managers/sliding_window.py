@@ -33,7 +33,8 @@ class SlidingWindowManager(ContextManager):
     that would leave none, keeps from the newest user message on). With an
     offload store, what it removes is archived first (``context_search`` finds it).
     ``target_tokens`` / ``target_ratio`` cut the request further when it fires, so that
-    it stays quiet for many calls (and the prompt cache is rewritten seldom).
+    it stays quiet for many calls (and the prompt cache is rewritten seldom). Under a token
+    budget the newest unit is always kept.
     """
 
     type_name = "SlidingWindowManager"
@@ -68,7 +69,9 @@ class SlidingWindowManager(ContextManager):
                 break
             if budget is not None:
                 cost = sum(count(msgs[i], i) for i in range(start, end))
-                if cost > budget:
+                # The newest unit stays whatever the budget (the results the model has not
+                # read yet, or its newest turn): the fit step cuts it if the window needs it.
+                if cost > budget and boundary < len(msgs):
                     break
                 budget -= cost
             used += size

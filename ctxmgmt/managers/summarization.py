@@ -10,6 +10,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .. import _resources
+from ..cache import clean_usage
 from ..context import Context
 from ..errors import LLMError
 from ..llm import ChatClient, ChatResponse, parse_json_object
@@ -43,7 +44,7 @@ def _used(runtime: Runtime, model_id: str, response: ChatResponse) -> str:
     """The answer's text; its usage goes into the trace entry (``details["model_calls"]``),
     so that the execution prices the summariser's calls apart."""
     runtime.details.setdefault("model_calls", []).append(
-        {"model_id": model_id, "usage": dict(response.usage)}
+        {"model_id": model_id, "usage": clean_usage(response.usage)}
     )
     return response.content
 

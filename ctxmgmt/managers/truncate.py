@@ -18,9 +18,9 @@ from .base import NO_STORE, ContextManager, Runtime, builtin_schema
 OFFLOADED = re.compile(
     r"\[(?:truncated|cleared): original [\d,]{1,20} chars[^\]\n]{0,120}stored as (t-[0-9a-f]{32})"
 )
-# Any truncation or clearing notice (the stamp of content cut before): the original's size
-# in chars, and in tokens when a token limit applied.
-STAMP = re.compile(r"\[(?:truncated|cleared): original ([\d,]{1,20}) chars(?:, (~?[\d,]{1,20}) tokens)?[;\]]")
+# Any truncation notice (the stamp of content cut before): the original's size in chars,
+# and in tokens when a token limit applied.
+STAMP = re.compile(r"\[truncated: original ([\d,]{1,20}) chars(?:, (~?[\d,]{1,20}) tokens)?[;\]]")
 
 
 def stamp(text: str) -> tuple[int, str | None] | None:

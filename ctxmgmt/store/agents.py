@@ -126,18 +126,18 @@ class MemoryStore:
             raise NotFound(f"no memory with id {memory_id!r}")
         return str(agent_id)
 
-    def head(self, memory_id: str, agent_id: str) -> tuple[dict[str, Any], int, dict[str, Any]]:
-        """(state, length, calibration) of a memory of this agent."""
+    def head(self, memory_id: str, agent_id: str) -> tuple[dict[str, Any], int, dict[str, Any], int]:
+        """(state, length, calibration, last modified in ms) of a memory of this agent."""
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(memories.c.state, memories.c.length, memories.c.calibration).where(
-                    memories.c.memory_id == memory_id, memories.c.agent_id == agent_id
-                )
+                select(
+                    memories.c.state, memories.c.length, memories.c.calibration, memories.c.last_modified
+                ).where(memories.c.memory_id == memory_id, memories.c.agent_id == agent_id)
             ).first()
         if row is None:
             raise NotFound(f"no memory {memory_id!r} for agent {agent_id!r}")
         calibration = row.calibration if isinstance(row.calibration, dict) else {}
-        return dict(row.state), row.length, calibration
+        return dict(row.state), row.length, calibration, row.last_modified
 
     def messages(self, memory_id: str, *, since: int = 0, until: int | None = None) -> list[dict[str, Any]]:
         """The stored messages from position ``since`` (up to ``until``), in order."""
@@ -151,7 +151,7 @@ class MemoryStore:
 
     def load(self, memory_id: str, agent_id: str) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
         """(messages, state, length) of a memory of this agent."""
-        state, length, _ = self.head(memory_id, agent_id)
+        state, length, _, _ = self.head(memory_id, agent_id)
         return self.messages(memory_id, until=length), state, length
 
     def append(

@@ -224,3 +224,30 @@ def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
         and sent[-2] is originals[3]
         and sent[-1] is originals[4]
     )
+
+
+def test_each_model_call_measures_what_it_reuses_of_the_previous_one():
+    """The middleware's conversation is rebuilt at every call from the checkpointed state, and
+    the previous request comes with it: each call after the first reuses it (in the event)."""
+    middleware = ContextManagementMiddleware(
+        {
+            "name": "cut",
+            "hooks": {
+                "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 400}}]
+            },
+        }
+    )
+    model = RecordingModel(messages=iter(script(1)))
+    agent = create_agent(
+        model,
+        [read_log],
+        system_prompt="You read logs.",
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+    events = Events()
+    config = {"configurable": {"thread_id": "reuse"}, "callbacks": [events]}
+    agent.invoke({"messages": [HumanMessage("Why does the login fail?")]}, config)
+    reused = [data["reusable_prefix_tokens"] for name, data in events.events if name == "ctxmgmt"]
+    assert len(reused) == 4 and reused[0] == 0 and all(r > 0 for r in reused[1:])
+    assert reused == sorted(reused)  # nothing edited the prefix: each call reuses more

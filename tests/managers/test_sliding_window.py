@@ -174,3 +174,21 @@ def test_target_ratio_is_a_share_of_the_window_and_the_smaller_target_wins():
         )
         tokens = counter.context(out.context)[0]
         assert limit - 300 < tokens <= limit
+
+
+def test_a_token_budget_never_drops_the_newest_unit():
+    """Under target_tokens (or max_tokens) the newest unit stays even when it alone is over the
+    budget: the results the model has not read yet, or its newest turn (the fit step cuts them
+    if the window needs it)."""
+    msgs = [{"role": "user", "content": "task"}]
+    for i in range(3):
+        msgs += [call(f"c{i}"), {"role": "tool", "tool_call_id": f"c{i}", "content": "row " * 1500}]
+    out = window(max_messages=100, target_tokens=1000).apply(
+        "pre_llm", Context(messages=msgs, model="gpt-4o")
+    )
+    assert [m.get("tool_call_id") for m in out.context.messages[-2:]] == [None, "c2"]
+    assert out.context.messages[0]["content"] == "task"
+    alone = window(max_messages=100, target_tokens=1, pin="none").apply(
+        "pre_llm", Context(messages=[*msgs, {"role": "user", "content": "and now?"}], model="gpt-4o")
+    )
+    assert [m["content"] for m in alone.context.messages] == ["and now?"]
