@@ -6,6 +6,7 @@
 >>> result.context.messages, result.trace
 """
 
+from .cache import Pricing, PromptCache
 from .calibration import Calibration
 from .client import AsyncClient, Client
 from .context import ApplyResult, Context
@@ -85,7 +86,9 @@ __all__ = [
     "ModelsConfig",
     "NotFound",
     "OffloadError",
+    "Pricing",
     "Problem",
+    "PromptCache",
     "RegistryError",
     "Runner",
     "Runtime",

@@ -229,6 +229,8 @@ class _Sent:
     at: float
     grown: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=GROWTH_SAMPLES))
     waiting: dict[tuple[str, int], float] = field(default_factory=dict)
+    sampled: bool = False
+    """Whether the growth since this request was sampled (once, before any edit)."""
 
 
 class PromptCache:
@@ -387,15 +389,28 @@ class PromptCache:
                 total,
                 self._clock(),
             )
+            if sent is not None and (common == len(sent.messages) or sent.sampled):
+                new.grown = sent.grown  # the same conversation, edited or not
             if sent is not None and common == len(sent.messages):  # it extends that request
-                new.grown = sent.grown
-                new.waiting = sent.waiting  # an edit of the prefix wakes the postponed entries
-                if sent.total is not None and total >= sent.total:
-                    sent.grown.append(total - sent.total)
+                new.waiting = sent.waiting  # (an edit of the prefix wakes the postponed entries)
+                if not sent.sampled and sent.total is not None and total >= sent.total:
+                    sent.grown.append(total - sent.total)  # nothing sampled it before an edit
                 if sent in self._sent:
                     self._sent.remove(sent)  # the lineage goes on in the new request
             self._sent.append(new)
             return reusable
+
+    def note_growth(self, context: Context, counter: TokenCounter) -> None:
+        """Sample what the conversation added since its previous request, before any edit of
+        this call (a hook run does it first): the growth per call, also when every call edits."""
+        with self._lock:
+            sent, common = self._match(context)
+            if sent is None or sent.sampled or sent.total is None or common != len(sent.messages):
+                return
+            total = counter.context(context)[0]
+            if total >= sent.total:
+                sent.grown.append(total - sent.total)
+                sent.sampled = True
 
     def growth(self, context: Context | None = None) -> float:
         """Tokens a request grows by per call in the context's conversation: the mean over
@@ -417,15 +432,18 @@ class PromptCache:
         counter: TokenCounter,
         limit: int | None,
         expected_calls: int | None = None,
+        refire: int | None = None,
     ) -> dict[str, Any] | None:
         """Whether an entry's edit (``before`` -> ``after``) should wait: the numbers, with
         ``postpone`` true or false; None when the edit leaves the reusable prefix alone.
+        ``refire``: the tokens past which the entry fires again (its trigger), when known.
 
         It waits while the unedited request fits (``limit``: the window less the reply's
         reserve, with room for one more call's growth) and the tokens it frees, times the
         calls expected before the next edit, are worth less at the cache-read price than
         rewriting the cache now costs. ``expected_calls``: None estimates them as the calls
-        until the edited request would reach ``limit`` at the growth per call seen so far."""
+        until the edited request would reach its entry's trigger again, or ``limit``, at the
+        growth per call seen so far (an entry still over its trigger edits again next call)."""
         with self._lock:
             sent, cached = self._match(before)
             if sent is None:
@@ -443,10 +461,11 @@ class PromptCache:
         cost_now = kept_after * p.read + (total_after - kept_after) * p.write
         cost_wait = kept_before * p.read + (total_before - kept_before) * p.write
         rewrite = cost_now - cost_wait
+        horizon = min((x for x in (limit, refire) if x is not None), default=None)
         if expected_calls is not None:
             calls = expected_calls
-        elif limit:
-            calls = max(1, min(MAX_EXPECTED_CALLS, math.floor((limit - total_after) / growth)))
+        elif horizon is not None:
+            calls = max(1, min(MAX_EXPECTED_CALLS, math.floor((horizon - total_after) / growth)))
         else:
             calls = MAX_EXPECTED_CALLS
         saving = freed * p.read * calls

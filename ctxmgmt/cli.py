@@ -551,14 +551,18 @@ def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
     fired: dict[int, list[str]] = {}
     for run in record.get("hooks") or []:
         for e in run["entries"]:
-            if e["activated"]:
+            details = e.get("details") if isinstance(e.get("details"), dict) else {}
+            postponed = details.get("postponed") == "cache"
+            changed = (e["tokens_before"], e["messages_before"]) != (e["tokens_after"], e["messages_after"])
+            if e["activated"] and (changed or e["error"] or postponed):  # not the gates that did nothing
                 removed = e["messages_before"] - e["messages_after"]
                 where = f"{e['type']} ({e['hook']}[{e['index']}])"
                 what = f"{where}: {e['tokens_before']:,} -> {e['tokens_after']:,}"
-                what += f", {removed} messages removed" if removed > 0 else ""
+                moved = f"{e['messages_before']} -> {e['messages_after']} messages"
+                what += f", {moved}" if removed else ""
                 what += f", error: {e['error']}" if e["error"] else ""
-                cache = e["details"].get("cache") if isinstance(e.get("details"), dict) else None
-                if e["details"].get("postponed") == "cache" and isinstance(cache, dict):
+                cache = details.get("cache")
+                if postponed and isinstance(cache, dict):
                     what += (
                         f", postponed: cache (would free {cache['freed']:,} tokens: saving "
                         f"{cache['saving']:,} < rewrite {cache['rewrite_cost']:,} over "

@@ -23,7 +23,7 @@ from .history import History
 from .managers.base import Environment, Runtime
 from .messages import check_changes, check_format, check_grown, check_messages
 from .offload.base import Batch, BatchWriter
-from .rules import Facts, Gate
+from .rules import Activation, Facts, Gate
 from .telemetry import hook_telemetry
 from .types import Hook, TraceEntry
 
@@ -85,6 +85,8 @@ class _Run:
         # With cache: aware, any hook's edit of the previous request's prefix is weighed.
         self._cache = environment.cache if self.settings.get("cache") == "aware" else None
         self._key = f"{definition}:{hook.value}"  # a postponed entry's, with its index
+        if self._cache is not None and hook is Hook.PRE_LLM:  # the call's growth, before its edits
+            self._cache.note_growth(context, counter)
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
         """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""
@@ -162,13 +164,32 @@ class _Run:
         room = window - reserve_tokens(window, self.settings)
         return int(room / self.environment.window_ratio(self.context.model))
 
+    def _refire(self, entry: Entry) -> int | None:
+        """The counted tokens past which an entry fires again: its activation's token level
+        (ANDed rules: the highest; ``any_of``: the lowest alternative; a rule on messages or
+        an entry that always runs: 0, it may fire on the next call), and its own ``trigger``
+        (clearing) on top; None for a gate that is not an activation."""
+        if not isinstance(entry.activation, Activation):
+            return None
+        level = _token_level(entry.activation, self.context.context_window)
+        config = getattr(entry.manager, "config", None)
+        trigger = config.get("trigger") if isinstance(config, Mapping) else None
+        if isinstance(trigger, int) and not isinstance(trigger, bool) and trigger > 0:
+            level = max(level, trigger)
+        return int(level / self.ratio)
+
     def _postponed(self, entry: Entry, output: Context, tokens: int, details: dict[str, Any]) -> bool:
         """With ``cache: aware``: whether an entry's edit of the reusable prefix waits (the
         fit step's never does). The numbers go into its trace entry either way."""
         if self._cache is None or entry.type == Fit.type_name or output is self.context:
             return False
         verdict = self._cache.weigh(
-            self.context, output, self.counter, self._limit(), self.settings.get("cache_expected_calls")
+            self.context,
+            output,
+            self.counter,
+            self._limit(),
+            self.settings.get("cache_expected_calls"),
+            self._refire(entry),
         )
         if verdict is None:
             return False
@@ -323,6 +344,19 @@ class _Run:
         if self._telemetry is not None:
             self._telemetry.done(tuple(self.trace), self.context, error)
             self._telemetry = None
+
+
+def _token_level(activation: Activation, window: int | None) -> float:
+    """The request's tokens above which an activation may fire (0: at any size)."""
+    level = 0.0
+    for rule, limit in activation.rules:  # ANDed: all must hold
+        if rule == "tokens_exceed":
+            level = max(level, limit)
+        elif rule == "tokens_ratio_exceed" and window:
+            level = max(level, limit * window)
+    if activation.any_of:  # one alternative is enough
+        level = max(level, min(_token_level(alt, window) for alt in activation.any_of))
+    return level
 
 
 def run_hook(

@@ -27,7 +27,7 @@ from typing import Any, cast
 import httpx
 
 from .cache import PromptCache, cache_figures, clean_usage, output_tokens, ratios_for
-from .calibration import Calibration, reported_input_tokens
+from .calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
 from .context import Context
 from .definitions import Definition
 from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
@@ -288,7 +288,10 @@ class Runner:
             recall=recall,
         )
         if recall:
-            found: bool = await asyncio.to_thread(self._archived, memory_id, base)
+            # With cache: aware the tools never change mid-conversation (a new tool list would
+            # void the whole cached prefix): the recall tools are there from the first call.
+            aware = definition is not None and definition.settings.get("cache") == "aware"
+            found: bool = aware or await asyncio.to_thread(self._archived, memory_id, base)
             if found:
                 run.show_recall()
         # The previous execution's last request: what it sent ends before its last model turn,
@@ -730,7 +733,12 @@ def cache_summary(
     pricing = model.pricing
     for u in usage:
         reported = u.get("reported")
-        tokens = reported if isinstance(reported, int) and reported > 0 else u["calibrated"]
+        tokens: int = u["calibrated"]
+        # A report the calibration ignores (far from any tokenizer's count) prices nothing:
+        # neither its input nor its cache figures.
+        plausible = isinstance(reported, int) and MIN_RATIO <= reported / max(1, u["counted"]) <= MAX_RATIO
+        if plausible and isinstance(reported, int):
+            tokens = reported
         scale = tokens / u["counted"] if u["counted"] else 1.0
         reusable = min(tokens, round(u["reusable_prefix_tokens"] * scale))
         total_input += tokens
@@ -742,8 +750,8 @@ def cache_summary(
                 tokens,
                 reusable,
                 output_tokens(u),
-                cached=u.get("cached_tokens"),
-                written=u.get("cache_write_tokens"),
+                cached=u.get("cached_tokens") if plausible else None,
+                written=u.get("cache_write_tokens") if plausible else None,
             )
             cost += call_cost
             calls.append({"call": u["iteration"], "estimated_cost": round(call_cost, 8)})

@@ -24,7 +24,7 @@ SUMMARISE_EARLY = {
             {
                 "type": "SummarizationManager",
                 "config": {"preserve_recent_messages": 2},
-                "activation": {"tokens_exceed": 1200},
+                "activation": {"tokens_exceed": 800},
             }
         ],
     }
@@ -90,15 +90,20 @@ def test_the_runner_calls_the_messages_api_with_breakpoints_at_the_stable_prefix
             "context_management_name": "early",
         }
     )
-    usage = {
-        "input_tokens": 40,
-        "output_tokens": 12,
-        "cache_read_input_tokens": 900,
-        "cache_creation_input_tokens": 300,
-    }
-    anthropic_server.reply(tool_call(("big", {"size": 6000})), usage=usage)
-    anthropic_server.reply(tool_call(("echo", {"x": 1}), ("echo", {"x": 2})), usage=usage)
-    anthropic_server.reply("All done.", usage=usage)
+
+    def usage(request):  # Anthropic's report: its input apart from its cache reads and writes
+        total = len(json.dumps(request["messages"])) // 4 + 60
+        read, write = total // 2, total // 4
+        return {
+            "input_tokens": total - read - write,
+            "output_tokens": 12,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": write,
+        }
+
+    anthropic_server.respond(lambda _: tool_call(("big", {"size": 6000})), usage=usage)
+    anthropic_server.respond(lambda _: tool_call(("echo", {"x": 1}), ("echo", {"x": 2})), usage=usage)
+    anthropic_server.respond(lambda _: "All done.", usage=usage)
     result = runner.execute(agent_id, "Read the big log, then echo twice.")
     assert (result.response, result.finished) == ("All done.", True)
 
@@ -118,7 +123,7 @@ def test_the_runner_calls_the_messages_api_with_breakpoints_at_the_stable_prefix
         assert "cache_control" in body["messages"][-1]["content"][-1]  # the conversation so far
         roles = [m["role"] for m in body["messages"]]
         assert roles[0] == "user" and all(a != b for a, b in itertools.pairwise(roles))
-    # The third request holds a summary (the log pushed it over 1,200 tokens): marked too.
+    # The third request holds a summary (the log pushed it over 800 tokens): marked too.
     summary = [
         m
         for m in third["messages"]
@@ -135,14 +140,28 @@ def test_the_runner_calls_the_messages_api_with_breakpoints_at_the_stable_prefix
     after = third["messages"][third["messages"].index(calls) + 1]
     assert [b["type"] for b in after["content"]] == ["tool_result", "tool_result"]
 
-    assert [u.get("cached_tokens") for u in result.usage] == [900, 900, 900]
-    assert [u.get("cache_write_tokens") for u in result.usage] == [300, 300, 300]
-    assert all(u["reported"] == 1240 for u in result.usage)
-    per_call = (40 * 3.0 + 900 * 0.3 + 300 * 3.75 + 12 * 15.0) / 1e6
-    assert result.cache["estimated_cost"] == pytest.approx(3 * per_call)
+    reports = [usage(body) for body in anthropic_server.requests]
+    assert [u["cached_tokens"] for u in result.usage] == [r["cache_read_input_tokens"] for r in reports]
+    assert [u["cache_write_tokens"] for u in result.usage] == [
+        r["cache_creation_input_tokens"] for r in reports
+    ]
+    assert [u["reported"] for u in result.usage] == [
+        r["input_tokens"] + r["cache_read_input_tokens"] + r["cache_creation_input_tokens"] for r in reports
+    ]
+    per_call = [
+        (
+            r["input_tokens"] * 3.0
+            + r["cache_read_input_tokens"] * 0.3
+            + r["cache_creation_input_tokens"] * 3.75
+            + 12 * 15.0
+        )
+        / 1e6
+        for r in reports
+    ]
+    assert result.cache["estimated_cost"] == pytest.approx(sum(per_call))
     record = ExecutionStore(store.engine).get(result.execution_id)
-    assert [c["cached_tokens"] for c in record["calls"]] == [900, 900, 900]
-    assert record["estimated_cost"] == pytest.approx(3 * per_call)
+    assert [c["cached_tokens"] for c in record["calls"]] == [u["cached_tokens"] for u in result.usage]
+    assert record["estimated_cost"] == pytest.approx(sum(per_call))
 
 
 def test_an_anthropic_error_is_an_llm_error_with_its_message(claude, anthropic_server):

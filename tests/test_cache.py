@@ -339,3 +339,49 @@ def test_with_cache_aware_the_fit_step_makes_room_for_the_next_calls():
 
 
 FIT_ONLY = {"pre_llm": [{"type": "SlidingWindowManager", "activation": {"always": False}}]}
+
+
+def test_an_entry_that_would_edit_on_every_call_is_postponed():
+    """A clearing that fires on every call once over its trigger (one result more each call) is
+    judged on the calls until it fires again, one here: at Anthropic's prices the rewrite does
+    not pay, so it waits (growth is sampled before each call's edits, not lost to them)."""
+    definition = Definition.from_dict(
+        {
+            "name": "every-call",
+            "settings": {"cache": "aware"},
+            "hooks": {
+                "pre_llm": [{"type": "ToolResultClearingManager", "config": {"trigger": 10_000, "keep": 3}}]
+            },
+        }
+    )
+    cache = PromptCache(ANTHROPIC_RATIOS)
+    env = Environment(cache=cache)
+    counter = get_counter(MODEL)
+    messages = conversation(0)
+    verdicts = []
+    for step in range(12):
+        messages = [*messages, *conversation(1, size=12_000)[1:]]
+        messages[-2] = {**messages[-2], "tool_calls": [{**messages[-2]["tool_calls"][0], "id": f"s{step}"}]}
+        messages[-1] = {**messages[-1], "tool_call_id": f"s{step}"}
+        result = definition.apply("pre_llm", context(messages, 200_000), environment=env)
+        verdicts += [e["details"]["cache"] for e in result.trace if "cache" in e["details"]]
+        cache.measure(result.context, counter)
+        messages = [*result.context.messages, {"role": "assistant", "content": f"step {step}"}]
+    assert verdicts and all(v["expected_calls"] <= 2 for v in verdicts)
+    assert any(v["postpone"] for v in verdicts)
+    assert cache.growth() > 2000  # about one 12,000-character result per call
+
+
+def test_the_level_an_entry_fires_again_at_reads_its_activation():
+    """ANDed token rules: the highest; any_of: the lowest alternative; a rule on messages or no
+    rule at all: 0 (it may fire on the next call)."""
+    from ctxmgmt.hooks import _token_level
+    from ctxmgmt.rules import Activation
+
+    assert (
+        _token_level(Activation.parse({"tokens_exceed": 5000, "tokens_ratio_exceed": 0.5}), 20_000) == 10_000
+    )
+    both = {"any_of": [{"tokens_exceed": 9000}, {"tokens_ratio_exceed": 0.25}]}
+    assert _token_level(Activation.parse(both), 20_000) == 5000
+    assert _token_level(Activation.parse({"message_count_exceed": 40}), 20_000) == 0
+    assert _token_level(Activation.parse({"always": True}), 20_000) == 0

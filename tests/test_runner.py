@@ -567,3 +567,22 @@ def test_an_edit_postponed_for_the_cache_shows_in_the_trace_and_the_record(
     assert next(m["content"] for m in last if m["role"] == "tool").count("first") == 40
     record = ExecutionStore(store.engine).get(result.execution_id)
     assert any("postponed: cache (would free" in line for line in trace_lines(record))
+
+
+def test_with_cache_aware_the_recall_tools_are_there_from_the_first_call(
+    agent_models, tools, chat_server, store, tmp_path
+):
+    """Adding tools mid-conversation voids the whole cached prefix: with cache: aware and an
+    offload store the recall tools are in every request from the first; without, only once
+    there is something to recall."""
+    from ctxmgmt.offload import LocalOffloader
+
+    runner = Runner(store, agent_models, tools, offloader=LocalOffloader(tmp_path))
+    window = [{"type": "SlidingWindowManager", "config": {"max_messages": 50}}]
+    for name, settings in (("aware", {"cache": "aware"}), ("plain", {})):
+        store.create(name, {"settings": settings, "hooks": {"pre_llm": window}})
+        agent_id = agent(runner, context_management_name=name)
+        chat_server.reply("done")
+        runner.execute(agent_id, "go")
+        names = {t["function"]["name"] for t in chat_server.requests[-1]["tools"]}
+        assert ("context_read" in names) is (name == "aware")

@@ -354,6 +354,14 @@ class SummarizationManager(ContextManager):
                 "saving": round(1 - after / before, 4),
             }
         runtime.details.update(summarized=len(plan.removed), summary_tokens=runtime.counter.text(text))
+        target = target_tokens(self.config, context, runtime)
+        if target is not None and after > target:
+            runtime.details["note"] = (
+                f"{after:,} tokens, over the target of {target:,}: what must stay (the newest "
+                "messages of preserve_recent_messages, the pinned task, the newest tool-call group, "
+                "the system prompt and tools, the summary) is larger; lower "
+                "preserve_recent_messages or raise the target"
+            )
         return new
 
 

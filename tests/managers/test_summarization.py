@@ -374,3 +374,26 @@ def test_a_target_summarises_down_to_it_and_then_stays_quiet():
             break
         quiet += 1
     assert quiet >= 30  # (0.8 - 0.3) * 20,000 / ~250 tokens per message
+
+
+def test_a_target_the_newest_messages_exceed_is_missed_and_said_so():
+    """When the messages the summariser must keep are larger than its target, it summarises
+    the rest and its trace says the target was missed and what to change."""
+    definition = load_definition(
+        {
+            "name": "s",
+            "hooks": {
+                "pre_llm": [
+                    {
+                        "type": "SummarizationManager",
+                        "config": {"target_tokens": 500, "preserve_recent_messages": 4},
+                    }
+                ]
+            },
+        }
+    )
+    msgs = [{"role": "user", "content": "task"}]
+    msgs += [{"role": "assistant", "content": f"note {i} " + "word " * 300} for i in range(10)]
+    result = definition.apply("pre_llm", Context(messages=msgs, model="gpt-4o"))
+    note = result.trace[0]["details"]["note"]
+    assert "over the target of 500" in note and "preserve_recent_messages" in note
