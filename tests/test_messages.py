@@ -126,3 +126,15 @@ def test_other_formats_and_unknown_parts_are_named(message, pointer, says):
         Context.from_dict([message])
     problem = raised.value.problems[0]
     assert problem.pointer == pointer and says in problem.message
+
+
+def test_a_list_handed_again_with_messages_added_is_detected_from_where_it_was():
+    """Format detection of a plain list that grew (a new list each call, as a caller keeps
+    one) looks at the new messages only: an Anthropic message added later is still found."""
+    from ctxmgmt import Context
+    from ctxmgmt.formats import detect
+
+    history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    assert detect(Context(messages=history).messages) == "openai_chat"
+    history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "r"}]})
+    assert detect(Context(messages=history).messages) == "anthropic"

@@ -8,6 +8,7 @@ The format is declared (``Context(format=...)``) or detected from the messages.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
@@ -68,6 +69,10 @@ USER_FIRST = Constraints(user_first=True, rule=user_first_rule)
 """For a caller whose provider wants a user message first in chat form (LangChain or
 pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``."""
 _CONSTRAINTS = {anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule)}
+_KNOWN_KEPT = 4
+_KNOWN_CHAT: list[History] = []
+"""The lists detected as chat last (as the token counter keeps the sequences it counted)."""
+_KNOWN_LOCK = threading.Lock()
 
 
 def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
@@ -77,8 +82,12 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
     message first)."""
     if isinstance(system_prompt, list):
         return anthropic.NAME
-    # A History remembers how far it is known to be chat: a grown one costs its new part.
+    # A History remembers how far it is known to be chat: a grown one costs its new part; so
+    # does a list handed again with messages added (its start is a list known to be chat).
     start = messages._checked() if isinstance(messages, History) else 0
+    if start == 0 and isinstance(messages, History):
+        with _KNOWN_LOCK:
+            start = next((len(k) for k in _KNOWN_CHAT if k._prefix_of(messages)), 0)
     for i in range(start, len(messages)):
         found = foreign_kind(messages[i])
         if found is not None and found[0] != "gemini":
@@ -87,6 +96,10 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
             return openai_chat.NAME  # not a format ctxmgmt converts: the chat check says so
     if isinstance(messages, History):
         messages._mark_checked()  # every message is known to be chat now
+        if len(messages) > start:
+            with _KNOWN_LOCK:
+                _KNOWN_CHAT.insert(0, messages)
+                del _KNOWN_CHAT[_KNOWN_KEPT:]
     return openai_chat.NAME
 
 
