@@ -41,7 +41,6 @@ __all__ = [
     "Pricing",
     "PromptCache",
     "cache_figures",
-    "digest",
     "output_tokens",
     "ratios_for",
 ]
@@ -198,6 +197,12 @@ def output_tokens(usage: Mapping[str, Any] | None) -> int:
     return 0
 
 
+def _growth(sent: _Sent | None) -> float:
+    """The mean growth per call of a request's conversation (at least MIN_GROWTH)."""
+    grown = sent.grown if sent is not None else ()
+    return max(float(MIN_GROWTH), sum(grown) / len(grown)) if grown else float(MIN_GROWTH)
+
+
 def _kept(messages: Sequence[Any]) -> Sequence[Any]:
     """A request's messages as they were: a History is an immutable view already."""
     return messages if isinstance(messages, History) else tuple(messages)
@@ -303,12 +308,6 @@ class PromptCache:
             if common == len(sent.messages):
                 break  # it extends the newest request it can: the usual step of a conversation
         return best
-
-    @property
-    def known(self) -> bool:
-        """Whether a request within the cache's lifetime was sent."""
-        with self._lock:
-            return bool(self._live())
 
     def common(self, context: Context) -> int:
         """How many of the context's messages a kept request starts with; -1 when only the
@@ -421,8 +420,7 @@ class PromptCache:
             else:
                 live = self._live()
                 sent = live[0] if live else None
-            grown = sent.grown if sent is not None else ()
-            return max(float(MIN_GROWTH), sum(grown) / len(grown)) if grown else float(MIN_GROWTH)
+            return _growth(sent)
 
     # -- edits ------------------------------------------------------------------------------
     def weigh(
@@ -455,7 +453,7 @@ class PromptCache:
             total_after = counter.context(after)[0]
             kept_before = self._prefix(sent, before, counter, cached)
             kept_after = self._prefix(sent, after, counter, edited)
-            growth = self.growth(before)
+            growth = _growth(sent)
         freed = max(0, total_before - total_after)
         p = self.pricing
         cost_now = kept_after * p.read + (total_after - kept_after) * p.write
@@ -492,8 +490,7 @@ class PromptCache:
             sent = self._match(context)[0]
             if sent is None:
                 return
-            growth = self.growth(context)
-            step = max(4 * growth, (limit - tokens) / 4 if limit else 0.0)
+            step = max(4 * _growth(sent), (limit - tokens) / 4 if limit else 0.0)
             sent.waiting[(key, index)] = tokens + step
 
     def waiting(
@@ -507,7 +504,7 @@ class PromptCache:
             until = sent.waiting.get((key, index))
             if until is None:
                 return None
-            if tokens >= until or (limit is not None and tokens + self.growth(context) > limit):
+            if tokens >= until or (limit is not None and tokens + _growth(sent) > limit):
                 del sent.waiting[(key, index)]
                 return None
             return {"until_tokens": round(until)}

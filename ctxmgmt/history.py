@@ -194,3 +194,29 @@ class History(Sequence[Mapping[str, Any]]):
             theirs = other  # type: ignore[assignment]
         items = self._log.items
         return k == 0 or (theirs[k - 1] is items[k - 1] and theirs[:k] == items[:k])
+
+
+class Recent:
+    """The last few histories a cache saw, to find one that a new list starts with: a caller
+    that hands a grown list each call costs its new part (the token counter's running totals,
+    the format detection). Bounded by count; it holds only what callers handed in."""
+
+    def __init__(self, kept: int = 4) -> None:
+        self._kept = kept
+        self._items: list[History] = []
+        self._lock = threading.Lock()
+
+    def prefix_of(self, seq: Sequence[Any], where: Callable[[History], bool] | None = None) -> History | None:
+        """The newest kept history that ``seq`` starts with (and that ``where`` accepts)."""
+        with self._lock:
+            items = list(self._items)
+        return next((k for k in items if (where is None or where(k)) and k._prefix_of(seq)), None)
+
+    def add(self, history: History) -> None:
+        with self._lock:
+            self._items.insert(0, history)
+            del self._items[self._kept :]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()

@@ -40,7 +40,7 @@ from ._memo import BY_CONTENT, Memo, clear_shared
 from ._o200k import SOURCE as _o200k_source
 from .errors import ContextError, Problem
 from .formats._common import rough_size
-from .history import History
+from .history import History, Recent
 
 if TYPE_CHECKING:
     from .context import Context, Edit
@@ -146,7 +146,7 @@ class TokenCounter:
             getattr(encoding, "_core_bpe", encoding).encode_ordinary if encoding is not None else None
         )
         self._memo: Memo[int] = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
-        self._sequences: list[History] = []  # recent new logs, to seed their totals
+        self._sequences = Recent(_SEQUENCES_KEPT)  # recent new logs, to seed their totals
         self._strings: Memo[int] = Memo(STRING_MEMO_BYTES)  # string -> count
         self._texts: Memo[int] = Memo(TEXT_MEMO_BYTES)  # text -> count, by content
         self._lock = threading.Lock()
@@ -310,11 +310,10 @@ class TokenCounter:
         seq = messages if isinstance(messages, tuple) else tuple(messages)
         n = len(seq)
         start, tokens, count = 0, 0, 0
-        for known in self._sequences:
-            if known._prefix_of(seq):
-                start = len(known)
-                tokens, count = self._history(known)
-                break
+        known = self._sequences.prefix_of(seq)
+        if known is not None:
+            start = len(known)
+            tokens, count = self._history(known)
         for i in range(start, n):
             m = seq[i]
             tokens += self.message(m, i)
@@ -369,15 +368,13 @@ class TokenCounter:
         """Running totals for a new log: copied from a counted history it extends, if any
         (one prefix comparison per log, not per call)."""
         seed: tuple[array[int], array[int]] = (array("q"), array("q"))
-        for known in self._sequences:
-            sums = known._log.sums.get(self.tokenizer.name)
-            if sums is not None and known._prefix_of(history):
-                k = min(len(known), len(sums[0]))
-                seed = (sums[0][:k], sums[1][:k])
-                break
-        with self._lock:
-            self._sequences.insert(0, history)
-            del self._sequences[_SEQUENCES_KEPT:]
+        name = self.tokenizer.name
+        known = self._sequences.prefix_of(history, where=lambda k: name in k._log.sums)
+        if known is not None:
+            sums = known._log.sums[name]
+            k = min(len(known), len(sums[0]))
+            seed = (sums[0][:k], sums[1][:k])
+        self._sequences.add(history)
         return seed
 
     def tools(self, tools: Sequence[Any]) -> int:
@@ -534,6 +531,9 @@ def _with_tokenizer(shared: TokenCounter | None, tokenizer: Tokenizer) -> TokenC
 def clear_caches() -> None:
     """Forget every memoised count and extraction (to free memory, or to measure a cold start)."""
     clear_shared()
+    from .formats import forget_known  # the lists format detection saw (imports this module)
+
+    forget_known()
     with _resolve_lock:
         for counter in _counters.values():
             counter._memo.clear()

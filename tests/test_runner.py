@@ -586,3 +586,45 @@ def test_with_cache_aware_the_recall_tools_are_there_from_the_first_call(
         runner.execute(agent_id, "go")
         names = {t["function"]["name"] for t in chat_server.requests[-1]["tools"]}
         assert ("context_read" in names) is (name == "aware")
+
+
+def test_a_summariser_model_call_is_priced_as_fresh_input_and_listed_apart(
+    agent_models, tools, chat_server, store
+):
+    """The summariser's own model call is in the execution's cache figures apart from the
+    agent's calls, priced at its model's prices as fresh input, and counted in the total."""
+    import json
+    from dataclasses import replace
+
+    from ctxmgmt import ModelsConfig
+    from ctxmgmt.cache import Pricing
+
+    prices = Pricing(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+    models = ModelsConfig({k: replace(agent_models[k], pricing=prices) for k in ("chat", "summarizer")})
+    runner = Runner(store, models, tools)
+    summariser = {
+        "type": "SummarizationManager",
+        "config": {"summarization_model_id": "summarizer", "preserve_recent_messages": 1},
+        "activation": {"tokens_exceed": 1000},
+    }
+    store.create("priced", {"settings": {"fit": False}, "hooks": {"pre_llm": [summariser]}})
+    agent_id = agent(runner, context_management_name="priced")
+    chat_server.reply(tool_call(("big", {"size": 8000})), usage={"completion_tokens": 5})
+    chat_server.reply(tool_call(("echo", {"a": 1})), usage={"completion_tokens": 5})
+    keys = ("goal", "constraints", "errors", "files_changed", "progress", "key_decisions", "next_steps")
+    summary = json.dumps({k: ["read the big log"] for k in (*keys, "critical_context")})
+    chat_server.reply(summary, usage={"prompt_tokens": 2100, "completion_tokens": 60})
+    chat_server.reply("done", usage={"completion_tokens": 5})
+    result = runner.execute(agent_id, "Read the big log.")
+    (call,) = result.cache["summarizer_calls"]
+    fresh = (2100 * 3.0 + 60 * 15.0) / 1e6
+    assert call == {
+        "call": 3,
+        "type": "SummarizationManager",
+        "model_id": "summarizer",
+        "input_tokens": 2100,
+        "output_tokens": 60,
+        "estimated_cost": pytest.approx(fresh),
+    }
+    agents_own = sum(c["estimated_cost"] for c in result.cache["calls"])
+    assert result.cache["estimated_cost"] == pytest.approx(agents_own + fresh)

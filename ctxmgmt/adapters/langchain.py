@@ -54,6 +54,8 @@ class ContextManagementMiddleware(AgentMiddleware):
         offloader: where removed content is archived first (the thread id is the session).
         context_window: the model's window, for the fit step; by default the chat model's
             profile (``max_input_tokens``) when it has one.
+        pricing: the model's prices, for the cost model of ``settings: {cache: aware}``
+            (default: Anthropic's ratios for the Anthropic format, OpenAI's otherwise).
     """
 
     state_schema = ContextManagementState

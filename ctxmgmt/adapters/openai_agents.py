@@ -47,6 +47,8 @@ class ContextManagementFilter:
         offloader: where removed content is archived first.
         session: the offload session of this conversation.
         context_window: the model's window, for the fit step.
+        pricing: the model's prices, for the cost model of ``settings: {cache: aware}``
+            (default: Anthropic's ratios for the Anthropic format, OpenAI's otherwise).
     """
 
     def __init__(

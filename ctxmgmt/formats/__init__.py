@@ -8,14 +8,13 @@ The format is declared (``Context(format=...)``) or detected from the messages.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextError, Problem
-from ..history import History
+from ..history import History, Recent
 from ..messages import foreign_kind
 from . import anthropic, openai_chat, openai_responses
 from ._common import Conversion
@@ -69,10 +68,13 @@ USER_FIRST = Constraints(user_first=True, rule=user_first_rule)
 """For a caller whose provider wants a user message first in chat form (LangChain or
 pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``."""
 _CONSTRAINTS = {anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule)}
-_KNOWN_KEPT = 4
-_KNOWN_CHAT: list[History] = []
+_KNOWN_CHAT = Recent()
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""
-_KNOWN_LOCK = threading.Lock()
+
+
+def forget_known() -> None:
+    """Forget the lists known to be chat (``ctxmgmt.tokens.clear_caches`` calls it)."""
+    _KNOWN_CHAT.clear()
 
 
 def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
@@ -86,8 +88,8 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
     # does a list handed again with messages added (its start is a list known to be chat).
     start = messages._checked() if isinstance(messages, History) else 0
     if start == 0 and isinstance(messages, History):
-        with _KNOWN_LOCK:
-            start = next((len(k) for k in _KNOWN_CHAT if k._prefix_of(messages)), 0)
+        known = _KNOWN_CHAT.prefix_of(messages)
+        start = len(known) if known is not None else 0
     for i in range(start, len(messages)):
         found = foreign_kind(messages[i])
         if found is not None and found[0] != "gemini":
@@ -97,9 +99,7 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
     if isinstance(messages, History):
         messages._mark_checked()  # every message is known to be chat now
         if len(messages) > start:
-            with _KNOWN_LOCK:
-                _KNOWN_CHAT.insert(0, messages)
-                del _KNOWN_CHAT[_KNOWN_KEPT:]
+            _KNOWN_CHAT.add(messages)
     return openai_chat.NAME
 
 
