@@ -587,6 +587,9 @@ class _Execution:
         if applied.context is not self.view:
             self.changed = True
             run.update(_changes(self.view, applied.context))
+            credits = _credits(self.view, applied.context, applied.trace, self.counter())
+            if credits is not None:  # what each entry changed, for the page
+                run["changes"] = credits
         self.view = applied.context
         self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
         if applied.trace:
@@ -619,6 +622,44 @@ def _changes(before: Context, after: Context) -> dict[str, Any]:
         "removed_preview": [_preview(m) for m in removed[:PREVIEWS]],
         "added_preview": [_preview(m) for m in added[:PREVIEWS]],
     }
+
+
+def _credits(
+    before: Context, after: Context, trace: Sequence[Mapping[str, Any]], counter: TokenCounter
+) -> list[dict[str, Any]] | None:
+    """What each entry of a hook run changed, as ``_changes`` with its index; None when the
+    run's contexts cannot be told apart. The outputs are found on the chain of splices that
+    leads from the run's input to its output, each where its entry's trace numbers (messages
+    and tokens after) are met, in the entries' order; an output made otherwise breaks it."""
+    chain = [after]
+    while chain[-1] is not before:
+        edit = chain[-1].edit
+        if edit is None:
+            return None
+        chain.append(edit.source)
+    chain.reverse()
+    out: list[dict[str, Any]] = []
+    at = 0
+    for entry in trace:
+        details = entry.get("details") or {}
+        if not entry["activated"] or entry["error"] or details.get("postponed"):
+            continue  # its output, if any, was not used
+        if (entry["messages_after"], entry["tokens_after"]) == (
+            entry["messages_before"],
+            entry["tokens_before"],
+        ):
+            continue  # changed nothing, by its numbers
+        end = at + 1
+        while end < len(chain) and (
+            len(chain[end].messages) != entry["messages_after"]
+            or counter.context(chain[end])[0] != entry["tokens_after"]
+        ):
+            end += 1
+        if end == len(chain):
+            return None
+        out.append({"index": entry["index"], **_changes(chain[at], chain[end])})
+        at = end
+    return out if at == len(chain) - 1 else None
 
 
 def _preview(m: Mapping[str, Any]) -> dict[str, Any]:
