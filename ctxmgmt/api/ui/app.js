@@ -28,9 +28,12 @@ const svg = (tag, attrs = {}, ...children) => {
 };
 const fmt = (n) => (n === null || n === undefined ? "-" : Number(n).toLocaleString("en-US"));
 const when = (ms) => (ms ? new Date(ms).toISOString().replace("T", " ").slice(0, 19) : "-");
+/** The text of a message content for a summary line: never throws, odd parts give nothing
+ * (the stored-messages view says what is odd: see contentText). */
 const textOf = (content) =>
   typeof content === "string" ? content
-    : Array.isArray(content) ? content.map((p) => p.text || p.input_text || "").filter(Boolean).join("\n") : "";
+    : Array.isArray(content) ? content.map((p) => (p && typeof p === "object" && typeof p.text === "string" ? p.text : typeof p === "string" ? p : ""))
+      .filter(Boolean).join("\n") : "";
 
 class ApiError extends Error {
   constructor(status, body) {
@@ -40,16 +43,30 @@ class ApiError extends Error {
   }
 }
 
-async function api(method, path, body) {
+/** A JSON text with every number kept as its source text (JSON.rawJSON), so that what the
+ * editor shows and sends back is the number the server holds: 1.0 stays a float, 1e-7 and
+ * integers past 2^53 stay exact. Plain numbers where the browser cannot. */
+function jsonExact(text) {
+  const keep = (key, value, context) =>
+    typeof value === "number" && context && typeof context.source === "string" && JSON.rawJSON
+      ? JSON.rawJSON(context.source) : value;
+  return JSON.parse(text, keep);
+}
+
+/** A call of this server's API. With exact, the answer comes twice: as plain data and as
+ * jsonExact's (for the definition editor's numbers). */
+async function api(method, path, body, exact = false) {
   const headers = { accept: "application/json" };
   const key = sessionStorage.getItem(KEY);
   if (key) headers.authorization = `Bearer ${key}`;
   if (body !== undefined) headers["content-type"] = "application/json";
   const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const data = await response.json().catch(() => null);
+  const text = await response.text().catch(() => "");
+  let data = null;
+  try { data = JSON.parse(text); } catch { data = null; }
   if (response.status === 401) showKeyForm("This server needs an API key.");
   if (!response.ok) throw new ApiError(response.status, data);
-  return data;
+  return exact ? [data, jsonExact(text)] : data;
 }
 
 function showKeyForm(message) {
@@ -70,7 +87,7 @@ const routes = [
   [/^#\/agents\/([0-9a-f]{32})$/, (id) => agentExecutions(id)],
   [/^#\/agents$/, () => agentsList()],
   [/^#\/executions\/([0-9a-f]{32})$/, (id) => executionView(id)],
-  [/^#\/memory\/([0-9a-f]{32})$/, (id) => memoryView(id)],
+  [/^#\/memory\/([0-9a-f]{32})(?:\?from=(\d{1,9}))?$/, (id, from) => memoryView(id, Number(from || 0))],
   [/^#\/archive\/([^/]+)\/([tm]-[0-9a-f]{32})$/, (session, ref) => archiveView(decodeURIComponent(session), ref)],
   [/^.*$/, () => definitionsList()],
 ];
@@ -136,39 +153,55 @@ function toYaml(stored) {
   return yaml(doc, 0);
 }
 
-// A YAML writer for JSON data: block mappings and sequences, scalars quoted as JSON
-// strings whenever plain YAML could read them as something else.
+// A YAML writer for JSON data that PyYAML (the server's YAML 1.1 reader) reads back exactly:
+// block mappings and sequences; a string plain only when it is a simple word sentence that no
+// YAML reads as anything else, otherwise double-quoted with every character that YAML would
+// fold, refuse or read as a line break (U+0085, U+2028, U+2029, controls) escaped; a number in
+// the form PyYAML reads as the same int or float (a float's mantissa has a dot, its exponent a
+// sign). Numbers read with jsonExact() keep their source text (1.0 stays a float, 1e-7 exact).
+const YAML_WORDS = /^(y|n|yes|no|true|false|on|off|null|~)$/i;
+function yamlString(s) {
+  const plain = /^[A-Za-z_][A-Za-z0-9_.\/-]*( [A-Za-z0-9_.,;()'\/+-]+)*$/.test(s) && !YAML_WORDS.test(s);
+  if (plain) return s;
+  return JSON.stringify(s).replace(/[\u007f-\u009f\u00a0\u2028\u2029\ufeff\ufffe\uffff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+function yamlNumber(text) {
+  // JSON's number grammar in, YAML 1.1's int or float out, the same value.
+  const m = /^(-?\d+)(\.\d+)?(?:[eE]([+-]?)(\d+))?$/.exec(text);
+  if (!m) throw new Error(`not a JSON number: ${text}`);
+  const [, whole, frac, sign, exp] = m;
+  if (frac === undefined && exp === undefined) return whole;
+  return `${whole}${frac || ".0"}${exp === undefined ? "" : `e${sign || "+"}${exp}`}`;
+}
 function yamlScalar(v) {
   if (v === null) return "null";
-  if (typeof v === "number" || typeof v === "boolean") return String(v);
-  const s = String(v);
-  const plain = /^[A-Za-z_][A-Za-z0-9_ .,;()'/+-]*$/.test(s) && !/^(true|false|null|yes|no|on|off|~)$/i.test(s) && !/[:#]\s|\s$/.test(s);
-  return plain ? s : JSON.stringify(s);
+  if (typeof v === "boolean") return String(v);
+  if (JSON.isRawJSON && JSON.isRawJSON(v)) return yamlNumber(v.rawJSON);
+  if (typeof v === "number") {
+    if (!Number.isFinite(v)) throw new Error(`${v} is not a JSON number`);
+    if (Object.is(v, -0)) return "-0.0";
+    return yamlNumber(String(v));
+  }
+  return yamlString(String(v));
 }
+const isMap = (v) => v !== null && typeof v === "object" && !Array.isArray(v) && !(JSON.isRawJSON && JSON.isRawJSON(v));
+const nested = (v) => (Array.isArray(v) && v.length > 0) || (isMap(v) && Object.keys(v).length > 0);
 function yaml(v, indent) {
   const pad = " ".repeat(indent);
   if (Array.isArray(v)) {
     if (!v.length) return "[]";
     return v.map((item) => {
-      if (item && typeof item === "object" && !Array.isArray(item) && Object.keys(item).length) {
-        const body = yaml(item, indent + 2).replace(/^\s+/, "");
-        return `${pad}- ${body}`;
-      }
-      return `${pad}- ${yamlBlock(item, indent + 2)}`;
+      if (isMap(item) && nested(item)) return `${pad}- ${yaml(item, indent + 2).replace(/^\s+/, "")}`;
+      return `${pad}-${nested(item) ? `\n${yaml(item, indent + 2)}` : ` ${yaml(item, indent + 2)}`}`;
     }).join("\n");
   }
-  if (v && typeof v === "object") {
+  if (isMap(v)) {
     const keys = Object.keys(v);
     if (!keys.length) return "{}";
-    return keys.map((k) => `${pad}${yamlScalar(k)}:${yamlValue(v[k], indent + 2)}`).join("\n");
+    return keys.map((k) => `${pad}${yamlString(k)}:${nested(v[k]) ? `\n${yaml(v[k], indent + 2)}` : ` ${yaml(v[k], indent + 2)}`}`).join("\n");
   }
   return yamlScalar(v);
-}
-function yamlBlock(v, indent) {
-  return v && typeof v === "object" && Object.keys(v).length ? `\n${yaml(v, indent)}` : yaml(v, indent);
-}
-function yamlValue(v, indent) {
-  return v && typeof v === "object" && Object.keys(v).length ? `\n${yaml(v, indent)}` : ` ${yaml(v, indent)}`;
 }
 
 async function definitionEditor(name) {
@@ -176,9 +209,9 @@ async function definitionEditor(name) {
   let version = null;
   let text = SAMPLE;
   if (!isNew) {
-    const stored = await api("GET", `${API}/context_management/${encodeURIComponent(name)}`);
+    const [stored, exact] = await api("GET", `${API}/context_management/${encodeURIComponent(name)}`, undefined, true);
     version = stored.version;
-    text = `${toYaml(stored)}\n`;
+    text = `${toYaml(exact)}\n`;
   }
   const editor = el("textarea", { id: "definition-text", spellcheck: "false", "aria-label": "Definition (YAML or JSON)" });
   editor.value = text;
@@ -190,8 +223,8 @@ async function definitionEditor(name) {
 
   async function check() {
     try {
-      const result = await api("POST", `${API}/context_management/_validate`, { text: editor.value });
-      parsed = result.valid ? result.definition : null;
+      const [result, exact] = await api("POST", `${API}/context_management/_validate`, { text: editor.value }, true);
+      parsed = result.valid ? exact.definition : null;
       problems.replaceChildren(...result.problems.map((p) =>
         el("li", { role: "alert", class: p.severity, "data-pointer": p.pointer || "/" },
           `${p.line ? `line ${p.line}: ` : ""}${p.pointer || "/"}: ${p.message}`)));
@@ -281,8 +314,14 @@ function simulationResult(before, result) {
   const fired = result.trace.filter((e) => e.activated && !e.error);
   const failed = result.trace.filter((e) => e.error);
   const summary = after.find((m) => textOf(m.content).startsWith("[ctxmgmt:summary]"));
-  const line = (m, cls) => el("li", { class: cls },
-    el("span", { class: "role", text: m.role || m.type || "?" }), textOf(m.content).slice(0, 400) || (m.tool_calls ? "(tool calls)" : ""));
+  const line = (m, cls) => {
+    try {
+      return el("li", { class: cls },
+        el("span", { class: "role", text: String(m.role || m.type || "?") }), textOf(m.content).slice(0, 400) || (m.tool_calls ? "(tool calls)" : ""));
+    } catch (err) {
+      return el("li", { class: "unshowable" }, `this message cannot be shown: ${describe(m)}`);
+    }
+  };
   return [
     el("h2", { text: "Trace" }),
     el("div", { class: "table-wrap" }, el("table", { id: "simulate-trace" },
@@ -352,11 +391,21 @@ async function agentExecutions(agentId) {
 async function executionView(id) {
   const record = await api("GET", `${API}/executions/${id}`);
   const details = el("div", { id: "details" }, el("p", { class: "muted", text: "Click a marker for what that manager did." }));
-  const chart = timeline(record, (run, entry, marker) => {
+  const onMarker = (run, entry, marker) => {
     for (const m of document.querySelectorAll(".marker.selected")) m.classList.remove("selected");
     marker.classList.add("selected");
     details.replaceChildren(...entryDetails(record, run, entry).filter(Boolean));
-  });
+  };
+  // Drawn at the width it is shown at (one SVG unit is one pixel: text stays 12 px on a
+  // phone), and again when that width changes.
+  const chart = el("div", { class: "chart" });
+  let drawn = 0;
+  new ResizeObserver(() => {
+    const width = Math.round(chart.clientWidth);
+    if (!width || width === drawn) return;
+    drawn = width;
+    chart.replaceChildren(...timeline(record, onMarker, width));
+  }).observe(chart);
   return el("div", {},
     el("h1", { text: "Execution" }),
     el("p", { class: "muted" }, `id ${id} · `, el("a", { href: `#/memory/${record.memory_id}`, text: "the conversation's stored messages" })),
@@ -373,7 +422,7 @@ async function executionView(id) {
       el("span", {}, el("span", { class: "swatch", style: "background: var(--after)" }), "the request"),
       el("span", {}, el("span", { class: "swatch diamond", style: "background: var(--threshold)" }), "a manager fired (click)"),
       el("span", {}, el("span", { class: "swatch", style: "background: var(--window)" }), "the window")),
-    el("div", { class: "chart" }, chart),
+    chart,
     details,
     record.summary ? el("div", {}, el("h2", { text: "The summary the model saw" }), el("pre", { id: "summary", text: record.summary })) : null,
     record.archived && record.archived.length ? el("div", {}, el("h2", { text: "Archived" }),
@@ -408,41 +457,64 @@ function cacheLine(cache) {
   return el("p", { id: "cache" }, el("strong", { text: "Prompt cache: " }), parts.join(" · "));
 }
 
-function timeline(record, onMarker) {
-  const W = 800, H = 320, left = 64, right = 16, top = 16, bottom = 36;
+/** Label positions: each as near its wanted y as it can be, none closer than `gap` to the
+ * next, all within [low, high]; the ones that do not fit are left out (null). */
+function spread(wanted, gap, low, high) {
+  const order = wanted.map((y, i) => [y, i]).sort((a, b) => a[0] - b[0]);
+  const fits = Math.max(0, Math.floor((high - low) / gap) + 1);
+  const kept = order.slice(0, fits);
+  const ys = kept.map(([y]) => Math.min(high, Math.max(low, y)));
+  for (let i = 1; i < ys.length; i++) ys[i] = Math.max(ys[i], ys[i - 1] + gap);
+  for (let i = ys.length - 1; i >= 0; i--) ys[i] = Math.min(ys[i], i === ys.length - 1 ? high : ys[i + 1] - gap);
+  const out = wanted.map(() => null);
+  kept.forEach(([, i], k) => { out[i] = ys[k]; });
+  return out;
+}
+
+/** The tokens of each LLM call, before the managers and as sent, on a scale that fits what
+ * was sent and the window; the window's and the thresholds' lines, labelled without overlap
+ * (a threshold off that scale is named under the chart); a marker where a manager fired. */
+function timeline(record, onMarker, width = 800) {
+  const W = Math.max(300, width), H = W < 600 ? 260 : 320, left = 64, right = 12, top = 26, bottom = 40;
+  const FONT = 12, GAP = FONT + 3;
   const calls = record.calls || [];
-  const levels = [record.context_window || 0, ...calls.map((c) => Math.max(c.calibrated_before, c.calibrated)), ...(record.thresholds || []).map((t) => t.tokens)];
-  const max = Math.max(1, ...levels) * 1.08;
+  const sent = calls.map((c) => Math.max(Number(c.calibrated_before) || 0, Number(c.calibrated) || 0));
+  const max = Math.max(1, record.context_window || 0, ...sent) * 1.08;
   const x = (n) => left + (calls.length <= 1 ? (W - left - right) / 2 : ((n - 1) * (W - left - right)) / (calls.length - 1));
   const y = (t) => top + (H - top - bottom) * (1 - t / max);
-  const g = svg("svg", { class: "timeline", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Tokens per LLM call" });
+  const g = svg("svg", { class: "timeline", viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "Tokens per LLM call" });
   const step = niceStep(max);
   for (let t = 0; t <= max; t += step) {
-    g.append(svg("text", { x: 4, y: y(t) + 4 }, document.createTextNode(fmt(Math.round(t)))));
+    g.append(svg("text", { class: "tick", x: 4, y: y(t) + 4 }, document.createTextNode(fmt(Math.round(t)))));
   }
-  const label = (text, at) => svg("text", { class: "line-label", x: left + 4, y: y(at) - 4 }, document.createTextNode(text));
-  if (record.context_window) {
-    const name = `window ${fmt(record.context_window)}`;
-    g.append(svg("line", { class: "window", "data-line": "window", x1: left, x2: W - right, y1: y(record.context_window), y2: y(record.context_window) },
-      svg("title", {}, document.createTextNode(name))), label(name, record.context_window));
-  }
+  const lines = [];
+  if (record.context_window) lines.push({ cls: "window", tokens: record.context_window, name: `window ${fmt(record.context_window)}` });
   for (const t of record.thresholds || []) {
     const name = t.rule === "window - reserve"
       ? `fit: requests kept under ${fmt(t.tokens)}`
       : `${t.type}[${t.index}] fires over ${fmt(t.tokens)}`;
-    g.append(svg("line", { class: "threshold", "data-line": "threshold", x1: left, x2: W - right, y1: y(t.tokens), y2: y(t.tokens) },
-      svg("title", {}, document.createTextNode(name))), label(name, t.tokens));
+    lines.push({ cls: "threshold", tokens: t.tokens, name });
   }
-  g.append(svg("text", { x: left + (W - left - right) / 2 - 20, y: H - 2 }, document.createTextNode("LLM call")));
+  const shown = lines.filter((l) => l.tokens <= max);
+  const places = spread(shown.map((l) => y(l.tokens) - 4), GAP, top - 4 + FONT / 2, H - bottom - 4);
+  const off = lines.filter((l) => l.tokens > max).map((l) => l.name);
+  shown.forEach((l, i) => {
+    g.append(svg("line", { class: l.cls, "data-line": l.cls, x1: left, x2: W - right, y1: y(l.tokens), y2: y(l.tokens) },
+      svg("title", {}, document.createTextNode(l.name))));
+    if (places[i] === null) off.push(`${l.name} (its label has no room)`);
+    else g.append(svg("text", { class: "line-label", "data-line": l.cls, x: left + 4, y: places[i] }, document.createTextNode(l.name)));
+  });
+  g.append(svg("text", { class: "axis", x: left + (W - left - right) / 2 - 24, y: H - 6 }, document.createTextNode("LLM call")));
   g.append(svg("polyline", { points: calls.map((c) => `${x(c.call)},${y(c.calibrated)}`).join(" ") }));
+  const every = Math.max(1, Math.ceil(calls.length / Math.max(1, Math.floor((W - left - right) / 36))));
   for (const c of calls) {
     g.append(svg("g", { class: "point", "data-call": String(c.call) },
       svg("line", { class: "span", x1: x(c.call), x2: x(c.call), y1: y(c.calibrated_before), y2: y(c.calibrated) }),
       svg("circle", { class: "before", cx: x(c.call), cy: y(c.calibrated_before), r: 3 }),
       svg("circle", { class: "after", cx: x(c.call), cy: y(c.calibrated), r: 4.5 }),
       svg("title", {}, document.createTextNode(`call ${c.call}: ${fmt(c.calibrated_before)} before the managers, ${fmt(c.calibrated)} sent${c.reported ? `, ${fmt(c.reported)} reported` : ""}${c.reusable_prefix_tokens != null ? `, ${fmt(c.reusable_prefix_tokens)} as the previous request` : ""}`))));
-    if (calls.length <= 30 || c.call % Math.ceil(calls.length / 30) === 1) {
-      g.append(svg("text", { x: x(c.call) - 4, y: H - 14 }, document.createTextNode(String(c.call))));
+    if ((c.call - 1) % every === 0) {
+      g.append(svg("text", { class: "call", x: x(c.call), y: H - bottom + 16, "text-anchor": "middle" }, document.createTextNode(String(c.call))));
     }
   }
   const byCall = new Map(calls.map((c) => [c.call, c]));
@@ -459,7 +531,7 @@ function timeline(record, onMarker) {
       const level = stack.get(slot) || 0;
       stack.set(slot, level + 1);
       const next = after ? byCall.get(c.call + 1) : c;
-      const cx = x(slot), cy = y(Math.max(next.calibrated_before, c.calibrated)) - 10 - level * 12;
+      const cx = x(slot), cy = Math.max(7, y(Math.max(next.calibrated_before, c.calibrated)) - 10 - level * 12);
       const marker = svg("path", {
         class: "marker", "data-manager": entry.type, "data-hook": run.hook, "data-at": String(c.call), tabindex: "0",
         d: `M ${cx} ${cy - 6} L ${cx + 6} ${cy} L ${cx} ${cy + 6} L ${cx - 6} ${cy} Z`,
@@ -469,7 +541,32 @@ function timeline(record, onMarker) {
       g.append(marker);
     }
   }
-  return g;
+  const note = off.length ? el("p", { class: "muted", id: "off-scale", text: `Off this chart's scale (it fits the requests and the window): ${off.join("; ")}.` }) : null;
+  return [g, note].filter(Boolean);
+}
+
+/** Whether a trace entry changed the conversation by its numbers (as `ctxmgmt trace` reads
+ * them): it ran, did not fail, was not postponed, and its tokens or messages moved. */
+const changedBy = (e) => e.activated && !e.error && !(e.details && e.details.postponed)
+  && (e.tokens_before !== e.tokens_after || e.messages_before !== e.messages_after);
+
+/** What this entry removed and added, credited to it alone: the record's per-entry changes
+ * when it has them; else the hook run's, when this entry is the only one that changed
+ * anything; else the run's, named as the run's with the entries that changed it. */
+function credit(run, entry, preview) {
+  const show = (what, heading) => [
+    what.removed ? el("div", { class: "credit" }, el("h2", { text: `Removed by ${heading} (${what.removed})` }), preview(what.removed_preview, "removed")) : null,
+    what.added ? el("div", { class: "credit" }, el("h2", { text: `Added by ${heading}: summaries, cut results (${what.added})` }), preview(what.added_preview, "added")) : null,
+  ];
+  const nothing = [el("p", { class: "muted", id: "unchanged", text: "This entry changed nothing in the conversation." })];
+  if (Array.isArray(run.changes)) {
+    const own = run.changes.find((c) => c.index === entry.index);
+    return own && (own.removed || own.added) ? show(own, "this entry") : nothing;
+  }
+  const changers = run.entries.filter(changedBy);
+  if (!changers.includes(entry)) return nothing;
+  if (changers.length === 1) return show(run, "this entry");
+  return show(run, `this hook run (${changers.map((e) => `${e.type}[${e.index}]`).join(", ")})`);
 }
 
 function entryDetails(record, run, entry) {
@@ -482,22 +579,90 @@ function entryDetails(record, run, entry) {
     el("h2", { text: `${entry.hook}[${entry.index}] ${entry.type}, call ${run.call}` }),
     el("p", {}, `${fmt(entry.tokens_before)} → ${fmt(entry.tokens_after)} tokens, ${entry.messages_before} → ${entry.messages_after} messages`,
       entry.error ? el("span", { class: "error", text: ` · error: ${entry.error}` }) : null),
-    run.removed ? el("div", {}, el("h2", { text: `Removed by this hook run (${run.removed})` }), preview(run.removed_preview, "removed")) : null,
-    run.added ? el("div", {}, el("h2", { text: `Added: summaries, cut results (${run.added})` }), preview(run.added_preview, "added")) : null,
+    ...credit(run, entry, preview),
     refs.length ? el("p", {}, "Archived: ", refs.map((ref) => el("a", { href: `#/archive/${encodeURIComponent(record.memory_id)}/${ref}`, "data-ref": ref, text: `${ref} ` }))) : null,
     el("pre", { id: "entry", text: JSON.stringify(entry, null, 2) }),
   ];
 }
 
-async function memoryView(id) {
-  const data = await api("GET", `${API}/memory/${id}/messages?size=1000`);
+/** Messages per page of the stored-messages view; characters a long message shows at first,
+ * and that each "show more" adds. */
+const PAGE = 50, FIRST_CHARS = 4000, MORE_CHARS = 50000;
+
+const describe = (v) => (v === null ? "null" : Array.isArray(v) ? "a list" : typeof v === "object" ? "an object" : `a ${typeof v} (${String(v).slice(0, 40)})`);
+
+/** The text of a stored message's content; throws an Error saying why it cannot be shown. */
+function contentText(m) {
+  const c = m.content;
+  if (typeof c === "string") return c;
+  if (c === null || c === undefined) {
+    if (m.role === "assistant") return "";  // tool calls only, or a refusal
+    throw new Error(`its content is ${c === null ? "null" : "missing"}`);
+  }
+  if (!Array.isArray(c)) throw new Error(`its content is ${describe(c)}, not text or a list of parts`);
+  return c.map((p, i) => {
+    if (typeof p === "string") return p;
+    if (p === null || typeof p !== "object" || Array.isArray(p)) throw new Error(`content part ${i} is ${describe(p)}, not a part`);
+    if (typeof p.text === "string") return p.text;
+    return `[${typeof p.type === "string" ? p.type.slice(0, 40) : "part"}]`;
+  }).join("\n");
+}
+
+/** A long text, FIRST_CHARS at first and MORE_CHARS more per click, in a box of its own
+ * height that scrolls: never all of a 20 MB tool result in the page at once. */
+function longText(text) {
+  const body = el("span", { class: text.length > FIRST_CHARS ? "text long" : "text" });
+  const more = el("button", { type: "button", class: "link more" });
+  let shown = 0;
+  const show = (n) => {
+    const next = Math.min(text.length, shown + n);
+    body.append(text.slice(shown, next));
+    shown = next;
+    if (shown < text.length) more.textContent = `show more (${fmt(shown)} of ${fmt(text.length)} characters shown)`;
+    else more.remove();
+  };
+  more.addEventListener("click", () => show(MORE_CHARS));
+  show(FIRST_CHARS);
+  return [body, shown < text.length ? more : null];
+}
+
+/** One stored message, or a placeholder saying why it cannot be shown: one odd message
+ * never fails the view. */
+function storedMessage(m, index) {
+  const number = el("span", { class: "index", text: `#${index}` });
+  try {
+    if (m === null || typeof m !== "object" || Array.isArray(m)) throw new Error(`it is ${describe(m)}, not a message object`);
+    if (m.tool_calls !== undefined && m.tool_calls !== null && !Array.isArray(m.tool_calls)) throw new Error(`its tool_calls is ${describe(m.tool_calls)}, not a list`);
+    const calls = (m.tool_calls || []).map((c) => (c && c.function && typeof c.function.name === "string" ? c.function.name : "?"));
+    const text = contentText(m);
+    return el("li", { "data-index": String(index) }, number,
+      el("span", { class: "role", text: typeof m.role === "string" ? m.role : "?" }),
+      calls.length ? `(calls ${calls.join(", ")}) ` : "",
+      longText(text));
+  } catch (err) {
+    return el("li", { class: "unshowable", "data-index": String(index) }, number,
+      `this message cannot be shown: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+async function memoryView(id, from = 0) {
+  const data = await api("GET", `${API}/memory/${id}/messages?from=${from}&size=${PAGE}`);
+  const messages = Array.isArray(data.messages) ? data.messages : [];
+  const total = Number(data.total) || 0;
+  const at = (n) => `#/memory/${id}?from=${Math.max(0, n)}`;
+  const last = Math.max(0, Math.floor((total - 1) / PAGE) * PAGE);
+  const pager = () => el("nav", { class: "row pager", "aria-label": "Pages of messages" },
+    from > 0 ? el("a", { href: at(0), text: "first" }) : null,
+    from > 0 ? el("a", { href: at(from - PAGE), rel: "prev", text: `previous ${PAGE}` }) : null,
+    from + PAGE < total ? el("a", { href: at(from + PAGE), rel: "next", text: `next ${PAGE}` }) : null,
+    from + PAGE < total ? el("a", { href: at(last), text: "last" }) : null);
+  const range = messages.length ? `messages ${fmt(from)}–${fmt(from + messages.length - 1)} shown` : "no messages here";
   return el("div", {},
     el("h1", { text: "Stored messages" }),
-    el("p", { class: "muted", text: `memory ${id}: ${fmt(data.total)} messages, whole, as stored${data.total > data.messages.length ? ` (the first ${data.messages.length} shown)` : ""}` }),
-    el("ul", { class: "messages", id: "memory" }, data.messages.map((m) =>
-      el("li", {}, el("span", { class: "role", text: m.role }),
-        m.tool_calls ? `(calls ${m.tool_calls.map((c) => c.function && c.function.name).join(", ")}) ` : "",
-        textOf(m.content)))));
+    el("p", { class: "muted", text: `memory ${id}: ${fmt(total)} messages, as stored; ${range}` }),
+    pager(),
+    el("ul", { class: "messages", id: "memory" }, messages.map((m, i) => storedMessage(m, from + i))),
+    messages.length > 10 ? pager() : null);
 }
 
 async function archiveView(session, ref) {
