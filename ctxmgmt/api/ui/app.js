@@ -409,7 +409,8 @@ async function executionView(id) {
   return el("div", {},
     el("h1", { text: "Execution" }),
     el("p", { class: "muted" }, `id ${id} · `, el("a", { href: `#/memory/${record.memory_id}`, text: "the conversation's stored messages" })),
-    record.question ? el("p", {}, el("strong", { text: "Question: " }), record.question) : null,
+    record.question ? el("p", { id: "question" }, el("strong", { text: "Question: " }),
+      longText(typeof record.question === "string" ? record.question : textOf(record.question))) : null,
     el("p", {},
       `${record.status} · ${record.definition ? `${record.definition}${record.definition_version ? ` v${record.definition_version}` : ""} (${record.definition_source})` : "no definition"} · `,
       `${record.llm_calls} LLM calls · largest request ${fmt(record.max_request_tokens)}${record.context_window ? ` of ${fmt(record.context_window)}` : ""} · `,
@@ -424,11 +425,11 @@ async function executionView(id) {
       el("span", {}, el("span", { class: "swatch", style: "background: var(--window)" }), "the window")),
     chart,
     details,
-    record.summary ? el("div", {}, el("h2", { text: "The summary the model saw" }), el("pre", { id: "summary", text: record.summary })) : null,
+    record.summary ? el("div", {}, el("h2", { text: "The summary the model saw" }), el("pre", { id: "summary" }, longText(String(record.summary)))) : null,
     record.archived && record.archived.length ? el("div", {}, el("h2", { text: "Archived" }),
       el("ul", { class: "archived" }, archivedBy(record).map(([ref, where]) => el("li", {},
         el("a", { href: `#/archive/${encodeURIComponent(record.memory_id)}/${ref}`, "data-ref": ref, text: ref }), ` ${where}`)))) : null,
-    record.response ? el("div", {}, el("h2", { text: "Response" }), el("pre", { text: record.response })) : null);
+    record.response ? el("div", {}, el("h2", { text: "Response" }), el("pre", { id: "response" }, longText(String(record.response)))) : null);
 }
 
 function archivedBy(record) {
@@ -633,10 +634,10 @@ function storedMessage(m, index) {
   try {
     if (m === null || typeof m !== "object" || Array.isArray(m)) throw new Error(`it is ${describe(m)}, not a message object`);
     if (m.tool_calls !== undefined && m.tool_calls !== null && !Array.isArray(m.tool_calls)) throw new Error(`its tool_calls is ${describe(m.tool_calls)}, not a list`);
-    const calls = (m.tool_calls || []).map((c) => (c && c.function && typeof c.function.name === "string" ? c.function.name : "?"));
+    const calls = (m.tool_calls || []).map((c) => (c && c.function && typeof c.function.name === "string" ? c.function.name.slice(0, 80) : "?"));
     const text = contentText(m);
     return el("li", { "data-index": String(index) }, number,
-      el("span", { class: "role", text: typeof m.role === "string" ? m.role : "?" }),
+      el("span", { class: "role", text: typeof m.role === "string" ? m.role.slice(0, 40) : "?" }),
       calls.length ? `(calls ${calls.join(", ")}) ` : "",
       longText(text));
   } catch (err) {
