@@ -549,6 +549,7 @@ def test_the_chart_fits_what_was_sent_with_readable_labels_that_never_overlap(
     assert max(c["calibrated_before"] for c in record["calls"]) > 12_000  # the fit step cut it
     for width, height, name in ((1280, 900, "10-chart-desktop.png"), (390, 844, "11-chart-phone.png")):
         browser.set_window_size(width, height)
+        browser.get("about:blank")  # a fresh load at this width, not a same-page hash
         browser.get(f"{server.url}/ui#/executions/{record['execution_id']}")
         wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "svg.timeline [data-call]")))
         labels = browser.execute_script(BOXES, "svg.timeline text.line-label")
@@ -594,4 +595,77 @@ def test_each_change_is_credited_to_the_entry_that_made_it(browser, server, chat
     )
     assert not browser.find_elements(By.ID, "unchanged")
     browser.save_screenshot(str(shots / "12-credit.png"))
+    no_console_errors(browser)
+
+
+TWO_CHANGERS = """name: two
+description: Two entries that change the same hook run.
+hooks:
+  {hook}:
+    - type: SlidingWindowManager
+      config:
+        max_messages: 4
+      activation:
+        message_count_exceed: 4
+    - type: ToolsOutputTruncateManager
+      config:
+        max_output_length: 100
+"""
+
+
+def two_changers(server, chat_server, hook):
+    """An execution whose `hook` runs a sliding window and a truncation that both change
+    the conversation at call 2: its record."""
+    import yaml
+
+    client = Client(server.url)
+    client.create("two", yaml.safe_load(TWO_CHANGERS.format(hook=hook)))
+    agent_id = register(client, "two")
+    for _ in range(3):
+        chat_server.reply(tool_call(("big", {"size": 400})))
+    chat_server.reply("Done.")
+    record = client.execution(client.execute(agent_id, "Why?")["execution_id"])
+    client.close()
+    return record
+
+
+def details_of(browser, selector):
+    """The details shown for the marker the selector finds, once clicked."""
+    marker = browser.find_element(By.CSS_SELECTOR, selector)
+    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", marker)
+    wait(browser, ec.presence_of_element_located((By.ID, "entry")))
+    return browser.find_element(By.ID, "details").text
+
+
+def test_two_entries_changing_one_hook_run_are_each_credited_their_own(browser, server, chat_server):
+    """When a sliding window and a truncation both change one post_tool run, each marker
+    shows what that entry removed and added, not the run's total."""
+    record = two_changers(server, chat_server, "post_tool")
+    run = next(r for r in record["hooks"] if r["call"] == 2 and r["hook"] == "post_tool")
+    assert run["removed"] == 3 and [(c["index"], c["removed"], c["added"]) for c in run["changes"]] == [
+        (0, 2, 0),
+        (1, 1, 1),
+    ]
+    browser.get(f"{server.url}/ui#/executions/{record['execution_id']}")
+    wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "svg.timeline [data-call]")))
+    window = details_of(browser, "[data-manager=SlidingWindowManager][data-hook=post_tool][data-at='2']")
+    assert "Removed by this entry (2)" in window and "Added" not in window
+    cut = details_of(browser, "[data-manager=ToolsOutputTruncateManager][data-hook=post_tool][data-at='2']")
+    assert "Removed by this entry (1)" in cut and "Added by this entry: summaries, cut results (1)" in cut
+    no_console_errors(browser)
+
+
+def test_changes_that_cannot_be_told_apart_are_credited_to_the_run_with_its_entries_named(
+    browser, server, chat_server
+):
+    """When a run's outputs cannot be split by entry (a truncation at pre_llm makes its list
+    afresh), a marker shows the run's removals under the names of the entries that changed it."""
+    record = two_changers(server, chat_server, "pre_llm")
+    run = next(r for r in record["hooks"] if r["call"] == 3 and r["hook"] == "pre_llm")
+    assert "changes" not in run and run["removed"] == 3
+    browser.get(f"{server.url}/ui#/executions/{record['execution_id']}")
+    wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "svg.timeline [data-call]")))
+    text = details_of(browser, "[data-manager=SlidingWindowManager][data-hook=pre_llm][data-at='3']")
+    named = "this hook run (SlidingWindowManager[0], ToolsOutputTruncateManager[1])"
+    assert f"Removed by {named} (3)" in text
     no_console_errors(browser)
