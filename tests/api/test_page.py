@@ -344,6 +344,10 @@ def test_a_20_mb_tool_result_and_a_long_list_are_paged(browser, store_server, sh
         browser.execute_script("return document.documentElement.scrollHeight") < 20_000
     )  # it scrolls in its box
     browser.save_screenshot(str(shots / "8-memory-long.png"))
+    browser.set_window_size(390, 844)  # a phone: the long text wraps, nothing is wider than the screen
+    assert browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth") <= 1
+    browser.save_screenshot(str(shots / "8-memory-long-phone.png"))
+    browser.set_window_size(1280, 900)
     browser.find_element(By.CSS_SELECTOR, ".pager a[rel=next]").click()
     wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "#memory li[data-index='50']")))
     indices = [li.get_attribute("data-index") for li in browser.find_elements(By.CSS_SELECTOR, "#memory li")]
@@ -508,20 +512,27 @@ hooks:
 """
 
 
-def credit_execution(server, chat_server):
-    """An execution on a 16k window whose fit step cuts calls 4 and 5 while a summariser
-    fires and changes nothing: its record."""
+def run_with(server, chat_server, text, calls, size):
+    """An execution of an agent whose definition is this YAML, through `calls` tool calls of
+    `size` characters and an answer: its record."""
     import yaml
 
+    definition = yaml.safe_load(text)
     client = Client(server.url)
-    client.create("credit", yaml.safe_load(CREDIT))
-    agent_id = register(client, "credit")
-    for _ in range(4):
-        chat_server.reply(tool_call(("big", {"size": 18000})))
+    client.create(definition["name"], definition)
+    agent_id = register(client, definition["name"])
+    for _ in range(calls):
+        chat_server.reply(tool_call(("big", {"size": size})))
     chat_server.reply("Done.")
     record = client.execution(client.execute(agent_id, "Why?")["execution_id"])
     client.close()
     return record
+
+
+def credit_execution(server, chat_server):
+    """An execution on a 16k window whose fit step cuts calls 4 and 5 while a summariser
+    fires and changes nothing: its record."""
+    return run_with(server, chat_server, CREDIT, 4, 18000)
 
 
 def overlaps(boxes):
@@ -616,17 +627,7 @@ hooks:
 def two_changers(server, chat_server, hook):
     """An execution whose `hook` runs a sliding window and a truncation that both change
     the conversation at call 2: its record."""
-    import yaml
-
-    client = Client(server.url)
-    client.create("two", yaml.safe_load(TWO_CHANGERS.format(hook=hook)))
-    agent_id = register(client, "two")
-    for _ in range(3):
-        chat_server.reply(tool_call(("big", {"size": 400})))
-    chat_server.reply("Done.")
-    record = client.execution(client.execute(agent_id, "Why?")["execution_id"])
-    client.close()
-    return record
+    return run_with(server, chat_server, TWO_CHANGERS.format(hook=hook), 3, 400)
 
 
 def details_of(browser, selector):

@@ -436,7 +436,7 @@ function archivedBy(record) {
   const where = new Map();
   for (const run of record.hooks || []) {
     for (const e of run.entries) {
-      for (const ref of [].concat(e.details.offloaded || [])) where.set(ref, `by ${e.type} (${run.hook}), call ${run.call}`);
+      for (const ref of [].concat((e.details || {}).offloaded || [])) where.set(ref, `by ${e.type} (${run.hook}), call ${run.call}`);
     }
   }
   return record.archived.map((ref) => [ref, where.get(ref) || ""]);
@@ -571,7 +571,7 @@ function credit(run, entry, preview) {
 }
 
 function entryDetails(record, run, entry) {
-  const refs = [].concat(entry.details.offloaded || []).filter((r) => typeof r === "string");
+  const refs = [].concat((entry.details || {}).offloaded || []).filter((r) => typeof r === "string");
   const preview = (items, cls) => el("ul", { class: "messages" }, (items || []).map((m) =>
     el("li", { class: cls }, el("span", { class: "role", text: m.role }),
       m.calls ? `(calls ${m.calls.join(", ")}) ` : "",
@@ -634,7 +634,8 @@ function storedMessage(m, index) {
   try {
     if (m === null || typeof m !== "object" || Array.isArray(m)) throw new Error(`it is ${describe(m)}, not a message object`);
     if (m.tool_calls !== undefined && m.tool_calls !== null && !Array.isArray(m.tool_calls)) throw new Error(`its tool_calls is ${describe(m.tool_calls)}, not a list`);
-    const calls = (m.tool_calls || []).map((c) => (c && c.function && typeof c.function.name === "string" ? c.function.name.slice(0, 80) : "?"));
+    const calls = (m.tool_calls || []).slice(0, 20).map((c) => (c && c.function && typeof c.function.name === "string" ? c.function.name.slice(0, 80) : "?"));
+    if (m.tool_calls && m.tool_calls.length > 20) calls.push(`${fmt(m.tool_calls.length - 20)} more`);
     const text = contentText(m);
     return el("li", { "data-index": String(index) }, number,
       el("span", { class: "role", text: typeof m.role === "string" ? m.role.slice(0, 40) : "?" }),
