@@ -7,9 +7,10 @@ from typing import Any
 
 from ..context import Context
 from ..errors import CtxmgmtError, OffloadError
+from ..marks import binding, offloaded, stamp
 from ..messages import RECALL_TOOLS, text_of, tool_names
 from .base import NO_STORE, ContextManager, Runtime, builtin_schema
-from .truncate import OFFLOADED, ToolsOutputTruncateManager, stamp
+from .truncate import ToolsOutputTruncateManager
 
 
 class ToolResultCompactionManager(ContextManager):
@@ -75,7 +76,7 @@ class ToolResultCompactionManager(ContextManager):
     def _saving(self, m: Mapping[str, Any], index: int, cap: int, runtime: Runtime) -> int:
         """The tokens compacting a result would free (its notice sized with a reference)."""
         text = text_of(m.get("content"))
-        cut = self._tiers[cap].cut(text, runtime.counter, "t-" + "0" * 32)
+        cut = self._tiers[cap].cut(text, runtime.counter, binding(m), "t-" + "0" * 32)
         return max(0, runtime.counter.message(m, index) - runtime.counter.text(cut))
 
     def _compact(self, m: Mapping[str, Any], cap: int, runtime: Runtime) -> dict[str, Any] | None:
@@ -83,17 +84,18 @@ class ToolResultCompactionManager(ContextManager):
         if len(text) <= cap:
             return None
         tier = self._tiers[cap]
-        earlier = OFFLOADED.search(text)
-        size = stamp(text)
-        if earlier is not None and size is not None:
+        bound = binding(m)
+        ref = offloaded(text, bound)
+        size = stamp(text, bound)
+        if ref is not None and size is not None:
             # Archived under a larger cap: cut the original again, same reference; only when
-            # the notice is ctxmgmt's own (the archive exists and has the size it states).
+            # the notice is ctxmgmt's own (signed for this result) and the archive is this
+            # session's, with the size the notice states.
             assert runtime.offloader is not None
-            ref = earlier.group(1)
             try:
                 original = runtime.offloader.read(runtime.session, ref).text
             except CtxmgmtError:
                 original = None
             if original is not None and len(original) == size[0]:
-                return {**m, "content": tier.cut(original, runtime.counter, ref)}
+                return {**m, "content": tier.cut(original, runtime.counter, bound, ref)}
         return tier._truncate(m, runtime)  # plain content, whatever notice it quotes

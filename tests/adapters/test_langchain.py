@@ -166,7 +166,8 @@ def test_reported_usage_calibrates_the_counts_and_is_checkpointed():
     config = {"configurable": {"thread_id": "cal"}}
     agent.invoke({"messages": [HumanMessage("Why?")]}, config)
     (entry,) = agent.get_state(config).values["ctxmgmt"]["calibration"].values()
-    assert entry["calls"] >= 3 and 0.9 < entry["ratio"] < 2.0
+    # chars / 4 undercounts the notices' hex tags (about 2 chars a token): the ratio is near 1
+    assert entry["calls"] >= 3 and 0.8 < entry["ratio"] < 2.0
 
 
 def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():

@@ -21,7 +21,8 @@ OFFLOADING = {
 
 def test_model_recalls_a_truncated_output_exactly(store, agent_models, tools, chat_server, tmp_path):
     """Once a result is archived the runner shows context_read (not before); the model reads
-    the cut part back, byte for byte."""
+    the cut part back page by page, byte for byte, each page a result within the truncation
+    limit like any other."""
     runner = Runner(store, agent_models, tools, offloader=LocalOffloader(tmp_path))
     store.create("offloading", OFFLOADING)
     agent_id = runner.register(
@@ -32,31 +33,37 @@ def test_model_recalls_a_truncated_output_exactly(store, agent_models, tools, ch
             "context_management_name": "offloading",
         }
     )
-    shown = {}
+    shown: dict[str, str] = {}
+    pages: list[str] = []
 
-    def read_the_rest(request):
-        """The model's second turn: call context_read with the arguments the notice gives."""
-        shown["text"] = [m for m in request["messages"] if m["role"] == "tool"][-1]["content"]
-        args = re.search(r'context_read\(ref="(t-[0-9a-f]{32})", offset=(\d+), limit=(\d+)\)', shown["text"])
-        return tool_call(
-            (
-                "context_read",
-                {"ref": args.group(1), "offset": int(args.group(2)), "limit": int(args.group(3))},
-            )
-        )
+    def read_on(request):
+        """The model's next turn: read the next page of the cut part, or answer at the end."""
+        last = [m for m in request["messages"] if m["role"] == "tool"][-1]["content"]
+        if "text" not in shown:
+            shown["text"] = last
+            args = re.search(r'context_read\(ref="(t-[0-9a-f]{32})", offset=(\d+), limit=\d+\)', last)
+            shown["ref"], offset = args.group(1), int(args.group(2))
+        else:
+            assert len(last) <= 400  # a recalled page is cut like any result; this one fits
+            header, text = last.split("\n", 1)
+            pages.append(text)
+            following = re.search(r"next offset (\d+)", header)
+            if following is None:
+                return "done"
+            offset = int(following.group(1))
+        return tool_call(("context_read", {"ref": shown["ref"], "offset": offset, "limit": 300}))
 
-    chat_server.reply(tool_call(("big", {"size": 3000})))
-    chat_server.respond(read_the_rest)
-    chat_server.reply("done")
+    chat_server.reply(tool_call(("big", {"size": 1200})))
+    for _ in range(6):
+        chat_server.respond(read_on)
     result = runner.execute(agent_id, "read everything")
     assert result.finished
     shown_tools = [{t["function"]["name"] for t in r.get("tools", ())} for r in chat_server.requests]
     assert shown_tools[0] == {"big"}
     assert shown_tools[1] == shown_tools[2] == {"big", "context_read", "context_search"}
-    recalled = [m for m in chat_server.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
-    original = "row " * 750
+    original = "row " * 300
     head = shown["text"][: shown["text"].index("\n[truncated")]
-    assert head + recalled.split("\n", 1)[1] == original
+    assert head + "".join(pages) == original
     stored, _, _ = runner.memory.load(result.memory_id, agent_id)
     assert stored[2]["content"] == original  # the memory keeps the original
 
