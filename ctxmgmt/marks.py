@@ -58,8 +58,10 @@ STATE_DIR_ENV = "CTXMGMT_STATE_DIR"
 KEY_FILE = "mark.key"
 TAG_CHARS = 16
 TAG = re.compile(r"#k=([0-9a-f]{16})")
-PLACEHOLDER = "#k=" + "0" * TAG_CHARS
-"""A tag before it is signed (same length as a tag): notices are sized with it."""
+PLACEHOLDER = "#k=0a1b2c3d4e5f6a7b"
+"""A tag before it is signed, and every tag in a text when it is signed or checked. Notices
+and summaries are sized with it: as long as a tag, and as many tokens as a tag can take (one
+a byte in o200k), so that the signed text is never over the limit it was sized for."""
 _MIN_KEY = 16
 _lock = threading.Lock()
 _keys: dict[str, bytes] = {}
