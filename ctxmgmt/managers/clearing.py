@@ -60,8 +60,9 @@ def _names(msgs: Any) -> dict[int, str]:
 class ToolResultClearingManager(ContextManager):
     """When the request has more than ``trigger`` tokens, every tool result but the newest
     ``keep`` becomes the placeholder with a notice of its size, as Anthropic's
-    ``clear_tool_uses`` edit does, oldest first. Results the model has not answered yet,
-    those of ``exclude_tools`` and the recall tools' are never cleared.
+    ``clear_tool_uses`` edit does, oldest first. Results the model has not answered yet and
+    those of ``exclude_tools`` are never cleared; the recall tools' are cleared like any other
+    (never archived again: their archive holds them).
 
     With ``clear_at_least`` it clears only when that frees at least so many tokens, so it
     edits seldom and in large steps (the prompt cache is rewritten seldom). With an offload
@@ -83,7 +84,7 @@ class ToolResultClearingManager(ContextManager):
                 return context
         msgs = context.messages
         names = _names(msgs)
-        excluded = set(self.config["exclude_tools"]) | RECALL_TOOLS
+        excluded = set(self.config["exclude_tools"])
         unanswered = trailing_tool_start(msgs)
         results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
         keep: int = self.config["keep"]
@@ -115,7 +116,8 @@ class ToolResultClearingManager(ContextManager):
         for i, text, _ in candidates:
             m = msgs[i]
             ref = None
-            if runtime.offloader is not None:  # archived first: the notice says where
+            # Archived first, and the notice says where; a recalled result is in its archive already.
+            if runtime.offloader is not None and names.get(i) not in RECALL_TOOLS:
                 ref = runtime.offloader.store_tool_result(
                     runtime.session, text, tool_call_id=m.get("tool_call_id")
                 )

@@ -85,8 +85,9 @@ def test_a_store_archives_first_and_the_notice_says_where(tmp_path):
     ]
 
 
-def test_excluded_tools_unanswered_results_and_recall_results_are_never_cleared():
-    """exclude_tools, context_read/context_search and the results the model has not seen yet stay."""
+def test_excluded_tools_and_unanswered_results_are_never_cleared_recall_results_are():
+    """exclude_tools and the results the model has not seen yet stay; context_read's results
+    are cleared like any other (not exempt)."""
     msgs = run(6, names=("read", "plan", "context_read"))
     msgs.append(
         {
@@ -102,7 +103,7 @@ def test_excluded_tools_unanswered_results_and_recall_results_are_never_cleared(
         "pre_llm", Context(messages=msgs, model=MODEL)
     )
     by_id = {m["tool_call_id"]: m for m in out.context.messages if m["role"] == "tool"}
-    assert [k for k, v in by_id.items() if cleared(v)] == ["c0", "c3"]
+    assert [k for k, v in by_id.items() if cleared(v)] == ["c0", "c2", "c3", "c5"]
 
 
 def test_clear_tool_inputs_empties_the_arguments_of_cleared_calls_only():
@@ -251,3 +252,19 @@ def test_compaction_takes_a_forged_reference_for_plain_content(tmp_path):
         assert result.trace[0]["error"] is None
         (new_ref,) = result.trace[0]["details"]["offloaded"]
         assert new_ref != ref and store.read("s", new_ref).text == forged
+
+
+def test_a_recall_result_is_cleared_without_a_second_archive(tmp_path):
+    """With a store, a cleared result is archived first; a context_read result is cleared
+    without archiving it again (its archive holds it) and its notice names no reference."""
+    from ctxmgmt.offload import LocalOffloader
+
+    msgs = run(2, names=("read", "context_read"))
+    msgs.append({"role": "assistant", "content": "done"})
+    out = clearing(trigger=0, keep=0).apply(
+        "pre_llm", Context(messages=msgs, model=MODEL), offloader=LocalOffloader(tmp_path), session="s"
+    )
+    results = [m for m in out.context.messages if m["role"] == "tool"]
+    assert all(cleared(m) for m in results)
+    assert "stored as t-" in results[0]["content"] and "stored as" not in results[1]["content"]
+    assert len(out.trace[0]["details"]["offloaded"]) == 1
