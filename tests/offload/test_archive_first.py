@@ -257,24 +257,11 @@ def test_a_summary_that_would_not_save_tokens_archives_nothing(tmp_path):
 def test_a_recalled_result_is_compacted_without_a_second_archive(tmp_path):
     """Compaction cuts a context_read result over its cap like any other, without archiving
     it again; a second run changes nothing."""
+    from tests.test_marks import turn
+
     store = LocalOffloader(tmp_path)
-    call = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "r",
-                "type": "function",
-                "function": {"name": "context_read", "arguments": '{"ref": "t-0"}'},
-            }
-        ],
-    }
     recalled = "[t-0: chars from 0 of 90000; next offset 20000]\n" + "row " * 5_000
-    msgs = [
-        {"role": "user", "content": "task"},
-        call,
-        {"role": "tool", "tool_call_id": "r", "content": recalled},
-    ]
+    msgs = turn(recalled, call_id="r", name="context_read")
     entry = {"type": "ToolResultCompactionManager", "config": {"recent_n": 0, "old_max_chars": 2_000}}
     d = load_definition({"name": "c", "hooks": {"pre_llm": [entry]}})
     out = d.apply("pre_llm", Context(messages=msgs), offloader=store, session="s")
