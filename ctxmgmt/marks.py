@@ -26,6 +26,7 @@ installation, so that a memory stored by one process is recognised by another.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -43,6 +44,7 @@ __all__ = [
     "OFFLOADED",
     "STAMP",
     "STATE_DIR_ENV",
+    "MarkKeyError",
     "binding",
     "find",
     "key",
@@ -63,6 +65,7 @@ PLACEHOLDER = "#k=0a1b2c3d4e5f6a7b"
 and summaries are sized with it: as long as a tag, and as many tokens as a tag can take (one
 a byte in o200k), so that the signed text is never over the limit it was sized for."""
 _MIN_KEY = 16
+_MAX_KEY_BYTES = 4096
 _lock = threading.Lock()
 _keys: dict[str, bytes] = {}
 
@@ -102,19 +105,28 @@ def _load(path: Path) -> bytes:
     fix = f"set {KEY_ENV} to a secret, or {STATE_DIR_ENV} to a writable directory"
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # made before (perhaps by another process just now)
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+        if not path.exists():
+            # Written whole under a temporary name, then linked into place: another process
+            # never reads a partial key, and the first link wins (the others read it).
+            tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_hex(32) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
         mode = path.stat().st_mode
-        text = path.read_text(encoding="ascii").strip()
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_KEY_BYTES + 1)
+        text = raw.decode("ascii").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise MarkKeyError(f"the mark key {path} cannot be read or made ({exc}); {fix}") from None
+    if len(raw) > _MAX_KEY_BYTES:
+        raise MarkKeyError(f"the mark key {path} is longer than {_MAX_KEY_BYTES} bytes; {fix}")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise MarkKeyError(f"the mark key {path} is readable by others; chmod 600 it, or {fix}")
     if len(text) < _MIN_KEY:
