@@ -31,8 +31,18 @@ from typing import Any
 from .context import Context
 from .errors import ContextError, CtxmgmtError, Problem
 from .managers.base import Runtime
-from .managers.truncate import OFFLOADED, ToolsOutputTruncateManager, stamp, with_text
-from .messages import RECALL_TOOLS, SYSTEM_ROLES, is_summary, last_task_index, text_of, tool_names, units
+from .managers.truncate import ToolsOutputTruncateManager, with_text
+from .marks import binding, offloaded, stamp
+from .messages import (
+    RECALL_TOOLS,
+    SYSTEM_ROLES,
+    is_summary,
+    last_task_index,
+    summary_message,
+    text_of,
+    tool_names,
+    units,
+)
 from .rules import Facts
 from .summaries import bound, previous, render, summarize_offline, with_summary
 from .tokens import MESSAGE_OVERHEAD
@@ -148,7 +158,7 @@ class Fit:
         role = next((m.get("role") for m in msgs if is_summary(m)), "user")
         if runtime.constraints.user_first:
             role = "user"
-        summary = {"role": role, "content": render(sections, summarized, archives)}
+        summary = summary_message(str(role), render(sections, summarized, archives))
         state = {"sections": sections, "summarized": summarized, "archives": archives}
         runtime.details["removed"] += len(gone)
         return with_summary(context, removed, cut, summary, state)
@@ -209,13 +219,14 @@ def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, An
     with a store; an output cut before is cut again from its archived original when there
     is one, and its notice keeps the original's size either way."""
     text = text_of(m.get("content"))
-    source, ref, original = text, None, stamp(text)
+    bound = binding(m)
+    source, ref, original = text, None, stamp(text, bound)
     store = runtime.offloader
     if store is not None:
-        earlier = OFFLOADED.search(text) if original is not None else None
+        earlier = offloaded(text, bound) if original is not None else None
         try:
             if earlier is not None and original is not None:
-                ref = earlier.group(1)
+                ref = earlier
                 archived = store.read(runtime.session, ref).text
                 if len(archived) != original[0]:  # a quoted notice, not ctxmgmt's own
                     original = None
@@ -229,7 +240,7 @@ def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, An
     cutter = ToolsOutputTruncateManager(
         {"max_output_length": max(64, len(text)), "max_output_tokens": tokens, "mode": "head_tail"}
     )
-    return with_text(m, cutter.cut(source, runtime.counter, ref, original))
+    return with_text(m, cutter.cut(source, runtime.counter, bound, ref, original))
 
 
 def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) -> ContextError:

@@ -7,19 +7,45 @@ results that answer it (parallel calls included).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import ContextError, Problem
 from .history import History, items, scan
+from .marks import PLACEHOLDER, binding, find, offloaded, sign
 
 __all__ = ["SYSTEM_ROLES", "check_messages", "last_task_index", "text_of", "units"]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
 SUMMARY_PREFIX = "[ctxmgmt:summary]"
+SUMMARY_HEAD = re.compile(
+    r"\A\[ctxmgmt:summary\] Summary of \d{1,12} earlier messages, which are no longer shown\. "
+    r"#k=(?P<tag>[0-9a-f]{16})$",
+    re.MULTILINE,
+)
+"""The first line of a summary ctxmgmt wrote, with its tag (see :mod:`ctxmgmt.marks`)."""
 RECALL_TOOLS = frozenset({"context_read", "context_search"})
-"""Tools that read archived context back: their results are never cut or archived again."""
+"""Tools that read archived context back: their results are never archived again (they are
+cut and fitted like any other result)."""
+RECALL_LIMIT = 20_000
+"""The most characters (or lines) one ``context_read`` returns, whatever limit it is given."""
+RECALL_DEFAULT = 4_000
+"""What ``context_read`` returns when it is given no limit."""
+
+
+def summary_line(summarized: int) -> str:
+    """The first line of a summary covering ``summarized`` messages, its tag unsigned."""
+    return (
+        f"{SUMMARY_PREFIX} Summary of {summarized} earlier messages, which are no longer shown. "
+        + PLACEHOLDER
+    )
+
+
+def summary_message(role: str, text: str) -> dict[str, Any]:
+    """The summary message of ``role`` for a rendered summary: its mark signed for it."""
+    return {"role": role, "content": sign(text, (role, ""), text.index(PLACEHOLDER))}
 
 
 def tool_names(messages: Sequence[Any], start: int = 0) -> dict[str, str]:
@@ -102,15 +128,25 @@ def gaps(end: int, kept: Sequence[int]) -> list[tuple[int, int]]:
 
 def is_summary(m: Any) -> bool:
     """Whether a message is a summary written by ctxmgmt: a user or assistant message, with
-    no tool calls, whose text starts with the summary marker. A tool result that starts
-    with the marker (a fetched page, a log) is never taken for one."""
+    no tool calls, whose text starts with the summary marker signed for it by ctxmgmt. A
+    message that merely starts with the marker (a tool output, a model reply, a user's
+    message, a copy of a real summary in another role) is never taken for one."""
     content = m.get("content")
     return (
         isinstance(content, str)
         and content.startswith(SUMMARY_PREFIX)
         and m.get("role") in ("user", "assistant")
         and not m.get("tool_calls")
+        and find(SUMMARY_HEAD, content, binding(m)) is not None
     )
+
+
+def mentions_archive(m: Mapping[str, Any]) -> bool:
+    """Whether a message is ctxmgmt's and names an archive: a summary with its guide to the
+    archived messages, or a tool result with a notice that says where its original is."""
+    if m.get("role") == "tool":
+        return offloaded(text_of(m.get("content")), binding(m)) is not None
+    return is_summary(m) and "\n## Archived messages\n" in str(m.get("content"))
 
 
 def last_task_index(messages: Sequence[Any]) -> int | None:

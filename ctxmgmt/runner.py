@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -35,8 +34,7 @@ from .fit import reserve_tokens
 from .llm import ChatClient, HTTPPool, ModelConfig, ModelsConfig
 from .managers.base import Environment
 from .managers.summarization import DEFAULT_PROMPT
-from .managers.truncate import OFFLOADED
-from .messages import is_summary, pinned_positions, text_of
+from .messages import is_summary, mentions_archive, pinned_positions, text_of
 from .offload import Offloader
 from .store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
 from .store.repository import now_ms
@@ -53,8 +51,6 @@ DEFAULT_MAX_ITERATION = 10
 INLINE_KEPT = 256
 INLINE_BYTES = 8 * 1024 * 1024
 """Inline definitions kept built: at most this many, and this many bytes of their JSON."""
-ARCHIVE_MENTION = re.compile(rf"{OFFLOADED.pattern}|^## Archived messages$", re.MULTILINE)
-"""A truncation notice or a summary's guide: the view points at archived content."""
 VIEW_KEY = "_view"
 """Memory state key of the managed view: what the model saw at the end of the last
 execution, and how many stored messages it covers. The record itself stays complete."""
@@ -463,7 +459,7 @@ class Runner:
     def _archived(self, memory_id: str, base: list[dict[str, Any]]) -> bool:
         """Whether there is something to recall for this conversation: a notice or a
         summary guide in the view, or items in the store."""
-        if any(ARCHIVE_MENTION.search(text_of(m.get("content"))) for m in base):
+        if any(mentions_archive(m) for m in base):  # ctxmgmt's own marks only
             return True
         assert self.offloader is not None
         return bool(self.offloader.list(memory_id))

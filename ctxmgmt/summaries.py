@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .context import runs
 from .digest import FAILED_COMMANDS, digest, merge_failed_commands, merge_tool_lines, split_count
-from .messages import SUMMARY_PREFIX, is_summary, text_of
+from .messages import is_summary, summary_line, text_of
 
 if TYPE_CHECKING:
     from .context import Context
@@ -127,9 +127,10 @@ def _title(key: str) -> str:
 def render(
     sections: Mapping[str, Sequence[str]], summarized: int, archives: Sequence[Mapping[str, Any]] = ()
 ) -> str:
-    """The summary message text. It starts with a marker that identifies it, and ends
-    with a guide to the archived messages, when they were offloaded."""
-    lines = [f"{SUMMARY_PREFIX} Summary of {summarized} earlier messages, which are no longer shown."]
+    """The summary message text. It starts with a marker that identifies it (its tag unsigned:
+    :func:`~ctxmgmt.messages.summary_message` signs it), and ends with a guide to the
+    archived messages, when they were offloaded."""
+    lines = [summary_line(summarized)]
     keys = [k for k, _ in SECTIONS if k in sections] + [k for k in sections if k not in _DEFAULT_KEYS]
     for key in keys:
         items = sections.get(key) or ()

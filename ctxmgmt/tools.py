@@ -182,23 +182,35 @@ def _hit(h: dict[str, Any]) -> str:
 
 def recall_tools(offloader: Any, session: str) -> list[Tool]:
     """context_read and context_search, bound to one session of an offload store.
-    They reach only that store, and only that session's content."""
+    They reach only that store, and only that session's content. A read returns at most
+    :data:`~ctxmgmt.messages.RECALL_LIMIT` characters (or lines), whatever limit the model
+    asks for, and :data:`~ctxmgmt.messages.RECALL_DEFAULT` when it asks for none; its header
+    gives the next offset. What it returns is a tool result like any other: the definition's
+    truncation and the fit step apply to it."""
     from .errors import OffloadError
+    from .messages import RECALL_DEFAULT, RECALL_LIMIT
+    from .offload.base import bounded
 
     async def read(arguments: dict[str, Any]) -> str:
         try:
+            limit = arguments.get("limit", RECALL_DEFAULT)
+            if isinstance(limit, bool) or not isinstance(limit, (int, float, str)):
+                raise TypeError(f"limit must be a whole number from 1 to {RECALL_LIMIT:,}")
             got = offloader.read(
                 session,
                 arguments.get("ref"),
                 offset=int(arguments.get("offset", 0)),
-                limit=int(arguments.get("limit", 4000)),
+                limit=min(max(1, int(limit)), RECALL_LIMIT),
                 unit=arguments.get("unit", "chars")
                 if arguments.get("unit") in ("chars", "lines")
                 else "chars",
             )
         except (OffloadError, TypeError, ValueError) as exc:
             raise ToolError(str(exc)) from None
+        got = bounded(got, RECALL_LIMIT)  # lines are bounded in characters too
         nxt = "end" if got.next_offset is None else f"next offset {got.next_offset}"
+        if got.clipped:
+            nxt += f"; this line is longer than {RECALL_LIMIT:,} chars and was cut: read it by chars"
         return f"[{got.ref}: {got.unit} from {got.offset} of {got.total}; {nxt}]\n{got.text}"
 
     async def search(arguments: dict[str, Any]) -> str:
@@ -221,7 +233,12 @@ def recall_tools(offloader: Any, session: str) -> list[Tool]:
                 "properties": {
                     "ref": {"type": "string", "description": "A reference such as t-... or m-..."},
                     "offset": {"type": "integer", "minimum": 0, "default": 0},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 20000, "default": 4000},
+                    "limit": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": RECALL_LIMIT,
+                        "default": RECALL_DEFAULT,
+                    },
                     "unit": {"enum": ["chars", "lines"], "default": "chars"},
                 },
             },

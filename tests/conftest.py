@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +18,12 @@ from ctxmgmt.testing import ChatServer
 settings.register_profile("default", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False, max_examples=500)
 settings.load_profile("default")
+
+# ctxmgmt signs its marks with the installation's key (ctxmgmt.marks): the tests' key file lives
+# in a directory of their own, shared with the processes they start, and removed at the end.
+if not os.environ.get("CTXMGMT_STATE_DIR"):
+    os.environ["CTXMGMT_STATE_DIR"] = tempfile.mkdtemp(prefix="ctxmgmt-state-")
+    atexit.register(shutil.rmtree, os.environ["CTXMGMT_STATE_DIR"], True)
 
 
 @pytest.fixture

@@ -276,9 +276,9 @@ def test_a_tiny_budget_shortens_the_task_in_the_summary_rather_than_dropping_it(
         "errors": ["KeyError: 'x'"],
     }
     count = get_counter(MODEL).text
-    kept = bound(sections, 10, 40, count)
+    kept = bound(sections, 10, 60, count)  # the first line and its tag take about 35
     assert kept["goal"][0].startswith("Fix the login refresh: ") and kept["goal"][0].endswith("…")
-    assert count(render(kept, 10)) <= 40
+    assert count(render(kept, 10)) <= 60
 
 
 def test_a_tool_result_that_looks_like_a_summary_is_treated_as_a_tool_result():

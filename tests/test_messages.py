@@ -1,7 +1,8 @@
 import pytest
 
 from ctxmgmt import Context, ContextError
-from ctxmgmt.messages import check_messages, last_task_index, units
+from ctxmgmt.messages import check_messages, last_task_index, summary_message, units
+from ctxmgmt.summaries import render
 
 
 def call(*ids):
@@ -69,7 +70,7 @@ def test_task_is_the_last_user_message():
         {"role": "user", "content": "first"},
         {"role": "assistant", "content": "a"},
         {"role": "user", "content": "second"},
-        {"role": "user", "content": "[ctxmgmt:summary] s"},
+        summary_message("user", render({"goal": ["s"]}, 2)),
     ]
     assert last_task_index(msgs) == 2
 

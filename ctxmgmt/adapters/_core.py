@@ -18,8 +18,10 @@ from ..cache import Pricing, PromptCache, ratios_for
 from ..calibration import Calibration
 from ..context import ApplyResult, Context
 from ..definitions import Definition, load_definition
+from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
 from ..managers.base import Environment
+from ..messages import call_ids, check_messages
 from ..summaries import message_key
 from ..tokens import get_counter
 from ..types import Hook, TraceEntry
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from ..llm import ModelsConfig
     from ..offload import Offloader
 
-__all__ = ["Conversation", "DefinitionSource", "Source", "Turn"]
+__all__ = ["Conversation", "DefinitionSource", "Source", "Turn", "refuse_invalid"]
 
 DefinitionSource = Any
 """A :class:`~ctxmgmt.Definition`, a file path, a shipped definition's name, a dict, or
@@ -219,6 +221,8 @@ class Conversation:
     ) -> Generator[tuple[str, Context], ApplyResult, Turn]:
         """The hook runs of one turn, as a step machine that a sync or an async driver runs."""
         view, upto, state = self._continued(record)
+        if self.format == "openai_chat":  # the provider formats are checked whole when converted
+            refuse_invalid(view, record[upto:], checked=view is self.saved.get("view"))
         context = Context(messages=view, state=state, format=self.format, **request)
         trace: list[TraceEntry] = []
         for m in record[upto:]:
@@ -285,3 +289,27 @@ class Conversation:
         while start > 0 and is_tool_result(record[start - 1], self.format):
             start -= 1
         return list(record[:start]), start, {}
+
+
+def refuse_invalid(view: Sequence[Any], new: Sequence[Any], *, checked: bool = False) -> None:
+    """Raise :class:`~ctxmgmt.ContextError` when a request of OpenAI chat messages (the view
+    the model saw, and the framework's messages since) is one the model's API refuses: a tool
+    result that answers no call of the assistant message right before it (an orphan), a call
+    with no result before the next message (dangling), a call or a result without an id. Every
+    adapter refuses what the runner never makes and the Agents SDK adapter refuses in its
+    format, rather than managing it and sending it on. With ``checked`` (a view saved from an
+    earlier call, valid then) it costs the new messages: only the view's last tool-call group
+    is checked again with them."""
+    lo = len(view) if checked else 0
+    while lo > 0 and view[lo - 1].get("role") == "tool":
+        lo -= 1
+    if lo > 0 and call_ids(view[lo - 1]):
+        lo -= 1
+    part = [*view[lo:], *new]
+    problems = check_messages(part, offset=lo)
+    if problems:
+        fix = (
+            "each tool result must follow the assistant message that calls it, with the same id, "
+            "and each call needs its result before the next message: restore or remove the message"
+        )
+        raise ContextError([*problems, Problem("/messages", fix)])

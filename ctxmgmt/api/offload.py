@@ -7,11 +7,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import OffloadError
-from ..offload.base import check_ref
+from ..offload.base import bounded, check_ref
 from .errors import HTTPProblem
 from .requests import authorize, int_param, resource, state
 
 BASE = "/_plugins/_ml/offload"
+READ_LIMIT = 200_000
+"""The most characters (or lines) one read answers: the page shows an archive this far."""
 
 
 def _session(request: Request) -> str:
@@ -39,13 +41,16 @@ async def read(request: Request) -> JSONResponse:
     if unit not in ("chars", "lines"):
         raise HTTPProblem(400, "unit must be chars or lines")
     offset = int_param(request, "offset", 0, 0, 10**12)
-    limit = int_param(request, "limit", 20000, 1, 10**7)
+    # A larger limit is taken and clamped: one answer holds at most READ_LIMIT characters (or
+    # lines), and next_offset says where the rest starts.
+    limit = min(int_param(request, "limit", 20000, 1, 10**7), READ_LIMIT)
     try:
         got = await run_in_threadpool(
             _offloader(request).read, session, ref, offset=offset, limit=limit, unit=unit
         )
     except OffloadError as exc:
         raise HTTPProblem(404, str(exc), "resource_not_found_exception") from None
+    got = bounded(got, READ_LIMIT)  # lines are bounded in characters too
     return JSONResponse(
         {
             "ref": got.ref,
@@ -54,6 +59,7 @@ async def read(request: Request) -> JSONResponse:
             "total": got.total,
             "unit": got.unit,
             "next_offset": got.next_offset,
+            **({"clipped": True} if got.clipped else {}),
         }
     )
 

@@ -11,7 +11,9 @@ To the internal form, message by message:
   wherever their turn goes, removed only with it.
 
 Back: a message whose internal messages all come back as they went is returned as it was,
-the same object. Others are rebuilt from their internal messages and their origins' blocks.
+the same object. Others are rebuilt from their internal messages and their origins' blocks;
+within a rebuilt message, every block whose internal message no manager changed is the very
+block that came in (one cut tool_result leaves the others byte-identical).
 
 Validity: the first message is a user message; a ``tool_result`` sits in the user message
 right after the assistant message with its ``tool_use``, before any other block; every
@@ -428,10 +430,15 @@ def _message(turn: list[Mapping[str, Any]], conversion: Conversion) -> Any:
         return _rebuild_assistant(turn[0])
     blocks: list[Any] = []
     for m in turn:
+        origin = origin_of(m) if _unchanged(m, conversion) else None
         if m.get("role") == "tool":
-            blocks.append(_rebuild_result(m))
+            # A block no manager changed is the very block that came in (a message with one
+            # cut result keeps its other results byte for byte, list content and all).
+            blocks.append(
+                origin.block if origin is not None and origin.block is not None else _rebuild_result(m)
+            )
         else:
-            blocks.extend(_rebuild_blocks(m))
+            blocks.extend(origin.blocks if origin is not None else _rebuild_blocks(m))
     if (
         len(blocks) == 1
         and blocks[0].get("type") == "text"
@@ -440,6 +447,15 @@ def _message(turn: list[Mapping[str, Any]], conversion: Conversion) -> Any:
     ):
         return {"role": "user", "content": blocks[0]["text"]}  # a new plain message (a summary)
     return {"role": "user", "content": blocks}
+
+
+def _unchanged(m: Mapping[str, Any], conversion: Conversion) -> bool:
+    """Whether an internal message is one this conversion made, as it was made."""
+    origin = origin_of(m)
+    if origin is None:
+        return False
+    source, made = conversion.made.get(id(origin.message), (None, ()))
+    return source is origin.message and any(x is m for x in made)
 
 
 def _rebuild_result(m: Mapping[str, Any]) -> dict[str, Any]:
@@ -452,6 +468,8 @@ def _rebuild_result(m: Mapping[str, Any]) -> dict[str, Any]:
         was = block.get("content")
         original: list[Any] = was if isinstance(was, list) else []
         block["content"] = _blocks_of(content, original)
+    elif isinstance(block.get("content"), list):  # text content given as blocks stays blocks
+        block["content"] = [{"type": "text", "text": content if content is not None else ""}]
     else:
         block["content"] = content if content is not None else ""
     if origin is not None and origin.get("is_error"):

@@ -8,22 +8,26 @@ from typing import Any
 
 from ..context import Context
 from ..formats._common import origin_of
+from ..marks import PLACEHOLDER, binding, find, sign
 from ..messages import RECALL_TOOLS, call_ids, text_of, trailing_tool_start
 from .base import ContextManager, Runtime, builtin_schema
 from .truncate import with_text
 
-CLEARED = re.compile(r"\n\[cleared: original [\d,]{1,20} chars(?:; [^\]\n]{0,200})?\]\Z")
-"""The notice that ends a cleared result."""
+CLEARED = re.compile(
+    r"\n\[cleared: original [\d,]{1,20} chars(?:; [^\]\n]{0,300})? #k=(?P<tag>[0-9a-f]{16})\]\Z"
+)
+"""The notice that ends a cleared result, signed by ctxmgmt (see :mod:`ctxmgmt.marks`)."""
 CLEARED_MAX = 1000
 """A cleared result is the placeholder (at most 500 characters) and the notice: never longer."""
 CLEARED_INPUT = "{}"
 _SIGNED = frozenset({"thinking", "redacted_thinking", "reasoning"})
 
 
-def cleared(text: str) -> bool:
+def cleared(m: Mapping[str, Any]) -> bool:
     """Whether a tool result is one this manager cleared: short, and ending with its notice
-    (a long output that merely quotes a notice is not exempt)."""
-    return len(text) <= CLEARED_MAX and CLEARED.search(text) is not None
+    signed for this very result (an output that writes or quotes a notice is not exempt)."""
+    text = text_of(m.get("content"))
+    return len(text) <= CLEARED_MAX and find(CLEARED, text, binding(m)) is not None
 
 
 def _signed(m: Mapping[str, Any]) -> bool:
@@ -56,8 +60,9 @@ def _names(msgs: Any) -> dict[int, str]:
 class ToolResultClearingManager(ContextManager):
     """When the request has more than ``trigger`` tokens, every tool result but the newest
     ``keep`` becomes the placeholder with a notice of its size, as Anthropic's
-    ``clear_tool_uses`` edit does, oldest first. Results the model has not answered yet,
-    those of ``exclude_tools`` and the recall tools' are never cleared.
+    ``clear_tool_uses`` edit does, oldest first. Results the model has not answered yet and
+    those of ``exclude_tools`` are never cleared; the recall tools' are cleared like any other
+    (never archived again: their archive holds them).
 
     With ``clear_at_least`` it clears only when that frees at least so many tokens, so it
     edits seldom and in large steps (the prompt cache is rewritten seldom). With an offload
@@ -79,7 +84,7 @@ class ToolResultClearingManager(ContextManager):
                 return context
         msgs = context.messages
         names = _names(msgs)
-        excluded = set(self.config["exclude_tools"]) | RECALL_TOOLS
+        excluded = set(self.config["exclude_tools"])
         unanswered = trailing_tool_start(msgs)
         results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
         keep: int = self.config["keep"]
@@ -90,11 +95,11 @@ class ToolResultClearingManager(ContextManager):
             m = msgs[i]
             if i >= unanswered or names.get(i) in excluded:
                 continue
-            text = text_of(m.get("content"))
-            if cleared(text):
+            if cleared(m):
                 continue
+            text = text_of(m.get("content"))
             before = counter.message(m, i)
-            after = counter.message(with_text(m, self._notice(placeholder, text, None)))
+            after = counter.message(with_text(m, self._notice(m, placeholder, text, None)))
             if before > after:
                 candidates.append((i, text, before - after))
         freed = sum(f for _, _, f in candidates)
@@ -111,12 +116,13 @@ class ToolResultClearingManager(ContextManager):
         for i, text, _ in candidates:
             m = msgs[i]
             ref = None
-            if runtime.offloader is not None:  # archived first: the notice says where
+            # Archived first, and the notice says where; a recalled result is in its archive already.
+            if runtime.offloader is not None and names.get(i) not in RECALL_TOOLS:
                 ref = runtime.offloader.store_tool_result(
                     runtime.session, text, tool_call_id=m.get("tool_call_id")
                 )
                 refs.append(ref)
-            changed[i] = with_text(m, self._notice(placeholder, text, ref))
+            changed[i] = with_text(m, self._notice(m, placeholder, text, ref))
         if self.config["clear_tool_inputs"]:
             self._clear_inputs(msgs, {str(msgs[i].get("tool_call_id")) for i in changed}, changed)
         runtime.details["cleared"] = len(candidates)
@@ -126,14 +132,17 @@ class ToolResultClearingManager(ContextManager):
         return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
 
     @staticmethod
-    def _notice(placeholder: str, text: str, ref: str | None) -> str:
+    def _notice(m: Mapping[str, Any], placeholder: str, text: str, ref: str | None) -> str:
+        """The placeholder and the notice, signed for the result ``m``."""
         n = len(text)
         if ref is None:
-            return f"{placeholder}\n[cleared: original {n:,} chars]"
-        return (
-            f"{placeholder}\n[cleared: original {n:,} chars; all of it is stored as {ref}: "
-            f'context_read(ref="{ref}") returns it]'
-        )
+            notice = f"{placeholder}\n[cleared: original {n:,} chars {PLACEHOLDER}]"
+        else:
+            notice = (
+                f"{placeholder}\n[cleared: original {n:,} chars; all of it is stored as {ref}: "
+                f'context_read(ref="{ref}") returns it {PLACEHOLDER}]'
+            )
+        return sign(notice, binding(m), notice.rindex(PLACEHOLDER))
 
     @staticmethod
     def _clear_inputs(msgs: Any, ids: set[str], changed: dict[int, Mapping[str, Any]]) -> None:

@@ -7,9 +7,10 @@ from typing import Any
 
 from ..context import Context
 from ..errors import CtxmgmtError, OffloadError
+from ..marks import binding, offloaded, stamp
 from ..messages import RECALL_TOOLS, text_of, tool_names
 from .base import NO_STORE, ContextManager, Runtime, builtin_schema
-from .truncate import OFFLOADED, ToolsOutputTruncateManager, stamp
+from .truncate import ToolsOutputTruncateManager, with_text
 
 
 class ToolResultCompactionManager(ContextManager):
@@ -18,7 +19,8 @@ class ToolResultCompactionManager(ContextManager):
     for older results. The original is stored first; a compacted result carries its
     notice, so a second run changes nothing. A result compacted under the generous
     cap is re-cut from its archive when it becomes old. With ``clear_at_least`` it
-    compacts only when that frees at least so many tokens (fewer, larger edits).
+    compacts only when that frees at least so many tokens (fewer, larger edits). The
+    recall tools' results are compacted too, without a second archive.
     """
 
     type_name = "ToolResultCompactionManager"
@@ -38,7 +40,7 @@ class ToolResultCompactionManager(ContextManager):
             raise OffloadError(f"compaction {NO_STORE}")
         msgs = context.messages
         names = tool_names(msgs)
-        excluded = set(self.config["exclude_tools"]) | RECALL_TOOLS
+        excluded = set(self.config["exclude_tools"])
         results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
         recent = (
             set(results[max(0, len(results) - self.config["recent_n"]) :])
@@ -64,7 +66,8 @@ class ToolResultCompactionManager(ContextManager):
                 return context
         changed: dict[int, Mapping[str, Any]] = {}
         for i, cap in todo:
-            new = self._compact(msgs[i], cap, runtime)
+            recalled = names.get(str(msgs[i].get("tool_call_id"))) in RECALL_TOOLS
+            new = self._compact(msgs[i], cap, runtime, recalled=recalled)
             if new is not None:
                 changed[i] = new
         runtime.details["compacted"] = len(changed)
@@ -75,25 +78,30 @@ class ToolResultCompactionManager(ContextManager):
     def _saving(self, m: Mapping[str, Any], index: int, cap: int, runtime: Runtime) -> int:
         """The tokens compacting a result would free (its notice sized with a reference)."""
         text = text_of(m.get("content"))
-        cut = self._tiers[cap].cut(text, runtime.counter, "t-" + "0" * 32)
+        cut = self._tiers[cap].cut(text, runtime.counter, binding(m), "t-" + "0" * 32)
         return max(0, runtime.counter.message(m, index) - runtime.counter.text(cut))
 
-    def _compact(self, m: Mapping[str, Any], cap: int, runtime: Runtime) -> dict[str, Any] | None:
+    def _compact(
+        self, m: Mapping[str, Any], cap: int, runtime: Runtime, *, recalled: bool = False
+    ) -> dict[str, Any] | None:
         text = text_of(m.get("content"))
         if len(text) <= cap:
             return None
         tier = self._tiers[cap]
-        earlier = OFFLOADED.search(text)
-        size = stamp(text)
-        if earlier is not None and size is not None:
+        bound = binding(m)
+        ref = offloaded(text, bound)
+        size = stamp(text, bound)
+        if recalled:  # what the model recalled is in its archive already: cut, not archived again
+            return with_text(m, tier.cut(text, runtime.counter, bound, None, size))
+        if ref is not None and size is not None:
             # Archived under a larger cap: cut the original again, same reference; only when
-            # the notice is ctxmgmt's own (the archive exists and has the size it states).
+            # the notice is ctxmgmt's own (signed for this result) and the archive is this
+            # session's, with the size the notice states.
             assert runtime.offloader is not None
-            ref = earlier.group(1)
             try:
                 original = runtime.offloader.read(runtime.session, ref).text
             except CtxmgmtError:
                 original = None
             if original is not None and len(original) == size[0]:
-                return {**m, "content": tier.cut(original, runtime.counter, ref)}
+                return {**m, "content": tier.cut(original, runtime.counter, bound, ref)}
         return tier._truncate(m, runtime)  # plain content, whatever notice it quotes

@@ -14,7 +14,7 @@ from ..cache import clean_usage
 from ..context import Context
 from ..errors import LLMError
 from ..llm import ChatClient, ChatResponse, parse_json_object
-from ..messages import SYSTEM_ROLES, is_summary, last_task_index, text_of, units
+from ..messages import SYSTEM_ROLES, is_summary, last_task_index, summary_message, text_of, units
 from ..summaries import (
     SECTIONS,
     STATE_KEY,
@@ -323,7 +323,7 @@ class SummarizationManager(ContextManager):
             state = {"sections": sections, "summarized": summarized, "archives": archives}
             # A provider that wants a user message first gets the summary as one.
             role = "user" if runtime.constraints.user_first else self.config["summary_role"]
-            summary = {"role": role, "content": content}
+            summary = summary_message(role, content)
             return with_summary(context, plan.removed, plan.cut, summary, state)
 
         new = build(pending)

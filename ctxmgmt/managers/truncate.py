@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..context import Context
 from ..errors import OffloadError
 from ..history import History, items
-from ..messages import RECALL_TOOLS, text_of, tool_names, trailing_tool_start
+from ..marks import OFFLOADED, PLACEHOLDER, STAMP, binding, offloaded, sign, stamp
+from ..messages import RECALL_LIMIT, RECALL_TOOLS, text_of, tool_names, trailing_tool_start
 from ..tokens import TokenCounter
 from ..types import Hook
 from .base import NO_STORE, ContextManager, Runtime, builtin_schema
-
-# A notice of an earlier offloading truncation (or clearing): such content is never cut again.
-OFFLOADED = re.compile(
-    r"\[(?:truncated|cleared): original [\d,]{1,20} chars[^\]\n]{0,120}stored as (t-[0-9a-f]{32})"
-)
-# Any truncation notice (the stamp of content cut before): the original's size in chars,
-# and in tokens when a token limit applied.
-STAMP = re.compile(r"\[truncated: original ([\d,]{1,20}) chars(?:, (~?[\d,]{1,20}) tokens)?[;\]]")
-
-
-def stamp(text: str) -> tuple[int, str | None] | None:
-    """The original size recorded by an earlier cut: (chars, tokens as written), or None.
-
-    A notice counts only when it can be ctxmgmt's own: a cut keeps less than the original,
-    so the text around the notice must be shorter than the size it states. A tool output
-    that merely contains such a phrase (a log of ctxmgmt, a forged notice) is not exempt
-    from truncation, and its stated size is not believed."""
-    found = STAMP.search(text)
-    if found is None:
-        return None
-    chars = int(found.group(1).replace(",", ""))
-    end = text.find("]", found.end() - 1)
-    notice = (end if end >= 0 else found.end()) + 1 - found.start()
-    if chars <= len(text) - notice - 2:
-        return None
-    return chars, found.group(2)
 
 
 def with_text(m: Mapping[str, Any], text: str) -> dict[str, Any]:
@@ -60,7 +34,9 @@ class ToolsOutputTruncateManager(ContextManager):
     at; at other hooks, every tool result. Content already within the limits is
     left alone, and content that any entry cut before is recognised by its marker
     and never cut again, so a second run changes nothing and the marker always
-    gives the original's size.
+    gives the original's size. Only ctxmgmt's own signed marker counts (see
+    :mod:`ctxmgmt.marks`): a notice written by a tool or a model is plain content.
+    The recall tools' results are cut like any other (never archived again).
     """
 
     type_name = "ToolsOutputTruncateManager"
@@ -83,18 +59,19 @@ class ToolsOutputTruncateManager(ContextManager):
             if m.get("role") != "tool" or self.fits(m, runtime.counter, i):
                 continue
             names = tool_names(msgs, start) if names is None else names
-            if names.get(str(m.get("tool_call_id"))) in RECALL_TOOLS:
-                continue  # what the model recalled from the archive stays whole
-            changed[i] = self._truncate(m, runtime)
+            # What the model recalled is cut like any result, but not archived again: the
+            # archive it came from holds it (its first line names the reference).
+            recalled = names.get(str(m.get("tool_call_id"))) in RECALL_TOOLS
+            changed[i] = self._truncate(m, runtime, archive=not recalled)
         runtime.details["truncated"] = len(changed)
         if not changed:
             return context
         return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
 
     def _grown(self, context: Context, history: History, runtime: Runtime) -> Context:
-        """Every result cut, remembering the output for this list of messages: each message's
-        result depends only on the messages before it, so a list that grew by appends costs
-        its new messages, and the same list again costs nothing."""
+        """Every result cut (none is archived here), remembering the output for this list of
+        messages: each message's result depends only on itself, so a list that grew by
+        appends costs its new messages, and the same list again costs nothing."""
         key = (self, runtime.counter.tokenizer.name)
         derived = history._derived()
         n = len(history)
@@ -103,18 +80,12 @@ class ToolsOutputTruncateManager(ContextManager):
             done, out, truncated = 0, None, 0
         if done < n:
             msgs = items(history)
-            lo = done
-            while lo > 0 and msgs[lo - 1].get("role") == "tool":
-                lo -= 1  # the call that the first new results answer
-            names: dict[str, str] | None = None
             new: list[Mapping[str, Any]] = []
             for i in range(done, n):
                 m = msgs[i]
                 if m.get("role") == "tool" and not self.fits(m, runtime.counter, i):
-                    names = tool_names(msgs, lo) if names is None else names
-                    if names.get(str(m.get("tool_call_id"))) not in RECALL_TOOLS:
-                        m = self._truncate(m, runtime)
-                        truncated += 1
+                    m = self._truncate(m, runtime)
+                    truncated += 1
                 new.append(m)
             if out is None and truncated:
                 out = History._own([*msgs[:done], *new])
@@ -131,20 +102,20 @@ class ToolsOutputTruncateManager(ContextManager):
         """Whether a tool result is within the limits, or was already cut with its notice."""
         text = text_of(m.get("content"))
         if len(text) > self.config["max_output_length"]:
-            return stamp(text) is not None
+            return stamp(text, binding(m)) is not None
         limit = self.config.get("max_output_tokens")
         # Cheap sufficient checks first: every token is at least one byte, and a message
         # counts at least its content's tokens (its count is memoised per message).
         if limit is None or (text.isascii() and len(text) <= limit) or counter.message(m, index) <= limit:
             return True
-        return counter.text(text) <= int(limit) or stamp(text) is not None
+        return counter.text(text) <= int(limit) or stamp(text, binding(m)) is not None
 
-    def _truncate(self, m: Mapping[str, Any], runtime: Runtime) -> dict[str, Any]:
+    def _truncate(self, m: Mapping[str, Any], runtime: Runtime, *, archive: bool = True) -> dict[str, Any]:
         """The result cut to the limits (archived first with offload). It must not fit."""
         text = text_of(m.get("content"))
         counter = runtime.counter
         ref = None
-        if self.config.get("offload"):
+        if self.config.get("offload") and archive:
             if runtime.offloader is None:
                 raise OffloadError(f"offload: true {NO_STORE}")
             # Archive first: nothing is cut unless the whole output is safely stored.
@@ -152,16 +123,18 @@ class ToolsOutputTruncateManager(ContextManager):
                 runtime.session, text, tool_call_id=m.get("tool_call_id")
             )
             runtime.details.setdefault("offloaded", []).append(ref)
-        return with_text(m, self.cut(text, counter, ref))
+        return with_text(m, self.cut(text, counter, binding(m), ref))
 
     def cut(
         self,
         text: str,
         counter: TokenCounter,
+        bound: Sequence[str],
         ref: str | None = None,
         original: tuple[int, str | None] | None = None,
     ) -> str:
-        """``text`` cut to the limits with a notice; the result is within both limits.
+        """``text`` cut to the limits with a notice signed for the message it goes into
+        (``bound``, its :func:`~ctxmgmt.marks.binding`); the result is within both limits.
         With ``ref``, the notice says which characters are stored there and how to read them.
         ``original`` is the size an earlier cut recorded (see :func:`stamp`): the notice
         keeps it, so that re-cutting never loses the real size."""
@@ -172,21 +145,28 @@ class ToolsOutputTruncateManager(ContextManager):
         with_tokens = max_tokens is not None
         size = self._size(text, counter, with_tokens, original)
         # Size the pieces against the longest notice this text can get.
-        bound = self._marker(size, ref, (n, n))
-        chars = max_chars - len(bound)
-        tokens = None if max_tokens is None else max_tokens - counter.text(bound) - 2
-        marker = bound
+        longest = self._marker(size, ref, (n, n))
+        chars = max_chars - len(longest)
+        tokens = None if max_tokens is None else max_tokens - counter.text(longest) - 2
+        marker = longest
         for _ in range(8):
             head, tail = self._pieces(text, chars, tokens, mode, counter)
             marker = self._marker(size, ref, (len(head), n - len(tail)))
-            result = marker.lstrip("\n") + tail if mode == "tail" else head + marker + tail
+            if mode == "tail":
+                result = marker.lstrip("\n") + tail
+                at = marker.lstrip("\n").index(PLACEHOLDER)
+            else:
+                result = head + marker + tail
+                at = len(head) + marker.index(PLACEHOLDER)
+            result = sign(result, bound, at)
             if len(result) <= max_chars and (max_tokens is None or counter.text(result) <= max_tokens):
                 return result
             # Re-tokenising across the join can add a token or two; shrink and retry.
             chars = max(0, chars - max(1, chars // 20))
             if tokens is not None:
                 tokens = max(0, tokens - max(2, tokens // 20))
-        return marker.strip()[:max_chars]
+        short = marker.strip()[:max_chars]  # a notice alone, signed when its tag fits
+        return sign(short, bound, short.index(PLACEHOLDER)) if PLACEHOLDER in short else short
 
     def _pieces(
         self, text: str, chars: int, tokens: int | None, mode: str, counter: TokenCounter
@@ -232,9 +212,13 @@ class ToolsOutputTruncateManager(ContextManager):
     @staticmethod
     def _marker(size: str, ref: str | None, missing: tuple[int, int]) -> str:
         if ref is None:
-            return f"\n[truncated: original {size}]\n"
+            return f"\n[truncated: original {size} {PLACEHOLDER}]\n"
         start, end = missing
         return (
             f"\n[truncated: original {size}; chars {start}-{end} are stored as {ref}: "
-            f'context_read(ref="{ref}", offset={start}, limit={end - start}) returns them]\n'
+            f'context_read(ref="{ref}", offset={start}, limit={min(end - start, RECALL_LIMIT)}) '
+            f"returns them {PLACEHOLDER}]\n"
         )
+
+
+__all__ = ["OFFLOADED", "STAMP", "ToolsOutputTruncateManager", "offloaded", "stamp", "with_text"]

@@ -12,7 +12,7 @@ import json
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import re2  # type: ignore[import-untyped]
@@ -70,6 +70,8 @@ class Recall:
     offset: int
     total: int
     unit: Literal["chars", "lines"]
+    clipped: bool = False
+    """A line longer than the read's character bound was cut (see :func:`bounded`)."""
 
     @property
     def next_offset(self) -> int | None:
@@ -103,6 +105,20 @@ def slice_text(
     lines = text.splitlines(keepends=True)
     end = None if limit is None else offset + limit
     return Recall(ref, "".join(lines[offset:end]), offset, len(lines), unit)
+
+
+def bounded(got: Recall, max_chars: int) -> Recall:
+    """A slice of at most ``max_chars`` characters: a read by lines keeps the whole lines that
+    fit (next_offset is the first one left out); a first line longer than that is cut, and
+    the slice says so (``clipped``: read that line by chars)."""
+    if len(got.text) <= max_chars:
+        return got
+    if got.unit == "chars":
+        return replace(got, text=got.text[:max_chars])
+    end = got.text.rfind("\n", 0, max_chars)
+    if end < 0:
+        return replace(got, text=got.text[:max_chars], clipped=True)
+    return replace(got, text=got.text[: end + 1])
 
 
 class Listing(list[dict[str, Any]]):

@@ -166,7 +166,8 @@ def test_reported_usage_calibrates_the_counts_and_is_checkpointed():
     config = {"configurable": {"thread_id": "cal"}}
     agent.invoke({"messages": [HumanMessage("Why?")]}, config)
     (entry,) = agent.get_state(config).values["ctxmgmt"]["calibration"].values()
-    assert entry["calls"] >= 3 and 0.9 < entry["ratio"] < 2.0
+    # chars / 4 undercounts the notices' hex tags (about 2 chars a token): the ratio is near 1
+    assert entry["calls"] >= 3 and 0.8 < entry["ratio"] < 2.0
 
 
 def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():
@@ -251,3 +252,48 @@ def test_each_model_call_measures_what_it_reuses_of_the_previous_one():
     reused = [data["reusable_prefix_tokens"] for name, data in events.events if name == "ctxmgmt"]
     assert len(reused) == 4 and reused[0] == 0 and all(r > 0 for r in reused[1:])
     assert reused == sorted(reused)  # nothing edited the prefix: each call reuses more
+
+
+@pytest.mark.parametrize(
+    ("history", "pointer"),
+    [
+        (  # an orphan: a result with no call before it
+            [HumanMessage("q"), ToolMessage("old output", tool_call_id="gone"), HumanMessage("why?")],
+            "/messages/1/tool_call_id",
+        ),
+        (  # a dangling call: no result before the next message
+            [
+                HumanMessage("q"),
+                AIMessage("", tool_calls=[{"name": "read_log", "args": {"name": "x"}, "id": "d1"}]),
+                HumanMessage("why?"),
+            ],
+            "/messages/1/tool_calls",
+        ),
+        (  # a call whose result answers another id
+            [
+                HumanMessage("q"),
+                AIMessage("", tool_calls=[{"name": "read_log", "args": {"name": "x"}, "id": "c1"}]),
+                ToolMessage("output", tool_call_id="c2"),
+                HumanMessage("why?"),
+            ],
+            "/messages/2/tool_call_id",
+        ),
+        (  # a call without an id
+            [
+                HumanMessage("q"),
+                AIMessage("", tool_calls=[{"name": "read_log", "args": {"name": "x"}, "id": None}]),
+                HumanMessage("why?"),
+            ],
+            "/messages/1/tool_calls/0",
+        ),
+    ],
+)
+def test_a_history_the_model_would_refuse_is_refused_before_the_model_call(history, pointer):
+    """An orphan result, a dangling call, a result for another id or a call without an id is a
+    ContextError with its pointer, as the Agents SDK adapter gives: the model never gets it."""
+    from ctxmgmt import ContextError
+
+    model = RecordingModel(messages=iter([AIMessage(content="never")]))
+    with pytest.raises(ContextError) as refused:
+        agent_with(model).invoke({"messages": history}, {"configurable": {"thread_id": "bad"}})
+    assert refused.value.problems[0].pointer == pointer and not model.seen

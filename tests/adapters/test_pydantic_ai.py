@@ -2,6 +2,7 @@
 
 import asyncio
 
+import pytest
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
@@ -152,3 +153,39 @@ def test_reported_usage_calibrates_the_counts_of_its_own_conversation():
     assert processor.usage and all(0.8 < u["reported"] / u["counted"] < 2.0 for u in processor.usage)
     assert all(u["cached_tokens"] == u["reported"] // 2 for u in processor.usage)
     assert any(u["reusable_prefix_tokens"] > 0 for u in processor.usage)
+
+
+@pytest.mark.parametrize(
+    ("dropped", "pointer"),
+    [(ToolCallPart, "/messages/1/tool_call_id"), (ToolReturnPart, "/messages/1/tool_calls")],
+)
+def test_a_history_the_model_would_refuse_is_refused_before_the_model_call(dropped, pointer):
+    """pydantic-ai repairs a message_history it is given, but not what an earlier history
+    processor makes: an orphan tool return (its call dropped) or a dangling call (its return
+    dropped) reaching the processor is a ContextError with its pointer, as the Agents SDK
+    adapter gives, and the model is never called with it."""
+    from ctxmgmt import ContextError
+
+    def without(messages: list[ModelMessage]) -> list[ModelMessage]:
+        """A user's history processor that drops every message holding a ``dropped`` part."""
+        return [m for m in messages if not any(isinstance(p, dropped) for p in m.parts)]
+
+    calls: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(messages)
+        if len(calls) == 1:
+            return ModelResponse(parts=[ToolCallPart("read_log", {"name": "x"}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    processor = ContextManagementProcessor(DEFINITION)
+    agent = Agent(FunctionModel(model), capabilities=[ProcessHistory(without), ProcessHistory(processor)])
+
+    @agent.tool_plain
+    def read_log(name: str) -> str:
+        """Read a log file."""
+        return "ERROR connection refused"
+
+    with pytest.raises(ContextError) as refused:
+        asyncio.run(agent.run("why?"))
+    assert refused.value.problems[0].pointer == pointer and len(calls) == 1

@@ -63,7 +63,7 @@ def test_untouched_messages_come_back_byte_identical():
     assert all(a is b for a, b in zip(msgs[:-1], out.messages[:-1], strict=True))
     block = out.messages[-1]["content"][0]
     assert block["tool_use_id"] == "toolu_2" and block["cache_control"] == {"type": "ephemeral"}
-    assert "[truncated: original 20,000 chars]" in block["content"] and len(block["content"]) <= 1000
+    assert "[truncated: original 20,000 chars #k=" in block["content"] and len(block["content"]) <= 1000
 
 
 def test_thinking_blocks_stay_whole_and_are_never_summarised_as_text():

@@ -1,5 +1,6 @@
 """Every invariant in every format, each with its own validity rules, over generated conversations."""
 
+import json
 import tempfile
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -66,3 +67,54 @@ def test_every_shipped_definition_holds_in_every_format(case, name, hook, window
     if hook == "pre_llm" and window is not None and first.trace:
         assert first.trace[-1]["tokens_after"] <= window
     assert list(again.context.messages) == list(out.messages)
+
+
+def _result_text(block):
+    """The text of an Anthropic tool_result or a Responses function_call_output."""
+    content = block.get("content", block.get("output"))
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.get("text", "") for p in content or () if isinstance(p, dict))
+
+
+@FAST
+@given(
+    st.sampled_from(FORMATS).flatmap(lambda f: st.tuples(st.just(f), conversations(format=f))),
+    st.sampled_from([64, 300, 2_000]),
+)
+def test_a_cut_leaves_every_other_block_byte_identical(case, cap):
+    """Truncation cuts only the results over its cap: in every format every other block (or
+    item) of every message comes back byte for byte, a cut result keeps its other fields, and
+    a message with nothing cut is the very message that came in."""
+    fmt, messages = case
+    before = json.dumps(messages)
+    entry = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": cap}}
+    definition = load_definition({"name": "p", "hooks": {"pre_llm": [entry]}})
+    out = definition.apply("pre_llm", Context(system_prompt=SYSTEM[fmt], messages=messages, format=fmt))
+    assert json.dumps(messages) == before
+    after = list(out.context.messages)
+    assert len(after) == len(messages)  # truncation removes nothing
+    for old, new in zip(messages, after, strict=True):
+        if fmt == "anthropic":
+            olds = old["content"] if isinstance(old["content"], list) else [old["content"]]
+            news = new["content"] if isinstance(new["content"], list) else [new["content"]]
+            cut = any(
+                isinstance(b, dict) and b.get("type") == "tool_result" and len(_result_text(b)) > cap
+                for b in olds
+            )
+        else:
+            olds, news = [old], [new]
+            cut = old.get("type") == "function_call_output" and len(_result_text(old)) > cap
+        if not cut:
+            assert new is old
+            continue
+        assert len(news) == len(olds)
+        for a, b in zip(olds, news, strict=True):
+            if len(_result_text(a)) > cap and a.get("type") in ("tool_result", "function_call_output"):
+                assert {k: v for k, v in a.items() if k not in ("content", "output")} == {
+                    k: v for k, v in b.items() if k not in ("content", "output")
+                }
+                assert type(b.get("content", b.get("output"))) is type(a.get("content", a.get("output")))
+                assert len(_result_text(b)) <= cap
+            else:
+                assert json.dumps(a) == json.dumps(b)

@@ -55,7 +55,7 @@ def test_all_but_the_newest_results_are_cleared_once_over_the_trigger():
     )
     out = clearing(trigger=tokens - 1, keep=2).apply("pre_llm", ctx).context.messages
     results = [m for m in out if m["role"] == "tool"]
-    assert [cleared(m["content"]) for m in results] == [True] * 4 + [False] * 2
+    assert [cleared(m) for m in results] == [True] * 4 + [False] * 2
     assert results[0]["content"].startswith("[tool result cleared to save context]\n[cleared: original 3,")
     assert results[-1] is msgs[-1] and results[-2] is msgs[-3]
 
@@ -85,8 +85,9 @@ def test_a_store_archives_first_and_the_notice_says_where(tmp_path):
     ]
 
 
-def test_excluded_tools_unanswered_results_and_recall_results_are_never_cleared():
-    """exclude_tools, context_read/context_search and the results the model has not seen yet stay."""
+def test_excluded_tools_and_unanswered_results_are_never_cleared_recall_results_are():
+    """exclude_tools and the results the model has not seen yet stay; context_read's results
+    are cleared like any other (not exempt)."""
     msgs = run(6, names=("read", "plan", "context_read"))
     msgs.append(
         {
@@ -101,8 +102,8 @@ def test_excluded_tools_unanswered_results_and_recall_results_are_never_cleared(
     out = clearing(trigger=0, keep=0, exclude_tools=["plan"]).apply(
         "pre_llm", Context(messages=msgs, model=MODEL)
     )
-    by_id = {m["tool_call_id"]: m["content"] for m in out.context.messages if m["role"] == "tool"}
-    assert [k for k, v in by_id.items() if cleared(v)] == ["c0", "c3"]
+    by_id = {m["tool_call_id"]: m for m in out.context.messages if m["role"] == "tool"}
+    assert [k for k, v in by_id.items() if cleared(v)] == ["c0", "c2", "c3", "c5"]
 
 
 def test_clear_tool_inputs_empties_the_arguments_of_cleared_calls_only():
@@ -188,7 +189,8 @@ def test_the_placeholder_is_the_configured_text_then_the_notice():
         "pre_llm", Context(messages=run(2), model=MODEL)
     )
     content = out.context.messages[2]["content"]
-    assert content == f"[gone]\n[cleared: original {len(run(2)[2]['content']):,} chars]" and cleared(content)
+    notice = f"[gone]\n[cleared: original {len(run(2)[2]['content']):,} chars #k="
+    assert content.startswith(notice) and cleared(out.context.messages[2])
 
 
 def test_a_long_output_that_quotes_a_notice_is_still_cleared():
@@ -197,7 +199,7 @@ def test_a_long_output_that_quotes_a_notice_is_still_cleared():
     msgs = run(3)
     msgs[2] = {**msgs[2], "content": "[cleared: original 99,999,999 chars]\n" + "data " * 20_000}
     out = clearing(trigger=0, keep=1).apply("pre_llm", Context(messages=msgs, model=MODEL)).context.messages
-    assert cleared(out[2]["content"]) and len(out[2]["content"]) < 200
+    assert cleared(out[2]) and len(out[2]["content"]) < 200
 
 
 def test_a_placeholder_that_looks_like_a_notice_is_refused_with_its_pointer():
@@ -219,8 +221,8 @@ def test_a_reused_call_id_names_the_tool_of_the_nearest_call():
     out = clearing(trigger=0, keep=0, exclude_tools=["secret"]).apply(
         "pre_llm", Context(messages=msgs, model=MODEL)
     )
-    contents = [m["content"] for m in out.context.messages if m["role"] == "tool"]
-    assert not cleared(contents[0]) and cleared(contents[1])
+    results = [m for m in out.context.messages if m["role"] == "tool"]
+    assert not cleared(results[0]) and cleared(results[1])
 
 
 def test_whole_number_floats_in_a_config_are_integers():
@@ -250,3 +252,19 @@ def test_compaction_takes_a_forged_reference_for_plain_content(tmp_path):
         assert result.trace[0]["error"] is None
         (new_ref,) = result.trace[0]["details"]["offloaded"]
         assert new_ref != ref and store.read("s", new_ref).text == forged
+
+
+def test_a_recall_result_is_cleared_without_a_second_archive(tmp_path):
+    """With a store, a cleared result is archived first; a context_read result is cleared
+    without archiving it again (its archive holds it) and its notice names no reference."""
+    from ctxmgmt.offload import LocalOffloader
+
+    msgs = run(2, names=("read", "context_read"))
+    msgs.append({"role": "assistant", "content": "done"})
+    out = clearing(trigger=0, keep=0).apply(
+        "pre_llm", Context(messages=msgs, model=MODEL), offloader=LocalOffloader(tmp_path), session="s"
+    )
+    results = [m for m in out.context.messages if m["role"] == "tool"]
+    assert all(cleared(m) for m in results)
+    assert "stored as t-" in results[0]["content"] and "stored as" not in results[1]["content"]
+    assert len(out.trace[0]["details"]["offloaded"]) == 1

@@ -252,3 +252,21 @@ def test_a_summary_that_would_not_save_tokens_archives_nothing(tmp_path):
         assert result.context.messages == tuple(msgs)
         assert "would not save tokens" in result.trace[0]["details"]["note"]
     assert store.list("s") == [] and "offloaded" not in result.trace[0]["details"]
+
+
+def test_a_recalled_result_is_compacted_without_a_second_archive(tmp_path):
+    """Compaction cuts a context_read result over its cap like any other, without archiving
+    it again; a second run changes nothing."""
+    from tests.test_marks import turn
+
+    store = LocalOffloader(tmp_path)
+    recalled = "[t-0: chars from 0 of 90000; next offset 20000]\n" + "row " * 5_000
+    msgs = turn(recalled, call_id="r", name="context_read")
+    entry = {"type": "ToolResultCompactionManager", "config": {"recent_n": 0, "old_max_chars": 2_000}}
+    d = load_definition({"name": "c", "hooks": {"pre_llm": [entry]}})
+    out = d.apply("pre_llm", Context(messages=msgs), offloader=store, session="s")
+    text = out.context.messages[2]["content"]
+    assert len(text) <= 2_000 and f"[truncated: original {len(recalled):,} chars #k=" in text
+    assert not store.list("s") and not out.trace[0]["details"].get("offloaded")
+    again = d.apply("pre_llm", out.context, offloader=store, session="s")
+    assert list(again.context.messages) == list(out.context.messages)

@@ -21,7 +21,8 @@ OFFLOADING = {
 
 def test_model_recalls_a_truncated_output_exactly(store, agent_models, tools, chat_server, tmp_path):
     """Once a result is archived the runner shows context_read (not before); the model reads
-    the cut part back, byte for byte."""
+    the cut part back page by page, byte for byte, each page a result within the truncation
+    limit like any other."""
     runner = Runner(store, agent_models, tools, offloader=LocalOffloader(tmp_path))
     store.create("offloading", OFFLOADING)
     agent_id = runner.register(
@@ -32,31 +33,37 @@ def test_model_recalls_a_truncated_output_exactly(store, agent_models, tools, ch
             "context_management_name": "offloading",
         }
     )
-    shown = {}
+    shown: dict[str, str] = {}
+    pages: list[str] = []
 
-    def read_the_rest(request):
-        """The model's second turn: call context_read with the arguments the notice gives."""
-        shown["text"] = [m for m in request["messages"] if m["role"] == "tool"][-1]["content"]
-        args = re.search(r'context_read\(ref="(t-[0-9a-f]{32})", offset=(\d+), limit=(\d+)\)', shown["text"])
-        return tool_call(
-            (
-                "context_read",
-                {"ref": args.group(1), "offset": int(args.group(2)), "limit": int(args.group(3))},
-            )
-        )
+    def read_on(request):
+        """The model's next turn: read the next page of the cut part, or answer at the end."""
+        last = [m for m in request["messages"] if m["role"] == "tool"][-1]["content"]
+        if "text" not in shown:
+            shown["text"] = last
+            args = re.search(r'context_read\(ref="(t-[0-9a-f]{32})", offset=(\d+), limit=\d+\)', last)
+            shown["ref"], offset = args.group(1), int(args.group(2))
+        else:
+            assert len(last) <= 400  # a recalled page is cut like any result; this one fits
+            header, text = last.split("\n", 1)
+            pages.append(text)
+            following = re.search(r"next offset (\d+)", header)
+            if following is None:
+                return "done"
+            offset = int(following.group(1))
+        return tool_call(("context_read", {"ref": shown["ref"], "offset": offset, "limit": 300}))
 
-    chat_server.reply(tool_call(("big", {"size": 3000})))
-    chat_server.respond(read_the_rest)
-    chat_server.reply("done")
+    chat_server.reply(tool_call(("big", {"size": 1200})))
+    for _ in range(6):
+        chat_server.respond(read_on)
     result = runner.execute(agent_id, "read everything")
     assert result.finished
     shown_tools = [{t["function"]["name"] for t in r.get("tools", ())} for r in chat_server.requests]
     assert shown_tools[0] == {"big"}
     assert shown_tools[1] == shown_tools[2] == {"big", "context_read", "context_search"}
-    recalled = [m for m in chat_server.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
-    original = "row " * 750
+    original = "row " * 300
     head = shown["text"][: shown["text"].index("\n[truncated")]
-    assert head + recalled.split("\n", 1)[1] == original
+    assert head + "".join(pages) == original
     stored, _, _ = runner.memory.load(result.memory_id, agent_id)
     assert stored[2]["content"] == original  # the memory keeps the original
 
@@ -147,3 +154,47 @@ def test_summaries_that_archive_come_with_the_recall_tools(store, agent_models, 
     chat_server.reply("ok")
     bare.execute(agent_id, "q")
     assert {t["function"]["name"] for t in chat_server.requests[1]["tools"]} == {"big"}
+
+
+def test_context_read_returns_at_most_its_limit_whatever_it_is_asked(tmp_path):
+    """A 2 MB archive: context_read returns 4,000 chars with no limit, at most 20,000 with any
+    larger limit (its header giving the next offset), and by lines at most 20,000 chars of
+    whole lines; a line longer than that is cut and the header says so."""
+    import asyncio
+
+    from ctxmgmt.tools import recall_tools
+
+    offloader = LocalOffloader(tmp_path)
+    huge = "".join(f"line {i:07d} " + "x" * 86 + "\n" for i in range(20_000))  # 2,000,000 chars
+    ref = offloader.store_tool_result("s", huge)
+    wide = offloader.store_tool_result("s", "y" * 50_000 + "\nshort\n")
+    read = {t.name: t for t in recall_tools(offloader, "s")}["context_read"]
+
+    def call(**arguments):
+        header, text = asyncio.run(read.run({"ref": ref, **arguments})).split("\n", 1)
+        return header, text
+
+    header, text = call()
+    assert text == huge[:4_000] and "next offset 4000" in header
+    for limit in (20_001, 2_000_000, "9999999"):
+        header, text = call(limit=limit, offset=100)
+        assert text == huge[100:20_100] and "next offset 20100" in header
+    header, text = call(limit=2_000_000, unit="lines")
+    assert text == huge[: 200 * 100] and "next offset 200" in header  # 200 whole lines of 100 chars
+    header, text = asyncio.run(read.run({"ref": wide, "limit": 5, "unit": "lines"})).split("\n", 1)
+    assert text == "y" * 20_000 and "next offset 1" in header and "read it by chars" in header
+
+
+def test_rest_read_answers_at_most_its_bound(store, tmp_path):
+    """GET /_plugins/_ml/offload/{ref} with a limit over 200,000 answers 200,000 chars and the
+    next offset; with none, 20,000."""
+    offloader = LocalOffloader(tmp_path)
+    ref = offloader.store_tool_result("mem1", "z" * 500_000)
+    with (
+        LiveServer(create_app(store, offloader=offloader)) as server,
+        httpx.Client(base_url=server.url) as http,
+    ):
+        got = http.get(f"/_plugins/_ml/offload/{ref}", params={"session": "mem1", "limit": 10**7}).json()
+        assert len(got["text"]) == 200_000 and got["next_offset"] == 200_000 and got["total"] == 500_000
+        got = http.get(f"/_plugins/_ml/offload/{ref}", params={"session": "mem1"}).json()
+        assert len(got["text"]) == 20_000 and got["next_offset"] == 20_000
