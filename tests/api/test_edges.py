@@ -294,3 +294,62 @@ def test_an_unknown_definition_name_suggests_the_closest_stored_ones(store, agen
         assert r.status_code == 404 and "did you mean 'default'?" in r.json()["error"]["reason"]
         r = client.get(f"{BASE}/zzzz-unrelated")
         assert r.status_code == 404 and "did you mean" not in r.json()["error"]["reason"]
+
+
+# -- ctxmgmt serve beyond loopback ------------------------------------------------------------
+def serve_output(folder, *args: str, env: dict | None = None) -> str:
+    """What `ctxmgmt serve` prints until it answers /_health on 127.0.0.1, then stops."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "ctxmgmt.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--db",
+        f"sqlite:///{folder}/s.db",
+    ]
+    proc = subprocess.Popen(
+        [*command, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=folder,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/_health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert "serving on" in out, out
+    return out
+
+
+def test_serving_beyond_loopback_without_keys_warns_what_is_exposed(tmp_path):
+    """`ctxmgmt serve --host 0.0.0.0` without keys warns that anyone reaching it can write
+    definitions, register agents with tool URLs and spend the models' keys, and says what
+    to configure; with keys, or on 127.0.0.1, it does not."""
+    out = serve_output(tmp_path, "--host", "0.0.0.0")
+    warning = next(line for line in out.splitlines() if line.startswith("warning:"))
+    for words in ("without API keys", "definitions", "tool URLs", "spend", "server.api_keys", "127.0.0.1"):
+        assert words in warning, words
+    config = tmp_path / "config.yaml"
+    config.write_text("server:\n  api_keys:\n    - {name: ops, scope: write, key_env: EDGE_SERVE_KEY}\n")
+    keyed = serve_output(tmp_path, "--host", "0.0.0.0", "--config", str(config), env={"EDGE_SERVE_KEY": "k"})
+    assert "warning:" not in keyed
+    assert "warning:" not in serve_output(tmp_path, "--host", "127.0.0.1")
