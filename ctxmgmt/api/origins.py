@@ -15,6 +15,9 @@ answers. Both are refused here, once, for every route:
   is this server's own (the request's scheme and ``Host``, such as ``/ui``) or is listed in
   ``server.allowed_origins``; any other page (``Origin: null`` included) gets a 403.
 
+A page of a configured origin gets CORS answers (its preflight is granted, without
+credentials), so that it can send JSON and read the answers; no other page does.
+
 A page that sends no ``Origin`` still cannot write: every request with a body must be
 ``application/json`` (a 415 otherwise, see :func:`ctxmgmt.api.requests.resource`), a type
 a browser sends to another origin only after asking (a CORS preflight), which this
@@ -29,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ConfigError, Problem
 from .errors import error_body
@@ -104,6 +107,24 @@ def _own(server: tuple[str, int | None] | None) -> list[_Host]:
     return [_Host(f"[{ip}]" if ip.version == 6 else str(ip), port)]
 
 
+_PREFLIGHT = (
+    ("access-control-allow-methods", "GET, HEAD, POST, PUT, DELETE"),
+    ("access-control-allow-headers", "authorization, content-type, if-match, x-api-key"),
+    ("access-control-max-age", "600"),
+)
+
+
+def _adding(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
+    """``send``, adding ``headers`` to the answer's start."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *headers]}
+        await send(message)
+
+    return sending
+
+
 class OriginGuard:
     """ASGI middleware: a 403 for a ``Host`` that is not this server's and for a page
     of another origin, with the error body every answer has and what to configure."""
@@ -120,11 +141,22 @@ class OriginGuard:
             await self.app(scope, receive, send)
             return
         reason = self.refusal(scope)
-        if reason is None:
-            await self.app(scope, receive, send)
+        if reason is not None:
+            status, kind, text = reason
+            await JSONResponse(error_body(status, kind, text), status)(scope, receive, send)
             return
-        status, kind, text = reason
-        await JSONResponse(error_body(status, kind, text), status)(scope, receive, send)
+        headers = Headers(scope=scope)
+        origin = headers.get("origin", "").strip().lower()
+        if not origin or not (self.any_origin or origin in self.origins):
+            await self.app(scope, receive, send)  # no page, or the server's own
+            return
+        # A page of a configured origin: CORS, so that its browser lets it send JSON and read
+        # the answers. Without credentials: an API key travels in a header, never a cookie.
+        cors = [(b"access-control-allow-origin", origin.encode("latin-1")), (b"vary", b"Origin")]
+        if scope.get("method") == "OPTIONS" and "access-control-request-method" in headers:
+            await Response(status_code=204, headers=dict(_PREFLIGHT))(scope, receive, _adding(send, cors))
+            return
+        await self.app(scope, receive, _adding(send, [*cors, (b"access-control-expose-headers", b"ETag")]))
 
     def refusal(self, scope: Scope) -> tuple[int, str, str] | None:
         """(status, type, reason) for a request to refuse, or None."""

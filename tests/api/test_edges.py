@@ -159,6 +159,28 @@ def test_configured_hosts_and_origins_are_answered(store):
         assert client.get(BASE, headers={"origin": "http://dash.example:3001"}).status_code == 403
 
 
+def test_a_configured_origin_gets_cors_answers_and_no_other_does(store):
+    """A page of a configured origin has its preflight granted (JSON, keys, If-Match; no
+    credentials) and reads the answers; the server's own page and other pages get no CORS."""
+    config = ServerConfig.from_dict({"allowed_origins": ["http://dash.example:3000"]})
+    preflight = {"access-control-request-method": "POST", "access-control-request-headers": "content-type"}
+    with LiveServer(create_app(store, config=config)) as server, httpx.Client(base_url=server.url) as client:
+        dash = {"origin": "http://dash.example:3000"}
+        r = client.options(f"{BASE}/x", headers={**dash, **preflight})
+        assert r.status_code == 204 and r.headers["access-control-allow-origin"] == dash["origin"]
+        assert "content-type" in r.headers["access-control-allow-headers"]
+        assert "POST" in r.headers["access-control-allow-methods"]
+        assert "access-control-allow-credentials" not in r.headers
+        r = client.post(f"{BASE}/x", json=shipped("default"), headers=dash)
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == dash["origin"]
+        assert (
+            client.options(f"{BASE}/x", headers={"origin": "http://evil.example", **preflight}).status_code
+            == 403
+        )
+        own = client.get(BASE, headers={"origin": server.url})
+        assert own.status_code == 200 and "access-control-allow-origin" not in own.headers
+
+
 def test_a_malformed_allowed_host_is_refused_at_start_up(store, tmp_path):
     """A bad server.allowed_hosts entry is a configuration error naming its pointer, both
     from the configuration file (its schema) and given directly."""
