@@ -115,6 +115,7 @@ class _Withheld(ModelsConfig):
         self.wanted: list[str] = []
 
     def __getitem__(self, model_id: str) -> Any:
+        super().__getitem__(model_id)  # a model the server does not have: its own error
         self.wanted.append(model_id)
         raise LLMError("a read key may not call a model", model_id=model_id)
 

@@ -375,3 +375,29 @@ def test_serving_beyond_loopback_without_keys_warns_what_is_exposed(tmp_path):
     keyed = serve_output(tmp_path, "--host", "0.0.0.0", "--config", str(config), env={"EDGE_SERVE_KEY": "k"})
     assert "warning:" not in keyed
     assert "warning:" not in serve_output(tmp_path, "--host", "127.0.0.1")
+
+
+# -- the contract ----------------------------------------------------------------------------
+def test_the_openapi_document_states_the_edges():
+    """Every operation documents the 403 of the Host/Origin guard, every one with a body the
+    415, and every one that refuses schema-valid requests states its rules on its 400."""
+    from ctxmgmt.api.openapi import SEMANTIC_KEY, openapi_document
+
+    document = openapi_document()
+    operations = [(path, op) for path, item in document["paths"].items() for op in item.values()]
+    for path, op in operations:
+        assert "403" in op["responses"], path
+        if "requestBody" in op:
+            assert "415" in op["responses"], path
+        if SEMANTIC_KEY in op:
+            assert op[SEMANTIC_KEY] in op["responses"]["400"]["description"], path
+    declared = {path for path, op in operations if SEMANTIC_KEY in op}
+    for path in (
+        "_validate",
+        "_register",
+        "_execute",
+        "_search",
+        "{name}/_simulate",
+        "/context_management/_simulate",
+    ):
+        assert any(p.endswith(path) for p in declared), path
