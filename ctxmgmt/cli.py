@@ -408,7 +408,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"web page: /ui)",
         flush=True,
     )
-    exposed = _exposed(sock, server, models)
+    exposed = _exposed(sock, server.auth_enabled, models)
     if exposed:
         print(exposed, file=sys.stderr, flush=True)
     if args.workers > 1:
@@ -419,18 +419,16 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _exposed(sock: socket.socket, server: Any, models: Any) -> str | None:
+def _exposed(sock: socket.socket, keys: bool, models: Mapping[str, Any]) -> str | None:
     """The warning for a keyless server bound beyond loopback: what anyone reaching it may do."""
     import ipaddress
 
     address = str(sock.getsockname()[0]).split("%", 1)[0]
-    if server.auth_enabled or ipaddress.ip_address(address).is_loopback:
+    if keys or ipaddress.ip_address(address).is_loopback:
         return None
-    spend = (
-        f"spend the keys of the configured models ({', '.join(sorted(models))})"
-        if models
-        else ("spend the keys of any models configured later")
-    )
+    spend = "spend the keys of any models configured later"
+    if models:
+        spend = f"spend the keys of the configured models ({', '.join(sorted(models))})"
     return (
         f"warning: serving on {address}, beyond this machine, without API keys: anyone who can "
         "reach this address can read, replace and delete definitions, register agents with tool "

@@ -19,9 +19,9 @@ A page of a configured origin gets CORS answers (its preflight is granted, witho
 credentials), so that it can send JSON and read the answers; no other page does.
 
 A page that sends no ``Origin`` still cannot write: every request with a body must be
-``application/json`` (a 415 otherwise, see :func:`ctxmgmt.api.requests.resource`), a type
-a browser sends to another origin only after asking (a CORS preflight), which this
-server never grants.
+``application/json`` (a 415 otherwise, see :func:`ctxmgmt.api.requests.check_media_type`),
+a type a browser sends to another origin only after asking (a CORS preflight), which this
+server grants to configured origins only.
 """
 
 from __future__ import annotations
