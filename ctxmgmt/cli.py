@@ -408,12 +408,34 @@ def _serve(args: argparse.Namespace) -> int:
         f"web page: /ui)",
         flush=True,
     )
+    exposed = _exposed(sock, server.auth_enabled, models)
+    if exposed:
+        print(exposed, file=sys.stderr, flush=True)
     if args.workers > 1:
         store.engine.dispose()  # each worker opens its own pool
         serve_workers(sock, server, args.workers, url, args.config or os.environ.get(CONFIG_ENV))
     else:
         uvicorn.Server(uvicorn_config(app, server)).run(sockets=[sock])
     return EXIT_OK
+
+
+def _exposed(sock: socket.socket, keys: bool, models: Mapping[str, Any]) -> str | None:
+    """The warning for a keyless server bound beyond loopback: what anyone reaching it may do."""
+    import ipaddress
+
+    address = str(sock.getsockname()[0]).split("%", 1)[0]
+    if keys or ipaddress.ip_address(address).is_loopback:
+        return None
+    spend = "spend the keys of any models configured later"
+    if models:
+        spend = f"spend the keys of the configured models ({', '.join(sorted(models))})"
+    return (
+        f"warning: serving on {address}, beyond this machine, without API keys: anyone who can "
+        "reach this address can read, replace and delete definitions, register agents with tool "
+        f"URLs the server then calls, and {spend}. Set server.api_keys in the configuration "
+        "file (--config), or serve on 127.0.0.1. Clients that reach the server by a name need "
+        "it in server.allowed_hosts."
+    )
 
 
 def _listen(host: str, port: int) -> socket.socket:

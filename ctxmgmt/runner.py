@@ -161,8 +161,11 @@ class Runner:
             problems.append(
                 Problem(
                     "/context_management_name",
-                    f"no definition named {name!r}; create it first "
-                    f"(POST /_plugins/_ml/context_management/{name})",
+                    f"no definition named {name!r}"
+                    + (
+                        self.definitions.suggest(name)
+                        or f"; create it first (POST /_plugins/_ml/context_management/{name})"
+                    ),
                 )
             )
         elif isinstance(inline, Mapping):
@@ -487,7 +490,8 @@ class Runner:
             try:
                 definition, version = self.definitions.resolve_version(requested)
             except NotFound:
-                raise NotFound(f"context management {requested!r} not found") from None
+                hint = self.definitions.suggest(requested)  # the closest stored names
+                raise NotFound(f"context management {requested!r} not found{hint}") from None
             return definition, "request", version
         stored = agent.get("context_management_name")
         if stored is not None:

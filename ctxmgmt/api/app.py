@@ -20,6 +20,7 @@ from ..store import DefinitionStore
 from ..tools import ToolRegistry
 from . import agents, definitions, errors, offload, page
 from .config import ServerConfig
+from .origins import OriginGuard, parse_hosts
 from .requests import State
 
 
@@ -76,6 +77,8 @@ def create_app(
 ) -> Starlette:
     """The ASGI application over a store."""
     models = models or ModelsConfig()
+    config = config or ServerConfig()
+    parse_hosts(config.allowed_hosts)  # a bad entry is refused now, not at the first request
     pool = HTTPPool()  # kept-alive LLM connections, shared by executions
 
     @contextlib.asynccontextmanager
@@ -88,14 +91,17 @@ def create_app(
     app = Starlette(
         routes=[*definitions.routes, *agents.routes, *offload.routes, *page.routes],
         exception_handlers={HTTPException: _http_exception, CtxmgmtError: errors.handle},
-        middleware=[Middleware(_Faults)],
+        middleware=[
+            Middleware(_Faults),
+            Middleware(OriginGuard, hosts=config.allowed_hosts, origins=config.allowed_origins),
+        ],
         lifespan=lifespan,
     )
     # A trailing slash is a 404 like any unknown path, not a redirect built from the Host
     # header that a client would follow with its DELETE.
     app.router.redirect_slashes = False
     runner = Runner(store, models, tools, offloader=offloader, pool=pool)
-    app.state.ctxmgmt = State(store, models, config or ServerConfig(), runner)
+    app.state.ctxmgmt = State(store, models, config, runner)
     return app
 
 

@@ -32,6 +32,10 @@ class ServerConfig:
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 30.0
     keep_alive_seconds: float = 5.0
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names the server answers besides its own address (see :mod:`ctxmgmt.api.origins`)."""
+    allowed_origins: tuple[str, ...] = ()
+    """Origins of other web pages that may call the API."""
     _digests: dict[bytes, ApiKey] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -61,6 +65,8 @@ class ServerConfig:
             header_timeout_seconds=float(data.get("header_timeout_seconds", 10.0)),
             body_timeout_seconds=float(data.get("body_timeout_seconds", 30.0)),
             keep_alive_seconds=float(data.get("keep_alive_seconds", 5.0)),
+            allowed_hosts=tuple(data.get("allowed_hosts", ())),
+            allowed_origins=tuple(data.get("allowed_origins", ())),
         )
 
     @property

@@ -12,10 +12,12 @@ from starlette.responses import JSONResponse
 
 from ..context import Context
 from ..definitions import Definition, parse_hook
+from ..errors import LLMError
 from ..llm import ModelsConfig
 from ..loader import parse_document
 from ..offload import LocalOffloader
 from ..validation import validate_definition
+from .config import ApiKey
 from .errors import HTTPProblem, log
 from .openapi import openapi_document
 from .requests import (
@@ -26,6 +28,7 @@ from .requests import (
     if_version,
     int_param,
     json_body,
+    may_spend,
     name_param,
     resource,
     state,
@@ -84,26 +87,45 @@ async def list_(request: Request) -> JSONResponse:
 
 
 async def simulate(request: Request) -> JSONResponse:
-    authorize(request, "read")
+    key = authorize(request, "read")
     name = name_param(request)
     body = await json_body(request, nul=False)  # a dry run stores nothing
     current = state(request)
     definition = await run_in_threadpool(current.store.resolve, name)
-    return await _simulate(definition, body, current.models)
+    return await _simulate(definition, body, current.models, key)
 
 
 async def simulate_inline(request: Request) -> JSONResponse:
-    authorize(request, "read")
+    key = authorize(request, "read")
     body = await json_body(request, nul=False)  # a dry run stores nothing
     document = body.get("definition", body.get("context_management"))
     if not isinstance(document, dict):
         raise HTTPProblem(400, "give the definition to simulate as an object in 'definition'")
     document = {"name": "inline", **document}
     definition = Definition.from_dict(document)
-    return await _simulate(definition, body, state(request).models)
+    return await _simulate(definition, body, state(request).models, key)
 
 
-async def _simulate(definition: Definition, body: dict[str, Any], models: ModelsConfig) -> JSONResponse:
+class _Withheld(ModelsConfig):
+    """The models, for a request that may not spend them: each model asked for is noted
+    and refused before any call (so the summariser's fallback runs, and nothing is paid)."""
+
+    def __init__(self, models: ModelsConfig) -> None:
+        super().__init__({model_id: models[model_id] for model_id in models})
+        self.wanted: list[str] = []
+
+    def __getitem__(self, model_id: str) -> Any:
+        super().__getitem__(model_id)  # a model the server does not have: its own error
+        self.wanted.append(model_id)
+        raise LLMError("a read key may not call a model", model_id=model_id)
+
+    def get(self, model_id: str, default: Any = None) -> Any:
+        return self[model_id]
+
+
+async def _simulate(
+    definition: Definition, body: dict[str, Any], models: ModelsConfig, key: ApiKey | None
+) -> JSONResponse:
     unknown = sorted(set(body) - {"hook", "context", "definition", "context_management"})
     if unknown:
         raise HTTPProblem(400, f"unknown field {unknown[0]!r}; a simulation takes hook and context")
@@ -111,7 +133,17 @@ async def _simulate(definition: Definition, body: dict[str, Any], models: Models
     if hook is None:
         raise HTTPProblem(400, "hook must be a string: pre_llm, post_tool or post_memory")
     context = Context.from_dict(body.get("context", {}))
-    result = await run_in_threadpool(_dry_run, definition, hook, context, models)
+    withheld = None if may_spend(key) else _Withheld(models)
+    try:
+        result = await run_in_threadpool(_dry_run, definition, hook, context, withheld or models)
+    finally:
+        if withheld is not None and withheld.wanted and key is not None:
+            raise HTTPProblem(
+                403,
+                f"this simulation calls the model {withheld.wanted[0]!r}, and the key {key.name!r} "
+                "may only read: a request that calls a model needs a write key (nothing was called)",
+                "security_exception",
+            )
     return JSONResponse(result.to_dict())
 
 

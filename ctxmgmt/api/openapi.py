@@ -41,15 +41,20 @@ def _error() -> dict[str, Any]:
     return {"$ref": "#/components/responses/Error"}
 
 
-_SERVER_ERRORS = (500, 503, 507)
-"""Any request may meet a fault of the server (500), an unreachable database (503) or a
-full disk (507, ``storage_full``)."""
-_BODY_ERRORS = (400, 408, 413)
-"""A request with a body may be malformed JSON, too slow (408) or too large (413)."""
+_ANY_ERRORS = (400, 403, 500, 503, 507)
+"""Any request may have a malformed Host (400), come from a host name or a page the server
+does not answer (403, see :mod:`ctxmgmt.api.origins`), or meet a fault of the server (500),
+an unreachable database (503) or a full disk (507, ``storage_full``)."""
+_BODY_ERRORS = (400, 408, 413, 415)
+"""A request with a body may be malformed JSON, too slow (408), too large (413) or not
+``application/json`` (415)."""
 SEMANTIC = (
-    "A body that this schema accepts can still be refused with a 400 that names the field, "
+    "A request that this schema accepts can still be refused with a 400 that names the field, "
     "for what a schema cannot say: "
 )
+SEMANTIC_KEY = "x-semantic-400"
+"""The operations that refuse some schema-valid requests with a 400 say so here, with the
+rules: a client (and the schemathesis test) reads which 400s the contract states."""
 
 
 def _op(
@@ -63,11 +68,16 @@ def _op(
 ) -> dict[str, Any]:
     ok_response = {"description": "OK", "content": {"application/json": {"schema": ok}}}
     op: dict[str, Any] = {"summary": summary, "responses": {"200": ok_response}}
-    codes = {*errors, *_SERVER_ERRORS, *(_BODY_ERRORS if body is not None else ())}
+    codes = {*errors, *_ANY_ERRORS, *(_BODY_ERRORS if body is not None else ())}
     for code in sorted(codes):
         op["responses"][str(code)] = _error()
     if semantic:
         op["description"] = SEMANTIC + semantic
+        op[SEMANTIC_KEY] = semantic
+        op["responses"]["400"] = {
+            "description": "Malformed, or refused for a rule the schema cannot state: " + semantic,
+            "content": {"application/json": {"schema": ref("ErrorBody")}},
+        }
     if body is not None:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
     if params:
@@ -107,6 +117,8 @@ def openapi_document() -> dict[str, Any]:
     )
     agent.pop("$schema", None)
     agent["properties"]["context_management"] = {"$ref": _DEF}
+    # A registration names a stored definition or gives one inline, never both.
+    agent["not"] = {"required": ["context_management_name", "context_management"]}
     components["AgentRegistration"] = agent
     components["Execution"] = {
         "type": "object",
@@ -117,11 +129,12 @@ def openapi_document() -> dict[str, Any]:
                 "required": ["question"],
                 "properties": {
                     "question": {"type": "string", "minLength": 1},
-                    "context_management_name": {"type": "string"},
-                    "memory_id": {"type": "string"},
+                    "context_management_name": {"type": "string", "minLength": 1},
+                    "memory_id": {"type": "string", "minLength": 1},
                 },
             },
-            "context_management_name": {"type": "string"},
+            "context_management_name": {"type": "string", "minLength": 1},
+            "memory_id": {"type": "string", "minLength": 1},
         },
     }
     components["ExecutionResult"] = {
@@ -288,7 +301,16 @@ def openapi_document() -> dict[str, Any]:
         "a manager type that is not registered, a model or tokenizer the server does not have. "
         "A name in the body is checked, then the path's name is used."
     )
-    context_rules = "messages an LLM API would reject (roles, tool calls without results, ...)."
+    context_rules = (
+        "messages an LLM API would reject (roles, tool calls without results, ...), or a "
+        "context_window too small for what must stay (the system prompt, the task, the tools "
+        "and the reply's reserve)."
+    )
+    agent_rules = (
+        "context_management_name and an inline context_management together, a model the "
+        "server does not have, a definition name that is not stored (the reason names the "
+        "closest stored names), an invalid inline definition, a tool that is not registered."
+    )
     archive = {"type": "object", "properties": {"ref": {"type": "string"}, "kind": {"type": "string"}}}
     return {
         "openapi": "3.1.0",
@@ -338,7 +360,9 @@ def openapi_document() -> dict[str, Any]:
                     body={
                         "type": "object",
                         "required": ["text"],
-                        "properties": {"text": {"type": "string", "maxLength": 50_000}},
+                        "properties": {
+                            "text": {"type": "string", "maxLength": 50_000, "pattern": "^[^\\x00]*$"}
+                        },
                     },
                     errors=(400, 401, 403),
                     semantic="YAML anchors or aliases, or a text nesting over 32 deep.",
@@ -360,8 +384,7 @@ def openapi_document() -> dict[str, Any]:
                     {"type": "object", "properties": {"agent_id": {"type": "string"}}},
                     body=ref("AgentRegistration"),
                     errors=(400, 401, 403, 404),
-                    semantic="a model the server does not have, a definition name that is not stored "
-                    "(404), a tool that is not registered.",
+                    semantic=agent_rules,
                 )
             },
             "/_plugins/_ml/agents": {
@@ -385,8 +408,7 @@ def openapi_document() -> dict[str, Any]:
                     body=ref("AgentRegistration"),
                     params=("agent_id",),
                     errors=(400, 401, 403, 404),
-                    semantic="a model the server does not have, a definition name that is not stored, "
-                    "a tool that is not registered (the checks of registration).",
+                    semantic=agent_rules,
                 ),
                 "delete": _op(
                     "Delete an agent", {"type": "object"}, params=("agent_id",), errors=(401, 403, 404)
@@ -399,7 +421,8 @@ def openapi_document() -> dict[str, Any]:
                     body=ref("Execution"),
                     params=("agent_id",),
                     errors=(400, 401, 403, 404, 409, 502),
-                    semantic="a question that is only white space, a definition name that is not stored.",
+                    semantic="a question that is only white space. A definition name that is not "
+                    "stored is a 404 whose reason names the closest stored names.",
                 )
             },
             agent + "/executions": {
@@ -483,7 +506,7 @@ def openapi_document() -> dict[str, Any]:
                     body=ref("DefinitionBody"),
                     params=("name", "If-Match", "if_version"),
                     errors=(400, 401, 403, 404, 409),
-                    semantic=definition_rules + " An If-Match over 2147483647.",
+                    semantic=definition_rules + " An If-Match and an if_version that disagree.",
                 ),
                 "delete": _op(
                     "Delete a definition",
@@ -519,6 +542,8 @@ def openapi_document() -> dict[str, Any]:
                     },
                     params=("session", "pattern", "search_size"),
                     errors=(400, 401, 403, 404),
+                    semantic="a pattern that is not RE2 syntax (backreferences, lookaround) or that "
+                    "compiles too large.",
                 )
             },
             offload + "/{ref}": {

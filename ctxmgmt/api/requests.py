@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .config import ServerConfig
+from .config import ApiKey, ServerConfig
 from .errors import HTTPProblem
 
 if TYPE_CHECKING:
@@ -42,12 +42,12 @@ def state(request: Request) -> State:
 
 
 # -- request checks ---------------------------------------------------------------------
-def authorize(request: Request, scope: str) -> None:
+def authorize(request: Request, scope: str) -> ApiKey | None:
     """Check the API key, when keys are configured: 401 without a valid one, 403 for a
-    read key on a write. Keys are never logged or echoed."""
+    read key on a write. The key (None without keys). Keys are never logged or echoed."""
     config = state(request).config
     if not config.auth_enabled:
-        return
+        return None
     header = request.headers.get("authorization", "")
     presented = (
         header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
@@ -58,7 +58,19 @@ def authorize(request: Request, scope: str) -> None:
             401, "a valid API key is required (Authorization: Bearer KEY)", "security_exception"
         )
     if scope == "write" and key.scope != "write":
-        raise HTTPProblem(403, f"the key {key.name!r} may only read", "security_exception")
+        raise HTTPProblem(
+            403,
+            f"the key {key.name!r} may only read; this request writes or calls a model, which "
+            "needs a write key",
+            "security_exception",
+        )
+    return key
+
+
+def may_spend(key: ApiKey | None) -> bool:
+    """Whether a request may call a model (spend the configured models' keys): a write
+    key's, or any request on a server without keys. A read key never does."""
+    return key is None or key.scope == "write"
 
 
 def name_param(request: Request) -> str:
@@ -131,17 +143,39 @@ def _check_text(text: str, pointer: str, nul: bool) -> None:
         )
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def check_media_type(request: Request) -> None:
+    """A request that writes with a body must say the body is JSON (a 415 otherwise): a
+    POST or PUT always, a DELETE when it carries a body. A page on another origin can
+    send text/plain, a form or no type at all without asking the server first, but
+    never application/json; so this refuses every write a foreign page could forge."""
+    headers = request.headers
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    has_body = headers.get("content-length", "0").strip() not in ("", "0") or "transfer-encoding" in headers
+    if request.method not in _BODY_METHODS and not has_body:
+        return  # a DELETE without a body: a page can send one only after a preflight
+    ctype = headers.get("content-type")
+    if ctype is None or ctype.split(";")[0].strip().lower() not in _JSON_TYPES:
+        given = "none" if ctype is None else repr(ctype[:60])
+        raise HTTPProblem(
+            415,
+            f"the body must be JSON: send Content-Type: application/json (given: {given})",
+            "media_type_exception",
+        )
+    charset = re.search(r";\s*charset\s*=\s*\"?([^\";\s]*)", ctype, re.IGNORECASE)
+    if charset is not None and charset.group(1).lower() not in ("utf-8", "utf8"):
+        raise HTTPProblem(400, f"a JSON body is UTF-8; charset={charset.group(1)[:20]!r} is not supported")
+
+
 async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
     """The request's JSON object, checked (see :func:`check_values`); a 400 naming the
     problem for anything else. ``nul=False`` allows NUL in strings that are not stored."""
     config = state(request).config
     limit, seconds = config.max_body_bytes, config.body_timeout_seconds
-    ctype = request.headers.get("content-type")
-    if ctype is not None and ctype.split(";")[0].strip().lower() not in _JSON_TYPES:
-        raise HTTPProblem(400, f"the content type must be application/json, not {ctype[:60]!r}")
-    charset = re.search(r";\s*charset\s*=\s*\"?([^\";\s]*)", ctype or "", re.IGNORECASE)
-    if charset is not None and charset.group(1).lower() not in ("utf-8", "utf8"):
-        raise HTTPProblem(400, f"a JSON body is UTF-8; charset={charset.group(1)[:20]!r} is not supported")
+    check_media_type(request)  # resource() did for every route; a handler built otherwise does here
     too_large = HTTPProblem(
         413, f"the body is larger than the limit of {limit} bytes (server.max_body_bytes)"
     )
@@ -259,6 +293,7 @@ def resource(path: str, **handlers: Callable[[Request], Awaitable[Response]]) ->
             return Response(status_code=204, headers={"allow": allow})
         if "{" in path and request.url.path in _LITERAL_PATHS:
             raise HTTPException(405, headers={"allow": _LITERAL_PATHS[request.url.path]})
+        check_media_type(request)
         return await table["GET" if request.method == "HEAD" else request.method](request)
 
     return Route(path, dispatch, methods=[*table, "OPTIONS"])

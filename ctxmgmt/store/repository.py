@@ -7,6 +7,7 @@ version is a compare-and-set in one UPDATE statement.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import threading
 import time
@@ -220,7 +221,7 @@ class DefinitionStore:
                 break
         if row is None:
             if current is None:
-                raise NotFound(f"no definition named {name!r}")
+                raise self.missing(name)
             raise Conflict(
                 f"definition {name!r} is at version {current}, not {if_version}; read it again and retry",
                 current_version=current,
@@ -249,18 +250,35 @@ class DefinitionStore:
                 conn.execute(retired_versions.delete().where(retired_versions.c.name == name))
                 conn.execute(retired_versions.insert().values(name=name, version=version))
         if version is None:
-            raise NotFound(f"no definition named {name!r}")
+            raise self.missing(name)
         with self._lock:
             self._cache.pop(name, None)
             self._cache_versions.pop(name, None)
 
     # -- reads -----------------------------------------------------------------------
+    def missing(self, name: str) -> NotFound:
+        """The error for a name that is not stored, suggesting the closest stored names."""
+        return NotFound(f"no definition named {name!r}{self.suggest(name)}")
+
+    @_read
+    def suggest(self, name: str) -> str:
+        """``; did you mean 'a' or 'b'?`` naming the stored names closest to ``name``
+        (among the first 5,000), or "" when none is close."""
+        with self.engine.connect() as conn:
+            names = conn.execute(select(table.c.name).order_by(table.c.name).limit(5000)).scalars().all()
+        close = difflib.get_close_matches(name.lower()[:100], names, n=3, cutoff=0.6)
+        if not close:
+            return ""
+        quoted = [repr(n) for n in close]
+        listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+        return f"; did you mean {listed}?"
+
     @_read
     def get(self, name: str) -> StoredDefinition:
         with self.engine.connect() as conn:
             row = conn.execute(select(table).where(table.c.name == name)).first()
         if row is None:
-            raise NotFound(f"no definition named {name!r}")
+            raise self.missing(name)
         return StoredDefinition(**row._mapping)
 
     @_read
@@ -297,7 +315,7 @@ class DefinitionStore:
         if version is None:
             with self._lock:
                 self._cache.pop(name, None)
-            raise NotFound(f"no definition named {name!r}")
+            raise self.missing(name)
         cached = self._cache.get(name)
         if cached is not None and self._cache_versions.get(name) == version:
             return cached, int(version)
