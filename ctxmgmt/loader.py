@@ -41,7 +41,6 @@ __all__ = [
     "load_json",
     "parse_document",
     "parse_json",
-    "read_stream",
 ]
 
 MAX_FILE_BYTES = 1 << 20
@@ -127,19 +126,15 @@ def _read_file(path: str | Path, limit: int, raise_with: str = "") -> str:
     return _decode(b"".join(chunks))
 
 
-def read_stream(
-    stream: IO[bytes], limit: int, source: str = "<stdin>", raise_with: str = ""
-) -> tuple[str | None, Problem | None]:
-    """(the text of a binary stream, at most ``limit`` bytes of UTF-8, or the problem)."""
+def _read_stream(stream: IO[bytes], limit: int, raise_with: str) -> str:
+    """A binary stream's text (stdin), at most ``limit`` bytes of UTF-8."""
     try:
         data = stream.read(limit + 1)
-        if len(data) > limit:
-            raise _Unreadable(_too_large(len(data), limit, raise_with))
-        return _decode(data), None
     except OSError as exc:
-        return None, Problem("", f"cannot read the input: {exc.strerror or exc}", None, source)
-    except _Unreadable as exc:
-        return None, Problem("", str(exc), None, source)
+        raise _Unreadable(f"cannot read the input: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise _Unreadable(_too_large(len(data), limit, raise_with))
+    return _decode(data)
 
 
 def _too_large(size: int, limit: int, raise_with: str) -> str:
@@ -265,6 +260,13 @@ def _syntax(exc: yaml.MarkedYAMLError, source: str | None) -> Document:
     line = mark.line + 1 if mark is not None else None
     if "nesting depth" in str(exc.problem):  # libyaml's own limit, met while looking ahead
         return _failed(_TOO_DEEP, source, line)
+    if "invalid Unicode character escape" in str(exc.problem):  # libyaml, for \ud800
+        return _failed(
+            "an escape that is no character (a lone surrogate such as \\ud800, or past U+10FFFF); "
+            "write the character itself, or \\U0001F600 for one past U+FFFF",
+            source,
+            line,
+        )
     reason = " ".join(str(x) for x in (exc.context, exc.problem) if x)
     return _failed(f"YAML syntax error: {reason}", source, line)
 
@@ -344,29 +346,29 @@ def _at(pointer: str, message: str, source: str | None, lines: dict[str, int] | 
 
 # -- JSON ----------------------------------------------------------------------------
 def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_DIGITS:
-        raise _BadNumber(
-            f"an integer of {len(text.lstrip('-')):,} digits; at most {MAX_DIGITS:,} are accepted"
-        )
+    digits = len(text.lstrip("-"))
+    if digits > MAX_DIGITS:
+        raise _BadNumber(text, f"an integer of {digits:,} digits; at most {MAX_DIGITS:,} are accepted")
     return int(text)
 
 
 def _float(text: str) -> float:
     number = float(text)
     if number in (float("inf"), float("-inf")):
-        raise _BadNumber(f"the number {text[:20]}... is too large for a float")
+        raise _BadNumber(text, f"the number {text[:20]} is too large for a float")
     return number
 
 
 def _constant(text: str) -> Any:
-    raise _BadNumber(f"{text} is not a JSON number; write a number or null")
+    raise _BadNumber(text, f"{text} is not a JSON number; write a number or null")
 
 
 class _BadNumber(ValueError):
-    """A number JSON allows that we do not."""
+    """A number JSON allows that we do not, with its text (to find its line)."""
 
-
-_LONG_NUMBER = re.compile(rf"-?\d{{{MAX_DIGITS + 1}}}")
+    def __init__(self, number: str, message: str) -> None:
+        super().__init__(message)
+        self.number = number
 
 
 def parse_json(text: str, source: str | None = None, *, max_depth: int = MAX_DEPTH) -> Document:
@@ -376,9 +378,8 @@ def parse_json(text: str, source: str | None = None, *, max_depth: int = MAX_DEP
     except json.JSONDecodeError as exc:
         return _failed(f"JSON syntax error: {exc.msg}", source, exc.lineno)
     except _BadNumber as exc:
-        found = _LONG_NUMBER.search(text) or re.search(r"NaN|-?Infinity|\d{300}", text)
-        line = text.count("\n", 0, found.start()) + 1 if found else None
-        return _failed(str(exc), source, line)
+        at = text.find(exc.number)  # its first occurrence: the first the parser met, or before
+        return _failed(str(exc), source, text.count("\n", 0, at) + 1 if at >= 0 else None)
     except RecursionError:
         return _failed(f"nests deeper than {max_depth} levels; flatten it", source)
     refused: list[Problem] = []
@@ -388,9 +389,11 @@ def parse_json(text: str, source: str | None = None, *, max_depth: int = MAX_DEP
 
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 """How a JSON text writes a surrogate (strict UTF-8 decoding lets no raw one through)."""
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_LEAF = re.compile(r"\[\]|\{\}")
 
 
 def _deeper_than(text: str, limit: int) -> bool:
@@ -400,7 +403,7 @@ def _deeper_than(text: str, limit: int) -> bool:
     for _ in range(limit):
         if not brackets:
             return False
-        brackets = brackets.replace("[]", "").replace("{}", "")
+        brackets = _LEAF.sub("", brackets)  # one pass: what a removal joins waits for the next
     return bool(brackets)
 
 
@@ -415,18 +418,25 @@ def load_document(path: str | Path, *, limit: int = MAX_FILE_BYTES) -> Document:
         parsed = parse_json(text, source)
         if parsed.problems and all(p.line is not None for p in parsed.problems):
             return parsed
-        # Parse again as YAML only to learn lines; JSON is a YAML subset.
-        located = parse_document(text, source)
+        # Parse again as YAML only to learn lines; JSON is a YAML subset, but for its UTF-16
+        # surrogate escapes, which YAML refuses: each becomes a same-length placeholder.
+        located = parse_document(_SURROGATE_ESCAPE.sub(r"\\u0020", text), source)
         problems = [p if p.line else replace(p, line=located.line_of(p.pointer)) for p in parsed.problems]
         return Document(parsed.data, located.lines, problems, source)
     return parse_document(text, source)
 
 
-def load_json(path: str | Path, *, limit: int = MAX_INPUT_BYTES, raise_with: str = "") -> Document:
-    """Read a JSON file (a conversation), held to the same bounds as every file; a file
-    too large says ``raise_with``, the option that raises the limit."""
+def load_json(
+    source: str | Path | IO[bytes], *, limit: int = MAX_INPUT_BYTES, raise_with: str = "", name: str = ""
+) -> Document:
+    """Read a JSON file or binary stream (a conversation, stdin), held to the same bounds as
+    every file; a file too large names ``raise_with``, the option that raises the limit."""
+    shown = name or (str(source) if isinstance(source, (str, Path)) else "<stdin>")
     try:
-        text = _read_file(path, limit, raise_with)
+        if isinstance(source, (str, Path)):
+            text = _read_file(source, limit, raise_with)
+        else:
+            text = _read_stream(source, limit, raise_with)
     except _Unreadable as exc:
-        return _failed(str(exc), str(path))
-    return parse_json(text, str(path))
+        return _failed(str(exc), shown)
+    return parse_json(text, shown)
