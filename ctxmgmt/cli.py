@@ -335,13 +335,7 @@ def _apply(args: argparse.Namespace) -> int:
     fields = set(data) if isinstance(data, dict) else {"messages"}
     if result.context.state:
         fields.add("state")
-    json.dump(
-        {"context": {k: v for k, v in out.items() if k in fields}, "trace": list(result.trace)},
-        sys.stdout,
-        ensure_ascii=False,
-        indent=2,
-    )
-    sys.stdout.write("\n")
+    _print_json({"context": {k: v for k, v in out.items() if k in fields}, "trace": list(result.trace)})
     for entry in result.trace:
         print(_describe(entry), file=sys.stderr)
     return EXIT_OK
@@ -568,8 +562,8 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, ensure_ascii=False, indent=2)
-    sys.stdout.write("\n")
+    """JSON on stdout, in one write (json.dump writes each token, and each write is escaped)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
 def _checked(answer: Any, schema: Mapping[str, Any], url: str) -> None:
@@ -846,7 +840,7 @@ def _shown(m: Mapping[str, Any]) -> str:
     calls = f"(calls {', '.join(map(str, m['calls']))}) " if m.get("calls") else ""
     text = " ".join(str(m.get("text", "")).split())[:100]
     more = f" ... ({m['chars']:,} chars)" if m.get("chars", 0) > 100 else ""
-    return f"[{m.get('role')}] {calls}{text}{more}"
+    return f"[{m.get('role')}] {calls}{text}{more}".rstrip()
 
 
 def _definitions(args: argparse.Namespace) -> int:
