@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import itertools
 import json
 import logging
 import os
@@ -87,9 +88,9 @@ def _main(argv: Sequence[str] | None) -> int:
             return EXIT_FAILED
         problems = [p for p in getattr(exc, "problems", ()) if p.severity == "error"]
         if len(problems) > 1:  # every problem, each on its line, as validate prints them
-            print(f"ctxmgmt: error: {_headline(exc)}: {len(problems)} problems:", file=sys.stderr)
+            print(f"ctxmgmt: error: {_flat(_headline(exc))}: {len(problems)} problems:", file=sys.stderr)
             for problem in problems:
-                print(f"  {problem}", file=sys.stderr)
+                print(f"  {_flat(str(problem))}", file=sys.stderr)
         else:
             print(f"ctxmgmt: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -572,7 +573,8 @@ def _checked(answer: Any, schema: Mapping[str, Any], url: str) -> None:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    error = best_match(Draft202012Validator(schema).iter_errors(answer))
+    # The first hundred errors at most: a huge answer can hold millions.
+    error = best_match(itertools.islice(Draft202012Validator(schema).iter_errors(answer), 100))
     if error is not None:
         pointer = "".join(f"/{escape(p)}" for p in error.absolute_path) or "/"
         raise _UsageError(
@@ -916,12 +918,16 @@ def _headline(exc: BaseException) -> str:
     return f"invalid {getattr(exc, 'what', 'input')}"  # definition, context, configuration...
 
 
+def _flat(text: str) -> str:
+    """Text on one line: every run of whitespace (newlines too) one space."""
+    return " ".join(text.split())
+
+
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, (DefinitionError, ContextError)) or hasattr(exc, "problems"):
         problems: tuple[Problem, ...] = getattr(exc, "problems", ())
-        if isinstance(exc, ApiError):
-            head = " ".join(_headline(exc).split())  # a reason never spans lines
-            return head + (f": {problems[0]}" if problems else "")
+        if isinstance(exc, ApiError):  # a server's reason never spans lines
+            return _flat(_headline(exc) + (f": {problems[0]}" if problems else ""))
         return f"{_headline(exc)}: {problems[0] if problems else exc}"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -28,6 +29,12 @@ MAX_ANSWER_BYTES = 64 << 20
 """An answer is read up to this many bytes (after decompression), then refused."""
 INVALID_ANSWER = "invalid_answer"
 _ANSWER_DEPTH = 2 * MAX_DEPTH  # an answer wraps what was sent, which nests up to MAX_DEPTH
+
+
+def _seg(value: str) -> str:
+    """A name or id as one path segment: "/", "?", "#" and ".." cannot reach another route."""
+    segment = quote(str(value), safe="")
+    return segment.replace(".", "%2E") if segment in (".", "..") else segment  # else httpx resolves them
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -116,22 +123,22 @@ class _Calls:
 
     @staticmethod
     def create(name: str, definition: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
-        return "POST", f"{BASE}/{name}", {"json": dict(definition)}
+        return "POST", f"{BASE}/{_seg(name)}", {"json": dict(definition)}
 
     @staticmethod
     def get(name: str) -> tuple[str, str, dict[str, Any]]:
-        return "GET", f"{BASE}/{name}", {}
+        return "GET", f"{BASE}/{_seg(name)}", {}
 
     @staticmethod
     def update(
         name: str, definition: Mapping[str, Any], if_version: int | None
     ) -> tuple[str, str, dict[str, Any]]:
         headers = {"if-match": str(if_version)} if if_version is not None else {}
-        return "PUT", f"{BASE}/{name}", {"json": dict(definition), "headers": headers}
+        return "PUT", f"{BASE}/{_seg(name)}", {"json": dict(definition), "headers": headers}
 
     @staticmethod
     def delete(name: str, force: bool) -> tuple[str, str, dict[str, Any]]:
-        return "DELETE", f"{BASE}/{name}", {"params": {"force": "true"} if force else {}}
+        return "DELETE", f"{BASE}/{_seg(name)}", {"params": {"force": "true"} if force else {}}
 
     @staticmethod
     def list(from_: int, size: int, q: str | None) -> tuple[str, str, dict[str, Any]]:
@@ -147,7 +154,7 @@ class _Calls:
         body: dict[str, Any] = {"hook": hook, "context": dict(context)}
         if definition is not None:
             body["definition"] = dict(definition)
-        path = f"{BASE}/{name}/_simulate" if name else f"{BASE}/_simulate"
+        path = f"{BASE}/{_seg(name)}/_simulate" if name else f"{BASE}/_simulate"
         return "POST", path, {"json": body}
 
     @staticmethod
@@ -156,7 +163,7 @@ class _Calls:
 
     @staticmethod
     def replace_agent(agent_id: str, body: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
-        return "PUT", f"{AGENTS}/{agent_id}", {"json": dict(body)}
+        return "PUT", f"{AGENTS}/{_seg(agent_id)}", {"json": dict(body)}
 
     @staticmethod
     def execute(
@@ -167,23 +174,24 @@ class _Calls:
             params["context_management_name"] = context_management_name
         if memory_id:
             params["memory_id"] = memory_id
-        return "POST", f"{AGENTS}/{agent_id}/_execute", {"json": {"parameters": params}}
+        return "POST", f"{AGENTS}/{_seg(agent_id)}/_execute", {"json": {"parameters": params}}
 
     @staticmethod
     def executions(agent_id: str, from_: int, size: int) -> tuple[str, str, dict[str, Any]]:
-        return "GET", f"{AGENTS}/{agent_id}/executions", {"params": {"from": from_, "size": size}}
+        return "GET", f"{AGENTS}/{_seg(agent_id)}/executions", {"params": {"from": from_, "size": size}}
 
     @staticmethod
     def execution(execution_id: str) -> tuple[str, str, dict[str, Any]]:
-        return "GET", f"/_plugins/_ml/executions/{execution_id}", {}
+        return "GET", f"/_plugins/_ml/executions/{_seg(execution_id)}", {}
 
     @staticmethod
     def memory(memory_id: str) -> tuple[str, str, dict[str, Any]]:
-        return "GET", f"/_plugins/_ml/memory/{memory_id}", {}
+        return "GET", f"/_plugins/_ml/memory/{_seg(memory_id)}", {}
 
     @staticmethod
     def memory_messages(memory_id: str, from_: int, size: int) -> tuple[str, str, dict[str, Any]]:
-        return "GET", f"/_plugins/_ml/memory/{memory_id}/messages", {"params": {"from": from_, "size": size}}
+        params = {"from": from_, "size": size}
+        return "GET", f"/_plugins/_ml/memory/{_seg(memory_id)}/messages", {"params": params}
 
 
 class Client:
@@ -248,7 +256,7 @@ class Client:
         body: dict[str, Any] = {"memory_id": memory_id}
         if instruction:
             body["instruction"] = instruction
-        return self._call(("POST", f"/_plugins/_ml/agents/{agent_id}/_compact", {"json": body}))  # type: ignore[no-any-return]
+        return self._call(("POST", f"/_plugins/_ml/agents/{_seg(agent_id)}/_compact", {"json": body}))  # type: ignore[no-any-return]
 
     def register_agent(self, body: Mapping[str, Any]) -> str:
         """Register an agent (OpenSearch's body); its id."""

@@ -15,21 +15,11 @@ from hypothesis import strategies as st
 from ctxmgmt.cli import terminal_safe, trace_lines
 from ctxmgmt.loader import MAX_DEPTH, MAX_DIGITS, MAX_NODES, load_document, parse_document, parse_json
 from tests.conftest import ROOT, free_port
+from tests.test_cli import ctxmgmt
 
-TIMEOUT = 30
+TIMEOUT = 60
 """A hang is what these tests catch: the bounded work takes well under a second, the rest is
 the interpreter starting on a shared machine."""
-
-
-def ctxmgmt(*args, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, "-m", "ctxmgmt.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=TIMEOUT,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 BOMB = "".join(
@@ -246,6 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        self.server.paths.append(self.path)
         status, kind, body = self.server.answer
         self.send_response(status)
         self.send_header("content-type", kind)
@@ -267,6 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def answers():
     server = Answers(("127.0.0.1", 0), _Handler)
+    server.paths = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -422,3 +414,15 @@ def test_trace_shows_a_rewritten_summary_as_updated():
     assert "  call 3 pre_llm removed [tool] row row row" in lines
     assert f"  call 3 pre_llm updated the summary [user] {new}" in lines
     assert not any("removed [user]" in line for line in lines)
+
+
+@pytest.mark.parametrize("execution_id", ["..", "../../agents/x", "x?size=1#y", "."])
+def test_an_id_stays_one_path_segment(answers, execution_id):
+    """An id with slashes, dots, ? or # is sent as one percent-encoded path segment, never another route."""
+    answers.answer = (200, "application/json", json.dumps(GOOD).encode())
+    ctxmgmt("trace", execution_id, "--url", answers.url)
+    [path] = answers.paths
+    assert path.startswith("/_plugins/_ml/executions/") and "/" not in path.removeprefix(
+        "/_plugins/_ml/executions/"
+    )
+    assert "?" not in path and "#" not in path
