@@ -96,7 +96,7 @@ def _read_file(path: str | Path, limit: int, raise_with: str = "") -> str:
     """A regular file's text, at most ``limit`` bytes of UTF-8. O_NONBLOCK: opening a FIFO
     does not wait for a writer (it is then refused, as a device or socket is)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise _Unreadable(f"cannot read the file: {exc.strerror or exc}") from None
     try:
