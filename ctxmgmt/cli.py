@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import itertools
 import json
 import logging
 import os
@@ -25,10 +26,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import __version__
 from ._resources import data_dir
 from .api.config import load_config, open_offloader
+from .client import INVALID_ANSWER
 from .context import Context
 from .definitions import Definition, check_definition, load_definition, parse_hook
 from .errors import ApiError, ContextError, CtxmgmtError, DefinitionError, ManagerError, Problem
 from .llm import CONFIG_ENV, load_models
+from .loader import MAX_INPUT_BYTES, escape, load_document, load_json
+from .messages import is_summary
 from .offload import LocalOffloader
 from .store import connect
 from .store.repository import DATABASE_ENV, DEFAULT_DATABASE_URL
@@ -58,6 +62,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    stdout, stderr = sys.stdout, sys.stderr
+    # Whatever a server, a model, a tool or a file wrote reaches the terminal escaped.
+    sys.stdout, sys.stderr = _Escaped(stdout), _Escaped(stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="ctxmgmt: %(levelname)s: %(message)s")
@@ -72,7 +86,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, ManagerError):
             print(f"ctxmgmt: error: {exc}", file=sys.stderr)
             return EXIT_FAILED
-        print(f"ctxmgmt: error: {_one_line(exc)}", file=sys.stderr)
+        problems = [p for p in getattr(exc, "problems", ()) if p.severity == "error"]
+        if len(problems) > 1:  # every problem, each on its line, as validate prints them
+            print(f"ctxmgmt: error: {_flat(_headline(exc))}: {len(problems)} problems:", file=sys.stderr)
+            for problem in problems:
+                print(f"  {_flat(str(problem))}", file=sys.stderr)
+        else:
+            print(f"ctxmgmt: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except httpx.TransportError as exc:
+        url = getattr(args, "url", None)
+        if isinstance(exc, httpx.TimeoutException):
+            print(f"ctxmgmt: error: the server at {url} did not answer in time: {exc}", file=sys.stderr)
+        else:
+            print(f"ctxmgmt: error: cannot reach the server at {url}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
@@ -111,6 +138,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--session", default="default", help="the conversation the archive belongs to (default: default)"
+    )
+    a.add_argument(
+        "--max-input-mb",
+        type=float,
+        default=MAX_INPUT_BYTES >> 20,
+        metavar="MB",
+        help=f"refuse a larger input (default: {MAX_INPUT_BYTES >> 20} MiB)",
     )
     a.set_defaults(run=_apply)
 
@@ -248,7 +282,7 @@ def _expand(paths: Sequence[str]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix in _SUFFIXES and p.is_file())
+            found = _definition_files(path)
             if not found:
                 raise _UsageError(f"{raw}: no .yaml, .yml or .json files in this folder")
             files += found
@@ -259,13 +293,24 @@ def _expand(paths: Sequence[str]) -> list[Path]:
     return files
 
 
+def _definition_files(folder: Path) -> list[Path]:
+    """A folder's .yaml, .yml and .json entries; a link to a device is listed too, for the
+    loader to refuse by name rather than skip in silence."""
+    return sorted(p for p in folder.iterdir() if p.suffix in _SUFFIXES and not p.is_dir())
+
+
 # -- apply -------------------------------------------------------------------------
 def _apply(args: argparse.Namespace) -> int:
-    hook = parse_hook(args.hook)
+    try:
+        hook = parse_hook(args.hook)
+    except ContextError as exc:
+        raise _UsageError(f"--hook: {exc.problems[0].message}") from None
     if args.context_window is not None and args.context_window < 1:
         raise _UsageError(f"--context-window: must be a whole number >= 1 (got {args.context_window})")
+    if not 0 < args.max_input_mb <= 4096:
+        raise _UsageError(f"--max-input-mb: must be more than 0 and at most 4096 (got {args.max_input_mb:g})")
     definition = _definition(args.definition)
-    data = _read_input(args.input)
+    data = _read_input(args.input, int(args.max_input_mb * (1 << 20)))
     if isinstance(data, dict):
         data = dict(data)
         if args.model:
@@ -291,13 +336,7 @@ def _apply(args: argparse.Namespace) -> int:
     fields = set(data) if isinstance(data, dict) else {"messages"}
     if result.context.state:
         fields.add("state")
-    json.dump(
-        {"context": {k: v for k, v in out.items() if k in fields}, "trace": list(result.trace)},
-        sys.stdout,
-        ensure_ascii=False,
-        indent=2,
-    )
-    sys.stdout.write("\n")
+    _print_json({"context": {k: v for k, v in out.items() if k in fields}, "trace": list(result.trace)})
     for entry in result.trace:
         print(_describe(entry), file=sys.stderr)
     return EXIT_OK
@@ -307,18 +346,13 @@ def _definition(name_or_path: str) -> Definition:
     return load_definition(name_or_path)
 
 
-def _read_input(name: str) -> Any:
-    shown = "<stdin>" if name == "-" else name
-    try:
-        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _UsageError(f"{shown}: cannot read the input: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise _UsageError(f"{shown}: the input is not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _UsageError(f"{shown}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+def _read_input(name: str, limit: int) -> Any:
+    """A JSON conversation from a file or stdin, held to the loader's bounds."""
+    source = sys.stdin.buffer if name == "-" else name
+    doc = load_json(source, limit=limit, raise_with="--max-input-mb")
+    if doc.problems:
+        raise ContextError(doc.problems)
+    return doc.data
 
 
 def _describe(entry: TraceEntry) -> str:
@@ -384,18 +418,13 @@ def _serve(args: argparse.Namespace) -> int:
     folder = Path(args.definitions) if args.definitions else data_dir("definitions")
     if not folder.is_dir():
         raise _UsageError(f"{folder}: no such folder")
+    # Every file is read and checked first: a bad one stops serve before it binds or migrates.
+    definitions = [(path, load_definition(path)) for path in _definition_files(folder)]
     # Bind before anything else: a taken port creates no database and prints no "serving on".
     sock = _listen(args.host, args.port)
     store = DefinitionStore.open(url)
-    loaded = 0
-    for path in sorted(p for p in folder.iterdir() if p.suffix in _SUFFIXES):
-        definition = load_definition(path)
-        if not store.exists(definition.name):
-            try:
-                store.create(definition.name, definition.to_dict(), created_by="ctxmgmt serve")
-                loaded += 1
-            except CtxmgmtError:  # another instance stored it first
-                pass
+    outcomes = {path: store.seed(d.name, d.to_dict(), created_by="ctxmgmt serve") for path, d in definitions}
+    loaded = sum(outcome == "created" for outcome in outcomes.values())
     offloader = open_offloader(server.offload, store.engine)
     app = create_app(store, models=models, config=server, offloader=offloader)
     print(
@@ -403,6 +432,13 @@ def _serve(args: argparse.Namespace) -> int:
         f"({store.list(limit=1)[0]} stored)",
         flush=True,
     )
+    deleted = [path for path, outcome in outcomes.items() if outcome == "deleted"]
+    if deleted:
+        print(
+            f"not loaded, as they were deleted: {', '.join(p.stem for p in deleted)}; to restore one, "
+            f"`ctxmgmt definitions create {deleted[0]}`",
+            flush=True,
+        )
     print(
         f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json; "
         f"web page: /ui)",
@@ -454,16 +490,13 @@ def _compact(args: argparse.Namespace) -> int:
     from .client import Client
 
     with Client(args.url, api_key=args.api_key) as client:
-        try:
-            result = client.compact(args.agent, args.memory, instruction=args.instruction)
-        except httpx.TransportError as exc:
-            raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
-    json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
-    sys.stdout.write("\n")
-    if result.get("compacted"):
+        result = client.compact(args.agent, args.memory, instruction=args.instruction)
+    _checked(result, _COMPACTION, args.url)
+    _print_json(result)
+    if result["compacted"]:
         print(f"compacted: {result['tokens_before']:,} -> {result['tokens_after']:,} tokens", file=sys.stderr)
     else:
-        notes = [e.get("error") or e["details"].get("note") for e in result.get("trace", ())]
+        notes = [e.get("error") or (e.get("details") or {}).get("note") for e in result.get("trace", ())]
         reason = next((n for n in notes if n), "nothing to summarise")
         print(f"nothing compacted ({result['tokens_before']:,} tokens): {reason}", file=sys.stderr)
     return EXIT_OK
@@ -519,21 +552,18 @@ def _executions(args: argparse.Namespace) -> int:
     from .client import Client
 
     with Client(args.url, api_key=args.api_key) as client:
-        try:
-            if args.action == "list":
-                result = client.executions(args.agent_id, from_=args.from_, size=args.size)
-            else:
-                result = client.execution(args.execution_id)
-        except httpx.TransportError as exc:
-            raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
-    json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
-    sys.stdout.write("\n")
+        if args.action == "list":
+            result = client.executions(args.agent_id, from_=args.from_, size=args.size)
+        else:
+            result = client.execution(args.execution_id)
+    _checked(result, _EXECUTIONS if args.action == "list" else {"type": "object"}, args.url)
+    _print_json(result)
     if args.action == "list":
         for row in result["executions"]:
             window = f" of {row['context_window']:,}" if row.get("context_window") else ""
             print(
                 f"{row['execution_id']}  {row['status']:13} {row['llm_calls']:>3} calls, largest request "
-                f"{row['max_request_tokens']:,}{window}  {row['definition'] or '-'}",
+                f"{row['max_request_tokens']:,}{window}  {row.get('definition') or '-'}",
                 file=sys.stderr,
             )
     return EXIT_OK
@@ -547,13 +577,187 @@ def _trace(args: argparse.Namespace) -> int:
     if not 10 <= args.width <= 200:
         raise _UsageError("--width must be between 10 and 200")
     with Client(args.url, api_key=args.api_key) as client:
-        try:
-            record = client.execution(args.execution_id)
-        except httpx.TransportError as exc:
-            raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
+        record = client.execution(args.execution_id)
+    _checked(record, _RECORD, args.url)
     for line in trace_lines(record, args.width):
         print(line)
     return EXIT_OK
+
+
+def _print_json(data: Any) -> None:
+    """JSON on stdout, in one write (json.dump writes each token, and each write is escaped)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+def _checked(answer: Any, schema: Mapping[str, Any], url: str) -> None:
+    """Check a server's answer against what the command reads from it: a malformed answer is
+    a usage error naming the first thing wrong, never a crash halfway through the printing."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    # The first hundred errors at most: a huge answer can hold millions.
+    error = best_match(itertools.islice(Draft202012Validator(schema).iter_errors(answer), 100))
+    if error is not None:
+        pointer = "".join(f"/{escape(p)}" for p in error.absolute_path) or "/"
+        raise _UsageError(
+            f"the server at {url} gave a malformed answer: {pointer}: {error.message[:200]}; "
+            "is it a ctxmgmt server of this version?"
+        )
+
+
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 2**53}
+_TEXT = {"type": "string"}
+_MAYBE_TEXT = {"type": ["string", "null"]}
+_MAYBE_COUNT = {"type": ["integer", "null"], "minimum": 0, "maximum": 2**53}
+_NUMBER = {"type": "number", "minimum": 0}
+_PREVIEW = {
+    "type": "object",
+    "required": ["text"],
+    "properties": {
+        "role": _MAYBE_TEXT,
+        "text": _TEXT,
+        "chars": _COUNT,
+        "calls": {"type": "array", "items": _MAYBE_TEXT},
+    },
+}
+_ENTRY = {
+    "type": "object",
+    "required": [
+        "type",
+        "hook",
+        "index",
+        "activated",
+        "tokens_before",
+        "tokens_after",
+        "messages_before",
+        "messages_after",
+    ],
+    "properties": {
+        "type": _TEXT,
+        "hook": _TEXT,
+        "index": _COUNT,
+        "activated": {"type": "boolean"},
+        **{key: _COUNT for key in ("tokens_before", "tokens_after", "messages_before", "messages_after")},
+        "error": _MAYBE_TEXT,
+        "details": {
+            "type": "object",
+            "if": {"required": ["postponed"], "properties": {"postponed": {"const": "cache"}}},
+            "then": {
+                "required": ["cache"],
+                "properties": {
+                    "cache": {
+                        "type": "object",
+                        "required": ["freed", "saving", "rewrite_cost", "expected_calls"],
+                        "properties": {
+                            key: _NUMBER for key in ("freed", "saving", "rewrite_cost", "expected_calls")
+                        },
+                    }
+                },
+            },
+        },
+    },
+}
+_RECORD = {
+    "type": "object",
+    "required": ["execution_id", "agent_id", "memory_id", "definition_source", "status"],
+    "properties": {
+        **{key: _TEXT for key in ("execution_id", "agent_id", "memory_id", "definition_source", "status")},
+        "definition": _MAYBE_TEXT,
+        "definition_version": _MAYBE_COUNT,
+        "context_window": _MAYBE_COUNT,
+        "max_request_tokens": _COUNT,
+        "error": _MAYBE_TEXT,
+        "calls": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["call", "calibrated", "calibrated_before"],
+                "properties": {
+                    "call": _COUNT,
+                    "calibrated": _COUNT,
+                    "calibrated_before": _COUNT,
+                    "reported": _MAYBE_COUNT,
+                    "reusable_prefix_tokens": _MAYBE_COUNT,
+                    "tokens_after": _MAYBE_COUNT,
+                },
+            },
+        },
+        "hooks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["hook", "iteration", "entries"],
+                "properties": {
+                    "hook": _TEXT,
+                    "iteration": _COUNT,
+                    "call": _COUNT,
+                    "entries": {"type": "array", "items": _ENTRY},
+                    "removed": _COUNT,
+                    "added": _COUNT,
+                    "removed_preview": {"type": "array", "items": _PREVIEW},
+                    "added_preview": {"type": "array", "items": _PREVIEW},
+                },
+            },
+        },
+        "cache": {
+            "type": "object",
+            "properties": {
+                "input_tokens": _COUNT,
+                "cached_tokens": _COUNT,
+                "reusable_share": {"type": ["number", "null"], "minimum": 0},
+                "estimated_cost": _NUMBER,
+                "summarizer_calls": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"estimated_cost": _NUMBER}},
+                },
+            },
+        },
+    },
+}
+"""What ``ctxmgmt trace`` reads of an execution record."""
+_EXECUTIONS = {
+    "type": "object",
+    "required": ["executions"],
+    "properties": {
+        "total": _COUNT,
+        "executions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["execution_id", "status", "llm_calls", "max_request_tokens"],
+                "properties": {
+                    "execution_id": _TEXT,
+                    "status": _TEXT,
+                    "llm_calls": _COUNT,
+                    "max_request_tokens": _COUNT,
+                    "context_window": _MAYBE_COUNT,
+                    "definition": _MAYBE_TEXT,
+                },
+            },
+        },
+    },
+}
+"""What ``ctxmgmt executions list`` reads of an agent's executions."""
+_COMPACTION = {
+    "type": "object",
+    "required": ["compacted", "tokens_before", "tokens_after"],
+    "properties": {
+        "compacted": {"type": "boolean"},
+        "tokens_before": _COUNT,
+        "tokens_after": _COUNT,
+        "trace": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "error": _MAYBE_TEXT,
+                    "details": {"type": "object", "properties": {"note": _MAYBE_TEXT}},
+                },
+            },
+        },
+    },
+}
+"""What ``ctxmgmt compact`` reads of a compaction's answer."""
 
 
 def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
@@ -576,13 +780,13 @@ def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
             details = e.get("details") if isinstance(e.get("details"), dict) else {}
             postponed = details.get("postponed") == "cache"
             changed = (e["tokens_before"], e["messages_before"]) != (e["tokens_after"], e["messages_after"])
-            if e["activated"] and (changed or e["error"] or postponed):  # not the gates that did nothing
+            if e["activated"] and (changed or e.get("error") or postponed):  # not the gates that did nothing
                 removed = e["messages_before"] - e["messages_after"]
                 where = f"{e['type']} ({e['hook']}[{e['index']}])"
                 what = f"{where}: {e['tokens_before']:,} -> {e['tokens_after']:,}"
                 moved = f"{e['messages_before']} -> {e['messages_after']} messages"
                 what += f", {moved}" if removed else ""
-                what += f", error: {e['error']}" if e["error"] else ""
+                what += f", error: {e['error']}" if e.get("error") else ""
                 cache = details.get("cache")
                 if postponed and isinstance(cache, dict):
                     what += (
@@ -625,61 +829,157 @@ def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
         lines.append(f"{numbers}  {bar}  {'; '.join(notes)}")
     for note in fired.get(0, []):
         lines.append(f"post_memory: {note}")
-    for run in record.get("hooks") or []:  # what each hook run removed, as previews
-        for m in run.get("removed_preview") or []:
-            calls = f"(calls {', '.join(m['calls'])}) " if m.get("calls") else ""
-            text = " ".join(str(m.get("text", "")).split())[:100]
-            more = f" ... ({m['chars']:,} chars)" if m.get("chars", 0) > 100 else ""
-            where = f"call {run.get('call', run['iteration'])} {run['hook']}"
-            lines.append(f"  {where} removed [{m['role']}] {calls}{text}{more}")
+    for run in record.get("hooks") or []:  # what each hook run removed and added, as previews
+        lines += _preview_lines(run)
     if record.get("error"):
         lines.append(f"error: {record['error']}")
     return lines
 
 
+def _preview_lines(run: Mapping[str, Any]) -> list[str]:
+    """What a hook run removed and added. A summary that the run rewrote (the fit step and the
+    summariser merge what they remove into it) is shown once, as updated, not as removed."""
+    where = f"call {run.get('call', run['iteration'])} {run['hook']}"
+    removed = list(run.get("removed_preview") or [])
+    added = list(run.get("added_preview") or [])
+    rewritten = any(map(_is_summary, removed)) and any(map(_is_summary, added))
+    lines = [f"  {where} removed {_shown(m)}" for m in removed if not (rewritten and _is_summary(m))]
+    unshown = run.get("removed", len(removed)) - len(removed)
+    if unshown > 0:
+        lines.append(f"  {where} removed {unshown:,} more")
+    for m in added:
+        verb = "updated the summary" if rewritten and _is_summary(m) else "added"
+        lines.append(f"  {where} {verb} {_shown(m)}")
+    return lines
+
+
+def _is_summary(preview: Mapping[str, Any]) -> bool:
+    return is_summary(
+        {"role": preview.get("role"), "content": preview["text"], "tool_calls": preview.get("calls")}
+    )
+
+
+def _shown(m: Mapping[str, Any]) -> str:
+    """A message preview on one line: its role, the tools it calls, the start of its text."""
+    calls = f"(calls {', '.join(map(str, m['calls']))}) " if m.get("calls") else ""
+    text = " ".join(str(m.get("text", "")).split())[:100]
+    more = f" ... ({m['chars']:,} chars)" if m.get("chars", 0) > 100 else ""
+    return f"[{m.get('role')}] {calls}{text}{more}".rstrip()
+
+
 def _definitions(args: argparse.Namespace) -> int:
     from .client import Client
-    from .loader import load_document
 
     action = args.action
     with Client(args.url, api_key=args.api_key) as client:
-        try:
-            if action == "list":
-                result = client.list(from_=args.from_, size=args.size, q=args.q)
-            elif action == "get":
-                result = client.get(args.name)
-            elif action == "delete":
-                result = client.delete(args.name, force=args.force)
-            else:
-                doc = load_document(args.file)
-                if doc.problems:
-                    raise DefinitionError(doc.problems)
-                if not isinstance(doc.data, dict):
-                    raise _UsageError(f"{args.file}: a definition must be a mapping")
-                name = args.name or doc.data.get("name")
-                if not isinstance(name, str):
-                    raise _UsageError(f"{args.file}: no name: add name: to the file or pass --name")
-                if action == "create":
-                    result = client.create(name, doc.data)
+        if action == "list":
+            result = client.list(from_=args.from_, size=args.size, q=args.q)
+        elif action in ("create", "update"):
+            result = _store_file(client, args)
+        else:
+            try:
+                if action == "get":
+                    result = client.get(args.name)
                 else:
-                    result = client.update(name, doc.data, if_version=args.if_version)
-        except httpx.TransportError as exc:
-            raise _UsageError(f"cannot reach the server at {args.url}: {exc}") from None
-    json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
-    sys.stdout.write("\n")
+                    result = client.delete(args.name, force=args.force)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                raise _UsageError(_one_line(exc) + _close_name(client, args.name)) from None
+    _print_json(result)
     return EXIT_OK
+
+
+def _store_file(client: Any, args: argparse.Namespace) -> Any:
+    """definitions create|update FILE: a file, or the name of a shipped definition (to bring
+    back one that was deleted). Every problem is shown with its line, the server's too."""
+    from .definitions import _path
+
+    path = _path(args.file)
+    doc = load_document(path)
+    if doc.problems:
+        raise DefinitionError(doc.problems)
+    if not isinstance(doc.data, dict):
+        raise _UsageError(f"{path}: a definition must be a mapping")
+    name = args.name or doc.data.get("name")
+    if not isinstance(name, str):
+        raise _UsageError(f"{path}: no name: add name: to the file or pass --name")
+    try:
+        if args.action == "create":
+            return client.create(name, doc.data)
+        return client.update(name, doc.data, if_version=args.if_version)
+    except ApiError as exc:
+        if exc.status == 404:
+            raise _UsageError(_one_line(exc) + _close_name(client, name)) from None
+        if not exc.problems:
+            raise
+        located = tuple(
+            dataclasses.replace(p, source=str(path), line=doc.line_of(p.pointer)) for p in exc.problems
+        )
+        raise ApiError(exc.status, exc.type, exc.reason, located) from None
+
+
+def _close_name(client: Any, name: str) -> str:
+    """ "; did you mean 'x'?" for a name the server does not have, from its stored names."""
+    try:
+        listed = client.list(size=1000)
+    except (ApiError, httpx.HTTPError):
+        return ""
+    rows = listed.get("context_management") if isinstance(listed, dict) else None
+    names = [r["name"] for r in rows or () if isinstance(r, dict) and isinstance(r.get("name"), str)]
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _headline(exc: BaseException) -> str:
+    """What failed, without its problems."""
+    if isinstance(exc, ApiError):
+        if exc.type == INVALID_ANSWER:
+            return f"the server gave an invalid answer (HTTP {exc.status}): {exc.reason}"
+        return f"{exc.status} {exc.type}: {exc.reason}"
+    return f"invalid {getattr(exc, 'what', 'input')}"  # definition, context, configuration...
+
+
+def _flat(text: str) -> str:
+    """Text on one line: every run of whitespace (newlines too) one space."""
+    return " ".join(text.split())
 
 
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, (DefinitionError, ContextError)) or hasattr(exc, "problems"):
         problems: tuple[Problem, ...] = getattr(exc, "problems", ())
-        first = str(problems[0]) if problems else str(exc)
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        label = "definition" if isinstance(exc, DefinitionError) else "input"
-        if isinstance(exc, ApiError):
-            return f"{exc.status} {exc.type}: {exc.reason}" + (f": {first}{more}" if problems else "")
-        return f"invalid {label}: {first}{more}"
+        if isinstance(exc, ApiError):  # a server's reason never spans lines
+            return _flat(_headline(exc) + (f": {problems[0]}" if problems else ""))
+        return f"{_headline(exc)}: {problems[0] if problems else exc}"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+"""What a terminal may act on rather than show: C0 controls but tab and newline (ESC starts
+the sequences that set the title, write the clipboard or clear the screen), DEL, C1 controls
+(U+009B is a one-character CSI, U+0085 a newline), the line and paragraph separators, the bidi
+controls that reorder what is shown (Trojan Source), and lone surrogates, which no encoder writes."""
+
+
+def terminal_safe(text: str) -> str:
+    """Text with every character of :data:`_UNSAFE` written as a ``\\uXXXX`` escape: shown, not
+    obeyed. Inside a JSON string the escape means the same character, so JSON stays JSON."""
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class _Escaped:
+    """A text stream that writes through :func:`terminal_safe`."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return int(self._stream.write(terminal_safe(text)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 if __name__ == "__main__":

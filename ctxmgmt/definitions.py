@@ -48,8 +48,10 @@ def parse_hook(hook: str | Hook) -> Hook:
     try:
         return Hook(hook.lower()) if isinstance(hook, str) else Hook(hook)
     except ValueError:
+        close = difflib.get_close_matches(str(hook).lower(), HOOK_NAMES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ContextError(
-            [Problem("/hook", f"unknown hook {hook!r}; hooks are {', '.join(HOOK_NAMES)}")]
+            [Problem("/hook", f"unknown hook {hook!r}; {hint}hooks are {', '.join(HOOK_NAMES)}")]
         ) from None
 
 

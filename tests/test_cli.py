@@ -98,7 +98,7 @@ def test_apply_reads_stdin_and_a_plain_list(tmp_path):
     ("args", "stdin", "reason"),
     [
         (["apply", "no-such-definition", "--input", "-"], "[]", "no shipped definition has that name"),
-        (["apply", "default", "--input", "-"], "{not json", "invalid JSON"),
+        (["apply", "default", "--input", "-"], "{not json", "<stdin>:1: /: JSON syntax error"),
         (
             ["apply", "default", "--input", "-"],
             '{"messages": [{"role": "tool", "tool_call_id": "x", "content": "r"}]}',
@@ -107,7 +107,7 @@ def test_apply_reads_stdin_and_a_plain_list(tmp_path):
         (["apply", "default", "--input", "-"], '{"messages": [], "colour": 1}', "/colour"),
         (["apply", "default", "--input", "-"], '"text"', "expected a list of messages"),
         (["apply", "default", "--hook", "during", "--input", "-"], "[]", "unknown hook"),
-        (["apply", "default", "--input", "/no/such/file.json"], None, "cannot read the input"),
+        (["apply", "default", "--input", "/no/such/file.json"], None, "cannot read the file"),
         (
             ["apply", "default", "--input", "-", "--config", "/no/such/config.yaml"],
             "[]",

@@ -192,6 +192,23 @@ class DefinitionStore:
             raise Conflict(f"a definition named {name!r} exists already; use PUT to replace it") from None
         return StoredDefinition(**row)
 
+    def seed(self, name: str, document: Mapping[str, Any], *, created_by: str | None = None) -> str:
+        """Store a definition from a folder (``ctxmgmt serve`` loads the shipped ones) unless
+        the name is stored, or was deleted: a deletion is remembered (``retired_versions``), so
+        what a user deleted stays deleted; :meth:`create` brings it back. ``"created"``,
+        ``"exists"`` or ``"deleted"``."""
+        with self.engine.connect() as conn:
+            if conn.execute(select(literal(1)).where(table.c.name == name)).first() is not None:
+                return "exists"
+            retired = select(literal(1)).where(retired_versions.c.name == name)
+            if conn.execute(retired).first() is not None:
+                return "deleted"
+        try:
+            self.create(name, document, created_by=created_by)
+        except Conflict:  # another instance stored it first
+            return "exists"
+        return "created"
+
     def replace(
         self, name: str, document: Mapping[str, Any], *, if_version: int | None = None
     ) -> StoredDefinition:
