@@ -15,12 +15,14 @@ For one execution:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -38,11 +40,12 @@ from .managers.summarization import DEFAULT_PROMPT
 from .managers.truncate import OFFLOADED
 from .messages import is_summary, pinned_positions, text_of
 from .offload import Offloader
+from .offload.base import open_stream
 from .store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
 from .store.repository import now_ms
 from .summaries import STATE_KEY
 from .tokens import TokenCounter, get_counter
-from .tools import Tool, ToolRegistry, default_tools, recall_tools
+from .tools import OutputReader, Tool, ToolRegistry, default_tools, recall_tools
 from .types import Hook
 from .validation import validate_definition
 
@@ -195,7 +198,7 @@ class Runner:
                 try:
                     tool = self.tools.build(spec)
                 except ValueError as exc:
-                    problems.append(Problem(f"/tools/{i}", str(exc)))
+                    problems.append(Problem(f"/tools/{i}{getattr(exc, 'pointer', '')}", str(exc)))
                     continue
                 except (TypeError, KeyError, AttributeError) as exc:  # a plugin's factory
                     problems.append(Problem(f"/tools/{i}", f"the tool could not be built: {exc!r}"[:300]))
@@ -257,7 +260,11 @@ class Runner:
             calibration = Calibration(saved_ratios)
         schemas = [t.schema() for t in tools.values()]
         recall: list[dict[str, Any]] = []
-        if definition is not None and definition.offloads and self.offloader is not None:
+        archive: Callable[[str], Any] | None = None
+        if self.offloader is not None:
+            # A tool output cut at its limit is archived whole (so is what a manager removes):
+            # the recall tools come with the first archive.
+            archive = functools.partial(_tool_archive, self.offloader, memory_id)
             for tool in recall_tools(self.offloader, memory_id):
                 if tools.setdefault(tool.name, tool) is tool:
                     recall.append(tool.schema())
@@ -349,8 +356,15 @@ class Runner:
                     result.finished = True
                     break
                 for call in calls:
-                    run.add({"role": "tool", "tool_call_id": call["id"], "content": await _call(tools, call)})
-                    await run.hook(Hook.POST_TOOL, iteration)
+                    content, ref = await _call(tools, call, archive)
+                    run.add({"role": "tool", "tool_call_id": call["id"], "content": content})
+                    if ref is not None:
+                        run.outputs.append(ref)
+                        run.archived = True
+                # Once the group's results are all in: the newest results are the tool messages
+                # after the last assistant turn, each seen once (a hook run per result would
+                # look at the whole group each time: quadratic in a large parallel group).
+                await run.hook(Hook.POST_TOOL, iteration)
             else:
                 result.response = (
                     f"stopped after max_iteration={params.get('max_iteration', DEFAULT_MAX_ITERATION)} "
@@ -529,7 +543,9 @@ class _Execution:
     recall: list[dict[str, Any]] = field(default_factory=list)
     """The recall tools' schemas, until they are shown to the model."""
     archived: bool = False
-    """Whether a manager archived something in this execution."""
+    """Whether a manager archived something in this execution, or a tool output was."""
+    outputs: list[str] = field(default_factory=list)
+    """The references of the tool outputs archived whole when they were cut."""
     trace: list[dict[str, Any]] = field(default_factory=list)
     changed: bool = False
     """Whether a hook changed the view (otherwise it is what was loaded, plus the record)."""
@@ -586,7 +602,7 @@ class _Execution:
         run: dict[str, Any] = {"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)}
         if applied.context is not self.view:
             self.changed = True
-            run.update(_changes(self.view, applied.context))
+            run.update(await asyncio.to_thread(_changes, self.view, applied.context))
         self.view = applied.context
         self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
         if applied.trace:
@@ -669,7 +685,7 @@ def execution_record(
         if usage is None:
             entry["failed"] = True
         calls.append(entry)
-    archived: list[str] = []
+    archived: list[str] = list(run.outputs)
     for run_entry in run.trace:
         for entry in run_entry["entries"]:
             refs = entry["details"].get("offloaded")
@@ -855,25 +871,59 @@ def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _call(tools: Mapping[str, Tool], call: Mapping[str, Any]) -> str:
-    """Run one tool call. Every failure becomes a result the model can read."""
+def _tool_archive(offloader: Offloader, session: str, tool_call_id: str) -> Any:
+    """A stream archiving one tool output of a session (the model's call id is metadata)."""
+    return open_stream(offloader, session, tool_call_id=tool_call_id)
+
+
+MAX_TOOL_ERROR_CHARS = 2000
+"""A tool's error as the model reads it, at most."""
+
+
+async def _call(
+    tools: Mapping[str, Tool], call: Mapping[str, Any], archive: Callable[[str], Any] | None = None
+) -> tuple[str, str | None]:
+    """Run one tool call: (the result the model reads, the reference of the archived whole
+    output when it was cut and ``archive`` opens a stream for a call id). Every failure
+    becomes a result the model can read; the call has its tool's deadline, whole, and its
+    output is read as a stream up to the tool's limit (see :class:`~ctxmgmt.tools.OutputReader`)."""
     fn = call["function"]
     tool = tools.get(fn["name"])
     if tool is None:
-        return f"error: there is no tool named {fn['name']!r}; the tools are: {', '.join(tools) or 'none'}"
+        return (
+            f"error: there is no tool named {fn['name']!r}; the tools are: {', '.join(tools) or 'none'}",
+            None,
+        )
     try:
         arguments = json.loads(fn["arguments"] or "{}")
     except json.JSONDecodeError as exc:
-        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object"
+        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object", None
     if not isinstance(arguments, dict):
-        return "error: the arguments must be a JSON object"
+        return "error: the arguments must be a JSON object", None
+    opener = None if archive is None else functools.partial(archive, str(call.get("id")))
+    reader = OutputReader(tool.max_output_bytes, opener, name=tool.name)
+    deadline = asyncio.timeout(tool.timeout)
     try:
-        return await tool.run(arguments)
+        async with deadline, contextlib.aclosing(tool.output(arguments)) as chunks:
+            async for chunk in chunks:
+                if not await reader.feed(chunk):
+                    break
+    except TimeoutError:
+        await reader.discard()
+        if deadline.expired():
+            return (
+                f"error: the tool {tool.name} did not finish within {tool.timeout:g} s (parameters.timeout)",
+                None,
+            )
+        return f"error: the tool {tool.name} failed (TimeoutError)", None
     except ToolError as exc:
-        return f"error: {exc}"
+        await reader.discard()
+        return f"error: {str(exc)[:MAX_TOOL_ERROR_CHARS]}", None
     except Exception as exc:
+        await reader.discard()
         log.exception("tool %s failed", tool.name)
-        return f"error: the tool {tool.name} failed ({type(exc).__name__})"
+        return f"error: the tool {tool.name} failed ({type(exc).__name__})", None
+    return await reader.result(), reader.ref
 
 
 def _summarizer_config(definition: Definition | None) -> dict[str, Any]:
