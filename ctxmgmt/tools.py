@@ -26,6 +26,7 @@ import functools
 import inspect
 import json
 import logging
+import re
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -231,7 +232,7 @@ class OutputReader:
                 if not await self.feed(chunk[at : at + CHUNK_BYTES]):
                     return False
             return True
-        data = chunk.encode("utf-8", "surrogatepass") if isinstance(chunk, str) else bytes(chunk)
+        data = _utf8(chunk) if isinstance(chunk, str) else bytes(chunk)
         room = self.limit - self.total
         if room > 0:
             self._kept.append(self._kept_decoder.decode(data[:room]))
@@ -308,6 +309,17 @@ class OutputReader:
                 await asyncio.to_thread(archive.abort)
             except Exception as exc:
                 log.warning("an unfinished archive of %s could not be removed: %s", self.name, exc)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text: str) -> bytes:
+    """Text as UTF-8, each lone surrogate (which UTF-8 cannot hold) as U+FFFD."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 class ToolRegistry:
