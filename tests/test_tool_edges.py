@@ -15,7 +15,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -87,10 +87,8 @@ def raw_endpoint(behave: Callable[[socket.socket], None]) -> Iterator[str]:
         stop.set()
         server.close()
         for conn in conns:
-            try:
+            with suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def trickle(conn: socket.socket) -> None:
