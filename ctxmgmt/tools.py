@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from .errors import RegistryError, ToolError
+from .llm import _tls
 
 __all__ = ["Tool", "ToolRegistry", "default_tools", "recall_tools", "register_tool"]
 
@@ -161,7 +162,8 @@ def _http_tool(spec: Mapping[str, Any]) -> Tool:
         request: dict[str, Any] = {"params": arguments} if method == "GET" else {"json": arguments}
         try:
             async with (
-                httpx.AsyncClient(timeout=bounds["timeout"]) as http,
+                # The process's TLS context: building one loads the CA bundle (~30 ms of CPU).
+                httpx.AsyncClient(timeout=bounds["timeout"], verify=_tls()) as http,
                 http.stream(method, url, headers=headers, **request) as response,
             ):
                 if response.status_code >= 400:
