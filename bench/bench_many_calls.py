@@ -134,9 +134,8 @@ def main() -> None:
             f"p99 {p99(latencies):.1f} ms, max {max(latencies) * 1000:.1f} ms"
         )
     small, large = (figures[n][0] for n in SIZES)
-    print(
-        f"  time({SIZES[1]}) / time({SIZES[0]}) = {large / small:.1f} (linear: about {SIZES[1] / SIZES[0]:.0f})"
-    )
+    linear = SIZES[1] / SIZES[0]
+    print(f"  time({SIZES[1]}) / time({SIZES[0]}) = {large / small:.1f} (linear: about {linear:.0f})")
 
 
 if __name__ == "__main__":
