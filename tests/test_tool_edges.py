@@ -398,3 +398,31 @@ def test_a_100_mb_tool_output_costs_no_100_mb_of_memory(tmp_path):
     assert figures["same"], figures
     assert figures["kept"] < 1024 * 1024 + 400, figures
     assert figures["grew_kb"] <= 64 * 1024, figures
+
+
+def test_an_output_the_database_refuses_is_cut_and_says_it_was_not_archived(store, agent_models, chat_server):
+    """NUL characters (which PostgreSQL's text refuses): the execution goes on, the model gets the
+    kept part; the archive is exact where the database takes it, else the notice says it failed
+    and no part of it is left behind."""
+    from sqlalchemy import func, select
+
+    from ctxmgmt.offload import SQLOffloader
+    from ctxmgmt.store.models import offload
+
+    registry = ToolRegistry(group="ctxmgmt.test-no-tools")
+    register_tool("nul", lambda **_: "a\x00" * 3000, registry=registry, max_output_bytes=1024)
+    offloader = SQLOffloader(store.engine)
+    runner = Runner(store, agent_models, registry, offloader=offloader)
+    result, _ = run_agent(runner, chat_server, [{"type": "nul"}], [("nul", {})])
+    assert result.response == "done"
+    (sent,) = tool_results(chat_server)
+    notice, _, kept = sent.partition("\n")
+    assert kept == "a\x00" * 512
+    if store.engine.dialect.name == "postgresql":
+        assert notice.endswith("it could not be archived (OffloadError)]"), notice
+        assert runner.executions.get(result.execution_id)["archived"] == []
+    else:
+        (ref,) = runner.executions.get(result.execution_id)["archived"]
+        assert offloader.read(result.memory_id, ref).text == "a\x00" * 3000
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).where(offload.c.kind == "part")).scalar() == 0

@@ -65,7 +65,7 @@ class SQLOffloader:
         try:
             with self.engine.begin() as conn:
                 conn.execute(offload.insert(), rows)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, ValueError) as exc:  # psycopg refuses NUL in text: a ValueError
             raise OffloadError(f"cannot write to the offload table: {type(exc).__name__}") from None
         return 0
 
