@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -29,7 +30,6 @@ import logging
 import re
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Any
@@ -56,9 +56,9 @@ MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
 """Bytes of one tool output archived at most; past them the rest is not read."""
 CHUNK_BYTES = 1024 * 1024
 """An archive is written in pieces of about this size, each off the event loop."""
-_TOOL_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="ctxmgmt-tool")
-"""Where sync tool callables run: apart from the threads the runner's own I/O uses, so that
-tools that never return (a thread cannot be stopped) cannot starve it."""
+MAX_TOOL_THREADS = 64
+"""Sync tool callables running at once, at most, those past their deadline included."""
+_tool_threads = threading.BoundedSemaphore(MAX_TOOL_THREADS)
 
 
 class ToolSpecError(ValueError):
@@ -153,7 +153,9 @@ def _http_tool(spec: Mapping[str, Any]) -> Tool:
         raise ToolSpecError(
             "an http tool's parameters.headers is an object of strings", "/parameters/headers"
         )
-    headers = dict(raw_headers)
+    # Uncompressed unless the spec asks otherwise: a compressed body could expand far past
+    # its size on the wire in one piece.
+    headers = {"accept-encoding": "identity", **raw_headers}
     bounds = _bounds(params)
 
     async def stream(arguments: dict[str, Any]) -> AsyncIterator[bytes | str]:
@@ -168,14 +170,17 @@ def _http_tool(spec: Mapping[str, Any]) -> Tool:
             ):
                 if response.status_code >= 400:
                     head = b""
-                    async for chunk in response.aiter_raw():
+                    async for chunk in response.aiter_bytes():
                         head += chunk
                         if len(head) >= 500:
                             break
                     text = head[:500].decode("utf-8", "replace")
                     raise ToolError(f"{url} answered {response.status_code}: {text}")
-                async for chunk in response.aiter_raw():
-                    yield chunk
+                decoder = _decoder(response.charset_encoding)
+                async for chunk in response.aiter_bytes():
+                    yield chunk if decoder is None else decoder.decode(chunk)
+                if decoder is not None:
+                    yield decoder.decode(b"", final=True)
         except httpx.HTTPError as exc:
             raise ToolError(f"the request to {url} failed ({type(exc).__name__})") from None
 
@@ -195,6 +200,18 @@ def _http_tool(spec: Mapping[str, Any]) -> Tool:
         stream=stream,
         **bounds,
     )
+
+
+def _decoder(charset: str | None) -> codecs.IncrementalDecoder | None:
+    """An incremental decoder for a body's declared charset; None for UTF-8 (the reader's
+    own) or a charset Python does not know."""
+    if not charset:
+        return None
+    try:
+        info = codecs.lookup(charset)
+    except LookupError:
+        return None
+    return None if info.name == "utf-8" else info.incrementaldecoder(errors="replace")
 
 
 class OutputReader:
@@ -234,7 +251,12 @@ class OutputReader:
                 if not await self.feed(chunk[at : at + CHUNK_BYTES]):
                     return False
             return True
-        data = _utf8(chunk) if isinstance(chunk, str) else bytes(chunk)
+        if isinstance(chunk, str):
+            data = _utf8(chunk)
+        elif isinstance(chunk, (bytes, bytearray, memoryview)):
+            data = bytes(chunk)
+        else:  # a plugin's run() that returned something else
+            raise ToolError(f"the tool {self.name} returned {type(chunk).__name__}, not text")
         room = self.limit - self.total
         if room > 0:
             self._kept.append(self._kept_decoder.decode(data[:room]))
@@ -399,8 +421,7 @@ def register_tool(
                 if is_async:
                     result = fn(**arguments)
                 else:
-                    call = functools.partial(contextvars.copy_context().run, _text_of, fn, arguments)
-                    result = await asyncio.get_running_loop().run_in_executor(_TOOL_THREADS, call)
+                    result = await _in_thread(functools.partial(_text_of, fn, arguments), name)
                 if inspect.isawaitable(result):
                     result = await result
             except ToolError:
@@ -420,6 +441,38 @@ def register_tool(
         )
 
     (registry or default_tools).register(name, factory)
+
+
+def _in_thread(work: Callable[[], Any], name: str) -> asyncio.Future[Any]:
+    """Run a sync tool in a daemon thread of its own, apart from the threads the runner's I/O
+    uses: a tool that never returns (a thread cannot be stopped) starves nothing and does not
+    hold up the process's exit. At most :data:`MAX_TOOL_THREADS` run at once."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    if not _tool_threads.acquire(blocking=False):
+        raise ToolError(f"{MAX_TOOL_THREADS} tool calls are still running; try {name} again later")
+    context = contextvars.copy_context()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if future.done():  # past its deadline: nobody waits for it
+            return
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+    def main() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (context.run(work), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        finally:
+            _tool_threads.release()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=main, name=f"ctxmgmt-tool-{name}", daemon=True).start()
+    return future
 
 
 def _text_of(fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:

@@ -426,3 +426,81 @@ def test_an_output_the_database_refuses_is_cut_and_says_it_was_not_archived(stor
         assert offloader.read(result.memory_id, ref).text == "a\x00" * 3000
     with store.engine.connect() as conn:
         assert conn.execute(select(func.count()).where(offload.c.kind == "part")).scalar() == 0
+
+
+def respond(head: bytes, body: bytes) -> Callable[[socket.socket], None]:
+    """An endpoint answering with the given status line and headers, then ``body``."""
+
+    def behave(conn: socket.socket) -> None:
+        conn.sendall(head + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    return behave
+
+
+@pytest.mark.parametrize(
+    ("head", "body", "expected"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=latin-1", "café".encode("latin-1"), "café"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Encoding: gzip",
+            __import__("gzip").compress("zipped é".encode()),
+            "zipped é",
+        ),
+        (
+            b"HTTP/1.1 503 Busy\r\nContent-Type: text/plain",
+            b"come back later",
+            "{url} answered 503: come back later",
+        ),
+    ],
+    ids=["latin-1", "gzip", "503"],
+)
+def test_an_http_tools_body_is_decoded_as_declared(head, body, expected):
+    """A body in its declared charset, a compressed body, and an error status all reach the model as text."""
+    from ctxmgmt.tools import default_tools
+
+    with raw_endpoint(respond(head, body)) as url:
+        tool = default_tools.build({"type": "http", "name": "h", "parameters": {"url": url, "timeout": 5}})
+        call = {"id": "c", "function": {"name": "h", "arguments": "{}"}}
+        text, ref = asyncio.run(_call({"h": tool}, call))
+    expected = expected.format(url=url)
+    assert (text, ref) == ((f"error: {expected}" if "answered" in expected else expected), None)
+
+
+def test_a_plugin_tool_that_returns_no_text_is_an_error_result():
+    """A plugin whose run() returns a number (not text): an error result, not a number of NUL bytes."""
+
+    async def run(_: dict) -> object:
+        return 10**9
+
+    tool = Tool("bad", "", {}, run)  # type: ignore[arg-type]
+    call = {"id": "c", "function": {"name": "bad", "arguments": "{}"}}
+    assert asyncio.run(_call({"bad": tool}, call)) == ("error: the tool bad returned int, not text", None)
+
+
+def test_a_sync_tool_that_never_returns_does_not_hold_up_the_process_exit(tmp_path):
+    """A sync callable still sleeping past its deadline: the execution ends, and so does the process."""
+    script = textwrap.dedent(
+        """
+        import asyncio, time
+        from ctxmgmt.runner import _call
+        from ctxmgmt.tools import ToolRegistry, register_tool
+        registry = ToolRegistry(group="none")
+        register_tool("stuck", lambda **_: time.sleep(600), registry=registry, timeout=0.2)
+        tool = registry.build({"type": "stuck"})
+        call = {"id": "c", "function": {"name": "stuck", "arguments": "{}"}}
+        print(asyncio.run(_call({"stuck": tool}, call))[0])
+        """
+    )
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+    )
+    assert out.stdout.strip() == "error: the tool stuck did not finish within 0.2 s (parameters.timeout)", (
+        out.stderr
+    )
+    assert time.monotonic() - started < 30
