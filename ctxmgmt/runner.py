@@ -355,8 +355,10 @@ class Runner:
                     result.response = response.content
                     result.finished = True
                     break
+                budget = TURN_OUTPUT_BYTES
                 for call in calls:
-                    content, ref = await _call(tools, call, archive)
+                    content, ref = await _call(tools, call, archive, budget)
+                    budget -= len(content)  # characters: a lower bound of the bytes
                     run.add({"role": "tool", "tool_call_id": call["id"], "content": content})
                     if ref is not None:
                         run.outputs.append(ref)
@@ -880,13 +882,24 @@ MAX_TOOL_ERROR_CHARS = 2000
 """A tool's error as the model reads it, at most."""
 
 
+TURN_OUTPUT_BYTES = 64 * 1024 * 1024
+"""The tool outputs of one model turn, together, at most (about): once they are used up, each
+further call of the turn keeps :data:`MIN_OUTPUT_BYTES`, so that thousands of parallel calls
+of a tool with a large limit cannot hold gigabytes."""
+MIN_OUTPUT_BYTES = 1024
+
+
 async def _call(
-    tools: Mapping[str, Tool], call: Mapping[str, Any], archive: Callable[[str], Any] | None = None
+    tools: Mapping[str, Tool],
+    call: Mapping[str, Any],
+    archive: Callable[[str], Any] | None = None,
+    budget: int = TURN_OUTPUT_BYTES,
 ) -> tuple[str, str | None]:
     """Run one tool call: (the result the model reads, the reference of the archived whole
     output when it was cut and ``archive`` opens a stream for a call id). Every failure
     becomes a result the model can read; the call has its tool's deadline, whole, and its
-    output is read as a stream up to the tool's limit (see :class:`~ctxmgmt.tools.OutputReader`)."""
+    output is read as a stream up to the tool's limit, or what is left of the turn's
+    ``budget`` when that is less (see :class:`~ctxmgmt.tools.OutputReader`)."""
     fn = call["function"]
     tool = tools.get(fn["name"])
     if tool is None:
@@ -901,7 +914,11 @@ async def _call(
     if not isinstance(arguments, dict):
         return "error: the arguments must be a JSON object", None
     opener = None if archive is None else functools.partial(archive, str(call.get("id")))
-    reader = OutputReader(tool.max_output_bytes, opener, name=tool.name)
+    limit, why = tool.max_output_bytes, "parameters.max_output_bytes"
+    if budget < limit:
+        limit = max(budget, MIN_OUTPUT_BYTES)
+        why = f"the {TURN_OUTPUT_BYTES // 1024 // 1024} MiB of tool output one model turn may have"
+    reader = OutputReader(limit, opener, name=tool.name, why=why)
     deadline = asyncio.timeout(tool.timeout)
     try:
         async with deadline, contextlib.aclosing(tool.output(arguments)) as chunks:

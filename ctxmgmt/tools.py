@@ -223,10 +223,17 @@ class OutputReader:
     U+FFFD too), so the kept text and the archive are always valid Unicode."""
 
     def __init__(
-        self, limit: int, open_archive: Callable[[], Any] | None = None, *, name: str = "tool"
+        self,
+        limit: int,
+        open_archive: Callable[[], Any] | None = None,
+        *,
+        name: str = "tool",
+        why: str = "parameters.max_output_bytes",
     ) -> None:
         self.limit = limit
         self.name = name
+        self.why = why
+        """The limit's name, for the notice."""
         self.total = 0
         self.cut = False
         self.archived = 0
@@ -321,7 +328,7 @@ class OutputReader:
         size = f"{self.total:,} bytes" if self._archive is not None else f"more than {self.limit:,} bytes"
         notice = (
             f"[ctxmgmt: the output of {self.name} was cut: {size}, of which the first "
-            f"{self.limit:,} are kept (parameters.max_output_bytes){where}]"
+            f"{self.limit:,} are kept ({self.why}){where}]"
         )
         return f"{notice}\n{kept}"
 

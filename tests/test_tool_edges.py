@@ -504,3 +504,19 @@ def test_a_sync_tool_that_never_returns_does_not_hold_up_the_process_exit(tmp_pa
         out.stderr
     )
     assert time.monotonic() - started < 30
+
+
+def test_the_outputs_of_one_turn_share_a_budget(monkeypatch):
+    """Past the turn's budget each call keeps 1 KiB, and its notice names the turn's limit."""
+    import ctxmgmt.runner as runner_module
+
+    registry = ToolRegistry(group="none")
+    register_tool("big", lambda **_: "x" * 5000, registry=registry, max_output_bytes=4096)
+    tool = registry.build({"type": "big"})
+    call = {"id": "c", "function": {"name": "big", "arguments": "{}"}}
+    monkeypatch.setattr(runner_module, "TURN_OUTPUT_BYTES", 8 * 1024 * 1024)
+    full, _ = asyncio.run(_call({"big": tool}, call, None, 10**9))
+    spent, _ = asyncio.run(_call({"big": tool}, call, None, 10))
+    assert full.endswith("\n" + "x" * 4096) and "(parameters.max_output_bytes)" in full
+    assert spent.endswith("\n" + "x" * 1024)
+    assert "of which the first 1,024 are kept (the 8 MiB of tool output one model turn may have)" in spent
