@@ -31,23 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # -- raw loopback endpoints ------------------------------------------------------------
 def _read_request(conn: socket.socket) -> None:
-    """Read one HTTP request (its headers and a Content-Length body)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = conn.recv(65536)
-        if not got:
-            return
-        data += got
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    while len(body) < length:
-        got = conn.recv(65536)
-        if not got:
-            return
-        body += got
+    """Read one HTTP request: its header lines, then a Content-Length body."""
+    with conn.makefile("rb") as stream:
+        length = 0
+        for line in iter(stream.readline, b"\r\n"):
+            if not line:
+                return
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        stream.read(length)
 
 
 @contextmanager
