@@ -940,6 +940,9 @@ async def _call(
         await reader.discard()
         log.exception("tool %s failed", tool.name)
         return f"error: the tool {tool.name} failed ({type(exc).__name__})", None
+    except BaseException:  # cancelled: the execution ends, and leaves no unfinished archive
+        reader.abandon()
+        raise
     return await reader.result(), reader.ref
 
 

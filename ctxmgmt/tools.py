@@ -237,6 +237,8 @@ class OutputReader:
         self.total = 0
         self.cut = False
         self.archived = 0
+        self.whole = True
+        """False when the reading stopped at the archive's bound: more followed."""
         self._open = open_archive
         self._archive: Any = None
         self._failed: str | None = None
@@ -285,7 +287,8 @@ class OutputReader:
                 return False
         if self._archive is not None and self._pending_bytes >= CHUNK_BYTES and not await self._flush():
             return False
-        return self.archived < MAX_ARCHIVE_BYTES
+        self.whole = self.archived < MAX_ARCHIVE_BYTES
+        return self.whole
 
     async def _flush(self, final: bool = False) -> bool:
         if final:
@@ -321,16 +324,23 @@ class OutputReader:
         if self._failed is not None:
             where = f"; it could not be archived ({self._failed})"
         elif self._archive is not None:
-            whole = (
-                "the whole output" if self.archived == self.total else f"its first {self.archived:,} bytes"
-            )
-            where = f"; {whole} is archived as {self._archive.ref}: read it with context_read"
-        size = f"{self.total:,} bytes" if self._archive is not None else f"more than {self.limit:,} bytes"
+            what = "the whole output is" if self.whole else f"its first {self.archived:,} bytes are"
+            where = f"; {what} archived as {self._archive.ref}: read it with context_read"
+        if self._archive is None:
+            size = f"more than {self.limit:,} bytes"
+        else:
+            size = f"{'' if self.whole else 'more than '}{self.total:,} bytes"
         notice = (
             f"[ctxmgmt: the output of {self.name} was cut: {size}, of which the first "
             f"{self.limit:,} are kept ({self.why}){where}]"
         )
         return f"{notice}\n{kept}"
+
+    def abandon(self) -> None:
+        """The call was cancelled: its unfinished archive is removed in the background."""
+        archive, self._archive = self._archive, None
+        if archive is not None:
+            asyncio.get_running_loop().run_in_executor(None, archive.abort)
 
     async def discard(self) -> None:
         """The call failed (or its archive did): whatever was archived so far goes."""

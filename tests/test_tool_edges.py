@@ -513,3 +513,29 @@ def test_the_outputs_of_one_turn_share_a_budget(monkeypatch):
     assert full.endswith("\n" + "x" * 4096) and "(parameters.max_output_bytes)" in full
     assert spent.endswith("\n" + "x" * 1024)
     assert "of which the first 1,024 are kept (the 8 MiB of tool output one model turn may have)" in spent
+
+
+def test_an_output_past_the_archive_bound_is_archived_in_part_and_says_so(tmp_path, monkeypatch):
+    """Reading stops at the archive's bound: the archive holds that much, and the notice says
+    it is the output's first part of more."""
+    import ctxmgmt.tools as tools_module
+
+    monkeypatch.setattr(tools_module, "MAX_ARCHIVE_BYTES", 300_000)
+    offloader = LocalOffloader(tmp_path)
+
+    async def stream(_: dict) -> object:
+        for _ in range(100):
+            yield b"y" * 10_000
+
+    async def unused(_: dict) -> str:
+        return ""
+
+    tool = Tool("long", "", {}, unused, max_output_bytes=1024, stream=stream)
+    call = {"id": "c1", "function": {"name": "long", "arguments": "{}"}}
+    opener = lambda call_id: offloader.open_tool_result("s", tool_call_id=call_id)  # noqa: E731
+    text, ref = asyncio.run(_call({"long": tool}, call, opener))
+    assert text.startswith(
+        f"[ctxmgmt: the output of long was cut: more than 300,000 bytes, of which the first 1,024 are kept "
+        f"(parameters.max_output_bytes); its first 300,000 bytes are archived as {ref}"
+    )
+    assert offloader.read("s", ref).text == "y" * 300_000
