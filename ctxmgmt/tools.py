@@ -83,6 +83,9 @@ class Tool:
     stream: Callable[[dict[str, Any]], AsyncIterator[bytes | str]] | None = field(default=None, repr=False)
     """The output as it arrives (bytes as UTF-8, or text), when the tool can stream it."""
 
+    def __post_init__(self) -> None:
+        _bounds({"timeout": self.timeout, "max_output_bytes": self.max_output_bytes})
+
     def schema(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry."""
         return {

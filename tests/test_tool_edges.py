@@ -539,3 +539,46 @@ def test_an_output_past_the_archive_bound_is_archived_in_part_and_says_so(tmp_pa
         f"(parameters.max_output_bytes); its first 300,000 bytes are archived as {ref}"
     )
     assert offloader.read("s", ref).text == "y" * 300_000
+
+
+def test_a_tool_with_bounds_out_of_range_is_refused_when_built():
+    """A plugin's Tool with a zero timeout or a 10-byte limit: a ValueError saying the range."""
+
+    async def run(_: dict) -> str:
+        return ""
+
+    with pytest.raises(ValueError, match=r"parameters.timeout is the whole call's deadline"):
+        Tool("t", "", {}, run, timeout=0)
+    with pytest.raises(ValueError, match=r"max_output_bytes is an integer from 1024"):
+        Tool("t", "", {}, run, max_output_bytes=10)
+
+
+def test_a_cancelled_call_leaves_no_unfinished_archive(tmp_path):
+    """An execution cancelled while a cut output streams into its archive: the temporary file goes."""
+    offloader = LocalOffloader(tmp_path)
+    fed = asyncio.Event()
+
+    async def stream(_: dict) -> object:
+        yield b"z" * 5000  # cut: the archive opens
+        yield b"z" * 5000
+        fed.set()  # both pieces were taken
+        await asyncio.sleep(3600)
+        yield b""
+
+    async def unused(_: dict) -> str:
+        return ""
+
+    tool = Tool("slow", "", {}, unused, max_output_bytes=1024, stream=stream)
+    call = {"id": "c1", "function": {"name": "slow", "arguments": "{}"}}
+    opener = lambda call_id: offloader.open_tool_result("s", tool_call_id=call_id)  # noqa: E731
+
+    async def main() -> None:
+        task = asyncio.create_task(_call({"slow": tool}, call, opener))
+        await fed.wait()
+        assert list(tmp_path.glob("*/*.tmp.txt"))  # the archive was being written
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert not list(tmp_path.glob("*/*.txt")) and offloader.list("s") == []
