@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import difflib
 import re
@@ -169,10 +170,13 @@ class Definition:
         session: str = "default",
         execution: str | None = None,
     ) -> ApplyResult:
-        """The async form of :meth:`apply`; model calls do not block the event loop."""
+        """The async form of :meth:`apply`: nothing of it blocks the event loop (the format
+        conversions, the managers' work and the archive writes run in worker threads; a
+        summariser's model calls are awaited)."""
         env = _environment(environment, models, offloader, session, execution)
-        run, back = self._run(hook, context)
-        return back(await arun_hook(*run, env, self.settings, constraints=back.constraints))
+        run, back = await asyncio.to_thread(self._run, hook, context)
+        result = await arun_hook(*run, env, self.settings, constraints=back.constraints)
+        return back(result) if back is _SAME else await asyncio.to_thread(back, result)
 
     def _run(
         self, hook: str | Hook, context: Context

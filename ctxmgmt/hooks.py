@@ -8,6 +8,7 @@ the context stays as it was and the trace says why; with ``fail`` it raises
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import time
@@ -20,7 +21,7 @@ from .errors import ContextError, ManagerError
 from .fit import Fit, reserve_tokens
 from .formats import CHAT, USER_FIRST, Constraints
 from .history import History
-from .managers.base import Environment, Runtime
+from .managers.base import ContextManager, Environment, Runtime
 from .messages import check_changes, check_format, check_grown, check_messages
 from .offload.base import Batch, BatchWriter
 from .rules import Activation, Facts, Gate
@@ -388,11 +389,36 @@ async def arun_hook(
     *,
     constraints: Constraints = CHAT,
 ) -> ApplyResult:
-    run = _Run(definition, hook, context, counter, environment, settings, constraints)
+    """The async form of :func:`run_hook`: its work never blocks the event loop. A hook whose
+    managers are all synchronous runs whole in a worker thread (the managers' work, the
+    checks, the archive writes and their fsyncs); otherwise each step does, and a manager
+    with its own ``aapply`` (one that awaits a model) is awaited on the loop."""
+    args = (definition, hook, entries, context, counter, environment, settings)
+    if not any(_awaits(entry.manager) for entry in entries):
+        return await asyncio.to_thread(functools.partial(run_hook, *args, constraints=constraints))
+    run = await asyncio.to_thread(
+        _Run, definition, hook, context, counter, environment, settings, constraints
+    )
     with run.closing():
-        for entry, runtime in run.steps(entries):
-            run.done(await _acall(entry.manager, run.context, runtime))
-        return run.end(len(entries))
+        steps = run.steps(entries)
+        while (step := await asyncio.to_thread(next, steps, None)) is not None:
+            entry, runtime = step
+            if _awaits(entry.manager):
+                outcome = await _acall(entry.manager, run.context, runtime)
+                await asyncio.to_thread(run.done, outcome)
+            else:
+                await asyncio.to_thread(_step, run, entry.manager, runtime)
+        return await asyncio.to_thread(run.end, len(entries))
+
+
+def _awaits(manager: Any) -> bool:
+    """Whether a manager has an ``aapply`` of its own (the base class's only calls apply)."""
+    aapply = getattr(type(manager), "aapply", None)
+    return aapply is not None and aapply is not ContextManager.aapply
+
+
+def _step(run: _Run, manager: Any, runtime: Runtime) -> None:
+    run.done(_call(manager, run.context, runtime))
 
 
 def _call(manager: Any, context: Context, runtime: Runtime) -> tuple[Any, Exception | None]:

@@ -15,11 +15,13 @@ For one execution:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -27,7 +29,7 @@ import httpx
 
 from .cache import PromptCache, cache_figures, clean_usage, output_tokens, ratios_for
 from .calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
-from .context import Context
+from .context import ApplyResult, Context
 from .definitions import Definition
 from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
 from .fit import reserve_tokens
@@ -36,11 +38,12 @@ from .managers.base import Environment
 from .managers.summarization import DEFAULT_PROMPT
 from .messages import is_summary, mentions_archive, pinned_positions, text_of
 from .offload import Offloader
+from .offload.base import open_stream
 from .store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
 from .store.repository import now_ms
 from .summaries import STATE_KEY
 from .tokens import TokenCounter, get_counter
-from .tools import Tool, ToolRegistry, default_tools, recall_tools
+from .tools import OutputReader, Tool, ToolRegistry, default_tools, recall_tools
 from .types import Hook
 from .validation import validate_definition
 
@@ -194,7 +197,7 @@ class Runner:
                 try:
                     tool = self.tools.build(spec)
                 except ValueError as exc:
-                    problems.append(Problem(f"/tools/{i}", str(exc)))
+                    problems.append(Problem(f"/tools/{i}{getattr(exc, 'pointer', '')}", str(exc)))
                     continue
                 except (TypeError, KeyError, AttributeError) as exc:  # a plugin's factory
                     problems.append(Problem(f"/tools/{i}", f"the tool could not be built: {exc!r}"[:300]))
@@ -256,7 +259,11 @@ class Runner:
             calibration = Calibration(saved_ratios)
         schemas = [t.schema() for t in tools.values()]
         recall: list[dict[str, Any]] = []
-        if definition is not None and definition.offloads and self.offloader is not None:
+        archive: Callable[[str], Any] | None = None
+        if self.offloader is not None:
+            # A tool output cut at its limit is archived whole (so is what a manager removes):
+            # the recall tools come with the first archive.
+            archive = functools.partial(_tool_archive, self.offloader, memory_id)
             for tool in recall_tools(self.offloader, memory_id):
                 if tools.setdefault(tool.name, tool) is tool:
                     recall.append(tool.schema())
@@ -347,9 +354,18 @@ class Runner:
                     result.response = response.content
                     result.finished = True
                     break
+                budget = TURN_OUTPUT_BYTES
                 for call in calls:
-                    run.add({"role": "tool", "tool_call_id": call["id"], "content": await _call(tools, call)})
-                    await run.hook(Hook.POST_TOOL, iteration)
+                    content, ref = await _call(tools, call, archive, budget)
+                    budget -= len(content)  # characters: a lower bound of the bytes
+                    run.add({"role": "tool", "tool_call_id": call["id"], "content": content})
+                    if ref is not None:
+                        run.outputs.append(ref)
+                        run.archived = True
+                # Once the group's results are all in: the newest results are the tool messages
+                # after the last assistant turn, each seen once (a hook run per result would
+                # look at the whole group each time: quadratic in a large parallel group).
+                await run.hook(Hook.POST_TOOL, iteration)
             else:
                 result.response = (
                     f"stopped after max_iteration={params.get('max_iteration', DEFAULT_MAX_ITERATION)} "
@@ -529,7 +545,9 @@ class _Execution:
     recall: list[dict[str, Any]] = field(default_factory=list)
     """The recall tools' schemas, until they are shown to the model."""
     archived: bool = False
-    """Whether a manager archived something in this execution."""
+    """Whether a manager archived something in this execution, or a tool output was."""
+    outputs: list[str] = field(default_factory=list)
+    """The references of the tool outputs archived whole when they were cut."""
     trace: list[dict[str, Any]] = field(default_factory=list)
     changed: bool = False
     """Whether a hook changed the view (otherwise it is what was loaded, plus the record)."""
@@ -579,6 +597,14 @@ class _Execution:
         self.record.append(message)
         self.view = self.view.append(message)  # O(1), and its token counts carry over
 
+    def _changes(self, applied: ApplyResult) -> dict[str, Any]:
+        """What a hook run changed, and what each entry changed (for the page): off the loop."""
+        out = _changes(self.view, applied.context)
+        credits = _credits(self.view, applied.context, applied.trace, self.counter())
+        if credits is not None:
+            out["changes"] = credits
+        return out
+
     async def hook(self, hook: Hook, iteration: int) -> None:
         if self.definition is None:
             return
@@ -586,10 +612,7 @@ class _Execution:
         run: dict[str, Any] = {"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)}
         if applied.context is not self.view:
             self.changed = True
-            run.update(_changes(self.view, applied.context))
-            credits = _credits(self.view, applied.context, applied.trace, self.counter())
-            if credits is not None:  # what each entry changed, for the page
-                run["changes"] = credits
+            run.update(await asyncio.to_thread(self._changes, applied))
         self.view = applied.context
         self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
         if applied.trace:
@@ -710,7 +733,7 @@ def execution_record(
         if usage is None:
             entry["failed"] = True
         calls.append(entry)
-    archived: list[str] = []
+    archived: list[str] = list(run.outputs)
     for run_entry in run.trace:
         for entry in run_entry["entries"]:
             refs = entry["details"].get("offloaded")
@@ -896,25 +919,77 @@ def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _call(tools: Mapping[str, Tool], call: Mapping[str, Any]) -> str:
-    """Run one tool call. Every failure becomes a result the model can read."""
+def _tool_archive(offloader: Offloader, session: str, tool_call_id: str) -> Any:
+    """A stream archiving one tool output of a session (the model's call id is metadata)."""
+    return open_stream(offloader, session, tool_call_id=tool_call_id)
+
+
+MAX_TOOL_ERROR_CHARS = 2000
+"""A tool's error as the model reads it, at most."""
+
+
+TURN_OUTPUT_BYTES = 64 * 1024 * 1024
+"""The tool outputs of one model turn, together, at most (about): once they are used up, each
+further call of the turn keeps :data:`MIN_OUTPUT_BYTES`, so that thousands of parallel calls
+of a tool with a large limit cannot hold gigabytes."""
+MIN_OUTPUT_BYTES = 1024
+
+
+async def _call(
+    tools: Mapping[str, Tool],
+    call: Mapping[str, Any],
+    archive: Callable[[str], Any] | None = None,
+    budget: int = TURN_OUTPUT_BYTES,
+) -> tuple[str, str | None]:
+    """Run one tool call: (the result the model reads, the reference of the archived whole
+    output when it was cut and ``archive`` opens a stream for a call id). Every failure
+    becomes a result the model can read; the call has its tool's deadline, whole, and its
+    output is read as a stream up to the tool's limit, or what is left of the turn's
+    ``budget`` when that is less (see :class:`~ctxmgmt.tools.OutputReader`)."""
     fn = call["function"]
     tool = tools.get(fn["name"])
     if tool is None:
-        return f"error: there is no tool named {fn['name']!r}; the tools are: {', '.join(tools) or 'none'}"
+        return (
+            f"error: there is no tool named {fn['name']!r}; the tools are: {', '.join(tools) or 'none'}",
+            None,
+        )
     try:
         arguments = json.loads(fn["arguments"] or "{}")
     except json.JSONDecodeError as exc:
-        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object"
+        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object", None
     if not isinstance(arguments, dict):
-        return "error: the arguments must be a JSON object"
+        return "error: the arguments must be a JSON object", None
+    opener = None if archive is None else functools.partial(archive, str(call.get("id")))
+    limit, why = tool.max_output_bytes, "parameters.max_output_bytes"
+    if budget < limit:
+        limit = max(budget, MIN_OUTPUT_BYTES)
+        why = f"the {TURN_OUTPUT_BYTES // 1024 // 1024} MiB of tool output one model turn may have"
+    reader = OutputReader(limit, opener, name=tool.name, why=why)
+    deadline = asyncio.timeout(tool.timeout)
     try:
-        return await tool.run(arguments)
+        async with deadline, contextlib.aclosing(tool.output(arguments)) as chunks:
+            async for chunk in chunks:
+                if not await reader.feed(chunk):
+                    break
+    except TimeoutError:
+        await reader.discard()
+        if deadline.expired():
+            return (
+                f"error: the tool {tool.name} did not finish within {tool.timeout:g} s (parameters.timeout)",
+                None,
+            )
+        return f"error: the tool {tool.name} failed (TimeoutError)", None
     except ToolError as exc:
-        return f"error: {exc}"
+        await reader.discard()
+        return f"error: {str(exc)[:MAX_TOOL_ERROR_CHARS]}", None
     except Exception as exc:
+        await reader.discard()
         log.exception("tool %s failed", tool.name)
-        return f"error: the tool {tool.name} failed ({type(exc).__name__})"
+        return f"error: the tool {tool.name} failed ({type(exc).__name__})", None
+    except BaseException:  # cancelled: the execution ends, and leaves no unfinished archive
+        reader.abandon()
+        raise
+    return await reader.result(), reader.ref
 
 
 def _summarizer_config(definition: Definition | None) -> dict[str, Any]:

@@ -8,22 +8,36 @@
 
 A tool that fails raises :class:`~ctxmgmt.ToolError`; the runner hands its reason
 to the model as the tool result.
+
+Every tool has two bounds, given per agent tool spec as ``parameters.timeout`` (seconds,
+the deadline of the whole call: connecting, the headers, the body; default 30) and
+``parameters.max_output_bytes`` (default 1 MiB). The runner enforces both for every tool
+type: past the deadline the model gets an error result and the execution goes on; an
+output is read as a stream and kept up to its limit, with a notice of the cut (and, where
+an offload store exists, archived whole while it streams; see :class:`OutputReader`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import codecs
+import contextlib
+import contextvars
+import functools
 import inspect
 import json
 import logging
+import re
 import threading
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Any
 
 import httpx
 
 from .errors import RegistryError, ToolError
+from .llm import _tls
 
 __all__ = ["Tool", "ToolRegistry", "default_tools", "recall_tools", "register_tool"]
 
@@ -31,15 +45,46 @@ log = logging.getLogger("ctxmgmt.tools")
 TOOLS_GROUP = "ctxmgmt.tools"
 _OPEN_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
 
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a tool call may take, whole (``parameters.timeout``)."""
+MAX_TIMEOUT = 600.0
+DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
+"""Bytes of a tool's output the model and the memory get (``parameters.max_output_bytes``)."""
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+"""The largest ``parameters.max_output_bytes`` a tool spec may ask for."""
+MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
+"""Bytes of one tool output archived at most; past them the rest is not read."""
+CHUNK_BYTES = 1024 * 1024
+"""An archive is written in pieces of about this size, each off the event loop."""
+MAX_TOOL_THREADS = 64
+"""Sync tool callables running at once, at most, those past their deadline included."""
+_tool_threads = threading.BoundedSemaphore(MAX_TOOL_THREADS)
+
+
+class ToolSpecError(ValueError):
+    """A tool spec that cannot be built; ``pointer`` is where, inside the spec."""
+
+    def __init__(self, message: str, pointer: str = "") -> None:
+        super().__init__(message)
+        self.pointer = pointer
+
 
 @dataclass(frozen=True)
 class Tool:
-    """A built tool: what the model sees (name, description, input schema) and how to run it."""
+    """A built tool: what the model sees (name, description, input schema), how to run it,
+    and its bounds: ``timeout`` (seconds, the whole call) and ``max_output_bytes``."""
 
     name: str
     description: str
     input_schema: Mapping[str, Any]
     run: Callable[[dict[str, Any]], Awaitable[str]] = field(repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    stream: Callable[[dict[str, Any]], AsyncIterator[bytes | str]] | None = field(default=None, repr=False)
+    """The output as it arrives (bytes as UTF-8, or text), when the tool can stream it."""
+
+    def __post_init__(self) -> None:
+        _bounds({"timeout": self.timeout, "max_output_bytes": self.max_output_bytes})
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry."""
@@ -52,47 +97,273 @@ class Tool:
             },
         }
 
+    async def output(self, arguments: dict[str, Any]) -> AsyncGenerator[bytes | str, None]:
+        """The output in pieces: the tool's stream, or the result of ``run`` as one piece."""
+        if self.stream is not None:
+            async for chunk in self.stream(arguments):
+                yield chunk
+        else:
+            yield await self.run(arguments)
+
 
 Factory = Callable[[Mapping[str, Any]], Tool]
 
 
-def _http_tool(spec: Mapping[str, Any]) -> Tool:
+def _bounds(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``timeout`` and ``max_output_bytes`` of a tool spec's parameters, checked."""
+    out: dict[str, Any] = {}
+    timeout = params.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+        raise ToolSpecError(
+            "a tool's parameters.timeout is the whole call's deadline: a number of seconds, "
+            f"above 0 and at most {MAX_TIMEOUT:g}",
+            "/parameters/timeout",
+        )
+    out["timeout"] = float(timeout)
+    size = params.get("max_output_bytes", DEFAULT_MAX_OUTPUT_BYTES)
+    if isinstance(size, bool) or not isinstance(size, int) or not 1024 <= size <= MAX_OUTPUT_BYTES:
+        raise ToolSpecError(
+            f"a tool's parameters.max_output_bytes is an integer from 1024 to {MAX_OUTPUT_BYTES} "
+            f"(default {DEFAULT_MAX_OUTPUT_BYTES})",
+            "/parameters/max_output_bytes",
+        )
+    out["max_output_bytes"] = size
+    return out
+
+
+def _params(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     params = spec.get("parameters") or {}
     if not isinstance(params, Mapping):
-        raise ValueError("an http tool's parameters is an object with url (and method, headers, timeout)")
+        raise ToolSpecError("a tool's parameters is an object", "/parameters")
+    return params
+
+
+def _http_tool(spec: Mapping[str, Any]) -> Tool:
+    params = _params(spec)
     url = params.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 2048:
-        raise ValueError("an http tool needs parameters.url, an http:// or https:// URL")
+        raise ToolSpecError(
+            "an http tool needs parameters.url, an http:// or https:// URL", "/parameters/url"
+        )
     method = params.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in ("GET", "POST", "PUT"):
-        raise ValueError("an http tool's parameters.method is GET, POST or PUT")
+        raise ToolSpecError("an http tool's parameters.method is GET, POST or PUT", "/parameters/method")
     method = method.upper()
     raw_headers = params.get("headers") or {}
     if not isinstance(raw_headers, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in raw_headers.items()
     ):
-        raise ValueError("an http tool's parameters.headers is an object of strings")
-    headers = dict(raw_headers)
-    timeout = params.get("timeout", 30)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
-        raise ValueError("an http tool's parameters.timeout is a number of seconds, above 0 and at most 600")
-    timeout = float(timeout)
+        raise ToolSpecError(
+            "an http tool's parameters.headers is an object of strings", "/parameters/headers"
+        )
+    # Uncompressed unless the spec asks otherwise: a compressed body could expand far past
+    # its size on the wire in one piece.
+    headers = {"accept-encoding": "identity", **raw_headers}
+    bounds = _bounds(params)
 
-    async def run(arguments: dict[str, Any]) -> str:
+    async def stream(arguments: dict[str, Any]) -> AsyncIterator[bytes | str]:
+        # The runner bounds the whole call (asyncio.timeout) and stops reading at the output
+        # limit; the per-read timeout here only ends a silent connection sooner.
+        request: dict[str, Any] = {"params": arguments} if method == "GET" else {"json": arguments}
         try:
-            async with httpx.AsyncClient(timeout=timeout) as http:
-                if method == "GET":
-                    response = await http.get(url, params=arguments, headers=headers)
-                else:
-                    response = await http.request(method, url, json=arguments, headers=headers)
+            async with (
+                # The process's TLS context: building one loads the CA bundle (~30 ms of CPU).
+                httpx.AsyncClient(timeout=bounds["timeout"], verify=_tls()) as http,
+                http.stream(method, url, headers=headers, **request) as response,
+            ):
+                if response.status_code >= 400:
+                    head = b""
+                    async for chunk in response.aiter_bytes():
+                        head += chunk
+                        if len(head) >= 500:
+                            break
+                    text = head[:500].decode("utf-8", "replace")
+                    raise ToolError(f"{url} answered {response.status_code}: {text}")
+                decoder = _decoder(response.charset_encoding)
+                async for chunk in response.aiter_bytes():
+                    yield chunk if decoder is None else decoder.decode(chunk)
+                if decoder is not None:
+                    yield decoder.decode(b"", final=True)
         except httpx.HTTPError as exc:
             raise ToolError(f"the request to {url} failed ({type(exc).__name__})") from None
-        if response.status_code >= 400:
-            raise ToolError(f"{url} answered {response.status_code}: {response.text[:500]}")
-        return response.text
+
+    async def run(arguments: dict[str, Any]) -> str:
+        reader = OutputReader(bounds["max_output_bytes"])
+        async for chunk in stream(arguments):
+            if not await reader.feed(chunk):
+                break
+        return await reader.result()
 
     name = spec.get("name") or "http"
-    return Tool(name, spec.get("description", f"Calls {url}"), spec.get("input_schema") or _OPEN_SCHEMA, run)
+    return Tool(
+        name,
+        spec.get("description", f"Calls {url}"),
+        spec.get("input_schema") or _OPEN_SCHEMA,
+        run,
+        stream=stream,
+        **bounds,
+    )
+
+
+def _decoder(charset: str | None) -> codecs.IncrementalDecoder | None:
+    """An incremental decoder for a body's declared charset; None for UTF-8 (the reader's
+    own) or a charset Python does not know."""
+    if not charset:
+        return None
+    try:
+        info = codecs.lookup(charset)
+    except LookupError:
+        return None
+    return None if info.name == "utf-8" else info.incrementaldecoder(errors="replace")
+
+
+class OutputReader:
+    """A tool's output read as a stream: kept up to ``limit`` bytes (cut at a character
+    boundary, with a notice of the cut), and, given ``open_archive`` (which opens an offload
+    store's stream), archived whole once it is cut, in pieces written off the event loop, up
+    to :data:`MAX_ARCHIVE_BYTES`. Bytes are UTF-8, decoded incrementally across pieces (an
+    invalid sequence becomes U+FFFD); text is taken as it is (a lone surrogate becomes
+    U+FFFD too), so the kept text and the archive are always valid Unicode."""
+
+    def __init__(
+        self,
+        limit: int,
+        open_archive: Callable[[], Any] | None = None,
+        *,
+        name: str = "tool",
+        why: str = "parameters.max_output_bytes",
+    ) -> None:
+        self.limit = limit
+        self.name = name
+        self.why = why
+        """The limit's name, for the notice."""
+        self.total = 0
+        self.cut = False
+        self.archived = 0
+        self.whole = True
+        """False when the reading stopped at the archive's bound: more followed."""
+        self._open = open_archive
+        self._archive: Any = None
+        self._failed: str | None = None
+        self._kept: list[str] = []
+        self._kept_decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._whole_decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending: list[str] = []
+        self._pending_bytes = 0
+
+    @property
+    def ref(self) -> str | None:
+        """The archive's reference, once it is committed."""
+        return self._archive.ref if self._archive is not None and self._failed is None else None
+
+    async def feed(self, chunk: bytes | str) -> bool:
+        """Take a piece; False once the rest need not be read."""
+        if isinstance(chunk, str) and len(chunk) > CHUNK_BYTES:  # a callable's long result
+            for at in range(0, len(chunk), CHUNK_BYTES):
+                if not await self.feed(chunk[at : at + CHUNK_BYTES]):
+                    return False
+            return True
+        if isinstance(chunk, str):
+            data = _utf8(chunk)
+        elif isinstance(chunk, (bytes, bytearray, memoryview)):
+            data = bytes(chunk)
+        else:  # a plugin's run() that returned something else
+            raise ToolError(f"the tool {self.name} returned {type(chunk).__name__}, not text")
+        room = self.limit - self.total
+        if room > 0:
+            self._kept.append(self._kept_decoder.decode(data[:room]))
+        self.total += len(data)
+        self.cut = self.cut or self.total > self.limit
+        if self._open is None:
+            return not self.cut
+        take = min(len(data), MAX_ARCHIVE_BYTES - self.archived)
+        if take > 0:
+            self._pending.append(self._whole_decoder.decode(data[:take]))
+            self._pending_bytes += take
+            self.archived += take
+        if self.cut and self._archive is None:
+            try:
+                self._archive = await asyncio.to_thread(self._open)
+            except Exception as exc:  # no archive: the output is cut all the same
+                log.warning("the output of %s cannot be archived: %s", self.name, exc)
+                self._open, self._failed = None, type(exc).__name__
+                return False
+        if self._archive is not None and self._pending_bytes >= CHUNK_BYTES and not await self._flush():
+            return False
+        self.whole = self.archived < MAX_ARCHIVE_BYTES
+        return self.whole
+
+    async def _flush(self, final: bool = False) -> bool:
+        if final:
+            self._pending.append(self._whole_decoder.decode(b"", final=True))
+        text = "".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        if text and self._failed is None:
+            try:
+                await asyncio.to_thread(self._archive.write, text)
+            except Exception as exc:
+                log.warning("the output of %s could not be archived: %s", self.name, exc)
+                self._failed = type(exc).__name__
+                self._open = None
+                await self.discard()
+                return False
+        return True
+
+    async def result(self) -> str:
+        """The kept text, with a notice first when the output was cut; an archive is
+        committed (durable) before the notice names it."""
+        kept = "".join(self._kept) + self._kept_decoder.decode(b"", final=not self.cut)
+        self._kept = []
+        if not self.cut:
+            return kept
+        where = ""
+        if self._archive is not None and self._failed is None and await self._flush(final=True):
+            try:
+                await asyncio.to_thread(self._archive.commit)
+            except Exception as exc:  # the cut stands; the archive is lost
+                log.warning("the output of %s could not be archived: %s", self.name, exc)
+                self._failed = type(exc).__name__
+                await self.discard()
+        if self._failed is not None:
+            where = f"; it could not be archived ({self._failed})"
+        elif self._archive is not None:
+            what = "the whole output is" if self.whole else f"its first {self.archived:,} bytes are"
+            where = f"; {what} archived as {self._archive.ref}: read it with context_read"
+        if self._archive is None:
+            size = f"more than {self.limit:,} bytes"
+        else:
+            size = f"{'' if self.whole else 'more than '}{self.total:,} bytes"
+        notice = (
+            f"[ctxmgmt: the output of {self.name} was cut: {size}, of which the first "
+            f"{self.limit:,} are kept ({self.why}){where}]"
+        )
+        return f"{notice}\n{kept}"
+
+    def abandon(self) -> None:
+        """The call was cancelled: its unfinished archive is removed in the background."""
+        archive, self._archive = self._archive, None
+        if archive is not None:
+            asyncio.get_running_loop().run_in_executor(None, archive.abort)
+
+    async def discard(self) -> None:
+        """The call failed (or its archive did): whatever was archived so far goes."""
+        archive, self._archive = self._archive, None
+        if archive is not None:
+            try:
+                await asyncio.to_thread(archive.abort)
+            except Exception as exc:
+                log.warning("an unfinished archive of %s could not be removed: %s", self.name, exc)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text: str) -> bytes:
+    """Text as UTF-8, each lone surrogate (which UTF-8 cannot hold) as U+FFFD."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 class ToolRegistry:
@@ -127,14 +398,19 @@ class ToolRegistry:
         return sorted(self._factories)
 
     def build(self, spec: Mapping[str, Any]) -> Tool:
-        """A tool from an agent's tool spec. Raises ValueError saying what is wrong."""
+        """A tool from an agent's tool spec. Raises ValueError saying what is wrong (a
+        :class:`ToolSpecError` with a pointer into the spec, for the bounds every tool type
+        takes: ``parameters.timeout`` and ``parameters.max_output_bytes``)."""
         self._load()
         factory = self._factories.get(str(spec.get("type")))
         if factory is None:
-            raise ValueError(
-                f"unknown tool type {spec.get('type')!r}; known types: {', '.join(self.names())}"
+            raise ToolSpecError(
+                f"unknown tool type {spec.get('type')!r}; known types: {', '.join(self.names())}", "/type"
             )
-        return factory(spec)
+        given = _bounds(_params(spec))  # checked for every type, the plugins' too
+        tool = factory(spec)
+        params = _params(spec)
+        return replace(tool, **{k: v for k, v in given.items() if k in params})
 
 
 default_tools = ToolRegistry()
@@ -147,14 +423,25 @@ def register_tool(
     description: str = "",
     input_schema: Mapping[str, Any] | None = None,
     registry: ToolRegistry | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
 ) -> None:
     """Register a Python callable as tool type ``name``. The model's arguments are passed
-    as keyword arguments; the result (str, or anything JSON-able) becomes the tool result."""
+    as keyword arguments; the result (str, or anything JSON-able) becomes the tool result.
+    A coroutine function runs on the event loop; any other callable in a worker thread, so
+    that it never blocks the loop (past its deadline its result is dropped: a thread cannot
+    be stopped). ``timeout`` and ``max_output_bytes`` are the defaults of the tool's bounds;
+    an agent's tool spec may set its own in ``parameters``."""
+    bounds = _bounds({"timeout": timeout, "max_output_bytes": max_output_bytes})
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
     def factory(spec: Mapping[str, Any]) -> Tool:
         async def run(arguments: dict[str, Any]) -> str:
             try:
-                result = fn(**arguments)
+                if is_async:
+                    result = fn(**arguments)
+                else:
+                    result = await _in_thread(functools.partial(_text_of, fn, arguments), name)
                 if inspect.isawaitable(result):
                     result = await result
             except ToolError:
@@ -170,9 +457,50 @@ def register_tool(
             spec.get("description") or description or (fn.__doc__ or "").strip(),
             spec.get("input_schema") or input_schema or _OPEN_SCHEMA,
             run,
+            **bounds,
         )
 
     (registry or default_tools).register(name, factory)
+
+
+def _in_thread(work: Callable[[], Any], name: str) -> asyncio.Future[Any]:
+    """Run a sync tool in a daemon thread of its own, apart from the threads the runner's I/O
+    uses: a tool that never returns (a thread cannot be stopped) starves nothing and does not
+    hold up the process's exit. At most :data:`MAX_TOOL_THREADS` run at once."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    if not _tool_threads.acquire(blocking=False):
+        raise ToolError(f"{MAX_TOOL_THREADS} tool calls are still running; try {name} again later")
+    context = contextvars.copy_context()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if future.done():  # past its deadline: nobody waits for it
+            return
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+    def main() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (context.run(work), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        finally:
+            _tool_threads.release()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=main, name=f"ctxmgmt-tool-{name}", daemon=True).start()
+    return future
+
+
+def _text_of(fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+    """A sync tool's result, as text when it is not awaitable (converted in its thread)."""
+    result = fn(**arguments)
+    if isinstance(result, str) or inspect.isawaitable(result):
+        return result
+    return json.dumps(result, ensure_ascii=False, default=str)
 
 
 def _hit(h: dict[str, Any]) -> str:

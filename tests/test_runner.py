@@ -36,7 +36,7 @@ def agent(runner, **extra):
 
 
 def test_hooks_run_around_every_call_and_tool_result(runner, chat_server, store):
-    """post_memory once, pre_llm before every LLM call (the first too), post_tool after each result."""
+    """post_memory once, pre_llm before every LLM call (the first too), post_tool once the results are in."""
     store.create("every-hook", EVERY_HOOK)
     agent_id = agent(runner, context_management_name="every-hook")
     chat_server.reply(tool_call(("echo", {"a": 1}), ("big", {"size": 4000})))
@@ -51,7 +51,6 @@ def test_hooks_run_around_every_call_and_tool_result(runner, chat_server, store)
     assert [(t["hook"], t["iteration"]) for t in result.trace] == [
         ("post_memory", 0),
         ("pre_llm", 1),
-        ("post_tool", 1),
         ("post_tool", 1),
         ("pre_llm", 2),
     ]
@@ -155,7 +154,7 @@ def test_registration_checks(runner, store):
     """Unknown tool types, both definition forms, unknown names and models are refused with pointers."""
     store.create("a", shipped("default"))
     cases = [
-        ({"tools": [{"type": "teleport"}]}, "/tools/0"),
+        ({"tools": [{"type": "teleport"}]}, "/tools/0/type"),
         ({"context_management_name": "a", "context_management": shipped("default")}, "/context_management"),
         ({"context_management_name": "nope"}, "/context_management_name"),
         ({"llm": {"model_id": "gpt-99"}}, "/llm/model_id"),
@@ -165,7 +164,7 @@ def test_registration_checks(runner, store):
             "/llm/parameters/max_iteration",
         ),
         ({"context_management": {"hooks": {"pre_llm": []}}}, "/context_management/hooks/pre_llm"),
-        ({"tools": [{"type": "http", "parameters": {"url": "ftp://x"}}]}, "/tools/0"),
+        ({"tools": [{"type": "http", "parameters": {"url": "ftp://x"}}]}, "/tools/0/parameters/url"),
     ]
     for extra, pointer in cases:
         with pytest.raises(AgentError) as info:

@@ -22,6 +22,7 @@ from ..messages import text_of
 from ..tokens import HIDDEN
 
 __all__ = [
+    "ArchiveStream",
     "Batch",
     "GcReport",
     "Item",
@@ -30,6 +31,7 @@ __all__ = [
     "Recall",
     "check_ref",
     "new_ref",
+    "open_stream",
     "session_key",
 ]
 
@@ -271,6 +273,63 @@ class Offloader(Protocol):
     def delete(self, session: str) -> int: ...
 
     def gc(self, max_age_seconds: float) -> GcReport: ...
+
+
+class ArchiveStream(Protocol):
+    """One tool result archived as it streams: :meth:`write` its text piece by piece, then
+    :meth:`commit` (durable, and readable by ``ref`` from then on) or :meth:`abort` (nothing
+    is left). Each call may block on disk or the database: call it off the event loop."""
+
+    ref: str
+
+    def write(self, text: str) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+@runtime_checkable
+class StreamWriter(Protocol):
+    """A store that archives a tool result as it streams, without holding it whole."""
+
+    def open_tool_result(self, session: str, *, tool_call_id: str | None = None) -> ArchiveStream: ...
+
+
+BUFFERED_BYTES = 16 * 1024 * 1024
+"""What a store that cannot stream is given at most: the stream is buffered whole first."""
+
+
+class _Buffered:
+    """The stream of a store that only writes whole archives: buffered, up to a bound."""
+
+    def __init__(self, store: Any, session: str, tool_call_id: str | None) -> None:
+        session_key(session)
+        self.store, self.session, self.tool_call_id = store, session, tool_call_id
+        self.parts: list[str] = []
+        self.size = 0
+        self.ref = ""
+
+    def write(self, text: str) -> None:
+        self.size += len(text)
+        if self.size > BUFFERED_BYTES:
+            raise OffloadError(f"this offload store takes no archive over {BUFFERED_BYTES:,} characters")
+        self.parts.append(text)
+
+    def commit(self) -> None:
+        text, self.parts = "".join(self.parts), []
+        self.ref = self.store.store_tool_result(self.session, text, tool_call_id=self.tool_call_id)
+
+    def abort(self) -> None:
+        self.parts = []
+
+
+def open_stream(store: Any, session: str, *, tool_call_id: str | None = None) -> ArchiveStream:
+    """A stream archiving one tool result into ``store``: its own, or a bounded buffer for a
+    store that writes whole archives only."""
+    if isinstance(store, StreamWriter):
+        return store.open_tool_result(session, tool_call_id=tool_call_id)
+    return _Buffered(store, session, tool_call_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,17 @@
   ``messages.jsonl`` under an exclusive lock, without rewriting the file, then indexed in
   ``index.jsonl``: one write and one fsync for each of the two files per batch, however many
   archives it holds. An index entry records where its line starts, so a read does not scan;
-- tool results written by earlier versions, one file each (``t-<id>.txt``), read as before.
+- tool results written by earlier versions, one file each (``t-<id>.txt``), read as before;
+- a tool result archived as it streams (:meth:`LocalOffloader.open_tool_result`): a file of
+  its own too, written to a temporary file (``t-<id>.tmp.txt``), then fsynced, renamed and
+  indexed, so that it is never held whole in memory and is readable only once whole.
 
 Every path is built from store-generated names only and checked to stay inside the root.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -75,6 +79,11 @@ class LocalOffloader:
         item = Item(new_ref("messages"), "messages", messages)
         self.write_batch(session, [item])
         return item.ref
+
+    def open_tool_result(self, session: str, *, tool_call_id: str | None = None) -> _FileStream:
+        """A tool result archived as it streams (see the module's docstring)."""
+        folder = self._session_dir(session, create=True)
+        return _FileStream(self, folder, new_ref("tool_result"), tool_call_id)
 
     def write_batch(self, session: str, items: list[Item]) -> int:
         """Append every item to the session's archive file, then their index entries: one
@@ -254,6 +263,74 @@ class LocalOffloader:
             if not _entries(folder.path):
                 os.rmdir(folder.path)
         return GcReport(files=files, bytes=freed, skipped=tuple(skipped))
+
+
+class _FileStream:
+    """One streamed tool result: a temporary file, renamed into place and indexed on commit."""
+
+    def __init__(self, store: LocalOffloader, folder: Path, ref: str, tool_call_id: str | None) -> None:
+        self.ref = ref
+        self._store, self._folder, self._tool_call_id = store, folder, tool_call_id
+        self._tmp = store._inside(folder, f"{ref}.tmp.txt")
+        self._bytes = 0
+        try:
+            self._fd: int | None = os.open(
+                self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
+            )
+        except OSError as exc:
+            raise OffloadError(f"cannot write the archive: {exc.strerror or exc}") from None
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8", "surrogatepass")
+        if self._fd is None:
+            raise OffloadError("the archive is closed")
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                if n <= 0:
+                    raise OSError(errno.EIO, "short write")
+                view = view[n:]
+        except OSError as exc:
+            self.abort()
+            raise OffloadError(f"cannot write the archive: {exc.strerror or exc}") from None
+        self._bytes += len(data)
+
+    def commit(self) -> None:
+        """Durable, then visible: fsync, rename into place, fsync the folder, index it."""
+        if self._fd is None:
+            raise OffloadError("the archive is closed")
+        final = self._store._inside(self._folder, f"{self.ref}.txt")
+        try:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+            os.rename(self._tmp, final)
+            _fsync_dir(self._folder)
+            entry = {
+                "ref": self.ref,
+                "kind": "tool_result",
+                "tool_call_id": self._tool_call_id,
+                "file": True,
+                "bytes": self._bytes,
+                "time": time.time(),
+            }
+            line = json.dumps(entry, ensure_ascii=False) + "\n"
+            self._store._append(self._folder, _INDEX, line.encode("utf-8", "surrogatepass"))
+        except OSError as exc:
+            self.abort()
+            with contextlib.suppress(OSError):
+                os.unlink(final)
+            raise OffloadError(f"cannot write the archive: {exc.strerror or exc}") from None
+
+    def abort(self) -> None:
+        """Nothing of it is left."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        with contextlib.suppress(OSError):
+            os.unlink(self._tmp)
 
 
 def _line(item: Item) -> bytes:
