@@ -524,7 +524,8 @@ def recall_tools(offloader: Any, session: str) -> list[Tool]:
             limit = arguments.get("limit", RECALL_DEFAULT)
             if isinstance(limit, bool) or not isinstance(limit, (int, float, str)):
                 raise TypeError(f"limit must be a whole number from 1 to {RECALL_LIMIT:,}")
-            got = offloader.read(
+            got = await asyncio.to_thread(  # a store's read touches the disk or the database
+                offloader.read,
                 session,
                 arguments.get("ref"),
                 offset=int(arguments.get("offset", 0)),
@@ -543,7 +544,9 @@ def recall_tools(offloader: Any, session: str) -> list[Tool]:
 
     async def search(arguments: dict[str, Any]) -> str:
         try:
-            hits = offloader.search(session, arguments.get("pattern"), max_results=20)
+            hits = await asyncio.to_thread(  # a search scans up to its limit: off the loop
+                offloader.search, session, arguments.get("pattern"), max_results=20
+            )
         except OffloadError as exc:
             raise ToolError(str(exc)) from None
         if not hits:

@@ -175,3 +175,36 @@ def test_the_server_answers_health_while_an_execution_runs_4000_tool_calls(
     assert answer[0].status_code == 200, answer[0].text
     assert len(chat_server.requests) == 2 and len(latencies) >= 10
     assert max(latencies) < 1.0, sorted(latencies)[-5:]
+
+
+def test_recall_reads_and_searches_run_off_the_event_loop(tmp_path, monkeypatch):
+    """context_read and context_search touch the store in a worker thread, never on the loop's."""
+    import asyncio
+
+    from ctxmgmt.tools import recall_tools
+
+    store = LocalOffloader(tmp_path)
+    ref = store.store_tool_result("s", "line one\nneedle two\n" * 50)
+    on_loop: dict[str, bool] = {}
+    read, search = LocalOffloader.read, LocalOffloader.search
+
+    def spy(name, real):
+        def run(self, *args, **kwargs):
+            on_loop[name] = threading.current_thread() is threading.main_thread()
+            return real(self, *args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(LocalOffloader, "read", spy("read", read))
+    monkeypatch.setattr(LocalOffloader, "search", spy("search", search))
+    tools = {t.name: t for t in recall_tools(store, "s")}
+
+    async def both() -> tuple[str, str]:
+        return (
+            await tools["context_read"].run({"ref": ref, "limit": 20}),
+            await tools["context_search"].run({"pattern": "needle"}),
+        )
+
+    got_read, got_search = asyncio.run(both())
+    assert "line one" in got_read and "needle" in got_search
+    assert on_loop == {"read": False, "search": False}
