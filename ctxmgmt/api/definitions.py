@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-import yaml
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -211,21 +210,8 @@ def _nesting(text: str) -> int:
 
 def _check_text(text: str, registry: Any, models: list[str]) -> tuple[Any, list[Any]]:
     """(the parsed document, its problems): off the event loop, as parsing takes a while."""
-    if _has_alias(text):  # an alias can make a small text a huge tree (billion laughs)
-        raise HTTPProblem(400, "text uses YAML anchors or aliases (& or *), which are not accepted here")
     document = parse_document(text, source="definition")
     return document, validate_definition(document, registry=registry, model_ids=models)
-
-
-def _has_alias(text: str) -> bool:
-    """Whether YAML text uses an anchor or alias (a scan, linear in the text)."""
-    try:
-        return any(
-            isinstance(token, (yaml.AliasToken, yaml.AnchorToken))
-            for token in yaml.scan(text, Loader=yaml.SafeLoader)
-        )
-    except yaml.YAMLError:
-        return False  # parse_document reports the syntax error with its line
 
 
 async def validate(request: Request) -> JSONResponse:
