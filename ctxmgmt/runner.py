@@ -837,18 +837,17 @@ def _thresholds(definition: Definition | None, window: int | None) -> list[dict[
 
 
 def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
-    """The assistant message as it goes back into the conversation."""
+    """The assistant message as it goes back into the conversation. The client checked the
+    reply (:mod:`ctxmgmt._reply`): its content is a string or null, its calls are well formed
+    and their ids unique in the turn, so every tool result answers one call."""
     out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     calls = message.get("tool_calls")
     if calls:
         out["tool_calls"] = [
             {
-                "id": str(c.get("id")),
+                "id": c["id"],
                 "type": "function",
-                "function": {
-                    "name": str((c.get("function") or {}).get("name")),
-                    "arguments": str((c.get("function") or {}).get("arguments") or "{}"),
-                },
+                "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
             }
             for c in calls
         ]
