@@ -54,7 +54,7 @@ class ReplyError(ValueError):
     def __init__(self, pointer: str, message: str) -> None:
         self.pointer = pointer
         self.message = message
-        super().__init__(f"{pointer or '/'}: {message}")
+        super().__init__(f"{pointer}: {message}" if pointer else f"the reply {message}")
 
 
 class _NotJSON(ReplyError):
@@ -65,7 +65,7 @@ def read(raw: bytes, provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the assistant message in chat form, the usage) of a reply body; ReplyError otherwise."""
     data = parse(raw, "")
     if not isinstance(data, dict):
-        raise ReplyError("", f"the reply is {_kind(data)}, not a JSON object")
+        raise ReplyError("", f"is {_kind(data)}, not a JSON object")
     message = _anthropic_message(data) if provider == "anthropic" else _chat_message(data)
     usage = data.get("usage")
     return message, usage if isinstance(usage, dict) else {}
@@ -84,11 +84,11 @@ def parse(raw: bytes | str, pointer: str) -> Any:
             raise ReplyError(pointer, f"is not UTF-8 text (byte {exc.start} is invalid)") from None
     depth = _depth(encoded)
     if depth > MAX_DEPTH:
-        raise ReplyError(pointer, f"JSON nested {depth} deep; at most {MAX_DEPTH} levels are accepted")
+        raise ReplyError(pointer, f"is JSON nested {depth} deep; at most {MAX_DEPTH} levels are accepted")
     try:
         data = json.loads(text, parse_constant=_constant)
     except RecursionError:  # belt and braces: the count above should have caught it
-        raise ReplyError(pointer, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+        raise ReplyError(pointer, f"is JSON nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         raise _NotJSON(pointer, f"is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except ReplyError as exc:
@@ -115,7 +115,7 @@ def _depth(encoded: bytes) -> int:
 
 
 def _constant(name: str) -> Any:
-    raise ReplyError("", f"{name} is not JSON; a reply carries finite numbers only")
+    raise ReplyError("", f"holds {name}, which is not JSON; a reply carries finite numbers only")
 
 
 def _encode(text: str, pointer: str) -> bytes:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
-import json
 import os
 import random
 import ssl
@@ -419,8 +418,10 @@ class ChatClient:
     def _transport_error(self, exc: httpx.HTTPError) -> LLMError:
         if isinstance(exc, httpx.TimeoutException):  # its timeout is what was left of the deadline
             return self._timeout()
+        detail = f": {exc}" if isinstance(exc, httpx.DecodingError) else ""
         return LLMError(
-            f"the request to {self.config.base_url} failed ({type(exc).__name__})", model_id=self.config.id
+            f"the request to {self.config.base_url} failed ({type(exc).__name__}{detail})",
+            model_id=self.config.id,
         )
 
 
@@ -474,10 +475,10 @@ class _Body:
 
     def finish(self) -> bytes:
         if self._zlib is not None:
-            try:
-                self.add(self._zlib.flush())
-            except zlib.error as exc:
-                raise httpx.DecodingError(f"the reply's compressed body is invalid ({exc})") from None
+            if not self._zlib.eof:
+                raise httpx.DecodingError("the reply's compressed body ends early")
+            if len(self.data) + len(self._zlib.unconsumed_tail) > self.limit:
+                raise self._too_large()
         return bytes(self.data)
 
 
@@ -552,9 +553,10 @@ def _reason(raw: bytes) -> str:
 
 
 def parse_json_object(text: str) -> Any:
-    """The JSON object in a model's answer, tolerating a Markdown code fence."""
+    """The JSON in a model's answer, tolerating a Markdown code fence, within the reply's
+    bounds (depth, no NaN, no lone surrogate); a ValueError saying what is wrong otherwise."""
     stripped = text.strip()
     if stripped.startswith("```"):
         stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
         stripped = stripped.rsplit("```", 1)[0]
-    return json.loads(stripped)
+    return _reply.parse(stripped, "")

@@ -742,6 +742,8 @@ class RawServer:
         import socket
 
         self._closed.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
         self._sock.close()
         with self._lock:
             conns = list(self._conns)

@@ -398,7 +398,7 @@ def openapi_document() -> dict[str, Any]:
                     ref("ExecutionResult"),
                     body=ref("Execution"),
                     params=("agent_id",),
-                    errors=(400, 401, 403, 404, 409, 502),
+                    errors=(400, 401, 403, 404, 409, 502, 504),
                     semantic="a question that is only white space, a definition name that is not stored.",
                 )
             },
@@ -461,7 +461,7 @@ def openapi_document() -> dict[str, Any]:
                     {"type": "object"},
                     body=ref("Compaction"),
                     params=("agent_id",),
-                    errors=(400, 401, 403, 404, 409, 502),
+                    errors=(400, 401, 403, 404, 409, 502, 504),
                     semantic="a memory id with no conversation (404).",
                 )
             },
