@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import re
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any
 
 from .formats import anthropic as _anthropic
@@ -44,6 +46,9 @@ are refused."""
 _ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+_LEVELS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""Only an escape can make a surrogate: the text itself is strict UTF-8."""
 _MAX_NAME = 256
 """Characters of a tool call's id or name at most."""
 
@@ -93,24 +98,19 @@ def parse(raw: bytes | str, pointer: str) -> Any:
         raise _NotJSON(pointer, f"is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except ReplyError as exc:
         raise ReplyError(pointer, exc.message) from None
-    _check_strings(data, pointer)
+    if _ESCAPED_SURROGATE.search(encoded) and not _valid_strings(data):
+        _check_strings(data, pointer)  # the slow walk, that names where
     return data
 
 
 def _depth(encoded: bytes) -> int:
-    """How deep objects and lists nest in a JSON text (strings skipped), without parsing it."""
-    brackets = _STRINGS.sub(b"", encoded).translate(None, _NOT_BRACKETS)
-    if not brackets:
+    """How deep objects and lists nest in a JSON text, without parsing it (so a deep text
+    costs no recursion): strings dropped, the deepest running count of brackets, in C."""
+    steps = _STRINGS.sub(b"", encoded).translate(_LEVELS, _NOT_BRACKETS)
+    if not steps:
         return 0
-    depth = deepest = 0
-    # Runs of openers are what nest: count them a run at a time (C speed per run).
-    for run in re.finditer(rb"[\[{]+|[\]}]+", brackets):
-        size = run.end() - run.start()
-        if brackets[run.start()] in b"[{":
-            depth += size
-            deepest = max(deepest, depth)
-        else:
-            depth -= size
+    # accumulate() adds 2 per opener and 0 per closer; minus the brackets so far, the depth.
+    deepest: int = max(map(operator.sub, accumulate(steps), range(1, len(steps) + 1)))
     return deepest
 
 
@@ -125,6 +125,31 @@ def _encode(text: str, pointer: str) -> bytes:
         raise ReplyError(
             pointer, f"holds a lone surrogate (\\u{ord(text[exc.start]):04x} at character {exc.start})"
         ) from None
+
+
+def _valid_strings(data: Any) -> bool:
+    """Whether every key and string of ``data`` is valid Unicode (a quick walk, no pointers)."""
+    pending = [data]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if not value.isascii() and not _encodable(value):
+                return False
+        elif isinstance(value, dict):
+            if not all(k.isascii() or _encodable(k) for k in value):
+                return False
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return True
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_strings(data: Any, pointer: str) -> None:

@@ -71,6 +71,8 @@ ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 """The reply's limit sent to Anthropic when the model's configuration gives no max_tokens."""
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+_PARSE_INLINE = 64 * 1024
+"""Replies up to this size are checked on the event loop; longer ones in a worker thread."""
 """A model's reply is refused past this many bytes (decoded) unless its configuration says."""
 
 
@@ -108,7 +110,8 @@ class ModelConfig:
         key = os.environ.get(self.api_key_env)
         if not key:
             raise LLMError(
-                f"the environment variable {self.api_key_env} (api_key_env) is not set",
+                f"the environment variable {self.api_key_env} (api_key_env) is not set; set it, or "
+                "leave api_key_env out of the model's configuration for an endpoint without a key",
                 model_id=self.id,
             )
         return key
@@ -233,15 +236,16 @@ class HTTPPool:
             return found
 
     def _take(self, loop: asyncio.AbstractEventLoop | None) -> list[httpx.AsyncClient]:
+        """Forget the clients of ``loop`` (every client for None), returning them."""
         with self._lock:
-            mine = [c for k, c in self._async.items() if loop is not None and k[-1] == id(loop)]
-            self._async = {k: c for k, c in self._async.items() if loop is None or k[-1] != id(loop)}
+            mine = [c for k, c in self._async.items() if loop is None or k[-1] == id(loop)]
+            self._async = {k: c for k, c in self._async.items() if loop is not None and k[-1] != id(loop)}
         return mine
 
     def close(self) -> None:
         """Close the clients of sync calls."""
         driver = _DRIVER.running()
-        clients = self._take(driver)
+        clients = self._take(driver) if driver is not None else []
         if clients and driver is not None:
             asyncio.run_coroutine_threadsafe(_aclose_all(clients), driver).result(timeout=10)
 
@@ -249,7 +253,7 @@ class HTTPPool:
         """Close the clients of the running loop and of sync calls (and forget any other's)."""
         mine = self._take(asyncio.get_running_loop())
         driver = _DRIVER.running()
-        synced = self._take(driver)
+        synced = self._take(driver) if driver is not None else []
         self._take(None)
         await _aclose_all(mine)
         if synced and driver is not None:
@@ -384,7 +388,10 @@ class ChatClient:
                     else:
                         wait = self._should_retry(attempt, status, answered)
                         if wait is None or time.monotonic() + wait >= deadline:
-                            return self._parse(status, raw)
+                            if len(raw) <= _PARSE_INLINE:
+                                return self._parse(status, raw)
+                            # Checking megabytes takes a while: off the event loop.
+                            return await asyncio.to_thread(self._parse, status, raw)
                     await asyncio.sleep(wait)
         except TimeoutError:
             raise self._timeout() from None
@@ -507,19 +514,20 @@ class _Driver:
     process, started on first use (and again in a forked child)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._forget()
         os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
         self._lock = threading.Lock()
-        self._loop = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="ctxmgmt-llm", daemon=True).start()
+                self._thread = threading.Thread(target=loop.run_forever, name="ctxmgmt-llm", daemon=True)
+                self._thread.start()
                 self._loop = loop
             return self._loop
 
@@ -528,7 +536,11 @@ class _Driver:
         return self._loop
 
     def run(self, call: Coroutine[Any, Any, ChatResponse]) -> ChatResponse:
-        future = asyncio.run_coroutine_threadsafe(call, self.loop())
+        loop = self.loop()
+        if threading.current_thread() is self._thread:  # it would wait on itself forever
+            call.close()
+            raise RuntimeError("a sync model call from the driver's own loop; await acomplete instead")
+        future = asyncio.run_coroutine_threadsafe(call, loop)
         try:
             return future.result()
         except BaseException:
