@@ -5,8 +5,9 @@ outside input, so nothing of it enters a conversation before it passed here.
 the assistant message in chat form, and the usage:
 
 - the body is UTF-8 JSON, nested at most :data:`MAX_DEPTH` deep (counted before parsing, so
-  a deep body costs neither a recursion nor a traceback), without ``NaN`` or ``Infinity``,
-  and without a lone surrogate (``"\\ud800"``) in any key or string;
+  a deep body costs neither a recursion nor a traceback), with finite numbers only (no
+  ``NaN``, ``Infinity`` or ``1e400``, no integer of more than 100 digits), and without a
+  lone surrogate (``"\\ud800"``) in any key or string;
 - OpenAI chat: ``choices[0].message`` is an object whose ``content`` is a string or null, and
   whose ``tool_calls`` is a list of objects, each with a non-empty string ``id``, ``type``
   ``function`` and a ``function`` object with a non-empty string ``name`` and string
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import operator
 import re
 from collections.abc import Mapping
@@ -49,6 +51,9 @@ _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 _LEVELS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 """Only an escape can make a surrogate: the text itself is strict UTF-8."""
+_MAX_DIGITS = 100
+_BIG_NUMBER = re.compile(rb"[eE][+-]?\d{3}|\d{%d}" % (_MAX_DIGITS + 1))
+"""What a number past a float's range or of too many digits needs (strings may match too)."""
 _MAX_NAME = 256
 """Characters of a tool call's id or name at most."""
 
@@ -91,7 +96,9 @@ def parse(raw: bytes | str, pointer: str) -> Any:
     if depth > MAX_DEPTH:
         raise ReplyError(pointer, f"is JSON nested {depth} deep; at most {MAX_DEPTH} levels are accepted")
     try:
-        data = json.loads(text, parse_constant=_constant)
+        # The number hooks cost a call per number: only where a number could be out of bounds.
+        hooks = {"parse_float": _finite, "parse_int": _bounded} if _BIG_NUMBER.search(encoded) else {}
+        data = json.loads(text, parse_constant=_constant, **hooks)
     except RecursionError:  # belt and braces: the count above should have caught it
         raise ReplyError(pointer, f"is JSON nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
@@ -116,6 +123,19 @@ def _depth(encoded: bytes) -> int:
 
 def _constant(name: str) -> Any:
     raise ReplyError("", f"holds {name}, which is not JSON; a reply carries finite numbers only")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as infinity
+        raise ReplyError("", f"holds the number {text[:40]}, beyond a float's range")
+    return value
+
+
+def _bounded(text: str) -> int:
+    if len(text) > _MAX_DIGITS:
+        raise ReplyError("", f"holds an integer of {len(text):,} digits; at most {_MAX_DIGITS} are accepted")
+    return int(text)
 
 
 def _encode(text: str, pointer: str) -> bytes:

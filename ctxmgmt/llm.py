@@ -71,9 +71,9 @@ ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 """The reply's limit sent to Anthropic when the model's configuration gives no max_tokens."""
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+"""A model's reply is refused past this many bytes (decoded) unless its configuration says."""
 _PARSE_INLINE = 64 * 1024
 """Replies up to this size are checked on the event loop; longer ones in a worker thread."""
-"""A model's reply is refused past this many bytes (decoded) unless its configuration says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,9 +416,8 @@ class ChatClient:
     def _timeout(self) -> LLMTimeoutError:
         return LLMTimeoutError(
             f"timed out: no complete answer from {self.config.base_url} within {self.config.timeout:g} s "
-            "(timeout: "
-            "the whole call's deadline, retries included); raise timeout in the model's configuration "
-            "if its answers take longer",
+            "(timeout: the whole call's deadline, retries included); raise timeout in the model's "
+            "configuration if its answers take longer",
             model_id=self.config.id,
         )
 
@@ -490,7 +489,8 @@ class _Body:
 
 
 class _Threaded(httpx.AsyncBaseTransport):
-    """A sync transport driven from the async core (its calls run in a worker thread)."""
+    """A sync transport (a caller's stand-in for the network) driven from the async core:
+    its calls run in a worker thread, its answer read there."""
 
     def __init__(self, transport: httpx.BaseTransport) -> None:
         self._transport = transport

@@ -134,6 +134,19 @@ LIES = [
         chat({"content": "hi"})[:-1] + b', "usage": {"x": -Infinity}}',
         "Infinity",
     ),
+    ("huge-exponent", "openai", chat({"content": "hi"})[:-1] + b', "usage": {"x": 1e400}}', "1e400, beyond"),
+    (
+        "huge-integer",
+        "openai",
+        chat({"content": "hi"})[:-1] + b', "usage": {"x": 1%s}}' % (b"0" * 5000),
+        "5,001 digits",
+    ),
+    (
+        "huge-in-arguments",
+        "openai",
+        chat({"content": None, "tool_calls": [fn_call(arguments='{"a": 1e999}')]}),
+        "/tool_calls/0/function/arguments: holds the number 1e999",
+    ),
     ("not-utf8", "openai", chat({"content": "hi"}).replace(b"hi", b"h\xffi"), "not UTF-8"),
     ("not-json", "openai", b"<html>hello</html>", "is not JSON"),
     ("no-choices", "openai", b'{"choices": []}', "/choices"),
@@ -197,23 +210,17 @@ def test_retries_count_inside_the_deadline(chat_server):
     assert isinstance(exc, LLMTimeoutError) or "answered 503" in str(exc)
 
 
+def summariser(model_id):
+    """A definition that summarises before every call with the model ``model_id``."""
+    spec = {"summarization_model_id": model_id, "preserve_recent_messages": 2}
+    entry = {"type": "SummarizationManager", "config": spec, "activation": {"always": True}}
+    return load_definition({"name": "s", "hooks": {"pre_llm": [entry]}})
+
+
 def test_the_summarisers_model_calls_have_the_deadline(raw):
     """A summariser whose model trickles fails open at the deadline, sync and async: no
     message is removed and the trace says it timed out."""
-    definition = load_definition(
-        {
-            "name": "s",
-            "hooks": {
-                "pre_llm": [
-                    {
-                        "type": "SummarizationManager",
-                        "config": {"summarization_model_id": "m", "preserve_recent_messages": 2},
-                        "activation": {"always": True},
-                    }
-                ]
-            },
-        }
-    )
+    definition = summariser("m")
     models = ModelsConfig({"m": model(raw)})
     context = Context(messages=make_conversation(30))
     for run in (
@@ -231,20 +238,7 @@ def test_the_summarisers_model_calls_have_the_deadline(raw):
 def test_a_summary_with_nan_or_deep_nesting_fails_open(chat_server, models):
     """The summariser reads the model's JSON within the reply's bounds: a summary holding NaN,
     or nested 5,000 deep, is refused (after its one retry) and no message is removed."""
-    definition = load_definition(
-        {
-            "name": "s",
-            "hooks": {
-                "pre_llm": [
-                    {
-                        "type": "SummarizationManager",
-                        "config": {"summarization_model_id": "summarizer", "preserve_recent_messages": 2},
-                        "activation": {"always": True},
-                    }
-                ]
-            },
-        }
-    )
+    definition = summariser("summarizer")
     context = Context(messages=make_conversation(30))
     for bad, named in (
         ('{"goal": [NaN]}', "holds NaN"),
