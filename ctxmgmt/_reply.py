@@ -97,8 +97,13 @@ def parse(raw: bytes | str, pointer: str) -> Any:
         raise ReplyError(pointer, f"is JSON nested {depth} deep; at most {MAX_DEPTH} levels are accepted")
     try:
         # The number hooks cost a call per number: only where a number could be out of bounds.
-        hooks = {"parse_float": _finite, "parse_int": _bounded} if _BIG_NUMBER.search(encoded) else {}
-        data = json.loads(text, parse_constant=_constant, **hooks)
+        big = _BIG_NUMBER.search(encoded) is not None
+        data = json.loads(
+            text,
+            parse_constant=_constant,
+            parse_float=_finite if big else None,
+            parse_int=_bounded if big else None,
+        )
     except RecursionError:  # belt and braces: the count above should have caught it
         raise ReplyError(pointer, f"is JSON nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
