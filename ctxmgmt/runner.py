@@ -30,7 +30,7 @@ from .cache import PromptCache, cache_figures, clean_usage, output_tokens, ratio
 from .calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
 from .context import Context
 from .definitions import Definition
-from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
+from .errors import AgentError, ContextError, LLMError, ManagerError, NotFound, Problem, ToolError
 from .fit import reserve_tokens
 from .llm import ChatClient, HTTPPool, ModelConfig, ModelsConfig
 from .managers.base import Environment
@@ -443,7 +443,12 @@ class Runner:
             state=state,
         )
         env = Environment(self.models, self.offloader, memory_id, pool=self.pool)
-        result = await compactor.aapply("pre_llm", view, environment=env)
+        try:
+            result = await compactor.aapply("pre_llm", view, environment=env)
+        except ManagerError as exc:
+            if isinstance(exc.__cause__, LLMError):  # the model's fault (502/504), not the definition's
+                raise exc.__cause__ from None
+            raise
         saved = {
             **result.context.state,
             VIEW_KEY: {"upto": length, "messages": list(result.context.messages)},

@@ -472,6 +472,41 @@ def test_the_runner_ends_at_the_deadline_and_the_record_says_so(raw, runner_for,
     assert record["status"] == "error" and record["error"].startswith("LLMTimeoutError: ")
 
 
+def test_compacting_now_with_a_failing_model_is_the_models_error(raw, runner_for):
+    """_compact whose summariser model trickles ends at the deadline with LLMTimeoutError (504),
+    one that lies with LLMError (502), not a definition's error; the view is unchanged."""
+    runner = runner_for(raw)
+    inline = {
+        "hooks": {
+            "pre_llm": [
+                {
+                    "type": "SummarizationManager",
+                    "config": {"summarization_model_id": "chat", "preserve_recent_messages": 2},
+                    "activation": {"tokens_exceed": 10**9},
+                }
+            ]
+        }
+    }
+    agent_id = runner.register(
+        {"name": "a", "type": "conversational", "llm": {"model_id": "chat"}, "context_management": inline}
+    )
+    memory_id = None
+    for i in range(3):
+        raw.answer(chat({"content": f"answer {i}"}))
+        memory_id = runner.execute(agent_id, f"question {i}", memory_id=memory_id).memory_id
+    before = runner.view(memory_id)["view"]
+    raw.trickle(interval=0.2)
+    started = time.monotonic()
+    with pytest.raises(LLMTimeoutError):
+        runner.compact(agent_id, memory_id)
+    assert time.monotonic() - started < DEADLINE + SLACK
+    raw.answer(chat({"content": {"goal": []}}))
+    with pytest.raises(LLMError, match="/choices/0/message/content: is an object") as caught:
+        runner.compact(agent_id, memory_id)
+    assert not isinstance(caught.value, LLMTimeoutError)
+    assert runner.view(memory_id)["view"] == before
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_parallel_calls_sharing_an_id_give_a_valid_next_request(runner_for, provider):
     """Two parallel calls with one id: each gets its own id and its own result, so the next
@@ -558,6 +593,39 @@ def test_the_api_answers_502_or_504_and_memory_routes_stay_200(raw, store, tools
         )
         assert upstream.status_code == 502 and "answered 500" in upstream.json()["error"]["reason"]
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+def test_a_summariser_that_must_not_fail_answers_for_its_model(raw, store):
+    """A summariser with on_error: fail whose model trickles or lies makes the execution a 504
+    or a 502 (the model's fault), not a 422 (the definition's)."""
+    entry = {
+        "type": "SummarizationManager",
+        "config": {"summarization_model_id": "chat", "preserve_recent_messages": 2},
+        "activation": {"message_count_exceed": 3},
+        "on_error": "fail",
+    }
+    models = ModelsConfig({"chat": replace(model(raw), id="chat")})
+    body = {"name": "a", "llm": {"model_id": "chat"}, "context_management": {"hooks": {"pre_llm": [entry]}}}
+    with (
+        LiveServer(create_app(store, models=models)) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        agent_id = client.post(f"{AGENTS}/_register", json=body).json()["agent_id"]
+        memory_id = None
+        for status, script in (
+            (200, lambda: raw.answer(chat({"content": "a1"}))),
+            (200, lambda: raw.answer(chat({"content": "a2"}))),
+            (504, lambda: raw.trickle(interval=0.2)),
+            (502, lambda: raw.answer(chat({"content": None, "tool_calls": "x"}))),
+        ):
+            script()
+            params = {"question": "q", **({"memory_id": memory_id} if memory_id else {})}
+            answer = client.post(f"{AGENTS}/{agent_id}/_execute", json={"parameters": params})
+            assert answer.status_code == status, answer.text
+            if status == 200:
+                memory_id = answer.json()["inference_results"][0]["output"][0]["result"]
+            else:
+                assert "SummarizationManager" in answer.json()["error"]["reason"]
 
 
 def test_ctxmgmt_serve_holds_against_a_keyless_endpoint_that_misbehaves(raw, tmp_path):
