@@ -327,7 +327,7 @@ class ChatClient:
         return config.base_url.rstrip("/") + "/chat/completions", headers, body
 
     def _parse(self, status: int, raw: bytes) -> ChatResponse:
-        if status >= 400:
+        if not 200 <= status < 300:  # a redirect is not followed: the base_url is to be fixed
             raise LLMError(
                 f"the endpoint answered {status}: {_reason(raw)}", model_id=self.config.id, status=status
             )
@@ -347,7 +347,7 @@ class ChatClient:
         if status is not None and status not in _RETRY_STATUS:
             return None
         retry_after = headers.get("retry-after") if headers is not None else None
-        if retry_after and retry_after.isdigit():
+        if retry_after and retry_after.isascii() and retry_after.isdigit():  # '²' is a digit too
             return min(float(retry_after), 30.0)
         return float(min(0.25 * 2**attempt, 8.0) * (0.5 + random.random()))
 
@@ -443,7 +443,7 @@ class _Body:
         self.limit = config.max_response_bytes
         self.data = bytearray()
         length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.limit:
+        if length.isascii() and length.isdigit() and int(length) > self.limit:
             raise self._too_large()
         encoding = headers.get("content-encoding", "identity").strip().lower()
         self._zlib: Any = None

@@ -756,4 +756,4 @@ class RawServer:
 def _head(status: int, headers: dict[str, str]) -> bytes:
     lines = [f"HTTP/1.1 {status} {'OK' if status < 400 else 'Error'}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")  # as HTTP/1.1 reads headers

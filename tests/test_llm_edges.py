@@ -217,6 +217,23 @@ def summariser(model_id):
     return load_definition({"name": "s", "hooks": {"pre_llm": [entry]}})
 
 
+@pytest.mark.parametrize(
+    ("status", "headers", "named"),
+    [
+        (503, {"retry-after": "\u00b2"}, "answered 503"),
+        (301, {"location": "http://127.0.0.1:1/v1/chat/completions"}, "answered 301"),
+        (200, {"content-length": "\u00b2"}, "failed (RemoteProtocolError)"),
+    ],
+)
+def test_odd_statuses_and_headers_are_clear_errors(raw, status, headers, named):
+    """A digit that is not ASCII in retry-after or content-length, or a redirect, is an
+    LLMError naming what happened (not a ValueError, not a redirect followed)."""
+    for _ in range(2):  # the 503 is retried once (after the usual backoff)
+        raw.answer(b'{"error": {"message": "moved"}}', status=status, headers=headers)
+    exc, _ = call(model(raw, max_retries=1))
+    assert named in str(exc), str(exc)
+
+
 def test_the_summarisers_model_calls_have_the_deadline(raw):
     """A summariser whose model trickles fails open at the deadline, sync and async: no
     message is removed and the trace says it timed out."""
