@@ -9,9 +9,9 @@ the assistant message in chat form, and the usage:
   ``NaN``, ``Infinity`` or ``1e400``, no integer of more than 100 digits), and without a
   lone surrogate (``"\\ud800"``) in any key or string;
 - OpenAI chat: ``choices[0].message`` is an object whose ``content`` is a string or null, and
-  whose ``tool_calls`` is a list of objects, each with a non-empty string ``id``, ``type``
-  ``function`` and a ``function`` object with a non-empty string ``name`` and string
-  ``arguments``;
+  whose ``tool_calls`` is a list of objects, each with a string ``id`` (``call_{i}`` when
+  missing or empty, as some local servers send), ``type`` ``function`` and a ``function``
+  object with a non-empty string ``name`` and string ``arguments`` (``{}`` when empty);
 - Anthropic: ``content`` is a list of the assistant block types, a text block has its
   ``text`` string, a ``tool_use`` block its id (letters, digits, ``_`` and ``-``), its
   name and an object ``input``;
@@ -241,8 +241,11 @@ def _chat_message(data: Mapping[str, Any]) -> dict[str, Any]:
         arguments = fn.get("arguments")
         if arguments is not None and not isinstance(arguments, str):
             raise ReplyError(f"{where}/function/arguments", f"is {_kind(arguments)}, not a JSON string")
+        call_id = call.get("id")
+        if call_id is None or call_id == "":  # some local servers send none: pairing needs one
+            call_id = f"call_{i}"
         read_calls.append(
-            _call(_name(call.get("id"), f"{where}/id"), _name(fn.get("name"), f"{where}/function/name"))
+            _call(_name(call_id, f"{where}/id"), _name(fn.get("name"), f"{where}/function/name"))
         )
         if arguments:
             _arguments(arguments, f"{where}/function/arguments")

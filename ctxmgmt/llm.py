@@ -469,7 +469,8 @@ class _Body:
         if self._zlib is not None:
             if self._raw_deflate and not self.data and chunk:
                 self._raw_deflate = False
-                if (chunk[0] & 0x0F) != 8:  # no zlib header: a raw deflate stream
+                if len(chunk) < 2 or chunk[0] & 0x0F != 8 or (chunk[0] << 8 | chunk[1]) % 31:
+                    # no zlib header (method 8, a header check that divides by 31): raw deflate
                     self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
             try:
                 chunk = self._zlib.decompress(chunk, self.limit + 1 - len(self.data))

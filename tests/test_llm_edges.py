@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -285,10 +286,17 @@ def test_a_declared_length_past_the_limit_is_refused_before_reading(raw):
 
 
 def test_a_compressed_reply_is_bounded_by_its_decoded_size(raw):
-    """A gzip reply is decoded as it arrives: a small one reads, a 50 MB bomb (50 KB on the
-    wire) is refused at the limit."""
+    """A gzip or deflate reply is decoded as it arrives: a small one reads, a 50 MB bomb
+    (50 KB on the wire) is refused at the limit."""
     raw.answer(gzip.compress(chat({"content": "zipped"})), headers={"content-encoding": "gzip"})
     assert ChatClient(model(raw)).complete(HI).content == "zipped"
+    for wbits in (zlib.MAX_WBITS, -zlib.MAX_WBITS):  # deflate: zlib-wrapped, or raw
+        packer = zlib.compressobj(wbits=wbits)
+        raw.answer(
+            packer.compress(chat({"content": "deflated"})) + packer.flush(),
+            headers={"content-encoding": "deflate"},
+        )
+        assert ChatClient(model(raw)).complete(HI).content == "deflated"
     bomb = gzip.compress(chat({"content": "a" * 50_000_000}), 9)
     assert len(bomb) < 200_000
     raw.answer(bomb, headers={"content-encoding": "gzip"})
@@ -358,14 +366,14 @@ def test_a_malformed_reply_is_an_llm_error_naming_what_is_wrong(raw, name, provi
 
 
 def test_a_good_reply_is_returned_in_chat_form(raw):
-    """Content, tool calls (missing type and empty arguments filled in) and usage come through."""
-    calls = [{"id": "c1", "function": {"name": "echo", "arguments": ""}}, fn_call("big", '{"n": 1}', "c2")]
+    """Content, tool calls (a missing id, type and empty arguments filled in) and usage come through."""
+    calls = [{"function": {"name": "echo", "arguments": ""}}, fn_call("big", '{"n": 1}', "c2")]
     raw.answer(chat({"role": "assistant", "content": "x", "tool_calls": calls}, usage={"prompt_tokens": 3}))
     reply = ChatClient(model(raw)).complete(HI)
     assert reply.message == {
         "role": "assistant",
         "content": "x",
-        "tool_calls": [fn_call("echo", "{}", "c1"), fn_call("big", '{"n": 1}', "c2")],
+        "tool_calls": [fn_call("echo", "{}", "call_0"), fn_call("big", '{"n": 1}', "c2")],
     }
     assert reply.usage == {"prompt_tokens": 3}
 
