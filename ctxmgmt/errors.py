@@ -7,7 +7,8 @@
      ├── AgentError           an agent registration or execution request is invalid; .problems
      ├── RegistryError        a manager type could not be registered; .plugin
      ├── ManagerError         a manager with on_error: fail raised; .definition .hook .index
-     ├── LLMError             a chat-completions call failed; .model_id .status
+     ├── LLMError             a model call failed or its reply was refused (502); .model_id .status
+     │    └── LLMTimeoutError no complete reply within the model's deadline (504)
      ├── ToolError            a tool failed; the model reads the reason as the tool result
      ├── OffloadError         the offload store could not write or read; nothing was removed
      ├── StoreError           a stored definition cannot be read or written as asked
@@ -111,12 +112,16 @@ class ManagerError(CtxmgmtError):
 
 
 class LLMError(CtxmgmtError):
-    """A call to an OpenAI-compatible chat endpoint failed."""
+    """A call to a model endpoint failed, or its reply was refused."""
 
     def __init__(self, message: str, *, model_id: str, status: int | None = None) -> None:
         self.model_id = model_id
         self.status = status
         super().__init__(f"model {model_id!r}: {message}")
+
+
+class LLMTimeoutError(LLMError):
+    """A model call found no complete reply within its deadline (the model's ``timeout``)."""
 
 
 class StoreError(CtxmgmtError):

@@ -9,8 +9,9 @@ The configuration is a YAML file with a ``models:`` mapping::
         model: gpt-4o-mini
         api_key_env: OPENAI_API_KEY   # the key is read from this variable
         context_window: 128000
-        timeout: 30
+        timeout: 30                   # seconds for the whole call: connect, headers, body, retries
         max_retries: 2
+        max_response_bytes: 8388608   # a longer reply is refused (502), never read whole
       claude:
         provider: anthropic           # POST {base_url}/messages, x-api-key, anthropic-version
         base_url: https://api.anthropic.com/v1
@@ -23,6 +24,15 @@ The configuration is a YAML file with a ``models:`` mapping::
 With ``provider: anthropic`` the client places ``cache_control`` breakpoints at the end of
 the stable prefix (the tools, the system prompt, the summary) and at the last message.
 
+``api_key_env`` is optional: without it no key is sent (a local endpoint).
+
+Every call has one deadline, ``timeout`` (60 s by default): connecting, the headers, every
+byte of the body, and the retries with their waits all count inside it; past it the call
+ends with :class:`~ctxmgmt.errors.LLMTimeoutError` (the API answers 504). A retry that
+would not fit in what is left is not started. A reply is read as a stream and refused past
+``max_response_bytes`` (8 MiB by default; a 502 naming the key), and nothing of a reply
+enters a conversation before the one reply validator (:mod:`ctxmgmt._reply`) passed it.
+
 The CLI finds it through ``--config`` or ``CTXMGMT_CONFIG``. An API key never
 appears in a log line or an error message.
 """
@@ -32,13 +42,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
-import json
 import os
 import random
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Mapping
+import zlib
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,9 +56,9 @@ from typing import Any
 import httpx
 from jsonschema import Draft202012Validator
 
-from . import _resources
+from . import _reply, _resources
 from .cache import Pricing
-from .errors import ConfigError, LLMError, Problem
+from .errors import ConfigError, LLMError, LLMTimeoutError, Problem
 from .formats import anthropic as _anthropic
 from .loader import load_document
 from .messages import is_summary
@@ -60,6 +70,10 @@ _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 """The reply's limit sent to Anthropic when the model's configuration gives no max_tokens."""
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+"""A model's reply is refused past this many bytes (decoded) unless its configuration says."""
+_PARSE_INLINE = 64 * 1024
+"""Replies up to this size are checked on the event loop; longer ones in a worker thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +88,7 @@ class ModelConfig:
     api_key_env: str | None = None
     context_window: int | None = None
     timeout: float = 60.0
+    """Seconds for the whole call: connecting, the headers, the body, and every retry."""
     max_retries: int = 2
     max_connections: int = 10
     """Connections kept open to this endpoint at most (keep-alive, reused across calls)."""
@@ -86,6 +101,8 @@ class ModelConfig:
     """Anthropic: mark the stable prefix with ``cache_control`` breakpoints."""
     pricing: Pricing | None = None
     """Prices per million tokens: an execution's estimated cost."""
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    """A longer reply (decoded) is refused as it arrives: it is never read whole."""
 
     def api_key(self) -> str | None:
         if self.api_key_env is None:
@@ -93,7 +110,8 @@ class ModelConfig:
         key = os.environ.get(self.api_key_env)
         if not key:
             raise LLMError(
-                f"the environment variable {self.api_key_env} (api_key_env) is not set",
+                f"the environment variable {self.api_key_env} (api_key_env) is not set; set it, or "
+                "leave api_key_env out of the model's configuration for an endpoint without a key",
                 model_id=self.id,
             )
         return key
@@ -180,12 +198,12 @@ def _tls() -> ssl.SSLContext:
 class HTTPPool:
     """httpx clients kept open and reused: one per endpoint, settings and transport, so that
     a call pays neither a client's construction (its CA bundle) nor, on a kept-alive
-    connection, a TLS handshake. Async clients belong to the event loop that made them;
-    close them with :meth:`aclose` on that loop (the server does it on shutdown)."""
+    connection, a TLS handshake. A client belongs to the event loop that made them; close
+    them with :meth:`aclose` on that loop (the server does it on shutdown), and those of sync
+    calls (made on the driver's loop) with :meth:`close` or :meth:`aclose`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sync: dict[tuple[Any, ...], httpx.Client] = {}
         self._async: dict[tuple[Any, ...], httpx.AsyncClient] = {}
 
     @staticmethod
@@ -207,14 +225,6 @@ class HTTPPool:
         )
         return {"timeout": config.timeout, "limits": limits, "verify": _tls()}
 
-    def client(self, config: ModelConfig, transport: httpx.BaseTransport | None = None) -> httpx.Client:
-        key = self._key(config, transport)
-        with self._lock:
-            found = self._sync.get(key)
-            if found is None or found.is_closed:
-                found = self._sync[key] = httpx.Client(transport=transport, **self._options(config))
-            return found
-
     def aclient(
         self, config: ModelConfig, transport: httpx.AsyncBaseTransport | None = None
     ) -> httpx.AsyncClient:
@@ -225,34 +235,52 @@ class HTTPPool:
                 found = self._async[key] = httpx.AsyncClient(transport=transport, **self._options(config))
             return found
 
-    def close(self) -> None:
-        """Close the sync clients."""
+    def _take(self, loop: asyncio.AbstractEventLoop | None) -> list[httpx.AsyncClient]:
+        """Forget the clients of ``loop`` (every client for None), returning them."""
         with self._lock:
-            clients, self._sync = list(self._sync.values()), {}
-        for client in clients:
-            client.close()
+            mine = [c for k, c in self._async.items() if loop is None or k[-1] == id(loop)]
+            self._async = {k: c for k, c in self._async.items() if loop is not None and k[-1] != id(loop)}
+        return mine
+
+    def close(self) -> None:
+        """Close the clients of sync calls."""
+        driver = _DRIVER.running()
+        clients = self._take(driver) if driver is not None else []
+        if clients and driver is not None:
+            asyncio.run_coroutine_threadsafe(_aclose_all(clients), driver).result(timeout=10)
 
     async def aclose(self) -> None:
-        """Close the async clients of the running loop (and forget those of any other)."""
-        loop = id(asyncio.get_running_loop())
-        with self._lock:
-            mine = [c for k, c in self._async.items() if k[-1] == loop]
-            self._async = {}
-        for client in mine:
-            await client.aclose()
+        """Close the clients of the running loop and of sync calls (and forget any other's)."""
+        mine = self._take(asyncio.get_running_loop())
+        driver = _DRIVER.running()
+        synced = self._take(driver) if driver is not None else []
+        self._take(None)
+        await _aclose_all(mine)
+        if synced and driver is not None:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_aclose_all(synced), driver))
+
+
+async def _aclose_all(clients: list[httpx.AsyncClient]) -> None:
+    for client in clients:
+        await client.aclose()
 
 
 SHARED_POOL = HTTPPool()
-"""The process's sync clients (closed at exit). Async calls pool only where a pool is
-passed in, whose owner closes it on its loop: the runner per execution, the server on
+"""The pool of sync calls given none (closed at exit). Async calls pool only where a pool
+is passed in, whose owner closes it on its loop: the runner per execution, the server on
 shutdown."""
 atexit.register(SHARED_POOL.close)
 
 
 class ChatClient:
-    """Calls one chat-completions endpoint, with timeouts and retries with backoff on
-    429 and 5xx, over pooled keep-alive connections. Pass an httpx transport to route
-    requests elsewhere (tests)."""
+    """Calls one chat endpoint, with a deadline for the whole call and retries with backoff
+    on 429 and 5xx inside it, over pooled keep-alive connections. The reply is read as a
+    stream, refused past ``max_response_bytes``, and checked by the one reply validator
+    (:mod:`ctxmgmt._reply`) before anything of it is returned. Pass an httpx transport to
+    route requests elsewhere (tests).
+
+    The async core does the work; :meth:`complete` drives it on a private event loop (one
+    daemon thread for the process), so a sync call has the same deadline, to the moment."""
 
     def __init__(
         self,
@@ -263,7 +291,10 @@ class ChatClient:
         pool: HTTPPool | None = None,
     ) -> None:
         self.config = config
-        self._transport = transport
+        if async_transport is None and transport is not None:
+            async_transport = (
+                transport if isinstance(transport, httpx.AsyncBaseTransport) else _Threaded(transport)
+            )
         self._async_transport = async_transport
         self._pool = pool
 
@@ -271,7 +302,8 @@ class ChatClient:
         self, messages: list[dict[str, Any]], params: Mapping[str, Any]
     ) -> tuple[str, dict[str, str], dict[str, Any]]:
         config = self.config
-        headers = {"content-type": "application/json"}
+        # Only encodings whose decoding the reply's size limit bounds as it goes.
+        headers = {"content-type": "application/json", "accept-encoding": "gzip, deflate"}
         key = config.api_key()
         if config.provider == "anthropic":
             if key:
@@ -294,109 +326,250 @@ class ChatClient:
             body.setdefault("max_tokens", config.max_tokens)
         return config.base_url.rstrip("/") + "/chat/completions", headers, body
 
-    def _parse(self, response: httpx.Response) -> ChatResponse:
-        if response.status_code >= 400:
+    def _parse(self, status: int, raw: bytes) -> ChatResponse:
+        if not 200 <= status < 300:  # a redirect is not followed: the base_url is to be fixed
             raise LLMError(
-                f"the endpoint answered {response.status_code}: {_reason(response)}",
-                model_id=self.config.id,
-                status=response.status_code,
+                f"the endpoint answered {status}: {_reason(raw)}", model_id=self.config.id, status=status
             )
-        anthropic = self.config.provider == "anthropic"
         try:
-            data = response.json()
-            message = _anthropic.response_message(data) if anthropic else data["choices"][0]["message"]
-            if not isinstance(message, dict):
-                raise TypeError("message is not an object")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            kind = "a Messages API answer" if anthropic else "a chat completion"
+            message, usage = _reply.read(raw, self.config.provider)
+        except _reply.ReplyError as exc:
+            kind = "a Messages API answer" if self.config.provider == "anthropic" else "a chat completion"
             raise LLMError(
-                f"the endpoint's answer is not {kind} ({exc})",
-                model_id=self.config.id,
-                status=response.status_code,
+                f"the endpoint's answer is not {kind}: {exc}", model_id=self.config.id, status=status
             ) from None
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         return ChatResponse(message, usage)
 
-    def _should_retry(self, attempt: int, response: httpx.Response | None) -> float | None:
+    def _should_retry(self, attempt: int, status: int | None, headers: httpx.Headers | None) -> float | None:
         """Seconds to wait before another attempt, or None to stop."""
         if attempt >= self.config.max_retries:
             return None
-        if response is not None and response.status_code not in _RETRY_STATUS:
+        if status is not None and status not in _RETRY_STATUS:
             return None
-        retry_after = response.headers.get("retry-after") if response is not None else None
-        if retry_after and retry_after.isdigit():
+        retry_after = headers.get("retry-after") if headers is not None else None
+        if retry_after and retry_after.isascii() and retry_after.isdigit():  # '²' is a digit too
             return min(float(retry_after), 30.0)
         return float(min(0.25 * 2**attempt, 8.0) * (0.5 + random.random()))
 
     def complete(self, messages: list[dict[str, Any]], **params: Any) -> ChatResponse:
-        url, headers, body = self._request(messages, params)
-        http = (self._pool or SHARED_POOL).client(self.config, self._transport)
-        for attempt in range(self.config.max_retries + 1):
-            try:
-                response = http.post(url, headers=headers, json=body)
-            except httpx.HTTPError as exc:
-                wait = self._should_retry(attempt, None)
-                if wait is None:
-                    raise self._transport_error(exc) from None
-                time.sleep(wait)
-                continue
-            wait = self._should_retry(attempt, response)
-            if wait is None:
-                return self._parse(response)
-            time.sleep(wait)
-        raise AssertionError("unreachable")
+        """The model's reply (see :meth:`acomplete`), from sync code."""
+        return _DRIVER.run(self._acomplete(messages, params, self._pool or SHARED_POOL))
 
     async def acomplete(self, messages: list[dict[str, Any]], **params: Any) -> ChatResponse:
+        """The model's reply, checked; LLMError (a 502) or LLMTimeoutError (504) otherwise."""
+        return await self._acomplete(messages, params, self._pool)
+
+    async def _acomplete(
+        self, messages: list[dict[str, Any]], params: Mapping[str, Any], pool: HTTPPool | None
+    ) -> ChatResponse:
         url, headers, body = self._request(messages, params)
-        if self._pool is None:  # no owner to close a pooled client on this loop: one per call
+        if pool is None:  # no owner to close a pooled client on this loop: one per call
             options = HTTPPool._options(self.config)
             async with httpx.AsyncClient(transport=self._async_transport, **options) as http:
-                return await self._apost(http, url, headers, body)
-        return await self._apost(self._pool.aclient(self.config, self._async_transport), url, headers, body)
+                return await self._call(http, url, headers, body)
+        return await self._call(pool.aclient(self.config, self._async_transport), url, headers, body)
 
-    async def _apost(
+    async def _call(
         self, http: httpx.AsyncClient, url: str, headers: dict[str, str], body: dict[str, Any]
     ) -> ChatResponse:
-        for attempt in range(self.config.max_retries + 1):
-            try:
-                response = await http.post(url, headers=headers, json=body)
-            except httpx.HTTPError as exc:
-                wait = self._should_retry(attempt, None)
-                if wait is None:
-                    raise self._transport_error(exc) from None
-                await asyncio.sleep(wait)
-                continue
-            wait = self._should_retry(attempt, response)
-            if wait is None:
-                return self._parse(response)
-            await asyncio.sleep(wait)
+        """Every attempt, and the waits between them, inside the call's one deadline."""
+        deadline = time.monotonic() + self.config.timeout
+        try:
+            async with asyncio.timeout(self.config.timeout):
+                for attempt in range(self.config.max_retries + 1):
+                    try:
+                        status, answered, raw = await self._send(http, url, headers, body, deadline)
+                    except _Refused as exc:  # the same again would be refused again
+                        raise LLMError(str(exc), model_id=self.config.id) from None
+                    except httpx.HTTPError as exc:
+                        wait = self._should_retry(attempt, None, None)
+                        if wait is None or time.monotonic() + wait >= deadline:
+                            raise self._transport_error(exc) from None
+                    else:
+                        wait = self._should_retry(attempt, status, answered)
+                        if wait is None or time.monotonic() + wait >= deadline:
+                            if len(raw) <= _PARSE_INLINE:
+                                return self._parse(status, raw)
+                            # Checking megabytes takes a while: off the event loop.
+                            return await asyncio.to_thread(self._parse, status, raw)
+                    await asyncio.sleep(wait)
+        except TimeoutError:
+            raise self._timeout() from None
         raise AssertionError("unreachable")
 
+    async def _send(
+        self,
+        http: httpx.AsyncClient,
+        url: str,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        deadline: float,
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """(status, headers, the body's decoded bytes) of one attempt, read as it arrives."""
+        timeout = max(deadline - time.monotonic(), 0.001)
+        async with http.stream("POST", url, headers=headers, json=body, timeout=timeout) as response:
+            reply = _Body(self.config, response.headers)
+            async for chunk in response.aiter_raw():
+                reply.add(chunk)
+            return response.status_code, response.headers, reply.finish()
+
+    def _timeout(self) -> LLMTimeoutError:
+        return LLMTimeoutError(
+            f"timed out: no complete answer from {self.config.base_url} within {self.config.timeout:g} s "
+            "(timeout: the whole call's deadline, retries included); raise timeout in the model's "
+            "configuration if its answers take longer",
+            model_id=self.config.id,
+        )
+
     def _transport_error(self, exc: httpx.HTTPError) -> LLMError:
-        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
+        if isinstance(exc, httpx.TimeoutException):  # its timeout is what was left of the deadline
+            return self._timeout()
+        detail = f": {exc}" if isinstance(exc, httpx.DecodingError) else ""
         return LLMError(
-            f"the request to {self.config.base_url} {kind} ({type(exc).__name__})",
+            f"the request to {self.config.base_url} failed ({type(exc).__name__}{detail})",
             model_id=self.config.id,
         )
 
 
-def _reason(response: httpx.Response) -> str:
+class _Refused(httpx.DecodingError):
+    """A reply past max_response_bytes, or in an encoding whose size cannot be bounded."""
+
+
+class _Body:
+    """A reply's bytes as they arrive, decoded (gzip, deflate) as they come and refused past
+    the model's ``max_response_bytes``: never read whole first."""
+
+    def __init__(self, config: ModelConfig, headers: httpx.Headers) -> None:
+        self.limit = config.max_response_bytes
+        self.data = bytearray()
+        length = headers.get("content-length", "")
+        if length.isascii() and length.isdigit() and int(length) > self.limit:
+            raise self._too_large()
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        self._zlib: Any = None
+        self._raw_deflate = False
+        if encoding in ("gzip", "x-gzip"):
+            self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._zlib = zlib.decompressobj()
+            self._raw_deflate = True  # zlib-wrapped or raw, as servers differ: known at the first byte
+        elif encoding not in ("", "identity"):
+            raise _Refused(
+                f"the reply's content-encoding {encoding!r} is not one ctxmgmt reads "
+                "(gzip, deflate, identity)"
+            )
+
+    def _too_large(self) -> _Refused:
+        return _Refused(
+            f"the reply is larger than {self.limit:,} bytes (max_response_bytes); nothing of it "
+            "was used; raise max_response_bytes in the model's configuration if its answers are that large"
+        )
+
+    def add(self, chunk: bytes) -> None:
+        if self._zlib is not None:
+            if self._raw_deflate and not self.data and chunk:
+                self._raw_deflate = False
+                if len(chunk) < 2 or chunk[0] & 0x0F != 8 or (chunk[0] << 8 | chunk[1]) % 31:
+                    # no zlib header (method 8, a header check that divides by 31): raw deflate
+                    self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+            try:
+                chunk = self._zlib.decompress(chunk, self.limit + 1 - len(self.data))
+            except zlib.error as exc:
+                raise httpx.DecodingError(f"the reply's compressed body is invalid ({exc})") from None
+        self.data += chunk
+        if len(self.data) > self.limit:
+            raise self._too_large()
+
+    def finish(self) -> bytes:
+        if self._zlib is not None:
+            if not self._zlib.eof:
+                raise httpx.DecodingError("the reply's compressed body ends early")
+            if len(self.data) + len(self._zlib.unconsumed_tail) > self.limit:
+                raise self._too_large()
+        return bytes(self.data)
+
+
+class _Threaded(httpx.AsyncBaseTransport):
+    """A sync transport (a caller's stand-in for the network) driven from the async core:
+    its calls run in a worker thread, its answer read there."""
+
+    def __init__(self, transport: httpx.BaseTransport) -> None:
+        self._transport = transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        content = await request.aread()
+        sync = httpx.Request(request.method, request.url, headers=request.headers, content=content)
+
+        def send() -> httpx.Response:
+            response = self._transport.handle_request(sync)
+            try:
+                return httpx.Response(response.status_code, headers=response.headers, content=response.read())
+            finally:
+                response.close()
+
+        return await asyncio.to_thread(send)
+
+
+class _Driver:
+    """The event loop on which sync calls run the async core: one daemon thread for the
+    process, started on first use (and again in a forked child)."""
+
+    def __init__(self) -> None:
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="ctxmgmt-llm", daemon=True)
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+    def running(self) -> asyncio.AbstractEventLoop | None:
+        """The loop, if it was started."""
+        return self._loop
+
+    def run(self, call: Coroutine[Any, Any, ChatResponse]) -> ChatResponse:
+        loop = self.loop()
+        if threading.current_thread() is self._thread:  # it would wait on itself forever
+            call.close()
+            raise RuntimeError("a sync model call from the driver's own loop; await acomplete instead")
+        future = asyncio.run_coroutine_threadsafe(call, loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+
+_DRIVER = _Driver()
+
+
+def _reason(raw: bytes) -> str:
+    """The error message of an error answer (bounded, valid Unicode)."""
     try:
-        data = response.json()
-        error = data.get("error") if isinstance(data, dict) else None
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:300]
-        if isinstance(error, str):
-            return error[:300]
-    except ValueError:
-        pass
-    return (response.text or response.reason_phrase)[:300]
+        data = _reply.parse(raw, "")
+    except _reply.ReplyError:
+        return raw[:300].decode("utf-8", "replace") or "no reason given"
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    if isinstance(message, str) and message:
+        return message[:300]
+    return raw[:300].decode("utf-8", "replace")
 
 
 def parse_json_object(text: str) -> Any:
-    """The JSON object in a model's answer, tolerating a Markdown code fence."""
+    """The JSON in a model's answer, tolerating a Markdown code fence, within the reply's
+    bounds (depth, no NaN, no lone surrogate); a ValueError saying what is wrong otherwise."""
     stripped = text.strip()
     if stripped.startswith("```"):
         stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
         stripped = stripped.rsplit("```", 1)[0]
-    return json.loads(stripped)
+    return _reply.parse(stripped, "")

@@ -31,7 +31,7 @@ from .cache import PromptCache, cache_figures, clean_usage, output_tokens, ratio
 from .calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
 from .context import ApplyResult, Context
 from .definitions import Definition
-from .errors import AgentError, ContextError, LLMError, NotFound, Problem, ToolError
+from .errors import AgentError, ContextError, LLMError, ManagerError, NotFound, Problem, ToolError
 from .fit import reserve_tokens
 from .llm import ChatClient, HTTPPool, ModelConfig, ModelsConfig
 from .managers.base import Environment
@@ -458,7 +458,12 @@ class Runner:
             state=state,
         )
         env = Environment(self.models, self.offloader, memory_id, pool=self.pool)
-        result = await compactor.aapply("pre_llm", view, environment=env)
+        try:
+            result = await compactor.aapply("pre_llm", view, environment=env)
+        except ManagerError as exc:
+            if isinstance(exc.__cause__, LLMError):  # the model's fault (502/504), not the definition's
+                raise exc.__cause__ from None
+            raise
         saved = {
             **result.context.state,
             VIEW_KEY: {"upto": length, "messages": list(result.context.messages)},
@@ -901,18 +906,17 @@ def _thresholds(definition: Definition | None, window: int | None) -> list[dict[
 
 
 def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
-    """The assistant message as it goes back into the conversation."""
+    """The assistant message as it goes back into the conversation. The client checked the
+    reply (:mod:`ctxmgmt._reply`): its content is a string or null, its calls are well formed
+    and their ids unique in the turn, so every tool result answers one call."""
     out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     calls = message.get("tool_calls")
     if calls:
         out["tool_calls"] = [
             {
-                "id": str(c.get("id")),
+                "id": c["id"],
                 "type": "function",
-                "function": {
-                    "name": str((c.get("function") or {}).get("name")),
-                    "arguments": str((c.get("function") or {}).get("arguments") or "{}"),
-                },
+                "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
             }
             for c in calls
         ]

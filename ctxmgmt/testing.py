@@ -8,6 +8,9 @@
   must guarantee (valid output, pairs kept, system prompt kept, tokens never grow,
   a second run changes nothing).
 - :func:`conversations` (needs hypothesis): a strategy of generated conversations.
+- :class:`ChatServer`: a scripted chat endpoint (OpenAI-compatible or Anthropic).
+- :class:`RawServer`: a model endpoint on raw sockets that misbehaves on purpose: it
+  trickles, floods, stalls, or answers bytes no HTTP library would write.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from .formats import check as check_format
 from .formats import internal, name_of
 from .types import Hook
 
-__all__ = ["ChatServer", "assert_invariants", "assert_valid_messages", "conversations", "make_conversation"]
+__all__ = [
+    "ChatServer",
+    "RawServer",
+    "assert_invariants",
+    "assert_valid_messages",
+    "conversations",
+    "make_conversation",
+]
 
 _WORDS = [
     "agent",
@@ -573,3 +583,177 @@ def _refused(body: Any) -> bytes | None:
             return None
     error = {"type": "error", "error": {"type": "invalid_request_error", "message": why}}
     return json.dumps(error).encode()
+
+
+class RawServer:
+    """A model endpoint on raw sockets (a thread per connection, on 127.0.0.1) that
+    misbehaves on purpose, one scripted behaviour per request, for testing what a client does
+    with an endpoint it cannot trust:
+
+    - :meth:`answer`: a status and these exact bytes (any JSON, malformed or not);
+    - :meth:`trickle`: the headers, then one byte of body every ``interval`` seconds;
+    - :meth:`trickle_headers`: the status line, then one byte of headers every ``interval``;
+    - :meth:`flood`: ``size`` bytes of a JSON-looking body, without a content-length, as fast
+      as the client reads them, generated as it goes (the server holds one chunk);
+    - :meth:`stall`: read the request and never answer.
+
+    Unscripted requests get a 500. ``requests`` counts the requests read. A behaviour ends
+    when the client goes away or the server closes::
+
+        with RawServer() as server:
+            server.trickle(interval=1.0)
+            ...  # base_url = server.base_url
+    """
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.requests = 0
+        self._script: list[Any] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._conns: set[Any] = set()
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._sock.getsockname()[:2]
+        return f"http://{host}:{port}/v1"
+
+    # -- behaviours --------------------------------------------------------------------------
+    def answer(self, body: bytes, *, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        """Answer with exactly ``body`` (with its content-length)."""
+        head = {
+            "content-type": "application/json",
+            "content-length": str(len(body)),
+            "connection": "close",
+            **(headers or {}),
+        }
+        self._add(lambda send, wait: send(_head(status, head) + body))
+
+    def trickle(self, *, interval: float = 1.0, start: bytes = b'{"choices": [') -> None:
+        """The headers (no content-length), ``start``, then a space every ``interval`` seconds."""
+
+        def run(send: Any, wait: Any) -> None:
+            send(_head(200, {"content-type": "application/json", "connection": "close"}) + start)
+            while not wait(interval):
+                send(b" ")
+
+        self._add(run)
+
+    def trickle_headers(self, *, interval: float = 1.0) -> None:
+        """The status line, then one more byte of a header every ``interval`` seconds."""
+
+        def run(send: Any, wait: Any) -> None:
+            send(b"HTTP/1.1 200 OK\r\nx-slow: ")
+            while not wait(interval):
+                send(b"a")
+
+        self._add(run)
+
+    def flood(self, size: int, *, chunk: int = 1 << 16) -> None:
+        """``size`` bytes: a chat completion whose content never ends, until the client goes."""
+
+        def run(send: Any, wait: Any) -> None:
+            send(_head(200, {"content-type": "application/json", "connection": "close"}))
+            start = b'{"choices": [{"message": {"role": "assistant", "content": "'
+            send(start)
+            block = b"a" * chunk
+            left = size - len(start)
+            while left > 0 and not self._closed.is_set():
+                send(block[: min(chunk, left)])
+                left -= chunk
+
+        self._add(run)
+
+    def stall(self) -> None:
+        """Read the request, then say nothing until the client goes."""
+        self._add(lambda send, wait: wait(3600))
+
+    def _add(self, behaviour: Any) -> None:
+        with self._lock:
+            self._script.append(behaviour)
+
+    # -- the server ----------------------------------------------------------------------------
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._conns.add(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: Any) -> None:
+        import contextlib
+
+        try:
+            while self._read_request(conn):
+                with self._lock:
+                    self.requests += 1
+                    behaviour = self._script.pop(0) if self._script else None
+                if behaviour is None:
+                    body = b'{"error": {"message": "unscripted request"}}'
+                    conn.sendall(_head(500, {"content-length": str(len(body))}) + body)
+                    continue
+                behaviour(conn.sendall, self._closed.wait)
+                return  # one answer per connection: behaviours may leave the stream open-ended
+        except OSError:
+            pass  # the client went away: what these tests expect
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    @staticmethod
+    def _read_request(conn: Any) -> bool:
+        """Read one request (headers and its content-length body); False at the end."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            got = conn.recv(65536)
+            if not got:
+                return False
+            data += got
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        while len(body) < length:
+            got = conn.recv(65536)
+            if not got:
+                return False
+            body += got
+        return True
+
+    def __enter__(self) -> RawServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import contextlib
+        import socket
+
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
+        self._sock.close()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self._thread.join(5)
+
+
+def _head(status: int, headers: dict[str, str]) -> bytes:
+    lines = [f"HTTP/1.1 {status} {'OK' if status < 400 else 'Error'}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")  # as HTTP/1.1 reads headers

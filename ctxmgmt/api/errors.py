@@ -19,6 +19,7 @@ from ..errors import (
     CtxmgmtError,
     DefinitionError,
     LLMError,
+    LLMTimeoutError,
     ManagerError,
     NotFound,
     OffloadError,
@@ -43,6 +44,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], int, str], ...] = (
     (ContextError, 400, "illegal_argument_exception"),
     (ConfigError, 400, "illegal_argument_exception"),
     (AgentError, 400, "illegal_argument_exception"),
+    (LLMTimeoutError, 504, "llm_timeout"),
     (LLMError, 502, "llm_exception"),
     (NotFound, 404, "resource_not_found_exception"),
     (Conflict, 409, "version_conflict_engine_exception"),
@@ -90,8 +92,11 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
         status, kind, reason = storage
         log.warning("%s on %s %s: %s", kind, request.method, request.url.path, reason)
         return JSONResponse(error_body(status, kind, reason), status, headers={"retry-after": "30"})
+    # A manager that failed because its model did (on_error: fail) is the model's fault: 502/504.
+    cause = exc.__cause__
+    matched = cause if isinstance(exc, ManagerError) and isinstance(cause, LLMError) else exc
     for cls, status, kind in STATUS_TABLE:
-        if isinstance(exc, cls):
+        if isinstance(matched, cls):
             problems = getattr(exc, "problems", None)
             listed = [p.to_dict() for p in problems if p.severity == "error"] if problems else None
             reason = str(exc).splitlines()[0]

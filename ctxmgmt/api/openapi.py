@@ -341,9 +341,9 @@ def openapi_document() -> dict[str, Any]:
                     "Apply an inline definition to a context (dry run)",
                     ref("SimulationResult"),
                     body=ref("InlineSimulation"),
-                    errors=(400, 401, 403, 422),
+                    errors=(400, 401, 403, 422, 502, 504),
                     semantic=f"{definition_rules} {context_rules} A manager with on_error: fail that "
-                    "fails is a 422 (context_manager_exception).",
+                    "fails is a 422 (context_manager_exception); a 502/504 when its model failed.",
                 )
             },
             "/_plugins/_ml/context_management/_validate": {
@@ -365,7 +365,7 @@ def openapi_document() -> dict[str, Any]:
                         },
                     },
                     errors=(400, 401, 403),
-                    semantic="YAML anchors or aliases, or a text nesting over 32 deep.",
+                    semantic="a text nesting over 32 deep (anchors and aliases are problems with their line).",
                 )
             },
             item + "/_simulate": {
@@ -374,8 +374,9 @@ def openapi_document() -> dict[str, Any]:
                     ref("SimulationResult"),
                     body=ref("Simulation"),
                     params=("name",),
-                    errors=(400, 401, 403, 404, 422),
-                    semantic=context_rules + " A manager with on_error: fail that fails is a 422.",
+                    errors=(400, 401, 403, 404, 422, 502, 504),
+                    semantic=context_rules + " A manager with on_error: fail that fails is a 422 "
+                    "(a 502/504 when its model failed).",
                 )
             },
             "/_plugins/_ml/agents/_register": {
@@ -420,7 +421,7 @@ def openapi_document() -> dict[str, Any]:
                     ref("ExecutionResult"),
                     body=ref("Execution"),
                     params=("agent_id",),
-                    errors=(400, 401, 403, 404, 409, 502),
+                    errors=(400, 401, 403, 404, 409, 502, 504),
                     semantic="a question that is only white space. A definition name that is not "
                     "stored is a 404 whose reason names the closest stored names.",
                 )
@@ -484,7 +485,7 @@ def openapi_document() -> dict[str, Any]:
                     {"type": "object"},
                     body=ref("Compaction"),
                     params=("agent_id",),
-                    errors=(400, 401, 403, 404, 409, 502),
+                    errors=(400, 401, 403, 404, 409, 502, 504),
                     semantic="a memory id with no conversation (404).",
                 )
             },

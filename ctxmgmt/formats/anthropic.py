@@ -703,7 +703,9 @@ def _tool_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def response_message(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The assistant message of a Messages API answer, in chat form."""
+    """The assistant message of a Messages API answer, in chat form: its text blocks joined,
+    its ``tool_use`` blocks as tool calls (thinking blocks are not part of the chat form).
+    The answer is one the reply validator (``ctxmgmt._reply``) has checked."""
     blocks = data["content"]
     if not isinstance(blocks, list):
         raise TypeError("content is not a list")
