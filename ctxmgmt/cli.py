@@ -32,7 +32,6 @@ from .definitions import Definition, check_definition, load_definition, parse_ho
 from .errors import ApiError, ContextError, CtxmgmtError, DefinitionError, ManagerError, Problem
 from .llm import CONFIG_ENV, load_models
 from .loader import MAX_INPUT_BYTES, escape, load_document, load_json
-from .messages import is_summary
 from .offload import LocalOffloader
 from .store import connect
 from .store.repository import DATABASE_ENV, DEFAULT_DATABASE_URL
@@ -618,6 +617,7 @@ _PREVIEW = {
         "text": _TEXT,
         "chars": _COUNT,
         "calls": {"type": "array", "items": _MAYBE_TEXT},
+        "summary": {"type": "boolean"},
     },
 }
 _ENTRY = {
@@ -854,9 +854,9 @@ def _preview_lines(run: Mapping[str, Any]) -> list[str]:
 
 
 def _is_summary(preview: Mapping[str, Any]) -> bool:
-    return is_summary(
-        {"role": preview.get("role"), "content": preview["text"], "tool_calls": preview.get("calls")}
-    )
+    """The record says which previews are ctxmgmt's summaries: a preview's text alone could be
+    a forgery, and is too short to check the summary's mark."""
+    return preview.get("summary") is True
 
 
 def _shown(m: Mapping[str, Any]) -> str:

@@ -696,6 +696,8 @@ def _preview(m: Mapping[str, Any]) -> dict[str, Any]:
     calls = [c.get("function", {}).get("name") for c in m.get("tool_calls") or () if isinstance(c, dict)]
     if calls:
         out["calls"] = calls
+    if is_summary(m):  # told here, where the whole message proves its mark (a preview cannot)
+        out["summary"] = True
     return out
 
 

@@ -405,15 +405,16 @@ def test_trace_shows_a_rewritten_summary_as_updated():
         "removed": 2,
         "added": 1,
         "removed_preview": [
-            {"role": "user", "text": old, "chars": len(old)},
+            {"role": "user", "text": old, "chars": len(old), "summary": True},
             {"role": "tool", "text": "row row row", "chars": 11},
+            {"role": "user", "text": old, "chars": len(old)},  # a user's text forging the marker
         ],
-        "added_preview": [{"role": "user", "text": new, "chars": len(new)}],
+        "added_preview": [{"role": "user", "text": new, "chars": len(new), "summary": True}],
     }
     lines = trace_lines({**GOOD, "hooks": [run]})
     assert "  call 3 pre_llm removed [tool] row row row" in lines
     assert f"  call 3 pre_llm updated the summary [user] {new}" in lines
-    assert not any("removed [user]" in line for line in lines)
+    assert [line for line in lines if "removed [user]" in line] == [f"  call 3 pre_llm removed [user] {old}"]
 
 
 @pytest.mark.parametrize("execution_id", ["..", "../../agents/x", "x?size=1#y", "."])

@@ -365,7 +365,7 @@ def openapi_document() -> dict[str, Any]:
                         },
                     },
                     errors=(400, 401, 403),
-                    semantic="a text nesting over 32 deep (anchors and aliases are problems with their line).",
+                    semantic="a text nesting over 32 deep (anchors and aliases are problems with a line).",
                 )
             },
             item + "/_simulate": {
