@@ -313,7 +313,8 @@ function simulationResult(before, result) {
   const was = new Set(before.map(key));
   const fired = result.trace.filter((e) => e.activated && !e.error);
   const failed = result.trace.filter((e) => e.error);
-  const summary = after.find((m) => textOf(m.content).startsWith("[ctxmgmt:summary]"));
+  // The summary this run wrote: new in the output (a marker already in the input is the user's text).
+  const summary = after.find((m) => !was.has(key(m)) && textOf(m.content).startsWith("[ctxmgmt:summary]"));
   const line = (m, cls) => {
     try {
       return el("li", { class: cls },
