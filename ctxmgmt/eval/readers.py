@@ -148,6 +148,19 @@ def _error(source: str, message: str, pointer: str = "") -> ReaderError:
 
 
 def _read_file_conversations(path: Path) -> Iterator[Conversation]:
+    """A file's conversations; a shape no reader foresaw is a ReaderError too, never a traceback."""
+    try:
+        yield from _read_one_file(path)
+    except ReaderError:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, RecursionError) as exc:
+        raise _error(
+            str(path),
+            f"cannot be read as a conversation: an unexpected shape ({type(exc).__name__}: {exc})"[:500],
+        ) from None
+
+
+def _read_one_file(path: Path) -> Iterator[Conversation]:
     name = str(path)
     if name.endswith(".eval"):
         yield from _read_eval(path)
@@ -189,15 +202,15 @@ def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
             yield _inspect_sample(name, sample, model, "inspect_json", f"/samples/{i}")
         return
     if isinstance(data.get("traj"), list):  # a tau-bench result
-        info = data.get("info") if isinstance(data.get("info"), dict) else {}
-        meta = {k: data[k] for k in ("task_id", "reward", "trial") if _plain(data.get(k))}
+        info: dict[str, Any] = data["info"] if isinstance(data.get("info"), dict) else {}
+        meta = {k: data[k] for k in ("task_id", "reward", "trial") if k in data and _plain(data[k])}
         yield _provider(cid, data["traj"], None, (), info.get("model"), meta, source="tau_bench")
         return
     for key in ("messages", "input"):
         if isinstance(data.get(key), list):
             system = data.get("system", data.get("instructions"))
             model = data.get("model") if isinstance(data.get("model"), str) else None
-            tools = data.get("tools") if isinstance(data.get("tools"), list) else ()
+            tools: list[Any] = data["tools"] if isinstance(data.get("tools"), list) else []
             yield _provider(cid, data[key], system, tools, model, {})
             return
     raise _error(
@@ -312,7 +325,9 @@ def _looks_inspect(messages: Sequence[Mapping[str, Any]]) -> bool:
     """Inspect ChatMessages: a tool call's ``function`` is the name, arguments an object."""
     for m in messages:
         calls = m.get("tool_calls")
-        if isinstance(calls, list) and any(isinstance(c, dict) and isinstance(c.get("function"), str) for c in calls):
+        if isinstance(calls, list) and any(
+            isinstance(c, dict) and isinstance(c.get("function"), str) for c in calls
+        ):
             return True
         if m.get("role") == "tool" and ("function" in m or "error" in m):
             return True
@@ -324,7 +339,9 @@ def _looks_inspect(messages: Sequence[Mapping[str, Any]]) -> bool:
     return False
 
 
-def _chat(messages: Sequence[Mapping[str, Any]], attachments: Mapping[str, str]) -> tuple[list[dict[str, Any]], int]:
+def _chat(
+    messages: Sequence[Mapping[str, Any]], attachments: Mapping[str, str]
+) -> tuple[list[dict[str, Any]], int]:
     """Chat messages from OpenAI chat or Inspect messages: visible text kept, reasoning
     counted and dropped, Inspect's tool calls and errors in chat's shape, attachment
     references resolved. Returns (messages, reasoning characters)."""
@@ -335,8 +352,11 @@ def _chat(messages: Sequence[Mapping[str, Any]], attachments: Mapping[str, str])
         content, dropped = _content(m.get("content"), attachments)
         reasoning += dropped
         msg: dict[str, Any] = {"role": role, "content": content}
-        if role == "assistant":
-            calls = [_call(c, attachments) for c in m.get("tool_calls") or () if isinstance(c, dict)]
+        raw = m.get("tool_calls")
+        if role == "assistant" and raw is not None and not isinstance(raw, list):
+            msg["tool_calls"] = raw  # the check names it
+        elif role == "assistant":
+            calls = [_call(c, attachments) for c in raw or () if isinstance(c, dict)]
             if calls:
                 msg["tool_calls"] = calls
                 if content == "":
@@ -397,7 +417,9 @@ def _call(c: Mapping[str, Any], attachments: Mapping[str, str]) -> dict[str, Any
     else:  # Inspect: the name, and the arguments as an object
         name, arguments = fn, c.get("arguments")
     if not isinstance(arguments, str):
-        arguments = json.dumps(_resolve_all(arguments if arguments is not None else {}, attachments), ensure_ascii=False)
+        arguments = json.dumps(
+            _resolve_all(arguments if arguments is not None else {}, attachments), ensure_ascii=False
+        )
     return {"id": c.get("id"), "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
@@ -518,7 +540,11 @@ def _repair(messages: list[dict[str, Any]], repairs: dict[str, int]) -> list[dic
             ids = [c.get("id") for c in m["tool_calls"]]
             if len(set(ids)) != len(ids):  # a call id given twice: the first is kept
                 seen: set[Any] = set()
-                calls = [c for c in m["tool_calls"] if not (c.get("id") in seen or seen.add(c.get("id")))]
+                calls = []
+                for c in m["tool_calls"]:
+                    if c.get("id") not in seen:
+                        seen.add(c.get("id"))
+                        calls.append(c)
                 count("duplicate_calls", len(ids) - len(calls))
                 m = {**m, "tool_calls": calls}
             out.append(m)
@@ -558,7 +584,11 @@ def _inspect_sample(
     chat, reasoning = _chat(messages, attachments)
     own = next((m.get("model") for m in messages if isinstance(m.get("model"), str)), None)
     limit = sample.get("limit")
-    meta: dict[str, Any] = {"reasoning_chars": reasoning, "sample_id": sample.get("id"), "epoch": sample.get("epoch")}
+    meta: dict[str, Any] = {
+        "reasoning_chars": reasoning,
+        "sample_id": sample.get("id"),
+        "epoch": sample.get("epoch"),
+    }
     if isinstance(limit, dict):
         meta["limit"] = {k: v for k, v in limit.items() if _plain(v)}
     return _finish(cid, source, chat, None, _inspect_tools(sample.get("events")), own or model, meta)
@@ -575,7 +605,9 @@ def _inspect_tools(events: Any) -> tuple[dict[str, Any], ...]:
 
 
 _FLAT = re.compile(r"samples/([^/]{1,200})_epoch_(\d{1,9})\.json")
-_CHUNK = re.compile(r"samples/([^/]{1,200})_epoch_(\d{1,9})/(sample|messages/(\d{1,9})|attachments/(\d{1,9}))\.json")
+_CHUNK = re.compile(
+    r"samples/([^/]{1,200})_epoch_(\d{1,9})/(sample|messages/(\d{1,9})|attachments/(\d{1,9}))\.json"
+)
 
 
 def _read_eval(path: Path) -> Iterator[Conversation]:
@@ -621,7 +653,9 @@ def _chunked_sample(name: str, z: _Zip, parts: dict[str, Any], model: str | None
     if not isinstance(sample, dict):
         raise _error(name, "a sample must be an object", f"/{parts['sample']}")
     pool = _pooled(name, z, parts["messages"])
-    attachments = {str(i): v for i, v in enumerate(_pooled(name, z, parts["attachments"])) if isinstance(v, str)}
+    attachments = {
+        str(i): v for i, v in enumerate(_pooled(name, z, parts["attachments"])) if isinstance(v, str)
+    }
     refs = sample.get("message_refs")
     if refs is None:
         messages = pool
@@ -646,7 +680,9 @@ def _pooled(name: str, z: _Zip, chunks: list[tuple[int, str]]) -> list[Any]:
     pool: list[Any] = []
     for start, entry in sorted(chunks):
         if start != len(pool):
-            raise _error(name, f"the chunk starts at item {start}, but {len(pool)} items came before it", f"/{entry}")
+            raise _error(
+                name, f"the chunk starts at item {start}, but {len(pool)} items came before it", f"/{entry}"
+            )
         items = z.json(entry)
         if not isinstance(items, list):
             raise _error(name, "a chunk must be a list", f"/{entry}")
@@ -668,7 +704,9 @@ class _Zip:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
-            raise _error(self.name, "is not a regular file (a folder, device, FIFO or socket, or a link to one)")
+            raise _error(
+                self.name, "is not a regular file (a folder, device, FIFO or socket, or a link to one)"
+            )
         self.file = os.fdopen(fd, "rb")
         try:
             self.zip = zipfile.ZipFile(self.file)
@@ -705,7 +743,9 @@ class _Zip:
             raise _error(self.name, "the entry is not UTF-8 JSON", f"/{entry}") from None
         doc = parse_json(text, f"{self.name}/{entry}")
         if doc.problems:
-            raise ReaderError([Problem(f"/{entry}{p.pointer}", p.message, p.line, self.name) for p in doc.problems])
+            raise ReaderError(
+                [Problem(f"/{entry}{p.pointer}", p.message, p.line, self.name) for p in doc.problems]
+            )
         return doc.data
 
     def read(self, entry: str) -> bytes:
@@ -722,7 +762,9 @@ class _Zip:
         except ReaderError:
             raise
         except NotImplementedError as exc:
-            raise _error(self.name, f"the entry uses a compression this reader lacks: {exc}", f"/{entry}") from None
+            raise _error(
+                self.name, f"the entry uses a compression this reader lacks: {exc}", f"/{entry}"
+            ) from None
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as exc:
             raise _error(self.name, f"the entry cannot be read: {exc}", f"/{entry}") from None
         if len(data) > limit:
@@ -773,52 +815,72 @@ class _Zip:
 
 
 # -- Claude Code sessions ---------------------------------------------------------------
-_CLAUDE_TYPES = frozenset({"user", "assistant", "summary", "system", "file-history-snapshot", "attachment"})
+_CLAUDE_TYPES = frozenset({"user", "assistant", "system", "attachment", "progress"})
+"""Lines of a session linked by uuid."""
+_CLAUDE_UNLINKED = frozenset({"summary", "file-history-snapshot", "queue-operation", "custom-title"})
+"""Lines of a session without a uuid."""
 
 
 def _claude_code_record(record: Any) -> bool:
     return isinstance(record, dict) and (
-        record.get("type") in ("summary", "file-history-snapshot")
-        or (record.get("type") in _CLAUDE_TYPES and "uuid" in record)
+        record.get("type") in _CLAUDE_UNLINKED or (record.get("type") in _CLAUDE_TYPES and "uuid" in record)
     )
 
 
 def _claude_code(name: str, records: list[tuple[int, Any]]) -> Conversation:
     """A Claude Code session: the chain of ``parentUuid`` links from the last message of the
-    main thread back to the first (edits and retries leave branches: the last one is the
-    session's), sidechains (subagents) and meta messages left out, then Anthropic messages
-    (one line per content block, merged into turns) converted by ctxmgmt's converter."""
+    main thread back to the first (a "redo" leaves a branch: the last one is the session's;
+    a compaction starts a new root whose ``logicalParentUuid`` leads on to the history
+    before it, and the summary Claude Code wrote there is left out), sidechains (subagents)
+    and meta messages left out, then Anthropic messages (one line per content block, merged
+    into turns) converted by ctxmgmt's converter. A subagent's own file (every line a
+    sidechain) is read as its conversation."""
     by_uuid: dict[str, dict[str, Any]] = {}
     last: dict[str, Any] | None = None
+    last_side: dict[str, Any] | None = None
     model: str | None = None
-    for n, r in records:
-        if r.get("type") not in ("user", "assistant") or not isinstance(r.get("uuid"), str):
-            continue
-        by_uuid[r["uuid"]] = r
-        if not r.get("isSidechain"):
-            last = r
+    for _, r in records:
+        if isinstance(r.get("uuid"), str):
+            by_uuid[r["uuid"]] = r
+        if r.get("type") in ("user", "assistant") and isinstance(r.get("uuid"), str):
+            if r.get("isSidechain"):
+                last_side = r
+            else:
+                last = r
+    main = last is not None
+    last = last or last_side
     if last is None:
         raise _error(name, "the Claude Code session has no user or assistant message")
     chain: list[dict[str, Any]] = []
     seen: set[str] = set()
     node: dict[str, Any] | None = last
+    compactions = 0
     while node is not None and node["uuid"] not in seen:
         seen.add(node["uuid"])
         chain.append(node)
         parent = node.get("parentUuid")
+        if parent is None and node.get("subtype") == "compact_boundary":
+            parent = node.get("logicalParentUuid")
+            compactions += 1
         node = by_uuid.get(parent) if isinstance(parent, str) else None
     chain.reverse()
     turns: list[dict[str, Any]] = []
     meta_skipped = 0
     for r in chain:
         message = r.get("message")
-        if r.get("isMeta") or r.get("isSidechain") or not isinstance(message, dict):
+        if r.get("type") not in ("user", "assistant") or not isinstance(message, dict):
+            continue
+        if r.get("isMeta") or r.get("isCompactSummary") or (main and r.get("isSidechain")):
             meta_skipped += 1
             continue
         role = message.get("role", r["type"])
         if role not in ("user", "assistant"):
             continue
-        if role == "assistant" and isinstance(message.get("model"), str) and message["model"] != "<synthetic>":
+        if (
+            role == "assistant"
+            and isinstance(message.get("model"), str)
+            and message["model"] != "<synthetic>"
+        ):
             model = message["model"]
         content = message.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
@@ -838,7 +900,7 @@ def _claude_code(name: str, records: list[tuple[int, Any]]) -> Conversation:
     merged = dict(conv.metadata["repairs"])
     for k, v in repairs.items():
         merged[k] = merged.get(k, 0) + v
-    meta = {**conv.metadata, "repairs": merged, "meta_skipped": meta_skipped}
+    meta = {**conv.metadata, "repairs": merged, "meta_skipped": meta_skipped, "compactions": compactions}
     return Conversation(conv.id, conv.source, conv.messages, conv.system_prompt, conv.tools, conv.model, meta)
 
 
@@ -870,13 +932,19 @@ def _repair_anthropic(turns: list[dict[str, Any]], repairs: dict[str, int]) -> l
         if turn["role"] != "assistant":
             continue
         nxt = turns[i + 1] if i + 1 < len(turns) else None
-        got = {b.get("tool_use_id") for b in nxt["content"] if b.get("type") == "tool_result"} if nxt else set()
+        got = (
+            {b.get("tool_use_id") for b in nxt["content"] if b.get("type") == "tool_result"} if nxt else set()
+        )
         kept = [b for b in turn["content"] if b.get("type") != "tool_use" or b.get("id") in got]
         count("unanswered_calls", len(turn["content"]) - len(kept))
         turn["content"] = kept
     out: list[dict[str, Any]] = []
     for turn in turns:
-        blocks = [b for b in turn["content"] if not (b.get("type") == "text" and not str(b.get("text") or "").strip())]
+        blocks = [
+            b
+            for b in turn["content"]
+            if not (b.get("type") == "text" and not str(b.get("text") or "").strip())
+        ]
         if not blocks or all(b.get("type") in ("thinking", "redacted_thinking") for b in blocks):
             count("empty_messages")
             continue
@@ -941,8 +1009,15 @@ def _store_memories(url: str, ids: Iterable[str] | None) -> Iterator[Conversatio
 
 def _memory(memory_id: str, messages: list[Any], agent: Mapping[str, Any] | None) -> Conversation:
     system = agent.get("system_prompt") if agent else None
-    conv = _provider(f"memory#{memory_id}", messages, system if isinstance(system, str) else None, (), None, {})
+    conv = _provider(
+        f"memory#{memory_id}", messages, system if isinstance(system, str) else None, (), None, {}
+    )
     return Conversation(
-        conv.id, "memory", conv.messages, conv.system_prompt, conv.tools, conv.model,
+        conv.id,
+        "memory",
+        conv.messages,
+        conv.system_prompt,
+        conv.tools,
+        conv.model,
         {**conv.metadata, "format": conv.source, "agent": agent.get("name") if agent else None},
     )
