@@ -43,7 +43,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import ContextError, Problem
 from ..formats import anthropic, detect, openai_responses
@@ -190,7 +190,7 @@ def _json(text: str, source: str, line: int | None = None) -> Any:
 def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
     """The conversations of one parsed JSON document of any known shape."""
     if isinstance(data, list):
-        yield _provider(cid, data, None, (), None, {})
+        yield _provider(name, cid, data, None, (), None, {})
         return
     if not isinstance(data, dict):
         raise _error(name, "is neither a message list nor an object holding one")
@@ -204,14 +204,14 @@ def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
     if isinstance(data.get("traj"), list):  # a tau-bench result
         info: dict[str, Any] = data["info"] if isinstance(data.get("info"), dict) else {}
         meta = {k: data[k] for k in ("task_id", "reward", "trial") if k in data and _plain(data[k])}
-        yield _provider(cid, data["traj"], None, (), info.get("model"), meta, source="tau_bench")
+        yield _provider(name, cid, data["traj"], None, (), info.get("model"), meta, source="tau_bench")
         return
     for key in ("messages", "input"):
         if isinstance(data.get(key), list):
             system = data.get("system", data.get("instructions"))
             model = data.get("model") if isinstance(data.get("model"), str) else None
             tools: list[Any] = data["tools"] if isinstance(data.get("tools"), list) else []
-            yield _provider(cid, data[key], system, tools, model, {})
+            yield _provider(name, cid, data[key], system, tools, model, {})
             return
     raise _error(
         name,
@@ -225,19 +225,24 @@ def _plain(value: Any) -> bool:
 
 
 def _read_jsonl(name: str, text: str) -> Iterator[Conversation]:
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not lines:
+    """A Claude Code session (its first line tells), or one conversation per line, parsed
+    one line at a time."""
+    lines = ((n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip())
+    first = next(lines, None)
+    if first is None:
         raise _error(name, "the file is empty; give one JSON object per line")
-    records = [(n, _json(line, name, n)) for n, line in lines]
-    if all(_claude_code_record(r) for _, r in records):
-        yield _claude_code(name, records)
+    record = _json(first[1], name, first[0])
+    if _claude_code_record(record):
+        yield _claude_code(name, [(first[0], record), *((n, _json(line, name, n)) for n, line in lines)])
         return
-    for n, record in records:
-        yield from _from_document(name, record, f"{name}:{n}")
+    yield from _from_document(name, record, f"{name}:{first[0]}")
+    for n, line in lines:
+        yield from _from_document(name, _json(line, name, n), f"{name}:{n}")
 
 
 # -- provider formats -----------------------------------------------------------------
 def _provider(
+    name: str,
     cid: str,
     messages: list[Any],
     system: Any,
@@ -248,10 +253,9 @@ def _provider(
     source: str | None = None,
 ) -> Conversation:
     """A message list in a provider's format (or Inspect's), as a checked chat conversation."""
-    name = cid.split("#")[0]
     if not all(isinstance(m, dict) for m in messages):
         bad = next(i for i, m in enumerate(messages) if not isinstance(m, dict))
-        raise _error(name, "a message must be an object", f"/messages/{bad}")
+        raise _error(cid, "a message must be an object", f"/messages/{bad}")
     if _looks_inspect(messages):
         fmt = "inspect_messages"
         model = model or next((m["model"] for m in messages if isinstance(m.get("model"), str)), None)
@@ -264,20 +268,21 @@ def _provider(
     if fmt == "anthropic":
         problems = anthropic.check(messages, system, partial_tail=True)
         if problems:
-            raise ReaderError([Problem(p.pointer, p.message, p.line, name) for p in problems])
+            raise ReaderError([Problem(p.pointer, p.message, p.line, cid) for p in problems])
         chat = anthropic.to_internal(messages).messages
         system_text = anthropic.system_text(system)
         reasoning = sum(_thinking_chars(m) for m in messages)
     elif fmt == "openai_responses":
         problems = openai_responses.check(messages, None, partial_tail=True)
         if problems:
-            raise ReaderError([Problem(p.pointer, p.message, p.line, name) for p in problems])
+            raise ReaderError([Problem(p.pointer, p.message, p.line, cid) for p in problems])
         chat = openai_responses.to_internal(messages).messages
         system_text = system if isinstance(system, str) else None
     else:
         chat, reasoning = _chat(messages, {})
         system_text = system if isinstance(system, str) else None
     return _finish(
+        name,
         cid,
         source or fmt,
         [_plain_message(m) for m in chat],
@@ -446,6 +451,7 @@ def _resolve_all(value: Any, attachments: Mapping[str, str], depth: int = 0) -> 
 
 # -- repairs and the check ------------------------------------------------------------
 def _finish(
+    name: str,
     cid: str,
     source: str,
     messages: list[dict[str, Any]],
@@ -456,6 +462,8 @@ def _finish(
 ) -> Conversation:
     """Split off the leading system messages, repair, and check: the result is valid chat."""
     system_parts = [system_prompt] if system_prompt else []
+    repairs: dict[str, int] = {}
+    messages = _repair(messages, repairs)
     start = 0
     while start < len(messages) and messages[start].get("role") in ("system", "developer"):
         text = messages[start].get("content")
@@ -463,14 +471,12 @@ def _finish(
         if text:
             system_parts.append(text)
         start += 1
-    repairs: dict[str, int] = {}
-    repaired = _repair(messages[start:], repairs)
-    name = cid.split("#")[0]
+    repaired = messages[start:]
     problems = check_messages(repaired)
-    if problems:
-        raise ReaderError([Problem(f"/{cid}{p.pointer}", p.message, source=name) for p in problems[:20]])
-    if not any(m.get("role") != "system" for m in repaired):
-        raise _error(name, f"{cid}: the conversation has no messages besides the system prompt")
+    if problems:  # the pointers are the conversation's messages' (repaired, the system prompt apart)
+        raise ReaderError([Problem(p.pointer, p.message, source=cid) for p in problems[:20]])
+    if not any(m.get("role") not in ("system", "developer") for m in repaired):
+        raise _error(cid, "the conversation has no messages besides the system prompt")
     return Conversation(
         id=cid,
         source=source,
@@ -536,7 +542,13 @@ def _repair(messages: list[dict[str, Any]], repairs: dict[str, int]) -> list[dic
                 count("orphan_results")
             continue
         close()
-        if role == "assistant" and m.get("tool_calls"):
+        calls_given = m.get("tool_calls")
+        if (
+            role == "assistant"
+            and isinstance(calls_given, list)
+            and calls_given
+            and all(isinstance(c, dict) for c in calls_given)
+        ):  # else the check names what is wrong
             ids = [c.get("id") for c in m["tool_calls"]]
             if len(set(ids)) != len(ids):  # a call id given twice: the first is kept
                 seen: set[Any] = set()
@@ -591,7 +603,7 @@ def _inspect_sample(
     }
     if isinstance(limit, dict):
         meta["limit"] = {k: v for k, v in limit.items() if _plain(v)}
-    return _finish(cid, source, chat, None, _inspect_tools(sample.get("events")), own or model, meta)
+    return _finish(name, cid, source, chat, None, _inspect_tools(sample.get("events")), own or model, meta)
 
 
 def _inspect_tools(events: Any) -> tuple[dict[str, Any], ...]:
@@ -690,6 +702,25 @@ def _pooled(name: str, z: _Zip, chunks: list[tuple[int, str]]) -> list[Any]:
     return pool
 
 
+def _declared_entries(f: IO[bytes], size: int) -> int | None:
+    """The number of entries a zip's end record declares (read before Python's zipfile
+    builds an object per entry), or None when there is no end record to read."""
+    tail = min(size, 22 + 0xFFFF)
+    f.seek(size - tail)
+    data = f.read(tail)
+    at = data.rfind(b"PK\x05\x06")
+    if at < 0 or at + 22 > len(data):
+        return None
+    (count,) = struct.unpack("<H", data[at + 10 : at + 12])
+    if count == 0xFFFF and at >= 20 and data[at - 20 : at - 16] == b"PK\x06\x07":  # zip64
+        (offset,) = struct.unpack("<Q", data[at - 12 : at - 4])
+        f.seek(offset)
+        head = f.read(56)
+        if len(head) == 56 and head[:4] == b"PK\x06\x06":
+            (count,) = struct.unpack("<Q", head[32:40])
+    return int(count)
+
+
 class _Zip:
     """A zip read within bounds: a regular file, at most :data:`MAX_ENTRIES` entries, each
     entry and each sample within :data:`MAX_SAMPLE_BYTES` declared and actual, the whole
@@ -708,6 +739,10 @@ class _Zip:
                 self.name, "is not a regular file (a folder, device, FIFO or socket, or a link to one)"
             )
         self.file = os.fdopen(fd, "rb")
+        entries = _declared_entries(self.file, info.st_size)
+        if entries is not None and entries > MAX_ENTRIES:
+            self.file.close()
+            raise _error(self.name, f"the zip has {entries:,} entries; the limit is {MAX_ENTRIES:,}")
         try:
             self.zip = zipfile.ZipFile(self.file)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
@@ -896,7 +931,7 @@ def _claude_code(name: str, records: list[tuple[int, Any]]) -> Conversation:
     if not turns:
         raise _error(name, "the Claude Code session has no conversation on its main thread")
     session = next((r.get("sessionId") for _, r in records if isinstance(r.get("sessionId"), str)), None)
-    conv = _provider(f"{name}#{session or 'session'}", turns, None, (), model, {}, source="claude_code")
+    conv = _provider(name, f"{name}#{session or 'session'}", turns, None, (), model, {}, source="claude_code")
     merged = dict(conv.metadata["repairs"])
     for k, v in repairs.items():
         merged[k] = merged.get(k, 0) + v
@@ -1009,9 +1044,8 @@ def _store_memories(url: str, ids: Iterable[str] | None) -> Iterator[Conversatio
 
 def _memory(memory_id: str, messages: list[Any], agent: Mapping[str, Any] | None) -> Conversation:
     system = agent.get("system_prompt") if agent else None
-    conv = _provider(
-        f"memory#{memory_id}", messages, system if isinstance(system, str) else None, (), None, {}
-    )
+    cid = f"memory#{memory_id}"
+    conv = _provider(cid, cid, messages, system if isinstance(system, str) else None, (), None, {})
     return Conversation(
         conv.id,
         "memory",

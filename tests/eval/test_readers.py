@@ -6,12 +6,15 @@ import json
 import os
 import struct
 import sys
+import tempfile
 import zipfile
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from ctxmgmt.eval import readers
 from ctxmgmt.eval.readers import Conversation, ReaderError, read_conversations, read_memories
@@ -686,3 +689,180 @@ def test_memories_from_a_server(store: Any, live: Any) -> None:
         with pytest.raises(ValueError, match="memory ids"):
             list(read_memories(client))
     assert list(c.messages) == MEMORY
+
+
+# -- odd shapes and laziness ---------------------------------------------------------------
+def test_odd_but_valid_shapes(tmp_path: Path) -> None:
+    """Images, part lists, call-only turns, Responses reasoning and a journal-only .eval all read."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}}
+    chat = one(
+        write(
+            tmp_path / "parts.json",
+            {
+                "system": "sys",
+                "messages": [
+                    {"role": "developer", "content": [{"type": "text", "text": "dev rules"}]},
+                    {"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "text", "text": "a cat"}, {"type": "refusal", "refusal": "no"}],
+                    },
+                ],
+            },
+        )
+    )
+    valid(chat)
+    assert chat.system_prompt == "sys\n\ndev rules" and chat.messages[0]["content"][1] == image
+    assert chat.messages[1]["content"] == "a cat\nno"
+    items = [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"},
+        {"type": "function_call", "call_id": "f1", "name": "now", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f1", "output": "noon"},
+    ]
+    valid(one(write(tmp_path / "items.json", items)))
+    inspect = [
+        {"role": "user", "content": [{"type": "image", "image": "attachment://img"}, {"type": "audio"}]},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "k", "function": "f", "arguments": {}}]},
+        {"role": "tool", "tool_call_id": "k", "function": "f", "content": [{"type": "text", "text": "ok"}]},
+    ]
+    journal = eval_zip(
+        tmp_path / "journal.eval",
+        {
+            "_journal/start.json": {"eval": {"model": "anthropic/claude-3-5-sonnet"}},
+            "samples/x_epoch_3.json": {
+                "id": "x",
+                "epoch": 3,
+                "messages": inspect,
+                "attachments": {"img": "data:,"},
+            },
+        },
+    )
+    c = one(journal)
+    valid(c)
+    assert c.model == "anthropic/claude-3-5-sonnet" and c.id.endswith("#x_epoch_3")
+    assert c.messages[0]["content"] == [
+        {"type": "text", "text": "[audio]"},
+        {"type": "image_url", "image_url": {"url": "data:,"}},
+    ]
+    assert c.messages[1]["content"] is None and c.messages[2]["content"] == "ok"
+
+
+def test_malformed_tool_calls_are_named(tmp_path: Path) -> None:
+    """tool_calls that are not a list are a clear error at their pointer, not a silent drop."""
+    path = write(
+        tmp_path / "calls.json",
+        [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "tool_calls": "oops"}],
+    )
+    with pytest.raises(ReaderError, match="/messages/1/tool_calls: tool_calls must be a non-empty list"):
+        one(path)
+
+
+def test_reading_is_lazy(tmp_path: Path) -> None:
+    """Conversations come one at a time: a later bad file or line is not read before the first is used."""
+    write(tmp_path / "a.json", [{"role": "user", "content": "first"}])
+    (tmp_path / "b.json").write_text("{broken")
+    errors: list[ReaderError] = []
+    found = read_conversations(tmp_path, on_error=errors.append)
+    assert next(found).messages[0]["content"] == "first" and errors == []
+    assert list(found) == [] and len(errors) == 1
+    lines = tmp_path / "c.jsonl"
+    lines.write_text(json.dumps([{"role": "user", "content": "one"}]) + "\n{broken\n")
+    found = read_conversations(lines)
+    assert next(found).id == f"{lines}:1"
+    with pytest.raises(ReaderError, match=r"c.jsonl:2: /: JSON syntax error"):
+        next(found)
+
+
+def test_declared_entry_count_is_checked_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zip whose end record declares more entries than the limit is refused before it is parsed."""
+    monkeypatch.setattr(readers, "MAX_ENTRIES", 1000)
+    path = eval_zip(tmp_path / "count.eval", {"samples/1_epoch_1.json": "{}"})
+    raw = bytearray(path.read_bytes())
+    at = raw.rfind(b"PK\x05\x06")
+    struct.pack_into("<HH", raw, at + 8, 0xFFFE, 0xFFFE)
+    path.write_bytes(bytes(raw))
+    monkeypatch.setattr(zipfile, "ZipFile", None)  # never reached
+    with pytest.raises(ReaderError, match="65,534 entries; the limit is 1,000"):
+        one(path)
+
+
+# -- any input: a valid conversation or a ReaderError ------------------------------------------
+_text = st.sampled_from(["", "x", "attachment://a", "ERROR at /srv/app.py:12"])
+_part = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            ["text", "reasoning", "image", "image_url", "tool_use", "tool_result", "thinking", 3]
+        )
+    },
+    optional={
+        "text": _text,
+        "reasoning": _text,
+        "image": _text,
+        "id": st.sampled_from(["a", "b"]),
+        "tool_use_id": st.sampled_from(["a", "b"]),
+        "input": st.just({}),
+        "name": st.just("f"),
+    },
+)
+_call = st.one_of(
+    st.fixed_dictionaries(
+        {"id": st.sampled_from(["a", "b"]), "function": st.sampled_from(["f", None])},
+        optional={"arguments": st.one_of(st.just({}), st.just("{}"), st.integers())},
+    ),
+    st.fixed_dictionaries(
+        {
+            "id": st.sampled_from(["a", "b"]),
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries({"name": st.just("f"), "arguments": st.just("{}")}),
+        }
+    ),
+    st.text(max_size=2),
+)
+_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool", "developer", "robot"])},
+    optional={
+        "content": st.one_of(st.none(), _text, st.lists(_part, max_size=3), st.integers()),
+        "tool_calls": st.one_of(st.lists(_call, max_size=3), st.text(max_size=2)),
+        "tool_call_id": st.sampled_from(["a", "b", 5]),
+        "error": st.one_of(st.none(), st.fixed_dictionaries({"message": _text})),
+        "type": st.sampled_from(["message", "function_call", "function_call_output"]),
+    },
+)
+_document = st.one_of(
+    st.lists(_message, max_size=6),
+    st.fixed_dictionaries(
+        {"messages": st.lists(_message, max_size=6)},
+        optional={
+            "system": st.one_of(_text, st.lists(_part, max_size=2)),
+            "tools": st.lists(st.fixed_dictionaries({"name": st.just("f")}), max_size=2),
+        },
+    ),
+    st.fixed_dictionaries(
+        {
+            "samples": st.lists(
+                st.fixed_dictionaries(
+                    {"id": st.integers(0, 3), "messages": st.lists(_message, max_size=6)},
+                    optional={"attachments": st.just({"a": "resolved"})},
+                ),
+                max_size=2,
+            )
+        }
+    ),
+    st.fixed_dictionaries({"traj": st.lists(_message, max_size=6)}),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=_document)
+@example(document=[{"role": "assistant", "tool_calls": "ab"}])
+@example(document={"traj": [{"role": "tool", "tool_call_id": "a"}]})
+def test_any_document_reads_valid_or_fails_clearly(document: Any) -> None:
+    """Whatever the JSON, reading yields valid chat conversations or raises a ReaderError naming the file."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = write(Path(folder, "any.json"), document)
+        try:
+            for c in read_conversations(path):
+                valid(c)
+        except ReaderError as exc:
+            assert str(path) in str(exc)
