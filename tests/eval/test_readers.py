@@ -74,6 +74,19 @@ def zstd_zip(path: Path, entries: dict[str, bytes], *, declare: int | None = Non
     return path
 
 
+MEMORY = [
+    {"role": "user", "content": "What is 2+2?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": '{"x": "2+2"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "4"},
+    {"role": "assistant", "content": "4"},
+]
+
 INSPECT_MESSAGES = [
     {"id": "a", "role": "system", "content": "You are a CTF player.", "source": "input"},
     {"id": "b", "role": "user", "content": [{"type": "text", "text": "Find the flag in /srv/flag.txt"}]},
@@ -154,25 +167,13 @@ def test_real_runs_keep_tool_calls_models_and_drop_reasoning(real_runs: list[Pat
 # -- hand-made files, every format --------------------------------------------------------
 def test_openai_chat_list_and_object(tmp_path: Path) -> None:
     """OpenAI chat as a bare list and as {messages, tools, model}: system prompt split off, tools kept."""
-    msgs = [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "ls"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": '{"cmd": "ls"}'}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
-        {"role": "assistant", "content": "a.txt"},
-    ]
-    tool = {"type": "function", "function": {"name": "sh", "parameters": {"type": "object"}}}
+    msgs = [{"role": "system", "content": "Be brief."}, *MEMORY]
+    tool = {"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}
     bare = one(write(tmp_path / "bare.json", msgs))
     obj = one(write(tmp_path / "obj.json", {"messages": msgs, "tools": [tool], "model": "gpt-4.1"}))
     for c in (bare, obj):
         valid(c)
-        assert c.source == "openai_chat" and c.system_prompt == "Be brief." and len(c.messages) == 4
+        assert c.source == "openai_chat" and c.system_prompt == "Be brief." and list(c.messages) == MEMORY
     assert obj.tools == (tool,) and obj.model == "gpt-4.1" and obj.metadata["repairs"] == {}
 
 
@@ -642,18 +643,6 @@ def test_folder_reports_a_bad_file_and_goes_on(tmp_path: Path) -> None:
 
 
 # -- execution records -------------------------------------------------------------------
-MEMORY = [
-    {"role": "user", "content": "What is 2+2?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": '{"x": "2+2"}'}}
-        ],
-    },
-    {"role": "tool", "tool_call_id": "c1", "content": "4"},
-    {"role": "assistant", "content": "4"},
-]
 
 
 def stored_memory(store: Any) -> str:
