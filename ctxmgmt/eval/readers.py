@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ..errors import ContextError, Problem
 from ..formats import anthropic, detect, openai_responses
 from ..formats._common import ORIGIN
-from ..loader import MAX_DEPTH, _read_file, _Unreadable, parse_json
+from ..loader import _deeper_than, _read_file, _Unreadable
 from ..messages import check_messages
 
 if TYPE_CHECKING:
@@ -180,11 +180,43 @@ def _text(path: Path, limit: int) -> str:
 
 
 def _json(text: str, source: str, line: int | None = None) -> Any:
-    doc = parse_json(text, source, max_depth=MAX_DEPTH)
-    if doc.problems:
-        problems = [p if line is None else Problem(p.pointer, p.message, line, source) for p in doc.problems]
-        raise ReaderError(problems)
-    return doc.data
+    """JSON text of a log, strictly bounded and leniently read: nesting deeper than
+    :data:`MAX_DEPTH` is refused; ``NaN`` and ``Infinity`` (which Inspect writes for an
+    undefined metric) read as null, and a lone surrogate (half a character, as a tool's
+    binary output may leave) as U+FFFD, so that one odd value does not lose a run."""
+    deep = _error(source, f"nests deeper than {MAX_DEPTH} levels; this is not a log ctxmgmt reads")
+    try:
+        data = json.loads(text, parse_constant=lambda _: None)
+    except json.JSONDecodeError as exc:
+        raise ReaderError(
+            [Problem("", f"JSON syntax error: {exc.msg}", line if line is not None else exc.lineno, source)]
+        ) from None
+    except RecursionError:
+        raise deep from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise _error(source, f"cannot be read as JSON: {exc}"[:300]) from None
+    if _deeper_than(text, MAX_DEPTH):
+        raise deep
+    return _whole_characters(data) if _SURROGATE_ESCAPE.search(text) else data
+
+
+MAX_DEPTH = 200
+"""Mappings and lists in a log nest at most this deep (Inspect's events nest deeper than a
+definition may)."""
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _whole_characters(value: Any) -> Any:
+    """The value with every lone surrogate in its strings replaced by U+FFFD (the nesting
+    was checked: this recursion is bounded)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_whole_characters(k): _whole_characters(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_characters(v) for v in value]
+    return value
 
 
 def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
@@ -440,7 +472,7 @@ def _resolve(text: str, attachments: Mapping[str, str]) -> str:
 def _resolve_all(value: Any, attachments: Mapping[str, str], depth: int = 0) -> Any:
     if isinstance(value, str):
         return _resolve(value, attachments)
-    if depth > MAX_DEPTH:
+    if depth > MAX_DEPTH:  # the nesting was checked when the file was read
         return value
     if isinstance(value, dict):
         return {k: _resolve_all(v, attachments, depth + 1) for k, v in value.items()}
@@ -776,12 +808,7 @@ class _Zip:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise _error(self.name, "the entry is not UTF-8 JSON", f"/{entry}") from None
-        doc = parse_json(text, f"{self.name}/{entry}")
-        if doc.problems:
-            raise ReaderError(
-                [Problem(f"/{entry}{p.pointer}", p.message, p.line, self.name) for p in doc.problems]
-            )
-        return doc.data
+        return _json(text, f"{self.name}/{entry}")
 
     def read(self, entry: str) -> bytes:
         info = self.infos[entry]

@@ -560,14 +560,21 @@ def test_too_many_entries_and_traversal_names(tmp_path: Path, monkeypatch: pytes
 
 
 def test_hostile_json(tmp_path: Path) -> None:
-    """Deep nesting, NaN, non-UTF-8 and a symlink to /dev/zero are clear errors naming the file."""
+    """Deep nesting, a huge integer, non-UTF-8 and a symlink to /dev/zero are clear errors naming the file."""
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 5000 + "]" * 5000)
-    nan = tmp_path / "nan.json"
-    nan.write_text('[{"role": "user", "content": NaN}]')
+    deeper = tmp_path / "deeper.json"  # parses, then is refused
+    deeper.write_text("[" * 300 + "]" * 300)
+    digits = tmp_path / "digits.json"
+    digits.write_text('[{"role": "user", "content": "x", "n": ' + "9" * 5000 + "}]")
     binary = tmp_path / "bin.json"
     binary.write_bytes(b"\xff\xfe[]")
-    cases = {deep: "nests deeper", nan: "NaN", binary: "not UTF-8"}
+    cases = {
+        deep: "nests deeper than 200 levels",
+        deeper: "nests deeper than 200 levels",
+        digits: "cannot be read as JSON",
+        binary: "not UTF-8",
+    }
     if os.path.exists("/dev/zero"):
         for name in ("zero.json", "zero.eval", "zero.jsonl"):
             (tmp_path / name).symlink_to("/dev/zero")
@@ -735,6 +742,18 @@ def test_odd_but_valid_shapes(tmp_path: Path) -> None:
         {"type": "image_url", "image_url": {"url": "data:,"}},
     ]
     assert c.messages[1]["content"] is None and c.messages[2]["content"] == "ok"
+
+
+def test_nan_and_lone_surrogates_do_not_lose_a_run(tmp_path: Path) -> None:
+    """NaN (Inspect's undefined metric) reads as null, a lone surrogate in a tool output as U+FFFD."""
+    messages = json.dumps(INSPECT_MESSAGES[1:4]).replace("Permission denied", "\\udcff denied")
+    path = tmp_path / "nan.json"
+    path.write_text(
+        '{"samples": [{"id": 1, "scores": {"acc": {"value": NaN}}, "messages": ' + messages + "}]}"
+    )
+    c = one(path)
+    valid(c)
+    assert c.messages[2]["content"] == "cat: /srv/flag.txt: \ufffd denied"
 
 
 def test_malformed_tool_calls_are_named(tmp_path: Path) -> None:
