@@ -283,12 +283,16 @@ def _provider(
     meta: dict[str, Any],
     *,
     source: str | None = None,
+    fmt: str | None = None,
 ) -> Conversation:
     """A message list in a provider's format (or Inspect's), as a checked chat conversation."""
     if not all(isinstance(m, dict) for m in messages):
         bad = next(i for i, m in enumerate(messages) if not isinstance(m, dict))
         raise _error(cid, "a message must be an object", f"/messages/{bad}")
-    if _looks_inspect(messages):
+    repairs: dict[str, int] = {}
+    if fmt is not None:
+        pass
+    elif _looks_inspect(messages):
         fmt = "inspect_messages"
         model = model or next((m["model"] for m in messages if isinstance(m.get("model"), str)), None)
     else:
@@ -298,6 +302,7 @@ def _provider(
             fmt = "openai_chat"
     reasoning = 0
     if fmt == "anthropic":
+        messages = _repair_anthropic(_anthropic_turns(messages), repairs)
         problems = anthropic.check(messages, system, partial_tail=True)
         if problems:
             raise ReaderError([Problem(p.pointer, p.message, p.line, cid) for p in problems])
@@ -322,6 +327,7 @@ def _provider(
         _tool_schemas(tools),
         model if isinstance(model, str) else None,
         {**meta, "reasoning_chars": reasoning},
+        repairs,
     )
 
 
@@ -403,7 +409,10 @@ def _chat(
             error = m.get("error")
             if isinstance(error, dict) and isinstance(error.get("message"), str):
                 message = _resolve(error["message"], attachments)
-                msg["content"] = f"{content}\n{message}" if content else message
+                if isinstance(content, list):  # parts (an image): the error as one more
+                    msg["content"] = [*content, {"type": "text", "text": message}]
+                else:
+                    msg["content"] = f"{content}\n{message}" if content else message
             if isinstance(m.get("function", m.get("name")), str):
                 msg["name"] = m.get("function", m.get("name"))
         if isinstance(m.get("name"), str) and role in ("user", "assistant", "system"):
@@ -491,10 +500,11 @@ def _finish(
     tools: tuple[dict[str, Any], ...],
     model: str | None,
     meta: dict[str, Any],
+    repairs: dict[str, int] | None = None,
 ) -> Conversation:
-    """Split off the leading system messages, repair, and check: the result is valid chat."""
+    """Repair, split off the leading system messages, and check: the result is valid chat."""
     system_parts = [system_prompt] if system_prompt else []
-    repairs: dict[str, int] = {}
+    repairs = {} if repairs is None else repairs
     messages = _repair(messages, repairs)
     start = 0
     while start < len(messages) and messages[start].get("role") in ("system", "developer"):
@@ -953,70 +963,89 @@ def _claude_code(name: str, records: list[tuple[int, Any]]) -> Conversation:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": list(blocks)})
-    repairs: dict[str, int] = {}
-    turns = _repair_anthropic(turns, repairs)
     if not turns:
         raise _error(name, "the Claude Code session has no conversation on its main thread")
     session = next((r.get("sessionId") for _, r in records if isinstance(r.get("sessionId"), str)), None)
-    conv = _provider(name, f"{name}#{session or 'session'}", turns, None, (), model, {}, source="claude_code")
-    merged = dict(conv.metadata["repairs"])
-    for k, v in repairs.items():
-        merged[k] = merged.get(k, 0) + v
-    meta = {**conv.metadata, "repairs": merged, "meta_skipped": meta_skipped, "compactions": compactions}
-    return Conversation(conv.id, conv.source, conv.messages, conv.system_prompt, conv.tools, conv.model, meta)
+    meta = {"meta_skipped": meta_skipped, "compactions": compactions}
+    cid = f"{name}#{session or 'session'}"
+    return _provider(name, cid, turns, None, (), model, meta, source="claude_code", fmt="anthropic")
+
+
+def _anthropic_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Fresh Anthropic turns to repair, with only the blocks that are objects."""
+    turns = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = [b for b in content if isinstance(b, dict)]
+        turns.append({"role": m.get("role"), "content": content})
+    return turns
+
+
+def _blocks(content: Any) -> list[Any]:
+    """Anthropic content as blocks (text as one text block); [] for what is neither."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
 
 
 def _repair_anthropic(turns: list[dict[str, Any]], repairs: dict[str, int]) -> list[dict[str, Any]]:
     """Anthropic turns a provider takes: a tool_result block answers a tool_use of the turn
     right before it (others are dropped: ``orphan_results``), a tool_use gets its result in
-    the next turn (or is dropped: ``unanswered_calls``), empty blocks and turns go, a user
-    turn comes first, and turns alternate."""
+    the next turn (or is dropped: ``unanswered_calls``), blank text blocks go, and so do
+    turns left empty (``empty_messages``) or an assistant turn first (``leading_assistant``);
+    turns of one role in a row are merged. A turn whose content is not a block list is left
+    for the check to name."""
 
     def count(kind: str, n: int = 1) -> None:
         if n:
             repairs[kind] = repairs.get(kind, 0) + n
 
+    def blocks(turn: dict[str, Any] | None, role: str) -> list[dict[str, Any]]:
+        ok = turn is not None and turn["role"] == role and isinstance(turn["content"], list)
+        return turn["content"] if ok and turn is not None else []
+
     for i, turn in enumerate(turns):
-        if turn["role"] != "user":
+        if turn["role"] != "user" or not isinstance(turn["content"], list):
             continue
-        asked = (
-            {b.get("id") for b in turns[i - 1]["content"] if b.get("type") == "tool_use"}
-            if i > 0 and turns[i - 1]["role"] == "assistant"
-            else set()
-        )
+        asked = {
+            b.get("id")
+            for b in blocks(turns[i - 1] if i else None, "assistant")
+            if b.get("type") == "tool_use"
+        }
         kept = [b for b in turn["content"] if b.get("type") != "tool_result" or b.get("tool_use_id") in asked]
         count("orphan_results", len(turn["content"]) - len(kept))
-        # results first, as Anthropic asks; the text of the turn after them
+        # the results first, as Anthropic asks; the turn's text after them
         turn["content"] = [b for b in kept if b.get("type") == "tool_result"] + [
             b for b in kept if b.get("type") != "tool_result"
         ]
     for i, turn in enumerate(turns):
-        if turn["role"] != "assistant":
+        if turn["role"] != "assistant" or not isinstance(turn["content"], list):
             continue
         nxt = turns[i + 1] if i + 1 < len(turns) else None
-        got = (
-            {b.get("tool_use_id") for b in nxt["content"] if b.get("type") == "tool_result"} if nxt else set()
-        )
+        got = {b.get("tool_use_id") for b in blocks(nxt, "user") if b.get("type") == "tool_result"}
         kept = [b for b in turn["content"] if b.get("type") != "tool_use" or b.get("id") in got]
         count("unanswered_calls", len(turn["content"]) - len(kept))
         turn["content"] = kept
     out: list[dict[str, Any]] = []
     for turn in turns:
-        blocks = [
-            b
-            for b in turn["content"]
-            if not (b.get("type") == "text" and not str(b.get("text") or "").strip())
-        ]
-        if not blocks or all(b.get("type") in ("thinking", "redacted_thinking") for b in blocks):
+        content = turn["content"]
+        if isinstance(content, str) and not content.strip():
             count("empty_messages")
             continue
-        if out and out[-1]["role"] == turn["role"]:
-            out[-1]["content"].extend(blocks)
-        elif not out and turn["role"] != "user":
+        if isinstance(content, list):
+            content = [
+                b for b in content if not (b.get("type") == "text" and not str(b.get("text") or "").strip())
+            ]
+            if all(b.get("type") in ("thinking", "redacted_thinking") for b in content):
+                count("empty_messages")
+                continue
+        if out and out[-1]["role"] == turn["role"] and _blocks(out[-1]["content"]) and _blocks(content):
+            out[-1]["content"] = [*_blocks(out[-1]["content"]), *_blocks(content)]
+        elif not out and turn["role"] == "assistant":
             count("leading_assistant")
-            continue
         else:
-            out.append({"role": turn["role"], "content": blocks})
+            out.append({"role": turn["role"], "content": content})
     return out
 
 

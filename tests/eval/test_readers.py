@@ -16,6 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ctxmgmt import Context, formats
 from ctxmgmt.eval import readers
 from ctxmgmt.eval.readers import Conversation, ReaderError, read_conversations, read_memories
 from ctxmgmt.messages import check_messages
@@ -122,11 +123,15 @@ INSPECT_MESSAGES = [
 
 # -- the real-run corpus ----------------------------------------------------------------
 def test_real_runs_are_valid_chat_conversations(real_runs: list[Path]) -> None:
-    """Every real run of the corpus reads into a valid chat conversation with its model."""
+    """Every real run of the corpus reads into a valid chat conversation that a Context takes."""
     assert len(real_runs) >= 7
     for path in real_runs:
         for c in read_conversations(path):
             valid(c)
+            context = Context(
+                system_prompt=c.system_prompt, messages=c.messages, tools=c.tools, model=c.model
+            )
+            assert formats.check(context, partial_tail=False) == [], c.id
             assert c.messages and any(m["role"] == "assistant" for m in c.messages), c.id
             assert c.id.startswith(str(path))
 
@@ -528,6 +533,36 @@ def test_repairs_orphans_and_unanswered_calls(tmp_path: Path) -> None:
         "empty_messages": 1,
     }
     assert [m["role"] for m in c.messages] == ["user", "assistant", "tool", "user"]
+
+
+def test_anthropic_repairs(tmp_path: Path) -> None:
+    """Anthropic lists get the same repairs: a leading assistant turn, an orphan result, a call left
+    unanswered mid-run and at the end, blank text; what stays converts to valid chat."""
+    use = lambda i: {"type": "tool_use", "id": f"t{i}", "name": "f", "input": {}}  # noqa: E731
+    result = lambda i: {"type": "tool_result", "tool_use_id": f"t{i}", "content": "r"}  # noqa: E731
+    msgs = [
+        {"role": "assistant", "content": "I start?"},
+        {"role": "user", "content": [result(9), {"type": "text", "text": "go"}]},
+        {"role": "assistant", "content": [use(1), use(2)]},
+        {"role": "user", "content": [result(1), {"type": "text", "text": " "}]},
+        {"role": "assistant", "content": [use(3)]},
+        {"role": "user", "content": "interrupted"},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}, use(4)]},
+    ]
+    c = one(write(tmp_path / "a.json", {"system": [{"type": "text", "text": "s"}], "messages": msgs}))
+    valid(c)
+    assert c.source == "anthropic"
+    assert c.metadata["repairs"] == {
+        "leading_assistant": 1,
+        "orphan_results": 1,
+        "unanswered_calls": 3,
+        "empty_messages": 1,
+    }
+    assert [m["role"] for m in c.messages] == ["user", "assistant", "tool", "user", "assistant"]
+    assert (
+        c.messages[3]["content"] == [{"type": "text", "text": "interrupted"}]
+        and c.messages[4]["content"] == "ok"
+    )
 
 
 # -- hostile and bad files ---------------------------------------------------------------
@@ -1003,3 +1038,44 @@ def test_fetch_takes_only_regular_members(
     with pytest.raises(fetch_module.FetchError, match="is not a file"):
         fetch_module.fetch(tmp_path / "corpus", tmp_path, log=lambda *_: None)
     assert not (tmp_path / "corpus" / "fake" / "log.json").exists()
+
+
+_uuid = st.sampled_from(["u1", "u2", "u3", "u4", "u5"])
+_record = st.fixed_dictionaries(
+    {"type": st.sampled_from(["user", "assistant", "system", "summary"]), "uuid": _uuid},
+    optional={
+        "parentUuid": st.one_of(st.none(), _uuid),
+        "logicalParentUuid": _uuid,
+        "subtype": st.just("compact_boundary"),
+        "isSidechain": st.booleans(),
+        "isMeta": st.booleans(),
+        "message": st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "assistant", "tool"])},
+            optional={"content": st.one_of(_text, st.lists(_part, max_size=3), st.none()), "model": _text},
+        ),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(_record, min_size=1, max_size=8), linked=st.booleans())
+@example(
+    records=[{"type": "user", "uuid": "u1", "parentUuid": "u1", "message": {"role": "user", "content": "x"}}],
+    linked=False,
+)
+def test_any_claude_code_session_reads_valid_or_fails_clearly(
+    records: list[dict[str, Any]], linked: bool
+) -> None:
+    """Any session lines (cycles, dangling parents, odd blocks) give valid conversations or a ReaderError."""
+    if linked:  # a chain, as sessions mostly are
+        records = [
+            {**r, "uuid": f"n{i}", "parentUuid": f"n{i - 1}" if i else None} for i, r in enumerate(records)
+        ]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "s.jsonl")
+        path.write_text("\n".join(json.dumps(r) for r in records))
+        try:
+            for c in read_conversations(path):
+                valid(c)
+        except ReaderError as exc:
+            assert str(path) in str(exc)
