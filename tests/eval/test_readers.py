@@ -658,7 +658,15 @@ def test_bad_eval_files(tmp_path: Path, content: Any, message: str) -> None:
         ("text", "neither a message list"),
         ([1, 2], "a message must be an object"),
         ([{"role": "system", "content": "only a prompt"}], "no messages besides the system prompt"),
-        ({"system": "x", "messages": [{"role": "assistant", "content": [{"type": "tool_use"}]}]}, "problem"),
+        (
+            {
+                "system": [{"type": "text", "text": "x"}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}
+                ],
+            },
+            "may not hold a 'tool_use' block",
+        ),
     ],
 )
 def test_bad_json_files(tmp_path: Path, data: Any, message: str) -> None:
