@@ -1,0 +1,1 @@
+"""Replay recorded conversations through definitions (ctxmgmt eval)."""
