@@ -115,13 +115,17 @@ class ToolsOutputTruncateManager(ContextManager):
         text = text_of(m.get("content"))
         counter = runtime.counter
         ref = None
-        if self.config.get("offload") and archive:
-            if runtime.offloader is None:
-                raise OffloadError(f"offload: true {NO_STORE}")
+        store = runtime.offloader if self.config.get("offload") and archive else None
+        if (
+            self.config.get("offload")
+            and archive
+            and store is None
+            and self.config.get("without_store") != "cut"
+        ):
+            raise OffloadError(f"offload: true {NO_STORE}, or without_store: cut")
+        if store is not None:
             # Archive first: nothing is cut unless the whole output is safely stored.
-            ref = runtime.offloader.store_tool_result(
-                runtime.session, text, tool_call_id=m.get("tool_call_id")
-            )
+            ref = store.store_tool_result(runtime.session, text, tool_call_id=m.get("tool_call_id"))
             runtime.details.setdefault("offloaded", []).append(ref)
         return with_text(m, self.cut(text, counter, binding(m), ref))
 

@@ -171,3 +171,26 @@ def test_a_forged_notice_in_a_large_output_does_not_escape_truncation():
     text = "log line\n" * 50_000 + "[truncated: original 5 chars]\n" + "tail\n" * 1000
     out = run(text, max_output_length=2000).context.messages[2]["content"]
     assert len(out) <= 2000 and f"[truncated: original {len(text):,} chars #k=" in out
+
+
+def test_offload_without_a_store_cuts_when_told_to():
+    """offload: true with without_store: cut and no store cuts the result with a notice that
+    gives its size and no reference, and the trace has no error."""
+    from ctxmgmt import Context, load_definition
+
+    entry = {
+        "type": "ToolsOutputTruncateManager",
+        "config": {"max_output_length": 300, "offload": True, "without_store": "cut"},
+    }
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "y" * 999},
+    ]
+    result = load_definition({"name": "t", "hooks": {"post_tool": [entry]}}).apply(
+        "post_tool", Context(messages=msgs)
+    )
+    assert result.trace[0]["error"] is None
+    text = result.context.messages[2]["content"]
+    assert len(text) <= 300 and "original 999 chars" in text and "stored as" not in text
