@@ -41,22 +41,13 @@ from .messages import (
     SYSTEM_ROLES,
     is_summary,
     last_task_index,
-    summary_message,
     text_of,
     tool_names,
     units,
 )
 from .rules import Facts
-from .summaries import (
-    MAX_GUIDE,
-    Sections,
-    bound,
-    previous,
-    render,
-    summarize_offline,
-    with_summary,
-)
-from .tokens import MESSAGE_OVERHEAD, TokenCounter
+from .summaries import fitted, previous, summarize_offline, with_summary
+from .tokens import MESSAGE_OVERHEAD
 
 __all__ = ["DEFAULT_RESERVE_CAP", "Fit", "reserve_tokens"]
 
@@ -174,7 +165,7 @@ class Fit:
         role = next((str(m.get("role")) for m in msgs if is_summary(m)), "user")
         if runtime.constraints.user_first:
             role = "user"
-        summary, sections = _summary_within(sections, summarized, archives, summary_room, role, counter)
+        summary, sections = fitted(sections, summarized, archives, summary_room, role, counter)
         state = {"sections": sections, "summarized": summarized, "archives": archives}
         runtime.details["removed"] += len(gone)
         return with_summary(context, removed, cut, summary, state)
@@ -215,35 +206,6 @@ class Fit:
         return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
 
 
-def _summary_within(
-    sections: Sections,
-    summarized: int,
-    archives: Sequence[Mapping[str, Any]],
-    room: int,
-    role: str,
-    counter: TokenCounter,
-) -> tuple[dict[str, Any], Sections]:
-    """The summary message within ``room`` tokens when it can be (its least important items
-    go first, then the guide's older archives, down to its first line), and its sections.
-    When not even the first line fits, that line: the caller decides whether it stays."""
-    guides = [list(archives)[-MAX_GUIDE:], list(archives)[-1:], []]
-    for guide in [g for i, g in enumerate(guides) if g not in guides[:i]]:
-        bare = render({}, summarized)
-        # What the message costs beyond its sections' text: the overhead, the tag, the guide.
-        extra = counter.message(summary_message(role, render({}, summarized, guide))) - counter.text(bare)
-        limit = room - extra
-        for _ in range(4):
-            if limit < counter.text(bare):
-                break
-            kept = bound(sections, summarized, limit, counter.text)
-            message = summary_message(role, render(kept, summarized, guide))
-            over = counter.message(message) - room
-            if over <= 0:
-                return message, kept
-            limit -= over  # tokens can merge differently across a join: take off the excess
-    return summary_message(role, render({}, summarized)), {}
-
-
 def _fit_summary(context: Context, budget: int, runtime: Runtime, *, remove: bool) -> Context:
     """The context with its summary shrunk to the room the rest leaves; with ``remove``, the
     summary goes when not even its first line fits (its running state stays), and without,
@@ -256,7 +218,7 @@ def _fit_summary(context: Context, budget: int, runtime: Runtime, *, remove: boo
     total = counter.context(context)[0]
     room = budget - (total - counter.message(msgs[at], at))
     sections, summarized, archives = previous(context)
-    message, _ = _summary_within(sections or {}, summarized, archives, room, str(msgs[at]["role"]), counter)
+    message, _ = fitted(sections or {}, summarized, archives, room, str(msgs[at]["role"]), counter)
     if counter.message(message) <= room:
         # The running summary keeps its items: a later summary with more room shows them again.
         runtime.details["summary_shrunk"] = counter.message(message)

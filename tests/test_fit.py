@@ -384,3 +384,19 @@ def test_the_fit_step_refuses_only_what_cannot_fit(
     assert result.context.system_prompt == system
     if name in ("bare", "default", "cache-aware", "long-running-agent"):
         assert any(m is task for m in out), "the task was dropped"
+
+
+def test_a_summary_with_many_archives_stays_within_its_room():
+    """The guide to the archives counts within the summary's room: in a small room the older
+    entries give way (the newest stays), so the summary never overruns what it was given."""
+    from ctxmgmt.summaries import fitted
+
+    counter = get_counter(MODEL)
+    archives = [{"ref": f"m-{i:032x}", "count": 5} for i in range(20)]
+    sections = {"goal": ["Fix the parser"], "errors": [f"ValueError: bad token {i}" for i in range(50)]}
+    for room in (60, 120, 300, 2_000):
+        message, _ = fitted(sections, 100, archives, room, "user", counter)
+        assert counter.message(message) <= room and is_summary(message)
+        if room >= 120:
+            assert archives[-1]["ref"] in message["content"]
+    assert f"m-{0:032x}" in fitted(sections, 100, archives, 4_000, "user", counter)[0]["content"]
