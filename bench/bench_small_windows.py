@@ -97,14 +97,13 @@ def _chat(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             out.append({"role": role, "content": str(content or "")})
     # Drop calls left unanswered (an interrupted sample): the request would be invalid.
     ids = {m["tool_call_id"] for m in out if m["role"] == "tool"}
-    return [
-        {**m, "tool_calls": [c for c in m["tool_calls"] if c["id"] in ids]}
-        if m.get("tool_calls") and all(c["id"] in ids for c in m["tool_calls"])
-        else ({k: v for k, v in m.items() if k != "tool_calls"} | {"content": m.get("content") or "."})
-        if m.get("tool_calls")
-        else m
-        for m in out
-    ]
+    for k, m in enumerate(out):
+        if m.get("tool_calls"):
+            calls = [c for c in m["tool_calls"] if c["id"] in ids]
+            out[k] = (
+                {**m, "tool_calls": calls} if calls else {"role": "assistant", "content": m["content"] or "."}
+            )
+    return out
 
 
 @dataclass
