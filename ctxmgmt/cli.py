@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import importlib
 import itertools
 import json
 import logging
@@ -26,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import __version__
 from ._resources import data_dir
 from .api.config import load_config, open_offloader
+from .cache import Pricing, ratios_for
 from .client import INVALID_ANSWER
 from .context import Context
 from .definitions import Definition, check_definition, load_definition, parse_hook
@@ -147,6 +149,49 @@ def _parser() -> argparse.ArgumentParser:
         help=f"refuse a larger input (default: {MAX_INPUT_BYTES >> 20} MiB)",
     )
     a.set_defaults(run=_apply)
+
+    ev = sub.add_parser(
+        "eval", help="replay recorded conversations through definitions: what each sends, costs and keeps"
+    )
+    ev.add_argument("inputs", nargs="+", metavar="PATH", help="conversation files (JSON, JSONL) or folders")
+    ev.add_argument(
+        "-d",
+        "--definition",
+        action="append",
+        metavar="DEFINITION",
+        help="a definition file or shipped name (repeat for several; default: default)",
+    )
+    ev.add_argument(
+        "-w",
+        "--window",
+        action="append",
+        metavar="TOKENS",
+        help="the model's context window (repeat, or comma-separated; default: 16000)",
+    )
+    ev.add_argument(
+        "--pricing",
+        metavar="PRICES|MODEL",
+        help="INPUT,OUTPUT[,CACHE_READ[,CACHE_WRITE]] per million tokens, or a model name whose "
+        "provider's relative prices to use (default: each conversation's provider)",
+    )
+    ev.add_argument(
+        "--mask-last",
+        type=int,
+        default=3,
+        metavar="N",
+        help="tool results observation masking keeps (default: 3)",
+    )
+    ev.add_argument("--no-baselines", action="store_true", help="measure the definitions only")
+    ev.add_argument("--json", metavar="FILE", help="write the whole report as JSON (- for stdout, no table)")
+    ev.add_argument("--svg", metavar="FILE", help="write a plot of tokens per call and specifics kept")
+    ev.add_argument(
+        "--max-input-mb",
+        type=float,
+        default=MAX_INPUT_BYTES >> 20,
+        metavar="MB",
+        help=f"refuse a larger input file (default: {MAX_INPUT_BYTES >> 20} MiB)",
+    )
+    ev.set_defaults(run=_eval)
 
     ls = sub.add_parser("list", help="list the shipped definitions")
     ls.set_defaults(run=_list)
@@ -340,6 +385,77 @@ def _apply(args: argparse.Namespace) -> int:
     for entry in result.trace:
         print(_describe(entry), file=sys.stderr)
     return EXIT_OK
+
+
+# -- eval --------------------------------------------------------------------------
+def _eval(args: argparse.Namespace) -> int:
+    from .eval import evaluate
+
+    windows: list[int] = []
+    for raw in args.window or ["16000"]:
+        for part in raw.split(","):
+            if not part.strip().isdigit() or not 0 < int(part) <= 10_000_000:
+                raise _UsageError(
+                    f"--window: {part.strip()!r} is not a whole number of tokens from 1 to 10,000,000"
+                )
+            windows.append(int(part))
+    if not 0 <= args.mask_last <= 1_000_000:
+        raise _UsageError(f"--mask-last: must be a whole number from 0 to 1,000,000 (got {args.mask_last})")
+    if not 0 < args.max_input_mb <= 4096:
+        raise _UsageError(f"--max-input-mb: must be more than 0 and at most 4096 (got {args.max_input_mb:g})")
+    for option, target in (("--json", args.json), ("--svg", args.svg)):
+        if target and target != "-" and not Path(target).parent.is_dir():
+            raise _UsageError(f"{option}: {Path(target).parent} is not a folder")
+    definitions = [_definition(d) for d in args.definition or ["default"]]
+    report = evaluate(
+        _conversations(args.inputs, int(args.max_input_mb * (1 << 20))),
+        definitions,
+        windows,
+        pricing=_pricing(args.pricing),
+        mask_last=args.mask_last,
+        baselines=not args.no_baselines,
+    )
+    if not report.conversations:
+        raise _UsageError(f"{' '.join(args.inputs)}: no conversations found")
+    if args.json == "-":
+        _print_json(report.to_dict())
+    else:
+        print(report.table())
+        if args.json:
+            Path(args.json).write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
+    if args.svg:
+        Path(args.svg).write_text(report.svg())
+    return EXIT_OK
+
+
+def _conversations(paths: Sequence[str], limit: int) -> Any:
+    """The conversations in the files: through the format readers when they are installed."""
+    try:  # e1's readers (every format); by name, so that this works with and without them
+        readers = importlib.import_module("ctxmgmt.eval.readers")
+    except ModuleNotFoundError:
+        from .eval.replay import read_chats
+
+        return read_chats(paths, limit=limit)
+    return readers.read_conversations(paths)
+
+
+def _pricing(raw: str | None) -> Pricing | None:
+    if raw is None:
+        return None
+    parts = raw.split(",")
+    try:
+        prices = [float(p) for p in parts]
+    except ValueError:
+        if len(parts) == 1 and re.fullmatch(r"[\w.:/-]{1,100}", raw):
+            return ratios_for("anthropic" if "claude" in raw.lower() else None)
+        raise _UsageError(
+            f"--pricing: {raw!r} is neither INPUT,OUTPUT[,CACHE_READ[,CACHE_WRITE]] nor a model name"
+        ) from None
+    if not 2 <= len(prices) <= 4 or any(not 0 <= p < 1e6 for p in prices):
+        raise _UsageError(
+            f"--pricing: give 2 to 4 prices per million tokens, each from 0 to 1e6 (got {raw!r})"
+        )
+    return Pricing(*prices)
 
 
 def _definition(name_or_path: str) -> Definition:
