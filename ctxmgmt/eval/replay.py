@@ -244,7 +244,9 @@ class _Prepared:
         self.messages = messages
         problems = check_messages(messages, partial_tail=True)
         if problems:
-            raise ContextError([replace(p, source=self.id) for p in problems[:5]])
+            file = str(getattr(conv, "source", "") or "")
+            where = f"{file} (conversation {self.id})" if file else self.id
+            raise ContextError([replace(p, source=where) for p in problems[:5]])
         self.calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
         self.ids = {id(m): j for j, m in enumerate(messages)}
         self.counter = counter
@@ -573,31 +575,23 @@ _CHAT_SUFFIXES = (".json", ".jsonl")
 def _chat(data: Any, name: str, pointer: str, source: str, line: int | None) -> Chat:
     """One conversation: ``{"messages": [...], "system_prompt"?, "tools"?, "model"?, "id"?}``
     or a bare list of messages."""
+
+    def refuse(where: str, message: str) -> ContextError:
+        return ContextError([Problem(where or "/", message, line, source)])
+
+    at = pointer
     if isinstance(data, list):
         data = {"messages": data}
-    if not isinstance(data, Mapping):
-        raise ContextError(
-            [
-                Problem(
-                    pointer or "/",
-                    "a conversation is an object with messages, or a list of messages",
-                    line,
-                    source,
-                )
-            ]
-        )
+    elif isinstance(data, Mapping):
+        at = f"{pointer}/messages"
+    else:
+        raise refuse(pointer, "a conversation is an object with messages, or a list of messages")
     messages = data.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, Mapping) for m in messages):
-        raise ContextError(
-            [
-                Problem(
-                    f"{pointer}/messages",
-                    "must be a list of message objects (OpenAI chat format)",
-                    line,
-                    source,
-                )
-            ]
-        )
+    if not isinstance(messages, list):
+        raise refuse(at, "must be a list of message objects (OpenAI chat format)")
+    for k, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise refuse(f"{at}/{k}", "a message must be an object with a role (OpenAI chat format)")
     checks = (("system_prompt", str), ("model", str), ("id", str), ("tools", list))
     for key, kind in checks:
         value = data.get(key)

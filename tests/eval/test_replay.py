@@ -302,7 +302,9 @@ def test_an_invalid_conversation_is_refused_with_its_pointer():
     bad = Chat("bad-run", [{"role": "user", "content": "x"}, _tool("nope", "y"), _asst("z")])
     with pytest.raises(ctxmgmt.ContextError) as err:
         ctxmgmt.evaluate([bad])
-    assert err.value.problems[0].source == "bad-run" and err.value.problems[0].pointer.startswith("/messages/1")
+    assert err.value.problems[0].source == "bad-run" and err.value.problems[0].pointer.startswith(
+        "/messages/1"
+    )
 
 
 def test_bad_parameters_say_what_to_give():
