@@ -17,6 +17,7 @@ It is *kept* when the request still holds it verbatim (summary and system prompt
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -279,6 +280,8 @@ class _Prepared:
             {cat: [s for s in items if self.last_use[cat].get(s, -1) > j] for cat, items in found.items()}
             for j, found in enumerate(specifics)
         ]
+        self.carriers = [j for j, found in enumerate(self.reused) if any(found.values())]
+        """The messages holding a specific the agent uses again later: the only ones to look at."""
         self.placeholders: dict[int, dict[str, Any]] = {}
 
     def tokens_of(self, start: int, end: int) -> int:
@@ -328,7 +331,9 @@ def _specifics_at(
         else:
             added.append(texts(m))
     needed: dict[str, set[str]] = {cat: set() for cat in CATEGORIES}
-    for j in range(i):
+    for j in prep.carriers:
+        if j >= i:
+            break
         if j in present:
             continue
         for cat, items in prep.reused[j].items():
@@ -347,6 +352,13 @@ def _specifics_at(
         call.kept[cat] = kept
 
 
+def _scratch() -> str | None:
+    """Where a replay's throwaway archives go: memory (tmpfs, where an fsync costs nothing)
+    when the system has it, else the temporary folder."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
 def _frozen_clock() -> float:
     return 0.0  # a replay has no wall time: a request never expires from the measured cache
 
@@ -358,7 +370,7 @@ def replay_definition(
     messages, or None when it was refused)."""
     counter = get_counter(prep.model, definition.tokenizer)
     texts = _Texts()
-    with tempfile.TemporaryDirectory(prefix="ctxmgmt-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ctxmgmt-eval-", dir=_scratch()) as tmp:
         conv = Conversation(
             definition, models=models, offloader=LocalOffloader(tmp), session="eval", pricing=pricing
         )
