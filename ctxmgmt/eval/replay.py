@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from ..adapters._core import Conversation
 from ..cache import Pricing, PromptCache, ratios_for
+from ..context import Context
 from ..definitions import Definition, load_definition
 from ..errors import ContextError, CtxmgmtError, Problem
 from ..messages import check_messages, text_of
@@ -243,10 +244,17 @@ class _Prepared:
         self.tools = list(conv.tools or ())
         self.model = conv.model
         self.messages = messages
+        file = str(getattr(conv, "source", "") or "")
+        where = f"{file} (conversation {self.id})" if file else self.id
+        bad = next((k for k, t in enumerate(conv.tools or ()) if not isinstance(t, Mapping)), None)
+        if bad is not None:
+            raise ContextError([Problem(f"/tools/{bad}", "a tool schema must be an object", source=where)])
+        try:  # the fields as a request carries them (types, roles), checked once
+            Context(system_prompt=system, messages=messages, tools=list(conv.tools or ()), model=conv.model)
+        except ContextError as exc:
+            raise ContextError([replace(p, source=where) for p in exc.problems[:5]]) from None
         problems = check_messages(messages, partial_tail=True)
         if problems:
-            file = str(getattr(conv, "source", "") or "")
-            where = f"{file} (conversation {self.id})" if file else self.id
             raise ContextError([replace(p, source=where) for p in problems[:5]])
         self.calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
         self.ids = {id(m): j for j, m in enumerate(messages)}

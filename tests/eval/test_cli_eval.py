@@ -107,6 +107,8 @@ def test_bad_arguments_exit_2_with_one_line(args, reason):
         ("7", "/: a conversation is an object with messages"),
         (json.dumps({"messages": [{"role": "user", "content": "x"}, ORPHAN]}), "/messages/1/tool_call_id"),
         ("\udcff", "is not UTF-8"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [7]}), "/tools/0"),
+        (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}), "/messages/0/role"),
     ],
 )
 def test_bad_files_exit_2_naming_the_file_and_pointer(tmp_path, content, reason):
