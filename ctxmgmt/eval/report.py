@@ -137,7 +137,7 @@ class Report:
         """For each window, two panels: the mean tokens sent at each call (over the
         conversations), and the share of needed specifics kept up to that call; one line per
         definition, its same-size sliding window dashed, observation masking grey."""
-        width, left, right, panel, gap, top = 900, 70, 190, 150, 40, 34
+        width, left, right, panel, gap, top = 980, 70, 270, 150, 40, 34
         height = top + len(self.windows) * 2 * (panel + gap) + 10
         span = width - left - right
         parts = [
