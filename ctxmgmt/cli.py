@@ -36,11 +36,12 @@ from .llm import CONFIG_ENV, load_models
 from .loader import MAX_INPUT_BYTES, escape, load_document, load_json
 from .messages import is_summary
 from .offload import LocalOffloader
-from .store import connect
+from .store import DefinitionStore, EvalStore, connect
 from .store.repository import DATABASE_ENV, DEFAULT_DATABASE_URL
 from .types import HOOK_NAMES, TraceEntry
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EVAL_ROUTE = "/_plugins/_ml/context_management/_eval"
 URL_ENV = "CTXMGMT_URL"
 API_KEY_ENV = "CTXMGMT_API_KEY"
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -184,6 +185,14 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-baselines", action="store_true", help="measure the definitions only")
     ev.add_argument("--json", metavar="FILE", help="write the whole report as JSON (- for stdout, no table)")
     ev.add_argument("--svg", metavar="FILE", help="write a plot of tokens per call and specifics kept")
+    ev.add_argument(
+        "--save",
+        action="store_true",
+        help="store the report in the database, for the web page (prints its id and page address)",
+    )
+    ev.add_argument(
+        "--db", help=f"with --save: database URL (default: ${DATABASE_ENV} or {DEFAULT_DATABASE_URL})"
+    )
     ev.add_argument(
         "--max-input-mb",
         type=float,
@@ -425,6 +434,15 @@ def _eval(args: argparse.Namespace) -> int:
             Path(args.json).write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     if args.svg:
         Path(args.svg).write_text(report.svg())
+    if args.save:
+        store = DefinitionStore.open(_database_url(args.db))
+        try:
+            report_id = EvalStore(store.engine).save(report.to_dict())
+        finally:
+            store.engine.dispose()
+        print(
+            f"saved as {report_id}: GET {EVAL_ROUTE}/{report_id}, page /ui/#eval/{report_id}", file=sys.stderr
+        )
     return EXIT_OK
 
 
