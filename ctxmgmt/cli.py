@@ -142,13 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--session", default="default", help="the conversation the archive belongs to (default: default)"
     )
-    a.add_argument(
-        "--max-input-mb",
-        type=float,
-        default=MAX_INPUT_BYTES >> 20,
-        metavar="MB",
-        help=f"refuse a larger input (default: {MAX_INPUT_BYTES >> 20} MiB)",
-    )
+    _max_input_option(a)
     a.set_defaults(run=_apply)
 
     ev = sub.add_parser(
@@ -193,13 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--db", help=f"with --save: database URL (default: ${DATABASE_ENV} or {DEFAULT_DATABASE_URL})"
     )
-    ev.add_argument(
-        "--max-input-mb",
-        type=float,
-        default=MAX_INPUT_BYTES >> 20,
-        metavar="MB",
-        help=f"refuse a larger input file (default: {MAX_INPUT_BYTES >> 20} MiB)",
-    )
+    _max_input_option(ev)
     ev.set_defaults(run=_eval)
 
     ls = sub.add_parser("list", help="list the shipped definitions")
@@ -299,6 +287,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _max_input_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-input-mb",
+        type=float,
+        default=MAX_INPUT_BYTES >> 20,
+        metavar="MB",
+        help=f"refuse a larger input (default: {MAX_INPUT_BYTES >> 20} MiB)",
+    )
+
+
+def _input_limit(args: argparse.Namespace) -> int:
+    """--max-input-mb in bytes, checked."""
+    if not 0 < args.max_input_mb <= 4096:
+        raise _UsageError(f"--max-input-mb: must be more than 0 and at most 4096 (got {args.max_input_mb:g})")
+    return int(args.max_input_mb * (1 << 20))
+
+
 def _server_options(p: argparse.ArgumentParser) -> None:
     """--url and --api-key, for the commands that talk to a server."""
     p.add_argument(
@@ -361,10 +366,9 @@ def _apply(args: argparse.Namespace) -> int:
         raise _UsageError(f"--hook: {exc.problems[0].message}") from None
     if args.context_window is not None and args.context_window < 1:
         raise _UsageError(f"--context-window: must be a whole number >= 1 (got {args.context_window})")
-    if not 0 < args.max_input_mb <= 4096:
-        raise _UsageError(f"--max-input-mb: must be more than 0 and at most 4096 (got {args.max_input_mb:g})")
+    limit = _input_limit(args)
     definition = _definition(args.definition)
-    data = _read_input(args.input, int(args.max_input_mb * (1 << 20)))
+    data = _read_input(args.input, limit)
     if isinstance(data, dict):
         data = dict(data)
         if args.model:
@@ -410,14 +414,13 @@ def _eval(args: argparse.Namespace) -> int:
             windows.append(int(part))
     if not 0 <= args.mask_last <= 1_000_000:
         raise _UsageError(f"--mask-last: must be a whole number from 0 to 1,000,000 (got {args.mask_last})")
-    if not 0 < args.max_input_mb <= 4096:
-        raise _UsageError(f"--max-input-mb: must be more than 0 and at most 4096 (got {args.max_input_mb:g})")
+    limit = _input_limit(args)
     for option, target in (("--json", args.json), ("--svg", args.svg)):
         if target and target != "-" and not Path(target).parent.is_dir():
             raise _UsageError(f"{option}: {Path(target).parent} is not a folder")
     definitions = [_definition(d) for d in args.definition or ["default"]]
     report = evaluate(
-        _conversations(args.inputs, int(args.max_input_mb * (1 << 20))),
+        _conversations(args.inputs, limit),
         definitions,
         windows,
         pricing=_pricing(args.pricing),
