@@ -423,23 +423,6 @@ def replay_definition(
             yield call, request
 
 
-def _reusable(
-    prep: _Prepared,
-    previous: Sequence[Mapping[str, Any]] | None,
-    request: Sequence[Mapping[str, Any]],
-    tokens: Sequence[int],
-) -> int:
-    """Tools, system prompt and the messages the request shares with the previous one."""
-    if previous is None:
-        return 0
-    n = 0
-    for a, b in zip(previous, request, strict=False):
-        if a is not b and a != b:
-            break
-        n += 1
-    return prep.fixed - REPLY_PRIMING + sum(tokens[:n])
-
-
 def sliding_window(prep: _Prepared, i: int, budget: int) -> tuple[list[Mapping[str, Any]], list[int]]:
     """The plain sliding window at position ``i`` within ``budget`` tokens: the task (the
     first user message), then the newest messages that fit, never a call without its results."""
@@ -486,16 +469,19 @@ def _baseline_call(
     n: int,
     i: int,
     built: tuple[list[Mapping[str, Any]], list[int]],
-    previous: Sequence[Mapping[str, Any]] | None,
+    cache: PromptCache,
     window: int,
     pricing: Pricing,
     texts: _Texts,
     started: float,
 ) -> Call:
-    request, tokens = built
+    """A baseline's request measured as a definition's is: its tokens, and what of it the
+    prompt cache (the baseline's own) serves from its previous request."""
+    request, _ = built
     call = Call(prep.id, n)
-    call.tokens = prep.fixed + sum(tokens)
-    call.reusable = _reusable(prep, previous, request, tokens)
+    context = Context(system_prompt=prep.system_prompt, messages=request, tools=prep.tools, model=prep.model)
+    call.tokens = prep.counter.context(context)[0]
+    call.reusable = cache.measure(context, prep.counter)
     call.cost = pricing.call(call.tokens, call.reusable, prep.tokens[i])
     call.over_window = call.tokens > window
     call.time_ms = (time.perf_counter() - started) * 1000
@@ -564,7 +550,7 @@ def evaluate_rows(
             for d in built:
                 target = row(d.name, "definition", w)
                 base = row(BASELINE_WINDOW, "sliding_window", w, d.name) if baselines else None
-                texts, previous = _Texts(), None
+                texts, cache = _Texts(), PromptCache(price, clock=_frozen_clock)
                 for call, request in replay_definition(prep, d, w, price, models=models):
                     target.add(call)
                     if base is None:
@@ -575,16 +561,14 @@ def evaluate_rows(
                         base.add(Call(prep.id, call.call, refused=call.refused))
                         continue
                     made = sliding_window(prep, i, call.tokens)
-                    base.add(_baseline_call(prep, call.call, i, made, previous, w, price, texts, started))
-                    previous = made[0]
+                    base.add(_baseline_call(prep, call.call, i, made, cache, w, price, texts, started))
             if baselines:
                 masking = row(BASELINE_MASKING, "observation_masking", w)
-                texts, previous = _Texts(), None
+                texts, cache = _Texts(), PromptCache(price, clock=_frozen_clock)
                 for n, i in enumerate(prep.calls, 1):
                     started = time.perf_counter()
                     made = observation_masking(prep, i, mask_last)
-                    masking.add(_baseline_call(prep, n, i, made, previous, w, price, texts, started))
-                    previous = made[0]
+                    masking.add(_baseline_call(prep, n, i, made, cache, w, price, texts, started))
     return list(rows.values()), listed
 
 
