@@ -5,9 +5,9 @@ definition keeps of the specifics the agent needed again, beside both baselines.
 A generated 300-call coding-agent run (``tests.agent_runs.agent_run``) is replayed through
 ``default``, ``cache-aware`` and ``long-running-agent`` at a 16k window, with the sliding
 window and observation-masking baselines (the report's table is printed). Then the run's
-first half is replayed the same way: the replay costs what the conversation holds, so the
-time ratio of the whole run to its half should be about 2 (the managers' work grows with
-the window, not with the conversation).
+first half is replayed the same way: the managers' work grows with the window, not with
+the conversation, so a linear replay gives a ratio of about 2; the specifics check, which
+looks at every earlier message at each call, makes it somewhat more.
 
     python bench/bench_eval.py [--seed N] [--calls 300] [--window 16000]
 """

@@ -272,16 +272,13 @@ class _Prepared:
                 start = self.unit_start[j - 1] if j else 0
             self.unit_start.append(start)
         self.system_text = _flat(text_of(system) if not isinstance(system, str) else system)
-        # The specifics of every message, where each occurs, and where the agent uses it last.
+        # The specifics of every message, and where the agent uses each last.
         specifics = [message_specifics(m) for m in messages]
         self.last_use: dict[str, dict[str, int]] = {cat: {} for cat in CATEGORIES}
-        self.where: dict[str, dict[str, list[int]]] = {cat: {} for cat in CATEGORIES}
         for j, found in enumerate(specifics):
-            agent = messages[j].get("role") == "assistant"
-            for cat, items in found.items():
-                for s in items:
-                    self.where[cat].setdefault(s, []).append(j)
-                    if agent:
+            if messages[j].get("role") == "assistant":
+                for cat, items in found.items():
+                    for s in items:
                         self.last_use[cat][s] = j
         # Only what the agent uses again after a message can be needed from it.
         self.reused: list[dict[str, list[str]]] = [
@@ -339,25 +336,27 @@ def _specifics_at(
         else:
             added.append(texts(m))
     needed: dict[str, set[str]] = {cat: set() for cat in CATEGORIES}
+    # A specific needed now (used at position i or later) that a message kept as it was
+    # holds is among that message's reused ones (used after it): those are all to look at.
+    held: dict[str, set[str]] = {cat: set() for cat in CATEGORIES}
     for j in prep.carriers:
         if j >= i:
             break
+        reused = prep.reused[j]
         if j in present:
+            for cat, items in reused.items():
+                held[cat].update(items)
             continue
-        for cat, items in prep.reused[j].items():
+        for cat, items in reused.items():
             last = prep.last_use[cat]
             for s in items:
                 if last[s] >= i:
                     needed[cat].add(s)
     new_text = "\n".join(added)
     for cat in CATEGORIES:
-        where = prep.where[cat]
-        kept = 0
-        for s in needed[cat]:
-            if any(j in present for j in where[s] if j < i) or s in new_text:
-                kept += 1
+        kept = held[cat]
         call.needed[cat] = len(needed[cat])
-        call.kept[cat] = kept
+        call.kept[cat] = sum(1 for s in needed[cat] if s in kept or s in new_text)
 
 
 def _scratch() -> str | None:
