@@ -743,6 +743,19 @@ def _checked(answer: Any, schema: Mapping[str, Any], url: str) -> None:
 
 _COUNT = {"type": "integer", "minimum": 0, "maximum": 2**53}
 _TEXT = {"type": "string"}
+_STORED_DEFINITION = {
+    "type": "object",
+    "required": ["name", "version"],
+    "properties": {"name": {"type": "string"}, "version": {"type": "integer", "minimum": 1}},
+}
+_DEFINITION_LIST = {
+    "type": "object",
+    "required": ["total", "context_management"],
+    "properties": {
+        "total": {"type": "integer", "minimum": 0},
+        "context_management": {"type": "array", "items": _STORED_DEFINITION},
+    },
+}
 _MAYBE_TEXT = {"type": ["string", "null"]}
 _MAYBE_COUNT = {"type": ["integer", "null"], "minimum": 0, "maximum": 2**53}
 _NUMBER = {"type": "number", "minimum": 0}
@@ -1011,12 +1024,14 @@ def _definitions(args: argparse.Namespace) -> int:
     with Client(args.url, api_key=args.api_key) as client:
         if action == "list":
             result = client.list(from_=args.from_, size=args.size, q=args.q)
+            _checked(result, _DEFINITION_LIST, args.url)
         elif action in ("create", "update"):
             result = _store_file(client, args)
         else:
             try:
                 if action == "get":
                     result = client.get(args.name)
+                    _checked(result, _STORED_DEFINITION, args.url)
                 else:
                     result = client.delete(args.name, force=args.force)
             except ApiError as exc:
