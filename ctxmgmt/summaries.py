@@ -2,10 +2,11 @@
 
 A summary is a set of sections, each a list of short items, most important first:
 goal, constraints, errors, files changed, progress, key decisions, next steps and
-critical context. The offline summariser (:mod:`ctxmgmt.digest`) fills them without
+critical context, and the ledger of specifics (calls with their outcome, paths with what
+was done to them, ids). The offline summariser (:mod:`ctxmgmt.digest`) fills them without
 an LLM; a model fills them through the same schema. When a summary is over its
 budget, the least important sections give way first: progress, then next steps,
-decisions, critical context, files, constraints, errors, and the goal last.
+decisions, critical context, files, constraints, specifics, errors, and the goal last.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .context import runs
-from .digest import FAILED_COMMANDS, digest, merge_failed_commands, merge_tool_lines, split_count
+from .digest import (
+    FAILED_COMMANDS,
+    digest,
+    fold_errors,
+    merge_failed_commands,
+    merge_ledger,
+    merge_tool_lines,
+    split_count,
+)
 from .messages import is_summary, summary_line, text_of
 
 if TYPE_CHECKING:
@@ -35,6 +44,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("goal", "Goal"),
     ("constraints", "Constraints"),
     ("errors", "Errors"),
+    ("specifics", "Specifics"),
     ("files_changed", "Files changed"),
     ("progress", "Progress"),
     ("key_decisions", "Key decisions"),
@@ -71,7 +81,12 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
             # The failed-commands item of each side merges into one, oldest commands first.
             old_rest, old_failed = _split_failed(old)
             fresh_rest, fresh_failed = _split_failed(fresh)
-            out[key] = merge_failed_commands([*_add_counts(old_rest, fresh_rest), *old_failed, *fresh_failed])
+            counted = _add_counts(old_rest, fresh_rest)
+            if key == "errors":  # near-identical lines of both stretches fold into one
+                counted = fold_errors(counted)
+            out[key] = merge_failed_commands([*counted, *old_failed, *fresh_failed])
+        elif key == "specifics":
+            out[key] = merge_ledger(old, fresh)
         elif key == "progress":
             out[key] = merge_tool_lines(old, fresh)
         elif key == "key_decisions":
@@ -181,6 +196,7 @@ _TRIM_ORDER = (
     "critical_context",
     "files_changed",
     "constraints",
+    "specifics",
     "errors",
     "goal",
 )
@@ -197,6 +213,7 @@ _SHARES = {
     "goal": 0.25,
     "constraints": 0.2,
     "errors": 0.6,
+    "specifics": 0.3,
     "files_changed": 0.15,
     "critical_context": 0.15,
     "key_decisions": 0.1,
