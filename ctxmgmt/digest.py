@@ -530,6 +530,10 @@ LEDGER_ITEMS = 120
 _LEDGER_SCAN = 20_000
 """Characters of a tool result read for paths and ids (the ledger is about what was used)."""
 _CALL_CHARS = 160
+_ARG_CHARS = 300
+_VALUE_CHARS = 60
+"""Characters of each argument a call's ledger item shows (of a patch or a file's content, its start)."""
+"""An argument longer than this (a file's content, a patch) is not read for ids."""
 _ID = re.compile(
     r"(?<![\w.-])(?:[\w.-]{1,100}\.[A-Za-z]\w{0,7}:\d{1,7}(?::\d{1,5})?"
     r"|(?:localhost|\d{1,3}(?:\.\d{1,3}){3}):\d{2,5}|v?\d{1,5}(?:\.\d{1,5}){2,3}"
@@ -582,7 +586,7 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
             ]
             return [_clip(ln, _CALL_CHARS) for ln in lines[:4]]
     shown = ", ".join(
-        f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+        f"{k}={_clip(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False), _VALUE_CHARS)}"
         for k, v in list(args.items())[:6]
     )
     return [_clip(f"{name}({shown})", _CALL_CHARS)]
@@ -590,42 +594,47 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
 
 class _Ledger:
     """Specifics seen in a stretch: calls with their last outcome, paths with what was done to
-    them, ids; each with how often and how recently it was used."""
+    them, ids; each with how often and how recently it was used. An entry's tier says how sure
+    it is that the agent needs it: 2 for its calls and the paths they acted on, 1 for what
+    the user or the agent wrote (ids in arguments included), 0 for what only a tool's output
+    held; the ranking goes by tier, then by recency and use."""
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], dict[str, Any]] = {}
         self.seen = 0
 
-    def see(self, kind: str, key: str, note: str = "", weight: float = 0.0) -> None:
+    def see(self, kind: str, key: str, note: str = "", tier: int = 0) -> None:
         if not key or (len(self.entries) >= 4 * _MAX_ITEMS and (kind, key) not in self.entries):
             return
         self.seen += 1
-        entry = self.entries.setdefault((kind, key), {"count": 0, "notes": [], "weight": 0.0})
+        entry = self.entries.setdefault((kind, key), {"count": 0, "notes": [], "tier": 0})
         entry["count"] += 1
         entry["order"] = self.seen
-        entry["weight"] = max(entry["weight"], weight)
-        if note and note not in entry["notes"]:
-            entry["notes"].append(note)
+        entry["tier"] = max(entry["tier"], tier)
         if kind == "call":
             entry["notes"] = [note]  # the last outcome
+        elif note and note not in entry["notes"]:
+            entry["notes"].append(note)
 
-    def ids(self, text: str, weight: float, limit: int = 40) -> None:
+    def ids(self, text: str, tier: int, limit: int = 40) -> None:
         """The id-shaped words of a text (at most ``limit``): not a random-looking mix of
         cases (base64 or binary noise), which no agent types again."""
         for found in dict.fromkeys(_ID.findall(text[:_LEDGER_SCAN])):
             if _MIXED.search(found) and not _SEPARATED.search(found):
                 continue
-            self.see("id", found, weight=weight)
+            if not found[0].isdigit() and sum(c.isdigit() for c in found) < 2:
+                continue  # a word with a digit (``py3``, ``mock-3``), not an id
+            self.see("id", found, tier=tier)
             limit -= 1
             if limit <= 0:
                 break
 
     def items(self) -> list[str]:
-        """The items, most used (recently and often) first."""
+        """The items, most needed first (see the class docstring)."""
         total = max(1, self.seen)
 
         def score(entry: dict[str, Any]) -> float:
-            return float(entry["order"] / total + 0.1 * min(entry["count"], 8) + entry["weight"])
+            return float(entry["tier"] + 0.6 * entry["order"] / total + 0.05 * min(entry["count"], 8))
 
         ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[1]))
         named = {key for (kind, key) in self.entries if kind != "id"}
@@ -670,8 +679,12 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
             entry = entries.setdefault((kind, key), {"count": 0, "notes": [], "score": 0.0})
             entry["count"] += n
             entry["notes"] = notes if kind == "call" else list(dict.fromkeys([*entry["notes"], *notes]))
-            entry["score"] = max(entry["score"], age + 0.5 * (1 - rank / max(1, len(items))))
-    ranked = sorted(entries.items(), key=lambda kv: -(kv[1]["score"] + 0.1 * min(kv[1]["count"], 8)))
+            tier = (
+                2 if kind == "call" or (kind == "path" and notes != ["seen"]) else 0 if kind == "path" else 1
+            )
+            recency = 0.3 * age + 0.3 * (1 - rank / max(1, len(items)))
+            entry["score"] = max(entry["score"], tier + recency)
+    ranked = sorted(entries.items(), key=lambda kv: -(kv[1]["score"] + 0.05 * min(kv[1]["count"], 8)))
     return [
         (key if kind == "raw" else _ledger_item(kind, key, e["notes"], 1))
         + (f" (×{e['count']})" if e["count"] > 1 else "")
@@ -716,7 +729,7 @@ class _Reader:
             for line in facts.errors:
                 self._error(line)
         self._identifiers(facts)
-        self.ledger.ids(text, 0.2)
+        self.ledger.ids(text, 1)
 
     def assistant(self, text: str, last: bool) -> None:
         facts = _text_facts(text, user=False)
@@ -725,9 +738,9 @@ class _Reader:
         if last:
             self.next.extend(facts.next)
         self._identifiers(facts)
-        self.ledger.ids(text, 0.1)
+        self.ledger.ids(text, 1)
         for path in facts.paths:
-            self.ledger.see("path", _clip(path, 200), "seen", 0.1)
+            self.ledger.see("path", _clip(path, 200), "seen", 1)
 
     def call(
         self, call: Mapping[str, Any], result: str | None, message: Mapping[str, Any] | None = None
@@ -770,26 +783,32 @@ class _Reader:
         shell = next((k for k in _SHELL_KEYS if isinstance(args.get(k), (str, list))), None)
         if done is not None:
             for line in lines:
-                ledger.see("call", line, done, 0.5)
+                ledger.see("call", line, done, 2)
         named = [
             v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and ("/" in v or _PATH.fullmatch(v))
         ]
         action = _action(name, args, None)
+        if _WRITES.search(name):  # the files a patch names
+            named += _DIFF_FILE.findall("\n".join(v for v in args.values() if isinstance(v, str)))
         for path in named:
-            ledger.see("path", _clip(path, 200), action, 0.3)
+            ledger.see("path", _clip(path, 200), action, 2)
         if shell is not None:
             for line in lines:
                 act = _action(name, args, line)
                 for path in _PATH.findall(_URL.sub(" ", line)):
-                    ledger.see("path", _clip(path.rstrip(".,;:"), 200), act, 0.25)
-        values = [v for v in args.values() if isinstance(v, (str, int)) and not isinstance(v, bool)]
-        for value in values:
-            ledger.ids(str(value), 0.2)
+                    ledger.see("path", _clip(path.rstrip(".,;:"), 200), act, 2 if act != "seen" else 1)
+        for value in args.values():  # ids the agent typed; not those of a file's new content
+            if (
+                isinstance(value, (str, int))
+                and not isinstance(value, bool)
+                and len(str(value)) <= _ARG_CHARS
+            ):
+                ledger.ids(str(value), 1)
         if result:
             scanned = _URL.sub(" ", result[:_LEDGER_SCAN])
             for path in dict.fromkeys(_PATH.findall(scanned)):
-                ledger.see("path", _clip(path.rstrip(".,;:"), 200), "seen", -0.1)
-            ledger.ids(result, -0.2)
+                ledger.see("path", _clip(path.rstrip(".,;:"), 200), "seen", 0)
+            ledger.ids(result, 0)
 
     def _identifiers(self, facts: _TextFacts) -> None:
         for url in facts.urls:

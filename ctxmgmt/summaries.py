@@ -6,7 +6,7 @@ critical context, and the ledger of specifics (calls with their outcome, paths w
 was done to them, ids). The offline summariser (:mod:`ctxmgmt.digest`) fills them without
 an LLM; a model fills them through the same schema. When a summary is over its
 budget, the least important sections give way first: progress, then next steps,
-decisions, critical context, files, constraints, specifics, errors, and the goal last.
+critical context, specifics, decisions, files, constraints, errors, and the goal last.
 """
 
 from __future__ import annotations
@@ -192,11 +192,11 @@ def parse_rendered(text: str) -> tuple[Sections, int, list[dict[str, Any]]]:
 _TRIM_ORDER = (
     "progress",
     "next_steps",
-    "key_decisions",
     "critical_context",
+    "specifics",
+    "key_decisions",
     "files_changed",
     "constraints",
-    "specifics",
     "errors",
     "goal",
 )
@@ -222,6 +222,9 @@ _SHARES = {
 }
 
 
+_FLOORED = frozenset({"specifics", "errors"})
+
+
 def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str], int]) -> Sections:
     """Drop items until the rendered summary is within ``limit`` tokens: first from the
     sections over their share of the budget, then the least important sections first; within
@@ -239,13 +242,22 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
             cost = count(f"- {out[key].pop()}\n")
             size -= cost
             total -= cost
-    for key in _trim_order(out):
-        keep = 1 if key == "goal" else 0  # the task itself is shortened below, not dropped
-        while total > limit and len(out.get(key) or ()) > keep:
-            item = out[key].pop()
-            total -= count(f"- {item}\n")
-            if not out[key]:
-                total = count(render(out, summarized))
+    # Then the least important sections first, down to a floor for the ranked lists of
+    # specifics and errors (their first items are what an agent needs most), then wholly.
+    for floored in (True, False):
+        for key in _trim_order(out):
+            keep = 1 if key == "goal" else 0  # the task itself is shortened below, not dropped
+            floor = int(limit * _SHARES[key] / 3) if floored and key in _FLOORED else 0
+            size = sum(count(f"- {item}\n") for item in out.get(key, ())) if floor else 0
+            while total > limit and len(out.get(key) or ()) > keep and (not floor or size > floor):
+                item = out[key].pop()
+                cost = count(f"- {item}\n")
+                total -= cost
+                size -= cost
+                if not out[key]:
+                    total = count(render(out, summarized))
+            if total <= limit:
+                break
         if total <= limit:
             break
     # Re-count exactly (per-item subtraction is an estimate), dropping in batches the size
