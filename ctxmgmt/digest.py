@@ -31,7 +31,7 @@ import re2  # type: ignore[import-untyped]
 from ._memo import BY_CONTENT, Memo, content_key
 from .messages import is_summary, text_of
 
-__all__ = ["digest", "error_lines", "fold_errors", "merge_ledger", "outcome"]
+__all__ = ["digest", "error_lines", "fold_errors", "merge_ledger", "outcome", "trace_line"]
 
 Sections = dict[str, list[str]]
 
@@ -690,6 +690,40 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
         + (f" (×{e['count']})" if e["count"] > 1 else "")
         for (kind, key), e in ranked
     ][:LEDGER_ITEMS]
+
+
+_TRACE_SPECIFICS = 6
+_UNSAFE = re.compile(r"[\]\[\n\r]|#k=")
+
+
+def trace_line(call: Mapping[str, Any] | None, result: str, message: Mapping[str, Any], limit: int) -> str:
+    """One line of at most ``limit`` characters saying what a removed tool result was: the
+    call (a shell command, or the tool and its arguments), its outcome, and the specifics it
+    held (its first error line, paths and ids): ``bash `pytest -x` → exit 1; KeyError: 'a';
+    src/a.py, 8080``. Brackets, newlines and tag-shaped text are left out, so that it can go
+    inside ctxmgmt's own notice and never forge one."""
+    parts = []
+    if call is not None:
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "tool")
+        args = _arguments(call)
+        lines = _call_text(name, args)
+        shell = any(isinstance(args.get(k), (str, list)) for k in _SHELL_KEYS)
+        parts.append((f"{name} `{lines[0]}`" if shell else f"`{lines[0]}`") if lines else name)
+    parts[-1:] = [f"{' '.join(parts[-1:])} → {outcome(result, message)}".strip()]
+    errors = error_lines(result[:_LEDGER_SCAN])
+    if errors:
+        parts.append(_clip(errors[-1], 120))
+    ledger = _Ledger()
+    scanned = _URL.sub(" ", result[:_LEDGER_SCAN])
+    for path in dict.fromkeys(_PATH.findall(scanned)):
+        ledger.see("path", path.rstrip(".,;:"), "seen", 1)
+    ledger.ids(result, 0)
+    held = [split_count(i)[0].removesuffix(": seen") for i in ledger.items()[:_TRACE_SPECIFICS]]
+    if held:
+        parts.append(", ".join(held))
+    line = _UNSAFE.sub(" ", "; ".join(parts))
+    return _clip(line, limit) if limit > 1 else ""
 
 
 class _Reader:

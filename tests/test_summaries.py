@@ -366,3 +366,44 @@ def test_the_ledger_keeps_commands_with_outcomes_paths_with_actions_and_ids():
     assert "`pytest -x tests/test_io.py` → ok (×2)" in merged["specifics"]
     assert any(i.startswith("`pytest -x tests/test_io.py`") for i in merged["specifics"][:2])
     assert "data/orders.csv: read" in merged["specifics"]
+
+
+_LOG_LINE = st.sampled_from(
+    [
+        "ERROR db: connection refused",
+        "error: could not open socket",
+        "FATAL worker crashed",
+        "Traceback (most recent call last):",
+        "KeyError: 'x'",
+        "INFO request served in 12 ms",
+        "1 failed",
+        "exit code: 1",
+    ]
+)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(middle=st.lists(_LOG_LINE, min_size=7, max_size=40))
+@example(middle=["Traceback (most recent call last):", "KeyError: 'x'", "exit code: 1"] * 3)
+def test_error_words_between_a_clean_start_and_end_never_make_a_failure(middle):
+    """Whatever error lines a log holds in its middle, an output that starts and ends cleanly
+    (a successful read of that log) is ``ok``: only its edges and its flag decide."""
+    text = "\n".join(["reading /var/log/app.log", "---", "---", *middle, "---", "---", "end of file"])
+    assert outcome(text) == "ok"
+
+
+def test_a_tight_budget_keeps_the_first_specifics_before_emptying_them():
+    """Within a budget too small for every section, the ledger keeps its first (most needed)
+    items while the less important sections give way; the result fits."""
+    sections = {
+        "goal": ["Fix the importer: " + " ".join(f"step {i} of the plan," for i in range(20))],
+        "errors": [f"E{i:03d} ImportError in src/module_{i}.py" for i in range(40)],
+        "specifics": ["`pytest -x tests/test_io.py` → exit 1", "data/orders.csv: read (×3)"]
+        + [f"ORD-{i:05d}" for i in range(60)],
+        "progress": [f"tool{i} ×2" for i in range(30)],
+        "key_decisions": [f"I decided on option {i} because it is simpler." for i in range(10)],
+    }
+    count = get_counter(MODEL).text
+    kept = bound(sections, 50, 300, count)
+    assert kept["specifics"][:2] == sections["specifics"][:2]
+    assert not kept["progress"] and count(render(kept, 50)) <= 300
