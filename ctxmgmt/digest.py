@@ -531,6 +531,7 @@ _LEDGER_SCAN = 20_000
 """Characters of a tool result read for paths and ids (the ledger is about what was used)."""
 _CALL_CHARS = 160
 _ARG_CHARS = 300
+_SHORT_RESULT = 2000
 _VALUE_CHARS = 60
 """Characters of each argument a call's ledger item shows (of a patch or a file's content, its start)."""
 """An argument longer than this (a file's content, a patch) is not read for ids."""
@@ -541,7 +542,7 @@ _ID = re.compile(
 )
 _MIXED = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]|\d[a-z][A-Z]")
 _SEPARATED = re.compile(r"[_.:-]")
-_SHELL_KEYS = ("cmd", "command", "bash", "script", "commands", "shell")
+_SHELL_KEYS = ("cmd", "command", "bash", "script", "commands", "shell", "code")
 _READ_CMD = re.compile(
     r"^\s*(?:cat|head|tail|less|more|grep|rg|wc|file|strings|xxd|hexdump|diff|ls|stat|sed -n)\b"
 )
@@ -817,7 +818,7 @@ class _Reader:
         shell = next((k for k in _SHELL_KEYS if isinstance(args.get(k), (str, list))), None)
         if done is not None:
             for line in lines:
-                ledger.see("call", line, done, 2)
+                ledger.see("call", line, done, 2 if shell is not None else 1)
         named = [
             v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and ("/" in v or _PATH.fullmatch(v))
         ]
@@ -842,7 +843,9 @@ class _Reader:
             scanned = _URL.sub(" ", result[:_LEDGER_SCAN])
             for path in dict.fromkeys(_PATH.findall(scanned)):
                 ledger.see("path", _clip(path.rstrip(".,;:"), 200), "seen", 0)
-            ledger.ids(result, 0)
+            # A short answer (a lookup: a user's record, an order) holds ids the agent goes on
+            # to use; a long output (a log, a listing) holds many it never will.
+            ledger.ids(result, 1 if len(result) <= _SHORT_RESULT else 0)
 
     def _identifiers(self, facts: _TextFacts) -> None:
         for url in facts.urls:
