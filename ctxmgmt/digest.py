@@ -527,7 +527,7 @@ def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
 # -- the ledger of specifics -----------------------------------------------------------------------
 LEDGER_ITEMS = 120
 """Ledger items kept before the summary's budget ranks them out."""
-_LEDGER_SCAN = 20_000
+_LEDGER_SCAN = 8_000
 """Characters of a tool result read for paths and ids (the ledger is about what was used)."""
 _CALL_CHARS = 160
 _ARG_CHARS = 300
@@ -537,7 +537,7 @@ _VALUE_CHARS = 60
 """An argument longer than this (a file's content, a patch) is not read for ids."""
 _ID = re.compile(
     r"(?<![\w.-])(?:[\w.-]{1,100}\.[A-Za-z]\w{0,7}:\d{1,7}(?::\d{1,5})?"
-    r"|(?:localhost|\d{1,3}(?:\.\d{1,3}){3}):\d{2,5}|v?\d{1,5}(?:\.\d{1,5}){2,3}"
+    r"|(?:localhost|\d{1,3}(?:\.\d{1,3}){3}):\d{2,5}|v?\d{1,5}(?:\.\d{1,5}){2,3}|\d{4}-\d\d-\d\d"
     r"|(?=[\w-]{0,63}\d)(?=[\w-]{0,63}[A-Za-z])[A-Za-z0-9][\w-]{4,63}|\d{4,40})(?![\w-])"
 )
 _MIXED = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]|\d[a-z][A-Z]")
@@ -587,10 +587,50 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
             ]
             return [_clip(ln, _CALL_CHARS) for ln in lines[:4]]
     shown = ", ".join(
-        f"{k}={_clip(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False), _VALUE_CHARS)}"
+        f"{k}={_clip((v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))[:400], _VALUE_CHARS)}"
         for k, v in list(args.items())[:6]
     )
     return [_clip(f"{name}({shown})", _CALL_CHARS)]
+
+
+_ID_LIMIT = 40
+_HAS_DIGIT = re.compile(r"\d").search
+_WORD_CHARS = 300
+"""An id is looked for in the words (split at white space) that hold a digit, each's start."""
+_SPECIFICS: Memo[tuple[list[str], list[str]]] = Memo(8 * 1024 * 1024, shared=True)
+
+
+def _specifics_of(text: str) -> tuple[list[str], list[str]]:
+    """The paths and the id-shaped words (at most 40) of a text's start, read once per text.
+    Not a random-looking mix of cases (base64 or binary noise), nor a word with one digit
+    (``py3``, ``mock-3``): no agent types those again."""
+    if not text:
+        return [], []
+    # A short text (an argument, a one-line answer) is its own key.
+    key: Any = content_key(text) if len(text) >= _FACTS_MIN_CHARS else ("short", text)
+    hit = _SPECIFICS.get(key, BY_CONTENT)
+    if hit is not None:
+        return hit
+    scanned = _URL.sub(" ", text[:_LEDGER_SCAN])
+    paths = list(dict.fromkeys(_clip(p.rstrip(".,;:"), 200) for p in _PATH.findall(scanned)))[:_MAX_ITEMS]
+    ids: dict[str, None] = {}
+    numbered = " ".join(w[:_WORD_CHARS] for w in scanned.split() if _HAS_DIGIT(w))
+    for found in _ID.findall(numbered):
+        if _MIXED.search(found) and not _SEPARATED.search(found):
+            continue
+        if not found[0].isdigit() and sum(c.isdigit() for c in found) < 2:
+            continue
+        ids.setdefault(found, None)
+        if len(ids) >= _ID_LIMIT:
+            break
+    facts = (paths, list(ids)[:_ID_LIMIT])
+    size = (
+        sum(len(x) + 60 for part in facts for x in part)
+        + 200
+        + (len(text) if len(text) < _FACTS_MIN_CHARS else 0)
+    )
+    _SPECIFICS.put(key, BY_CONTENT, facts, size)
+    return facts
 
 
 class _Ledger:
@@ -617,18 +657,9 @@ class _Ledger:
         elif note and note not in entry["notes"]:
             entry["notes"].append(note)
 
-    def ids(self, text: str, tier: int, limit: int = 40) -> None:
-        """The id-shaped words of a text (at most ``limit``): not a random-looking mix of
-        cases (base64 or binary noise), which no agent types again."""
-        for found in dict.fromkeys(_ID.findall(text[:_LEDGER_SCAN])):
-            if _MIXED.search(found) and not _SEPARATED.search(found):
-                continue
-            if not found[0].isdigit() and sum(c.isdigit() for c in found) < 2:
-                continue  # a word with a digit (``py3``, ``mock-3``), not an id
+    def ids(self, text: str, tier: int) -> None:
+        for found in _specifics_of(text)[1]:
             self.see("id", found, tier=tier)
-            limit -= 1
-            if limit <= 0:
-                break
 
     def items(self) -> list[str]:
         """The items, most needed first (see the class docstring)."""
@@ -638,10 +669,10 @@ class _Ledger:
             return float(entry["tier"] + 0.6 * entry["order"] / total + 0.05 * min(entry["count"], 8))
 
         ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[1]))
-        named = {key for (kind, key) in self.entries if kind != "id"}
+        named = "\n".join(key for (kind, key) in self.entries if kind != "id")
         out = []
         for (kind, key), entry in ranked:
-            if kind == "id" and any(key in n for n in named):
+            if kind == "id" and key in named:
                 continue  # a path or a call holds it already
             out.append(_ledger_item(kind, key, entry["notes"], entry["count"]))
             if len(out) >= LEDGER_ITEMS:
@@ -716,9 +747,8 @@ def trace_line(call: Mapping[str, Any] | None, result: str, message: Mapping[str
     if errors:
         parts.append(_clip(errors[-1], 120))
     ledger = _Ledger()
-    scanned = _URL.sub(" ", result[:_LEDGER_SCAN])
-    for path in dict.fromkeys(_PATH.findall(scanned)):
-        ledger.see("path", path.rstrip(".,;:"), "seen", 1)
+    for path in _specifics_of(result)[0]:
+        ledger.see("path", path, "seen", 1)
     ledger.ids(result, 0)
     held = [split_count(i)[0].removesuffix(": seen") for i in ledger.items()[:_TRACE_SPECIFICS]]
     if held:
@@ -840,9 +870,8 @@ class _Reader:
             ):
                 ledger.ids(str(value), 1)
         if result:
-            scanned = _URL.sub(" ", result[:_LEDGER_SCAN])
-            for path in dict.fromkeys(_PATH.findall(scanned)):
-                ledger.see("path", _clip(path.rstrip(".,;:"), 200), "seen", 0)
+            for path in _specifics_of(result)[0]:
+                ledger.see("path", path, "seen", 0)
             # A short answer (a lookup: a user's record, an order) holds ids the agent goes on
             # to use; a long output (a log, a listing) holds many it never will.
             ledger.ids(result, 1 if len(result) <= _SHORT_RESULT else 0)
