@@ -594,6 +594,8 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
 
 
 _ID_LIMIT = 40
+_FAMILY = 3
+"""Ids the same but for their numbers (``handler_1`` … ``handler_49``) the ledger keeps."""
 _HAS_DIGIT = re.compile(r"\d").search
 _WORD_CHARS = 300
 """An id is looked for in the words (split at white space) that hold a digit, each's start."""
@@ -671,9 +673,14 @@ class _Ledger:
         ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[1]))
         named = "\n".join(key for (kind, key) in self.entries if kind != "id")
         out = []
+        families: Counter[str] = Counter()
         for (kind, key), entry in ranked:
             if kind == "id" and key in named:
                 continue  # a path or a call holds it already
+            if kind == "id":  # handler_1 … handler_49: the family's first few stand for it
+                families[_DIGITS.sub("#", key)] += 1
+                if families[_DIGITS.sub("#", key)] > _FAMILY:
+                    continue
             out.append(_ledger_item(kind, key, entry["notes"], entry["count"]))
             if len(out) >= LEDGER_ITEMS:
                 break

@@ -407,3 +407,28 @@ def test_a_tight_budget_keeps_the_first_specifics_before_emptying_them():
     kept = bound(sections, 50, 300, count)
     assert kept["specifics"][:2] == sections["specifics"][:2]
     assert not kept["progress"] and count(render(kept, 50)) <= 300
+
+
+def test_a_lookups_ids_reach_the_ledger_and_a_family_of_ids_does_not_flood_it():
+    """The ids of a short lookup answer (a user's certificates) are in the ledger with the call
+    that got them; fifty ids the same but for a number keep only a few of the family."""
+    record = json.dumps(
+        {"user_id": "mia_li_3668", "payment_methods": ["certificate_7504069", "credit_card_4421486"]}
+    )
+    listing = "\n".join(f"handler_{i}" for i in range(50))
+    messages = [{"role": "user", "content": "Book the flight with my certificates."}]
+    for i, (name, args, result) in enumerate(
+        [
+            ("get_user_details", {"user_id": "mia_li_3668"}, record),
+            ("list_handlers", {}, listing),
+        ]
+    ):
+        call = {"id": f"u{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"u{i}", "content": result},
+        ]
+    ledger = summarize_offline(messages)["specifics"]
+    assert "`get_user_details(user_id=mia_li_3668)` → ok" in ledger
+    assert "certificate_7504069" in ledger and "credit_card_4421486" in ledger
+    assert sum(item.startswith("handler_") for item in ledger) == 3
