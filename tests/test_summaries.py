@@ -432,3 +432,14 @@ def test_a_lookups_ids_reach_the_ledger_and_a_family_of_ids_does_not_flood_it():
     assert "`get_user_details(user_id=mia_li_3668)` → ok" in ledger
     assert "certificate_7504069" in ledger and "credit_card_4421486" in ledger
     assert sum(item.startswith("handler_") for item in ledger) == 3
+
+
+def test_a_hostile_output_gives_a_bounded_ledger_and_a_plain_outcome():
+    """A megabyte of id-shaped words, paths and error words on one line gives at most the
+    ledger's bound of items, a one-line outcome, and no failure without a failure's shape."""
+    line = " ".join(f"ID-{i:06d} src/m{i}.py ERROR" for i in range(40_000))
+    messages = _tool_run("read_log", lambda i: '{"path": "big.log"}', [line])
+    sections = summarize_offline(messages)
+    assert outcome(line) == "ok" and "failed" not in sections["progress"][0]
+    assert len(sections["specifics"]) <= 120
+    assert sum(item.startswith("ID-") for item in sections["specifics"]) <= 3
