@@ -4,8 +4,10 @@
 >>> definition = ctxmgmt.load_definition("definitions/token-aware-truncation.yaml")
 >>> result = definition.apply("pre_llm", ctxmgmt.Context(messages=[...]))
 >>> result.context.messages, result.trace
+>>> report = ctxmgmt.eval(conversations, ["default"], windows=[16000])  # replay recorded runs
 """
 
+from . import eval
 from .cache import Pricing, PromptCache
 from .calibration import Calibration
 from .client import AsyncClient, Client
@@ -19,6 +21,7 @@ from .errors import (
     ContextError,
     CtxmgmtError,
     DefinitionError,
+    ExecutionTimeoutError,
     LLMError,
     LLMTimeoutError,
     ManagerError,
@@ -29,6 +32,7 @@ from .errors import (
     StoreError,
     ToolError,
 )
+from .eval import evaluate
 from .history import History
 from .llm import ChatClient, ModelConfig, ModelsConfig, load_models
 from .managers import (
@@ -76,6 +80,7 @@ __all__ = [
     "DefinitionStore",
     "Environment",
     "ExecutionResult",
+    "ExecutionTimeoutError",
     "History",
     "Hook",
     "LLMError",
@@ -110,6 +115,8 @@ __all__ = [
     "check_definition",
     "check_messages",
     "default_registry",
+    "eval",
+    "evaluate",
     "get_counter",
     "load_definition",
     "load_models",

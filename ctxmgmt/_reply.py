@@ -54,6 +54,8 @@ _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _MAX_DIGITS = 100
 _BIG_NUMBER = re.compile(rb"[eE][+-]?\d{3}|\d{%d}" % (_MAX_DIGITS + 1))
 """What a number past a float's range or of too many digits needs (strings may match too)."""
+_BLOCK_STRINGS = {"thinking": ("thinking", "signature"), "redacted_thinking": ("data",)}
+"""The string fields of the assistant blocks besides text and tool_use."""
 _MAX_NAME = 256
 """Characters of a tool call's id or name at most."""
 
@@ -219,6 +221,8 @@ def _chat_message(data: Mapping[str, Any]) -> dict[str, Any]:
     at = "/choices/0/message"
     if not isinstance(message, dict):
         raise ReplyError(at, f"is {_kind(message)}, not an object")
+    if message.get("role", "assistant") != "assistant":
+        raise ReplyError(f"{at}/role", f"is {message.get('role')!r}; a model's reply is the assistant's")
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         raise ReplyError(f"{at}/content", f"is {_kind(content)}; a reply's content is a string or null")
@@ -302,6 +306,9 @@ def _anthropic_message(data: Mapping[str, Any]) -> dict[str, Any]:
             raise ReplyError(f"{at}/type", f"{kind!r} is not an assistant content block type")
         if kind == "text" and not isinstance(block.get("text"), str):
             raise ReplyError(f"{at}/text", f"is {_kind(block.get('text'))}; a text block needs a string")
+        for key in _BLOCK_STRINGS.get(kind, ()):
+            if key in block and not isinstance(block[key], str):
+                raise ReplyError(f"{at}/{key}", f"is {_kind(block[key])}; a {kind} block's {key} is a string")
         if kind == "tool_use":
             call_id = _name(block.get("id"), f"{at}/id")
             if not _ID.fullmatch(call_id):
@@ -309,6 +316,11 @@ def _anthropic_message(data: Mapping[str, Any]) -> dict[str, Any]:
             _name(block.get("name"), f"{at}/name")
             if not isinstance(block.get("input"), dict):
                 raise ReplyError(f"{at}/input", f"is {_kind(block.get('input'))}, not an object")
+    if data.get("role", "assistant") != "assistant":
+        raise ReplyError("/role", f"is {data.get('role')!r}; a model's reply is the assistant's")
+    if not any(b.get("type") == "tool_use" or (b.get("type") == "text" and b["text"]) for b in blocks):
+        # Sent back, an assistant turn without content is refused by the Messages API.
+        raise ReplyError("/content", "the answer holds no text and no tool call")
     message = _anthropic.response_message(data)
     if message.get("tool_calls"):
         message["tool_calls"] = _unique(message["tool_calls"])

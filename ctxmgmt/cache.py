@@ -163,8 +163,8 @@ def cache_figures(usage: Mapping[str, Any] | None) -> dict[str, int]:
 
 
 def clean_usage(usage: Any, depth: int = 0) -> dict[str, Any]:
-    """A provider's usage report as it may be stored and answered: JSON-safe (finite numbers,
-    counts within MAX_REPORTED, short strings, at most 64 keys and 3 levels); the rest dropped."""
+    """A provider's usage report as it may be stored and answered: JSON-safe (finite numbers
+    from 0 to MAX_REPORTED, short strings, at most 64 keys and 3 levels); the rest dropped."""
     out: dict[str, Any] = {}
     if not isinstance(usage, Mapping) or depth > 2:
         return out
@@ -174,10 +174,10 @@ def clean_usage(usage: Any, depth: int = 0) -> dict[str, Any]:
         if isinstance(value, bool) or value is None:
             out[key] = value
         elif isinstance(value, int):
-            if abs(value) <= MAX_REPORTED:
+            if 0 <= value <= MAX_REPORTED:  # counts and prices: never negative
                 out[key] = value
         elif isinstance(value, float):
-            if math.isfinite(value) and abs(value) <= MAX_REPORTED:
+            if math.isfinite(value) and 0 <= value <= MAX_REPORTED:
                 out[key] = value
         elif isinstance(value, str):
             out[key] = value[:200]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import importlib
 import itertools
 import json
 import logging
@@ -26,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import __version__
 from ._resources import data_dir
 from .api.config import load_config, open_offloader
+from .cache import Pricing, ratios_for
 from .client import INVALID_ANSWER
 from .context import Context
 from .definitions import Definition, check_definition, load_definition, parse_hook
@@ -33,11 +35,12 @@ from .errors import ApiError, ContextError, CtxmgmtError, DefinitionError, Manag
 from .llm import CONFIG_ENV, load_models
 from .loader import MAX_INPUT_BYTES, escape, load_document, load_json
 from .offload import LocalOffloader
-from .store import connect
+from .store import DefinitionStore, EvalStore, connect
 from .store.repository import DATABASE_ENV, DEFAULT_DATABASE_URL
 from .types import HOOK_NAMES, TraceEntry
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EVAL_ROUTE = "/_plugins/_ml/context_management/_eval"
 URL_ENV = "CTXMGMT_URL"
 API_KEY_ENV = "CTXMGMT_API_KEY"
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -138,14 +141,53 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--session", default="default", help="the conversation the archive belongs to (default: default)"
     )
-    a.add_argument(
-        "--max-input-mb",
-        type=float,
-        default=MAX_INPUT_BYTES >> 20,
-        metavar="MB",
-        help=f"refuse a larger input (default: {MAX_INPUT_BYTES >> 20} MiB)",
-    )
+    _max_input_option(a)
     a.set_defaults(run=_apply)
+
+    ev = sub.add_parser(
+        "eval", help="replay recorded conversations through definitions: what each sends, costs and keeps"
+    )
+    ev.add_argument("inputs", nargs="+", metavar="PATH", help="conversation files (JSON, JSONL) or folders")
+    ev.add_argument(
+        "-d",
+        "--definition",
+        action="append",
+        metavar="DEFINITION",
+        help="a definition file or shipped name (repeat for several; default: default)",
+    )
+    ev.add_argument(
+        "-w",
+        "--window",
+        action="append",
+        metavar="TOKENS",
+        help="the model's context window (repeat, or comma-separated; default: 16000)",
+    )
+    ev.add_argument(
+        "--pricing",
+        metavar="PRICES|MODEL",
+        help="INPUT,OUTPUT[,CACHE_READ[,CACHE_WRITE]] per million tokens, or a model name whose "
+        "provider's relative prices to use (default: each conversation's provider)",
+    )
+    ev.add_argument(
+        "--mask-last",
+        type=int,
+        default=3,
+        metavar="N",
+        help="tool results observation masking keeps (default: 3)",
+    )
+    ev.add_argument("--no-baselines", action="store_true", help="measure the definitions only")
+    ev.add_argument("--json", metavar="FILE", help="write the whole report as JSON (- for stdout, no table)")
+    ev.add_argument("--svg", metavar="FILE", help="write a plot of tokens per call and specifics kept")
+    ev.add_argument(
+        "--save",
+        action="store_true",
+        help="store the report in the database, for the web page (prints its id and page address)",
+    )
+    ev.add_argument(
+        "--db", help=f"with --save: database URL (default: ${DATABASE_ENV} or {DEFAULT_DATABASE_URL})"
+    )
+    _max_input_option(ev)
+    ev.set_defaults(run=_eval)
 
     ls = sub.add_parser("list", help="list the shipped definitions")
     ls.set_defaults(run=_list)
@@ -244,6 +286,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _max_input_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-input-mb",
+        type=float,
+        default=MAX_INPUT_BYTES >> 20,
+        metavar="MB",
+        help=f"refuse a larger input (default: {MAX_INPUT_BYTES >> 20} MiB)",
+    )
+
+
+def _input_limit(args: argparse.Namespace) -> int:
+    """--max-input-mb in bytes, checked."""
+    if not 0 < args.max_input_mb <= 4096:
+        raise _UsageError(f"--max-input-mb: must be more than 0 and at most 4096 (got {args.max_input_mb:g})")
+    return int(args.max_input_mb * (1 << 20))
+
+
 def _server_options(p: argparse.ArgumentParser) -> None:
     """--url and --api-key, for the commands that talk to a server."""
     p.add_argument(
@@ -306,10 +365,9 @@ def _apply(args: argparse.Namespace) -> int:
         raise _UsageError(f"--hook: {exc.problems[0].message}") from None
     if args.context_window is not None and args.context_window < 1:
         raise _UsageError(f"--context-window: must be a whole number >= 1 (got {args.context_window})")
-    if not 0 < args.max_input_mb <= 4096:
-        raise _UsageError(f"--max-input-mb: must be more than 0 and at most 4096 (got {args.max_input_mb:g})")
+    limit = _input_limit(args)
     definition = _definition(args.definition)
-    data = _read_input(args.input, int(args.max_input_mb * (1 << 20)))
+    data = _read_input(args.input, limit)
     if isinstance(data, dict):
         data = dict(data)
         if args.model:
@@ -339,6 +397,85 @@ def _apply(args: argparse.Namespace) -> int:
     for entry in result.trace:
         print(_describe(entry), file=sys.stderr)
     return EXIT_OK
+
+
+# -- eval --------------------------------------------------------------------------
+def _eval(args: argparse.Namespace) -> int:
+    from .eval import evaluate
+
+    windows: list[int] = []
+    for raw in args.window or ["16000"]:
+        for part in raw.split(","):
+            if not part.strip().isdigit() or not 0 < int(part) <= 10_000_000:
+                raise _UsageError(
+                    f"--window: {part.strip()!r} is not a whole number of tokens from 1 to 10,000,000"
+                )
+            windows.append(int(part))
+    if not 0 <= args.mask_last <= 1_000_000:
+        raise _UsageError(f"--mask-last: must be a whole number from 0 to 1,000,000 (got {args.mask_last})")
+    limit = _input_limit(args)
+    for option, target in (("--json", args.json), ("--svg", args.svg)):
+        if target and target != "-" and not Path(target).parent.is_dir():
+            raise _UsageError(f"{option}: {Path(target).parent} is not a folder")
+    definitions = [_definition(d) for d in args.definition or ["default"]]
+    report = evaluate(
+        _conversations(args.inputs, limit),
+        definitions,
+        windows,
+        pricing=_pricing(args.pricing),
+        mask_last=args.mask_last,
+        baselines=not args.no_baselines,
+    )
+    if not report.conversations:
+        raise _UsageError(f"{' '.join(args.inputs)}: no conversations found")
+    if args.json == "-":
+        _print_json(report.to_dict())
+    else:
+        print(report.table())
+        if args.json:
+            Path(args.json).write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
+    if args.svg:
+        Path(args.svg).write_text(report.svg())
+    if args.save:
+        store = DefinitionStore.open(_database_url(args.db))
+        try:
+            report_id = EvalStore(store.engine).save(report.to_dict())
+        finally:
+            store.engine.dispose()
+        print(
+            f"saved as {report_id}: GET {EVAL_ROUTE}/{report_id}, page /ui/#eval/{report_id}", file=sys.stderr
+        )
+    return EXIT_OK
+
+
+def _conversations(paths: Sequence[str], limit: int) -> Any:
+    """The conversations in the files: through the format readers when they are installed."""
+    try:  # e1's readers (every format); by name, so that this works with and without them
+        readers = importlib.import_module("ctxmgmt.eval.readers")
+    except ModuleNotFoundError:
+        from .eval.replay import read_chats
+
+        return read_chats(paths, limit=limit)
+    return readers.read_conversations(paths)
+
+
+def _pricing(raw: str | None) -> Pricing | None:
+    if raw is None:
+        return None
+    parts = raw.split(",")
+    try:
+        prices = [float(p) for p in parts]
+    except ValueError:
+        if len(parts) == 1 and re.fullmatch(r"[\w.:/-]{1,100}", raw):
+            return ratios_for("anthropic" if "claude" in raw.lower() else None)
+        raise _UsageError(
+            f"--pricing: {raw!r} is neither INPUT,OUTPUT[,CACHE_READ[,CACHE_WRITE]] nor a model name"
+        ) from None
+    if not 2 <= len(prices) <= 4 or any(not 0 <= p < 1e6 for p in prices):
+        raise _UsageError(
+            f"--pricing: give 2 to 4 prices per million tokens, each from 0 to 1e6 (got {raw!r})"
+        )
+    return Pricing(*prices)
 
 
 def _definition(name_or_path: str) -> Definition:
@@ -606,6 +743,19 @@ def _checked(answer: Any, schema: Mapping[str, Any], url: str) -> None:
 
 _COUNT = {"type": "integer", "minimum": 0, "maximum": 2**53}
 _TEXT = {"type": "string"}
+_STORED_DEFINITION = {
+    "type": "object",
+    "required": ["name", "version"],
+    "properties": {"name": {"type": "string"}, "version": {"type": "integer", "minimum": 1}},
+}
+_DEFINITION_LIST = {
+    "type": "object",
+    "required": ["total", "context_management"],
+    "properties": {
+        "total": {"type": "integer", "minimum": 0},
+        "context_management": {"type": "array", "items": _STORED_DEFINITION},
+    },
+}
 _MAYBE_TEXT = {"type": ["string", "null"]}
 _MAYBE_COUNT = {"type": ["integer", "null"], "minimum": 0, "maximum": 2**53}
 _NUMBER = {"type": "number", "minimum": 0}
@@ -874,12 +1024,14 @@ def _definitions(args: argparse.Namespace) -> int:
     with Client(args.url, api_key=args.api_key) as client:
         if action == "list":
             result = client.list(from_=args.from_, size=args.size, q=args.q)
+            _checked(result, _DEFINITION_LIST, args.url)
         elif action in ("create", "update"):
             result = _store_file(client, args)
         else:
             try:
                 if action == "get":
                     result = client.get(args.name)
+                    _checked(result, _STORED_DEFINITION, args.url)
                 else:
                     result = client.delete(args.name, force=args.force)
             except ApiError as exc:

@@ -10,6 +10,7 @@
      ├── LLMError             a model call failed or its reply was refused (502); .model_id .status
      │    └── LLMTimeoutError no complete reply within the model's deadline (504)
      ├── ToolError            a tool failed; the model reads the reason as the tool result
+     ├── ExecutionTimeoutError an agent execution passed its whole deadline (504)
      ├── OffloadError         the offload store could not write or read; nothing was removed
      ├── StoreError           a stored definition cannot be read or written as asked
      │    ├── NotFound        no definition has that name (HTTP 404)
@@ -122,6 +123,10 @@ class LLMError(CtxmgmtError):
 
 class LLMTimeoutError(LLMError):
     """A model call found no complete reply within its deadline (the model's ``timeout``)."""
+
+
+class ExecutionTimeoutError(CtxmgmtError):
+    """An agent execution did not finish within its deadline (``llm.parameters.execution_timeout``)."""
 
 
 class StoreError(CtxmgmtError):

@@ -7,15 +7,18 @@ definition's own entries leave more, this step, traced as its own entry of type
 ``fit``, makes it fit:
 
 1. it removes the oldest whole units (a message, or a tool call with all its
-   results), never the system messages, the pinned task or the summary, and neither
+   results), never the system messages or the pinned task, and neither
    the newest unit nor the newest tool-call group yet; what it removes is archived
    first when a store is given, and merged into the running summary, so nothing
    removed is lost;
 2. if that is not enough, it cuts the largest tool results that are kept, with the
    usual truncation notice (archived first when a store is given);
 3. if even that is not enough, it removes those newest units too;
-4. if the system prompt, tool schemas, pinned messages and reserve alone exceed the
-   window, it raises :class:`~ctxmgmt.ContextError` naming the numbers.
+4. if even that is not enough, it shrinks its own summary to what is left (its least
+   important items first, down to the one-line guide), or removes it: a summary is
+   ctxmgmt's, not something the request must carry;
+5. only if the system prompt, tool schemas, system messages, the task and the reserve
+   alone exceed the window, it raises :class:`~ctxmgmt.ContextError` naming the numbers.
 
 ``settings: {fit: false}`` turns the step off. With ``settings: {cache: aware}`` step 1
 removes old units down to three quarters of the room, not just under it: a step that cut
@@ -38,13 +41,12 @@ from .messages import (
     SYSTEM_ROLES,
     is_summary,
     last_task_index,
-    summary_message,
     text_of,
     tool_names,
     units,
 )
 from .rules import Facts
-from .summaries import bound, previous, render, summarize_offline, with_summary
+from .summaries import fitted, previous, summarize_offline, with_summary
 from .tokens import MESSAGE_OVERHEAD
 
 __all__ = ["DEFAULT_RESERVE_CAP", "Fit", "reserve_tokens"]
@@ -112,9 +114,14 @@ class Fit:
         # 2. The largest tool results that are kept.
         if counter.context(out)[0] > budget:
             out = self._cut(out, budget, runtime)
-        # 3. The newest unit too.
-        if counter.context(out)[0] > budget and spans:
+        # 3. A shorter summary, when that is enough to keep the newest units.
+        if counter.context(out)[0] > budget:
+            out = _fit_summary(out, budget, runtime, remove=False)
+        # 4. The newest unit too, then the summary shrunk to what is left, or removed.
+        if counter.context(out)[0] > budget and _removable(out.messages):
             out = self._drop(out, _removable(out.messages), budget, summary_room, runtime)
+        if counter.context(out)[0] > budget:
+            out = _fit_summary(out, budget, runtime, remove=True)
         total = counter.context(out)[0]
         if total > budget:
             raise _too_large(out, runtime, window, reserve_tokens(window, self.settings))
@@ -154,11 +161,11 @@ class Fit:
             archives.append({"ref": ref, "count": len(gone)})
             runtime.details.setdefault("offloaded", []).append(ref)
         summarized += len(gone)
-        sections = bound(summarize_offline(gone, sections), summarized, summary_room, counter.text)
-        role = next((m.get("role") for m in msgs if is_summary(m)), "user")
+        sections = summarize_offline(gone, sections)
+        role = next((str(m.get("role")) for m in msgs if is_summary(m)), "user")
         if runtime.constraints.user_first:
             role = "user"
-        summary = summary_message(str(role), render(sections, summarized, archives))
+        summary, sections = fitted(sections, summarized, archives, summary_room, role, counter)
         state = {"sections": sections, "summarized": summarized, "archives": archives}
         runtime.details["removed"] += len(gone)
         return with_summary(context, removed, cut, summary, state)
@@ -199,8 +206,32 @@ class Fit:
         return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
 
 
+def _fit_summary(context: Context, budget: int, runtime: Runtime, *, remove: bool) -> Context:
+    """The context with its summary shrunk to the room the rest leaves; with ``remove``, the
+    summary goes when not even its first line fits (its running state stays), and without,
+    the context is returned unchanged then."""
+    counter = runtime.counter
+    msgs = context.messages
+    at = next((i for i in range(len(msgs) - 1, -1, -1) if is_summary(msgs[i])), None)
+    if at is None:
+        return context
+    total = counter.context(context)[0]
+    room = budget - (total - counter.message(msgs[at], at))
+    sections, summarized, archives = previous(context)
+    message, _ = fitted(sections or {}, summarized, archives, room, str(msgs[at]["role"]), counter)
+    if counter.message(message) <= room:
+        # The running summary keeps its items: a later summary with more room shows them again.
+        runtime.details["summary_shrunk"] = counter.message(message)
+        return context.splice([(at, at + 1, (message,))])
+    if not remove:
+        return context
+    runtime.details["summary_removed"] = True
+    return context.splice([(at, at + 1, ())])
+
+
 def _pinned(msgs: Sequence[Mapping[str, Any]]) -> set[int]:
-    """What the fit step keeps: system and developer messages, the task, summaries."""
+    """What the fit step does not remove as a unit: system and developer messages, the task,
+    and the summary (which it shrinks instead, step 4)."""
     pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES or is_summary(m)}
     task = last_task_index(msgs)
     if task is not None:
@@ -256,7 +287,7 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) ->
             Problem(
                 "/context_window",
                 f"the request cannot fit: the system prompt ({prompt:,} tokens), the tool schemas "
-                f"({tools:,}), the messages that must stay (the task, system messages and summary: "
+                f"({tools:,}), the messages that must stay (the task and system messages: "
                 f"{kept:,}) and the reserve for the reply ({reserve:,}) need {need:,} tokens, "
                 f"and the window is {window:,}; shorten the system prompt or the task, send fewer "
                 "tools, lower settings.reserve_output_tokens, or use a model with a larger window",

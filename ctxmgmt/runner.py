@@ -31,12 +31,21 @@ from .cache import PromptCache, cache_figures, clean_usage, output_tokens, ratio
 from .calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
 from .context import ApplyResult, Context
 from .definitions import Definition
-from .errors import AgentError, ContextError, LLMError, ManagerError, NotFound, Problem, ToolError
+from .errors import (
+    AgentError,
+    ContextError,
+    ExecutionTimeoutError,
+    LLMError,
+    ManagerError,
+    NotFound,
+    Problem,
+    ToolError,
+)
 from .fit import reserve_tokens
 from .llm import ChatClient, HTTPPool, ModelConfig, ModelsConfig
 from .managers.base import Environment
 from .managers.summarization import DEFAULT_PROMPT
-from .messages import is_summary, mentions_archive, pinned_positions, text_of
+from .messages import RECALL_TOOLS, is_summary, mentions_archive, pinned_positions, text_of
 from .offload import Offloader
 from .offload.base import open_stream
 from .store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
@@ -51,6 +60,8 @@ __all__ = ["ExecutionResult", "Runner"]
 
 log = logging.getLogger("ctxmgmt.runner")
 DEFAULT_MAX_ITERATION = 10
+DEFAULT_EXECUTION_TIMEOUT = 600.0
+"""Seconds one execution may take, whole (``llm.parameters.execution_timeout``)."""
 INLINE_KEPT = 256
 INLINE_BYTES = 8 * 1024 * 1024
 """Inline definitions kept built: at most this many, and this many bytes of their JSON."""
@@ -208,6 +219,8 @@ class Runner:
                             f"/tools/{i}/name", f"two tools are named {tool.name!r}; give each its own name"
                         )
                     )
+                if tool.name in RECALL_TOOLS:
+                    problems.append(_reserved(i, tool.name))
                 seen.add(tool.name)
         return problems
 
@@ -245,6 +258,9 @@ class Runner:
             tools = {t.name: t for t in (self.tools.build(s) for s in agent.get("tools") or ())}
         except ValueError as exc:
             raise AgentError([Problem("/tools", str(exc))]) from None
+        reserved = [_reserved(i, name) for i, name in enumerate(tools) if name in RECALL_TOOLS]
+        if reserved:  # stored before the names were reserved
+            raise AgentError(reserved)
         modified = None
         if memory_id is None:
             memory_id = await asyncio.to_thread(self.memory.create, agent_id)
@@ -314,63 +330,76 @@ class Runner:
         before: dict[int, int] = {}  # LLM call -> the view's tokens before pre_llm ran
         requests: dict[int, tuple[int, float, int]] = {}  # LLM call -> (counted, ratio, reusable) as sent
         failure: BaseException | None = None
+        archive_left = EXECUTION_ARCHIVE_BYTES  # what the execution's tool outputs may archive
+        deadline = asyncio.timeout(float(params.get("execution_timeout", DEFAULT_EXECUTION_TIMEOUT)))
         try:
-            await run.hook(Hook.POST_MEMORY, 0)
-            for iteration in range(1, int(params.get("max_iteration", DEFAULT_MAX_ITERATION)) + 1):
-                before[iteration] = run.tokens()
-                await run.hook(Hook.PRE_LLM, iteration)
-                if run.archived and run.recall:  # archived just now: the model needs the tools
-                    shown = run.tokens()
-                    run.show_recall()
-                    before[iteration] += run.tokens() - shown  # what the recall tools' schemas add
+            async with deadline:  # the whole execution: model calls, tools and hooks
+                await run.hook(Hook.POST_MEMORY, 0)
+                for iteration in range(1, int(params.get("max_iteration", DEFAULT_MAX_ITERATION)) + 1):
+                    before[iteration] = run.tokens()
                     await run.hook(Hook.PRE_LLM, iteration)
-                counted, ratio = run.check_window()
-                reusable = cache.measure(run.view, run.counter())
-                requests[iteration] = (counted, ratio, reusable)
-                # Messages are immutable values: hand them over without copying.
-                request = cast(list[dict[str, Any]], list(run.view.messages))
-                if run.view.system_prompt:
-                    request.insert(0, {"role": "system", "content": run.view.system_prompt})
-                extra = {"tools": list(run.view.tools)} if run.view.tools else {}
-                response = await client.acomplete(request, **extra)
-                # This one request's report (never a sum across calls) calibrates the next.
-                reported = reported_input_tokens(response.usage)
-                calibration.observe(model.model, counted, reported)
-                result.usage.append(
-                    {
-                        "iteration": iteration,
-                        **clean_usage(response.usage),
-                        "counted": counted,
-                        "calibrated": round(counted * ratio),
-                        "reported": reported,
-                        "reusable_prefix_tokens": reusable,
-                        **cache_figures(response.usage),
-                    }
-                )
-                message = _assistant(response.message)
-                run.add(message)
-                calls = message.get("tool_calls")
-                if not calls:
-                    result.response = response.content
-                    result.finished = True
-                    break
-                budget = TURN_OUTPUT_BYTES
-                for call in calls:
-                    content, ref = await _call(tools, call, archive, budget)
-                    budget -= len(content)  # characters: a lower bound of the bytes
-                    run.add({"role": "tool", "tool_call_id": call["id"], "content": content})
-                    if ref is not None:
-                        run.outputs.append(ref)
-                        run.archived = True
-                # Once the group's results are all in: the newest results are the tool messages
-                # after the last assistant turn, each seen once (a hook run per result would
-                # look at the whole group each time: quadratic in a large parallel group).
-                await run.hook(Hook.POST_TOOL, iteration)
-            else:
-                result.response = (
-                    f"stopped after max_iteration={params.get('max_iteration', DEFAULT_MAX_ITERATION)} "
-                    "LLM calls without a final answer"
-                )
+                    if run.archived and run.recall:  # archived just now: the model needs the tools
+                        shown = run.tokens()
+                        run.show_recall()
+                        before[iteration] += run.tokens() - shown  # what the recall tools' schemas add
+                        await run.hook(Hook.PRE_LLM, iteration)
+                    counted, ratio = run.check_window()
+                    reusable = cache.measure(run.view, run.counter())
+                    requests[iteration] = (counted, ratio, reusable)
+                    # Messages are immutable values: hand them over without copying.
+                    request = cast(list[dict[str, Any]], list(run.view.messages))
+                    if run.view.system_prompt:
+                        request.insert(0, {"role": "system", "content": run.view.system_prompt})
+                    extra = {"tools": list(run.view.tools)} if run.view.tools else {}
+                    response = await client.acomplete(request, **extra)
+                    # This one request's report (never a sum across calls) calibrates the next.
+                    reported = reported_input_tokens(response.usage)
+                    calibration.observe(model.model, counted, reported)
+                    result.usage.append(
+                        {
+                            "iteration": iteration,
+                            **clean_usage(response.usage),
+                            "counted": counted,
+                            "calibrated": round(counted * ratio),
+                            "reported": reported,
+                            "reusable_prefix_tokens": reusable,
+                            **cache_figures(response.usage),
+                        }
+                    )
+                    message = _assistant(response.message)
+                    run.add(message)
+                    calls = message.get("tool_calls")
+                    if not calls:
+                        result.response = response.content
+                        result.finished = True
+                        break
+                    budget = TURN_OUTPUT_BYTES
+                    for call in calls:
+                        content, ref, archived = await _call(tools, call, archive, budget, archive_left)
+                        archive_left -= archived
+                        budget -= len(content)  # characters: a lower bound of the bytes
+                        run.add({"role": "tool", "tool_call_id": call["id"], "content": content})
+                        if ref is not None:
+                            run.outputs.append(ref)
+                            run.archived = True
+                    # Once the group's results are all in: the newest results are the tool messages
+                    # after the last assistant turn, each seen once (a hook run per result would
+                    # look at the whole group each time: quadratic in a large parallel group).
+                    await run.hook(Hook.POST_TOOL, iteration)
+                else:
+                    result.response = (
+                        f"stopped after max_iteration={params.get('max_iteration', DEFAULT_MAX_ITERATION)} "
+                        "LLM calls without a final answer"
+                    )
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            seconds = params.get("execution_timeout", DEFAULT_EXECUTION_TIMEOUT)
+            failure = ExecutionTimeoutError(
+                f"the execution did not finish within {seconds:g} s (llm.parameters.execution_timeout); "
+                "raise it in the agent, or lower max_iteration or the tools' timeouts"
+            )
+            raise failure from None
         except BaseException as exc:
             failure = exc
             raise
@@ -382,10 +411,17 @@ class Runner:
             # The stored view (the managed messages) is written again only when a manager
             # changed something: otherwise the view stored before plus the stored record
             # since then is this view already, and writing it would cost O(memory) per execution.
+            # A round the deadline (or a cancellation) cut short, calls without all their
+            # results, is left out of both.
+            cut = _unfinished(run.record)
+            kept = run.record[: len(run.record) - cut]
             saved = (
                 {
                     **run.view.state,
-                    VIEW_KEY: {"upto": length + len(run.record), "messages": list(run.view.messages)},
+                    VIEW_KEY: {
+                        "upto": length + len(kept),
+                        "messages": list(run.view.messages)[: len(run.view.messages) - cut],
+                    },
                 }
                 if run.changed
                 else None
@@ -394,7 +430,7 @@ class Runner:
                 await asyncio.to_thread(
                     self.memory.append,
                     memory_id,
-                    run.record,
+                    kept,
                     saved,
                     expected_length=length,
                     calibration=calibration.to_dict(),
@@ -935,6 +971,9 @@ MAX_TOOL_ERROR_CHARS = 2000
 
 
 TURN_OUTPUT_BYTES = 64 * 1024 * 1024
+EXECUTION_ARCHIVE_BYTES = 1024 * 1024 * 1024
+"""Bytes of tool output one execution archives at the most (each output at most
+:data:`~ctxmgmt.tools.MAX_ARCHIVE_BYTES`): the disk an execution can fill is bounded."""
 """The tool outputs of one model turn, together, at most (about): once they are used up, each
 further call of the turn keeps :data:`MIN_OUTPUT_BYTES`, so that thousands of parallel calls
 of a tool with a large limit cannot hold gigabytes."""
@@ -946,31 +985,36 @@ async def _call(
     call: Mapping[str, Any],
     archive: Callable[[str], Any] | None = None,
     budget: int = TURN_OUTPUT_BYTES,
-) -> tuple[str, str | None]:
+    archive_left: int = EXECUTION_ARCHIVE_BYTES,
+) -> tuple[str, str | None, int]:
     """Run one tool call: (the result the model reads, the reference of the archived whole
     output when it was cut and ``archive`` opens a stream for a call id). Every failure
     becomes a result the model can read; the call has its tool's deadline, whole, and its
     output is read as a stream up to the tool's limit, or what is left of the turn's
-    ``budget`` when that is less (see :class:`~ctxmgmt.tools.OutputReader`)."""
+    ``budget`` when that is less (see :class:`~ctxmgmt.tools.OutputReader`), and archived up to
+    ``archive_left`` bytes; the third value is the bytes archived."""
     fn = call["function"]
     tool = tools.get(fn["name"])
     if tool is None:
         return (
             f"error: there is no tool named {fn['name']!r}; the tools are: {', '.join(tools) or 'none'}",
             None,
+            0,
         )
     try:
         arguments = json.loads(fn["arguments"] or "{}")
     except json.JSONDecodeError as exc:
-        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object", None
+        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object", None, 0
     if not isinstance(arguments, dict):
-        return "error: the arguments must be a JSON object", None
-    opener = None if archive is None else functools.partial(archive, str(call.get("id")))
+        return "error: the arguments must be a JSON object", None, 0
+    opener = (  # nothing archived once the execution's archive budget is spent
+        None if archive is None or archive_left <= 0 else functools.partial(archive, str(call.get("id")))
+    )
     limit, why = tool.max_output_bytes, "parameters.max_output_bytes"
     if budget < limit:
         limit = max(budget, MIN_OUTPUT_BYTES)
         why = f"the {TURN_OUTPUT_BYTES // 1024 // 1024} MiB of tool output one model turn may have"
-    reader = OutputReader(limit, opener, name=tool.name, why=why)
+    reader = OutputReader(limit, opener, name=tool.name, why=why, archive_limit=archive_left)
     deadline = asyncio.timeout(tool.timeout)
     try:
         async with deadline, contextlib.aclosing(tool.output(arguments)) as chunks:
@@ -983,19 +1027,40 @@ async def _call(
             return (
                 f"error: the tool {tool.name} did not finish within {tool.timeout:g} s (parameters.timeout)",
                 None,
+                0,
             )
-        return f"error: the tool {tool.name} failed (TimeoutError)", None
+        return f"error: the tool {tool.name} failed (TimeoutError)", None, 0
     except ToolError as exc:
         await reader.discard()
-        return f"error: {str(exc)[:MAX_TOOL_ERROR_CHARS]}", None
+        return f"error: {str(exc)[:MAX_TOOL_ERROR_CHARS]}", None, 0
     except Exception as exc:
         await reader.discard()
         log.exception("tool %s failed", tool.name)
-        return f"error: the tool {tool.name} failed ({type(exc).__name__})", None
+        return f"error: the tool {tool.name} failed ({type(exc).__name__})", None, 0
     except BaseException:  # cancelled: the execution ends, and leaves no unfinished archive
         reader.abandon()
         raise
-    return await reader.result(), reader.ref
+    return await reader.result(), reader.ref, reader.archived
+
+
+def _unfinished(record: Sequence[Mapping[str, Any]]) -> int:
+    """How many messages at the end of ``record`` are a round cut short: the last assistant
+    turn with tool calls, when some of its calls have no result after it."""
+    for i in range(len(record) - 1, -1, -1):
+        m = record[i]
+        if m.get("role") == "assistant":
+            calls = {c.get("id") for c in m.get("tool_calls") or ()}
+            answered = {r.get("tool_call_id") for r in record[i + 1 :] if r.get("role") == "tool"}
+            return len(record) - i if calls - answered else 0
+    return 0
+
+
+def _reserved(index: int, name: str) -> Problem:
+    return Problem(
+        f"/tools/{index}/name",
+        f"{name!r} is the name of ctxmgmt's own recall tool (context_read, context_search); "
+        "give the tool another name",
+    )
 
 
 def _summarizer_config(definition: Definition | None) -> dict[str, Any]:

@@ -27,10 +27,11 @@ from .digest import (
     merge_tool_lines,
     split_count,
 )
-from .messages import is_summary, summary_line, text_of
+from .messages import is_summary, summary_line, summary_message, text_of
 
 if TYPE_CHECKING:
     from .context import Context
+    from .tokens import TokenCounter
 
 __all__ = ["SECTIONS", "merge", "parse_rendered", "render", "summarize_offline"]
 
@@ -278,6 +279,39 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
             low, high = (mid, high) if count(render(out, summarized)) <= limit else (low, mid - 1)
         out["goal"] = [text[:low] + "…"] if low else []
     return out
+
+
+def fitted(
+    sections: Sections,
+    summarized: int,
+    archives: Sequence[Mapping[str, Any]],
+    room: int,
+    role: str,
+    counter: TokenCounter,
+) -> tuple[dict[str, Any], Sections]:
+    """The summary message within ``room`` tokens when it can be, and its sections: the guide
+    to the archives takes at most a quarter of the room (its older entries give way; the
+    newest stays while it fits), the sections the rest (their least important items first,
+    down to the first line). When not even the first line fits, that line: the caller
+    decides whether it stays."""
+    bare = render({}, summarized)
+    guides = [list(archives)[-n:] if n else [] for n in (MAX_GUIDE, 5, 1, 0)]
+    for guide in [g for i, g in enumerate(guides) if g not in guides[:i]]:
+        # What the message costs beyond its sections' text: the overhead, the tag, the guide.
+        extra = counter.message(summary_message(role, render({}, summarized, guide))) - counter.text(bare)
+        if len(guide) > 1 and extra > room // 4:
+            continue  # the guide to older archives gives way before the summary's items
+        limit = room - extra
+        for _ in range(4):
+            if limit < counter.text(bare):
+                break
+            kept = bound(sections, summarized, limit, counter.text)
+            message = summary_message(role, render(kept, summarized, guide))
+            over = counter.message(message) - room
+            if over <= 0:
+                return message, kept
+            limit -= over  # tokens can merge differently across a join: take off the excess
+    return summary_message(role, render({}, summarized)), {}
 
 
 def previous(context: Context) -> tuple[Sections | None, int, list[dict[str, Any]]]:

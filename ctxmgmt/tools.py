@@ -159,6 +159,7 @@ def _http_tool(spec: Mapping[str, Any]) -> Tool:
     # Uncompressed unless the spec asks otherwise: a compressed body could expand far past
     # its size on the wire in one piece.
     headers = {"accept-encoding": "identity", **raw_headers}
+    lowered = {k.lower() for k in raw_headers}
     bounds = _bounds(params)
 
     async def stream(arguments: dict[str, Any]) -> AsyncIterator[bytes | str]:
@@ -179,6 +180,14 @@ def _http_tool(spec: Mapping[str, Any]) -> Tool:
                             break
                     text = head[:500].decode("utf-8", "replace")
                     raise ToolError(f"{url} answered {response.status_code}: {text}")
+                encoding = response.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity") and "accept-encoding" not in lowered:
+                    # Asked for identity: a compressed body could expand far past its size on
+                    # the wire (a 1 MB gzip is 1 GB of text).
+                    raise ToolError(
+                        f"{url} answered with content-encoding {encoding[:40]!r}, though an "
+                        "uncompressed body was asked for (accept-encoding: identity)"
+                    )
                 decoder = _decoder(response.charset_encoding)
                 async for chunk in response.aiter_bytes():
                     yield chunk if decoder is None else decoder.decode(chunk)
@@ -232,8 +241,11 @@ class OutputReader:
         *,
         name: str = "tool",
         why: str = "parameters.max_output_bytes",
+        archive_limit: int = MAX_ARCHIVE_BYTES,
     ) -> None:
         self.limit = limit
+        self.archive_limit = min(archive_limit, MAX_ARCHIVE_BYTES)
+        """Bytes archived at the most (what is left of the execution's archive budget)."""
         self.name = name
         self.why = why
         """The limit's name, for the notice."""
@@ -276,7 +288,7 @@ class OutputReader:
         self.cut = self.cut or self.total > self.limit
         if self._open is None:
             return not self.cut
-        take = min(len(data), MAX_ARCHIVE_BYTES - self.archived)
+        take = min(len(data), self.archive_limit - self.archived)
         if take > 0:
             self._pending.append(self._whole_decoder.decode(data[:take]))
             self._pending_bytes += take
@@ -290,7 +302,7 @@ class OutputReader:
                 return False
         if self._archive is not None and self._pending_bytes >= CHUNK_BYTES and not await self._flush():
             return False
-        self.whole = self.archived < MAX_ARCHIVE_BYTES
+        self.whole = self.archived < self.archive_limit
         return self.whole
 
     async def _flush(self, final: bool = False) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CATEGORIES", "agent_run"]
+__all__ = ["CATEGORIES", "agent_run", "padded_run"]
 
 CATEGORIES = ("task", "constraints", "numbers", "error_lines", "files_changed", "urls", "decisions")
 FLAVOURS = ("python", "node", "rust", "go", "devops")
@@ -3828,6 +3828,29 @@ def agent_run(turns: int = 40, *, seed: int = 0) -> tuple[list[dict[str, Any]], 
     category: "task", "constraints", "numbers", "error_lines", "files_changed", "urls", "decisions".
     Each fact is a short string (<= 120 chars) that appears verbatim in the conversation."""
     return _Run(turns, seed).build()
+
+
+def padded_run(
+    turns: int = 40, *, seed: int = 0, low: int = 1_500, high: int = 6_000
+) -> list[dict[str, Any]]:
+    """:func:`agent_run` with every tool result sized to ``low``-``high`` tokens (gpt-4o's
+    count): its own text (its head when longer), then passing-test log lines."""
+    from ctxmgmt.tokens import get_counter
+
+    rng = random.Random(seed)
+    counter = get_counter("gpt-4o")
+    line = counter.text("[00000] ok   tests/unit/test_module_0.py::test_case_0 PASSED\n")
+    out = []
+    for m in agent_run(turns, seed=seed)[0]:
+        if m.get("role") == "tool":
+            target = rng.randint(low, high)
+            text = counter.head(str(m["content"]), target)
+            lines = [text]
+            for n in range(max(0, target - counter.text(text)) // line):
+                lines.append(f"[{n:05d}] ok   tests/unit/test_module_{n % 37}.py::test_case_{n} PASSED")
+            m = {**m, "content": "\n".join(lines)}
+        out.append(m)
+    return out
 
 
 def conversation_text(messages: list[dict[str, Any]]) -> str:

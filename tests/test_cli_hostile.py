@@ -316,14 +316,16 @@ COMMANDS = {
     "trace": ("trace", "e1"),
     "executions list": ("executions", "list", "a1"),
     "compact": ("compact", "--agent", "a1", "--memory", "m1"),
+    "definitions list": ("definitions", "list"),
+    "definitions get": ("definitions", "get", "default"),
 }
 
 
 @pytest.mark.parametrize("case", list(MALFORMED))
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_a_malformed_server_answer_exits_2_with_one_line(answers, command, case):
-    """trace, executions list and compact exit 2 with one line on any malformed answer, never
-    an internal error."""
+    """trace, executions list, compact and definitions list/get exit 2 with one line on any
+    malformed answer, never an internal error."""
     answers.answer = MALFORMED[case]
     run = ctxmgmt(*COMMANDS[command], "--url", answers.url)
     assert run.returncode == 2, run.stderr

@@ -294,3 +294,109 @@ def test_a_tool_result_that_looks_like_a_summary_is_treated_as_a_tool_result():
         assert all(e["error"] is None or "offload store" in e["error"] for e in result.trace), name
         summaries = [m for m in result.context.messages if is_summary(m)]
         assert all(m["role"] == "user" and "Delete the production" not in m["content"] for m in summaries)
+
+
+def _fixed_tokens(system: str, messages: list[dict], window: int) -> int:
+    """The part no step may remove: system prompt, tools, system messages and the task."""
+    task = last_task_index(messages)
+    fixed = [m for i, m in enumerate(messages) if m["role"] in ("system", "developer") or i == task]
+    return get_counter(MODEL).context(Context(system, fixed, TOOLS, MODEL, window))[0]
+
+
+# Found by hypothesis and by replaying real runs: the fit step counted the summary it had
+# written itself as something that must stay, and refused requests with room to spare.
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(["bare", *SHIPPED]),
+    window=st.sampled_from([1_024, 1_536, 2_048, 3_000, 4_096, 6_000, 8_192]),
+    system_share=st.floats(0, 0.5),
+    task_share=st.floats(0, 0.8),
+    factor=st.floats(0.5, 8),
+    seed=st.integers(0, 2**16),
+    carried=st.booleans(),
+    store=st.booleans(),
+)
+@example(
+    name="default",
+    window=2_048,
+    system_share=0.13,
+    task_share=0.58,
+    factor=3,
+    seed=19,
+    carried=False,
+    store=False,
+)
+@example(
+    name="bare", window=4_096, system_share=0.1, task_share=0.6, factor=4, seed=3, carried=True, store=True
+)
+@example(
+    name="default",
+    window=1_024,
+    system_share=0.5,
+    task_share=0.5,
+    factor=2,
+    seed=1,
+    carried=False,
+    store=False,
+)
+def test_the_fit_step_refuses_only_what_cannot_fit(
+    name, window, system_share, task_share, factor, seed, carried, store
+):
+    """In windows of 1k-8k tokens, with summaries, big tool results and parallel calls, and
+    call by call, the fit step raises only when the system prompt, tools, system messages,
+    task and reserve alone exceed the window; otherwise the result fits and keeps the task."""
+    definition = bare() if name == "bare" else load_definition(name)
+    count = get_counter(MODEL).text
+    system = ("You are a careful agent; " * 2000)[: max(1, int(window * system_share)) * 4]
+    while count(system) > window * system_share + 1:
+        system = system[: len(system) * 9 // 10]
+    task = {
+        "role": "user",
+        "content": ("Task: make the parser accept tabs. " * 2000)[: int(window * task_share) * 4],
+    }
+    later = sized_conversation(int(window * factor), seed)[1:]
+    messages = [task, *({**m, "role": "assistant"} if m["role"] == "user" else m for m in later)]
+    reserve = reserve_tokens(window, definition.settings)
+    with tempfile.TemporaryDirectory() as folder:
+        options = {"offloader": LocalOffloader(folder), "session": "s"} if store else {}
+        ctx = Context(system, messages, TOOLS, MODEL, window)
+        if carried:  # call by call: the managed context of an earlier call, then new messages
+            half = len(messages) // 2
+            try:
+                earlier = definition.apply(
+                    "pre_llm", Context(system, messages[:half], TOOLS, MODEL, window), **options
+                )
+            except ContextError:
+                earlier = None
+            if earlier is not None:
+                ctx = earlier.context.append(*messages[half:])
+        fixed = _fixed_tokens(system, list(ctx.messages), window)
+        try:
+            result = definition.apply("pre_llm", ctx, **options)
+        except ContextError:
+            assert fixed + reserve > window, f"refused with {window - fixed - reserve} tokens to spare"
+            return
+    if name == "bare":
+        assert fixed + reserve <= window, "an oversized request was let through"
+    fits(result, window, definition)
+    out = result.context.messages
+    assert_valid_messages(out)
+    assert result.context.system_prompt == system
+    if name in ("bare", "default", "cache-aware", "long-running-agent"):
+        assert any(m is task for m in out), "the task was dropped"
+
+
+def test_a_summary_with_many_archives_stays_within_its_room():
+    """The guide to the archives counts within the summary's room: in a small room the older
+    entries give way (the newest stays), so the summary never overruns what it was given."""
+    from ctxmgmt.summaries import fitted
+
+    counter = get_counter(MODEL)
+    archives = [{"ref": f"m-{i:032x}", "count": 5} for i in range(20)]
+    sections = {"goal": ["Fix the parser"], "errors": [f"ValueError: bad token {i}" for i in range(50)]}
+    for room in (60, 120, 300, 2_000):
+        message, _ = fitted(sections, 100, archives, room, "user", counter)
+        assert counter.message(message) <= room and is_summary(message)
+        if room >= 120:
+            assert archives[-1]["ref"] in message["content"]
+    assert f"m-{0:032x}" in fitted(sections, 100, archives, 4_000, "user", counter)[0]["content"]

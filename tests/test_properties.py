@@ -3,12 +3,14 @@
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, ContextError, load_definition
 from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.testing import assert_invariants, conversations
+from tests.agent_runs import agent_run, padded_run
 from tests.test_fit import sized_conversation
 
 HOOKS = st.sampled_from(["pre_llm", "post_tool", "post_memory"])
@@ -123,3 +125,112 @@ def test_every_shipped_definition_changes_nothing_on_its_own_output(messages, na
         again = definition.apply(hook, first.context, **options)
     assert list(again.context.messages) == list(first.context.messages)
     assert again.context.state == first.context.state
+
+
+# -- every shipped definition, with and without a store, on runs it was not written for ----
+SHIPPED_WINDOWS = [4_096, 8_192, 16_384, 32_000, 128_000]
+
+
+def _assistant_cuts(messages: list, parts: int) -> list[int]:
+    """Up to ``parts`` cut points before assistant messages (where a runner calls the model)."""
+    starts = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0]
+    if not starts:
+        return [len(messages)]
+    picked = sorted({starts[(k * len(starts)) // parts] for k in range(1, parts)})
+    return [*picked, len(messages)]
+
+
+def check_shipped_run(messages, name, window, store, system="You are a coding agent.", tools=()):
+    """Replay a run in a few stretches as the runner would (the managed context carried
+    forward, post_tool after tool results, then pre_llm) and check every promise."""
+    from ctxmgmt.fit import reserve_tokens
+    from ctxmgmt.messages import last_task_index
+    from ctxmgmt.testing import assert_valid_messages
+    from ctxmgmt.tokens import get_counter
+
+    definition = load_definition(name)
+    counter = get_counter("gpt-4o")
+    with tempfile.TemporaryDirectory() as folder:
+        options = {"offloader": LocalOffloader(folder), "session": "s"} if store else {}
+        ctx = Context(system, [], list(tools), "gpt-4o", window)
+        done = 0
+        for cut in _assistant_cuts(list(messages), 3):
+            ctx = ctx.append(*messages[done:cut])
+            done = cut
+            results = []
+            if ctx.messages[-1]["role"] == "tool":
+                results.append(definition.apply("post_tool", ctx, **options))
+                ctx = results[-1].context
+            try:
+                results.append(definition.apply("pre_llm", ctx, **options))
+            except ContextError:
+                task = last_task_index(list(ctx.messages))
+                fixed = [m for i, m in enumerate(ctx.messages) if m["role"] == "system" or i == task]
+                need = counter.context(Context(system, fixed, ctx.tools, "gpt-4o", window))[0]
+                assert need + reserve_tokens(window, definition.settings) > window, (
+                    "refused a request that fits"
+                )
+                return
+            ctx = results[-1].context
+            errors = [e["error"] for r in results for e in r.trace if e["error"]]
+            assert not errors, f"{name} (store={store}, window={window}): {errors}"
+            assert counter.context(ctx)[0] + reserve_tokens(window, definition.settings) <= window
+            assert_valid_messages(ctx.messages)
+            assert ctx.system_prompt == system
+            task = last_task_index(list(messages[:cut]))
+            if task is not None:
+                assert any(m is messages[task] for m in ctx.messages), "the task was dropped"
+        again = definition.apply("pre_llm", ctx, **options)
+    assert list(again.context.messages) == list(ctx.messages), "a second run changed the messages"
+    assert not [e["error"] for e in again.trace if e["error"]]
+
+
+@settings(FAST, max_examples=80)
+@given(
+    st.sampled_from(SHIPPED),
+    st.sampled_from(SHIPPED_WINDOWS),
+    st.booleans(),
+    st.integers(10, 120),
+    st.integers(0, 999),
+    st.booleans(),
+)
+@example("long-running-agent", 16_384, False, 60, 0, False)
+@example("long-running-agent", 4_096, False, 40, 1, True)
+def test_every_shipped_definition_works_with_and_without_a_store(name, window, store, turns, seed, padded):
+    """Every shipped definition, with and without an offload store, at windows of 4k-128k,
+    carried call by call over generated agent runs (some with 1.5k-6k token results): no
+    manager error in the trace, and the request fits, is valid, keeps the system prompt and
+    the task, and a second run changes nothing."""
+    messages = padded_run(turns, seed=seed) if padded else agent_run(turns, seed=seed)[0]
+    check_shipped_run(messages, name, window, store)
+
+
+REAL_RUNS_LIMIT = 40
+"""Conversations of the real-run corpus replayed per definition and store (bounded time)."""
+
+
+@pytest.mark.parametrize("store", [False, True])
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_definition_works_on_real_runs(request, name, store):
+    """On the real-run corpus (agent logs shipped in public packages), every shipped
+    definition with and without a store gives no trace error and keeps its promises."""
+    try:
+        paths = request.getfixturevalue("real_runs")
+    except pytest.FixtureLookupError:
+        pytest.skip("the real_runs fixture (the real-run corpus) is not present")
+    readers = pytest.importorskip("ctxmgmt.eval.readers")
+    seen = 0
+    for conversation in readers.read_conversations(paths):
+        if seen >= REAL_RUNS_LIMIT:
+            break
+        seen += 1
+        for window in SHIPPED_WINDOWS[seen % 2 :: 2]:  # every window, over alternate runs
+            check_shipped_run(
+                list(conversation.messages),
+                name,
+                window,
+                store,
+                conversation.system_prompt or "",
+                conversation.tools,
+            )
+    assert seen, "the corpus has no conversation"

@@ -183,6 +183,46 @@ def test_a_python_tool_past_its_deadline_is_a_timeout_result(
     assert elapsed < 4
 
 
+def test_an_execution_ends_at_its_whole_deadline(store, agent_models, chat_server, slow_tools):
+    """Five parallel calls of a tool that waits its 1 s each: the execution's own deadline
+    (1.5 s) ends it with an ExecutionTimeoutError, the record says so, and the memory keeps
+    no half round."""
+    from ctxmgmt import ExecutionTimeoutError
+
+    runner = Runner(store, agent_models, slow_tools)
+    agent_id = runner.register(
+        {
+            "name": "t",
+            "llm": {"model_id": "chat", "parameters": {"execution_timeout": 1.5}},
+            "tools": [{"type": "waits"}],
+        }
+    )
+    chat_server.reply(tool_call(*[("waits", {})] * 5))
+    started = time.monotonic()
+    with pytest.raises(ExecutionTimeoutError, match=r"within 1.5 s \(llm.parameters.execution_timeout\)"):
+        runner.execute(agent_id, "go")
+    assert time.monotonic() - started < 4
+    _, (summary,) = runner.executions.list(agent_id)
+    record = runner.executions.get(summary["execution_id"])
+    assert record["status"] == "error" and "ExecutionTimeoutError" in record["error"]
+    stored = runner.memory.messages(record["memory_id"])
+    assert [m["role"] for m in stored] == ["user"]  # the question; the unfinished round is not kept
+
+
+@pytest.mark.parametrize("name", ["context_read", "context_search"])
+def test_a_tool_may_not_take_a_recall_tools_name(store, agent_models, name):
+    """A tool named like ctxmgmt's recall tools is refused at registration with its pointer:
+    its results would be taken for recalls (cut without an archive)."""
+    from ctxmgmt import AgentError
+
+    runner = Runner(store, agent_models)
+    spec = {"type": "http", "name": name, "parameters": {"url": "http://127.0.0.1:9/x"}}
+    with pytest.raises(AgentError) as caught:
+        runner.register({"name": "t", "llm": {"model_id": "chat"}, "tools": [spec]})
+    assert [p.pointer for p in caught.value.problems] == ["/tools/0/name"]
+    assert "recall tool" in caught.value.problems[0].message
+
+
 def test_a_tool_specs_timeout_overrides_the_registered_one(store, agent_models, chat_server, slow_tools):
     """parameters.timeout of an agent's tool spec is the deadline, for any tool type."""
     runner = Runner(store, agent_models, slow_tools)
@@ -325,7 +365,7 @@ def test_a_failed_tool_leaves_no_archive(tmp_path):
     tool = Tool("broken", "", {}, unused, max_output_bytes=1024, stream=stream)
     call = {"id": "c1", "function": {"name": "broken", "arguments": "{}"}}
     opener = lambda call_id: offloader.open_tool_result("s", tool_call_id=call_id)  # noqa: E731
-    text, ref = asyncio.run(_call({"broken": tool}, call, opener))
+    text, ref, _ = asyncio.run(_call({"broken": tool}, call, opener))
     assert (text, ref) == ("error: the tool broken failed (RuntimeError)", None)
     assert offloader.list("s") == [] and not list(tmp_path.glob("*/*.txt"))
 
@@ -437,7 +477,8 @@ def respond(head: bytes, body: bytes) -> Callable[[socket.socket], None]:
         (
             b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Encoding: gzip",
             __import__("gzip").compress("zipped é".encode()),
-            "zipped é",
+            "{url} answered with content-encoding 'gzip', though an uncompressed body was asked for "
+            "(accept-encoding: identity)",
         ),
         (
             b"HTTP/1.1 503 Busy\r\nContent-Type: text/plain",
@@ -454,9 +495,44 @@ def test_an_http_tools_body_is_decoded_as_declared(head, body, expected):
     with raw_endpoint(respond(head, body)) as url:
         tool = default_tools.build({"type": "http", "name": "h", "parameters": {"url": url, "timeout": 5}})
         call = {"id": "c", "function": {"name": "h", "arguments": "{}"}}
-        text, ref = asyncio.run(_call({"h": tool}, call))
+        text, ref, _ = asyncio.run(_call({"h": tool}, call))
     expected = expected.format(url=url)
     assert (text, ref) == ((f"error: {expected}" if "answered" in expected else expected), None)
+
+
+def test_a_compressed_body_is_read_when_the_tool_asks_for_it():
+    """A spec that sends accept-encoding itself gets the body decoded (and bounded as ever)."""
+    import gzip
+
+    from ctxmgmt.tools import default_tools
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Encoding: gzip"
+    with raw_endpoint(respond(head, gzip.compress(b"a" * 50_000))) as url:
+        spec = {"url": url, "headers": {"Accept-Encoding": "gzip"}, "max_output_bytes": 1024}
+        tool = default_tools.build({"type": "http", "name": "h", "parameters": spec})
+        call = {"id": "c", "function": {"name": "h", "arguments": "{}"}}
+        text, ref, archived = asyncio.run(_call({"h": tool}, call))
+    assert text.endswith("\n" + "a" * 1024) and "was cut" in text and (ref, archived) == (None, 0)
+
+
+def test_an_execution_archives_at_most_its_budget(tmp_path):
+    """Once an execution's archive budget is spent, a cut output is archived in part, then not at all."""
+
+    async def stream(_: dict) -> object:
+        for _ in range(30):
+            yield b"z" * 10_000
+
+    async def unused(_: dict) -> str:
+        return ""
+
+    offloader = LocalOffloader(tmp_path)
+    tool = Tool("long", "", {}, unused, max_output_bytes=1024, stream=stream)
+    opener = lambda call_id: offloader.open_tool_result("s", tool_call_id=call_id)  # noqa: E731
+    call = {"id": "c1", "function": {"name": "long", "arguments": "{}"}}
+    _, ref, archived = asyncio.run(_call({"long": tool}, call, opener, 10**9, 120_000))
+    assert archived == 120_000 and offloader.read("s", ref).text == "z" * 120_000
+    text, ref, archived = asyncio.run(_call({"long": tool}, call, opener, 10**9, 0))
+    assert (ref, archived) == (None, 0) and "was cut" in text
 
 
 def test_a_plugin_tool_that_returns_no_text_is_an_error_result():
@@ -467,7 +543,7 @@ def test_a_plugin_tool_that_returns_no_text_is_an_error_result():
 
     tool = Tool("bad", "", {}, run)  # type: ignore[arg-type]
     call = {"id": "c", "function": {"name": "bad", "arguments": "{}"}}
-    assert asyncio.run(_call({"bad": tool}, call)) == ("error: the tool bad returned int, not text", None)
+    assert asyncio.run(_call({"bad": tool}, call)) == ("error: the tool bad returned int, not text", None, 0)
 
 
 def test_a_sync_tool_that_never_returns_does_not_hold_up_the_process_exit(tmp_path):
@@ -508,8 +584,8 @@ def test_the_outputs_of_one_turn_share_a_budget(monkeypatch):
     tool = registry.build({"type": "big"})
     call = {"id": "c", "function": {"name": "big", "arguments": "{}"}}
     monkeypatch.setattr(runner_module, "TURN_OUTPUT_BYTES", 8 * 1024 * 1024)
-    full, _ = asyncio.run(_call({"big": tool}, call, None, 10**9))
-    spent, _ = asyncio.run(_call({"big": tool}, call, None, 10))
+    full, *_ = asyncio.run(_call({"big": tool}, call, None, 10**9))
+    spent, *_ = asyncio.run(_call({"big": tool}, call, None, 10))
     assert full.endswith("\n" + "x" * 4096) and "(parameters.max_output_bytes)" in full
     assert spent.endswith("\n" + "x" * 1024)
     assert "of which the first 1,024 are kept (the 8 MiB of tool output one model turn may have)" in spent
@@ -533,7 +609,8 @@ def test_an_output_past_the_archive_bound_is_archived_in_part_and_says_so(tmp_pa
     tool = Tool("long", "", {}, unused, max_output_bytes=1024, stream=stream)
     call = {"id": "c1", "function": {"name": "long", "arguments": "{}"}}
     opener = lambda call_id: offloader.open_tool_result("s", tool_call_id=call_id)  # noqa: E731
-    text, ref = asyncio.run(_call({"long": tool}, call, opener))
+    text, ref, archived = asyncio.run(_call({"long": tool}, call, opener))
+    assert archived == 300_000
     assert text.startswith(
         f"[ctxmgmt: the output of long was cut: more than 300,000 bytes, of which the first 1,024 are kept "
         f"(parameters.max_output_bytes); its first 300,000 bytes are archived as {ref}"

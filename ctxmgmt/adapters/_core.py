@@ -101,8 +101,8 @@ class Turn:
     """The managed messages, in the conversation's format."""
     context: Context
     trace: list[TraceEntry] = field(default_factory=list)
-    """The trace entries of every hook run of this turn: post_tool for each new tool result,
-    then pre_llm."""
+    """The trace entries of every hook run of this turn: post_tool for each new group of tool
+    results, then pre_llm."""
     reusable_prefix_tokens: int = 0
     """The tokens of this request's prefix (tools, system prompt, messages) identical to the
     previous request's: what the provider's prompt cache can serve."""
@@ -117,7 +117,7 @@ class Conversation:
     The framework keeps the complete record; ctxmgmt keeps the view the model saw last,
     with the record length it covers and the managers' state. Before each model call,
     the record's new messages are added to the view (``post_tool`` runs after each new
-    tool result), then ``pre_llm`` runs. :attr:`saved` is JSON-able: adapters persist it
+    group of tool results), then ``pre_llm`` runs. :attr:`saved` is JSON-able: adapters persist it
     where the framework keeps its state, and :meth:`load` restores it. A record that does
     not continue the saved one (another conversation) starts a new view.
     """
@@ -225,9 +225,14 @@ class Conversation:
             refuse_invalid(view, record[upto:], checked=view is self.saved.get("view"))
         context = Context(messages=view, state=state, format=self.format, **request)
         trace: list[TraceEntry] = []
-        for m in record[upto:]:
+        new = record[upto:]
+        post_tool = bool(definition.hooks.get(Hook.POST_TOOL))
+        for i, m in enumerate(new):
             context = context.append(m)
-            if is_tool_result(m, self.format) and definition.hooks.get(Hook.POST_TOOL):
+            # Once a group of tool results is all in, as the runner does: the newest results
+            # are each seen once (a run per result would look at the whole group each time).
+            last_of_group = i + 1 == len(new) or not is_tool_result(new[i + 1], self.format)
+            if post_tool and last_of_group and is_tool_result(m, self.format):
                 result = yield "post_tool", context
                 context = result.context
                 trace.extend(result.trace)

@@ -1,7 +1,8 @@
-"""The definition routes: create, get, replace, delete, list, simulate."""
+"""The definition routes: create, get, replace, delete, list, simulate; saved eval reports."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from typing import Any
 
@@ -15,6 +16,7 @@ from ..errors import LLMError
 from ..llm import ModelsConfig
 from ..loader import parse_document
 from ..offload import LocalOffloader
+from ..store import EvalStore
 from ..validation import validate_definition
 from .config import ApiKey
 from .errors import HTTPProblem, log
@@ -35,6 +37,7 @@ from .requests import (
 
 BASE = "/_plugins/_ml/context_management"
 _MAX_SIZE = 1000
+_REPORT_ID = re.compile(r"[0-9a-f]{32}")
 
 
 async def create(request: Request) -> JSONResponse:
@@ -43,6 +46,15 @@ async def create(request: Request) -> JSONResponse:
     body = await json_body(request)
     await run_in_threadpool(state(request).store.create, name, body, created_by=caller(request))
     return JSONResponse({"context_management_name": name, "status": "created"})
+
+
+async def eval_report(request: Request) -> JSONResponse:
+    """A report that ``ctxmgmt eval --save`` stored (read-only: reports are made by the CLI)."""
+    authorize(request, "read")
+    report_id = request.path_params["report_id"]
+    if not _REPORT_ID.fullmatch(report_id):
+        raise HTTPProblem(404, f"no eval report with id {report_id[:64]!r}", "resource_not_found_exception")
+    return JSONResponse(await run_in_threadpool(EvalStore(state(request).store.engine).get, report_id))
 
 
 async def get(request: Request) -> JSONResponse:
@@ -258,6 +270,7 @@ routes = [
     resource(BASE, get=list_),
     resource(f"{BASE}/_simulate", post=simulate_inline),
     resource(f"{BASE}/_validate", post=validate),
+    resource(BASE + "/_eval/{report_id}", get=eval_report),
     resource(BASE + "/{name}/_simulate", post=simulate),
     resource(BASE + "/{name}", post=create, get=get, put=replace, delete=delete),
 ]

@@ -346,6 +346,26 @@ def openapi_document() -> dict[str, Any]:
                     "fails is a 422 (context_manager_exception); a 502/504 when its model failed.",
                 )
             },
+            "/_plugins/_ml/context_management/_eval/{report_id}": {
+                "get": _op(
+                    "Get an eval report that `ctxmgmt eval --save` stored (schema ctxmgmt.eval/1)",
+                    {
+                        "type": "object",
+                        "required": ["report_id", "created_time", "schema", "rows"],
+                        "properties": {
+                            "report_id": {"type": "string"},
+                            "created_time": {"type": "integer"},
+                            "schema": {"type": "string"},
+                            "windows": {"type": "array", "items": {"type": "integer"}},
+                            "definitions": {"type": "array", "items": {"type": "string"}},
+                            "conversations": {"type": "array", "items": {"type": "object"}},
+                            "rows": {"type": "array", "items": {"type": "object"}},
+                        },
+                    },
+                    params=("report_id",),
+                    errors=(401, 403, 404),
+                )
+            },
             "/_plugins/_ml/context_management/_validate": {
                 "post": _op(
                     "Check a definition's YAML or JSON text, with lines (an editor's check)",
@@ -577,6 +597,12 @@ def openapi_document() -> dict[str, Any]:
             "parameters": {
                 "agent_id": {
                     "name": "agent_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+                "report_id": {
+                    "name": "report_id",
                     "in": "path",
                     "required": True,
                     "schema": {"type": "string"},

@@ -20,7 +20,9 @@ class ToolResultCompactionManager(ContextManager):
     notice, so a second run changes nothing. A result compacted under the generous
     cap is re-cut from its archive when it becomes old. With ``clear_at_least`` it
     compacts only when that frees at least so many tokens (fewer, larger edits). The
-    recall tools' results are compacted too, without a second archive.
+    recall tools' results are compacted too, without a second archive. With
+    ``without_store: cut`` and no store, results are cut to the same previews, nothing
+    archived (the notice gives the original's size, no reference).
     """
 
     type_name = "ToolResultCompactionManager"
@@ -30,14 +32,19 @@ class ToolResultCompactionManager(ContextManager):
         super().__init__(config)
         self._tiers = {
             cap: ToolsOutputTruncateManager(
-                {"max_output_length": cap, "mode": config["preview"], "offload": True}
+                {
+                    "max_output_length": cap,
+                    "mode": config["preview"],
+                    "offload": True,
+                    "without_store": config.get("without_store", "fail"),
+                }
             )
             for cap in (config["recent_max_chars"], config["old_max_chars"])
         }
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
-        if runtime.offloader is None:
-            raise OffloadError(f"compaction {NO_STORE}")
+        if runtime.offloader is None and self.config.get("without_store") != "cut":
+            raise OffloadError(f"compaction {NO_STORE}, or without_store: cut")
         msgs = context.messages
         names = tool_names(msgs)
         excluded = set(self.config["exclude_tools"])
@@ -92,6 +99,9 @@ class ToolResultCompactionManager(ContextManager):
         ref = offloaded(text, bound)
         size = stamp(text, bound)
         if recalled:  # what the model recalled is in its archive already: cut, not archived again
+            return with_text(m, tier.cut(text, runtime.counter, bound, None, size))
+        if runtime.offloader is None and size is not None:
+            # No store: a preview cut before is cut again, keeping the original's size.
             return with_text(m, tier.cut(text, runtime.counter, bound, None, size))
         if ref is not None and size is not None:
             # Archived under a larger cap: cut the original again, same reference; only when

@@ -19,7 +19,7 @@ from ..summaries import (
     SECTIONS,
     STATE_KEY,
     Sections,
-    bound,
+    fitted,
     last_message_key,
     merge,
     previous,
@@ -313,18 +313,18 @@ class SummarizationManager(ContextManager):
         limit = min(self.config["max_summary_tokens"], max(64, replaced // 2))
         if context.context_window:  # and at most an eighth of the window
             limit = min(limit, max(64, context.context_window // 8))
-        sections = bound(sections, summarized, limit, runtime.counter.text)
+        # A role user_first providers accept; the summary's room counts its guide to the archives.
+        role = "user" if runtime.constraints.user_first else self.config["summary_role"]
+        bare = render({}, summarized)
+        limit += runtime.counter.message(summary_message(role, bare)) - runtime.counter.text(bare)
         earlier = previous(context)[2]
         # Measure with a reference of the store's length before writing anything.
         pending = archive or ({"ref": _PLACEHOLDER, "count": len(removed)} if runtime.offloader else None)
 
         def build(entry: dict[str, Any] | None) -> Context:
             archives = [*earlier, entry] if entry is not None else list(earlier)
-            content = render(sections, summarized, archives)
-            state = {"sections": sections, "summarized": summarized, "archives": archives}
-            # A provider that wants a user message first gets the summary as one.
-            role = "user" if runtime.constraints.user_first else self.config["summary_role"]
-            summary = summary_message(role, content)
+            summary, kept = fitted(sections, summarized, archives, limit, role, runtime.counter)
+            state = {"sections": kept, "summarized": summarized, "archives": archives}
             return with_summary(context, plan.removed, plan.cut, summary, state)
 
         new = build(pending)

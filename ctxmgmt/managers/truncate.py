@@ -24,6 +24,10 @@ def with_text(m: Mapping[str, Any], text: str) -> dict[str, Any]:
     return {**m, "content": text}
 
 
+_WINDOWS_KEPT = 16
+"""Windows an entry with ``max_output_ratio`` keeps its scaled form for (one per model, in practice)."""
+
+
 class ToolsOutputTruncateManager(ContextManager):
     """Truncates tool results longer than ``max_output_length`` characters (and, when
     set, ``max_output_tokens`` tokens), keeping the head, the tail or both.
@@ -34,7 +38,8 @@ class ToolsOutputTruncateManager(ContextManager):
     at; at other hooks, every tool result. Content already within the limits is
     left alone, and content that any entry cut before is recognised by its marker
     and never cut again, so a second run changes nothing and the marker always
-    gives the original's size. Only ctxmgmt's own signed marker counts (see
+    gives the original's size. With ``max_output_ratio`` the token limit is that share of
+    the context window (when it is known). Only ctxmgmt's own signed marker counts (see
     :mod:`ctxmgmt.marks`): a notice written by a tool or a model is plain content.
     The recall tools' results are cut like any other (never archived again).
     """
@@ -42,7 +47,27 @@ class ToolsOutputTruncateManager(ContextManager):
     type_name = "ToolsOutputTruncateManager"
     config_schema = builtin_schema(type_name)
 
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self._by_window: dict[int, ToolsOutputTruncateManager] = {}
+
+    def _for_window(self, window: int) -> ToolsOutputTruncateManager:
+        """This entry with ``max_output_ratio`` of ``window`` as its token limit (one instance
+        per window, so that its memo of cut results lasts)."""
+        found = self._by_window.get(window)
+        if found is None:
+            limit = max(64, int(float(self.config["max_output_ratio"]) * window))
+            tokens = self.config.get("max_output_tokens")
+            config = {k: v for k, v in self.config.items() if k != "max_output_ratio"}
+            config["max_output_tokens"] = limit if tokens is None else min(int(tokens), limit)
+            if len(self._by_window) >= _WINDOWS_KEPT:
+                self._by_window.clear()
+            found = self._by_window[window] = ToolsOutputTruncateManager(config)
+        return found
+
     def apply(self, context: Context, runtime: Runtime) -> Context:
+        if self.config.get("max_output_ratio") is not None and context.context_window:
+            return self._for_window(context.context_window).apply(context, runtime)
         history = context.messages
         if (
             runtime.hook is not Hook.POST_TOOL
@@ -115,13 +140,17 @@ class ToolsOutputTruncateManager(ContextManager):
         text = text_of(m.get("content"))
         counter = runtime.counter
         ref = None
-        if self.config.get("offload") and archive:
-            if runtime.offloader is None:
-                raise OffloadError(f"offload: true {NO_STORE}")
+        store = runtime.offloader if self.config.get("offload") and archive else None
+        if (
+            self.config.get("offload")
+            and archive
+            and store is None
+            and self.config.get("without_store") != "cut"
+        ):
+            raise OffloadError(f"offload: true {NO_STORE}, or without_store: cut")
+        if store is not None:
             # Archive first: nothing is cut unless the whole output is safely stored.
-            ref = runtime.offloader.store_tool_result(
-                runtime.session, text, tool_call_id=m.get("tool_call_id")
-            )
+            ref = store.store_tool_result(runtime.session, text, tool_call_id=m.get("tool_call_id"))
             runtime.details.setdefault("offloaded", []).append(ref)
         return with_text(m, self.cut(text, counter, binding(m), ref))
 

@@ -7,11 +7,13 @@ or from the model are metadata only: they never name a file or a row key as give
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import re
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -30,9 +32,11 @@ __all__ = [
     "Offloader",
     "Recall",
     "check_ref",
+    "file_pieces",
     "new_ref",
     "open_stream",
     "session_key",
+    "slice_stream",
 ]
 
 REF = re.compile(r"(?P<kind>[tm])-(?P<id>[0-9a-f]{32})")
@@ -107,6 +111,75 @@ def slice_text(
     lines = text.splitlines(keepends=True)
     end = None if limit is None else offset + limit
     return Recall(ref, "".join(lines[offset:end]), offset, len(lines), unit)
+
+
+_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+"""The characters str.splitlines ends a line at."""
+SLICE_CHARS = 1_000_000
+"""Characters a streamed slice holds at the most (every caller bounds its read below this)."""
+STREAM_BYTES = 16 * 1024 * 1024
+"""An archive larger than this is read as a stream: a slice costs its own size, not the archive's."""
+
+
+def slice_stream(
+    ref: str, pieces: Iterable[str], offset: int, limit: int | None, unit: Literal["chars", "lines"]
+) -> Recall:
+    """What :func:`slice_text` gives for the text made of ``pieces``, holding no more than the
+    slice and one piece at a time. A slice with a limit holds at most :data:`SLICE_CHARS`
+    characters (then it is cut and says so: a line longer than that)."""
+    if offset < 0 or (limit is not None and limit < 0):
+        raise OffloadError("offset and limit must be >= 0")
+    end = None if limit is None else offset + limit
+    out: list[str] = []
+    held = count = 0
+    clipped = False
+
+    cap = SLICE_CHARS if limit is not None else None  # no limit: the whole text, as asked
+
+    def take(text: str) -> None:
+        nonlocal held, clipped
+        if cap is None:
+            out.append(text)
+            return
+        room = cap - held
+        if len(text) > room:
+            text, clipped = text[:room], True
+        out.append(text)
+        held += len(text)
+
+    if unit == "chars":
+        for piece in pieces:
+            lo, hi = max(offset - count, 0), len(piece) if end is None else min(end - count, len(piece))
+            if lo < hi:
+                take(piece[lo:hi])
+            count += len(piece)
+        return Recall(ref, "".join(out), offset, count, unit, clipped)
+    pending = False  # a line has begun and not ended
+    last = ""  # its last character (a "\r" may end it or be followed by "\n")
+    for piece in pieces:
+        if not piece:
+            continue
+        if pending and last == "\r" and piece[0] != "\n":
+            count, pending = count + 1, False  # the "\r" ended it
+        lines = piece.splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            if offset <= count and (end is None or count < end):
+                take(line)
+            if i + 1 < len(lines) or (line[-1] in _BREAKS and line[-1] != "\r"):
+                count, pending = count + 1, False
+            else:  # the piece ends inside a line, or on a "\r"
+                pending, last = True, line[-1]
+    count += pending
+    return Recall(ref, "".join(out), offset, count, unit, clipped)
+
+
+def file_pieces(path: Any, size: int = 1 << 20) -> Iterator[str]:
+    """A UTF-8 file's text in pieces, decoded incrementally (as the archive wrote it)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogatepass")
+    with open(path, "rb") as f:
+        while chunk := f.read(size):
+            yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
 
 
 def bounded(got: Recall, max_chars: int) -> Recall:

@@ -19,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 import zlib
 from pathlib import Path
@@ -26,6 +27,8 @@ from typing import Any, Literal
 
 from .base import (
     REF,
+    SEARCH_BYTES,
+    STREAM_BYTES,
     GcReport,
     Hits,
     Item,
@@ -34,9 +37,11 @@ from .base import (
     Recall,
     Search,
     check_ref,
+    file_pieces,
     item_text,
     new_ref,
     session_key,
+    slice_stream,
     slice_text,
 )
 
@@ -198,7 +203,21 @@ class LocalOffloader:
         folder = self._session_dir(session, create=False)
         if not folder.is_dir():
             raise OffloadError(f"no stored content {ref} in this session")
+        large = self._large(folder, ref)
+        if large is not None:  # a streamed tool output: read in pieces, never whole
+            return slice_stream(ref, file_pieces(large), offset, limit, unit)
         return slice_text(ref, self._content(folder, ref), offset, limit, unit)
+
+    def _large(self, folder: Path, ref: str) -> Path | None:
+        """The file of an archive that has one of its own and is larger than STREAM_BYTES."""
+        if not ref.startswith("t-"):
+            return None
+        path = self._inside(folder, f"{ref}.txt")
+        try:
+            info = path.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        return path if stat.S_ISREG(info.st_mode) and info.st_size > STREAM_BYTES else None
 
     def search(self, session: str, pattern: str, *, max_results: int = 20) -> Hits:
         search = Search(pattern, max_results)
@@ -208,6 +227,15 @@ class LocalOffloader:
         entries, search.hits.damaged = self._index(folder)  # read once, not once per archive
         index = {e["ref"]: e for e in entries}
         for entry in entries:
+            large = self._large(folder, entry["ref"])
+            if large is not None:  # no more than the search may still scan is read
+                room = max(0, SEARCH_BYTES - search.scanned)
+                with open(large, "rb") as f:
+                    head = f.read(room + 1)
+                text = head.decode("utf-8", "ignore")  # a character cut at the end is dropped
+                if search.scan(entry["ref"], text):
+                    break
+                continue
             try:
                 text = self._content(folder, entry["ref"], index)
             except OffloadError as exc:  # torn, or collected by gc since it was indexed

@@ -2,6 +2,7 @@
 
 from ..errors import Conflict, NotFound
 from .agents import AgentStore, MemoryStore
+from .evals import EvalStore
 from .executions import ExecutionStore
 from .repository import DEFAULT_DATABASE_URL, DefinitionStore, StoredDefinition, connect, migrate
 
@@ -10,6 +11,7 @@ __all__ = [
     "AgentStore",
     "Conflict",
     "DefinitionStore",
+    "EvalStore",
     "ExecutionStore",
     "MemoryStore",
     "NotFound",

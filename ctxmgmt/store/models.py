@@ -91,3 +91,13 @@ executions = Table(
 """One row per agent execution; ``record`` holds the response, the error, the LLM calls
 (usage and the managed request's tokens), the hook runs' trace entries and the archived
 references."""
+
+eval_reports = Table(
+    "eval_reports",
+    metadata,
+    Column("report_id", String(32), primary_key=True),
+    Column("created_time", BigInteger, nullable=False),
+    Column("report", JSON, nullable=False),
+    Index("ix_eval_reports_created", "created_time"),
+)
+"""One row per saved ``ctxmgmt eval`` report (the JSON report, schema ``ctxmgmt.eval/1``)."""

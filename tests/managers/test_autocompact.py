@@ -77,3 +77,43 @@ def test_fewer_results_than_recent_n_are_all_recent():
         "pre_llm", Context(messages=msgs), offloader=LocalOffloader(tempfile.mkdtemp()), session="s"
     )
     assert result.trace[0]["details"]["compacted"] == 0
+
+
+def test_without_a_store_and_without_store_cut_it_compacts_and_summarises():
+    """With without_store: cut and no store, old results become previews whose notice gives
+    the original size and no reference, a summary follows, nothing errs, and a second run
+    changes nothing."""
+    ctx = Context(messages=make_conversation(200, seed=2, tool_output_words=300))
+    d = auto(0.05, without_store="cut")
+    result = d.apply("pre_llm", ctx)
+    assert result.trace[0]["error"] is None and result.trace[0]["details"]["compacted"] > 0
+    out = result.context.messages
+    assert any(str(m.get("content") or "").startswith(SUMMARY_PREFIX) for m in out)
+    cut = [m for m in out if m["role"] == "tool" and "[truncated: original" in m["content"]]
+    assert cut and not any("stored as" in m["content"] for m in cut)
+    again = d.apply("pre_llm", result.context)
+    assert list(again.context.messages) == list(out)
+
+
+def test_a_preview_cut_without_a_store_keeps_the_original_size_when_cut_again():
+    """Without a store, a result cut under the generous cap and cut again when it is old keeps
+    the original's size in its notice."""
+    big = "x" * 5000
+    msgs = [{"role": "user", "content": "task"}]
+    for i in range(3):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": big},
+        ]
+    entry = {
+        "type": "ToolResultCompactionManager",
+        "config": {"recent_n": 3, "recent_max_chars": 2000, "old_max_chars": 400, "without_store": "cut"},
+    }
+    first = load_definition({"name": "c", "hooks": {"pre_llm": [entry]}}).apply(
+        "pre_llm", Context(messages=msgs)
+    )
+    entry["config"]["recent_n"] = 0
+    second = load_definition({"name": "c", "hooks": {"pre_llm": [entry]}}).apply("pre_llm", first.context)
+    for m in second.context.messages[2::2]:
+        assert len(m["content"]) <= 400 and "original 5,000 chars" in m["content"]

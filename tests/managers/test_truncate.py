@@ -171,3 +171,52 @@ def test_a_forged_notice_in_a_large_output_does_not_escape_truncation():
     text = "log line\n" * 50_000 + "[truncated: original 5 chars]\n" + "tail\n" * 1000
     out = run(text, max_output_length=2000).context.messages[2]["content"]
     assert len(out) <= 2000 and f"[truncated: original {len(text):,} chars #k=" in out
+
+
+def test_offload_without_a_store_cuts_when_told_to():
+    """offload: true with without_store: cut and no store cuts the result with a notice that
+    gives its size and no reference, and the trace has no error."""
+    from ctxmgmt import Context, load_definition
+
+    entry = {
+        "type": "ToolsOutputTruncateManager",
+        "config": {"max_output_length": 300, "offload": True, "without_store": "cut"},
+    }
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "y" * 999},
+    ]
+    result = load_definition({"name": "t", "hooks": {"post_tool": [entry]}}).apply(
+        "post_tool", Context(messages=msgs)
+    )
+    assert result.trace[0]["error"] is None
+    text = result.context.messages[2]["content"]
+    assert len(text) <= 300 and "original 999 chars" in text and "stored as" not in text
+
+
+def test_max_output_ratio_caps_each_result_at_a_share_of_the_window():
+    """With max_output_ratio, a result is cut to that share of the context window (the
+    smaller of it and max_output_tokens applies); without a known window, the token limit."""
+    from ctxmgmt import Context, get_counter, load_definition
+
+    entry = {
+        "type": "ToolsOutputTruncateManager",
+        "config": {"max_output_length": 100_000, "max_output_tokens": 8000, "max_output_ratio": 0.1},
+    }
+    d = load_definition({"name": "t", "hooks": {"post_tool": [entry]}})
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "word " * 20_000},
+    ]
+    count = get_counter("gpt-4o").text
+    for window, limit in ((16_000, 1_600), (128_000, 8_000), (None, 8_000)):
+        ctx = Context(messages=msgs, model="gpt-4o", context_window=window)
+        result = d.apply("post_tool", ctx)
+        tokens = count(result.context.messages[2]["content"])
+        assert limit - 100 < tokens <= limit, (window, tokens)
+        again = d.apply("post_tool", result.context)
+        assert again.context.messages == result.context.messages

@@ -3,6 +3,8 @@
 import re
 
 import httpx
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from ctxmgmt.api import create_app
 from ctxmgmt.offload import LocalOffloader
@@ -198,3 +200,58 @@ def test_rest_read_answers_at_most_its_bound(store, tmp_path):
         assert len(got["text"]) == 200_000 and got["next_offset"] == 200_000 and got["total"] == 500_000
         got = http.get(f"/_plugins/_ml/offload/{ref}", params={"session": "mem1"}).json()
         assert len(got["text"]) == 20_000 and got["next_offset"] == 20_000
+
+
+_LINE_TEXT = st.text(alphabet=st.sampled_from("ab\n\r\x0b\x85\u2028é"), max_size=60)
+
+
+@settings(max_examples=300)
+@example(text="a\r\nb", cuts=[2], offset=0, limit=5, unit="lines")
+@example(text="a\r", cuts=[2], offset=1, limit=1, unit="lines")
+@example(text="\r\n\r", cuts=[1, 2], offset=0, limit=None, unit="lines")
+@given(
+    text=_LINE_TEXT,
+    cuts=st.lists(st.integers(0, 60), max_size=6),
+    offset=st.integers(0, 12),
+    limit=st.none() | st.integers(0, 12),
+    unit=st.sampled_from(["chars", "lines"]),
+)
+def test_a_streamed_slice_is_the_slice_of_the_whole_text(text, cuts, offset, limit, unit):
+    """Read in pieces cut anywhere (inside a \\r\\n too): the slice and total of the whole text."""
+    from ctxmgmt.offload.base import slice_stream, slice_text
+
+    bounds = sorted({min(c, len(text)) for c in cuts})
+    pieces = [text[a:b] for a, b in zip([0, *bounds], [*bounds, len(text)], strict=True)]
+    assert slice_stream("t-x", pieces, offset, limit, unit) == slice_text("t-x", text, offset, limit, unit)
+
+
+def test_a_large_archive_is_read_in_pieces(tmp_path, monkeypatch):
+    """A tool output archived in a file of its own and larger than the stream bound is sliced
+    and searched without being held whole: a 24 MB archive costs a few MB to read."""
+    import tracemalloc
+
+    import ctxmgmt.offload.local as local_module
+
+    monkeypatch.setattr(local_module, "STREAM_BYTES", 1024 * 1024)
+    store = LocalOffloader(tmp_path)
+    stream = store.open_tool_result("s", tool_call_id="c")
+    line = "row %07d of the archive\n"
+    for block in range(60):
+        stream.write("".join(line % (block * 20_000 + i) for i in range(20_000)))
+    stream.commit()
+    ref = stream.ref
+    tracemalloc.start()
+    got = store.read("s", ref, offset=600_000, limit=2, unit="lines")
+    chars = store.read("s", ref, offset=27 * 1_000_000, limit=27)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert got.text == (line % 600_000) + (line % 600_001) and got.total == 1_200_000
+    assert chars.text == line % 1_000_000 and chars.total == 27 * 1_200_000
+    assert peak < 16 * 1024 * 1024  # pieces of 1 MiB; the archive is 32.4 MB
+    import ctxmgmt.offload.base as base_module
+
+    for module in (local_module, base_module):
+        monkeypatch.setattr(module, "SEARCH_BYTES", 1024 * 1024)
+    assert len(store.search("s", "row 0038000 ")) == 1  # within the search's scan bound
+    beyond = store.search("s", "row 0040000 ")  # past it: not read, and the search says so
+    assert len(beyond) == 0 and beyond.truncated

@@ -1,5 +1,5 @@
 // ctxmgmt's web page: definitions (list, editor with inline validation, simulate), agents,
-// executions and one execution's token timeline. Plain JS, no dependency, no network but
+// executions, one execution's token timeline, and saved eval reports. Plain JS, no dependency, no network but
 // this server. Every request goes through api(), which adds the session's API key.
 "use strict";
 
@@ -88,6 +88,7 @@ const routes = [
   [/^#\/agents$/, () => agentsList()],
   [/^#\/executions\/([0-9a-f]{32})$/, (id) => executionView(id)],
   [/^#\/memory\/([0-9a-f]{32})(?:\?from=(\d{1,9}))?$/, (id, from) => memoryView(id, Number(from || 0))],
+  [/^#\/eval\/([0-9a-f]{32})$/, (id) => evalView(id)],
   [/^#\/archive\/([^/]+)\/([tm]-[0-9a-f]{32})$/, (session, ref) => archiveView(decodeURIComponent(session), ref)],
   [/^.*$/, () => definitionsList()],
 ];
@@ -674,6 +675,75 @@ async function archiveView(session, ref) {
     el("h1", { text: `Archived ${ref}` }),
     el("p", { class: "muted", text: `${fmt(data.total)} characters${data.next_offset ? ", the first part shown" : ""}` }),
     el("pre", { id: "archived", text: data.text }));
+}
+
+// -- eval reports (ctxmgmt eval --save) ----------------------------------------------------------
+const EVAL_CATEGORIES = [["paths", "paths"], ["commands", "commands"], ["error_lines", "error lines"], ["numbers", "numbers & ids"]];
+const pct = (v) => (typeof v === "number" && Number.isFinite(v) ? `${Math.round(v * 100)}%` : "-");
+const list = (v) => (Array.isArray(v) ? v : []);
+const obj = (v) => (v && typeof v === "object" && !Array.isArray(v) ? v : {});
+
+/** The mean tokens sent at each call number of a row, over its conversations. */
+function evalSeries(row) {
+  const sums = [], counts = [];
+  for (const c of list(row.per_call)) {
+    const k = Number(c && c.call) - 1;
+    if (!Number.isInteger(k) || k < 0 || k > 100000 || (c && c.refused) || typeof c.tokens !== "number") continue;
+    sums[k] = (sums[k] || 0) + c.tokens;
+    counts[k] = (counts[k] || 0) + 1;
+  }
+  return Array.from({ length: sums.length }, (_, k) => (counts[k] ? sums[k] / counts[k] : null));
+}
+
+function evalChart(rows, width = 800, height = 180) {
+  const series = rows.map((r) => evalSeries(r));
+  const n = Math.max(1, ...series.map((s) => s.length));
+  const peak = Math.max(1, ...series.flat().filter((v) => v !== null));
+  const left = 60, right = 10, top = 10, bottom = 20, span = width - left - right, tall = height - top - bottom;
+  const colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+  const defs = [...new Set(rows.map((r) => r.of || r.name))];
+  const lines = rows.map((r, i) => {
+    const points = series[i].map((v, k) => (v === null ? null : `${(left + span * k / Math.max(1, n - 1)).toFixed(1)},${(top + tall * (1 - v / peak)).toFixed(1)}`)).filter(Boolean).join(" ");
+    const colour = r.kind === "observation_masking" ? "#888888" : colours[defs.indexOf(r.of || r.name) % colours.length];
+    return svg("polyline", { points, fill: "none", stroke: colour, "stroke-width": "1.4", "stroke-dasharray": r.kind === "sliding_window" ? "5,3" : null, class: "eval-line" },
+      svg("title", {}, `${r.name}${r.of ? ` (= ${r.of})` : ""}`));
+  });
+  return svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "eval-chart" },
+    svg("line", { x1: left, x2: left + span, y1: top + tall, y2: top + tall, stroke: "#999" }),
+    Object.assign(svg("text", { x: left - 6, y: top + 8, "text-anchor": "end", "font-size": "12" }), { textContent: fmt(Math.round(peak)) }),
+    Object.assign(svg("text", { x: left - 6, y: top + tall, "text-anchor": "end", "font-size": "12" }), { textContent: "0" }),
+    Object.assign(svg("text", { x: left + span, y: height - 4, "text-anchor": "end", "font-size": "12" }), { textContent: `call ${n}` }),
+    lines);
+}
+
+async function evalView(id) {
+  const report = await api("GET", `${API}/context_management/_eval/${id}`);
+  const rows = list(report.rows).map(obj);
+  const windows = [...new Set(rows.map((r) => r.window))];
+  const head = ["Row", "Window", "Calls", "Tokens", "Tokens/call", "Cost", "Reusable", "Over window", "Invalid", "Refused",
+    "Trace errors", ...EVAL_CATEGORIES.map(([, label]) => `${label} kept`)];
+  const line = (r) => {
+    const kept = obj(r.kept_share), got = obj(r.kept), needed = obj(r.needed);
+    return el("tr", { class: `eval-${r.kind}` },
+      el("td", { text: r.of ? `${r.name} (= ${r.of})` : String(r.name) }),
+      el("td", { text: fmt(r.window) }), el("td", { text: fmt(r.calls) }), el("td", { text: fmt(r.tokens_sent) }),
+      el("td", { text: fmt(obj(r.tokens_per_call).mean === null ? null : Math.round(obj(r.tokens_per_call).mean)) }),
+      el("td", { text: typeof r.estimated_cost === "number" ? r.estimated_cost.toFixed(4) : "-" }),
+      el("td", { text: pct(r.reusable_prefix_share) }), el("td", { text: fmt(r.over_window) }),
+      el("td", { text: fmt(r.invalid_requests) }), el("td", { text: fmt(r.refused) }), el("td", { text: fmt(r.trace_errors) }),
+      EVAL_CATEGORIES.map(([c]) => el("td", { text: needed[c] ? `${pct(kept[c])} (${fmt(got[c])}/${fmt(needed[c])})` : "-" })));
+  };
+  return el("div", {},
+    el("h1", { text: "Eval report" }),
+    el("p", { class: "muted", text: `id ${id} · saved ${when(report.created_time)} · ${list(report.conversations).length} conversations · ${String(report.schema || "")}` }),
+    el("p", { class: "hint", text: "Needed specifics: paths, commands, error lines, numbers and ids of content the request no longer holds as it was, which the agent uses again at that call or later; kept: still verbatim in the request." }),
+    el("div", { class: "table-wrap" }, el("table", { id: "eval-table" },
+      el("thead", {}, el("tr", {}, head.map((h) => el("th", { text: h })))),
+      el("tbody", {}, rows.map(line)))),
+    windows.map((w) => el("div", {},
+      el("h2", { text: `Mean tokens sent per call, window ${fmt(w)}` }),
+      el("p", { class: "muted", text: "Solid: a definition; dashed: its same-size sliding window; grey: observation masking." }),
+      el("div", { class: "chart" }, evalChart(rows.filter((r) => r.window === w))))));
 }
 
 // -- start -----------------------------------------------------------------------------------

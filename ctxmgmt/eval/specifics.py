@@ -1,0 +1,226 @@
+"""The specifics an agent needs again: paths, commands, error lines, numbers and ids.
+
+Each extractor is a pure function of a text (or of a message) that returns the specifics
+it finds, normalised, in order of appearance, without repeats. The patterns are RE2
+(linear time) and built once; every text is scanned up to :data:`MAX_SCAN` characters and
+every extractor returns at most :data:`MAX_PER_TEXT` specifics of at most
+:data:`MAX_SPECIFIC` characters, so a hostile tool output costs what its bound allows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import re2  # type: ignore[import-untyped]
+
+from ..messages import text_of
+
+__all__ = [
+    "CATEGORIES",
+    "MAX_PER_TEXT",
+    "MAX_SCAN",
+    "MAX_SPECIFIC",
+    "SHELL_KEYS",
+    "commands",
+    "error_lines",
+    "message_specifics",
+    "message_text",
+    "numbers",
+    "paths",
+]
+
+CATEGORIES = ("paths", "commands", "error_lines", "numbers")
+"""The categories, in the report's order (``numbers`` holds numbers and ids)."""
+MAX_SCAN = 200_000
+"""Characters of one text the extractors read (a longer tool output: its start)."""
+MAX_PER_TEXT = 400
+"""Specifics of one category one text may give."""
+MAX_SPECIFIC = 240
+"""Characters of one specific (a longer error line or command is kept by its start)."""
+SHELL_KEYS = ("cmd", "command", "bash", "code")
+"""The tool-call arguments that hold a shell command (or a script, one command a line)."""
+
+_EXT = r"[A-Za-z][A-Za-z0-9]{1,7}|[ch]"
+# A URL first (leftmost-first alternation): its path parts are not file paths.
+_PATHS = re2.compile(
+    r"(?P<url>[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s\"'<>()\[\]{}]+)"
+    r"|(?P<win>\b[A-Za-z]:\\(?:[\w.\-]+\\)*[\w.\-]+)"
+    r"|(?P<posix>(?:~|\.{1,2})?/?(?:[\w.\-@+]+/)+[\w.\-@+]*)"
+    rf"|(?P<file>\b[\w\-]+(?:\.[\w\-]+)*\.(?:{_EXT})\b)"
+)
+_ERROR = re2.compile(
+    r"Error|ERROR|error:|error\[|Exception|Traceback|FAILED|FAIL:|FAIL |panic|PANIC|fatal|FATAL"
+    r"|[Ee]rrno|No such file|Permission denied|not found|Segmentation fault|[Cc]onnection refused"
+    r"|command not found|exit code [1-9]|exit status [1-9]|Aborted|core dumped|AssertionError"
+)
+_LEADING_STAMP = re2.compile(
+    r"^(?:\[?\d{4}-\d\d-\d\d[T ][0-9:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s*|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*)"
+)
+_NUMBERS = re2.compile(
+    r"(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)"
+    r"|(?P<line>\b[\w.\-/]+\.[A-Za-z][A-Za-z0-9]{0,7}:\d+(?::\d+)?\b)"
+    r"|(?P<port>\b(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w\-]*(?:\.[\w\-]+)*):\d{2,5}\b)"
+    r"|(?P<version>\b(?:v\d+(?:\.\d+){1,3}|\d+(?:\.\d+){2,3})(?:[\-+][0-9A-Za-z.]+)?\b)"
+    r"|(?P<hex>\b(?:0x)?[0-9a-fA-F]{7,64}\b)"
+    r"|(?P<long>\b\d{4,}\b)"
+)
+_GENERIC_LINES = frozenset({"Traceback (most recent call last):", "During handling of the above exception"})
+
+
+def _scan(text: str) -> str:
+    return text[:MAX_SCAN] if len(text) > MAX_SCAN else text
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _add(out: dict[str, None], item: str) -> bool:
+    """Add one specific; False when the text gave its share."""
+    if item:
+        out.setdefault(item[:MAX_SPECIFIC], None)
+    return len(out) < MAX_PER_TEXT
+
+
+def paths(text: str) -> list[str]:
+    """POSIX and Windows paths and file names with an extension (``src/app.py``,
+    ``/etc/hosts``, ``C:\\x\\y.txt``, ``setup.cfg``); not the paths inside URLs, and not
+    a bare word with slashes (``and/or``): a path starts at ``/``, ``~`` or ``.``, or its
+    last part has an extension."""
+    out: dict[str, None] = {}
+    for m in _PATHS.finditer(_scan(text)):
+        if m.group("url"):
+            continue
+        found = m.group(0).rstrip(".,:;")
+        if m.group("posix"):
+            last = found.rstrip("/").rsplit("/", 1)[-1]
+            if found.startswith(("/", "~", "./", "../")):
+                if len(found) < 2 or found.strip("/.~") == "":
+                    continue
+            elif "." not in last.strip("."):
+                continue
+        elif m.group("file") and found.replace(".", "").isdigit():
+            continue
+        if not _add(out, found):
+            break
+    return list(out)
+
+
+def _command_lines(script: str) -> Iterable[str]:
+    for line in script.splitlines():
+        line = _flat(line)
+        if line and not line.startswith("#"):
+            yield line
+
+
+def commands(message: Mapping[str, Any]) -> list[str]:
+    """The shell commands of a message: each line of a shell-like tool call's argument
+    (:data:`SHELL_KEYS`; a list of words is one command), and the text lines that start
+    with ``$ ``. Whitespace is collapsed."""
+    out: dict[str, None] = {}
+    for call in message.get("tool_calls") or ():
+        arguments = _arguments(call)
+        if not isinstance(arguments, Mapping):
+            continue
+        for key in SHELL_KEYS:
+            value = arguments.get(key)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                value = " ".join(value)
+            if isinstance(value, str):
+                for line in _command_lines(_scan(value)):
+                    if not _add(out, line):
+                        return list(out)
+    for line in _scan(text_of(message.get("content"))).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("$ ") and not _add(out, _flat(stripped[2:])):
+            break
+    return list(out)
+
+
+def error_lines(text: str) -> list[str]:
+    """The lines that report a failure (Error, Exception, Traceback, FAILED, panic, fatal,
+    errno, ...), normalised: a leading timestamp dropped, whitespace collapsed."""
+    out: dict[str, None] = {}
+    for line in _scan(text).splitlines():
+        if not _ERROR.search(line):
+            continue
+        line = _flat(_LEADING_STAMP.sub("", line.strip(), count=1))
+        if len(line) < 8 or line in _GENERIC_LINES:
+            continue
+        if not _add(out, line):
+            break
+    return list(out)
+
+
+def numbers(text: str) -> list[str]:
+    """Numbers and ids: UUIDs, hex ids (7+ digits, with a digit and a letter: commit
+    hashes, container ids), file line references (``app.py:42``), host ports
+    (``localhost:8080``), versions (``1.2.3``, ``v2.0``; not ``3.14``), and numbers of 4+ digits."""
+    out: dict[str, None] = {}
+    for m in _NUMBERS.finditer(_scan(text)):
+        found = m.group(0)
+        if m.group("hex"):
+            body = found[2:] if found.startswith("0x") else found
+            if body.isdigit():
+                if len(body) < 4:
+                    continue
+            elif not any(c.isdigit() for c in body) or not any(c.isalpha() for c in body):
+                continue
+        if not _add(out, found):
+            break
+    return list(out)
+
+
+def _arguments(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    raw = function.get("arguments") if isinstance(function, Mapping) else None
+    if isinstance(raw, Mapping):
+        return raw
+    if not isinstance(raw, str) or len(raw) > MAX_SCAN:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _strings(value: Any, out: list[str], depth: int = 0) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif depth < 4 and isinstance(value, Mapping):
+        for v in value.values():
+            _strings(v, out, depth + 1)
+    elif depth < 4 and isinstance(value, list):
+        for v in value:
+            _strings(v, out, depth + 1)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """What a model reads of a message, as text: its content, and each tool call's name and
+    argument values decoded from their JSON (so a command is found as it was typed)."""
+    parts = [text_of(message.get("content"))]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            continue
+        parts.append(str(function.get("name") or ""))
+        arguments = _arguments(call)
+        if arguments is None:
+            raw = function.get("arguments")
+            parts.append(raw[:MAX_SCAN] if isinstance(raw, str) else "")
+        else:
+            _strings(arguments, parts)
+    return "\n".join(p for p in parts if p)
+
+
+def message_specifics(message: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    """Every category's specifics of one message."""
+    text = message_text(message)
+    return {
+        "paths": frozenset(paths(text)),
+        "commands": frozenset(commands(message)),
+        "error_lines": frozenset(error_lines(text)),
+        "numbers": frozenset(numbers(text)),
+    }

@@ -1,0 +1,332 @@
+"""ctxmgmt.eval: the replay, the specifics, the baselines and the report."""
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import ctxmgmt
+from ctxmgmt import Definition, get_counter
+from ctxmgmt.eval import Chat
+from ctxmgmt.eval.replay import _Prepared, observation_masking, read_chats, replay_definition, sliding_window
+from ctxmgmt.eval.specifics import MAX_PER_TEXT, commands, error_lines, message_specifics, numbers, paths
+from ctxmgmt.runner import Runner
+from tests.agent_runs import agent_run
+from tests.conftest import tool_call
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "conversation.json"
+PRICES = ctxmgmt.Pricing(input=1.0, output=4.0, cache_read=0.1, cache_write=1.25)
+
+
+def _call(id_, name, **args):
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def _asst(text=None, *calls):
+    m = {"role": "assistant", "content": text}
+    if calls:
+        m["tool_calls"] = list(calls)
+    return m
+
+
+def _tool(id_, text):
+    return {"role": "tool", "tool_call_id": id_, "content": text}
+
+
+# -- extractors -----------------------------------------------------------------------------
+def test_paths_finds_posix_windows_and_file_names_not_urls():
+    """Paths with a slash or an extension are found; URL paths and bare and/or words are not."""
+    text = "edit /srv/app/x.py, src/a.py and setup.cfg; C:\\x\\y.txt; see https://e.com/a/b.html and/or ./run"
+    assert paths(text) == ["/srv/app/x.py", "src/a.py", "setup.cfg", "C:\\x\\y.txt", "./run"]
+
+
+def test_paths_skip_numbers_and_trailing_punctuation():
+    """A decimal number is not a file name, and a sentence's full stop is not part of a path."""
+    assert paths("pi is 3.14 and the file is notes.md.") == ["notes.md"]
+
+
+def test_commands_come_from_shell_arguments_and_dollar_lines():
+    """Each line of a cmd/command/bash/code argument is a command, and so is a `$ ` line."""
+    m = _asst(
+        "ran:\n$ ls  -la\nok",
+        _call("c1", "bash", command="pytest -x tests/\ncd /srv"),
+        _call("c2", "x", cmd=["git", "status"]),
+    )
+    assert commands(m) == ["pytest -x tests/", "cd /srv", "git status", "ls -la"]
+
+
+def test_commands_ignore_other_arguments():
+    """An argument not named like a shell command (a path to read) gives no command."""
+    assert commands(_asst(None, _call("c1", "read_file", path="src/a.py"))) == []
+
+
+def test_error_lines_are_normalised():
+    """Failure lines lose a leading timestamp and extra spaces; a traceback header alone is not one."""
+    text = (
+        "ok\n2024-01-01T10:00:00Z ERROR:  connection refused\n"
+        "Traceback (most recent call last):\nKeyError: 'sid'\n"
+    )
+    assert error_lines(text) == ["ERROR: connection refused", "KeyError: 'sid'"]
+
+
+def test_numbers_finds_ids_versions_ports_and_line_references():
+    """UUIDs, commit hashes, versions, host ports, file:line and long numbers; not 3.14 or words."""
+    text = (
+        "at app.py:42 on localhost:8080, commit 3f2a9c1d, v1.2 and 1.2.3, "
+        "id 123e4567-e89b-12d3-a456-426614174000, 31337 deadbeef 3.14"
+    )
+    assert numbers(text) == [
+        "app.py:42",
+        "localhost:8080",
+        "3f2a9c1d",
+        "v1.2",
+        "1.2.3",
+        "123e4567-e89b-12d3-a456-426614174000",
+        "31337",
+    ]
+
+
+def test_extractors_are_bounded():
+    """A hostile text gives at most MAX_PER_TEXT specifics per category."""
+    text = " ".join(f"/tmp/f{i}.txt" for i in range(5000))
+    assert len(paths(text)) == MAX_PER_TEXT
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(st.text(max_size=300))
+@example("/\\x:")
+def test_extractors_never_fail_and_find_what_is_there(text):
+    """On any text, every specific found (but a command) occurs in the text as found."""
+    found = message_specifics({"role": "tool", "tool_call_id": "x", "content": text})
+    flat = " ".join(text.split())
+    for cat in ("paths", "numbers"):
+        assert all(s in text for s in found[cat])
+    assert all(s in flat for s in found["error_lines"] if len(s) < 200)
+
+
+# -- the replay -----------------------------------------------------------------------------
+DEFINITION = {
+    "name": "tight",
+    "hooks": {
+        "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 600}}],
+        "pre_llm": [
+            {
+                "type": "SummarizationManager",
+                "config": {"preserve_recent_messages": 2},
+                "activation": {"tokens_exceed": 900},
+            }
+        ],
+    },
+}
+
+
+def test_the_replay_sends_what_the_runner_sent(store, agent_models, tools, chat_server):
+    """Replayed on the runner's own record, every request is the one the runner sent the model."""
+    store.create("tight", DEFINITION)
+    runner = Runner(store, agent_models, tools)
+    agent_id = runner.register(
+        {
+            "name": "helper",
+            "type": "conversational",
+            "llm": {"model_id": "chat"},
+            "tools": [{"type": "big"}, {"type": "echo"}],
+            "system_prompt": "Be brief.",
+            "context_management_name": "tight",
+        }
+    )
+    chat_server.reply(tool_call(("echo", {"path": "src/app.py"}), ("big", {"size": 3000})))
+    chat_server.reply(tool_call(("big", {"size": 2000})))
+    chat_server.reply(tool_call(("echo", {"cmd": "pytest -x"})))
+    chat_server.reply(tool_call(("big", {"size": 1000}), ("echo", {"n": 1})))
+    chat_server.reply("done with src/app.py")
+    result = runner.execute(agent_id, "fix src/app.py")
+    assert result.finished
+    record = runner.memory.messages(result.memory_id)
+    sent = [r["messages"][1:] for r in chat_server.requests]  # without the system prompt
+    conv = Chat("run", record, "Be brief.", chat_server.requests[0]["tools"], "fake-model")
+    prep = _Prepared(conv, get_counter("fake-model"))
+    replayed = [
+        list(req) for _, req in replay_definition(prep, ctxmgmt.load_definition(DEFINITION), 16000, PRICES)
+    ]
+    assert any(len(r) < len(record) for r in sent)  # the definition did change what was sent
+    assert json.loads(json.dumps(replayed)) == sent
+
+
+def _hand_made():
+    """A path read at call 1, cut away (summarised) by call 5, used again at call 5."""
+    big = "\n".join(f"line {i}: nothing to see here" for i in range(400))
+    msgs = [{"role": "user", "content": "Fix the failing build."}]
+    msgs.append(_asst("Reading the config.", _call("c0", "read_file", path="config/settings.toml")))
+    msgs.append(_tool("c0", "[server]\nport = 8080\n"))
+    for k in range(1, 4):
+        msgs.append(_asst(f"Step {k}.", _call(f"c{k}", "read_file", path=f"src/mod{k}.py")))
+        msgs.append(_tool(f"c{k}", big))
+    msgs.append(_asst("Back to config/settings.toml.", _call("c9", "read_file", path="config/settings.toml")))
+    msgs.append(_tool("c9", "[server]\nport = 8080\n"))
+    msgs.append(_asst("Done."))
+    return Chat("hand", msgs, "You fix builds.", None, "gpt-4o")
+
+
+CUT_ALL = {
+    "name": "cut-all",
+    "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 3}}]},
+}
+
+
+def test_a_path_cut_and_used_again_is_needed_and_not_kept():
+    """At call 5 the path read at call 1 is needed; a definition that dropped it does not keep it."""
+    report = ctxmgmt.eval([_hand_made()], [CUT_ALL], [100_000], baselines=False)
+    calls = report.row("cut-all", 100_000).calls
+    fifth = calls[4]
+    assert fifth.needed["paths"] >= 1 and fifth.kept["paths"] < fifth.needed["paths"]
+    assert all(c.needed["paths"] == 0 for c in calls[:2])  # nothing was cut before the third call
+
+
+def test_a_definition_that_keeps_everything_keeps_every_needed_specific():
+    """When nothing is removed nothing is needed; a same-size window keeps what the definition keeps."""
+    window = {"type": "SlidingWindowManager", "config": {"max_messages": 10000}}
+    keep = {"name": "keep", "settings": {"fit": False}, "hooks": {"pre_llm": [window]}}
+    report = ctxmgmt.eval([_hand_made()], [keep], [100_000])
+    row = report.row("keep", 100_000).totals
+    assert sum(row.needed.values()) == 0
+    base = report.row("sliding-window", 100_000, "sliding_window", of="keep").totals
+    assert base.tokens == row.tokens and sum(base.needed.values()) == 0
+
+
+def test_a_summary_that_quotes_the_path_keeps_it():
+    """A specific found verbatim in a message the definition added (a summary) is kept."""
+    conv = _hand_made()
+    prep = _Prepared(conv, get_counter("gpt-4o"))
+    from ctxmgmt.eval.replay import Call, _specifics_at, _Texts
+
+    i = prep.calls[4]
+    summary = {"role": "user", "content": "Summary: read config/settings.toml (port 8080)."}
+    kept, lost = Call("hand", 5), Call("hand", 5)
+    _specifics_at(prep, i, [prep.messages[0], summary, *prep.messages[i - 2 : i]], _Texts(), kept)
+    _specifics_at(prep, i, [prep.messages[0], *prep.messages[i - 2 : i]], _Texts(), lost)
+    assert kept.needed["paths"] == lost.needed["paths"] >= 1
+    assert kept.kept["paths"] == lost.kept["paths"] + 1
+
+
+def test_the_sliding_window_keeps_the_task_and_whole_call_groups():
+    """The sliding baseline keeps the task and the newest whole call groups within the budget."""
+    prep = _Prepared(_hand_made(), get_counter("gpt-4o"))
+    i = prep.calls[4]
+    budget = prep.fixed + prep.tokens[0] + prep.tokens_of(i - 2, i) + 5
+    messages, _ = sliding_window(prep, i, budget)
+    assert messages == [prep.messages[0], *prep.messages[i - 2 : i]]
+    assert not ctxmgmt.check_messages(messages)
+
+
+def test_observation_masking_keeps_the_last_n_results():
+    """Tool results older than the newest N become the placeholder; the rest stays as it was."""
+    prep = _Prepared(_hand_made(), get_counter("gpt-4o"))
+    i = prep.calls[4]
+    messages, _ = observation_masking(prep, i, 2)
+    tools = [m for m in messages if m["role"] == "tool"]
+    assert [m["content"] for m in tools[:2]] == [ctxmgmt.eval.replay.MASK_PLACEHOLDER] * 2
+    assert tools[2:] == [m for m in prep.messages[:i] if m["role"] == "tool"][2:]
+    assert not ctxmgmt.check_messages(messages)
+
+
+def test_every_shipped_definition_replays_a_generated_run_without_invalid_requests():
+    """Every shipped definition, on a generated 40-turn run at 8k and 32k: valid requests, none over."""
+    messages, _ = agent_run(40, seed=3)
+    conv = Chat("gen", messages, "You are a coding agent.", None, "gpt-4o")
+    names = sorted(ctxmgmt.definitions.shipped_definitions())
+    report = ctxmgmt.evaluate([conv], names, [8000, 32000], baselines=False)
+    for row in report.rows:
+        t = row.totals
+        assert t.calls == len([m for m in messages[1:] if m["role"] == "assistant"])
+        assert (t.invalid, t.over_window) == (0, 0), row.name
+
+
+def test_the_report_json_has_the_documented_schema():
+    """The JSON has the schema's keys at the top, in each row and in each call."""
+    data = json.loads(EXAMPLE.read_text())
+    conv = Chat("ex", data["messages"], data["system_prompt"], data["tools"], data["model"])
+    report = ctxmgmt.evaluate([conv], ["default"], 8000, pricing=PRICES)
+    out = json.loads(json.dumps(report.to_dict()))
+    assert out["schema"] == "ctxmgmt.eval/1"
+    assert set(out) == {
+        "schema",
+        "windows",
+        "definitions",
+        "mask_last",
+        "pricing",
+        "categories",
+        "conversations",
+        "rows",
+    }
+    assert [(r["name"], r["kind"]) for r in out["rows"]] == [
+        ("default", "definition"),
+        ("sliding-window", "sliding_window"),
+        ("observation-masking", "observation_masking"),
+    ]
+    row = out["rows"][0]
+    for key in (
+        "calls",
+        "tokens_sent",
+        "estimated_cost",
+        "reusable_prefix_share",
+        "over_window",
+        "invalid_requests",
+        "firings",
+        "time_ms",
+        "needed",
+        "kept",
+        "kept_share",
+        "per_conversation",
+        "per_call",
+    ):
+        assert key in row, key
+    assert row["calls"] == len(row["per_call"]) == out["conversations"][0]["calls"]
+    assert set(row["per_call"][0]) >= {"call", "tokens", "reusable_prefix_tokens", "needed", "kept", "fired"}
+
+
+def test_the_svg_is_well_formed_with_a_line_per_row():
+    """The plot parses as XML and draws a line per row in each panel, with a legend entry each."""
+    report = ctxmgmt.evaluate([_hand_made()], [CUT_ALL, "default"], [4000, 16000])
+    root = ET.fromstring(report.svg())
+    lines = root.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(report.rows) <= len(lines) <= 2 * len(report.rows)  # no share line where nothing was needed
+    labels = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert labels.count("sliding-window (= cut-all)") == 4
+
+
+def test_an_invalid_conversation_is_refused_with_its_pointer():
+    """A tool result answering no call is refused before any replay, named by conversation and pointer."""
+    bad = Chat("bad-run", [{"role": "user", "content": "x"}, _tool("nope", "y"), _asst("z")])
+    with pytest.raises(ctxmgmt.ContextError) as err:
+        ctxmgmt.evaluate([bad])
+    assert err.value.problems[0].source == "bad-run" and err.value.problems[0].pointer.startswith(
+        "/messages/1"
+    )
+
+
+def test_bad_parameters_say_what_to_give():
+    """A window of 0 or a negative mask count is a ValueError naming the parameter."""
+    with pytest.raises(ValueError, match="windows"):
+        ctxmgmt.evaluate([_hand_made()], ["default"], [0])
+    with pytest.raises(ValueError, match="mask_last"):
+        ctxmgmt.evaluate([_hand_made()], mask_last=-1)
+
+
+def test_read_chats_reads_json_lists_and_jsonl(tmp_path):
+    """A JSON conversation, a JSON list of them and a JSONL file each give their conversations."""
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    (tmp_path / "a.json").write_text(json.dumps({"messages": msgs, "model": "gpt-4o"}))
+    (tmp_path / "b.json").write_text(json.dumps([{"messages": msgs}, {"messages": msgs, "id": "named"}]))
+    (tmp_path / "c.jsonl").write_text(json.dumps({"messages": msgs}) + "\n\n" + json.dumps(msgs) + "\n")
+    ids = [c.id for c in read_chats([str(tmp_path)], limit=1 << 20)]
+    assert ids == ["a", "b#0", "named", "c:1", "c:3"]
+
+
+def test_the_package_is_callable_as_documented():
+    """ctxmgmt.eval(...) is ctxmgmt.evaluate(...), and the package's parts stay importable."""
+    report = ctxmgmt.eval([_hand_made()], ["default"], [16000], baselines=False)
+    assert isinstance(report, ctxmgmt.eval.Report) and ctxmgmt.eval.run is ctxmgmt.evaluate
+    assert isinstance(Definition, type)
