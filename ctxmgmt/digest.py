@@ -533,7 +533,7 @@ _CALL_CHARS = 160
 _ARG_CHARS = 300
 _SHORT_RESULT = 2000
 _VALUE_CHARS = 60
-"""Characters of each argument a call's ledger item shows (of a patch or a file's content, its start)."""
+"""An argument longer than this is shown in a call's ledger item by its key only."""
 """An argument longer than this (a file's content, a patch) is not read for ids."""
 _ID = re.compile(
     r"(?<![\w.-])(?:[\w.-]{1,100}\.[A-Za-z]\w{0,7}:\d{1,7}(?::\d{1,5})?"
@@ -586,8 +586,12 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
                 if ln.strip() and not ln.strip().startswith("#")
             ]
             return [_clip(ln, _CALL_CHARS) for ln in lines[:4]]
+    # Short values verbatim (ids, names, flags); a long one (a file's content, a patch) by
+    # its key only: what it held is in the ledger's paths and ids.
     shown = ", ".join(
-        f"{k}={_clip((v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))[:400], _VALUE_CHARS)}"
+        f"{k}={text}"
+        if len(text := v if isinstance(v, str) else json.dumps(v)[:400]) <= _VALUE_CHARS
+        else f"{k}=…"
         for k, v in list(args.items())[:6]
     )
     return [_clip(f"{name}({shown})", _CALL_CHARS)]
@@ -638,9 +642,10 @@ def _specifics_of(text: str) -> tuple[list[str], list[str]]:
 class _Ledger:
     """Specifics seen in a stretch: calls with their last outcome, paths with what was done to
     them, ids; each with how often and how recently it was used. An entry's tier says how sure
-    it is that the agent needs it: 2 for its calls and the paths they acted on, 1 for what
-    the user or the agent wrote (ids in arguments included), 0 for what only a tool's output
-    held; the ranking goes by tier, then by recency and use."""
+    it is that the agent needs it: 3 for its shell commands, 2 for the paths its calls acted
+    on, 1 for its other calls and what the user or the agent wrote (ids in arguments and in
+    short answers included), 0 for what only a long output held; the ranking goes by tier,
+    then by recency and use."""
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], dict[str, Any]] = {}
@@ -699,6 +704,18 @@ def _ledger_item(kind: str, key: str, notes: list[str], count: int) -> str:
     return line if count < 2 else f"{line} (×{count})"
 
 
+_TOOL_CALL = re.compile(r"^[\w.-]{1,100}\(.*\)$")
+
+
+def _tier(kind: str, key: str, notes: list[str]) -> int:
+    """An item's tier as :class:`_Ledger` gives it, read back from the item."""
+    if kind == "call":
+        return 1 if _TOOL_CALL.match(key) else 3
+    if kind == "path":
+        return 0 if notes == ["seen"] else 2
+    return 1
+
+
 def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
     """The ledgers of two stretches as one: counts added, a call's outcome the newer one, a
     path's actions joined, ranked again by recency (the newer stretch first) and use."""
@@ -718,9 +735,7 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
             entry = entries.setdefault((kind, key), {"count": 0, "notes": [], "score": 0.0})
             entry["count"] += n
             entry["notes"] = notes if kind == "call" else list(dict.fromkeys([*entry["notes"], *notes]))
-            tier = (
-                2 if kind == "call" or (kind == "path" and notes != ["seen"]) else 0 if kind == "path" else 1
-            )
+            tier = _tier(kind, key, notes)
             recency = 0.3 * age + 0.3 * (1 - rank / max(1, len(items)))
             entry["score"] = max(entry["score"], tier + recency)
     ranked = sorted(entries.items(), key=lambda kv: -(kv[1]["score"] + 0.05 * min(kv[1]["count"], 8)))
@@ -853,9 +868,6 @@ class _Reader:
         ledger = self.ledger
         lines = _call_text(name, args)
         shell = next((k for k in _SHELL_KEYS if isinstance(args.get(k), (str, list))), None)
-        if done is not None:
-            for line in lines:
-                ledger.see("call", line, done, 2 if shell is not None else 1)
         named = [
             v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and ("/" in v or _PATH.fullmatch(v))
         ]
@@ -864,6 +876,19 @@ class _Reader:
             named += _DIFF_FILE.findall("\n".join(v for v in args.values() if isinstance(v, str)))
         for path in named:
             ledger.see("path", _clip(path, 200), action, 2)
+        # A call that only named its paths, and went well, is said by their items (read, edited).
+        only_paths = (
+            shell is None
+            and done == "ok"
+            and named
+            and all(
+                v in named or not isinstance(v, (str, int)) or len(str(v)) > _VALUE_CHARS
+                for v in args.values()
+            )
+        )
+        if done is not None and not only_paths:
+            for line in lines:
+                ledger.see("call", line, done, 3 if shell is not None else 1)
         if shell is not None:
             for line in lines:
                 act = _action(name, args, line)
