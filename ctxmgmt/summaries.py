@@ -6,7 +6,7 @@ critical context, and the ledger of specifics (calls with their outcome, paths w
 was done to them, ids). The offline summariser (:mod:`ctxmgmt.digest`) fills them without
 an LLM; a model fills them through the same schema. When a summary is over its
 budget, the least important sections give way first: progress, then next steps,
-decisions, critical context, specifics, files, constraints, errors, and the goal last.
+critical context, specifics, decisions, files, constraints, errors, and the goal last.
 """
 
 from __future__ import annotations
@@ -193,9 +193,9 @@ def parse_rendered(text: str) -> tuple[Sections, int, list[dict[str, Any]]]:
 _TRIM_ORDER = (
     "progress",
     "next_steps",
-    "key_decisions",
     "critical_context",
     "specifics",
+    "key_decisions",
     "files_changed",
     "constraints",
     "errors",
