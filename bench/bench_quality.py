@@ -39,6 +39,7 @@ from ctxmgmt._resources import data_dir
 from ctxmgmt.fit import reserve_tokens
 from ctxmgmt.messages import check_messages, text_of
 from ctxmgmt.offload import LocalOffloader
+from ctxmgmt.summaries import summarize_offline
 from ctxmgmt.tokens import get_counter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -384,7 +385,35 @@ def main() -> None:
         if "context_search" in kind:
             total = sum(o.unfound for _, _, o in hits)
             print(f"    {total} facts in all; e.g. {hits[0][1].split(', e.g. ', 1)[1][:100]}")
+    log_reading()
     print(f"\nfinished in {time.perf_counter() - t0:.1f} s")
+
+
+def log_reading(calls: int = 10, attempts: int = 30) -> None:
+    """A run that reads a log full of retry errors ``calls`` times, successfully: how many calls
+    the summary calls failed (right: 0), and how many error lines it lists (right: 1, folded)."""
+    log = "\n".join(
+        [
+            f"2024-05-01 10:00:{i:02d} ERROR db: connection refused (attempt {i})"
+            for i in range(1, attempts + 1)
+        ]
+        + ["2024-05-01 10:01:00 INFO gave up retrying; serving from cache"]
+    )
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Find out why the service is slow."}]
+    for i in range(calls):
+        call = {"id": f"l{i}", "type": "function", "function": {"name": "read_log", "arguments": "{}"}}
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"l{i}", "content": log},
+        ]
+    sections = summarize_offline(msgs)
+    failed = re.search(r": (\d+) failed", " ".join(sections["progress"]))
+    errors = sections["errors"]
+    print(
+        f"\nLog reading ({calls} successful read_log calls, {attempts} retry errors each): the summary says "
+        f"{failed.group(1) if failed else 0} failed (right: 0) and lists {len(errors)} error lines "
+        f"(right: 1, folded): {errors[0][:90] if errors else '-'}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import re2  # type: ignore[import-untyped]
 from ._memo import BY_CONTENT, Memo, content_key
 from .messages import is_summary, text_of
 
-__all__ = ["digest", "error_lines"]
+__all__ = ["digest", "error_lines", "fold_errors", "merge_ledger", "outcome", "trace_line"]
 
 Sections = dict[str, list[str]]
 
@@ -395,6 +395,105 @@ def merge_tool_lines(old: list[str], fresh: list[str]) -> list[str]:
     ]
 
 
+# -- the outcome of a tool call ----------------------------------------------------------------
+# An exit status stated by the tool or its harness: "[exit code: 1]", "exit status 2",
+# "Process exited with code 0", "returncode=1", "Exit code: 127".
+_EXIT = re.compile(
+    r"\b(?:exit(?:ed)?(?: with)?[ _-]?(?:code|status)|return[ _-]?code|returncode)\b"
+    r"[\]:= ]{0,3}(-?\d{1,3})\b",
+    re.IGNORECASE,
+)
+# The shape of a line that ends (or opens) a failed run: a Python exception line, an error
+# label at the start of the line, a failed test summary, a shell's complaint.
+_FAILED_SHAPE = re.compile(
+    r"^(?:[\w.]{0,100}(?:Error|Exception)(?::|$)|(?:error|fatal|Error|Fatal)(?:\[\w+\])?:"
+    r"|Traceback \(most recent call last\)|panic:|npm ERR!|E: |FAILED\b|FAIL\b"
+    r"|=+ .{0,200}\b\d+ (?:failed|errors?)\b|[\w./: -]{0,200}: (?:command not found|No such file or directory"
+    r"|Permission denied)$|Segmentation fault|Killed$|Aborted"
+    r"|[\w.-]{1,100}(?:\[\d+\])?: \*\*\* .{0,300}Error \d+$)"
+)
+_EDGE_LINES = 3
+_FLAGS = ("is_error", "error")
+
+
+def outcome(result: str | None, message: Mapping[str, Any] | None = None) -> str:
+    """A tool call's outcome: ``ok``, ``failed`` or ``exit N``, never from the mere presence of
+    the word "error" in its output. The tool's own flag first (``is_error``, ``error``,
+    ``status``); then an exit status stated in the first or last lines; then the shape of the
+    last (or first) lines: an exception, an error label at the line's start, a failed-test
+    summary. A log that merely contains ``ERROR`` lines, read successfully, is ``ok``."""
+    if message is not None:
+        status = message.get("status")
+        if any(message.get(k) for k in _FLAGS) or status in ("error", "failed", "incomplete"):
+            return "failed"
+    text = (result or "").strip()
+    if not text:
+        return "ok"
+    lines = [ln.strip() for ln in text[:4000].splitlines()[:_EDGE_LINES] if ln.strip()]
+    tail = [ln.strip() for ln in text[-4000:].splitlines()[-_EDGE_LINES:] if ln.strip()]
+    for line in [*reversed(tail), *lines]:
+        found = _EXIT.search(line[:300])
+        if found:
+            code = int(found.group(1))
+            return "ok" if code == 0 else f"exit {code}"
+    if any(_FAILED_SHAPE.match(line[:300]) for line in [*tail[-2:], *lines[:1]]):
+        return "failed"
+    return "ok"
+
+
+# -- error lines folded ---------------------------------------------------------------------------
+_FOLD_AT = 3
+# A leading timestamp: lines that differ only in it and a counter are the same event.
+_STAMP = re.compile(
+    r"^\[?\d{4}-\d\d-\d\d[T ][0-9:.,]{1,20}(?:Z|[+-]\d\d:?\d\d)?\]?\s*"
+    r"|^\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?\s*"
+)
+_DIGITS = re.compile(r"\d{1,18}(?:\u2013\d{1,18})?")
+
+
+def fold_errors(items: list[str]) -> list[str]:
+    """Near-identical lines folded into one: three or more lines the same but for one number
+    that counts (see :func:`_counter`), shown as its range: ``connection refused (attempt
+    1\u201330) (×30)`` (an en dash); a range folded earlier widens. In order of each group's first line."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for item in items:
+        line, n = split_count(item)
+        groups.setdefault(_DIGITS.sub("#", _STAMP.sub("", line, count=1)), []).append((line, n))
+    out = []
+    for template, members in groups.items():
+        spans = [[_span(v) for v in _DIGITS.findall(_STAMP.sub("", line, count=1))] for line, _ in members]
+        varying = [k for k in range(template.count("#")) if len({v[k] for v in spans}) > 1]
+        if len(members) < _FOLD_AT or not _counter(varying, spans):
+            out += [line if n < 2 else f"{line} (×{n})" for line, n in members]
+            continue
+        parts = template.split("#")
+        text = parts[0]
+        for k, part in enumerate(parts[1:]):
+            low, high = min(v[k][0] for v in spans), max(v[k][1] for v in spans)
+            text += (str(low) if low == high else f"{low}\u2013{high}") + part
+        out.append(f"{text} (×{sum(n for _, n in members)})")
+    return out
+
+
+def _counter(varying: list[int], spans: list[list[tuple[int, int]]]) -> bool:
+    """Whether the lines differ in one number only, and it counts (attempt 1, 2, … 30: its
+    values cover at least half of their range): a port, an index or a file name in each of
+    several lines says something different every time, and is not folded."""
+    if len(varying) != 1:
+        return False
+    values = {
+        n
+        for v in spans
+        for n in range(v[varying[0]][0], min(v[varying[0]][1], v[varying[0]][0] + 10_000) + 1)
+    }
+    return max(values) - min(values) + 1 <= 2 * len(values)
+
+
+def _span(value: str) -> tuple[int, int]:
+    low, _, high = value.partition("\u2013")
+    return int(low), int(high or low)
+
+
 def _uncontained(items: list[str]) -> list[str]:
     """Items without those another item contains verbatim (``KeyError: 'x'`` in
     ``E   KeyError: 'x'``), in their order; a dropped item's count goes to its container."""
@@ -425,6 +524,261 @@ def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+# -- the ledger of specifics -----------------------------------------------------------------------
+LEDGER_ITEMS = 120
+"""Ledger items kept before the summary's budget ranks them out."""
+_LEDGER_SCAN = 8_000
+"""Characters of a tool result read for paths and ids (the ledger is about what was used)."""
+_CALL_CHARS = 160
+_ARG_CHARS = 300
+_SHORT_RESULT = 2000
+_VALUE_CHARS = 60
+"""An argument longer than this is shown in a call's ledger item by its key only."""
+"""An argument longer than this (a file's content, a patch) is not read for ids."""
+_ID = re.compile(
+    r"(?<![\w.-])(?:[\w.-]{1,100}\.[A-Za-z]\w{0,7}:\d{1,7}(?::\d{1,5})?"
+    r"|(?:localhost|\d{1,3}(?:\.\d{1,3}){3}):\d{2,5}|v?\d{1,5}(?:\.\d{1,5}){2,3}|\d{4}-\d\d-\d\d"
+    r"|(?=[\w-]{0,63}\d)(?=[\w-]{0,63}[A-Za-z])[A-Za-z0-9][\w-]{4,63}|\d{4,40})(?![\w-])"
+)
+_MIXED = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]|\d[a-z][A-Z]")
+_SEPARATED = re.compile(r"[_.:-]")
+_SHELL_KEYS = ("cmd", "command", "bash", "script", "commands", "shell", "code")
+_READ_CMD = re.compile(
+    r"^\s*(?:cat|head|tail|less|more|grep|rg|wc|file|strings|xxd|hexdump|diff|ls|stat|sed -n)\b"
+)
+_RUN_CMD = re.compile(r"^\s*(?:python\d?|node|bash|sh|\./|go run|cargo run|ruby|perl|java|pytest|npx)\b")
+_WRITE_CMD = re.compile(r"(?:^|\s)(?:sed -i|tee|cp|mv|touch|mkdir|chmod|patch)\b|>{1,2}\s*\S")
+_DELETE = re.compile(r"delete|remove|\brm\b", re.IGNORECASE)
+_CREATE = re.compile(r"create|write|new|mkdir|touch|save", re.IGNORECASE)
+_LEDGER_ITEM = re.compile(
+    r"^(?:`(?P<call>.+)` → (?P<outcome>ok|failed|exit -?\d+)|(?P<path>\S+): (?P<done>[a-z, ]+)|(?P<id>\S+))$"
+)
+_ACTIONS = ("created", "edited", "deleted", "ran", "read", "seen")
+
+
+def _action(tool: str, args: Mapping[str, Any], command: str | None) -> str:
+    """What a call did to the paths it names."""
+    if command is not None:
+        if _WRITE_CMD.search(command):
+            return "edited"
+        if re.match(r"\s*rm\b", command):
+            return "deleted"
+        if _RUN_CMD.match(command):
+            return "ran"
+        return "read" if _READ_CMD.match(command) else "seen"
+    if _DELETE.search(tool):
+        return "deleted"
+    if _WRITES.search(tool):
+        return "created" if _CREATE.search(tool) and not args.get("old_str") else "edited"
+    return "read"
+
+
+def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
+    """The ledger's names of a call: each line of a shell command, else ``name(k=v, …)``."""
+    for key in _SHELL_KEYS:
+        value = args.get(key)
+        if isinstance(value, list):
+            value = " ".join(str(v) for v in value)
+        if isinstance(value, str) and value.strip():
+            lines = [
+                " ".join(ln.split())
+                for ln in value.splitlines()
+                if ln.strip() and not ln.strip().startswith("#")
+            ]
+            return [_clip(ln, _CALL_CHARS) for ln in lines[:4]]
+    # Short values verbatim (ids, names, flags); a long one (a file's content, a patch) by
+    # its key only: what it held is in the ledger's paths and ids.
+    shown = ", ".join(
+        f"{k}={text}"
+        if len(text := v if isinstance(v, str) else json.dumps(v)[:400]) <= _VALUE_CHARS
+        else f"{k}=…"
+        for k, v in list(args.items())[:6]
+    )
+    return [_clip(f"{name}({shown})", _CALL_CHARS)]
+
+
+_ID_LIMIT = 40
+_FAMILY = 3
+"""Ids the same but for their numbers (``handler_1`` … ``handler_49``) the ledger keeps."""
+_HAS_DIGIT = re.compile(r"\d").search
+_WORD_CHARS = 300
+"""An id is looked for in the words (split at white space) that hold a digit, each's start."""
+_SPECIFICS: Memo[tuple[list[str], list[str]]] = Memo(8 * 1024 * 1024, shared=True)
+
+
+def _specifics_of(text: str) -> tuple[list[str], list[str]]:
+    """The paths and the id-shaped words (at most 40) of a text's start, read once per text.
+    Not a random-looking mix of cases (base64 or binary noise), nor a word with one digit
+    (``py3``, ``mock-3``): no agent types those again."""
+    if not text:
+        return [], []
+    # A short text (an argument, a one-line answer) is its own key.
+    key: Any = content_key(text) if len(text) >= _FACTS_MIN_CHARS else ("short", text)
+    hit = _SPECIFICS.get(key, BY_CONTENT)
+    if hit is not None:
+        return hit
+    scanned = _URL.sub(" ", text[:_LEDGER_SCAN])
+    paths = list(dict.fromkeys(_clip(p.rstrip(".,;:"), 200) for p in _PATH.findall(scanned)))[:_MAX_ITEMS]
+    ids: dict[str, None] = {}
+    numbered = " ".join(w[:_WORD_CHARS] for w in scanned.split() if _HAS_DIGIT(w))
+    for found in _ID.findall(numbered):
+        if _MIXED.search(found) and not _SEPARATED.search(found):
+            continue
+        if not found[0].isdigit() and sum(c.isdigit() for c in found) < 2:
+            continue
+        ids.setdefault(found, None)
+        if len(ids) >= _ID_LIMIT:
+            break
+    facts = (paths, list(ids)[:_ID_LIMIT])
+    size = (
+        sum(len(x) + 60 for part in facts for x in part)
+        + 200
+        + (len(text) if len(text) < _FACTS_MIN_CHARS else 0)
+    )
+    _SPECIFICS.put(key, BY_CONTENT, facts, size)
+    return facts
+
+
+class _Ledger:
+    """Specifics seen in a stretch: calls with their last outcome, paths with what was done to
+    them, ids; each with how often and how recently it was used. An entry's tier says how sure
+    it is that the agent needs it: 3 for its shell commands, 2 for the paths its calls acted
+    on, 1 for its other calls and what the user or the agent wrote (ids in arguments and in
+    short answers included), 0 for what only a long output held; the ranking goes by tier,
+    then by recency and use."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], dict[str, Any]] = {}
+        self.seen = 0
+
+    def see(self, kind: str, key: str, note: str = "", tier: int = 0) -> None:
+        if not key or (len(self.entries) >= 4 * _MAX_ITEMS and (kind, key) not in self.entries):
+            return
+        self.seen += 1
+        entry = self.entries.setdefault((kind, key), {"count": 0, "notes": [], "tier": 0})
+        entry["count"] += 1
+        entry["order"] = self.seen
+        entry["tier"] = max(entry["tier"], tier)
+        if kind == "call":
+            entry["notes"] = [note]  # the last outcome
+        elif note and note not in entry["notes"]:
+            entry["notes"].append(note)
+
+    def ids(self, text: str, tier: int) -> None:
+        for found in _specifics_of(text)[1]:
+            self.see("id", found, tier=tier)
+
+    def items(self) -> list[str]:
+        """The items, most needed first (see the class docstring)."""
+        total = max(1, self.seen)
+
+        def score(entry: dict[str, Any]) -> float:
+            return float(entry["tier"] + 0.6 * entry["order"] / total + 0.05 * min(entry["count"], 8))
+
+        ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[1]))
+        named = "\n".join(key for (kind, key) in self.entries if kind != "id")
+        out = []
+        families: Counter[str] = Counter()
+        for (kind, key), entry in ranked:
+            if kind == "id" and key in named:
+                continue  # a path or a call holds it already
+            if kind == "id":  # handler_1 … handler_49: the family's first few stand for it
+                families[_DIGITS.sub("#", key)] += 1
+                if families[_DIGITS.sub("#", key)] > _FAMILY:
+                    continue
+            out.append(_ledger_item(kind, key, entry["notes"], entry["count"]))
+            if len(out) >= LEDGER_ITEMS:
+                break
+        return out
+
+
+def _ledger_item(kind: str, key: str, notes: list[str], count: int) -> str:
+    if kind == "call":
+        line = f"`{key}` → {notes[-1] if notes else 'ok'}"
+    elif kind == "path":
+        done = [a for a in _ACTIONS if a in notes]
+        done = [a for a in done if a != "seen"] or done  # a path also acted on was not just seen
+        line = f"{key}: {', '.join(done[:3])}"
+    else:
+        line = key
+    return line if count < 2 else f"{line} (×{count})"
+
+
+_TOOL_CALL = re.compile(r"^[\w.-]{1,100}\(.*\)$")
+
+
+def _tier(kind: str, key: str, notes: list[str]) -> int:
+    """An item's tier as :class:`_Ledger` gives it, read back from the item."""
+    if kind == "call":
+        return 1 if _TOOL_CALL.match(key) else 3
+    if kind == "path":
+        return 0 if notes == ["seen"] else 2
+    return 1
+
+
+def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
+    """The ledgers of two stretches as one: counts added, a call's outcome the newer one, a
+    path's actions joined, ranked again by recency (the newer stretch first) and use."""
+    entries: dict[tuple[str, str], dict[str, Any]] = {}
+    for age, items in ((0.0, old), (1.0, fresh)):
+        for rank, item in enumerate(items):
+            line, n = split_count(item)
+            found = _LEDGER_ITEM.match(line)
+            if found is None:
+                kind, key, notes = "raw", line, []
+            elif found["call"] is not None:
+                kind, key, notes = "call", found["call"], [found["outcome"]]
+            elif found["path"] is not None:
+                kind, key, notes = "path", found["path"], [a.strip() for a in found["done"].split(",")]
+            else:
+                kind, key, notes = "id", found["id"], []
+            entry = entries.setdefault((kind, key), {"count": 0, "notes": [], "score": 0.0})
+            entry["count"] += n
+            entry["notes"] = notes if kind == "call" else list(dict.fromkeys([*entry["notes"], *notes]))
+            tier = _tier(kind, key, notes)
+            recency = 0.3 * age + 0.3 * (1 - rank / max(1, len(items)))
+            entry["score"] = max(entry["score"], tier + recency)
+    ranked = sorted(entries.items(), key=lambda kv: -(kv[1]["score"] + 0.05 * min(kv[1]["count"], 8)))
+    return [
+        (key if kind == "raw" else _ledger_item(kind, key, e["notes"], 1))
+        + (f" (×{e['count']})" if e["count"] > 1 else "")
+        for (kind, key), e in ranked
+    ][:LEDGER_ITEMS]
+
+
+_TRACE_SPECIFICS = 6
+_UNSAFE = re.compile(r"[\]\[\n\r]|#k=")
+
+
+def trace_line(call: Mapping[str, Any] | None, result: str, message: Mapping[str, Any], limit: int) -> str:
+    """One line of at most ``limit`` characters saying what a removed tool result was: the
+    call (a shell command, or the tool and its arguments), its outcome, and the specifics it
+    held (its first error line, paths and ids): ``bash `pytest -x` → exit 1; KeyError: 'a';
+    src/a.py, 8080``. Brackets, newlines and tag-shaped text are left out, so that it can go
+    inside ctxmgmt's own notice and never forge one."""
+    parts = []
+    if call is not None:
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "tool")
+        args = _arguments(call)
+        lines = _call_text(name, args)
+        shell = any(isinstance(args.get(k), (str, list)) for k in _SHELL_KEYS)
+        parts.append((f"{name} `{lines[0]}`" if shell else f"`{lines[0]}`") if lines else name)
+    parts[-1:] = [f"{' '.join(parts[-1:])} → {outcome(result, message)}".strip()]
+    errors = error_lines(result[:_LEDGER_SCAN])
+    if errors:
+        parts.append(_clip(errors[-1], 120))
+    ledger = _Ledger()
+    for path in _specifics_of(result)[0]:
+        ledger.see("path", path, "seen", 1)
+    ledger.ids(result, 0)
+    held = [split_count(i)[0].removesuffix(": seen") for i in ledger.items()[:_TRACE_SPECIFICS]]
+    if held:
+        parts.append(", ".join(held))
+    line = _UNSAFE.sub(" ", "; ".join(parts))
+    return _clip(line, limit) if limit > 1 else ""
+
+
 class _Reader:
     """Collects the candidates of one stretch of messages."""
 
@@ -442,6 +796,7 @@ class _Reader:
         self.marked: set[str] = set()  # written as `code` by the user or the assistant
         self.seen = 0
         self.order: dict[str, int] = {}
+        self.ledger = _Ledger()
 
     def _error(self, line: str) -> None:
         self._see(self.errors, line)
@@ -461,6 +816,7 @@ class _Reader:
             for line in facts.errors:
                 self._error(line)
         self._identifiers(facts)
+        self.ledger.ids(text, 1)
 
     def assistant(self, text: str, last: bool) -> None:
         facts = _text_facts(text, user=False)
@@ -469,8 +825,13 @@ class _Reader:
         if last:
             self.next.extend(facts.next)
         self._identifiers(facts)
+        self.ledger.ids(text, 1)
+        for path in facts.paths:
+            self.ledger.see("path", _clip(path, 200), "seen", 1)
 
-    def call(self, call: Mapping[str, Any], result: str | None) -> None:
+    def call(
+        self, call: Mapping[str, Any], result: str | None, message: Mapping[str, Any] | None = None
+    ) -> None:
         fn = call.get("function") or {}
         name = str(fn.get("name") or "tool")
         args = _arguments(call)
@@ -486,11 +847,12 @@ class _Reader:
             tool["paths"].append(path)
             self._see(self.names, path)
         errors, urls = _result_facts(result or "")
-        if result is not None:
-            tool["last"] = "failed" if errors else "ok"
-        if errors:
+        done = outcome(result, message) if result is not None else None
+        if done is not None:
+            tool["last"] = "ok" if done == "ok" else "failed"
+        command = next((v for k in _COMMAND_KEYS if isinstance(v := args.get(k), str) and v), None)
+        if done not in (None, "ok"):
             tool["failed"] += 1
-            command = next((v for k in _COMMAND_KEYS if isinstance(v := args.get(k), str) and v), None)
             if command:
                 self.failed.setdefault(_clip(command, 120), None)
         for line in errors:
@@ -499,6 +861,52 @@ class _Reader:
             self._see(self.urls, url.rstrip(".,;:"))
         for url in urls:
             self._see(self.urls, url)
+        self._ledger(name, args, done, result)
+
+    def _ledger(self, name: str, args: Mapping[str, Any], done: str | None, result: str | None) -> None:
+        """The call, the paths it named with what it did to them, and the ids it used or got."""
+        ledger = self.ledger
+        lines = _call_text(name, args)
+        shell = next((k for k in _SHELL_KEYS if isinstance(args.get(k), (str, list))), None)
+        named = [
+            v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and ("/" in v or _PATH.fullmatch(v))
+        ]
+        action = _action(name, args, None)
+        if _WRITES.search(name):  # the files a patch names
+            named += _DIFF_FILE.findall("\n".join(v for v in args.values() if isinstance(v, str)))
+        for path in named:
+            ledger.see("path", _clip(path, 200), action, 2)
+        # A call that only named its paths, and went well, is said by their items (read, edited).
+        only_paths = (
+            shell is None
+            and done == "ok"
+            and named
+            and all(
+                v in named or not isinstance(v, (str, int)) or len(str(v)) > _VALUE_CHARS
+                for v in args.values()
+            )
+        )
+        if done is not None and not only_paths:
+            for line in lines:
+                ledger.see("call", line, done, 3 if shell is not None else 1)
+        if shell is not None:
+            for line in lines:
+                act = _action(name, args, line)
+                for path in _PATH.findall(_URL.sub(" ", line)):
+                    ledger.see("path", _clip(path.rstrip(".,;:"), 200), act, 2 if act != "seen" else 1)
+        for value in args.values():  # ids the agent typed; not those of a file's new content
+            if (
+                isinstance(value, (str, int))
+                and not isinstance(value, bool)
+                and len(str(value)) <= _ARG_CHARS
+            ):
+                ledger.ids(str(value), 1)
+        if result:
+            for path in _specifics_of(result)[0]:
+                ledger.see("path", path, "seen", 0)
+            # A short answer (a lookup: a user's record, an order) holds ids the agent goes on
+            # to use; a long output (a log, a listing) holds many it never will.
+            ledger.ids(result, 1 if len(result) <= _SHORT_RESULT else 0)
 
     def _identifiers(self, facts: _TextFacts) -> None:
         for url in facts.urls:
@@ -525,9 +933,10 @@ class _Reader:
             "goal": self.asks[:1] + self.asks[: -_ASKS_KEPT - 1 : -1][: len(self.asks) - 1],
             "constraints": list(self.constraints)[-_MAX_ITEMS:],
             "errors": [
-                *_uncontained(_counted(self.errors, order, specific=True)),
+                *fold_errors(_uncontained(_counted(self.errors, order, specific=True))),
                 *_failed_commands(list(self.failed)),
             ],
+            "specifics": self.ledger.items(),
             "files_changed": files,
             "progress": progress,
             "key_decisions": list(reversed(self.decisions))[:_MAX_ITEMS],
@@ -539,7 +948,7 @@ class _Reader:
 def digest(messages: Sequence[Mapping[str, Any]]) -> Sections:
     """The ranked sections of a stretch of conversation (see the module docstring)."""
     reader = _Reader()
-    results = {m.get("tool_call_id"): text_of(m.get("content")) for m in messages if m.get("role") == "tool"}
+    results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
     for i, m in enumerate(messages):
         if is_summary(m):
@@ -552,7 +961,8 @@ def digest(messages: Sequence[Mapping[str, Any]]) -> Sections:
             reader.assistant(text, i == last)
             for call in m.get("tool_calls") or ():
                 if isinstance(call, dict):
-                    reader.call(call, results.get(call.get("id")))
+                    answer = results.get(call.get("id"))
+                    reader.call(call, None if answer is None else text_of(answer.get("content")), answer)
     sections = reader.sections()
     # No item repeats another section's: the goal holds the user's words already.
     goal = "\n".join(sections["goal"])

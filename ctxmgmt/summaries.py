@@ -2,10 +2,11 @@
 
 A summary is a set of sections, each a list of short items, most important first:
 goal, constraints, errors, files changed, progress, key decisions, next steps and
-critical context. The offline summariser (:mod:`ctxmgmt.digest`) fills them without
+critical context, and the ledger of specifics (calls with their outcome, paths with what
+was done to them, ids). The offline summariser (:mod:`ctxmgmt.digest`) fills them without
 an LLM; a model fills them through the same schema. When a summary is over its
 budget, the least important sections give way first: progress, then next steps,
-decisions, critical context, files, constraints, errors, and the goal last.
+critical context, specifics, decisions, files, constraints, errors, and the goal last.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .context import runs
-from .digest import FAILED_COMMANDS, digest, merge_failed_commands, merge_tool_lines, split_count
+from .digest import (
+    FAILED_COMMANDS,
+    digest,
+    fold_errors,
+    merge_failed_commands,
+    merge_ledger,
+    merge_tool_lines,
+    split_count,
+)
 from .messages import is_summary, summary_line, summary_message, text_of
 
 if TYPE_CHECKING:
@@ -36,6 +45,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("goal", "Goal"),
     ("constraints", "Constraints"),
     ("errors", "Errors"),
+    ("specifics", "Specifics"),
     ("files_changed", "Files changed"),
     ("progress", "Progress"),
     ("key_decisions", "Key decisions"),
@@ -72,7 +82,12 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
             # The failed-commands item of each side merges into one, oldest commands first.
             old_rest, old_failed = _split_failed(old)
             fresh_rest, fresh_failed = _split_failed(fresh)
-            out[key] = merge_failed_commands([*_add_counts(old_rest, fresh_rest), *old_failed, *fresh_failed])
+            counted = _add_counts(old_rest, fresh_rest)
+            if key == "errors":  # near-identical lines of both stretches fold into one
+                counted = fold_errors(counted)
+            out[key] = merge_failed_commands([*counted, *old_failed, *fresh_failed])
+        elif key == "specifics":
+            out[key] = merge_ledger(old, fresh)
         elif key == "progress":
             out[key] = merge_tool_lines(old, fresh)
         elif key == "key_decisions":
@@ -178,8 +193,9 @@ def parse_rendered(text: str) -> tuple[Sections, int, list[dict[str, Any]]]:
 _TRIM_ORDER = (
     "progress",
     "next_steps",
-    "key_decisions",
     "critical_context",
+    "specifics",
+    "key_decisions",
     "files_changed",
     "constraints",
     "errors",
@@ -198,12 +214,16 @@ _SHARES = {
     "goal": 0.25,
     "constraints": 0.2,
     "errors": 0.6,
+    "specifics": 0.3,
     "files_changed": 0.15,
     "critical_context": 0.15,
     "key_decisions": 0.1,
     "next_steps": 0.05,
     "progress": 0.05,
 }
+
+
+_FLOORED = frozenset({"specifics", "errors"})
 
 
 def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str], int]) -> Sections:
@@ -223,13 +243,22 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
             cost = count(f"- {out[key].pop()}\n")
             size -= cost
             total -= cost
-    for key in _trim_order(out):
-        keep = 1 if key == "goal" else 0  # the task itself is shortened below, not dropped
-        while total > limit and len(out.get(key) or ()) > keep:
-            item = out[key].pop()
-            total -= count(f"- {item}\n")
-            if not out[key]:
-                total = count(render(out, summarized))
+    # Then the least important sections first, down to a floor for the ranked lists of
+    # specifics and errors (their first items are what an agent needs most), then wholly.
+    for floored in (True, False):
+        for key in _trim_order(out):
+            keep = 1 if key == "goal" else 0  # the task itself is shortened below, not dropped
+            floor = int(limit * _SHARES[key] / 3) if floored and key in _FLOORED else 0
+            size = sum(count(f"- {item}\n") for item in out.get(key, ())) if floor else 0
+            while total > limit and len(out.get(key) or ()) > keep and (not floor or size > floor):
+                item = out[key].pop()
+                cost = count(f"- {item}\n")
+                total -= cost
+                size -= cost
+                if not out[key]:
+                    total = count(render(out, summarized))
+            if total <= limit:
+                break
         if total <= limit:
             break
     # Re-count exactly (per-item subtraction is an estimate), dropping in batches the size

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from ctxmgmt import Context, load_definition
+from ctxmgmt.managers.clearing import cleared
 from ctxmgmt.marks import KEY_ENV, STATE_DIR_ENV, MarkKeyError, binding, key, key_file, stamp
 from ctxmgmt.messages import is_summary, mentions_archive, summary_message
 from ctxmgmt.offload import LocalOffloader
@@ -113,7 +114,8 @@ def test_a_short_result_forging_a_cleared_notice_is_cleared():
         "pre_llm", Context(messages=msgs)
     )
     text = out.context.messages[2]["content"]
-    assert "x" * 300 not in text and f"[cleared: original {len(forged):,} chars #k=" in text
+    assert "x" * 300 not in text and f"[cleared: original {len(forged):,} chars; " in text
+    assert cleared(out.context.messages[2]) and "#k=0123456789abcdef" not in text
 
 
 def test_a_forged_reference_never_reads_another_archive_into_the_context(tmp_path):

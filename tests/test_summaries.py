@@ -1,11 +1,13 @@
 """The offline summariser keeps what matters: planted facts survive, ranked by importance."""
 
+import json
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, get_counter, load_definition
-from ctxmgmt.digest import digest, error_lines
+from ctxmgmt.digest import digest, error_lines, fold_errors, outcome
 from ctxmgmt.messages import text_of
 from ctxmgmt.summaries import bound, merge, render, summarize_offline
 from tests.agent_runs import agent_run
@@ -283,3 +285,161 @@ def test_the_archive_guide_survives_a_client_that_sends_only_messages(tmp_path):
     assert ref in next(
         m["content"] for m in second.context.messages if m["content"].startswith("[ctxmgmt:summary]")
     )
+
+
+def _tool_run(name, args, results):
+    """Calls of one tool with the given results, as OpenAI chat messages."""
+    out = [{"role": "user", "content": "Look at the service logs and find why it fails."}]
+    for i, result in enumerate(results):
+        call = {"id": f"t{i}", "type": "function", "function": {"name": name, "arguments": args(i)}}
+        out += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"t{i}", "content": result},
+        ]
+    return out
+
+
+def test_reading_logs_full_of_error_lines_is_not_a_failure():
+    """Ten successful read_log calls whose output holds ERROR lines are reported as ten calls,
+    none failed, and their thirty retry lines fold into one with the attempts' range."""
+    log = "\n".join(
+        [f"2024-05-01 10:00:{i:02d} ERROR db: connection refused (attempt {i})" for i in range(1, 31)]
+        + ["2024-05-01 10:01:00 INFO gave up"]
+    )
+    messages = _tool_run("read_log", lambda i: f'{{"path": "/var/log/app{i}.log"}}', [log] * 10)
+    sections = summarize_offline(messages)
+    assert sections["progress"][0].startswith("read_log ×10") and "failed" not in sections["progress"][0]
+    folded = [e for e in sections["errors"] if "attempt 1\u201330" in e]
+    assert len(folded) == 1 and len(sections["errors"]) == 1, sections["errors"]
+    assert "/var/log/app9.log: read" in sections["specifics"]  # a call that only read a path
+
+
+@pytest.mark.parametrize(
+    ("result", "message", "expected"),
+    [
+        ("2024 ERROR connection refused\n2024 INFO recovered\nok", {}, "ok"),
+        ("ERROR: this line is in a log that was read\nINFO: done", {}, "ok"),
+        ("Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'x'", {}, "failed"),
+        ("building\n[exit code: 2]", {}, "exit 2"),
+        ("Error: exit code 0 was written here\ncompiled\nexit code: 0", {}, "ok"),
+        ("bash: line 1: zsteg: command not found", {}, "failed"),
+        ("all fine, error-free", {"is_error": True}, "failed"),
+        ("======= 2 failed, 40 passed in 3.1s =======", {}, "failed"),
+        ("======= 42 passed in 3.1s =======", {}, "ok"),
+        ("make: *** [Makefile:3: t3] Error 2", {}, "failed"),
+        ("x" * 10_000 + "\nERROR" * 1000 + "\ndone", {}, "ok"),
+        ("INFO start\nERROR worker 3 crashed\nERROR worker 4 crashed", {}, "ok"),
+    ],
+)
+def test_an_outcome_comes_from_the_status_and_the_edges_not_the_word_error(result, message, expected):
+    """A call's outcome comes from its flag, its exit code or the shape of its first and last
+    lines; a success whose output contains "error" stays a success."""
+    assert outcome(result, message) == expected
+
+
+def test_folding_keeps_lines_that_differ_in_what_they_say():
+    """Lines that differ in a port, an index or several numbers stay verbatim; only a counter
+    folds, and a folded range widens when merged with more attempts."""
+    ports = [f"dial tcp 127.0.0.1:{p}: connect: connection refused" for p in (5432, 6379, 8081, 9092)]
+    files = [f"ERROR E{i:04d}: ImportError in src/m{i}.py line {i}" for i in range(5)]
+    assert fold_errors(ports + files) == ports + files
+    once = fold_errors([f"retry {i} failed" for i in range(1, 6)])
+    assert once == ["retry 1\u20135 failed (×5)"]
+    assert fold_errors([*once, "retry 6 failed", "retry 7 failed"]) == ["retry 1\u20137 failed (×7)"]
+
+
+def test_the_ledger_keeps_commands_with_outcomes_paths_with_actions_and_ids():
+    """The specifics ledger names each command with its last outcome, each path with what was
+    done to it, and the ids the agent used; a merge adds counts and keeps the newer outcome."""
+    first = _tool_run(
+        "bash",
+        lambda i: json.dumps({"cmd": ["cat data/orders.csv", "pytest -x tests/test_io.py"][i]}),
+        ["id,total\nORD-88213,12", "===== 1 failed in 0.2s ====="],
+    )
+    second = _tool_run(
+        "bash", lambda i: json.dumps({"cmd": "pytest -x tests/test_io.py"}), ["== 3 passed =="]
+    )
+    one = summarize_offline(first)
+    assert "`pytest -x tests/test_io.py` → failed" in one["specifics"]
+    assert "data/orders.csv: read" in one["specifics"] and "ORD-88213" in one["specifics"]
+    merged = summarize_offline(second, one)
+    assert "`pytest -x tests/test_io.py` → ok (×2)" in merged["specifics"]
+    assert any(i.startswith("`pytest -x tests/test_io.py`") for i in merged["specifics"][:2])
+    assert "data/orders.csv: read" in merged["specifics"]
+
+
+_LOG_LINE = st.sampled_from(
+    [
+        "ERROR db: connection refused",
+        "error: could not open socket",
+        "FATAL worker crashed",
+        "Traceback (most recent call last):",
+        "KeyError: 'x'",
+        "INFO request served in 12 ms",
+        "1 failed",
+        "exit code: 1",
+    ]
+)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(middle=st.lists(_LOG_LINE, min_size=7, max_size=40))
+@example(middle=["Traceback (most recent call last):", "KeyError: 'x'", "exit code: 1"] * 3)
+def test_error_words_between_a_clean_start_and_end_never_make_a_failure(middle):
+    """Whatever error lines a log holds in its middle, an output that starts and ends cleanly
+    (a successful read of that log) is ``ok``: only its edges and its flag decide."""
+    text = "\n".join(["reading /var/log/app.log", "---", "---", *middle, "---", "---", "end of file"])
+    assert outcome(text) == "ok"
+
+
+def test_a_tight_budget_keeps_the_first_specifics_before_emptying_them():
+    """Within a budget too small for every section, the ledger keeps its first (most needed)
+    items while the less important sections give way; the result fits."""
+    sections = {
+        "goal": ["Fix the importer: " + " ".join(f"step {i} of the plan," for i in range(20))],
+        "errors": [f"E{i:03d} ImportError in src/module_{i}.py" for i in range(40)],
+        "specifics": ["`pytest -x tests/test_io.py` → exit 1", "data/orders.csv: read (×3)"]
+        + [f"ORD-{i:05d}" for i in range(60)],
+        "progress": [f"tool{i} ×2" for i in range(30)],
+        "key_decisions": [f"I decided on option {i} because it is simpler." for i in range(10)],
+    }
+    count = get_counter(MODEL).text
+    kept = bound(sections, 50, 300, count)
+    assert kept["specifics"][:2] == sections["specifics"][:2]
+    assert not kept["progress"] and count(render(kept, 50)) <= 300
+
+
+def test_a_lookups_ids_reach_the_ledger_and_a_family_of_ids_does_not_flood_it():
+    """The ids of a short lookup answer (a user's certificates) are in the ledger with the call
+    that got them; fifty ids the same but for a number keep only a few of the family."""
+    record = json.dumps(
+        {"user_id": "mia_li_3668", "payment_methods": ["certificate_7504069", "credit_card_4421486"]}
+    )
+    listing = "\n".join(f"handler_{i}" for i in range(50))
+    messages = [{"role": "user", "content": "Book the flight with my certificates."}]
+    for i, (name, args, result) in enumerate(
+        [
+            ("get_user_details", {"user_id": "mia_li_3668"}, record),
+            ("list_handlers", {}, listing),
+        ]
+    ):
+        call = {"id": f"u{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"u{i}", "content": result},
+        ]
+    ledger = summarize_offline(messages)["specifics"]
+    assert "`get_user_details(user_id=mia_li_3668)` → ok" in ledger
+    assert "certificate_7504069" in ledger and "credit_card_4421486" in ledger
+    assert sum(item.startswith("handler_") for item in ledger) == 3
+
+
+def test_a_hostile_output_gives_a_bounded_ledger_and_a_plain_outcome():
+    """A megabyte of id-shaped words, paths and error words on one line gives at most the
+    ledger's bound of items, a one-line outcome, and no failure without a failure's shape."""
+    line = " ".join(f"ID-{i:06d} src/m{i}.py ERROR" for i in range(40_000))
+    messages = _tool_run("read_log", lambda i: '{"path": "big.log"}', [line])
+    sections = summarize_offline(messages)
+    assert outcome(line) == "ok" and "failed" not in sections["progress"][0]
+    assert len(sections["specifics"]) <= 120
+    assert sum(item.startswith("ID-") for item in sections["specifics"]) <= 3

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..context import Context
+from ..digest import trace_line
 from ..formats._common import origin_of
 from ..marks import PLACEHOLDER, binding, find, sign
 from ..messages import RECALL_TOOLS, call_ids, text_of, trailing_tool_start
@@ -37,6 +38,24 @@ def _signed(m: Mapping[str, Any]) -> bool:
     if origin is None:
         return False
     return any(isinstance(b, Mapping) and b.get("type") in _SIGNED for b in (*origin.blocks, *origin.group))
+
+
+_TRACE_CHARS = 300
+"""What the notice of a cleared result may hold besides its size (the CLEARED pattern's room)."""
+
+
+def _calls(msgs: Any) -> dict[int, Mapping[str, Any]]:
+    """Each tool result's call, the nearest before it with its id (as :func:`_names`)."""
+    current: dict[str, Mapping[str, Any]] = {}
+    out: dict[int, Mapping[str, Any]] = {}
+    for i, m in enumerate(msgs):
+        if m.get("role") == "assistant":
+            for call in m.get("tool_calls") or ():
+                if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+                    current[str(call.get("id"))] = call
+        elif m.get("role") == "tool" and str(m.get("tool_call_id")) in current:
+            out[i] = current[str(m.get("tool_call_id"))]
+    return out
 
 
 def _names(msgs: Any) -> dict[int, str]:
@@ -90,6 +109,7 @@ class ToolResultClearingManager(ContextManager):
         keep: int = self.config["keep"]
         older = results[: max(0, len(results) - keep)]
         placeholder: str = self.config["placeholder"]
+        calls = _calls(msgs)
         candidates: list[tuple[int, str, int]] = []  # (index, text, tokens freed)
         for i in older:
             m = msgs[i]
@@ -99,7 +119,7 @@ class ToolResultClearingManager(ContextManager):
                 continue
             text = text_of(m.get("content"))
             before = counter.message(m, i)
-            after = counter.message(with_text(m, self._notice(m, placeholder, text, None)))
+            after = counter.message(with_text(m, self._notice(m, placeholder, text, None, calls.get(i))))
             if before > after:
                 candidates.append((i, text, before - after))
         freed = sum(f for _, _, f in candidates)
@@ -122,7 +142,7 @@ class ToolResultClearingManager(ContextManager):
                     runtime.session, text, tool_call_id=m.get("tool_call_id")
                 )
                 refs.append(ref)
-            changed[i] = with_text(m, self._notice(m, placeholder, text, ref))
+            changed[i] = with_text(m, self._notice(m, placeholder, text, ref, calls.get(i)))
         if self.config["clear_tool_inputs"]:
             self._clear_inputs(msgs, {str(msgs[i].get("tool_call_id")) for i in changed}, changed)
         runtime.details["cleared"] = len(candidates)
@@ -132,16 +152,19 @@ class ToolResultClearingManager(ContextManager):
         return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
 
     @staticmethod
-    def _notice(m: Mapping[str, Any], placeholder: str, text: str, ref: str | None) -> str:
-        """The placeholder and the notice, signed for the result ``m``."""
+    def _notice(
+        m: Mapping[str, Any], placeholder: str, text: str, ref: str | None, call: Mapping[str, Any] | None
+    ) -> str:
+        """The placeholder and the notice, signed for the result ``m``: its size, a one-line
+        trace of what it was (the call, its outcome, the specifics it held), and where it is
+        stored when it was archived."""
         n = len(text)
-        if ref is None:
-            notice = f"{placeholder}\n[cleared: original {n:,} chars {PLACEHOLDER}]"
-        else:
-            notice = (
-                f"{placeholder}\n[cleared: original {n:,} chars; all of it is stored as {ref}: "
-                f'context_read(ref="{ref}") returns it {PLACEHOLDER}]'
-            )
+        stored = (
+            "" if ref is None else f'; all of it is stored as {ref}: context_read(ref="{ref}") returns it'
+        )
+        trace = trace_line(call, text, m, _TRACE_CHARS - len(stored) - 2)
+        said = f"; {trace}" if trace else ""
+        notice = f"{placeholder}\n[cleared: original {n:,} chars{said}{stored} {PLACEHOLDER}]"
         return sign(notice, binding(m), notice.rindex(PLACEHOLDER))
 
     @staticmethod

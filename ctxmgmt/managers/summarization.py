@@ -34,9 +34,10 @@ DEFAULT_PROMPT = (
     "You maintain the running summary of an AI agent's conversation. Merge the previous "
     "summary with the new messages into one summary. Keep every file path, URL, command, "
     "error line, identifier and number verbatim. Be brief. Answer with only a JSON object "
-    "whose keys are goal, constraints, errors (error lines and failed commands), "
-    "files_changed, progress, key_decisions, next_steps and critical_context, each a list "
-    "of short strings."
+    "whose keys are goal, constraints, errors (error lines and failed commands), specifics "
+    "(commands with their outcome, paths with what was done to them, ids, versions, ports, "
+    "line numbers), files_changed, progress, key_decisions, next_steps and critical_context, "
+    "each a list of short strings."
 )
 
 
