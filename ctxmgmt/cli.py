@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import importlib
 import itertools
 import json
 import logging
@@ -449,14 +448,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _conversations(paths: Sequence[str], limit: int) -> Any:
-    """The conversations in the files: through the format readers when they are installed."""
-    try:  # e1's readers (every format); by name, so that this works with and without them
-        readers = importlib.import_module("ctxmgmt.eval.readers")
-    except ModuleNotFoundError:
-        from .eval.replay import read_chats
+    """The conversations in the files (every format the readers know), each file within ``limit`` bytes."""
+    from .eval.readers import read_conversations
 
-        return read_chats(paths, limit=limit)
-    return readers.read_conversations(paths)
+    return read_conversations(paths, max_bytes=limit)
 
 
 def _pricing(raw: str | None) -> Pricing | None:

@@ -41,14 +41,14 @@ import stat
 import struct
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import ContextError, Problem
 from ..formats import anthropic, detect, openai_responses
 from ..formats._common import ORIGIN
-from ..loader import _deeper_than, _read_file, _Unreadable
+from ..loader import _bytes, _deeper_than, _read_file, _Unreadable
 from ..messages import check_messages
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ MAX_ENTRIES = 100_000
 """An ``.eval`` zip has at most this many entries."""
 EXTENSIONS = (".json", ".jsonl", ".eval")
 """The files a folder is searched for."""
+RAISE_WITH = "--max-input-mb, or max_bytes in Python,"
+"""How the message about a file over the limit says to raise it."""
 _ZSTD = 93
 _LOG = logging.getLogger("ctxmgmt.eval")
 
@@ -110,13 +112,21 @@ def read_conversations(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     *,
     on_error: Callable[[ReaderError], None] | None = None,
+    max_bytes: int = MAX_FILE_BYTES,
 ) -> Iterator[Conversation]:
     """Every conversation in these files and folders, one at a time, in order.
 
     A file named here that cannot be read raises :class:`ReaderError`. A bad file found in
     a folder is handed to ``on_error`` (by default it is logged on ``ctxmgmt.eval``) and
     the others are read: one bad log does not stop a folder.
+
+    ``max_bytes`` bounds each JSON or JSONL file, and each sample of an ``.eval`` zip
+    uncompressed (the whole zip: four times that). A conversation found in a folder is named
+    by its path within the folder (``more.jsonl:2``, ``logs/run.eval#7_epoch_1``): short, and
+    the same wherever the folder is.
     """
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes must be at least 1 (got {max_bytes})")
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     for given in paths:
@@ -124,14 +134,22 @@ def read_conversations(
         if path.is_dir():
             for found in _files(path):
                 try:
-                    yield from _read_file_conversations(found)
+                    for conversation in _read_file_conversations(found, max_bytes):
+                        yield _named_within(conversation, str(found), found.relative_to(path).as_posix())
                 except ReaderError as exc:
                     if on_error is None:
                         _LOG.warning("%s", exc)
                     else:
                         on_error(exc)
         else:
-            yield from _read_file_conversations(path)
+            yield from _read_file_conversations(path, max_bytes)
+
+
+def _named_within(conversation: Conversation, name: str, short: str) -> Conversation:
+    """The conversation with its id's file part (``name``) replaced by ``short``."""
+    if not conversation.id.startswith(name):
+        return conversation
+    return replace(conversation, id=short + conversation.id[len(name) :])
 
 
 def _files(folder: Path) -> Iterator[Path]:
@@ -147,10 +165,10 @@ def _error(source: str, message: str, pointer: str = "") -> ReaderError:
     return ReaderError([Problem(pointer, message, source=source)])
 
 
-def _read_file_conversations(path: Path) -> Iterator[Conversation]:
+def _read_file_conversations(path: Path, max_bytes: int) -> Iterator[Conversation]:
     """A file's conversations; a shape no reader foresaw is a ReaderError too, never a traceback."""
     try:
-        yield from _read_one_file(path)
+        yield from _read_one_file(path, max_bytes)
     except ReaderError:
         raise
     except (KeyError, TypeError, AttributeError, IndexError, ValueError, RecursionError) as exc:
@@ -160,12 +178,12 @@ def _read_file_conversations(path: Path) -> Iterator[Conversation]:
         ) from None
 
 
-def _read_one_file(path: Path) -> Iterator[Conversation]:
+def _read_one_file(path: Path, max_bytes: int) -> Iterator[Conversation]:
     name = str(path)
     if name.endswith(".eval"):
-        yield from _read_eval(path)
+        yield from _read_eval(path, max_bytes)
         return
-    text = _text(path, MAX_FILE_BYTES)
+    text = _text(path, max_bytes)
     if name.endswith(".jsonl"):
         yield from _read_jsonl(name, text)
         return
@@ -174,7 +192,7 @@ def _read_one_file(path: Path) -> Iterator[Conversation]:
 
 def _text(path: Path, limit: int) -> str:
     try:
-        return _read_file(path, limit)
+        return _read_file(path, limit, RAISE_WITH)
     except _Unreadable as exc:
         raise _error(str(path), str(exc)) from None
 
@@ -222,7 +240,11 @@ def _whole_characters(value: Any) -> Any:
 def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
     """The conversations of one parsed JSON document of any known shape."""
     if isinstance(data, list):
-        yield _provider(name, cid, data, None, (), None, {})
+        if data and all(_holds_conversation(item) for item in data):  # a list of conversations
+            for k, item in enumerate(data):
+                yield from _from_document(name, item, f"{cid}#{k}")
+            return
+        yield _provider(name, cid, data, None, (), None, {}, at="")
         return
     if not isinstance(data, dict):
         raise _error(name, "is neither a message list nor an object holding one")
@@ -236,20 +258,50 @@ def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
     if isinstance(data.get("traj"), list):  # a tau-bench result
         info: dict[str, Any] = data["info"] if isinstance(data.get("info"), dict) else {}
         meta = {k: data[k] for k in ("task_id", "reward", "trial") if k in data and _plain(data[k])}
-        yield _provider(name, cid, data["traj"], None, (), info.get("model"), meta, source="tau_bench")
+        yield _provider(
+            name, cid, data["traj"], None, (), info.get("model"), meta, source="tau_bench", at="/traj"
+        )
         return
     for key in ("messages", "input"):
         if isinstance(data.get(key), list):
+            _check_request_fields(cid, data)
             system = data.get("system", data.get("instructions"))
-            model = data.get("model") if isinstance(data.get("model"), str) else None
-            tools: list[Any] = data["tools"] if isinstance(data.get("tools"), list) else []
-            yield _provider(name, cid, data[key], system, tools, model, {})
+            tools: list[Any] = data.get("tools") or []
+            yield _provider(name, cid, data[key], system, tools, data.get("model"), {}, at=f"/{key}")
             return
+        if data.get(key) is not None:
+            raise _error(
+                cid, "must be a list of messages (OpenAI chat, Anthropic or Responses format)", f"/{key}"
+            )
     raise _error(
         name,
         "no conversation found: expected a message list, {messages: [...]}, {input: [...]}, "
         "an Inspect log {samples: [...]} or a tau-bench result {traj: [...]}",
     )
+
+
+def _holds_conversation(item: Any) -> bool:
+    """An object with messages (or input) and no role: a conversation, not a message."""
+    return isinstance(item, dict) and "role" not in item and ("messages" in item or "input" in item)
+
+
+def _check_request_fields(cid: str, data: Mapping[str, Any]) -> None:
+    """The fields that go with a message list in a request body: ``model`` a string, ``tools``
+    a list of objects, ``system`` / ``instructions`` text (a string or a list of text blocks)."""
+    if data.get("model") is not None and not isinstance(data["model"], str):
+        raise _error(cid, f"must be a string naming the model, not {type(data['model']).__name__}", "/model")
+    tools = data.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _error(cid, "must be a list of tool schemas (objects)", "/tools")
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                raise _error(
+                    cid, f"a tool schema must be an object, not {type(tool).__name__}", f"/tools/{i}"
+                )
+    for key in ("system", "instructions"):
+        if data.get(key) is not None and not isinstance(data[key], (str, list)):
+            raise _error(cid, "must be text: a string or a list of text blocks", f"/{key}")
 
 
 def _plain(value: Any) -> bool:
@@ -284,11 +336,13 @@ def _provider(
     *,
     source: str | None = None,
     fmt: str | None = None,
+    at: str = "/messages",
 ) -> Conversation:
-    """A message list in a provider's format (or Inspect's), as a checked chat conversation."""
+    """A message list in a provider's format (or Inspect's), as a checked chat conversation;
+    ``at`` is the list's JSON pointer in the document."""
     if not all(isinstance(m, dict) for m in messages):
         bad = next(i for i, m in enumerate(messages) if not isinstance(m, dict))
-        raise _error(cid, "a message must be an object", f"/messages/{bad}")
+        raise _error(cid, "a message must be an object with a role and content", f"{at}/{bad}")
     repairs: dict[str, int] = {}
     if fmt is not None:
         pass
@@ -664,9 +718,9 @@ _CHUNK = re.compile(
 )
 
 
-def _read_eval(path: Path) -> Iterator[Conversation]:
+def _read_eval(path: Path, max_bytes: int = MAX_SAMPLE_BYTES) -> Iterator[Conversation]:
     name = str(path)
-    with _Zip(path) as z:
+    with _Zip(path, max_bytes) as z:
         header = z.json("header.json") if "header.json" in z.names else None
         if header is None and "_journal/start.json" in z.names:
             header = z.json("_journal/start.json")
@@ -765,11 +819,14 @@ def _declared_entries(f: IO[bytes], size: int) -> int | None:
 
 class _Zip:
     """A zip read within bounds: a regular file, at most :data:`MAX_ENTRIES` entries, each
-    entry and each sample within :data:`MAX_SAMPLE_BYTES` declared and actual, the whole
-    within :data:`MAX_ARCHIVE_BYTES`. Entries are read by their exact name, never extracted."""
+    entry and each sample within ``max_bytes`` (:data:`MAX_SAMPLE_BYTES`) declared and actual,
+    the whole within four times that (:data:`MAX_ARCHIVE_BYTES`). Entries are read by their
+    exact name, never extracted."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_bytes: int = MAX_SAMPLE_BYTES) -> None:
         self.name = str(path)
+        self.sample_limit = max_bytes
+        self.archive_limit = max_bytes * (MAX_ARCHIVE_BYTES // MAX_SAMPLE_BYTES)
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
@@ -822,7 +879,7 @@ class _Zip:
 
     def read(self, entry: str) -> bytes:
         info = self.infos[entry]
-        limit = min(MAX_SAMPLE_BYTES - self.sample, MAX_ARCHIVE_BYTES - self.total)
+        limit = min(self.sample_limit - self.sample, self.archive_limit - self.total)
         if info.file_size > limit:
             raise self._too_large(entry, info.file_size)
         try:
@@ -849,8 +906,9 @@ class _Zip:
         size = f"{declared:,} bytes" if declared is not None else "more than it declares"
         return _error(
             self.name,
-            f"the entry uncompresses to {size}: past the limit of {MAX_SAMPLE_BYTES >> 20} MiB per sample "
-            f"and {MAX_ARCHIVE_BYTES >> 20} MiB per file (a damaged file or a zip bomb)",
+            f"the entry uncompresses to {size}: past the limit of {_bytes(self.sample_limit)} per sample "
+            f"and {_bytes(self.archive_limit)} per file (a damaged file or a zip bomb; "
+            f"{RAISE_WITH} raises it)",
             f"/{entry}",
         )
 

@@ -16,14 +16,12 @@ It is *kept* when the request still holds it verbatim (summary and system prompt
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 from ..adapters._core import Conversation
@@ -45,7 +43,6 @@ __all__ = [
     "ConversationLike",
     "Row",
     "evaluate_rows",
-    "read_chats",
 ]
 
 BASELINE_WINDOW = "sliding-window"
@@ -569,97 +566,3 @@ def evaluate_rows(
                     made = observation_masking(prep, i, mask_last)
                     masking.add(_baseline_call(prep, n, i, made, cache, w, price, texts, started))
     return list(rows.values()), listed
-
-
-# -- a plain reader (the JSON that ``ctxmgmt apply`` reads), until the format readers land --
-_CHAT_SUFFIXES = (".json", ".jsonl")
-
-
-def _chat(data: Any, name: str, pointer: str, source: str, line: int | None) -> Chat:
-    """One conversation: ``{"messages": [...], "system_prompt"?, "tools"?, "model"?, "id"?}``
-    or a bare list of messages."""
-
-    def refuse(where: str, message: str) -> ContextError:
-        return ContextError([Problem(where or "/", message, line, source)])
-
-    at = pointer
-    if isinstance(data, list):
-        data = {"messages": data}
-    elif isinstance(data, Mapping):
-        at = f"{pointer}/messages"
-    else:
-        raise refuse(pointer, "a conversation is an object with messages, or a list of messages")
-    messages = data.get("messages")
-    if not isinstance(messages, list):
-        raise refuse(at, "must be a list of message objects (OpenAI chat format)")
-    for k, m in enumerate(messages):
-        if not isinstance(m, Mapping):
-            raise refuse(f"{at}/{k}", "a message must be an object with a role (OpenAI chat format)")
-    checks = (("system_prompt", str), ("model", str), ("id", str), ("tools", list))
-    for key, kind in checks:
-        value = data.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise ContextError(
-                [
-                    Problem(
-                        f"{pointer}/{key}", f"must be a {'string' if kind is str else 'list'}", line, source
-                    )
-                ]
-            )
-    return Chat(
-        id=data.get("id") or name,
-        messages=messages,
-        system_prompt=data.get("system_prompt"),
-        tools=data.get("tools"),
-        model=data.get("model"),
-        source=source,
-    )
-
-
-def read_chats(paths: Sequence[str], *, limit: int) -> Iterator[Chat]:
-    """Conversations from JSON files (one conversation, or a list of them) and JSONL files
-    (one a line), or folders of them; each file at most ``limit`` bytes. Read lazily."""
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix in _CHAT_SUFFIXES and p.is_file())
-            if not found:
-                raise ContextError([Problem("/", "no .json or .jsonl files in this folder", None, raw)])
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise ContextError([Problem("/", "no such file or folder", None, raw)])
-    for path in files:
-        source = str(path)
-        with path.open("rb") as f:
-            raw_bytes = f.read(limit + 1)
-        if len(raw_bytes) > limit:
-            fix = f"the file is larger than {limit:,} bytes; raise --max-input-mb or split it"
-            raise ContextError([Problem("/", fix, None, source)])
-        try:
-            text = raw_bytes.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ContextError(
-                [Problem("/", f"is not UTF-8 text (byte {exc.start})", None, source)]
-            ) from None
-        if path.suffix == ".jsonl":
-            for n, line in enumerate(text.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    data = json.loads(line)
-                except ValueError as exc:
-                    raise ContextError([Problem("/", f"invalid JSON: {exc}", n, source)]) from None
-                yield _chat(data, f"{path.stem}:{n}", "", source, n)
-            continue
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ContextError([Problem("/", f"invalid JSON: {exc}", None, source)]) from None
-        if isinstance(data, list) and data and all(isinstance(d, Mapping) and "messages" in d for d in data):
-            for k, item in enumerate(data):
-                yield _chat(item, f"{path.stem}#{k}", f"/{k}", source, None)
-        else:
-            yield _chat(data, path.stem, "", source, None)

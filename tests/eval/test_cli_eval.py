@@ -72,14 +72,14 @@ def test_eval_reads_a_folder_of_json_and_jsonl(tmp_path):
     run = ctxmgmt(str(tmp_path), "--json", "-", "--no-baselines")
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
-    assert [c["id"] for c in report["conversations"]] == ["more:1", "more:2", "one"]
+    assert [c["id"] for c in report["conversations"]] == ["more.jsonl:1", "more.jsonl:2", "one.json"]
     assert [r["kind"] for r in report["rows"]] == ["definition"]
 
 
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
-        (["missing.json"], "missing.json: /: no such file or folder"),
+        (["missing.json"], "missing.json: /: cannot read the file: No such file"),
         ([str(EXAMPLE), "-w", "0"], "--window: '0' is not a whole number"),
         ([str(EXAMPLE), "-w", "16k"], "--window: '16k' is not a whole number"),
         ([str(EXAMPLE), "--mask-last", "-1"], "--mask-last: must be a whole number"),
@@ -100,14 +100,21 @@ def test_bad_arguments_exit_2_with_one_line(args, reason):
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
-        ("{not json", "invalid JSON"),
-        ('{"messages": 3}', "/messages: must be a list of message objects"),
-        ('{"messages": [], "model": 7}', "/model: must be a string"),
+        ("{not json", "bad.json:1: /: JSON syntax error"),
+        ('{"messages": 3}', "/messages: must be a list of messages"),
+        ('{"messages": [], "model": 7}', "/model: must be a string naming the model, not int"),
+        ('{"messages": [{"role": "user", "content": "x"}], "tools": {}}', "/tools: must be a list"),
+        ('{"input": [{"role": "user", "content": "x"}], "instructions": 7}', "/instructions: must be text"),
         ("[1, 2]", "/0: a message must be an object with a role"),
-        ("7", "/: a conversation is an object with messages"),
-        (json.dumps({"messages": [{"role": "user", "content": "x"}, ORPHAN]}), "/messages/1/tool_call_id"),
+        ('{"messages": [{"role": "user", "content": "x"}, 7]}', "/messages/1: a message must be an object"),
+        ("7", "/: is neither a message list nor an object holding one"),
+        ('{"messages": []}', "/: the conversation has no messages"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}, ORPHAN, 5]}), "/messages/2"),
         ("\udcff", "is not UTF-8"),
-        (json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [7]}), "/tools/0"),
+        (
+            json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [7]}),
+            "/tools/0: a tool schema",
+        ),
         (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}), "/messages/0/role"),
     ],
 )
@@ -126,12 +133,21 @@ def test_a_file_over_the_limit_is_refused(tmp_path):
     path = tmp_path / "big.json"
     path.write_text(json.dumps({"messages": [{"role": "user", "content": "x" * 300_000}]}))
     run = ctxmgmt(str(path), "--max-input-mb", "0.1")
-    assert run.returncode == 2 and "raise --max-input-mb" in run.stderr, run.stderr
+    assert run.returncode == 2 and "big.json" in run.stderr, run.stderr
+    assert "the limit is 104,857 bytes (--max-input-mb" in run.stderr and "raises it" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    assert ctxmgmt(str(path), "--max-input-mb", "0.5", "--json", "-").returncode == 0
 
 
 def test_no_conversation_is_exit_2(tmp_path):
-    """An empty JSONL file holds no conversation: exit 2, not an empty table."""
+    """An empty JSONL file, or a folder without logs, holds no conversation: exit 2, not an empty table."""
     path = tmp_path / "empty.jsonl"
     path.write_text("\n")
     run = ctxmgmt(str(path))
-    assert run.returncode == 2 and "no conversations found" in run.stderr, run.stderr
+    assert run.returncode == 2 and "empty.jsonl: /: the file is empty" in run.stderr, run.stderr
+    folder = tmp_path / "nothing"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a log")
+    run = ctxmgmt(str(folder))
+    assert run.returncode == 2 and "nothing: no conversations found" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1

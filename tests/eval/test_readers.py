@@ -25,8 +25,8 @@ from ctxmgmt.testing import assert_valid_messages
 from .conftest import fetch_corpus_module
 
 
-def one(path: Path) -> Conversation:
-    (conversation,) = list(read_conversations(path))
+def one(path: Path, **kwargs: Any) -> Conversation:
+    (conversation,) = list(read_conversations(path, **kwargs))
     return conversation
 
 
@@ -566,16 +566,53 @@ def test_anthropic_repairs(tmp_path: Path) -> None:
 
 
 # -- hostile and bad files ---------------------------------------------------------------
-def test_zip_bomb_stops_at_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An entry whose declared or actual size passes the per-sample limit is refused, unread."""
-    monkeypatch.setattr(readers, "MAX_SAMPLE_BYTES", 1 << 20)
+def test_zip_bomb_stops_at_the_limit(tmp_path: Path) -> None:
+    """An entry whose declared or actual size passes the per-sample limit (max_bytes) is refused, unread."""
     bomb = eval_zip(tmp_path / "bomb.eval", {"samples/1_epoch_1.json": b"[" + b" " * (4 << 20) + b"]"})
     assert bomb.stat().st_size < 64 << 10
-    with pytest.raises(ReaderError, match="zip bomb"):
-        one(bomb)
+    with pytest.raises(ReaderError, match=r"zip bomb; --max-input-mb.*raises it"):
+        one(bomb, max_bytes=1 << 20)
     liar = zstd_zip(tmp_path / "liar.eval", {"samples/1_epoch_1.json": b" " * (3 << 20)}, declare=100)
     with pytest.raises(ReaderError, match="more than it declares"):
-        one(liar)
+        one(liar, max_bytes=1 << 20)
+
+
+def test_max_bytes_bounds_json_and_jsonl_files(tmp_path: Path) -> None:
+    """A JSON or JSONL file over max_bytes is refused with the way to raise the limit; under it, read."""
+    text = json.dumps({"messages": [{"role": "user", "content": "x" * 5000}]})
+    for name in ("big.json", "big.jsonl"):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ReaderError, match=r"the limit is 4,096 bytes \(--max-input-mb"):
+            one(path, max_bytes=4096)
+        assert one(path, max_bytes=8192).messages[0]["content"] == "x" * 5000
+
+
+def test_json_lists_of_conversations_and_jsonl(tmp_path: Path) -> None:
+    """A JSON conversation, a JSON list of them and a JSONL file give their conversations, named in the folder."""
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    (tmp_path / "a.json").write_text(json.dumps({"messages": msgs, "model": "gpt-4o"}))
+    (tmp_path / "b.json").write_text(json.dumps([{"messages": msgs}, {"input": msgs, "model": "m"}]))
+    (tmp_path / "c.jsonl").write_text(json.dumps({"messages": msgs}) + "\n\n" + json.dumps(msgs) + "\n")
+    got = list(read_conversations(tmp_path))
+    assert [c.id for c in got] == ["a.json", "b.json#0", "b.json#1", "c.jsonl:1", "c.jsonl:3"]
+    assert [c.model for c in got] == ["gpt-4o", None, "m", None, None]
+    (tmp_path / "d.json").write_text(json.dumps([{"messages": msgs}, {"messages": 3}]))
+    with pytest.raises(ReaderError, match=r"d\.json#1: /messages: must be a list of messages"):
+        list(read_conversations(tmp_path / "d.json"))
+
+
+def test_ids_in_a_folder_are_relative_to_it(tmp_path: Path) -> None:
+    """A folder's conversations are named by their path within it; a file given alone keeps its path."""
+    data = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "one.json").write_text(json.dumps(data))
+    (tmp_path / "sub" / "more.jsonl").write_text(
+        json.dumps(data) + "\n\n" + json.dumps(data["messages"]) + "\n"
+    )
+    ids = [c.id for c in read_conversations(tmp_path)]
+    assert ids == ["one.json", "sub/more.jsonl:1", "sub/more.jsonl:3"]
+    assert one(tmp_path / "one.json").id == str(tmp_path / "one.json")
 
 
 def test_too_many_entries_and_traversal_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import ctxmgmt
 from ctxmgmt import Definition, get_counter
 from ctxmgmt.eval import Chat
-from ctxmgmt.eval.replay import _Prepared, observation_masking, read_chats, replay_definition, sliding_window
+from ctxmgmt.eval.replay import _Prepared, observation_masking, replay_definition, sliding_window
 from ctxmgmt.eval.specifics import MAX_PER_TEXT, commands, error_lines, message_specifics, numbers, paths
 from ctxmgmt.runner import Runner
 from tests.agent_runs import agent_run
@@ -313,16 +313,6 @@ def test_bad_parameters_say_what_to_give():
         ctxmgmt.evaluate([_hand_made()], ["default"], [0])
     with pytest.raises(ValueError, match="mask_last"):
         ctxmgmt.evaluate([_hand_made()], mask_last=-1)
-
-
-def test_read_chats_reads_json_lists_and_jsonl(tmp_path):
-    """A JSON conversation, a JSON list of them and a JSONL file each give their conversations."""
-    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
-    (tmp_path / "a.json").write_text(json.dumps({"messages": msgs, "model": "gpt-4o"}))
-    (tmp_path / "b.json").write_text(json.dumps([{"messages": msgs}, {"messages": msgs, "id": "named"}]))
-    (tmp_path / "c.jsonl").write_text(json.dumps({"messages": msgs}) + "\n\n" + json.dumps(msgs) + "\n")
-    ids = [c.id for c in read_chats([str(tmp_path)], limit=1 << 20)]
-    assert ids == ["a", "b#0", "named", "c:1", "c:3"]
 
 
 def test_the_package_is_callable_as_documented():
