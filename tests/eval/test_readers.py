@@ -589,7 +589,7 @@ def test_max_bytes_bounds_json_and_jsonl_files(tmp_path: Path) -> None:
 
 
 def test_json_lists_of_conversations_and_jsonl(tmp_path: Path) -> None:
-    """A JSON conversation, a JSON list of them and a JSONL file give their conversations, named in the folder."""
+    """A JSON conversation, a JSON list of them and a JSONL file give their conversations."""
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
     (tmp_path / "a.json").write_text(json.dumps({"messages": msgs, "model": "gpt-4o"}))
     (tmp_path / "b.json").write_text(json.dumps([{"messages": msgs}, {"input": msgs, "model": "m"}]))
