@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, ContextError, load_definition
+from ctxmgmt.eval.readers import read_conversations
 from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.testing import assert_invariants, conversations
 from tests.agent_runs import agent_run, padded_run
@@ -211,16 +212,11 @@ REAL_RUNS_LIMIT = 40
 
 @pytest.mark.parametrize("store", [False, True])
 @pytest.mark.parametrize("name", SHIPPED)
-def test_every_shipped_definition_works_on_real_runs(request, name, store):
+def test_every_shipped_definition_works_on_real_runs(real_runs, name, store):
     """On the real-run corpus (agent logs shipped in public packages), every shipped
     definition with and without a store gives no trace error and keeps its promises."""
-    try:
-        paths = request.getfixturevalue("real_runs")
-    except pytest.FixtureLookupError:
-        pytest.skip("the real_runs fixture (the real-run corpus) is not present")
-    readers = pytest.importorskip("ctxmgmt.eval.readers")
     seen = 0
-    for conversation in readers.read_conversations(paths):
+    for conversation in read_conversations(real_runs):
         if seen >= REAL_RUNS_LIMIT:
             break
         seen += 1

@@ -21,8 +21,7 @@ from ctxmgmt.eval import readers
 from ctxmgmt.eval.readers import Conversation, ReaderError, read_conversations, read_memories
 from ctxmgmt.messages import check_messages
 from ctxmgmt.testing import assert_valid_messages
-
-from .conftest import fetch_corpus_module
+from tests.conftest import fetch_corpus_module
 
 
 def one(path: Path, **kwargs: Any) -> Conversation:
