@@ -154,6 +154,11 @@ class Conversation:
         self.saved: dict[str, Any] = {}
         self._last: tuple[str | None, int, int] | None = None  # (model, counted, reusable) last sent
 
+    @property
+    def last_counted(self) -> int | None:
+        """The tokens of the last prepared request, as counted (None before the first)."""
+        return None if self._last is None else self._last[1]
+
     def load(self, saved: Mapping[str, Any] | None) -> None:
         """Continue from a state that :attr:`saved` held (as the framework persisted it)."""
         self.saved = dict(saved) if isinstance(saved, Mapping) else {}

@@ -18,6 +18,7 @@ from ..offload import Offloader
 from ..runner import Runner
 from ..store import DefinitionStore
 from ..tools import ToolRegistry
+from ..proxy import routes as proxy_routes
 from . import agents, definitions, errors, offload, page
 from .config import ServerConfig
 from .origins import OriginGuard, parse_hosts
@@ -89,7 +90,7 @@ def create_app(
             await pool.aclose()
 
     app = Starlette(
-        routes=[*definitions.routes, *agents.routes, *offload.routes, *page.routes],
+        routes=[*definitions.routes, *agents.routes, *offload.routes, *page.routes, *proxy_routes],
         exception_handlers={HTTPException: _http_exception, CtxmgmtError: errors.handle},
         middleware=[
             Middleware(_Faults),

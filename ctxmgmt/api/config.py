@@ -12,6 +12,8 @@ from typing import Any
 from ..errors import ConfigError, Problem
 
 DEFAULT_MAX_BODY = 1024 * 1024
+DEFAULT_PROXY_MAX_BODY = 32 * 1024 * 1024
+"""A proxied request holds an agent's whole history: its own, larger limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,8 @@ class ServerConfig:
     """Host names the server answers besides its own address (see :mod:`ctxmgmt.api.origins`)."""
     allowed_origins: tuple[str, ...] = ()
     """Origins of other web pages that may call the API."""
+    proxy_max_body_bytes: int = DEFAULT_PROXY_MAX_BODY
+    """The limit of a request body on the proxy's routes (``/proxy/...``)."""
     _digests: dict[bytes, ApiKey] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -67,6 +71,7 @@ class ServerConfig:
             keep_alive_seconds=float(data.get("keep_alive_seconds", 5.0)),
             allowed_hosts=tuple(data.get("allowed_hosts", ())),
             allowed_origins=tuple(data.get("allowed_origins", ())),
+            proxy_max_body_bytes=int(data.get("proxy_max_body_bytes", DEFAULT_PROXY_MAX_BODY)),
         )
 
     @property

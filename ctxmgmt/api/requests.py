@@ -170,14 +170,16 @@ def check_media_type(request: Request) -> None:
         raise HTTPProblem(400, f"a JSON body is UTF-8; charset={charset.group(1)[:20]!r} is not supported")
 
 
-async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
+async def json_body(request: Request, *, nul: bool = True, limit: int | None = None) -> dict[str, Any]:
     """The request's JSON object, checked (see :func:`check_values`); a 400 naming the
-    problem for anything else. ``nul=False`` allows NUL in strings that are not stored."""
+    problem for anything else. ``nul=False`` allows NUL in strings that are not stored;
+    ``limit``: bytes, when not ``server.max_body_bytes``."""
     config = state(request).config
-    limit, seconds = config.max_body_bytes, config.body_timeout_seconds
+    limit, seconds = limit or config.max_body_bytes, config.body_timeout_seconds
     check_media_type(request)  # resource() did for every route; a handler built otherwise does here
     too_large = HTTPProblem(
-        413, f"the body is larger than the limit of {limit} bytes (server.max_body_bytes)"
+        413, f"the body is larger than the limit of {limit} bytes "
+        + ("(server.max_body_bytes)" if limit == config.max_body_bytes else "(server.proxy_max_body_bytes)")
     )
     length = request.headers.get("content-length")
     if length is not None and not length.isdigit():

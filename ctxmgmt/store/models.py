@@ -101,3 +101,14 @@ eval_reports = Table(
     Index("ix_eval_reports_created", "created_time"),
 )
 """One row per saved ``ctxmgmt eval`` report (the JSON report, schema ``ctxmgmt.eval/1``)."""
+
+proxy_sessions = Table(
+    "proxy_sessions",
+    metadata,
+    Column("session_key", String(64), primary_key=True),
+    Column("updated_time", BigInteger, nullable=False),
+    Column("state", JSON, nullable=False),
+    Index("ix_proxy_sessions_updated", "updated_time"),
+)
+"""One row per conversation the proxy manages: its saved view, state and calibration, keyed
+by a hash of the definition, the model and the conversation's start (or ``X-Ctxmgmt-Session``)."""

@@ -1,0 +1,36 @@
+"""Provider-compatible endpoints: any agent, unchanged, gets its context managed.
+
+``ctxmgmt serve`` answers as the providers do under ``/proxy/{definition}/``: OpenAI Chat
+Completions (``/v1/chat/completions``), OpenAI Responses (``/v1/responses``) and Anthropic
+Messages (``/v1/messages``), streamed or not. A client points its base URL at
+``http://HOST:8000/proxy/default/v1`` (OpenAI SDK) or ``http://HOST:8000/proxy/default``
+(Anthropic SDK) and changes nothing else. Each request's conversation goes through the
+definition's hooks (``post_tool`` for the tool results new since the conversation's last
+request, then ``pre_llm``) at the model's window, with the conversation's managed state kept
+in the store between requests; the managed request goes to the model's upstream and its
+answer comes back as it came.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .apis import APIS, Api
+from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
+
+__all__ = ["APIS", "DEFINITION_HEADER", "SESSION_HEADER", "Api", "routes"]
+
+
+
+def _endpoint(api: Api):  # type: ignore[no-untyped-def]
+    async def endpoint(request: Request) -> Response:
+        return await proxy_request(request, api)
+
+    endpoint.__name__ = f"proxy_{api.name}"
+    return endpoint
+
+
+routes = [Route(f"/proxy/{{definition}}{api.path}", _endpoint(api), methods=["POST"]) for api in APIS.values()]
+"""The proxy's routes, one per provider API."""

@@ -1,0 +1,132 @@
+"""The three provider APIs the proxy answers: where a request keeps its conversation, how the
+managed messages go back into it, and the provider's own error shape.
+
+A request body is the provider's, untouched but for its messages (and ``model`` when the
+models configuration names another one upstream): every other field the client sent
+(``temperature``, ``tool_choice``, ``metadata``, ``cache_control`` blocks...) goes upstream as
+it came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..formats.anthropic import system_text
+from ..messages import text_of
+
+__all__ = ["APIS", "Api", "Parts"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What the definition's hooks manage in a request."""
+
+    record: list[Any]
+    """The conversation, in the API's own format."""
+    system_prompt: str | None
+    tools: list[Any]
+    stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One provider API (see the module docstring)."""
+
+    name: str
+    path: str
+    """The path after ``/proxy/{definition}``, and after the upstream's ``base_url``."""
+    format: str
+    """The message format of :mod:`ctxmgmt.formats`."""
+    provider: str
+    """The ``provider`` of the models configuration whose endpoints speak it."""
+    field: str
+    """The body's field that holds the conversation."""
+
+    def parts(self, body: Mapping[str, Any]) -> Parts | str:
+        """The request's conversation, or what is wrong with it (a JSON pointer and why)."""
+        raw = body.get(self.field)
+        if self.name == "responses" and isinstance(raw, str):
+            raw = [{"role": "user", "content": raw}]  # a plain string is one user message
+        if not isinstance(raw, list) or not raw:
+            kind = "a non-empty list of input items or a string" if self.name == "responses" else "a non-empty list of messages"
+            return f"/{self.field}: must be {kind}"
+        tools = body.get("tools", [])
+        if not isinstance(tools, list):
+            return "/tools: must be a list of tool definitions"
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            return "/stream: must be true or false"
+        if self.name == "messages":
+            system = body.get("system")
+            if system is not None and not isinstance(system, (str, list)):
+                return "/system: must be a string or a list of text blocks"
+            prompt = system_text(system) if system is not None else None
+        elif self.name == "responses":
+            instructions = body.get("instructions")
+            if instructions is not None and not isinstance(instructions, str):
+                return "/instructions: must be a string"
+            prompt = instructions
+        else:
+            prompt = None  # chat: system messages are messages
+        return Parts(list(raw), prompt, tools, stream)
+
+    def managed(self, body: Mapping[str, Any], messages: Sequence[Any], model: str) -> dict[str, Any]:
+        """The body that goes upstream: the managed messages, and the upstream's model name."""
+        out = dict(body)
+        out[self.field] = list(messages)
+        out["model"] = model
+        return out
+
+    def error(self, status: int, kind: str, message: str) -> dict[str, Any]:
+        """An error the proxy itself raises, in the provider's own shape."""
+        if self.provider == "anthropic":
+            return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, kind), "message": message}}
+        return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, kind), "param": None, "code": kind}}
+
+
+# The providers' own error types by status, so that a client's error classes match.
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "server_error",
+    503: "server_error",
+    504: "timeout_error",
+}
+
+APIS: dict[str, Api] = {
+    api.name: api
+    for api in (
+        Api("chat", "/v1/chat/completions", "openai_chat", "openai", "messages"),
+        Api("responses", "/v1/responses", "openai_responses", "openai", "input"),
+        Api("messages", "/v1/messages", "anthropic", "anthropic", "messages"),
+    )
+}
+
+
+def first_text(record: Sequence[Any]) -> str:
+    """The text of a conversation's first message (what names it, with the system prompt)."""
+    first = record[0] if record else None
+    return text_of(first.get("content")) if isinstance(first, Mapping) else ""

@@ -1,0 +1,371 @@
+"""One proxied request: the definition's hooks over the request's conversation, the managed
+request upstream, the upstream's answer back as it came (whole, or streamed as it arrives).
+
+Keys: the project's API keys (when configured) protect these routes as the others; the key is
+read from ``X-Ctxmgmt-Key``, or from ``Authorization`` / ``x-api-key`` (a key that is the
+project's is never forwarded). The upstream key is the model's configured one
+(``api_key_env``), else the client's ``Authorization`` / ``x-api-key`` passed on. No key is
+stored, logged or recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..adapters._core import Conversation
+from ..api.errors import STATUS_TABLE, HTTPProblem
+from ..api.requests import json_body, state
+from ..errors import CtxmgmtError, NotFound
+from ..llm import LLMError, ModelConfig
+from ..store.repository import now_ms
+from ..store.sessions import SessionStore
+from ..summaries import message_key
+from .apis import APIS, Api, Parts
+from .usage import EventReader, usage_of
+
+__all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
+
+DEFINITION_HEADER = "x-ctxmgmt-definition"
+SESSION_HEADER = "x-ctxmgmt-session"
+KEY_HEADER = "x-ctxmgmt-key"
+_NAME = re.compile(r"[a-z0-9_-]{1,49}")
+_SESSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# The client's headers that go upstream as they came (besides its key, when it is not ours).
+_FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project", "openai-beta")
+# The upstream's headers that come back: the body's type, its request id, rate limits.
+_RETURNED = re.compile(
+    r"content-type|x-request-id|request-id|retry-after|openai-processing-ms|openai-version"
+    r"|x-ratelimit-[\w-]+|anthropic-ratelimit-[\w-]+|anthropic-organization-id"
+)
+log = logging.getLogger("ctxmgmt.proxy")
+
+
+class _Refused(Exception):
+    """An error the proxy answers in the provider's shape."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+def _answer(api: Api, exc: BaseException) -> JSONResponse:
+    if isinstance(exc, _Refused):
+        status, kind, message = exc.status, exc.kind, exc.message
+    elif isinstance(exc, HTTPProblem):
+        status, kind, message = exc.status, exc.type, exc.reason
+    else:
+        status, kind = 500, "internal_server_error"
+        message = "an unexpected error happened; see the server log"
+        for cls, code, name in STATUS_TABLE:
+            if isinstance(exc, cls):
+                status, kind = code, name
+                problems = getattr(exc, "problems", None) or ()
+                listed = "; ".join(f"{p.pointer}: {p.message}" for p in problems if p.severity == "error")
+                message = listed or str(exc).splitlines()[0]
+                break
+        else:
+            log.exception("unexpected error in the proxy", exc_info=exc)
+    headers = {"www-authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(api.error(status, kind, message), status, headers=headers)
+
+
+async def proxy_request(request: Request, api: Api) -> Response:
+    """Answer one request of ``api`` (see the module docstring)."""
+    try:
+        return await _proxy(request, api)
+    except (CtxmgmtError, _Refused) as exc:
+        return _answer(api, exc)
+
+
+def _authorize(request: Request) -> bool:
+    """Check the project's key, when keys are configured; True when the client's
+    ``Authorization`` / ``x-api-key`` held it (so they are not the upstream's)."""
+    config = state(request).config
+    if not config.auth_enabled:
+        return False
+    header = request.headers.get("authorization", "")
+    bearer = header[7:].strip() if header[:7].lower() == "bearer " else ""
+    own = request.headers.get(KEY_HEADER)
+    presented = own or bearer or request.headers.get("x-api-key", "")
+    key = config.find(presented) if presented else None
+    if key is None:
+        raise _Refused(
+            401,
+            "security_exception",
+            f"a valid ctxmgmt API key is required: send it as {KEY_HEADER}, or as the client's API key "
+            "when the model's upstream key is configured (api_key_env)",
+        )
+    if key.scope not in ("write", "proxy"):
+        raise _Refused(403, "security_exception", f"the key {key.name!r} may only read; the proxy calls a model")
+    return not own
+
+
+def _model(request: Request, body: Mapping[str, Any], api: Api) -> ModelConfig:
+    model_id = body.get("model")
+    if not isinstance(model_id, str) or not model_id:
+        raise _Refused(400, "illegal_argument_exception", "/model: must be the name of a configured model")
+    models = state(request).models
+    config = models.get(model_id)
+    if config is None:
+        known = ", ".join(sorted(models)[:20]) or "none"
+        raise _Refused(
+            404,
+            "model_not_found",
+            f"/model: {model_id[:100]!r} is not in the proxy's models configuration (configured: {known}); "
+            "add it under models: in the --config file",
+        )
+    if config.provider != api.provider:
+        other = "/v1/messages" if config.provider == "anthropic" else "/v1/chat/completions or /v1/responses"
+        raise _Refused(
+            400,
+            "illegal_argument_exception",
+            f"/model: {model_id!r} is an {config.provider} endpoint; send its requests to {other}",
+        )
+    if not config.context_window:
+        raise _Refused(
+            400,
+            "illegal_argument_exception",
+            f"/model: {model_id!r} has no context_window in the models configuration; the proxy manages "
+            "a request to its window: add context_window",
+        )
+    return config
+
+
+def session_key(request: Request, api: Api, name: str, model: str, parts: Parts) -> str:
+    """The conversation's key: ``X-Ctxmgmt-Session`` when given, else its start (the system
+    prompt and the first message). Two conversations with the same start share a key and the
+    saved view is used only when the request continues it (else a new view), so a shared key
+    costs the prompt cache, never correctness."""
+    given = request.headers.get(SESSION_HEADER)
+    if given is not None and not _SESSION.fullmatch(given):
+        raise _Refused(
+            400, "illegal_argument_exception", f"{SESSION_HEADER}: 1-128 characters of A-Z a-z 0-9 . _ : -"
+        )
+    first = parts.record[0]
+    start = given if given is not None else [parts.system_prompt, message_key(first) if isinstance(first, Mapping) else None]
+    data = json.dumps([api.name, name, model, start], ensure_ascii=False, default=str)
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+async def _proxy(request: Request, api: Api) -> Response:
+    started = now_ms()
+    own_key = _authorize(request)
+    st = state(request)
+    name = request.headers.get(DEFINITION_HEADER) or request.path_params["definition"]
+    if not _NAME.fullmatch(name):
+        raise _Refused(
+            400, "illegal_argument_exception", f"{name[:60]!r}: a definition name is 1-49 of a-z 0-9 _ -"
+        )
+    body = await json_body(request, nul=False, limit=st.config.proxy_max_body_bytes)
+    config = _model(request, body, api)
+    parts = api.parts(body)
+    if isinstance(parts, str):
+        raise _Refused(400, "illegal_argument_exception", parts)
+    try:
+        definition, version = await asyncio.to_thread(st.store.resolve_version, name)
+    except NotFound:
+        hint = await asyncio.to_thread(st.store.suggest, name)
+        raise _Refused(404, "resource_not_found_exception", f"context management {name!r} not found{hint}") from None
+    sessions = SessionStore(st.store.engine)
+    key = session_key(request, api, name, str(body["model"]), parts)
+    saved = await asyncio.to_thread(sessions.get, key)
+    conversation = Conversation(definition, models=st.models, session=key[:32], format=api.format, pricing=config.pricing)
+    conversation.load(saved)
+    turn = await conversation.aprepare(
+        parts.record,
+        system_prompt=parts.system_prompt,
+        tools=parts.tools,
+        model=config.model,
+        context_window=config.context_window,
+    )
+    await asyncio.to_thread(sessions.put, key, conversation.saved)
+    outgoing = api.managed(body, turn.messages, config.model)
+    record = {
+        "execution_id": uuid.uuid4().hex,
+        "agent_id": f"proxy-{name}",
+        "memory_id": key[:32],
+        "definition": name,
+        "definition_version": version,
+        "definition_source": "proxy",
+        "started_time": started,
+        "status": "running",
+        "llm_calls": 1,
+        "context_window": config.context_window,
+        "model": config.model,
+        "api": api.name,
+        "calls": [
+            {
+                "call": 1,
+                "tokens_before": turn.trace[0]["tokens_before"] if turn.trace else None,
+                "tokens_after": conversation.last_counted,
+                "reusable_prefix_tokens": turn.reusable_prefix_tokens,
+            }
+        ],
+        "hooks": [{"hook": e["hook"], "iteration": 1, "call": 1, "entries": [e]} for e in turn.trace],
+    }
+    return await _upstream(request, api, config, outgoing, own_key, parts.stream, conversation, record, key)
+
+
+def _headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    for name in _FORWARDED:
+        if name in request.headers:
+            headers[name] = request.headers[name]
+    configured = config.api_key()
+    if configured:
+        if config.provider == "anthropic":
+            headers["x-api-key"] = configured
+        else:
+            headers["authorization"] = f"Bearer {configured}"
+    elif not own_key:  # the client's own upstream key
+        for name in ("authorization", "x-api-key"):
+            if name in request.headers:
+                headers[name] = request.headers[name]
+    elif request.headers.get("authorization") or request.headers.get("x-api-key"):
+        raise _Refused(
+            400,
+            "illegal_argument_exception",
+            "the client's API key is the ctxmgmt key and the model has no upstream key configured: "
+            f"configure api_key_env for the model, or send the ctxmgmt key as {KEY_HEADER}",
+        )
+    if config.provider == "anthropic":
+        headers.setdefault("anthropic-version", config.anthropic_version)
+    return headers
+
+
+async def _upstream(
+    request: Request,
+    api: Api,
+    config: ModelConfig,
+    body: dict[str, Any],
+    own_key: bool,
+    stream: bool,
+    conversation: Conversation,
+    record: dict[str, Any],
+    sessions_key: str,
+) -> Response:
+    st = state(request)
+    headers = _headers(request, config, own_key)
+    url = config.base_url.rstrip("/") + api.path.removeprefix("/v1")
+    pool = st.runner.pool
+    client = pool.aclient(config) if pool is not None else httpx.AsyncClient(timeout=config.timeout)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.timeout
+    content = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    outgoing = client.build_request("POST", url, content=content, headers=headers, timeout=config.timeout)
+    try:
+        async with asyncio.timeout_at(deadline):
+            response = await client.send(outgoing, stream=True)
+    except (TimeoutError, httpx.TimeoutException):
+        raise _Refused(504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s") from None
+    except httpx.HTTPError as exc:
+        raise _Refused(502, "llm_exception", f"could not reach the upstream {config.id!r}: {type(exc).__name__}") from None
+    returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
+    streamed = stream and response.is_success and "text/event-stream" in response.headers.get("content-type", "")
+    if not streamed:
+        try:
+            data = await _read(response, deadline, config)
+        finally:
+            await response.aclose()
+        if response.is_success:
+            try:
+                usage = usage_of(api.name, json.loads(data))
+            except ValueError:
+                usage = None
+            await _finish(st, sessions_key, conversation, record, usage, None)
+        else:
+            await _finish(st, sessions_key, conversation, record, None, f"upstream status {response.status_code}")
+        return Response(data, response.status_code, headers=returned)
+
+    reader = EventReader(api.name)
+
+    async def events() -> AsyncIterator[bytes]:
+        failure: str | None = None
+        total = 0
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for chunk in response.aiter_bytes():
+                    total += len(chunk)
+                    if total > config.max_response_bytes:
+                        failure = f"the upstream's stream is over {config.max_response_bytes} bytes"
+                        break
+                    reader.feed(chunk)
+                    yield chunk
+        except (TimeoutError, httpx.TimeoutException):
+            failure = f"the upstream {config.id!r} did not finish within {config.timeout:g} s"
+        except httpx.HTTPError as exc:
+            failure = f"the upstream {config.id!r} broke off: {type(exc).__name__}"
+        finally:
+            await response.aclose()
+            await _finish(st, sessions_key, conversation, record, reader.usage or None, failure)
+        if failure is not None:
+            yield _stream_error(api, failure)
+
+    return StreamingResponse(events(), response.status_code, headers=returned)
+
+
+def _stream_error(api: Api, message: str) -> bytes:
+    """An error event the provider's clients understand, after part of a stream went out."""
+    payload = json.dumps(api.error(502, "llm_exception", message))
+    return (f"event: error\ndata: {payload}\n\n" if api.provider == "anthropic" else f"data: {payload}\n\n").encode()
+
+
+async def _read(response: httpx.Response, deadline: float, config: ModelConfig) -> bytes:
+    data = bytearray()
+    try:
+        async with asyncio.timeout_at(deadline):
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > config.max_response_bytes:
+                    raise _Refused(
+                        502,
+                        "llm_exception",
+                        f"the upstream's answer is over {config.max_response_bytes} bytes (max_response_bytes)",
+                    )
+    except (TimeoutError, httpx.TimeoutException):
+        raise _Refused(504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s") from None
+    except httpx.HTTPError as exc:
+        raise _Refused(502, "llm_exception", f"the upstream {config.id!r} broke off: {type(exc).__name__}") from None
+    return bytes(data)
+
+
+async def _finish(
+    st: Any,
+    key: str,
+    conversation: Conversation,
+    record: dict[str, Any],
+    usage: Mapping[str, int] | None,
+    failure: str | None,
+) -> None:
+    """Calibrate on the reported usage (kept with the conversation), and store the record;
+    once the answer went out, a failure to store is only logged."""
+    call = record["calls"][0]
+    observed_any = False
+    if usage and "input" in usage:
+        observed = conversation.observe(usage["input"], cached=usage.get("cached"), written=usage.get("written"))
+        call["reported"] = usage["input"]
+        call["usage"] = dict(usage)
+        if observed:
+            observed_any = True
+            call["calibrated"] = observed["calibrated"]
+    record["status"] = "error" if failure else "finished"
+    record["error"] = failure
+    record["ended_time"] = now_ms()
+    record["max_request_tokens"] = call.get("calibrated") or call.get("tokens_after") or 0
+    try:
+        if observed_any:
+            await asyncio.to_thread(SessionStore(st.store.engine).put, key, conversation.saved)
+        await asyncio.to_thread(st.runner.executions.save, record)
+    except Exception:
+        log.warning("could not store the proxy's execution record %s", record["execution_id"], exc_info=True)

@@ -1,0 +1,233 @@
+"""The provider-compatible proxy, driven by the real openai and anthropic SDKs over real HTTP
+(uvicorn) against a recording upstream on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from ctxmgmt.api import create_app
+from ctxmgmt.api.config import ServerConfig
+from ctxmgmt.formats import anthropic as anthropic_format
+from ctxmgmt.llm import ModelsConfig
+from ctxmgmt.messages import check_messages
+from ctxmgmt.store import ExecutionStore
+
+from ..conftest import LiveServer, shipped
+from .upstream import Reply, Upstream
+
+SYSTEM = "You are a careful coding agent. Keep the user's constraints."
+TASK = "Fix the failing test in src/app/parser.py; run pytest -x tests/test_parser.py after each change."
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    with Upstream() as up:
+        yield up
+
+
+def _models(up: Upstream, window: int = 16_000) -> ModelsConfig:
+    return ModelsConfig.from_dict(
+        {
+            "models": {
+                "gpt-test": {"base_url": up.base_url, "model": "gpt-upstream", "context_window": window},
+                "claude-test": {"base_url": up.base_url, "model": "claude-upstream", "provider": "anthropic", "context_window": window},
+            }
+        }
+    )
+
+
+@pytest.fixture
+def store(store):
+    """The store, with the shipped definitions as ``ctxmgmt serve`` seeds them."""
+    for name in ("default", "cache-aware"):
+        store.seed(name, shipped(name))
+    return store
+
+
+@pytest.fixture
+def proxy(store, upstream) -> Iterator[LiveServer]:
+    with LiveServer(create_app(store, models=_models(upstream))) as server:
+        yield server
+
+
+def _log_line(i: int) -> str:
+    return f"2026-11-25T10:{i % 60:02d}:00 INFO worker-{i % 7} processed batch {i} from /var/data/in/{i}.json ok"
+
+
+def _tool_output(i: int, lines: int = 120) -> str:
+    return "\n".join(_log_line(i * 1000 + j) for j in range(lines))
+
+
+def test_openai_sdk_chat_unchanged_through_the_proxy(proxy, upstream):
+    """The OpenAI SDK with only its base URL changed gets the upstream's answer as it was sent."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="sk-client")
+    upstream.replies.append(Reply("the parser is fixed"))
+    answer = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    )
+    assert answer.choices[0].message.content == "the parser is fixed"
+    assert answer.model == "gpt-upstream"
+    seen = upstream.seen[-1]
+    assert seen.path == "/v1/chat/completions"
+    assert seen.body["model"] == "gpt-upstream"
+    assert seen.headers["authorization"] == "Bearer sk-client"  # no key configured: the client's
+
+
+@pytest.mark.parametrize("definition", ["default", "cache-aware"])
+def test_the_definition_manages_an_80_step_tool_loop_at_16k(proxy, upstream, definition):
+    """An 80-step tool loop at a 16k window: every upstream request fits, is valid, keeps the
+    system prompt and the task, and the client receives exactly what the upstream sent; with
+    cache-aware, the median request shares at least half of itself with the one before."""
+    from ctxmgmt import Context
+    from ctxmgmt.tokens import get_counter
+
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/{definition}/v1", api_key="sk-client")
+    messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    counter = get_counter("gpt-4o")
+    for step in range(80):
+        upstream.replies.append(Reply(calls=[("bash", {"cmd": f"cat /var/data/in/{step}.log"})]))
+        raw = client.chat.completions.with_raw_response.create(model="gpt-test", messages=messages)
+        assert raw.http_response.content == upstream.sent[-1]
+        answer = raw.parse()
+        call = answer.choices[0].message.tool_calls[0]
+        messages.append(answer.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": _tool_output(step)})
+        sent = upstream.seen[-1].body["messages"]
+        assert check_messages(sent) == []
+        assert sent[0] == {"role": "system", "content": SYSTEM}
+        assert any(m.get("content") == TASK for m in sent)
+        assert counter.context(Context(messages=sent))[0] <= 16_000
+    assert len(messages) > 160
+    shares = []
+    for before, after in zip(upstream.seen, upstream.seen[1:]):
+        a, b = before.raw, after.raw
+        common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        shares.append(common / len(b))
+    if definition == "cache-aware":
+        assert sorted(shares)[len(shares) // 2] >= 0.5
+
+
+def test_streamed_chat_passes_through_in_order(proxy, upstream):
+    """A streamed answer reaches the client event by event, byte for byte."""
+    upstream.replies.append(Reply("one two three four"))
+    body = {"model": "gpt-test", "stream": True, "stream_options": {"include_usage": True}, "messages": [{"role": "user", "content": TASK}]}
+    with httpx.stream("POST", f"{proxy.url}/proxy/default/v1/chat/completions", json=body, timeout=10) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        got = b"".join(r.iter_bytes())
+    assert got == upstream.sent[-1]
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    upstream.replies.append(Reply("alpha beta"))
+    stream = client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": TASK}], stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.split() == ["alpha", "beta"]
+
+
+def test_anthropic_sdk_messages_streamed_and_not(proxy, upstream):
+    """The Anthropic SDK pointed at /proxy/default gets the answer, streamed and not."""
+    client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="sk-ant-client")
+    upstream.replies.append(Reply("done"))
+    answer = client.messages.create(model="claude-test", max_tokens=100, system=SYSTEM, messages=[{"role": "user", "content": TASK}])
+    assert answer.content[0].text == "done"
+    seen = upstream.seen[-1]
+    assert seen.path == "/v1/messages"
+    # the client's key, in the header its SDK version uses
+    assert "sk-ant-client" in (seen.headers.get("x-api-key"), seen.headers.get("authorization", "")[7:])
+    assert seen.body["system"] == SYSTEM and seen.body["model"] == "claude-upstream"
+    assert anthropic_format.check(seen.body["messages"]) == []
+    upstream.replies.append(Reply(calls=[("read_file", {"path": "src/app/parser.py"})]))
+    with client.messages.stream(model="claude-test", max_tokens=100, messages=[{"role": "user", "content": TASK}]) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].type == "tool_use" and final.content[0].input == {"path": "src/app/parser.py"}
+
+
+def test_openai_sdk_responses_streamed_and_not(proxy, upstream):
+    """The Responses API through the proxy: input items managed, the answer unchanged."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    upstream.replies.append(Reply("fine"))
+    answer = client.responses.create(model="gpt-test", instructions=SYSTEM, input=TASK)
+    assert answer.output_text == "fine"
+    assert upstream.seen[-1].path == "/v1/responses"
+    assert upstream.seen[-1].body["instructions"] == SYSTEM
+    upstream.replies.append(Reply("streamed fine"))
+    events = list(client.responses.create(model="gpt-test", input=[{"role": "user", "content": TASK}], stream=True))
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == "streamed fine"
+
+
+@pytest.mark.parametrize(
+    ("path", "shape"),
+    [("/v1/chat/completions", "openai"), ("/v1/responses", "openai"), ("/v1/messages", "anthropic")],
+)
+def test_errors_come_in_the_providers_shape(proxy, upstream, path, shape):
+    """An unknown definition, an unknown model and a bad body are 4xx in the provider's shape."""
+    model = "claude-test" if shape == "anthropic" else "gpt-test"
+    field = "input" if "responses" in path else "messages"
+    good = {"model": model, "max_tokens": 10, field: [{"role": "user", "content": "hi"}]}
+    cases = [
+        (f"/proxy/no-such-definition{path}", good, {}, 404),
+        (f"/proxy/default{path}", {**good, "model": "nope"}, {}, 404),
+        (f"/proxy/default{path}", {**good, field: 5}, {}, 400),
+        (f"/proxy/default{path}", good, {"x-ctxmgmt-definition": "missing"}, 404),
+    ]
+    for url, body, headers, status in cases:
+        r = httpx.post(proxy.url + url, json=body, headers=headers)
+        assert r.status_code == status, r.text
+        data = r.json()
+        if shape == "anthropic":
+            assert data["type"] == "error" and data["error"]["message"]
+        else:
+            assert data["error"]["message"] and data["error"]["type"]
+    assert upstream.seen == []
+    r = httpx.post(f"{proxy.url}/proxy/default{path}", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+
+
+def test_an_upstream_error_comes_back_unchanged(proxy, upstream):
+    """The upstream's own error status and body reach the client as they were."""
+    upstream.status = 429
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json={"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 429
+    assert r.json() == {"error": {"message": "upstream says no"}}
+    assert "set-cookie" not in r.headers
+
+
+def test_each_request_is_an_execution_record_without_keys(store, proxy, upstream):
+    """Every proxied request is an execution record with the upstream's usage; the client's key
+    is in no record."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="sk-secret-client-key")
+    client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": TASK}])
+    total, listed = ExecutionStore(store.engine).list("proxy-default")
+    assert total == 1
+    record = ExecutionStore(store.engine).get(listed[0]["execution_id"])
+    assert record["status"] == "finished" and record["calls"][0]["reported"] > 0
+    assert "sk-secret" not in json.dumps(record)
+
+
+def test_project_keys_protect_the_proxy(store, upstream):
+    """With API keys configured, the proxy needs a write or proxy key; a read key is refused."""
+    import hashlib
+
+    config = ServerConfig.from_dict(
+        {
+            "api_keys": [
+                {"name": "reader", "scope": "read", "key_sha256": hashlib.sha256(b"r-key").hexdigest()},
+                {"name": "agent", "scope": "proxy", "key_sha256": hashlib.sha256(b"p-key").hexdigest()},
+            ]
+        }
+    )
+    with LiveServer(create_app(store, models=_models(upstream), config=config)) as server:
+        body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+        url = f"{server.url}/proxy/default/v1/chat/completions"
+        assert httpx.post(url, json=body).status_code == 401
+        assert httpx.post(url, json=body, headers={"x-ctxmgmt-key": "r-key"}).status_code == 403
+        r = httpx.post(url, json=body, headers={"x-ctxmgmt-key": "p-key", "authorization": "Bearer sk-up"})
+        assert r.status_code == 200
+        assert upstream.seen[-1].headers["authorization"] == "Bearer sk-up"
+        assert "x-ctxmgmt-key" not in upstream.seen[-1].headers

@@ -1,0 +1,240 @@
+"""A recording upstream on 127.0.0.1 that speaks OpenAI Chat Completions, OpenAI Responses and
+Anthropic Messages, streamed or not, with text and tool calls: what the proxy sends it is
+kept, what it answers is scripted."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted answer: text, or tool calls ``[(name, arguments), ...]``."""
+
+    text: str = "ok"
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    raw: bytes = b""
+
+
+class Upstream:
+    """``with Upstream() as up:`` serves on ``up.base_url`` (``http://127.0.0.1:PORT/v1``)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.replies: deque[Reply] = deque()
+        self.sent: list[bytes] = []
+        """The bytes of each answer as written (the body, or the whole event stream)."""
+        self.status: int | None = None
+        self._ids = itertools.count(1)
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+                body = json.loads(raw)
+                upstream.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw))
+                if upstream.status is not None:
+                    self._send(upstream.status, "application/json", b'{"error": {"message": "upstream says no"}}')
+                    return
+                reply = upstream.replies.popleft() if upstream.replies else Reply()
+                n = next(upstream._ids)
+                kind = self.path.rsplit("/", 1)[-1]
+                tokens = max(1, len(raw) // 4)
+                if body.get("stream"):
+                    events = list(_STREAMS[kind](reply, n, tokens, body))
+                    data = b"".join(events)
+                    upstream.sent.append(data)
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("x-request-id", f"req_{n}")
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for event in events:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                data = json.dumps(_WHOLE[kind](reply, n, tokens, body)).encode()
+                upstream.sent.append(data)
+                self._send(200, "application/json", data)
+
+            def _send(self, status: int, kind: str, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(data)))
+                self.send_header("x-request-id", "req_x")
+                self.send_header("set-cookie", "upstream=secret")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> Upstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _chat(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": None if reply.calls else reply.text}
+    if reply.calls:
+        message["tool_calls"] = [
+            {"id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            for i, (name, args) in enumerate(reply.calls)
+        ]
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": body["model"],
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.calls else "stop", "logprobs": None}
+        ],
+        "usage": {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5},
+    }
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data)}\n\n".encode()
+
+
+def _chat_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Iterator[bytes]:
+    base = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": body["model"]}
+    yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+    if reply.calls:
+        for i, (name, args) in enumerate(reply.calls):
+            call = {"index": i, "id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": ""}}
+            yield _sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]})
+            part = {"index": i, "function": {"arguments": json.dumps(args)}}
+            yield _sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [part]}, "finish_reason": None}]})
+    else:
+        for word in reply.text.split(" "):
+            yield _sse({**base, "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
+    yield _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if reply.calls else "stop"}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        usage = {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5}
+        yield _sse({**base, "choices": [], "usage": usage})
+    yield b"data: [DONE]\n\n"
+
+
+def _messages(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = (
+        [{"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args} for i, (name, args) in enumerate(reply.calls)]
+        if reply.calls
+        else [{"type": "text", "text": reply.text}]
+    )
+    return {
+        "id": f"msg_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": content,
+        "stop_reason": "tool_use" if reply.calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens, "output_tokens": 5},
+    }
+
+
+def _messages_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Iterator[bytes]:
+    whole = _messages(reply, n, tokens, body)
+    start = {**whole, "content": [], "stop_reason": None, "usage": {"input_tokens": tokens, "output_tokens": 1}}
+    yield _sse({"type": "message_start", "message": start}, "message_start")
+    for i, block in enumerate(whole["content"]):
+        if block["type"] == "text":
+            yield _sse({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}, "content_block_start")
+            for word in block["text"].split(" "):
+                delta = {"type": "text_delta", "text": word + " "}
+                yield _sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta")
+        else:
+            opened = {**block, "input": {}}
+            yield _sse({"type": "content_block_start", "index": i, "content_block": opened}, "content_block_start")
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            yield _sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta")
+        yield _sse({"type": "content_block_stop", "index": i}, "content_block_stop")
+    done = {"type": "message_delta", "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None}, "usage": {"output_tokens": 5}}
+    yield _sse(done, "message_delta")
+    yield _sse({"type": "message_stop"}, "message_stop")
+
+
+def _responses(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
+    output: list[dict[str, Any]] = (
+        [
+            {"type": "function_call", "id": f"fc_{n}_{i}", "call_id": f"call_{n}_{i}", "name": name, "arguments": json.dumps(args), "status": "completed"}
+            for i, (name, args) in enumerate(reply.calls)
+        ]
+        if reply.calls
+        else [
+            {
+                "type": "message",
+                "id": f"msg_{n}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+            }
+        ]
+    )
+    return {
+        "id": f"resp_{n}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": body["model"],
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": body.get("tools", []),
+        "usage": {
+            "input_tokens": tokens,
+            "output_tokens": 5,
+            "total_tokens": tokens + 5,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def _responses_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Iterator[bytes]:
+    whole = _responses(reply, n, tokens, body)
+    seq = itertools.count()
+    pending = {**whole, "status": "in_progress", "output": [], "usage": None}
+    yield _sse({"type": "response.created", "sequence_number": next(seq), "response": pending}, "response.created")
+    for i, item in enumerate(whole["output"]):
+        yield _sse({"type": "response.output_item.added", "sequence_number": next(seq), "output_index": i, "item": item}, "response.output_item.added")
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            delta = {"type": "response.output_text.delta", "sequence_number": next(seq), "item_id": item["id"], "output_index": i, "content_index": 0, "delta": text, "logprobs": []}
+            yield _sse(delta, "response.output_text.delta")
+        yield _sse({"type": "response.output_item.done", "sequence_number": next(seq), "output_index": i, "item": item}, "response.output_item.done")
+    yield _sse({"type": "response.completed", "sequence_number": next(seq), "response": whole}, "response.completed")
+
+
+_WHOLE = {"completions": _chat, "messages": _messages, "responses": _responses}
+_STREAMS = {"completions": _chat_stream, "messages": _messages_stream, "responses": _responses_stream}
