@@ -633,11 +633,18 @@ class RawServer:
         }
         self._add(lambda send, wait: send(_head(status, head) + body))
 
-    def trickle(self, *, interval: float = 1.0, start: bytes = b'{"choices": [') -> None:
-        """The headers (no content-length), ``start``, then a space every ``interval`` seconds."""
+    def trickle(
+        self,
+        *,
+        interval: float = 1.0,
+        start: bytes = b'{"choices": [',
+        content_type: str = "application/json",
+    ) -> None:
+        """The headers (no content-length), ``start``, then a space every ``interval`` seconds
+        (``content_type="text/event-stream"``: a stream that stops sending events)."""
 
         def run(send: Any, wait: Any) -> None:
-            send(_head(200, {"content-type": "application/json", "connection": "close"}) + start)
+            send(_head(200, {"content-type": content_type, "connection": "close"}) + start)
             while not wait(interval):
                 send(b" ")
 

@@ -23,7 +23,6 @@ from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
 __all__ = ["APIS", "DEFINITION_HEADER", "SESSION_HEADER", "Api", "routes"]
 
 
-
 def _endpoint(api: Api):  # type: ignore[no-untyped-def]
     async def endpoint(request: Request) -> Response:
         return await proxy_request(request, api)
@@ -32,5 +31,7 @@ def _endpoint(api: Api):  # type: ignore[no-untyped-def]
     return endpoint
 
 
-routes = [Route(f"/proxy/{{definition}}{api.path}", _endpoint(api), methods=["POST"]) for api in APIS.values()]
+routes = [
+    Route(f"/proxy/{{definition}}{api.path}", _endpoint(api), methods=["POST"]) for api in APIS.values()
+]
 """The proxy's routes, one per provider API."""

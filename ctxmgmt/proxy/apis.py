@@ -50,7 +50,11 @@ class Api:
         if self.name == "responses" and isinstance(raw, str):
             raw = [{"role": "user", "content": raw}]  # a plain string is one user message
         if not isinstance(raw, list) or not raw:
-            kind = "a non-empty list of input items or a string" if self.name == "responses" else "a non-empty list of messages"
+            kind = (
+                "a non-empty list of input items or a string"
+                if self.name == "responses"
+                else "a non-empty list of messages"
+            )
             return f"/{self.field}: must be {kind}"
         tools = body.get("tools", [])
         if not isinstance(tools, list):
@@ -82,8 +86,18 @@ class Api:
     def error(self, status: int, kind: str, message: str) -> dict[str, Any]:
         """An error the proxy itself raises, in the provider's own shape."""
         if self.provider == "anthropic":
-            return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, kind), "message": message}}
-        return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, kind), "param": None, "code": kind}}
+            return {
+                "type": "error",
+                "error": {"type": _ANTHROPIC_TYPES.get(status, kind), "message": message},
+            }
+        return {
+            "error": {
+                "message": message,
+                "type": _OPENAI_TYPES.get(status, kind),
+                "param": None,
+                "code": kind,
+            }
+        }
 
 
 # The providers' own error types by status, so that a client's error classes match.

@@ -27,11 +27,11 @@ from ..adapters._core import Conversation
 from ..api.errors import STATUS_TABLE, HTTPProblem
 from ..api.requests import json_body, state
 from ..errors import CtxmgmtError, NotFound
-from ..llm import LLMError, ModelConfig
+from ..llm import ModelConfig
 from ..store.repository import now_ms
 from ..store.sessions import SessionStore
 from ..summaries import message_key
-from .apis import APIS, Api, Parts
+from .apis import Api, Parts
 from .usage import EventReader, usage_of
 
 __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
@@ -107,7 +107,9 @@ def _authorize(request: Request) -> bool:
             "when the model's upstream key is configured (api_key_env)",
         )
     if key.scope not in ("write", "proxy"):
-        raise _Refused(403, "security_exception", f"the key {key.name!r} may only read; the proxy calls a model")
+        raise _Refused(
+            403, "security_exception", f"the key {key.name!r} may only read; the proxy calls a model"
+        )
     return not own
 
 
@@ -153,7 +155,11 @@ def session_key(request: Request, api: Api, name: str, model: str, parts: Parts)
             400, "illegal_argument_exception", f"{SESSION_HEADER}: 1-128 characters of A-Z a-z 0-9 . _ : -"
         )
     first = parts.record[0]
-    start = given if given is not None else [parts.system_prompt, message_key(first) if isinstance(first, Mapping) else None]
+    start = (
+        given
+        if given is not None
+        else [parts.system_prompt, message_key(first) if isinstance(first, Mapping) else None]
+    )
     data = json.dumps([api.name, name, model, start], ensure_ascii=False, default=str)
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -176,11 +182,15 @@ async def _proxy(request: Request, api: Api) -> Response:
         definition, version = await asyncio.to_thread(st.store.resolve_version, name)
     except NotFound:
         hint = await asyncio.to_thread(st.store.suggest, name)
-        raise _Refused(404, "resource_not_found_exception", f"context management {name!r} not found{hint}") from None
+        raise _Refused(
+            404, "resource_not_found_exception", f"context management {name!r} not found{hint}"
+        ) from None
     sessions = SessionStore(st.store.engine)
     key = session_key(request, api, name, str(body["model"]), parts)
     saved = await asyncio.to_thread(sessions.get, key)
-    conversation = Conversation(definition, models=st.models, session=key[:32], format=api.format, pricing=config.pricing)
+    conversation = Conversation(
+        definition, models=st.models, session=key[:32], format=api.format, pricing=config.pricing
+    )
     conversation.load(saved)
     turn = await conversation.aprepare(
         parts.record,
@@ -268,11 +278,17 @@ async def _upstream(
         async with asyncio.timeout_at(deadline):
             response = await client.send(outgoing, stream=True)
     except (TimeoutError, httpx.TimeoutException):
-        raise _Refused(504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s") from None
+        raise _Refused(
+            504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
+        ) from None
     except httpx.HTTPError as exc:
-        raise _Refused(502, "llm_exception", f"could not reach the upstream {config.id!r}: {type(exc).__name__}") from None
+        raise _Refused(
+            502, "llm_exception", f"could not reach the upstream {config.id!r}: {type(exc).__name__}"
+        ) from None
     returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
-    streamed = stream and response.is_success and "text/event-stream" in response.headers.get("content-type", "")
+    streamed = (
+        stream and response.is_success and "text/event-stream" in response.headers.get("content-type", "")
+    )
     if not streamed:
         try:
             data = await _read(response, deadline, config)
@@ -285,7 +301,9 @@ async def _upstream(
                 usage = None
             await _finish(st, sessions_key, conversation, record, usage, None)
         else:
-            await _finish(st, sessions_key, conversation, record, None, f"upstream status {response.status_code}")
+            await _finish(
+                st, sessions_key, conversation, record, None, f"upstream status {response.status_code}"
+            )
         return Response(data, response.status_code, headers=returned)
 
     reader = EventReader(api.name)
@@ -318,7 +336,9 @@ async def _upstream(
 def _stream_error(api: Api, message: str) -> bytes:
     """An error event the provider's clients understand, after part of a stream went out."""
     payload = json.dumps(api.error(502, "llm_exception", message))
-    return (f"event: error\ndata: {payload}\n\n" if api.provider == "anthropic" else f"data: {payload}\n\n").encode()
+    return (
+        f"event: error\ndata: {payload}\n\n" if api.provider == "anthropic" else f"data: {payload}\n\n"
+    ).encode()
 
 
 async def _read(response: httpx.Response, deadline: float, config: ModelConfig) -> bytes:
@@ -331,12 +351,17 @@ async def _read(response: httpx.Response, deadline: float, config: ModelConfig) 
                     raise _Refused(
                         502,
                         "llm_exception",
-                        f"the upstream's answer is over {config.max_response_bytes} bytes (max_response_bytes)",
+                        f"the upstream's answer is over {config.max_response_bytes} bytes "
+                        "(max_response_bytes)",
                     )
     except (TimeoutError, httpx.TimeoutException):
-        raise _Refused(504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s") from None
+        raise _Refused(
+            504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
+        ) from None
     except httpx.HTTPError as exc:
-        raise _Refused(502, "llm_exception", f"the upstream {config.id!r} broke off: {type(exc).__name__}") from None
+        raise _Refused(
+            502, "llm_exception", f"the upstream {config.id!r} broke off: {type(exc).__name__}"
+        ) from None
     return bytes(data)
 
 
@@ -353,7 +378,9 @@ async def _finish(
     call = record["calls"][0]
     observed_any = False
     if usage and "input" in usage:
-        observed = conversation.observe(usage["input"], cached=usage.get("cached"), written=usage.get("written"))
+        observed = conversation.observe(
+            usage["input"], cached=usage.get("cached"), written=usage.get("written")
+        )
         call["reported"] = usage["input"]
         call["usage"] = dict(usage)
         if observed:

@@ -87,7 +87,9 @@ class EventReader:
 
     def _event(self, event: bytes) -> None:
         data = b"\n".join(
-            line[5:].lstrip(b" ") for line in event.replace(b"\r\n", b"\n").split(b"\n") if line.startswith(b"data:")
+            line[5:].lstrip(b" ")
+            for line in event.replace(b"\r\n", b"\n").split(b"\n")
+            if line.startswith(b"data:")
         )
         if not data or data == b"[DONE]":
             return
@@ -102,5 +104,7 @@ class EventReader:
 
 def _boundary(buffer: bytearray) -> tuple[int, int]:
     """(where the first event ends, the separator's length), or (-1, 0)."""
-    found = [(i, n) for sep, n in ((b"\n\n", 2), (b"\r\n\r\n", 4), (b"\r\r", 2)) if (i := buffer.find(sep)) >= 0]
+    found = [
+        (i, n) for sep, n in ((b"\n\n", 2), (b"\r\n\r\n", 4), (b"\r\r", 2)) if (i := buffer.find(sep)) >= 0
+    ]
     return min(found) if found else (-1, 0)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -14,50 +13,21 @@ import pytest
 from ctxmgmt.api import create_app
 from ctxmgmt.api.config import ServerConfig
 from ctxmgmt.formats import anthropic as anthropic_format
-from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.messages import check_messages
 from ctxmgmt.store import ExecutionStore
 
-from ..conftest import LiveServer, shipped
-from .upstream import Reply, Upstream
+from ..conftest import LiveServer
+from .conftest import models_for
+from .upstream import Reply
 
 SYSTEM = "You are a careful coding agent. Keep the user's constraints."
 TASK = "Fix the failing test in src/app/parser.py; run pytest -x tests/test_parser.py after each change."
 
 
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    with Upstream() as up:
-        yield up
-
-
-def _models(up: Upstream, window: int = 16_000) -> ModelsConfig:
-    return ModelsConfig.from_dict(
-        {
-            "models": {
-                "gpt-test": {"base_url": up.base_url, "model": "gpt-upstream", "context_window": window},
-                "claude-test": {"base_url": up.base_url, "model": "claude-upstream", "provider": "anthropic", "context_window": window},
-            }
-        }
-    )
-
-
-@pytest.fixture
-def store(store):
-    """The store, with the shipped definitions as ``ctxmgmt serve`` seeds them."""
-    for name in ("default", "cache-aware"):
-        store.seed(name, shipped(name))
-    return store
-
-
-@pytest.fixture
-def proxy(store, upstream) -> Iterator[LiveServer]:
-    with LiveServer(create_app(store, models=_models(upstream))) as server:
-        yield server
-
-
 def _log_line(i: int) -> str:
-    return f"2026-11-25T10:{i % 60:02d}:00 INFO worker-{i % 7} processed batch {i} from /var/data/in/{i}.json ok"
+    return (
+        f"2026-11-25T10:{i % 60:02d}:00 INFO worker-{i % 7} processed batch {i} from /var/data/in/{i}.json ok"
+    )
 
 
 def _tool_output(i: int, lines: int = 120) -> str:
@@ -105,9 +75,9 @@ def test_the_definition_manages_an_80_step_tool_loop_at_16k(proxy, upstream, def
         assert counter.context(Context(messages=sent))[0] <= 16_000
     assert len(messages) > 160
     shares = []
-    for before, after in zip(upstream.seen, upstream.seen[1:]):
+    for before, after in zip(upstream.seen, upstream.seen[1:], strict=False):
         a, b = before.raw, after.raw
-        common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        common = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         shares.append(common / len(b))
     if definition == "cache-aware":
         assert sorted(shares)[len(shares) // 2] >= 0.5
@@ -116,7 +86,12 @@ def test_the_definition_manages_an_80_step_tool_loop_at_16k(proxy, upstream, def
 def test_streamed_chat_passes_through_in_order(proxy, upstream):
     """A streamed answer reaches the client event by event, byte for byte."""
     upstream.replies.append(Reply("one two three four"))
-    body = {"model": "gpt-test", "stream": True, "stream_options": {"include_usage": True}, "messages": [{"role": "user", "content": TASK}]}
+    body = {
+        "model": "gpt-test",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": TASK}],
+    }
     with httpx.stream("POST", f"{proxy.url}/proxy/default/v1/chat/completions", json=body, timeout=10) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
@@ -124,7 +99,9 @@ def test_streamed_chat_passes_through_in_order(proxy, upstream):
     assert got == upstream.sent[-1]
     client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
     upstream.replies.append(Reply("alpha beta"))
-    stream = client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": TASK}], stream=True)
+    stream = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": TASK}], stream=True
+    )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text.split() == ["alpha", "beta"]
 
@@ -133,7 +110,9 @@ def test_anthropic_sdk_messages_streamed_and_not(proxy, upstream):
     """The Anthropic SDK pointed at /proxy/default gets the answer, streamed and not."""
     client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="sk-ant-client")
     upstream.replies.append(Reply("done"))
-    answer = client.messages.create(model="claude-test", max_tokens=100, system=SYSTEM, messages=[{"role": "user", "content": TASK}])
+    answer = client.messages.create(
+        model="claude-test", max_tokens=100, system=SYSTEM, messages=[{"role": "user", "content": TASK}]
+    )
     assert answer.content[0].text == "done"
     seen = upstream.seen[-1]
     assert seen.path == "/v1/messages"
@@ -142,7 +121,9 @@ def test_anthropic_sdk_messages_streamed_and_not(proxy, upstream):
     assert seen.body["system"] == SYSTEM and seen.body["model"] == "claude-upstream"
     assert anthropic_format.check(seen.body["messages"]) == []
     upstream.replies.append(Reply(calls=[("read_file", {"path": "src/app/parser.py"})]))
-    with client.messages.stream(model="claude-test", max_tokens=100, messages=[{"role": "user", "content": TASK}]) as stream:
+    with client.messages.stream(
+        model="claude-test", max_tokens=100, messages=[{"role": "user", "content": TASK}]
+    ) as stream:
         final = stream.get_final_message()
     assert final.content[0].type == "tool_use" and final.content[0].input == {"path": "src/app/parser.py"}
 
@@ -156,7 +137,9 @@ def test_openai_sdk_responses_streamed_and_not(proxy, upstream):
     assert upstream.seen[-1].path == "/v1/responses"
     assert upstream.seen[-1].body["instructions"] == SYSTEM
     upstream.replies.append(Reply("streamed fine"))
-    events = list(client.responses.create(model="gpt-test", input=[{"role": "user", "content": TASK}], stream=True))
+    events = list(
+        client.responses.create(model="gpt-test", input=[{"role": "user", "content": TASK}], stream=True)
+    )
     assert events[-1].type == "response.completed"
     assert events[-1].response.output_text == "streamed fine"
 
@@ -185,14 +168,19 @@ def test_errors_come_in_the_providers_shape(proxy, upstream, path, shape):
         else:
             assert data["error"]["message"] and data["error"]["type"]
     assert upstream.seen == []
-    r = httpx.post(f"{proxy.url}/proxy/default{path}", content=b"{not json", headers={"content-type": "application/json"})
+    r = httpx.post(
+        f"{proxy.url}/proxy/default{path}", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400
 
 
 def test_an_upstream_error_comes_back_unchanged(proxy, upstream):
     """The upstream's own error status and body reach the client as they were."""
     upstream.status = 429
-    r = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json={"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]})
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions",
+        json={"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert r.status_code == 429
     assert r.json() == {"error": {"message": "upstream says no"}}
     assert "set-cookie" not in r.headers
@@ -222,7 +210,7 @@ def test_project_keys_protect_the_proxy(store, upstream):
             ]
         }
     )
-    with LiveServer(create_app(store, models=_models(upstream), config=config)) as server:
+    with LiveServer(create_app(store, models=models_for(upstream), config=config)) as server:
         body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
         url = f"{server.url}/proxy/default/v1/chat/completions"
         assert httpx.post(url, json=body).status_code == 401

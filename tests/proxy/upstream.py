@@ -48,9 +48,13 @@ class Upstream:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
                 body = json.loads(raw)
-                upstream.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw))
+                upstream.seen.append(
+                    Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw)
+                )
                 if upstream.status is not None:
-                    self._send(upstream.status, "application/json", b'{"error": {"message": "upstream says no"}}')
+                    self._send(
+                        upstream.status, "application/json", b'{"error": {"message": "upstream says no"}}'
+                    )
                     return
                 reply = upstream.replies.popleft() if upstream.replies else Reply()
                 n = next(upstream._ids)
@@ -89,6 +93,10 @@ class Upstream:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
+    def reset(self) -> None:
+        """Number the answers' ids from 1 again (a second run of the same conversation)."""
+        self._ids = itertools.count(1)
+
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
@@ -106,7 +114,11 @@ def _chat(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, 
     message: dict[str, Any] = {"role": "assistant", "content": None if reply.calls else reply.text}
     if reply.calls:
         message["tool_calls"] = [
-            {"id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            {
+                "id": f"call_{n}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
             for i, (name, args) in enumerate(reply.calls)
         ]
     return {
@@ -115,7 +127,12 @@ def _chat(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, 
         "created": 1_700_000_000,
         "model": body["model"],
         "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.calls else "stop", "logprobs": None}
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if reply.calls else "stop",
+                "logprobs": None,
+            }
         ],
         "usage": {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5},
     }
@@ -127,18 +144,44 @@ def _sse(data: Any, event: str | None = None) -> bytes:
 
 
 def _chat_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Iterator[bytes]:
-    base = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": body["model"]}
-    yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+    base = {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": body["model"],
+    }
+    yield _sse(
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        }
+    )
     if reply.calls:
         for i, (name, args) in enumerate(reply.calls):
-            call = {"index": i, "id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": ""}}
-            yield _sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]})
+            call = {
+                "index": i,
+                "id": f"call_{n}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
+            yield _sse(
+                {**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}
+            )
             part = {"index": i, "function": {"arguments": json.dumps(args)}}
-            yield _sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [part]}, "finish_reason": None}]})
+            yield _sse(
+                {**base, "choices": [{"index": 0, "delta": {"tool_calls": [part]}, "finish_reason": None}]}
+            )
     else:
         for word in reply.text.split(" "):
-            yield _sse({**base, "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
-    yield _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if reply.calls else "stop"}]})
+            yield _sse(
+                {**base, "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]}
+            )
+    yield _sse(
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if reply.calls else "stop"}],
+        }
+    )
     if (body.get("stream_options") or {}).get("include_usage"):
         usage = {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5}
         yield _sse({**base, "choices": [], "usage": usage})
@@ -147,7 +190,10 @@ def _chat_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Ite
 
 def _messages(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
     content: list[dict[str, Any]] = (
-        [{"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args} for i, (name, args) in enumerate(reply.calls)]
+        [
+            {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args}
+            for i, (name, args) in enumerate(reply.calls)
+        ]
         if reply.calls
         else [{"type": "text", "text": reply.text}]
     )
@@ -165,21 +211,35 @@ def _messages(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[s
 
 def _messages_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Iterator[bytes]:
     whole = _messages(reply, n, tokens, body)
-    start = {**whole, "content": [], "stop_reason": None, "usage": {"input_tokens": tokens, "output_tokens": 1}}
+    start = {
+        **whole,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": tokens, "output_tokens": 1},
+    }
     yield _sse({"type": "message_start", "message": start}, "message_start")
     for i, block in enumerate(whole["content"]):
         if block["type"] == "text":
-            yield _sse({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}, "content_block_start")
+            yield _sse(
+                {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                "content_block_start",
+            )
             for word in block["text"].split(" "):
                 delta = {"type": "text_delta", "text": word + " "}
                 yield _sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta")
         else:
             opened = {**block, "input": {}}
-            yield _sse({"type": "content_block_start", "index": i, "content_block": opened}, "content_block_start")
+            yield _sse(
+                {"type": "content_block_start", "index": i, "content_block": opened}, "content_block_start"
+            )
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
             yield _sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta")
         yield _sse({"type": "content_block_stop", "index": i}, "content_block_stop")
-    done = {"type": "message_delta", "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None}, "usage": {"output_tokens": 5}}
+    done = {
+        "type": "message_delta",
+        "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
+        "usage": {"output_tokens": 5},
+    }
     yield _sse(done, "message_delta")
     yield _sse({"type": "message_stop"}, "message_stop")
 
@@ -187,7 +247,14 @@ def _messages_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) ->
 def _responses(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
     output: list[dict[str, Any]] = (
         [
-            {"type": "function_call", "id": f"fc_{n}_{i}", "call_id": f"call_{n}_{i}", "name": name, "arguments": json.dumps(args), "status": "completed"}
+            {
+                "type": "function_call",
+                "id": f"fc_{n}_{i}",
+                "call_id": f"call_{n}_{i}",
+                "name": name,
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
             for i, (name, args) in enumerate(reply.calls)
         ]
         if reply.calls
@@ -225,15 +292,43 @@ def _responses_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -
     whole = _responses(reply, n, tokens, body)
     seq = itertools.count()
     pending = {**whole, "status": "in_progress", "output": [], "usage": None}
-    yield _sse({"type": "response.created", "sequence_number": next(seq), "response": pending}, "response.created")
+    yield _sse(
+        {"type": "response.created", "sequence_number": next(seq), "response": pending}, "response.created"
+    )
     for i, item in enumerate(whole["output"]):
-        yield _sse({"type": "response.output_item.added", "sequence_number": next(seq), "output_index": i, "item": item}, "response.output_item.added")
+        yield _sse(
+            {
+                "type": "response.output_item.added",
+                "sequence_number": next(seq),
+                "output_index": i,
+                "item": item,
+            },
+            "response.output_item.added",
+        )
         if item["type"] == "message":
             text = item["content"][0]["text"]
-            delta = {"type": "response.output_text.delta", "sequence_number": next(seq), "item_id": item["id"], "output_index": i, "content_index": 0, "delta": text, "logprobs": []}
+            delta = {
+                "type": "response.output_text.delta",
+                "sequence_number": next(seq),
+                "item_id": item["id"],
+                "output_index": i,
+                "content_index": 0,
+                "delta": text,
+                "logprobs": [],
+            }
             yield _sse(delta, "response.output_text.delta")
-        yield _sse({"type": "response.output_item.done", "sequence_number": next(seq), "output_index": i, "item": item}, "response.output_item.done")
-    yield _sse({"type": "response.completed", "sequence_number": next(seq), "response": whole}, "response.completed")
+        yield _sse(
+            {
+                "type": "response.output_item.done",
+                "sequence_number": next(seq),
+                "output_index": i,
+                "item": item,
+            },
+            "response.output_item.done",
+        )
+    yield _sse(
+        {"type": "response.completed", "sequence_number": next(seq), "response": whole}, "response.completed"
+    )
 
 
 _WHOLE = {"completions": _chat, "messages": _messages, "responses": _responses}

@@ -1,0 +1,50 @@
+"""The proxy's fixtures: a recording upstream, and a real uvicorn server over a store that
+holds the shipped definitions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ctxmgmt.api import create_app
+from ctxmgmt.llm import ModelsConfig
+
+from ..conftest import LiveServer, shipped
+from .upstream import Upstream
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    with Upstream() as up:
+        yield up
+
+
+def models_for(up: Upstream, window: int = 16_000) -> ModelsConfig:
+    return ModelsConfig.from_dict(
+        {
+            "models": {
+                "gpt-test": {"base_url": up.base_url, "model": "gpt-upstream", "context_window": window},
+                "claude-test": {
+                    "base_url": up.base_url,
+                    "model": "claude-upstream",
+                    "provider": "anthropic",
+                    "context_window": window,
+                },
+            }
+        }
+    )
+
+
+@pytest.fixture
+def store(store):
+    """The store, with the shipped definitions as ``ctxmgmt serve`` seeds them."""
+    for name in ("default", "cache-aware"):
+        store.seed(name, shipped(name))
+    return store
+
+
+@pytest.fixture
+def proxy(store, upstream) -> Iterator[LiveServer]:
+    with LiveServer(create_app(store, models=models_for(upstream))) as server:
+        yield server

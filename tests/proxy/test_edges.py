@@ -1,0 +1,133 @@
+"""The proxy at its edges: upstreams that trickle, stall or flood end at the model's deadline or
+size limit, with an answer in the provider's shape; bodies are bounded."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from ctxmgmt.api import create_app
+from ctxmgmt.api.config import ServerConfig
+from ctxmgmt.llm import ModelsConfig
+from ctxmgmt.testing import RawServer
+
+from ..conftest import LiveServer
+
+TIMEOUT = 1.5
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture
+def raw():
+    with RawServer() as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(store, raw):
+    models = ModelsConfig.from_dict(
+        {
+            "models": {
+                "m": {
+                    "base_url": raw.base_url,
+                    "model": "up",
+                    "context_window": 8000,
+                    "timeout": TIMEOUT,
+                    "max_retries": 0,
+                    "max_response_bytes": 1 << 20,
+                },
+                "a": {
+                    "base_url": raw.base_url,
+                    "model": "up",
+                    "provider": "anthropic",
+                    "context_window": 8000,
+                    "timeout": TIMEOUT,
+                },
+            }
+        }
+    )
+    config = ServerConfig.from_dict({"proxy_max_body_bytes": 4096})
+    with LiveServer(create_app(store, models=models, config=config)) as server:
+        yield server
+
+
+def _post(proxy, body, path="/v1/chat/completions"):
+    started = time.monotonic()
+    r = httpx.post(f"{proxy.url}/proxy/default{path}", json=body, timeout=30)
+    return r, time.monotonic() - started
+
+
+@pytest.mark.parametrize("behaviour", ["trickle_headers", "trickle", "stall"])
+def test_a_slow_upstream_ends_at_the_deadline_with_a_504(proxy, raw, behaviour):
+    """Headers or a body that trickle, or no answer at all: a 504 in the provider's shape at the
+    model's deadline for the whole call."""
+    getattr(raw, behaviour)(**({"interval": 0.2} if behaviour != "stall" else {}))
+    r, took = _post(proxy, BODY)
+    assert r.status_code == 504
+    assert "did not" in r.json()["error"]["message"]
+    assert took < TIMEOUT + 3
+
+
+def test_a_stream_that_stops_ends_at_the_deadline_with_an_error_event(proxy, raw):
+    """A streamed answer whose events stop coming ends at the deadline: what came is passed on,
+    then an error event the client's SDK raises."""
+    first = b'data: {"id": "c", "object": "chat.completion.chunk", "choices": []}\n\n'
+    raw.trickle(interval=0.2, start=first, content_type="text/event-stream")
+    started = time.monotonic()
+    with httpx.stream(
+        "POST", f"{proxy.url}/proxy/default/v1/chat/completions", json={**BODY, "stream": True}, timeout=30
+    ) as r:
+        got = b"".join(r.iter_bytes())
+    assert time.monotonic() - started < TIMEOUT + 3
+    assert got.startswith(first)
+    assert b'"error"' in got.rsplit(b"data: ", 1)[-1]
+
+
+def test_a_flooding_upstream_is_cut_at_its_size_limit(proxy, raw):
+    """An answer larger than max_response_bytes is refused as it arrives: a 502, not read whole."""
+    raw.flood(50 << 20)
+    r, _ = _post(proxy, BODY)
+    assert r.status_code == 502
+    assert "max_response_bytes" in r.json()["error"]["message"]
+
+
+def test_a_body_over_the_proxy_limit_is_a_413_in_the_providers_shape(proxy, raw):
+    """A request body over server.proxy_max_body_bytes is refused before any upstream call."""
+    big = {"model": "a", "max_tokens": 5, "messages": [{"role": "user", "content": "x" * 8000}]}
+    r, _ = _post(proxy, big, "/v1/messages")
+    assert r.status_code == 413
+    assert r.json()["type"] == "error" and "proxy_max_body_bytes" in r.json()["error"]["message"]
+    assert raw.requests == 0
+
+
+def test_an_unreachable_upstream_is_a_502(store):
+    """No server at the model's base_url: a 502 in the provider's shape."""
+    from ..conftest import free_port
+
+    models = ModelsConfig.from_dict(
+        {
+            "models": {
+                "m": {"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "up", "context_window": 8000}
+            }
+        }
+    )
+    with LiveServer(create_app(store, models=models)) as server:
+        r = httpx.post(f"{server.url}/proxy/default/v1/chat/completions", json=BODY)
+    assert r.status_code == 502 and "could not reach" in r.json()["error"]["message"]
+
+
+def test_an_invalid_history_is_a_400_naming_the_message(proxy, raw):
+    """A tool result without its call is refused with its JSON pointer; nothing goes upstream."""
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "tool", "tool_call_id": "x", "content": "r"},
+        ],
+    }
+    r, _ = _post(proxy, body)
+    assert r.status_code == 400
+    assert "/messages/1" in r.json()["error"]["message"]
+    assert raw.requests == 0

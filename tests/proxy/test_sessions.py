@@ -1,0 +1,132 @@
+"""A conversation continues across requests: its managed state is kept in the store, shared by
+every `ctxmgmt serve` process on it."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+import yaml
+
+from ctxmgmt.adapters._core import Conversation
+from ctxmgmt.api import create_app
+from ctxmgmt.definitions import load_definition
+
+from ..conftest import PG_ENV, LiveServer, serve
+from .conftest import models_for
+from .test_proxy import SYSTEM, TASK, _tool_output
+from .upstream import Reply, Upstream
+
+
+def _loop(post, upstream: Upstream, steps: int, **headers: str) -> list[dict]:
+    """Drive a tool loop through ``post`` (one callable per request); the requests upstream saw."""
+    messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    first = len(upstream.seen)
+    for step in range(steps):
+        upstream.replies.append(Reply(calls=[("bash", {"cmd": f"cat /var/data/in/{step}.log"})]))
+        r = post(step, {"model": "gpt-test", "messages": messages}, headers)
+        assert r.status_code == 200, r.text
+        message = r.json()["choices"][0]["message"]
+        messages.append({k: v for k, v in message.items() if v is not None})
+        call = message["tool_calls"][0]
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": _tool_output(step, 60)})
+    return [s.body for s in upstream.seen[first:]]
+
+
+def test_the_proxy_sends_what_the_conversation_engine_makes(store):
+    """Request by request, the proxy sends upstream what one conversation engine, carried from
+    call to call, makes of the growing history: the state continues across requests."""
+    with Upstream() as upstream, LiveServer(create_app(store, models=models_for(upstream, 6000))) as proxy:
+        url = f"{proxy.url}/proxy/default/v1/chat/completions"
+        sent = _loop(lambda _, body, h: httpx.post(url, json=body, headers=h, timeout=30), upstream, 30)
+        reported = [max(1, len(s.raw) // 4) for s in upstream.seen]  # the usage the upstream reported
+    engine = Conversation(load_definition("default"))
+    for body in sent:
+        assert body["messages"][0] == {"role": "system", "content": SYSTEM}
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    summaries = 0
+    for step, body in enumerate(sent):
+        turn = engine.prepare(messages, model="gpt-upstream", context_window=6000, tools=[])
+        assert turn.messages == body["messages"], step
+        engine.observe(reported[step])  # calibrated as the proxy was, on the upstream's report
+        summaries += any(str(m.get("content")).startswith("[ctxmgmt:summary]") for m in turn.messages)
+        call = {
+            "id": f"call_{step + 1}_0",
+            "type": "function",
+            "function": {"name": "bash", "arguments": f'{{"cmd": "cat /var/data/in/{step}.log"}}'},
+        }
+        messages += [
+            {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": _tool_output(step, 60)},
+        ]
+    assert summaries >= 10  # the window filled: most requests went on from a summary
+
+
+def test_a_session_header_keeps_conversations_apart(store):
+    """Two conversations with the same start, told apart by X-Ctxmgmt-Session, keep their own state."""
+    from sqlalchemy import func, select
+
+    from ctxmgmt.store.models import proxy_sessions
+
+    with Upstream() as upstream, LiveServer(create_app(store, models=models_for(upstream))) as proxy:
+        url = f"{proxy.url}/proxy/default/v1/chat/completions"
+        for session in ("run-a", "run-b"):
+            _loop(
+                lambda _, b, h: httpx.post(url, json=b, headers=h, timeout=30),
+                upstream,
+                2,
+                **{"x-ctxmgmt-session": session},
+            )
+        r = httpx.post(
+            url,
+            json={"model": "gpt-test", "messages": [{"role": "user", "content": "x"}]},
+            headers={"x-ctxmgmt-session": "bad key!"},
+        )
+        assert r.status_code == 400 and "x-ctxmgmt-session" in r.json()["error"]["message"]
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(proxy_sessions)).scalar_one() == 2
+
+
+@pytest.mark.postgres
+def test_two_serve_processes_on_postgresql_send_what_one_does(tmp_path, database_url):
+    """Two `ctxmgmt serve` processes on one PostgreSQL store, taking turns on one conversation,
+    send upstream the same requests as one process does."""
+    if database_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL only")
+    assert os.environ.get(PG_ENV)
+    with Upstream() as upstream:
+        config = tmp_path / "config.yaml"
+        models = {
+            "gpt-test": {"base_url": upstream.base_url, "model": "gpt-upstream", "context_window": 6000}
+        }
+        config.write_text(yaml.safe_dump({"models": models}))
+        with serve(tmp_path, database_url, "--config", str(config)) as one:
+            alone = _loop(
+                lambda _, b, h: httpx.post(
+                    f"{one}/proxy/default/v1/chat/completions", json=b, headers=h, timeout=30
+                ),
+                upstream,
+                24,
+                **{"x-ctxmgmt-session": "alone"},
+            )
+        upstream.reset()
+        with (
+            serve(tmp_path, database_url, "--config", str(config)) as a,
+            serve(tmp_path, database_url, "--config", str(config)) as b,
+        ):
+            urls = (a, b)
+            shared = _loop(
+                lambda step, body, h: httpx.post(
+                    f"{urls[step % 2]}/proxy/default/v1/chat/completions", json=body, headers=h, timeout=30
+                ),
+                upstream,
+                24,
+                **{"x-ctxmgmt-session": "shared"},
+            )
+    assert shared == alone
+    assert any(
+        m.get("content", "").startswith("[ctxmgmt:summary]")
+        for m in alone[-1]["messages"]
+        if isinstance(m.get("content"), str)
+    )
