@@ -16,7 +16,8 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -26,12 +27,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..adapters._core import Conversation
 from ..api.errors import STATUS_TABLE, HTTPProblem
 from ..api.requests import json_body, state
-from ..errors import CtxmgmtError, NotFound
+from ..errors import CtxmgmtError, NotFound, ToolError
+from ..formats import internal
 from ..llm import ModelConfig
+from ..messages import mentions_archive
 from ..store.repository import now_ms
 from ..store.sessions import SessionStore
 from ..summaries import message_key
+from ..tools import Tool, recall_tools
 from .apis import Api, Parts
+from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
 from .usage import EventReader, usage_of
 
 __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
@@ -118,7 +123,7 @@ def _model(request: Request, body: Mapping[str, Any], api: Api) -> ModelConfig:
     if not isinstance(model_id, str) or not model_id:
         raise _Refused(400, "illegal_argument_exception", "/model: must be the name of a configured model")
     models = state(request).models
-    config = models.get(model_id)
+    config: ModelConfig | None = models.get(model_id)
     if config is None:
         known = ", ".join(sorted(models)[:20]) or "none"
         raise _Refused(
@@ -188,8 +193,14 @@ async def _proxy(request: Request, api: Api) -> Response:
     sessions = SessionStore(st.store.engine)
     key = session_key(request, api, name, str(body["model"]), parts)
     saved = await asyncio.to_thread(sessions.get, key)
+    offloader = st.runner.offloader
     conversation = Conversation(
-        definition, models=st.models, session=key[:32], format=api.format, pricing=config.pricing
+        definition,
+        models=st.models,
+        offloader=offloader,
+        session=key[:32],
+        format=api.format,
+        pricing=config.pricing,
     )
     conversation.load(saved)
     turn = await conversation.aprepare(
@@ -201,6 +212,15 @@ async def _proxy(request: Request, api: Api) -> Response:
     )
     await asyncio.to_thread(sessions.put, key, conversation.saved)
     outgoing = api.managed(body, turn.messages, config.model)
+    headers = _headers(request, config, own_key)  # before anything is recorded: a bad key is a 400
+    recall: list[Tool] = []
+    way = internal(turn.context)
+    managed = (way.context if way is not None else turn.context).messages
+    # Streamed answers pass through as they arrive, so the proxy cannot answer a recall call
+    # in them: recall is offered to whole (unstreamed) requests.
+    if offloader is not None and not parts.stream and any(mentions_archive(m) for m in managed):
+        recall = recall_tools(offloader, key[:32])
+        outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
     record = {
         "execution_id": uuid.uuid4().hex,
         "agent_id": f"proxy-{name}",
@@ -224,7 +244,8 @@ async def _proxy(request: Request, api: Api) -> Response:
         ],
         "hooks": [{"hook": e["hook"], "iteration": 1, "call": 1, "entries": [e]} for e in turn.trace],
     }
-    return await _upstream(request, api, config, outgoing, own_key, parts.stream, conversation, record, key)
+    exchange = _Exchange(request, api, config, headers, conversation, record, key, recall)
+    return await _upstream(exchange, outgoing, parts.stream)
 
 
 def _headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, str]:
@@ -254,91 +275,141 @@ def _headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, 
     return headers
 
 
-async def _upstream(
-    request: Request,
-    api: Api,
-    config: ModelConfig,
-    body: dict[str, Any],
-    own_key: bool,
-    stream: bool,
-    conversation: Conversation,
-    record: dict[str, Any],
-    sessions_key: str,
-) -> Response:
-    st = state(request)
-    headers = _headers(request, config, own_key)
-    url = config.base_url.rstrip("/") + api.path.removeprefix("/v1")
-    pool = st.runner.pool
-    client = pool.aclient(config) if pool is not None else httpx.AsyncClient(timeout=config.timeout)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + config.timeout
-    content = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    outgoing = client.build_request("POST", url, content=content, headers=headers, timeout=config.timeout)
-    try:
-        async with asyncio.timeout_at(deadline):
-            response = await client.send(outgoing, stream=True)
-    except (TimeoutError, httpx.TimeoutException):
-        raise _Refused(
-            504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
-        ) from None
-    except httpx.HTTPError as exc:
-        raise _Refused(
-            502, "llm_exception", f"could not reach the upstream {config.id!r}: {type(exc).__name__}"
-        ) from None
+@dataclass(slots=True)
+class _Exchange:
+    """One proxied request on its way: where it goes, and what it has done."""
+
+    request: Request
+    api: Api
+    config: ModelConfig
+    headers: dict[str, str]
+    conversation: Conversation
+    record: dict[str, Any]
+    key: str
+    recall: list[Tool]
+    """The recall tools offered to the model (none: the request names no archive)."""
+
+    async def send(self, body: Mapping[str, Any]) -> httpx.Response:
+        """Send a request upstream; its answer's head (the body is read as a stream)."""
+        config = self.config
+        pool = state(self.request).runner.pool
+        assert pool is not None  # create_app gives the runner the server's pool
+        client = pool.aclient(config)
+        url = config.base_url.rstrip("/") + self.api.path.removeprefix("/v1")
+        content = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        outgoing = client.build_request("POST", url, content=content, headers=self.headers)
+        try:
+            async with asyncio.timeout(config.timeout):
+                return await client.send(outgoing, stream=True)
+        except (TimeoutError, httpx.TimeoutException):
+            raise _Refused(
+                504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise _Refused(
+                502, "llm_exception", f"could not reach the upstream {config.id!r}: {type(exc).__name__}"
+            ) from None
+
+
+async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool) -> Response:
+    """The managed request upstream, its answer back: whole (with recall rounds answered here)
+    or streamed as it arrives."""
+    api, config = exchange.api, exchange.config
+    deadline = asyncio.get_running_loop().time() + config.timeout
+    response = await exchange.send(body)
     returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
-    streamed = (
-        stream and response.is_success and "text/event-stream" in response.headers.get("content-type", "")
-    )
-    if not streamed:
+    if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
+        return StreamingResponse(
+            _events(exchange, response, deadline), response.status_code, headers=returned
+        )
+    try:
+        data = await _read(response, deadline, config)
+    finally:
+        await response.aclose()
+    usage = _usage(api, data) if response.is_success else None
+    failure = None if response.is_success else f"upstream status {response.status_code}"
+    rounds = 0
+    while exchange.recall and response.is_success and rounds < MAX_ROUNDS:
+        answer = _json(data)
+        calls = calls_of(api.name, answer)
+        if not calls:
+            break
+        rounds += 1
+        results = [(call_id, await _recall(exchange.recall, name, args)) for call_id, name, args in calls]
+        body = continued(api.name, api.field, body, answer, results)
+        if rounds == MAX_ROUNDS:  # the last round offers no recall tool: its answer calls none
+            body["tools"] = without_recall(api.name, body.get("tools") or [])
+            if not body["tools"]:
+                del body["tools"]
+        exchange.record["calls"].append({"call": rounds + 1, "recall": [name for _, name, _ in calls]})
+        deadline = asyncio.get_running_loop().time() + config.timeout
+        response = await exchange.send(body)
+        returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
         try:
             data = await _read(response, deadline, config)
         finally:
             await response.aclose()
-        if response.is_success:
-            try:
-                usage = usage_of(api.name, json.loads(data))
-            except ValueError:
-                usage = None
-            await _finish(st, sessions_key, conversation, record, usage, None)
-        else:
-            await _finish(
-                st, sessions_key, conversation, record, None, f"upstream status {response.status_code}"
-            )
-        return Response(data, response.status_code, headers=returned)
+        if not response.is_success:
+            failure = f"upstream status {response.status_code} in recall round {rounds}"
+    await _finish(exchange, usage, failure)
+    return Response(data, response.status_code, headers=returned)
 
-    reader = EventReader(api.name)
 
-    async def events() -> AsyncIterator[bytes]:
-        failure: str | None = None
-        total = 0
-        try:
-            async with asyncio.timeout_at(deadline):
-                async for chunk in response.aiter_bytes():
-                    total += len(chunk)
-                    if total > config.max_response_bytes:
-                        failure = f"the upstream's stream is over {config.max_response_bytes} bytes"
-                        break
-                    reader.feed(chunk)
-                    yield chunk
-        except (TimeoutError, httpx.TimeoutException):
-            failure = f"the upstream {config.id!r} did not finish within {config.timeout:g} s"
-        except httpx.HTTPError as exc:
-            failure = f"the upstream {config.id!r} broke off: {type(exc).__name__}"
-        finally:
-            await response.aclose()
-            await _finish(st, sessions_key, conversation, record, reader.usage or None, failure)
-        if failure is not None:
-            yield _stream_error(api, failure)
+async def _events(exchange: _Exchange, response: httpx.Response, deadline: float) -> AsyncIterator[bytes]:
+    """The upstream's events as they arrive, then the record; an error event when it breaks off."""
+    config = exchange.config
+    reader = EventReader(exchange.api.name)
+    failure: str | None = None
+    total = 0
+    try:
+        async with asyncio.timeout_at(deadline):
+            async for chunk in response.aiter_bytes():
+                total += len(chunk)
+                if total > config.max_response_bytes:
+                    limit = config.max_response_bytes
+                    failure = f"the upstream's stream is over {limit} bytes (max_response_bytes)"
+                    break
+                reader.feed(chunk)
+                yield chunk
+    except (TimeoutError, httpx.TimeoutException):
+        failure = f"the upstream {config.id!r} did not finish within {config.timeout:g} s"
+    except httpx.HTTPError as exc:
+        failure = f"the upstream {config.id!r} broke off: {type(exc).__name__}"
+    finally:
+        await response.aclose()
+        await _finish(exchange, reader.usage or None, failure)
+    if failure is not None:
+        yield _stream_error(exchange.api, failure)
 
-    return StreamingResponse(events(), response.status_code, headers=returned)
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _usage(api: Api, data: bytes) -> dict[str, int] | None:
+    return usage_of(api.name, _json(data))
+
+
+async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any]) -> str:
+    """A recall tool's answer (its error, said, when it fails)."""
+    tool = next(t for t in tools if t.name == name)
+    try:
+        async with asyncio.timeout(tool.timeout):
+            return await tool.run(arguments)
+    except ToolError as exc:
+        return f"error: {exc}"
+    except TimeoutError:
+        return f"error: {name} did not finish within {tool.timeout:g} s"
 
 
 def _stream_error(api: Api, message: str) -> bytes:
     """An error event the provider's clients understand, after part of a stream went out."""
     payload = json.dumps(api.error(502, "llm_exception", message))
-    return (
-        f"event: error\ndata: {payload}\n\n" if api.provider == "anthropic" else f"data: {payload}\n\n"
-    ).encode()
+    event = f"event: error\ndata: {payload}\n\n" if api.provider == "anthropic" else f"data: {payload}\n\n"
+    return event.encode()
 
 
 async def _read(response: httpx.Response, deadline: float, config: ModelConfig) -> bytes:
@@ -365,16 +436,11 @@ async def _read(response: httpx.Response, deadline: float, config: ModelConfig) 
     return bytes(data)
 
 
-async def _finish(
-    st: Any,
-    key: str,
-    conversation: Conversation,
-    record: dict[str, Any],
-    usage: Mapping[str, int] | None,
-    failure: str | None,
-) -> None:
+async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure: str | None) -> None:
     """Calibrate on the reported usage (kept with the conversation), and store the record;
     once the answer went out, a failure to store is only logged."""
+    st = state(exchange.request)
+    conversation, record = exchange.conversation, exchange.record
     call = record["calls"][0]
     observed_any = False
     if usage and "input" in usage:
@@ -389,10 +455,11 @@ async def _finish(
     record["status"] = "error" if failure else "finished"
     record["error"] = failure
     record["ended_time"] = now_ms()
+    record["llm_calls"] = len(record["calls"])
     record["max_request_tokens"] = call.get("calibrated") or call.get("tokens_after") or 0
     try:
         if observed_any:
-            await asyncio.to_thread(SessionStore(st.store.engine).put, key, conversation.saved)
+            await asyncio.to_thread(SessionStore(st.store.engine).put, exchange.key, conversation.saved)
         await asyncio.to_thread(st.runner.executions.save, record)
     except Exception:
         log.warning("could not store the proxy's execution record %s", record["execution_id"], exc_info=True)

@@ -35,7 +35,8 @@ class Upstream:
 
     def __init__(self) -> None:
         self.seen: list[Seen] = []
-        self.replies: deque[Reply] = deque()
+        self.replies: deque[Any] = deque()
+        """Replies in turn: a :class:`Reply`, or a callable that makes one from the request body."""
         self.sent: list[bytes] = []
         """The bytes of each answer as written (the body, or the whole event stream)."""
         self.status: int | None = None
@@ -57,6 +58,8 @@ class Upstream:
                     )
                     return
                 reply = upstream.replies.popleft() if upstream.replies else Reply()
+                if callable(reply):  # a reply made from the request
+                    reply = reply(body)
                 n = next(upstream._ids)
                 kind = self.path.rsplit("/", 1)[-1]
                 tokens = max(1, len(raw) // 4)

@@ -1,0 +1,146 @@
+"""Recall through the proxy: when the managed request names archived content, the model is
+offered ``context_read`` / ``context_search``; the proxy answers those calls itself and asks
+the upstream again, so the client never sees a tool it does not know.
+
+A reply that calls a recall tool beside the client's own tools goes on with the recall calls
+only (the model decides again once it has read); after :data:`MAX_ROUNDS` rounds the last
+request offers no recall tool, so the answer the client gets never calls one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..messages import RECALL_TOOLS
+from ..tools import Tool
+
+__all__ = ["MAX_ROUNDS", "calls_of", "continued", "schemas", "without_recall"]
+
+MAX_ROUNDS = 4
+"""Recall rounds in one proxied request at most (each an upstream call with its own deadline)."""
+
+
+def schemas(api: str, tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    """The recall tools as the API declares tools."""
+    out = []
+    for tool in tools:
+        if api == "messages":
+            out.append(
+                {"name": tool.name, "description": tool.description, "input_schema": dict(tool.input_schema)}
+            )
+        elif api == "responses":
+            out.append(
+                {
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": dict(tool.input_schema),
+                }
+            )
+        else:
+            out.append(tool.schema())
+    return out
+
+
+def without_recall(api: str, tools: Sequence[Any]) -> list[Any]:
+    """The request's tools but the recall ones."""
+    return [t for t in tools if _tool_name(api, t) not in RECALL_TOOLS]
+
+
+def _tool_name(api: str, tool: Any) -> Any:
+    if not isinstance(tool, Mapping):
+        return None
+    if api == "chat":
+        fn = tool.get("function")
+        return fn.get("name") if isinstance(fn, Mapping) else None
+    return tool.get("name")
+
+
+def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """The recall calls of an answer: ``(call id, tool name, arguments)``."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    if not isinstance(answer, Mapping):
+        return out
+    if api == "chat":
+        choices = answer.get("choices")
+        message = (
+            choices[0].get("message")
+            if isinstance(choices, list) and choices and isinstance(choices[0], Mapping)
+            else None
+        )
+        for call in (message or {}).get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping) and fn.get("name") in RECALL_TOOLS:
+                out.append((str(call.get("id")), fn["name"], _arguments(fn.get("arguments"))))
+    elif api == "responses":
+        for item in answer.get("output") or ():
+            if (
+                isinstance(item, Mapping)
+                and item.get("type") == "function_call"
+                and item.get("name") in RECALL_TOOLS
+            ):
+                out.append((str(item.get("call_id")), item["name"], _arguments(item.get("arguments"))))
+    else:
+        for block in answer.get("content") or ():
+            if (
+                isinstance(block, Mapping)
+                and block.get("type") == "tool_use"
+                and block.get("name") in RECALL_TOOLS
+            ):
+                args = block.get("input")
+                out.append(
+                    (str(block.get("id")), block["name"], dict(args) if isinstance(args, Mapping) else {})
+                )
+    return out
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {}
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def continued(
+    api: str,
+    field: str,
+    body: Mapping[str, Any],
+    answer: Mapping[str, Any],
+    results: Sequence[tuple[str, str]],
+) -> dict[str, Any]:
+    """The next upstream request: the answer's recall calls (only those) and their results."""
+    ids = {call_id for call_id, _ in results}
+    history = list(body[field])
+    if api == "chat":
+        message = dict(answer["choices"][0]["message"])
+        message["tool_calls"] = [c for c in message.get("tool_calls") or () if c.get("id") in ids]
+        message = {
+            k: v for k, v in message.items() if v is not None and k in ("role", "content", "tool_calls")
+        }
+        history.append(message)
+        history += [{"role": "tool", "tool_call_id": call_id, "content": text} for call_id, text in results]
+    elif api == "responses":
+        for item in answer.get("output") or ():
+            if item.get("type") != "function_call" or item.get("call_id") in ids:
+                history.append(item)
+        history += [
+            {"type": "function_call_output", "call_id": call_id, "output": text} for call_id, text in results
+        ]
+    else:
+        content = [
+            b for b in answer.get("content") or () if b.get("type") != "tool_use" or b.get("id") in ids
+        ]
+        history.append({"role": "assistant", "content": content})
+        history.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call_id, "content": text}
+                    for call_id, text in results
+                ],
+            }
+        )
+    return {**body, field: history}

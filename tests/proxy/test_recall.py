@@ -1,0 +1,108 @@
+"""Recall through the proxy: the model reads archived content back through context_read, which
+the proxy answers itself; the client never sees a recall call."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import openai
+import pytest
+
+from ctxmgmt.api import create_app
+from ctxmgmt.offload import LocalOffloader
+
+from ..conftest import LiveServer, shipped
+from .conftest import models_for
+from .upstream import Reply
+
+SECRET_LINE = "line 1733: the checksum of build 9f3e2a is 0xC0FFEE"
+
+
+@pytest.fixture
+def archiving(store, upstream, tmp_path):
+    store.seed("long-running-agent", shipped("long-running-agent"))
+    app = create_app(store, models=models_for(upstream), offloader=LocalOffloader(tmp_path / "archive"))
+    with LiveServer(app) as server:
+        yield server
+
+
+def _history() -> list[dict]:
+    big = "\n".join(f"line {i}: build log entry {i:05d} with some detail" for i in range(3000))
+    big = big.replace("line 1733: build log entry 01733 with some detail", SECRET_LINE)
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "make"}'}}
+    return [
+        {"role": "system", "content": "You build software."},
+        {"role": "user", "content": "Build it and tell me the checksum."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": big},
+    ]
+
+
+def _names(body: dict) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+def test_the_proxy_answers_recall_calls_itself(archiving, upstream):
+    """The cut output's reference is offered with context_read; the model's read is answered by
+    the proxy from the archive and the upstream asked again; the client gets the final answer."""
+
+    def read_it(body: dict) -> Reply:
+        assert "context_read" in _names(body)
+        notice = next(m["content"] for m in body["messages"] if m.get("role") == "tool")
+        ref = re.search(r"\bt-[0-9a-f]+", notice).group(0)
+        assert SECRET_LINE not in notice  # cut
+        return Reply(calls=[("context_read", {"ref": ref, "offset": 1730, "limit": 10, "unit": "lines"})])
+
+    def answer(body: dict) -> Reply:
+        result = body["messages"][-1]
+        assert result["role"] == "tool" and SECRET_LINE in result["content"]
+        return Reply("the checksum is 0xC0FFEE")
+
+    upstream.replies.extend([read_it, answer])
+    client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
+    got = client.chat.completions.create(model="gpt-test", messages=_history())
+    assert got.choices[0].message.content == "the checksum is 0xC0FFEE"
+    assert got.choices[0].message.tool_calls is None
+    assert len(upstream.seen) == 2
+
+
+def test_recall_rounds_end_and_the_last_request_offers_no_recall_tool(archiving, upstream):
+    """A model that keeps reading gets at most four recall rounds; the fifth request offers no
+    recall tool, so the client's answer never calls one."""
+
+    def keep_reading(body: dict) -> Reply:
+        if "context_read" in _names(body):
+            return Reply(calls=[("context_search", {"pattern": "checksum"})])
+        return Reply("giving up on reading")
+
+    upstream.replies.extend([keep_reading] * 6)
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={
+            "model": "gpt-test",
+            "messages": _history(),
+            "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+        },
+        timeout=60,
+    )
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["message"]["content"] == "giving up on reading"
+    assert len(upstream.seen) == 5
+    assert _names(upstream.seen[-1].body) == ["bash"]  # the client's own tool stays
+    assert "checksum" in json.dumps(upstream.seen[1].body["messages"][-1])  # the search's hits
+
+
+def test_a_streamed_request_is_offered_no_recall_tool(archiving, upstream):
+    """A streamed answer passes through as it arrives, so no recall tool is offered in it."""
+    upstream.replies.append(Reply("streamed"))
+    with httpx.stream(
+        "POST",
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history(), "stream": True},
+        timeout=60,
+    ) as r:
+        assert r.status_code == 200
+        b"".join(r.iter_bytes())
+    assert "context_read" not in _names(upstream.seen[-1].body)
