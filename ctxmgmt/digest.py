@@ -606,6 +606,11 @@ _WORD_CHARS = 300
 _SPECIFICS: Memo[tuple[list[str], list[str]]] = Memo(8 * 1024 * 1024, shared=True)
 
 
+_OWN = re.compile(r"#k=[0-9a-f]{16}|\b[tm]-[0-9a-f]{32}\b")
+"""ctxmgmt's own marks: tags and archive references are not the agent's specifics (the
+summary's guide lists the references)."""
+
+
 def _specifics_of(text: str) -> tuple[list[str], list[str]]:
     """The paths and the id-shaped words (at most 40) of a text's start, read once per text.
     Not a random-looking mix of cases (base64 or binary noise), nor a word with one digit
@@ -617,7 +622,7 @@ def _specifics_of(text: str) -> tuple[list[str], list[str]]:
     hit = _SPECIFICS.get(key, BY_CONTENT)
     if hit is not None:
         return hit
-    scanned = _URL.sub(" ", text[:_LEDGER_SCAN])
+    scanned = _OWN.sub(" ", _URL.sub(" ", text[:_LEDGER_SCAN]))
     paths = list(dict.fromkeys(_clip(p.rstrip(".,;:"), 200) for p in _PATH.findall(scanned)))[:_MAX_ITEMS]
     ids: dict[str, None] = {}
     numbered = " ".join(w[:_WORD_CHARS] for w in scanned.split() if _HAS_DIGIT(w))

@@ -281,6 +281,15 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
     return out
 
 
+_SIZING_HEX = "0a1b2c3d4e5f6a7b" * 2
+"""32 hex digits that take a token each: no archive reference's hex takes more."""
+
+
+def _sizing_ref(ref: str) -> str:
+    kind, _, hexa = ref.partition("-")
+    return f"{kind}-{_SIZING_HEX}" if len(hexa) == 32 else ref
+
+
 def fitted(
     sections: Sections,
     summarized: int,
@@ -298,7 +307,10 @@ def fitted(
     guides = [list(archives)[-n:] if n else [] for n in (MAX_GUIDE, 5, 1, 0)]
     for guide in [g for i, g in enumerate(guides) if g not in guides[:i]]:
         # What the message costs beyond its sections' text: the overhead, the tag, the guide.
-        extra = counter.message(summary_message(role, render({}, summarized, guide))) - counter.text(bare)
+        # The guide is sized with references that take as many tokens as one can (they are
+        # random), so what the sections keep never depends on which references were drawn.
+        sized = [{**a, "ref": _sizing_ref(a["ref"])} for a in guide]
+        extra = counter.message(summary_message(role, render({}, summarized, sized))) - counter.text(bare)
         if len(guide) > 1 and extra > room // 4:
             continue  # the guide to older archives gives way before the summary's items
         limit = room - extra

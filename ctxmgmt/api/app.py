@@ -15,10 +15,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import CtxmgmtError
 from ..llm import HTTPPool, ModelsConfig
 from ..offload import Offloader
+from ..proxy import routes as proxy_routes
+from ..proxy.state import Live
 from ..runner import Runner
 from ..store import DefinitionStore
 from ..tools import ToolRegistry
-from ..proxy import routes as proxy_routes
 from . import agents, definitions, errors, offload, page
 from .config import ServerConfig
 from .origins import OriginGuard, parse_hosts
@@ -103,6 +104,7 @@ def create_app(
     app.router.redirect_slashes = False
     runner = Runner(store, models, tools, offloader=offloader, pool=pool)
     app.state.ctxmgmt = State(store, models, config, runner)
+    app.state.proxy_live = Live()  # the proxy's conversations this process served last
     return app
 
 

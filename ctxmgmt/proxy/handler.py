@@ -37,6 +37,7 @@ from ..summaries import message_key
 from ..tools import Tool, recall_tools
 from .apis import Api, Parts
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
+from .state import Live, pack, unpack
 from .usage import EventReader, usage_of
 
 __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
@@ -192,17 +193,21 @@ async def _proxy(request: Request, api: Api) -> Response:
         ) from None
     sessions = SessionStore(st.store.engine)
     key = session_key(request, api, name, str(body["model"]), parts)
-    saved = await asyncio.to_thread(sessions.get, key)
+    stored = await asyncio.to_thread(sessions.get, key)
+    live: Live = request.app.state.proxy_live
     offloader = st.runner.offloader
-    conversation = Conversation(
-        definition,
-        models=st.models,
-        offloader=offloader,
-        session=key[:32],
-        format=api.format,
-        pricing=config.pricing,
-    )
-    conversation.load(saved)
+    # The conversation this process served last, while the store holds what it wrote then.
+    conversation = live.take(key, (stored or {}).get("generation"), version)
+    if conversation is None:
+        conversation = Conversation(
+            definition,
+            models=st.models,
+            offloader=offloader,
+            session=key[:32],
+            format=api.format,
+            pricing=config.pricing,
+        )
+        conversation.load(unpack(stored, parts.record) if stored else None)
     turn = await conversation.aprepare(
         parts.record,
         system_prompt=parts.system_prompt,
@@ -210,7 +215,8 @@ async def _proxy(request: Request, api: Api) -> Response:
         model=config.model,
         context_window=config.context_window,
     )
-    await asyncio.to_thread(sessions.put, key, conversation.saved)
+    exchange_state = _Kept(key, version, parts.record)
+    await _store(st, live, conversation, exchange_state)
     outgoing = api.managed(body, turn.messages, config.model)
     headers = _headers(request, config, own_key)  # before anything is recorded: a bad key is a 400
     recall: list[Tool] = []
@@ -244,7 +250,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         ],
         "hooks": [{"hook": e["hook"], "iteration": 1, "call": 1, "entries": [e]} for e in turn.trace],
     }
-    exchange = _Exchange(request, api, config, headers, conversation, record, key, recall)
+    exchange = _Exchange(request, api, config, headers, conversation, record, exchange_state, recall)
     return await _upstream(exchange, outgoing, parts.stream)
 
 
@@ -275,6 +281,23 @@ def _headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, 
     return headers
 
 
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """Where a conversation's state goes: its key, the definition's version, the history."""
+
+    key: str
+    version: Any
+    record: list[Any]
+
+
+async def _store(st: Any, live: Live, conversation: Conversation, kept: _Kept) -> None:
+    """Store the conversation's state (for every process), and keep it here too."""
+    packed = pack(conversation.saved, kept.record)
+    await asyncio.to_thread(SessionStore(st.store.engine).put, kept.key, packed)
+    size = 6 * (conversation.last_counted or 0) + 4096  # what its view holds, roughly, in bytes
+    live.keep(kept.key, (packed["generation"], kept.version), conversation, size)
+
+
 @dataclass(slots=True)
 class _Exchange:
     """One proxied request on its way: where it goes, and what it has done."""
@@ -285,7 +308,7 @@ class _Exchange:
     headers: dict[str, str]
     conversation: Conversation
     record: dict[str, Any]
-    key: str
+    kept: _Kept
     recall: list[Tool]
     """The recall tools offered to the model (none: the request names no archive)."""
 
@@ -459,7 +482,7 @@ async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure:
     record["max_request_tokens"] = call.get("calibrated") or call.get("tokens_after") or 0
     try:
         if observed_any:
-            await asyncio.to_thread(SessionStore(st.store.engine).put, exchange.key, conversation.saved)
+            await _store(st, exchange.request.app.state.proxy_live, conversation, exchange.kept)
         await asyncio.to_thread(st.runner.executions.save, record)
     except Exception:
         log.warning("could not store the proxy's execution record %s", record["execution_id"], exc_info=True)

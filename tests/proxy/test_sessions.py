@@ -3,7 +3,9 @@ every `ctxmgmt serve` process on it."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
 import httpx
 import pytest
@@ -32,6 +34,11 @@ def _loop(post, upstream: Upstream, steps: int, **headers: str) -> list[dict]:
         call = message["tool_calls"][0]
         messages.append({"role": "tool", "tool_call_id": call["id"], "content": _tool_output(step, 60)})
     return [s.body for s in upstream.seen[first:]]
+
+
+def _unref(bodies: list[dict]) -> str:
+    text = json.dumps(bodies)
+    return re.sub(r"#k=[0-9a-f]{16}", "#k=TAG", re.sub(r"\b([tm])-[0-9a-f]{32}", r"\1-REF", text))
 
 
 def test_the_proxy_sends_what_the_conversation_engine_makes(store):
@@ -124,7 +131,10 @@ def test_two_serve_processes_on_postgresql_send_what_one_does(tmp_path, database
                 24,
                 **{"x-ctxmgmt-session": "shared"},
             )
-    assert shared == alone
+    # The same requests, but for the archive references (random by design: never derived from
+    # a request) and the tags over the text that names them.
+    assert _unref(shared) == _unref(alone)
+    assert re.search(r"\bm-[0-9a-f]{32}", json.dumps(alone))  # the processes archive: refs differ
     assert any(
         m.get("content", "").startswith("[ctxmgmt:summary]")
         for m in alone[-1]["messages"]

@@ -5,8 +5,10 @@ kept, what it answers is scripted."""
 from __future__ import annotations
 
 import itertools
+import socket
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +35,9 @@ class Seen:
 class Upstream:
     """``with Upstream() as up:`` serves on ``up.base_url`` (``http://127.0.0.1:PORT/v1``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.delay = delay
+        """Seconds before each answer (a model's time to answer)."""
         self.seen: list[Seen] = []
         self.replies: deque[Any] = deque()
         """Replies in turn: a :class:`Reply`, or a callable that makes one from the request body."""
@@ -46,8 +50,15 @@ class Upstream:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body go out as written (no 40 ms wait for a delayed ACK).
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+                if upstream.delay:
+                    time.sleep(upstream.delay)
                 body = json.loads(raw)
                 upstream.seen.append(
                     Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw)

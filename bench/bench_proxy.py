@@ -1,0 +1,103 @@
+"""The proxy's own overhead per request, against the same client talking to the upstream directly.
+
+A recording upstream on 127.0.0.1 answers each request after ``--delay`` seconds (20 ms by
+default: a fast model's time to answer). A tool loop of ``--calls`` requests runs from a
+history of N messages, growing by an assistant call and its tool result per request, once
+straight to the upstream and once through ``/proxy/default`` (the ``default`` definition at a
+window where it does not fire, a SQLite store, in-process uvicorn), with one kept-alive
+httpx client each. Prints the median time per request of each and their ratio, at several N
+(goal: within 10% of a direct call's time at 2,000 messages).
+
+    python bench/bench_proxy.py [--delay 0.02] [--calls 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.conftest import LiveServer, shipped  # noqa: E402
+from tests.proxy.upstream import Reply, Upstream  # noqa: E402
+
+from ctxmgmt.api import create_app  # noqa: E402
+from ctxmgmt.llm import ModelsConfig  # noqa: E402
+from ctxmgmt.store import DefinitionStore  # noqa: E402
+
+SIZES = (200, 2000, 5000)
+
+
+def history(n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing tests in src/."},
+    ]
+    i = 0
+    while len(out) < n:
+        call = {
+            "id": f"h{i}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": f'{{"cmd": "pytest -k t{i}"}}'},
+        }
+        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": f"h{i}",
+                "content": f"tests/test_{i}.py::t{i} passed in 0.{i % 90:02d}s " * 8,
+            }
+        )
+        i += 1
+    return out
+
+
+def loop(client: httpx.Client, url: str, n: int, calls: int, upstream: Upstream) -> list[float]:
+    messages = history(n)
+    times = []
+    for step in range(calls):
+        upstream.replies.append(Reply(calls=[("bash", {"cmd": f"pytest -k s{step}"})]))
+        started = time.perf_counter()
+        r = client.post(url, json={"model": "m", "messages": messages})
+        times.append(time.perf_counter() - started)
+        r.raise_for_status()
+        message = {k: v for k, v in r.json()["choices"][0]["message"].items() if v is not None}
+        messages = [
+            *messages,
+            message,
+            {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "ok " * 40},
+        ]
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--delay", type=float, default=0.02)
+    parser.add_argument("--calls", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, Upstream(delay=args.delay) as upstream:
+        store = DefinitionStore.open(f"sqlite:///{tmp}/bench.db")
+        store.seed("default", shipped("default"))
+        models = ModelsConfig.from_dict(
+            {"models": {"m": {"base_url": upstream.base_url, "model": "m", "context_window": 2_000_000}}}
+        )
+        with LiveServer(create_app(store, models=models)) as proxy, httpx.Client(timeout=60) as client:
+            print(f"upstream delay {args.delay * 1000:.0f} ms, {args.calls} requests per size, medians")
+            print(f"{'messages':>9} {'direct':>10} {'proxy':>10} {'ratio':>7}")
+            for n in SIZES:
+                direct = loop(client, f"{upstream.base_url}/chat/completions", n, args.calls, upstream)
+                proxied = loop(
+                    client, f"{proxy.url}/proxy/default/v1/chat/completions", n, args.calls, upstream
+                )
+                d, p = statistics.median(direct), statistics.median(proxied)
+                print(f"{n:>9,} {d * 1000:>8.1f}ms {p * 1000:>8.1f}ms {p / d:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
