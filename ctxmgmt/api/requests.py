@@ -107,9 +107,21 @@ def _parse(text: str) -> Any:
     return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
 
 
-def check_values(data: Any, *, nul: bool = True) -> None:
+# What only an escape can put in a parsed JSON string (UTF-8 text holds no surrogate, and a
+# raw control character is refused by the parser): a surrogate, or NUL.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_NUL_ESCAPE = re.compile(r"\\u0000")
+
+
+def check_values(data: Any, *, nul: bool = True, text: str | None = None) -> None:
     """Refuse what no answer or database can hold, naming where it is: nesting deeper than
-    MAX_DEPTH, lone surrogates, and (with ``nul``) NUL characters. Iterative, linear."""
+    MAX_DEPTH, lone surrogates, and (with ``nul``) NUL characters. Iterative, linear. With
+    ``text`` (the JSON it was parsed from) holding no escape that could make such a string and
+    nesting within MAX_DEPTH, nothing is walked (a large body costs two regular-expression
+    passes, not a walk of every value)."""
+    risky = text is None or _SURROGATE_ESCAPE.search(text) or (nul and _NUL_ESCAPE.search(text))
+    if not risky and _depth(text or "") <= MAX_DEPTH:
+        return
     stack: list[tuple[Any, str, int]] = [(data, "", 0)]
     while stack:
         value, pointer, depth = stack.pop()
@@ -123,6 +135,21 @@ def check_values(data: Any, *, nul: bool = True) -> None:
                 stack.append((item, f"{pointer}/{_escape(key)}", depth + 1))
         elif isinstance(value, list):
             stack.extend((item, f"{pointer}/{i}", depth + 1) for i, item in enumerate(value))
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_INNERMOST = re.compile(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
+
+
+def _depth(text: str) -> int:
+    """How deep a JSON text nests, up to MAX_DEPTH + 1: its strings taken out, the innermost
+    arrays and objects are taken away once per level."""
+    bare = _STRING.sub("", text)
+    for level in range(MAX_DEPTH + 1):
+        bare, found = _INNERMOST.subn("", bare)
+        if not found:
+            return level
+    return MAX_DEPTH + 1
 
 
 def _escape(key: str) -> str:
@@ -221,7 +248,7 @@ async def json_body(request: Request, *, nul: bool = True, limit: int | None = N
         raise HTTPProblem(400, f"invalid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise HTTPProblem(400, "the body must be a JSON object")
-    check_values(data, nul=nul)
+    check_values(data, nul=nul, text=text)
     return data
 
 
