@@ -24,12 +24,11 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.conftest import LiveServer, shipped  # noqa: E402
-from tests.proxy.upstream import Reply, Upstream  # noqa: E402
-
-from ctxmgmt.api import create_app  # noqa: E402
-from ctxmgmt.llm import ModelsConfig  # noqa: E402
-from ctxmgmt.store import DefinitionStore  # noqa: E402
+from ctxmgmt.api import create_app
+from ctxmgmt.llm import ModelsConfig
+from ctxmgmt.store import DefinitionStore
+from tests.conftest import LiveServer, shipped
+from tests.proxy.upstream import Reply, Upstream
 
 SIZES = (200, 2000, 5000)
 

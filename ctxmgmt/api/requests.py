@@ -205,8 +205,9 @@ async def json_body(request: Request, *, nul: bool = True, limit: int | None = N
     limit, seconds = limit or config.max_body_bytes, config.body_timeout_seconds
     check_media_type(request)  # resource() did for every route; a handler built otherwise does here
     too_large = HTTPProblem(
-        413, f"the body is larger than the limit of {limit} bytes "
-        + ("(server.max_body_bytes)" if limit == config.max_body_bytes else "(server.proxy_max_body_bytes)")
+        413,
+        f"the body is larger than the limit of {limit} bytes "
+        + ("(server.max_body_bytes)" if limit == config.max_body_bytes else "(server.proxy_max_body_bytes)"),
     )
     length = request.headers.get("content-length")
     if length is not None and not length.isdigit():

@@ -5,8 +5,8 @@ kept, what it answers is scripted."""
 from __future__ import annotations
 
 import itertools
-import socket
 import json
+import socket
 import threading
 import time
 from collections import deque
