@@ -61,14 +61,20 @@ def _path_id(request: Request, key: str, what: str) -> str:
     return value
 
 
+_PROXY_AGENT = re.compile(r"proxy-[a-z0-9_-]{1,49}")
+"""The agent of the proxy's records: ``proxy-`` and the definition's name."""
+
+
 async def executions(request: Request) -> JSONResponse:
     authorize(request, "read")
-    agent_id = _agent_id(request)
+    given: str = request.path_params["agent_id"]
+    agent_id = given if _PROXY_AGENT.fullmatch(given) else _agent_id(request)
     offset = int_param(request, "from", 0, 0, 10**9)
     size = int_param(request, "size", 10, 1, 1000)
     runner = _runner(request)
-    await run_in_threadpool(runner.agents.get, agent_id)  # 404 for an unknown agent
     total, rows = await run_in_threadpool(runner.executions.list, agent_id, offset=offset, limit=size)
+    if not total:  # 404 for an unknown agent; the proxy's records have no registered agent
+        await run_in_threadpool(runner.agents.get, agent_id)
     return JSONResponse({"total": total, "executions": rows})
 
 

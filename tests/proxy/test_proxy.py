@@ -219,3 +219,24 @@ def test_project_keys_protect_the_proxy(store, upstream):
         assert r.status_code == 200
         assert upstream.seen[-1].headers["authorization"] == "Bearer sk-up"
         assert "x-ctxmgmt-key" not in upstream.seen[-1].headers
+
+
+def test_a_proxied_request_shows_in_the_cli(proxy, upstream):
+    """`ctxmgmt executions list proxy-default` and `ctxmgmt trace ID` read a proxied request's record."""
+    import subprocess
+    import sys
+
+    openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k").chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": TASK}]
+    )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "ctxmgmt.cli", *args, "--url", proxy.url]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    listed = cli("executions", "list", "proxy-default")
+    assert listed.returncode == 0, listed.stderr
+    execution_id = json.loads(listed.stdout)["executions"][0]["execution_id"]
+    traced = cli("trace", execution_id)
+    assert traced.returncode == 0, traced.stderr
+    assert "call 1" in traced.stdout or "1" in traced.stdout
