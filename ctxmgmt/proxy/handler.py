@@ -227,6 +227,9 @@ async def _proxy(request: Request, api: Api) -> Response:
     if offloader is not None and not parts.stream and any(mentions_archive(m) for m in managed):
         recall = recall_tools(offloader, key[:32])
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
+    counted = conversation.last_counted or 0
+    before = turn.trace[0]["tokens_before"] if turn.trace else counted
+    ratio = conversation.calibration.ratio(config.model)
     record = {
         "execution_id": uuid.uuid4().hex,
         "agent_id": f"proxy-{name}",
@@ -243,8 +246,10 @@ async def _proxy(request: Request, api: Api) -> Response:
         "calls": [
             {
                 "call": 1,
-                "tokens_before": turn.trace[0]["tokens_before"] if turn.trace else None,
-                "tokens_after": conversation.last_counted,
+                "tokens_before": before,
+                "tokens_after": counted,
+                "calibrated_before": round(before * ratio),
+                "calibrated": round(counted * ratio),
                 "reusable_prefix_tokens": turn.reusable_prefix_tokens,
             }
         ],
@@ -364,7 +369,6 @@ async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool) -> 
             body["tools"] = without_recall(api.name, body.get("tools") or [])
             if not body["tools"]:
                 del body["tools"]
-        exchange.record["calls"].append({"call": rounds + 1, "recall": [name for _, name, _ in calls]})
         deadline = asyncio.get_running_loop().time() + config.timeout
         response = await exchange.send(body)
         returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
@@ -372,6 +376,18 @@ async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool) -> 
             data = await _read(response, deadline, config)
         finally:
             await response.aclose()
+        # A recall round's request is measured by the upstream's report (it is the managed
+        # request and the recall exchange, which no hook saw).
+        reported = (_usage(api, data) or {}).get("input", 0) if response.is_success else 0
+        exchange.record["calls"].append(
+            {
+                "call": rounds + 1,
+                "calibrated_before": reported,
+                "calibrated": reported,
+                "reported": reported or None,
+                "recall": [name for _, name, _ in calls],
+            }
+        )
         if not response.is_success:
             failure = f"upstream status {response.status_code} in recall round {rounds}"
     await _finish(exchange, usage, failure)
@@ -479,7 +495,7 @@ async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure:
     record["error"] = failure
     record["ended_time"] = now_ms()
     record["llm_calls"] = len(record["calls"])
-    record["max_request_tokens"] = call.get("calibrated") or call.get("tokens_after") or 0
+    record["max_request_tokens"] = max(c["calibrated"] for c in record["calls"])
     try:
         if observed_any:
             await _store(st, exchange.request.app.state.proxy_live, conversation, exchange.kept)
