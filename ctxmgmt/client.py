@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import re
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -174,7 +175,19 @@ class _Endpoint(Generic[P, R]):
         self.build = build
         self.__name__ = build.__name__.lstrip("_")
         self.__doc__ = build.__doc__
-        self.__wrapped__ = build  # inspect.signature reads the method's parameters from it
+        self.__wrapped__ = build
+        answer = re.fullmatch(r"_Request\[(.+)\]", str(inspect.signature(build).return_annotation))
+        returns = answer.group(1).replace("_JSON", "dict[str, Any]") if answer else inspect.Signature.empty
+        self.method_signature = inspect.signature(build).replace(return_annotation=returns)
+        """The method's, as help() and inspect show it: the builder's parameters, and what
+        the method answers (an AsyncClient's coroutine, when awaited)."""
+        self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        parameters = [self_, *self.method_signature.parameters.values()]
+        self.__signature__ = self.method_signature.replace(parameters=parameters)
+
+    def __call__(self, client: Client | AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """``Client.create(client, ...)``, as with any method taken from its class."""
+        return self.__get__(client, type(client))(*args, **kwargs)
 
     @overload
     def __get__(self, client: None, owner: type[Any]) -> _Endpoint[P, R]: ...
@@ -205,6 +218,7 @@ class _Endpoint(Generic[P, R]):
         """The bound method as help() and inspect show it: its name, docstring and signature."""
         functools.update_wrapper(method, self.build)
         method.__name__ = method.__qualname__ = self.__name__
+        method.__signature__ = self.method_signature  # type: ignore[attr-defined]
         return method
 
 

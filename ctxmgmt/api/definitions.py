@@ -19,7 +19,7 @@ from ..store import EvalStore
 from ..validation import validate_definition
 from .config import ApiKey
 from .errors import HTTPProblem
-from .params import FORCE, FROM, MAX_NESTING, MAX_TEXT, REPORT_ID, SIZE, Q
+from .params import FORCE, FROM, MAX_NESTING, MAX_TEXT, REPORT_ID, SIMULATION_FIELDS, SIZE, Q
 from .requests import authorize, caller, if_version, json_body, may_spend, name_param, state
 
 
@@ -112,7 +112,7 @@ class _Withheld(ModelsConfig):
 async def _simulate(
     definition: Definition, body: dict[str, Any], models: ModelsConfig, key: ApiKey | None
 ) -> JSONResponse:
-    unknown = sorted(set(body) - {"hook", "context", "definition", "context_management"})
+    unknown = sorted(set(body) - set(SIMULATION_FIELDS))
     if unknown:
         raise HTTPProblem(400, f"unknown field {unknown[0]!r}; a simulation takes hook and context")
     hook = parse_hook(body.get("hook", "pre_llm")) if isinstance(body.get("hook", "pre_llm"), str) else None

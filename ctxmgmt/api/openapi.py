@@ -9,7 +9,7 @@ from functools import cache
 from typing import Any
 
 from .. import __version__, _resources
-from .params import MAX_INSTRUCTION
+from .params import MAX_INSTRUCTION, SIMULATION_FIELDS
 from .routes import TABLE, Operation, ref
 
 _DEF = "#/components/schemas/ContextManagementDefinition"
@@ -223,7 +223,7 @@ def openapi_document() -> dict[str, Any]:
             "state": {"type": "object"},
         },
     }
-    simulation = {
+    simulation: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
@@ -233,6 +233,7 @@ def openapi_document() -> dict[str, Any]:
             "context_management": ref("DefinitionBody"),
         },
     }
+    assert tuple(simulation["properties"]) == SIMULATION_FIELDS, "the handler takes these fields"
     summary_fields = {
         "execution_id": {"type": "string"},
         "agent_id": {"type": "string"},

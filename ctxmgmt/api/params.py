@@ -33,6 +33,8 @@ MAX_NESTING = 32
 """The deepest a definition text ``_validate`` checks may nest."""
 MAX_Q = 100
 """The longest name filter of the definition list."""
+SIMULATION_FIELDS = ("hook", "context", "definition", "context_management")
+"""The fields of a simulation's body: any other is a 400."""
 NO_NUL = "^[^\\x00]*$"
 
 
