@@ -1,5 +1,4 @@
-"""The agent routes: register, get, replace, list, delete, execute, compact; and what
-executions left: their records, and a conversation's memory."""
+"""The agent routes: register, get, replace, list, delete, execute, compact."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from starlette.responses import JSONResponse
 
 from ..runner import Runner
 from .errors import HTTPProblem
-from .params import AGENT_ID, EXECUTION_ID, FROM, MAX_INSTRUCTION, MEMORY_ID, MESSAGE_SIZE, SIZE
+from .params import AGENT_ID, FROM, MAX_INSTRUCTION, SIZE
 from .requests import authorize, json_body, state
 
 
@@ -39,41 +38,6 @@ async def replace(request: Request) -> JSONResponse:
     body = await json_body(request)
     await run_in_threadpool(_runner(request).replace, agent_id, body)
     return JSONResponse({"agent_id": agent_id, "result": "updated"})
-
-
-async def executions(request: Request) -> JSONResponse:
-    authorize(request, "read")
-    agent_id = AGENT_ID.read(request)
-    offset, size = FROM.read(request), SIZE.read(request)
-    runner = _runner(request)
-    await run_in_threadpool(runner.agents.get, agent_id)  # 404 for an unknown agent
-    total, rows = await run_in_threadpool(runner.executions.list, agent_id, offset=offset, limit=size)
-    return JSONResponse({"total": total, "executions": rows})
-
-
-async def execution(request: Request) -> JSONResponse:
-    authorize(request, "read")
-    execution_id = EXECUTION_ID.read(request)
-    return JSONResponse(await run_in_threadpool(_runner(request).executions.get, execution_id))
-
-
-async def memory(request: Request) -> JSONResponse:
-    authorize(request, "read")
-    memory_id = MEMORY_ID.read(request)
-    return JSONResponse(await run_in_threadpool(_runner(request).view, memory_id))
-
-
-async def memory_messages(request: Request) -> JSONResponse:
-    authorize(request, "read")
-    memory_id = MEMORY_ID.read(request)
-    offset, size = FROM.read(request), MESSAGE_SIZE.read(request)
-    runner = _runner(request)
-    agent_id = await run_in_threadpool(runner.memory.owner, memory_id)
-    _, length, *_ = await run_in_threadpool(runner.memory.head, memory_id, agent_id)
-    messages = await run_in_threadpool(
-        runner.memory.messages, memory_id, since=offset, until=min(length, offset + size)
-    )
-    return JSONResponse({"memory_id": memory_id, "total": length, "messages": messages})
 
 
 async def delete(request: Request) -> JSONResponse:

@@ -1,4 +1,4 @@
-"""The definition routes: create, get, replace, delete, list, simulate; saved eval reports."""
+"""The definition routes: create, get, replace, delete, list, simulate, validate."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from ..errors import LLMError
 from ..llm import ModelsConfig
 from ..loader import parse_document
 from ..offload import LocalOffloader
-from ..store import EvalStore
 from ..validation import validate_definition
 from .config import ApiKey
 from .errors import HTTPProblem
-from .params import FORCE, FROM, MAX_NESTING, MAX_TEXT, REPORT_ID, SIMULATION_FIELDS, SIZE, Q
+from .params import FORCE, FROM, MAX_NESTING, MAX_TEXT, SIMULATION_FIELDS, SIZE, Q
 from .requests import authorize, caller, if_version, json_body, may_spend, name_param, state
 
 
@@ -29,13 +28,6 @@ async def create(request: Request) -> JSONResponse:
     body = await json_body(request)
     await run_in_threadpool(state(request).store.create, name, body, created_by=caller(request))
     return JSONResponse({"context_management_name": name, "status": "created"})
-
-
-async def eval_report(request: Request) -> JSONResponse:
-    """A report that ``ctxmgmt eval --save`` stored (read-only: reports are made by the CLI)."""
-    authorize(request, "read")
-    report_id = REPORT_ID.read(request)
-    return JSONResponse(await run_in_threadpool(EvalStore(state(request).store.engine).get, report_id))
 
 
 async def get(request: Request) -> JSONResponse:

@@ -133,7 +133,7 @@ TABLE: tuple[Operation, ...] = (
     Operation(
         "GET",
         DEFINITIONS + "/_eval/{report_id}",
-        "definitions.eval_report",
+        "evals.get",
         "Get an eval report that `ctxmgmt eval --save` stored (schema ctxmgmt.eval/1)",
         _EVAL_REPORT,
         params=(p.REPORT_ID,),
@@ -246,7 +246,7 @@ TABLE: tuple[Operation, ...] = (
     Operation(
         "GET",
         AGENTS + "/{agent_id}/executions",
-        "agents.executions",
+        "records.executions",
         "List an agent's executions, newest first",
         _obj(total=_INT, executions={"type": "array", "items": ref("ExecutionSummary")}),
         params=(p.AGENT_ID, p.FROM, p.SIZE),
@@ -288,7 +288,7 @@ TABLE: tuple[Operation, ...] = (
     Operation(
         "GET",
         EXECUTIONS + "/{execution_id}",
-        "agents.execution",
+        "records.execution",
         "Get an execution's record",
         ref("ExecutionRecord"),
         params=(p.EXECUTION_ID,),
@@ -298,7 +298,7 @@ TABLE: tuple[Operation, ...] = (
     Operation(
         "GET",
         MEMORY + "/{memory_id}/messages",
-        "agents.memory_messages",
+        "records.memory_messages",
         "Get a conversation's complete stored record, in order",
         _obj(memory_id=_STR, total=_INT, messages=_OBJECTS),
         params=(p.MEMORY_ID, p.FROM, p.MESSAGE_SIZE),
@@ -308,7 +308,7 @@ TABLE: tuple[Operation, ...] = (
     Operation(
         "GET",
         MEMORY + "/{memory_id}",
-        "agents.memory",
+        "records.memory",
         "Get a conversation's state and the managed messages the model saw last",
         _obj(memory_id=_STR, agent_id=_STR, state={"type": "object"}, view=_OBJECTS),
         params=(p.MEMORY_ID,),
