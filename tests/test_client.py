@@ -224,3 +224,19 @@ def test_both_clients_drive_agents_and_their_archives(agent_server, chat_server,
             client.get_agent(agent_id)
     finally:
         client.close()
+
+
+def test_the_clients_read_the_route_table_without_the_server():
+    """Importing the clients loads the route table, not the app or its handlers."""
+    import subprocess
+    import sys
+
+    code = "import sys, ctxmgmt.client; print(*(m for m in sys.modules if m.startswith('ctxmgmt.api')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "ctxmgmt.api.routes" in loaded.split()
+    assert set(loaded.split()) <= {
+        "ctxmgmt.api",
+        "ctxmgmt.api.errors",
+        "ctxmgmt.api.params",
+        "ctxmgmt.api.routes",
+    }
