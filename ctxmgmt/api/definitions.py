@@ -15,6 +15,7 @@ from ..errors import LLMError
 from ..llm import ModelsConfig
 from ..loader import parse_document
 from ..offload import LocalOffloader
+from ..types import HOOK_NAMES
 from ..validation import validate_definition
 from .config import ApiKey
 from .errors import HTTPProblem
@@ -109,7 +110,7 @@ async def _simulate(
         raise HTTPProblem(400, f"unknown field {unknown[0]!r}; a simulation takes hook and context")
     hook = parse_hook(body.get("hook", "pre_llm")) if isinstance(body.get("hook", "pre_llm"), str) else None
     if hook is None:
-        raise HTTPProblem(400, "hook must be a string: pre_llm, post_tool or post_memory")
+        raise HTTPProblem(400, f"hook must be a string: {', '.join(HOOK_NAMES[:-1])} or {HOOK_NAMES[-1]}")
     context = Context.from_dict(body.get("context", {}))
     withheld = None if may_spend(key) else _Withheld(models)
     try:

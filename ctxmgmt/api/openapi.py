@@ -9,6 +9,8 @@ from functools import cache
 from typing import Any
 
 from .. import __version__, _resources
+from ..formats import FORMAT_NAMES
+from ..types import HOOK_NAMES
 from .params import MAX_INSTRUCTION, SIMULATION_FIELDS
 from .routes import TABLE, Operation, ref
 
@@ -191,7 +193,7 @@ def openapi_document() -> dict[str, Any]:
     }
     hook = {
         "type": "string",
-        "description": "pre_llm, post_tool or post_memory, in any case",
+        "description": f"{', '.join(HOOK_NAMES[:-1])} or {HOOK_NAMES[-1]}, in any case",
         "pattern": envelope["properties"]["hooks"]["propertyNames"]["pattern"],
         "default": "pre_llm",
     }
@@ -214,7 +216,7 @@ def openapi_document() -> dict[str, Any]:
             },
             "format": {
                 "type": ["string", "null"],
-                "enum": ["openai_chat", "anthropic", "openai_responses", None],
+                "enum": [*FORMAT_NAMES, None],
                 "description": "the messages' format; detected from them when left out",
             },
             "tools": {"type": "array", "items": {"type": "object"}},

@@ -91,13 +91,9 @@ class Int(Param):
     def read(self, request: Request) -> int:
         raw = request.query_params.get(self.name)
         if raw is None:
-            assert self.default is not None, f"{self.name} has no default: use read_optional"
+            assert self.default is not None, f"{self.name} has no default"
             return self.default
         return self._parse(raw)
-
-    def read_optional(self, request: Request) -> int | None:
-        raw = request.query_params.get(self.name)
-        return None if raw is None else self._parse(raw)
 
     def _parse(self, raw: str) -> int:
         if not re.fullmatch(r"[0-9]{1,19}", raw) or not self.low <= int(raw) <= self.high:
@@ -213,6 +209,7 @@ OFFSET = Int("offset", default=0, low=0, high=10**12)
 LIMIT = Int("limit", default=20000, low=1, high=10**7)
 """A larger limit than READ_LIMIT (see offload) is taken and clamped."""
 IF_VERSION = Int("if_version", default=None, low=1, high=MAX_VERSION)
+"""Read with If-Match by :func:`ctxmgmt.api.requests.if_version`."""
 Q = Text("q", "Keep names containing this text", max_length=MAX_Q)
 SESSION = Text(
     "session",
