@@ -1,29 +1,58 @@
-"""The ASGI application: the definition and agent routes over one store."""
+"""The ASGI application: the routes of the route table over one store."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import importlib
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from itertools import groupby
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import CtxmgmtError
 from ..llm import HTTPPool, ModelsConfig
 from ..offload import Offloader
-from ..proxy import routes as proxy_routes
 from ..proxy.state import Live
 from ..runner import Runner
 from ..store import DefinitionStore
 from ..tools import ToolRegistry
-from . import agents, definitions, errors, offload, page
+from . import errors
 from .config import ServerConfig
 from .origins import OriginGuard, parse_hosts
-from .requests import State
+from .requests import State, resource
+from .routes import TABLE, Operation
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def handler(operation: Operation) -> Handler:
+    """The function the table names for an operation, checked: a misnamed handler fails when
+    the app is assembled, not at its first request."""
+    module_name, _, name = operation.handler.rpartition(".")
+    found = getattr(importlib.import_module(f"{__package__}.{module_name}"), name, None)
+    if not inspect.iscoroutinefunction(found):
+        raise TypeError(f"{operation.method} {operation.path}: {operation.handler} is not an async handler")
+    return found
+
+
+def routes() -> list[Route]:
+    """The app's routes, from the route table: one route per path (in the table's order,
+    so literal paths match before the parameter beside them), with all its methods."""
+    out = []
+    for path, group in groupby(TABLE, key=lambda op: op.path):
+        ops = list(group)
+        if all(op.raw for op in ops):
+            out += [Route(path, handler(op), methods=[op.method]) for op in ops]
+        else:
+            out.append(resource(path, **{op.method.lower(): handler(op) for op in ops}))
+    return out
 
 
 async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
@@ -91,7 +120,7 @@ def create_app(
             await pool.aclose()
 
     app = Starlette(
-        routes=[*definitions.routes, *agents.routes, *offload.routes, *page.routes, *proxy_routes],
+        routes=routes(),
         exception_handlers={HTTPException: _http_exception, CtxmgmtError: errors.handle},
         middleware=[
             Middleware(_Faults),

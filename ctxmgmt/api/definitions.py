@@ -1,8 +1,7 @@
-"""The definition routes: create, get, replace, delete, list, simulate; saved eval reports."""
+"""The definition routes: create, get, replace, delete, list, simulate, validate."""
 
 from __future__ import annotations
 
-import re
 import tempfile
 from typing import Any
 
@@ -16,28 +15,12 @@ from ..errors import LLMError
 from ..llm import ModelsConfig
 from ..loader import parse_document
 from ..offload import LocalOffloader
-from ..store import EvalStore
+from ..types import HOOK_NAMES
 from ..validation import validate_definition
 from .config import ApiKey
-from .errors import HTTPProblem, log
-from .openapi import openapi_document
-from .requests import (
-    authorize,
-    caller,
-    check_values,
-    flag,
-    if_version,
-    int_param,
-    json_body,
-    may_spend,
-    name_param,
-    resource,
-    state,
-)
-
-BASE = "/_plugins/_ml/context_management"
-_MAX_SIZE = 1000
-_REPORT_ID = re.compile(r"[0-9a-f]{32}")
+from .errors import HTTPProblem
+from .params import FORCE, FROM, MAX_NESTING, MAX_TEXT, SIMULATION_FIELDS, SIZE, Q
+from .requests import authorize, caller, if_version, json_body, may_spend, name_param, state
 
 
 async def create(request: Request) -> JSONResponse:
@@ -46,15 +29,6 @@ async def create(request: Request) -> JSONResponse:
     body = await json_body(request)
     await run_in_threadpool(state(request).store.create, name, body, created_by=caller(request))
     return JSONResponse({"context_management_name": name, "status": "created"})
-
-
-async def eval_report(request: Request) -> JSONResponse:
-    """A report that ``ctxmgmt eval --save`` stored (read-only: reports are made by the CLI)."""
-    authorize(request, "read")
-    report_id = request.path_params["report_id"]
-    if not _REPORT_ID.fullmatch(report_id):
-        raise HTTPProblem(404, f"no eval report with id {report_id[:64]!r}", "resource_not_found_exception")
-    return JSONResponse(await run_in_threadpool(EvalStore(state(request).store.engine).get, report_id))
 
 
 async def get(request: Request) -> JSONResponse:
@@ -79,20 +53,14 @@ async def replace(request: Request) -> JSONResponse:
 async def delete(request: Request) -> JSONResponse:
     authorize(request, "write")
     name = name_param(request)
-    force = flag(request, "force")
+    force = FORCE.read(request)
     await run_in_threadpool(state(request).store.delete, name, force=force)
     return JSONResponse({"context_management_name": name, "status": "deleted"})
 
 
 async def list_(request: Request) -> JSONResponse:
     authorize(request, "read")
-    offset = int_param(request, "from", 0, 0, 10**9)
-    size = int_param(request, "size", 10, 1, _MAX_SIZE)
-    q = request.query_params.get("q")
-    if q is not None and len(q) > 100:
-        raise HTTPProblem(400, "q must be at most 100 characters")
-    if q is not None:
-        check_values(q, nul=True)
+    offset, size, q = FROM.read(request), SIZE.read(request), Q.read(request)
     total, rows = await run_in_threadpool(state(request).store.list, offset=offset, limit=size, q=q)
     return JSONResponse({"total": total, "context_management": [r.to_dict() for r in rows]})
 
@@ -137,12 +105,12 @@ class _Withheld(ModelsConfig):
 async def _simulate(
     definition: Definition, body: dict[str, Any], models: ModelsConfig, key: ApiKey | None
 ) -> JSONResponse:
-    unknown = sorted(set(body) - {"hook", "context", "definition", "context_management"})
+    unknown = sorted(set(body) - set(SIMULATION_FIELDS))
     if unknown:
         raise HTTPProblem(400, f"unknown field {unknown[0]!r}; a simulation takes hook and context")
     hook = parse_hook(body.get("hook", "pre_llm")) if isinstance(body.get("hook", "pre_llm"), str) else None
     if hook is None:
-        raise HTTPProblem(400, "hook must be a string: pre_llm, post_tool or post_memory")
+        raise HTTPProblem(400, f"hook must be a string: {', '.join(HOOK_NAMES[:-1])} or {HOOK_NAMES[-1]}")
     context = Context.from_dict(body.get("context", {}))
     withheld = None if may_spend(key) else _Withheld(models)
     try:
@@ -177,10 +145,6 @@ def _dry_run(definition: Definition, hook: Any, context: Context, models: Models
         return definition.apply(
             hook, context, models=models, offloader=LocalOffloader(folder), session="simulate"
         )
-
-
-_MAX_TEXT = 50_000
-_MAX_NESTING = 32
 
 
 def _nesting(text: str) -> int:
@@ -234,11 +198,11 @@ async def validate(request: Request) -> JSONResponse:
     text = body.get("text")
     if not isinstance(text, str):
         raise HTTPProblem(400, "text is required: the definition's YAML or JSON, as a string")
-    if len(text) > _MAX_TEXT:
-        raise HTTPProblem(400, f"text is longer than {_MAX_TEXT:,} characters; a definition is far smaller")
+    if len(text) > MAX_TEXT:
+        raise HTTPProblem(400, f"text is longer than {MAX_TEXT:,} characters; a definition is far smaller")
     depth = _nesting(text)
-    if depth > _MAX_NESTING:  # YAML's parser costs length x nesting, and recurses with it
-        raise HTTPProblem(400, f"text nests {depth} deep; a definition nests at most {_MAX_NESTING}")
+    if depth > MAX_NESTING:  # YAML's parser costs length x nesting, and recurses with it
+        raise HTTPProblem(400, f"text nests {depth} deep; a definition nests at most {MAX_NESTING}")
     registry, models = state(request).store.registry, list(state(request).models)
     document, problems = await run_in_threadpool(_check_text, text, registry, models)
     errors = [p for p in problems if p.severity == "error"]
@@ -249,28 +213,3 @@ async def validate(request: Request) -> JSONResponse:
             "definition": document.data if not errors else None,
         }
     )
-
-
-async def health(request: Request) -> JSONResponse:
-    try:
-        await run_in_threadpool(state(request).store.exists, "_health")
-    except Exception:
-        log.exception("health check: the database does not answer")
-        return JSONResponse({"status": "red", "database": "unreachable"}, status_code=503)
-    return JSONResponse({"status": "green", "database": "ok"})
-
-
-async def openapi(request: Request) -> JSONResponse:
-    return JSONResponse(openapi_document())
-
-
-routes = [
-    resource("/_health", get=health),
-    resource("/openapi.json", get=openapi),
-    resource(BASE, get=list_),
-    resource(f"{BASE}/_simulate", post=simulate_inline),
-    resource(f"{BASE}/_validate", post=validate),
-    resource(BASE + "/_eval/{report_id}", get=eval_report),
-    resource(BASE + "/{name}/_simulate", post=simulate),
-    resource(BASE + "/{name}", post=create, get=get, put=replace, delete=delete),
-]

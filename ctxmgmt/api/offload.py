@@ -9,17 +9,16 @@ from starlette.responses import JSONResponse
 from ..errors import OffloadError
 from ..offload.base import bounded, check_ref
 from .errors import HTTPProblem
-from .requests import authorize, int_param, resource, state
+from .params import ARCHIVE_REF, LIMIT, OFFSET, PATTERN, SEARCH_SIZE, SESSION, UNIT
+from .requests import authorize, state
 
-BASE = "/_plugins/_ml/offload"
 READ_LIMIT = 200_000
 """The most characters (or lines) one read answers: the page shows an archive this far."""
 
 
 def _session(request: Request) -> str:
-    session = request.query_params.get("session")
-    if not session:
-        raise HTTPProblem(400, "session is required: the memory id the content belongs to")
+    session = SESSION.read(request)
+    assert session is not None  # a required parameter
     return session
 
 
@@ -33,17 +32,15 @@ def _offloader(request: Request):  # type: ignore[no-untyped-def]
 async def read(request: Request) -> JSONResponse:
     authorize(request, "read")
     try:
-        ref = check_ref(request.path_params["ref"])
+        ref = check_ref(ARCHIVE_REF.read(request))
     except OffloadError as exc:
         raise HTTPProblem(400, str(exc)) from None
     session = _session(request)
-    unit = request.query_params.get("unit", "chars")
-    if unit not in ("chars", "lines"):
-        raise HTTPProblem(400, "unit must be chars or lines")
-    offset = int_param(request, "offset", 0, 0, 10**12)
+    unit = UNIT.read(request)
+    offset = OFFSET.read(request)
     # A larger limit is taken and clamped: one answer holds at most READ_LIMIT characters (or
     # lines), and next_offset says where the rest starts.
-    limit = min(int_param(request, "limit", 20000, 1, 10**7), READ_LIMIT)
+    limit = min(LIMIT.read(request), READ_LIMIT)
     try:
         got = await run_in_threadpool(
             _offloader(request).read, session, ref, offset=offset, limit=limit, unit=unit
@@ -67,8 +64,8 @@ async def read(request: Request) -> JSONResponse:
 async def search(request: Request) -> JSONResponse:
     authorize(request, "read")
     session = _session(request)
-    pattern = request.query_params.get("pattern", "")
-    size = int_param(request, "size", 20, 1, 200)
+    pattern = PATTERN.read(request) or ""
+    size = SEARCH_SIZE.read(request)
     try:
         hits = await run_in_threadpool(_offloader(request).search, session, pattern, max_results=size)
     except OffloadError as exc:
@@ -84,10 +81,3 @@ async def listing(request: Request) -> JSONResponse:
     except OffloadError as exc:
         raise HTTPProblem(400, str(exc)) from None
     return JSONResponse({"archives": archives, "damaged": getattr(archives, "damaged", 0)})
-
-
-routes = [
-    resource(BASE, get=listing),
-    resource(f"{BASE}/_search", get=search),
-    resource(BASE + "/{ref}", get=read),
-]

@@ -11,9 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .errors import HTTPProblem
-from .requests import resource
 
-__all__ = ["routes"]
+__all__ = ["asset", "page"]
 
 _FILES = {
     "": ("index.html", "text/html; charset=utf-8"),
@@ -48,6 +47,3 @@ async def asset(request: Request) -> Response:
         raise HTTPProblem(404, "no such file of the page", "resource_not_found_exception")
     name, media_type = found
     return Response(_read(name), media_type=media_type, headers=_HEADERS)
-
-
-routes = [resource("/ui", get=page), resource("/ui/{file}", get=asset)]

@@ -16,13 +16,13 @@ from starlette.routing import Route
 
 from .config import ApiKey, ServerConfig
 from .errors import HTTPProblem
+from .params import MAX_VERSION, NAME, NAME_LENGTH, VERSION_DIGITS
 
 if TYPE_CHECKING:
     from ..llm import ModelsConfig
     from ..runner import Runner
     from ..store import DefinitionStore
 
-_NAME = re.compile(r"[a-z0-9_-]{1,49}")
 _JSON_TYPES = ("application/json",)
 
 
@@ -79,14 +79,13 @@ def name_param(request: Request) -> str:
         raise HTTPProblem(
             400, f"{name!r}: names starting with '_' are reserved for API verbs such as _simulate"
         )
-    if not _NAME.fullmatch(name):
-        raise HTTPProblem(400, f"{name!r}: a name is 1-49 characters of a-z, 0-9, _ and -")
+    if not NAME.fullmatch(name):
+        raise HTTPProblem(400, f"{name!r}: a name is 1-{NAME_LENGTH} characters of a-z, 0-9, _ and -")
     return name
 
 
 MAX_DEPTH = 64
 """JSON bodies nest at most this deep."""
-MAX_VERSION = 2**31 - 1
 DRAIN_BYTES = 8 * 1024 * 1024
 """An oversized body up to this size is read to its end (and discarded) before the 413,
 so that the client, still sending, gets the answer rather than a reset."""
@@ -253,15 +252,6 @@ async def json_body(request: Request, *, nul: bool = True, limit: int | None = N
     return data
 
 
-def int_param(request: Request, key: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(key)
-    if raw is None:
-        return default
-    if not re.fullmatch(r"[0-9]{1,19}", raw) or not low <= int(raw) <= high:
-        raise HTTPProblem(400, f"{key} must be a whole number from {low} to {high}, not {raw[:40]!r}")
-    return int(raw)
-
-
 def if_version(request: Request) -> int | None:
     header = request.headers.get("if-match")
     query = request.query_params.get("if_version")
@@ -272,8 +262,8 @@ def if_version(request: Request) -> int | None:
     return from_header if from_header is not None else from_query
 
 
-_ETAG = re.compile(r'(?:W/)?("?)([1-9][0-9]{0,9})\1')
-_DIGITS = re.compile(r"()([1-9][0-9]{0,9})")
+_ETAG = re.compile(f'(?:W/)?("?)({VERSION_DIGITS})\\1')
+_DIGITS = re.compile(f"()({VERSION_DIGITS})")
 
 
 def _version(raw: str, form: re.Pattern[str]) -> int:
@@ -284,13 +274,6 @@ def _version(raw: str, form: re.Pattern[str]) -> int:
             f"If-Match (or if_version) must be a version number from 1 to {MAX_VERSION}, not {raw[:40]!r}",
         )
     return int(found.group(2))
-
-
-def flag(request: Request, key: str) -> bool:
-    raw = request.query_params.get(key, "false").lower()
-    if raw not in ("true", "false", ""):
-        raise HTTPProblem(400, f"{key} must be true or false, not {raw[:20]!r}")
-    return raw in ("true", "")
 
 
 def caller(request: Request) -> str | None:

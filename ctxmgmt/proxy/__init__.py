@@ -13,25 +13,7 @@ answer comes back as it came.
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
-
 from .apis import APIS, Api
 from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
 
-__all__ = ["APIS", "DEFINITION_HEADER", "SESSION_HEADER", "Api", "routes"]
-
-
-def _endpoint(api: Api):  # type: ignore[no-untyped-def]
-    async def endpoint(request: Request) -> Response:
-        return await proxy_request(request, api)
-
-    endpoint.__name__ = f"proxy_{api.name}"
-    return endpoint
-
-
-routes = [
-    Route(f"/proxy/{{definition}}{api.path}", _endpoint(api), methods=["POST"]) for api in APIS.values()
-]
-"""The proxy's routes, one per provider API."""
+__all__ = ["APIS", "DEFINITION_HEADER", "SESSION_HEADER", "Api", "proxy_request"]
