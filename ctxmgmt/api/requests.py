@@ -200,6 +200,28 @@ async def json_body(request: Request, *, nul: bool = True, limit: int | None = N
     """The request's JSON object, checked (see :func:`check_values`); a 400 naming the
     problem for anything else. ``nul=False`` allows NUL in strings that are not stored;
     ``limit``: bytes, when not ``server.max_body_bytes``."""
+    text = await body_text(request, limit=limit)
+    try:
+        if len(text) > 65536:  # parse large bodies off the event loop
+            data = await run_in_threadpool(_parse, text)
+        else:
+            data = _parse(text)
+    except RecursionError:
+        raise HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise HTTPProblem(400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:
+        raise HTTPProblem(400, f"invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise HTTPProblem(400, "the body must be a JSON object")
+    check_values(data, nul=nul, text=text)
+    return data
+
+
+async def body_text(request: Request, *, limit: int | None = None) -> str:
+    """The request's body as text: JSON by its media type, within ``limit`` bytes (else
+    ``server.max_body_bytes``; a 413) and ``server.body_timeout_seconds`` (a 408), UTF-8, not
+    blank."""
     config = state(request).config
     limit, seconds = limit or config.max_body_bytes, config.body_timeout_seconds
     check_media_type(request)  # resource() did for every route; a handler built otherwise does here
@@ -233,23 +255,9 @@ async def json_body(request: Request, *, nul: bool = True, limit: int | None = N
     if not body.strip():
         raise HTTPProblem(400, "a JSON object body is required")
     try:
-        text = body.decode("utf-8")
-        if len(text) > 65536:  # parse large bodies off the event loop
-            data = await run_in_threadpool(_parse, text)
-        else:
-            data = _parse(text)
-    except RecursionError:
-        raise HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+        return body.decode("utf-8")
     except UnicodeDecodeError:
         raise HTTPProblem(400, "the body is not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise HTTPProblem(400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except ValueError as exc:
-        raise HTTPProblem(400, f"invalid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise HTTPProblem(400, "the body must be a JSON object")
-    check_values(data, nul=nul, text=text)
-    return data
 
 
 def if_version(request: Request) -> int | None:

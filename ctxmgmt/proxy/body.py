@@ -1,0 +1,293 @@
+"""A proxied request's JSON body, read and written in what changed since the conversation's
+previous request.
+
+A client resends its whole history every time: the body of the next request starts with the
+bytes of the previous one up to its last message. The body is scanned at its top level, and
+its conversation (``messages``, or ``input``) element by element, each element with the
+standard JSON decoder, keeping where each element's text is. When the new body starts with the
+previous one's text up to its last element, those elements are the previous request's own
+objects (parsed and checked once), and only the rest is read. The upstream's body is the
+client's text with the spans that changed replaced: the conversation's array joined from the
+client's own element texts and the messages ctxmgmt wrote, ``model`` and ``tools`` when they
+change. Untouched messages go upstream byte for byte as the client sent them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api.errors import HTTPProblem
+from ..api.requests import MAX_DEPTH, check_values
+
+__all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "upstream_text"]
+
+BODIES_BYTES = 256 << 20
+"""The previous bodies a process keeps to read the next ones from, by their text's size."""
+_FINGERPRINT = 1024
+"""A body is found again by its first characters (its system prompt and first messages)."""
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder(
+    parse_constant=lambda value: _refuse(f"{value} is not valid JSON"),
+    parse_float=lambda value: _finite(value),
+)
+
+
+def _refuse(message: str) -> Any:
+    raise ValueError(message)
+
+
+def _finite(value: str) -> float:
+    number = float(value)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{value[:40]} is too large for a JSON number")
+    return number
+
+
+@dataclass(slots=True)
+class Body:
+    """A scanned body: its values, and where the conversation's elements are in its text."""
+
+    text: str
+    data: dict[str, Any]
+    field: str
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    """Where each element of ``data[field]`` is in ``text`` (when it is an array)."""
+    array: tuple[int, int] | None = None
+    """Where ``data[field]``'s array is, brackets included."""
+    values: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Where each other top-level value is."""
+
+    @property
+    def prefix(self) -> str:
+        """The text up to the end of the last element: what the next request starts with."""
+        if self.array is None:
+            return ""
+        end = self.spans[-1][1] if self.spans else self.array[0] + 1
+        return self.text[:end]
+
+
+def _error(text: str, at: int, message: str) -> HTTPProblem:
+    line = text.count("\n", 0, at) + 1
+    column = at - (text.rfind("\n", 0, at) + 1) + 1
+    return HTTPProblem(400, f"invalid JSON at line {line} column {column}: {message}")
+
+
+def _value(text: str, at: int) -> tuple[Any, int]:
+    try:
+        return _DECODER.raw_decode(text, at)
+    except RecursionError:
+        raise HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise _error(text, exc.pos, exc.msg) from None
+    except ValueError as exc:
+        raise HTTPProblem(400, f"invalid JSON: {exc}") from None
+
+
+def _ws(text: str, at: int) -> int:
+    found = _WS.match(text, at)
+    return found.end() if found else at
+
+
+def _expect(text: str, at: int, chars: str) -> str:
+    if at >= len(text) or text[at] not in chars:
+        raise _error(text, at, f"expected {' or '.join(repr(c) for c in chars)}")
+    return text[at]
+
+
+def parse(text: str, field: str, previous: Body | None = None) -> Body:
+    """The body of ``text``; its ``field``'s elements read only past ``previous``'s, when the
+    text starts with them (see the module docstring). Checked as every JSON body is
+    (:func:`ctxmgmt.api.requests.check_values`): what ``previous`` held was checked then."""
+    reuse = previous is not None and previous.field == field and previous.array is not None
+    prefix = previous.prefix if previous is not None and reuse else ""
+    if reuse and prefix and text.startswith(prefix):
+        assert previous is not None and previous.array is not None
+        body = Body(text, {}, field, list(previous.spans), previous.array, {})
+        body.data = {
+            k: v for k, v in previous.data.items() if previous.values.get(k, (0, 0))[0] < previous.array[0]
+        }
+        body.values = {k: v for k, v in previous.values.items() if v[0] < previous.array[0]}
+        elements = list(previous.data[field])
+        at = len(prefix)
+        fresh_from = len(elements)
+        at = _elements(text, at, elements, body.spans, first=not elements)
+        body.data[field] = elements
+        _check_new(text, body, fresh_from)
+        _rest(text, at, body)
+        return body
+    body = Body(text, {}, field)
+    at = _ws(text, 0)
+    _expect(text, at, "{")
+    at = _ws(text, at + 1)
+    if text.startswith("}", at):
+        _end(text, at + 1)
+        check_values(body.data, nul=False, text=text)
+        return body
+    _members(text, at, body)
+    check_values(body.data, nul=False, text=text)
+    return body
+
+
+def _members(text: str, at: int, body: Body) -> None:
+    """The top-level members from ``at`` (a key's start) to the closing brace."""
+    while True:
+        _expect(text, at, '"')
+        key, at = _value(text, at)
+        at = _ws(text, at)
+        _expect(text, at, ":")
+        at = _ws(text, at + 1)
+        if key == body.field and text.startswith("[", at):
+            start = at
+            elements: list[Any] = []
+            body.spans = []
+            at = _elements(text, at + 1, elements, body.spans, first=True)
+            body.data[key] = elements
+            body.array = (start, at)
+            body.values.pop(key, None)
+        else:
+            value, end = _value(text, at)
+            body.data[key] = value
+            body.values[key] = (at, end)
+            if key == body.field:
+                body.array, body.spans = None, []
+            at = end
+        at = _ws(text, at)
+        if _expect(text, at, ",}") == "}":
+            _end(text, at + 1)
+            return
+        at = _ws(text, at + 1)
+
+
+def _elements(text: str, at: int, out: list[Any], spans: list[tuple[int, int]], *, first: bool) -> int:
+    """Read array elements from ``at`` (after ``[`` when ``first``, else after the last
+    element) to the closing bracket; returns the position after it."""
+    at = _ws(text, at)
+    if first:
+        if text.startswith("]", at):
+            return at + 1
+    else:
+        if _expect(text, at, ",]") == "]":
+            return at + 1
+        at = _ws(text, at + 1)
+    while True:
+        value, end = _value(text, at)
+        out.append(value)
+        spans.append((at, end))
+        at = _ws(text, end)
+        if _expect(text, at, ",]") == "]":
+            return at + 1
+        at = _ws(text, at + 1)
+
+
+def _rest(text: str, at: int, body: Body) -> None:
+    """After the conversation's array: the other members, to the end."""
+    assert body.array is not None
+    body.array = (body.array[0], at)
+    at = _ws(text, at)
+    if _expect(text, at, ",}") == "}":
+        _end(text, at + 1)
+    else:
+        _members(text, _ws(text, at + 1), body)
+    rest = {k: v for k, v in body.data.items() if k != body.field and body.values[k][0] > body.array[0]}
+    check_values(rest, nul=False, text=text[body.array[1] :])
+
+
+def _check_new(text: str, body: Body, start: int) -> None:
+    """The new elements, checked as a body's values are (nested two deep in the body); on a
+    problem, the whole conversation is walked for its exact pointer."""
+    if start >= len(body.spans):
+        return
+    first, last = body.spans[start][0], body.spans[-1][1]
+    try:
+        check_values(body.data[body.field][start:], nul=False, text="[[" + text[first:last] + "]]")
+    except HTTPProblem:
+        check_values({body.field: body.data[body.field]}, nul=False)
+        raise
+
+
+def _end(text: str, at: int) -> None:
+    at = _ws(text, at)
+    if at != len(text):
+        raise _error(text, at, "extra data after the body's object")
+
+
+def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any]) -> str:
+    """The upstream's body: ``body``'s text with its conversation replaced by ``messages``
+    (the client's own element texts where a message is one of its elements, JSON for the
+    rest) and the top-level ``changes`` (``model``, ``tools``) written in."""
+    if body.array is None:  # the conversation is not an array of elements: written whole
+        return json.dumps({**body.data, body.field: list(messages), **changes}, ensure_ascii=False)
+    elements = body.data[body.field]
+    where = {id(m): k for k, m in enumerate(elements)}
+    parts = []
+    for m in messages:
+        k = where.get(id(m))
+        if k is not None and elements[k] is m:
+            start, end = body.spans[k]
+            parts.append(body.text[start:end])
+        else:
+            parts.append(json.dumps(m, ensure_ascii=False))
+    edits: list[tuple[int, int, str]] = [(*body.array, "[" + ", ".join(parts) + "]")]
+    added = []
+    for key, value in changes.items():
+        if key in body.values:
+            if body.data.get(key) != value:
+                edits.append((*body.values[key], json.dumps(value, ensure_ascii=False)))
+        else:
+            added.append(f"{json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
+    text = body.text
+    out = []
+    at = 0
+    for start, end, replacement in sorted(edits):
+        out += [text[at:start], replacement]
+        at = end
+    tail = text[at:]
+    if added:  # before the closing brace
+        close = tail.rstrip().rfind("}")
+        tail = tail[:close] + ", " + ", ".join(added) + tail[close:]
+    return "".join(out) + tail
+
+
+class Bodies:
+    """The bodies this process read last, found again by their start: the next request of a
+    conversation starts with its previous body's text up to the last element."""
+
+    def __init__(self, max_bytes: int = BODIES_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, list[Body]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def find(self, text: str) -> Body | None:
+        """The kept body whose text up to its last element ``text`` starts with (the longest)."""
+        with self._lock:
+            found = self._items.get(text[:_FINGERPRINT])
+            candidates = list(found) if found else []
+        best = None
+        for body in candidates:
+            prefix = body.prefix
+            if prefix and text.startswith(prefix) and (best is None or len(prefix) > len(best.prefix)):
+                best = body
+        return best
+
+    def keep(self, body: Body, previous: Body | None) -> None:
+        """Keep ``body`` in place of ``previous`` (the one it was read from, if any)."""
+        if len(body.text) > self.max_bytes or body.array is None:
+            return
+        key = body.text[:_FINGERPRINT]
+        with self._lock:
+            old = self._items.pop(key, [])
+            self._bytes -= sum(len(b.text) for b in old)
+            kept = [body, *(b for b in old if b is not previous)][:4]  # a few may start alike
+            self._items[key] = kept
+            self._bytes += sum(len(b.text) for b in kept)
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, gone = self._items.popitem(last=False)
+                self._bytes -= sum(len(b.text) for b in gone)
