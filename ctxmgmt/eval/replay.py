@@ -16,6 +16,7 @@ It is *kept* when the request still holds it verbatim (summary and system prompt
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import tempfile
@@ -31,6 +32,7 @@ from ..definitions import Definition, load_definition
 from ..errors import ContextError, CtxmgmtError, Problem
 from ..messages import check_messages, text_of
 from ..offload import LocalOffloader
+from ..offload.base import repeatable_refs
 from ..tokens import REPLY_PRIMING, TokenCounter, get_counter
 from .specifics import CATEGORIES, message_specifics, message_text
 
@@ -381,17 +383,22 @@ def replay_definition(
         cache = PromptCache(pricing, clock=_frozen_clock)
         conv.cache = cache
         conv.environment = replace(conv.environment, cache=cache)
+        # The archives' references are the same every run (a summary lists them, so their
+        # tokens decide what else fits): the same input gives the same report.
+        numbers = itertools.count()
+        seed = f"{prep.id}\x00{definition.name}\x00{window}"
         for n, i in enumerate(prep.calls, 1):
             call = Call(prep.id, n)
             started = time.perf_counter()
             try:
-                turn = conv.prepare(
-                    prep.messages[:i],
-                    system_prompt=prep.system_prompt,
-                    tools=prep.tools,
-                    model=prep.model,
-                    context_window=window,
-                )
+                with repeatable_refs(seed, numbers):
+                    turn = conv.prepare(
+                        prep.messages[:i],
+                        system_prompt=prep.system_prompt,
+                        tools=prep.tools,
+                        model=prep.model,
+                        context_window=window,
+                    )
             except CtxmgmtError as exc:
                 call.time_ms = (time.perf_counter() - started) * 1000
                 problems: Sequence[Problem] = getattr(exc, "problems", ())
