@@ -894,13 +894,18 @@ class _Reader:
                 act = _action(name, args, line)
                 for path in _PATH.findall(_URL.sub(" ", line)):
                     ledger.see("path", _clip(path.rstrip(".,;:"), 200), act, 2 if act != "seen" else 1)
-        for value in args.values():  # ids the agent typed; not those of a file's new content
+        for key, value in args.items():  # ids the agent typed; not those of a file's new content
             if (
                 isinstance(value, (str, int))
                 and not isinstance(value, bool)
                 and len(str(value)) <= _ARG_CHARS
             ):
                 ledger.ids(str(value), 1)
+            elif isinstance(value, str) and key not in _SHELL_KEYS:
+                # The paths a file's new content or a patch names (``"main": "dist/index.js"``)
+                # are the ones the agent builds, runs or opens next.
+                for path in _specifics_of(value)[0]:
+                    ledger.see("path", path, "seen", 1)
         if result:
             for path in _specifics_of(result)[0]:
                 ledger.see("path", path, "seen", 0)
