@@ -6,8 +6,8 @@ A generated 300-call coding-agent run (``tests.agent_runs.agent_run``) is replay
 ``default``, ``cache-aware`` and ``long-running-agent`` at a 16k window, with the sliding
 window and observation-masking baselines (the report's table is printed). Then the run's
 first half is replayed the same way: the managers' work grows with the window, not with
-the conversation, so a linear replay gives a ratio of about 2; the specifics check, which
-looks at every earlier message at each call, makes it somewhat more.
+the conversation, and the kept-check is incremental over the calls (a call costs its
+request and what came or went since the previous one), so the ratio is about 2.
 
     python bench/bench_eval.py [--seed N] [--calls 300] [--window 16000]
 """

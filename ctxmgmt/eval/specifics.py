@@ -53,15 +53,22 @@ _PATHS = re2.compile(
     rf"|(?P<file>\b[\w\-]+(?:\.[\w\-]+)*\.(?:{_EXT})\b)"
 )
 # A line that reports a failure: a traceback's lines, an exception or error class with its
-# message, a log level or a tool's failure word, an exit status, an OS error's wording.
+# message, a log level or a tool's failure word, an exit status, an OS error's wording. One
+# pass over the whole text (multi-line: ``^`` is a line's start, after any timestamp).
+_STAMP = (
+    r"(?:\[?\d{4}-\d\d-\d\d[T ][0-9:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?[ \t]*"
+    r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?[ \t]*)?"
+)
 _ERROR = re2.compile(
-    r"^\s*(?:E\s+)?[\w.$]*(?:Error|Exception|Failure|Interrupt|Exit)(?:\[\w+\])?(?::|$)"
-    r"|^\s*File \"[^\"]+\", line \d+"
+    rf"(?m)^{_STAMP}[ \t]*(?:E[ \t]+)?[\w.$]*(?:Error|Exception|Failure|Interrupt|Exit)(?:\[\w+\])?"
+    r"(?::|\r?$)"
+    rf"|^{_STAMP}[ \t]*File \"[^\"\n]+\", line \d+|^{_STAMP}Exception in thread\b"
+    rf"|^{_STAMP}[ \t]*E[ \t]{{2,}}\S"
     r"|\b(?:[Ee]rror|ERROR)(?:\[\w+\])?:|\[(?:ERROR|FATAL|CRITICAL|error|fatal)\]|\bERROR\b|\bERR!"
     r"|\b(?:FAILED|FAIL|FATAL|PANIC)\b|\bfatal(?: error)?:|\bpanic(?:ked)?(?::| at\b)"
     r"|\b[Ee]rrno\b|No such file or directory|Permission denied|command not found"
     r"|Segmentation fault|core dumped|\bexit(?:ed with)? (?:code|status) [1-9]|[Cc]onnection refused"
-    r"|\bAborted\b|^Exception in thread\b|^\s*E\s{2,}\S"
+    r"|\bAborted\b"
 )
 # Code that names an error without reporting one: a statement that raises, catches, defines
 # or logs it, a comment, an assignment.
@@ -285,10 +292,15 @@ def error_lines(text: str) -> list[str]:
     leading timestamp dropped, whitespace collapsed. Not code that merely names an error
     (``except KeyError:``, ``raise ValueError(x)``, ``log.error(...)``, ``status = "FAILED"``)."""
     out: dict[str, None] = {}
-    for line in _scan(text).splitlines():
-        if not _ERROR.search(line) and not _ERROR.search(_LEADING_STAMP.sub("", line.strip(), count=1)):
-            continue
-        line = _flat(_LEADING_STAMP.sub("", line.strip(), count=1))
+    scanned = _scan(text)
+    end = -1
+    for m in _ERROR.finditer(scanned):
+        if m.start() <= end:
+            continue  # a line already looked at
+        start = scanned.rfind("\n", 0, m.start()) + 1
+        end = scanned.find("\n", m.start())
+        end = len(scanned) if end < 0 else end
+        line = _flat(_LEADING_STAMP.sub("", scanned[start:end].strip(), count=1))
         if len(line) < 8 or line in _GENERIC_LINES or _CODE.search(line):
             continue
         if not _add(out, line):

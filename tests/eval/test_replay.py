@@ -262,13 +262,13 @@ def test_a_summary_that_quotes_the_path_keeps_it():
     """A specific found verbatim in a message the definition added (a summary) is kept."""
     conv = _hand_made()
     prep = _Prepared(conv, get_counter("gpt-4o"))
-    from ctxmgmt.eval.replay import Call, _specifics_at, _Texts
+    from ctxmgmt.eval.replay import Call, _specifics_at
 
     i = prep.calls[4]
     summary = {"role": "user", "content": "Summary: read config/settings.toml (port 8080)."}
     kept, lost = Call("hand", 5), Call("hand", 5)
-    _specifics_at(prep, i, [prep.messages[0], summary, *prep.messages[i - 2 : i]], _Texts(), kept)
-    _specifics_at(prep, i, [prep.messages[0], *prep.messages[i - 2 : i]], _Texts(), lost)
+    _specifics_at(prep, i, [prep.messages[0], summary, *prep.messages[i - 2 : i]], kept)
+    _specifics_at(prep, i, [prep.messages[0], *prep.messages[i - 2 : i]], lost)
     assert kept.needed["paths"] == lost.needed["paths"] >= 1
     assert kept.kept["paths"] == lost.kept["paths"] + 1
 
@@ -418,3 +418,45 @@ def test_repeatable_refs_look_random_and_do_not_leak():
     assert a == b and a[0] != a[1].replace("t-", "m-")
     assert all(check_ref(r) for r in a)
     assert new_ref("messages") != new_ref("messages")
+
+
+def _needed_and_kept_afresh(prep, i, request):
+    """The needed and kept specifics at one call, from the definition (every earlier message)."""
+    from ctxmgmt.eval.replay import _flat
+    from ctxmgmt.eval.specifics import CATEGORIES, message_text
+
+    present = {j for j, m in enumerate(prep.messages[:i]) if any(r is m for r in request)}
+    originals = {id(prep.messages[j]) for j in present}
+    added = "\n".join([prep.system_text, *(_flat(message_text(m)) for m in request if id(m) not in originals)])
+    needed, kept = {}, {}
+    for cat in CATEGORIES:
+        held = {s for j in present for s in prep.reused[j][cat]}
+        gone = {s for j in range(i) if j not in present for s in prep.reused[j][cat] if prep.last_use[cat][s] >= i}
+        needed[cat] = len(gone)
+        kept[cat] = sum(1 for s in gone if s in held or s in added)
+    return needed, kept
+
+
+@pytest.mark.parametrize("name", ["default", "long-running-agent"])
+def test_the_incremental_kept_check_counts_as_the_definition_says(name):
+    """Counted call by call, incrementally, the needed and kept specifics are those computed afresh
+    from every earlier message, for a definition and for a sliding window that shrinks and grows."""
+    from ctxmgmt.eval.replay import Call, _Kept
+
+    messages, _ = agent_run(30, seed=5)
+    prep = _Prepared(Chat("run", messages, "sys", None, "gpt-4o"), get_counter("gpt-4o"))
+    window_kept = _Kept(prep)
+    checked = 0
+    for call, request in replay_definition(prep, ctxmgmt.load_definition(name), 3000, PRICES):
+        if request is None:
+            continue
+        i = prep.calls[call.call - 1]
+        assert (call.needed, call.kept) == _needed_and_kept_afresh(prep, i, request)
+        checked += sum(call.needed.values())
+        # A window whose budget goes up and down: carriers leave and come back.
+        budget = prep.fixed + (900 if call.call % 3 else 4000)
+        made, _ = sliding_window(prep, i, budget)
+        got = Call("run", call.call)
+        window_kept.measure(i, made, got)
+        assert (got.needed, got.kept) == _needed_and_kept_afresh(prep, i, made)
+    assert checked > 0
