@@ -427,11 +427,13 @@ def _needed_and_kept_afresh(prep, i, request):
 
     present = {j for j, m in enumerate(prep.messages[:i]) if any(r is m for r in request)}
     originals = {id(prep.messages[j]) for j in present}
-    added = "\n".join([prep.system_text, *(_flat(message_text(m)) for m in request if id(m) not in originals)])
+    new = [_flat(message_text(m)) for m in request if id(m) not in originals]
+    added = "\n".join([prep.system_text, *new])
     needed, kept = {}, {}
     for cat in CATEGORIES:
         held = {s for j in present for s in prep.reused[j][cat]}
-        gone = {s for j in range(i) if j not in present for s in prep.reused[j][cat] if prep.last_use[cat][s] >= i}
+        last = prep.last_use[cat]
+        gone = {s for j in range(i) if j not in present for s in prep.reused[j][cat] if last[s] >= i}
         needed[cat] = len(gone)
         kept[cat] = sum(1 for s in gone if s in held or s in added)
     return needed, kept
