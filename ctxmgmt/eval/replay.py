@@ -428,16 +428,22 @@ def _frozen_clock() -> float:
 
 
 def replay_definition(
-    prep: _Prepared, definition: Definition, window: int, pricing: Pricing, *, models: Any = None
+    prep: _Prepared,
+    definition: Definition,
+    window: int,
+    pricing: Pricing,
+    *,
+    models: Any = None,
+    store: bool = True,
 ) -> Iterator[tuple[Call, Sequence[Mapping[str, Any]] | None]]:
     """Each call of the conversation as the definition manages it: (figures, the request's
-    messages, or None when it was refused)."""
+    messages, or None when it was refused). ``store``: give the definition a (throwaway)
+    offload store, as a deployment with one would; without, as one without."""
     counter = get_counter(prep.model, definition.tokenizer)
     kept = _Kept(prep)
     with tempfile.TemporaryDirectory(prefix="ctxmgmt-eval-", dir=_scratch()) as tmp:
-        conv = Conversation(
-            definition, models=models, offloader=LocalOffloader(tmp), session="eval", pricing=pricing
-        )
+        offloader = LocalOffloader(tmp) if store else None
+        conv = Conversation(definition, models=models, offloader=offloader, session="eval", pricing=pricing)
         cache = PromptCache(pricing, clock=_frozen_clock)
         conv.cache = cache
         conv.environment = replace(conv.environment, cache=cache)
@@ -565,9 +571,11 @@ def evaluate_rows(
     baselines: bool = True,
     per_call: bool = True,
     models: Any = None,
+    store: bool = True,
 ) -> tuple[list[Row], list[dict[str, Any]]]:
     """Replay every conversation (one at a time: memory is bounded by the largest) through
-    every definition at every window. Returns the report's rows and the conversations' list."""
+    every definition at every window (``store``: with a throwaway offload store). Returns
+    the report's rows and the conversations' list."""
     built = [d if isinstance(d, Definition) else load_definition(d) for d in definitions]
     if not built:
         raise ValueError("give at least one definition")
@@ -612,7 +620,7 @@ def evaluate_rows(
                 target = row(d.name, "definition", w)
                 base = row(BASELINE_WINDOW, "sliding_window", w, d.name) if baselines else None
                 kept, cache = _Kept(prep), PromptCache(price, clock=_frozen_clock)
-                for call, request in replay_definition(prep, d, w, price, models=models):
+                for call, request in replay_definition(prep, d, w, price, models=models, store=store):
                     target.add(call)
                     if base is None:
                         continue
