@@ -449,6 +449,7 @@ _STAMP = re.compile(
     r"|^\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?\s*"
 )
 _DIGITS = re.compile(r"\d{1,18}(?:\u2013\d{1,18})?")
+_HOLE = "\ue000"
 
 
 def fold_errors(items: list[str]) -> list[str]:
@@ -456,17 +457,24 @@ def fold_errors(items: list[str]) -> list[str]:
     that counts (see :func:`_counter`), shown as its range: ``connection refused (attempt
     1\u201330) (×30)`` (an en dash); a range folded earlier widens. In order of each group's first line."""
     groups: dict[str, list[tuple[str, int]]] = {}
-    for item in items:
+    for k, item in enumerate(items):
         line, n = split_count(item)
-        groups.setdefault(_DIGITS.sub("#", _STAMP.sub("", line, count=1)), []).append((line, n))
+        text = _STAMP.sub("", line, count=1)
+        # A number's place is a character no line holds (a line's own '#' stays itself); a
+        # line that holds it is a group of its own.
+        key = _DIGITS.sub(_HOLE, text) if _HOLE not in text else f"{k}{_HOLE}{text}"
+        groups.setdefault(key, []).append((line, n))
     out = []
     for template, members in groups.items():
-        spans = [[_span(v) for v in _DIGITS.findall(_STAMP.sub("", line, count=1))] for line, _ in members]
-        varying = [k for k in range(template.count("#")) if len({v[k] for v in spans}) > 1]
-        if len(members) < _FOLD_AT or not _counter(varying, spans):
+        if len(members) < _FOLD_AT:
             out += [line if n < 2 else f"{line} (×{n})" for line, n in members]
             continue
-        parts = template.split("#")
+        spans = [[_span(v) for v in _DIGITS.findall(_STAMP.sub("", line, count=1))] for line, _ in members]
+        varying = [k for k in range(template.count(_HOLE)) if len({v[k] for v in spans}) > 1]
+        if not _counter(varying, spans):
+            out += [line if n < 2 else f"{line} (×{n})" for line, n in members]
+            continue
+        parts = template.split(_HOLE)
         text = parts[0]
         for k, part in enumerate(parts[1:]):
             low, high = min(v[k][0] for v in spans), max(v[k][1] for v in spans)

@@ -348,6 +348,25 @@ def test_folding_keeps_lines_that_differ_in_what_they_say():
     assert fold_errors([*once, "retry 6 failed", "retry 7 failed"]) == ["retry 1\u20137 failed (×7)"]
 
 
+def test_folding_lines_that_hold_a_hash_sign():
+    """A line's own '#' is not a number's place: such lines fold by their counter, never fail."""
+    lines = [f"error #1 at step {i}" for i in range(3, 6)]
+    assert fold_errors(lines) == ["error #1 at step 3\u20135 (×3)"]
+    odd = ["a#1", "a1#", "a#1", "\ue000 1", "\ue000 2", "\ue000 3"]
+    assert fold_errors(odd) == ["a#1", "a#1", "a1#", "\ue000 1", "\ue000 2", "\ue000 3"]
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.lists(st.text(alphabet="#12 -\u2013ab\ue000:", max_size=12), max_size=8))
+@example(["x #1 2", "x #1 3", "x #1 4"])
+def test_folding_never_fails_and_keeps_every_count(items):
+    """On any lines, folding gives lines whose counts add up to the lines given."""
+    from ctxmgmt.digest import split_count
+
+    out = fold_errors(items)
+    assert sum(split_count(i)[1] for i in out) == sum(split_count(i)[1] for i in items)
+
+
 def test_the_ledger_keeps_commands_with_outcomes_paths_with_actions_and_ids():
     """The specifics ledger names each command with its last outcome, each path with what was
     done to it, and the ids the agent used; a merge adds counts and keeps the newer outcome."""
