@@ -462,3 +462,51 @@ def test_a_hostile_output_gives_a_bounded_ledger_and_a_plain_outcome():
     assert outcome(line) == "ok" and "failed" not in sections["progress"][0]
     assert len(sections["specifics"]) <= 120
     assert sum(item.startswith("ID-") for item in sections["specifics"]) <= 3
+
+
+_PIECES = st.sampled_from(
+    [
+        "#",
+        "1",
+        "22",
+        "3\u20135",
+        " (×2)",
+        "\ue000",
+        "ERROR",
+        "error:",
+        "KeyError: 'a'",
+        "\n",
+        " ",
+        "src/a.py",
+        "`x`",
+        "FAILED",
+        "exit code 1",
+        "2024-01-01T10:00:00Z ",
+        "[",
+        "]",
+        "#k=",
+        "E  ",
+    ]
+)
+_TEXT = st.lists(_PIECES, max_size=30).map("".join)
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(st.lists(st.tuples(_TEXT, _TEXT, _TEXT), min_size=1, max_size=4))
+@example([("error #1 at 3", "error #1 at 4\nerror #1 at 5\nerror #1 at 6", "x")])
+def test_the_offline_summary_never_fails_on_any_content(turns):
+    """The offline summary of any commands, file contents and results (and its merge) never fails."""
+    msgs = [{"role": "user", "content": "go"}]
+    for k, (command, content, result) in enumerate(turns):
+        args = {"cmd": command} if k % 2 else {"path": "a.txt", "content": content}
+        call = {
+            "id": f"c{k}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps(args)},
+        }
+        msgs += [
+            {"role": "assistant", "content": command, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": f"{result}\n{content}"},
+        ]
+    sections = summarize_offline(msgs, None)
+    assert summarize_offline(msgs, sections)
