@@ -42,7 +42,10 @@ MAX_PER_TEXT = 400
 MAX_SPECIFIC = 240
 """Characters of one specific (a longer error line or command is kept by its start)."""
 SHELL_KEYS = ("cmd", "command", "bash", "code")
-"""The tool-call arguments that hold a shell command (or a script, one command a line)."""
+"""The tool-call arguments that hold a shell command (or a script, one command a line);
+``code`` only for a shell tool (:data:`_SHELL_TOOL`): a Python tool's code is a program,
+whose lines are no commands."""
+_SHELL_TOOL = re2.compile(r"(?i)bash|shell|\bsh\b|_sh\b|terminal|console|exec|run|cmd|command")
 
 _EXT = r"[A-Za-z][A-Za-z0-9]{1,7}|[ch]"
 # A URL first (leftmost-first alternation): its path parts are not file paths.
@@ -264,14 +267,23 @@ def _command_lines(script: str) -> Iterable[str]:
 
 def commands(message: Mapping[str, Any]) -> list[str]:
     """The shell commands of a message: each line of a shell-like tool call's argument
-    (:data:`SHELL_KEYS`; a list of words is one command), and the text lines that start
-    with ``$ ``. Whitespace is collapsed."""
+    (:data:`SHELL_KEYS`; a list of words is one command; not the lines of a Python tool's
+    ``code``), and the text lines that start with ``$ ``. Whitespace is collapsed."""
     out: dict[str, None] = {}
     for call in message.get("tool_calls") or ():
         arguments = _arguments(call)
         if not isinstance(arguments, Mapping):
             continue
+        function = call.get("function") if isinstance(call, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        shell = (
+            isinstance(name, str)
+            and _SHELL_TOOL.search(name[:200]) is not None
+            and "python" not in name[:200].lower()
+        )
         for key in SHELL_KEYS:
+            if key == "code" and not shell:
+                continue
             value = arguments.get(key)
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 value = " ".join(value)

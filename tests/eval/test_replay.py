@@ -120,6 +120,14 @@ def test_commands_come_from_shell_arguments_and_dollar_lines():
     assert commands(m) == ["pytest -x tests/", "cd /srv", "git status", "ls -la"]
 
 
+def test_a_python_tools_code_is_no_command():
+    """The lines of a Python tool's code are no commands; a shell tool's code lines are."""
+    script = "import os\nprint(os.getcwd())"
+    assert commands(_asst(None, _call("c1", "python", code=script))) == []
+    assert commands(_asst(None, _call("c1", "run_python", code=script))) == []
+    assert commands(_asst(None, _call("c2", "run_shell", code="ls\npwd"))) == ["ls", "pwd"]
+
+
 def test_commands_ignore_other_arguments():
     """An argument not named like a shell command (a path to read) gives no command."""
     assert commands(_asst(None, _call("c1", "read_file", path="src/a.py"))) == []
