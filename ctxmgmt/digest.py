@@ -605,6 +605,7 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
     return [_clip(f"{name}({shown})", _CALL_CHARS)]
 
 
+_BARE_CALL = re.compile(r"^[\w.-]{1,100}\((?:\w{1,100}=…(?:, )?)*\)$")
 _ID_LIMIT = 40
 _FAMILY = 3
 """Ids the same but for their numbers (``handler_1`` … ``handler_49``) the ledger keeps."""
@@ -894,7 +895,10 @@ class _Reader:
                 for v in args.values()
             )
         )
-        if done is not None and not only_paths:
+        # A call that went well and shows no value (``update_plan(plan=…)``, ``tool()``)
+        # holds no specific: it is counted in the progress, not listed.
+        bare = shell is None and done == "ok" and all(_BARE_CALL.match(line) for line in lines)
+        if done is not None and not only_paths and not bare:
             for line in lines:
                 ledger.see("call", line, done, 3 if shell is not None else 1)
         if shell is not None:

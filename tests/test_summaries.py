@@ -510,3 +510,26 @@ def test_the_offline_summary_never_fails_on_any_content(turns):
         ]
     sections = summarize_offline(msgs, None)
     assert summarize_offline(msgs, sections)
+
+
+def test_a_call_that_went_well_and_shows_no_value_is_not_listed():
+    """`tool()` or `update_plan(plan=…)` that went well holds no specific: the ledger leaves it
+    out (its count is in the progress); the same call that failed, or one with a value, is listed."""
+    plan = json.dumps({"plan": [{"step": "x" * 80, "status": "done"}]})
+    msgs = [{"role": "user", "content": "go"}]
+    for k, (name, args, result) in enumerate(
+        [
+            ("update_plan", plan, "Plan updated"),
+            ("ping", "{}", "ok"),
+            ("lookup", json.dumps({"order_id": "W123"}), "found"),
+            ("deploy", "{}", "Error: permission denied"),
+        ]
+    ):
+        call = {"id": f"c{k}", "type": "function", "function": {"name": name, "arguments": args}}
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": result},
+        ]
+    listed = "\n".join(summarize_offline(msgs, None).get("specifics", []))
+    assert "update_plan(" not in listed and "ping()" not in listed
+    assert "lookup(order_id=W123)" in listed and "deploy()" in listed
