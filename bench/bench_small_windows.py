@@ -1,44 +1,38 @@
 """Small windows, call by call: how often the fit step acts, how much of each request the
 provider's cache can reuse, and whether a request that fits is ever refused.
 
-Each run is replayed as the runner would: for each assistant message of the run, the managed
-context of the previous call is carried forward, the new messages are appended, ``post_tool``
-runs once after a turn's tool results, then ``pre_llm``, and the request is measured
-(:meth:`ctxmgmt.cache.PromptCache.measure`: the prefix identical to the previous request).
-Each user message starts an execution (``max_per_execution`` counts per execution), as
-the runner does. The reusable share is the mean over calls of each request's reusable
-prefix over its tokens ("weighted": summed tokens over summed tokens). A ``ContextError``
-counts as a refusal; it is *wrong* when the system prompt, tool schemas, system messages,
-the task and the reserve fit the window (the next call goes on from the
-unmanaged context, as a caller that retries would).
+Each run is replayed by ``ctxmgmt eval``'s replay (:mod:`ctxmgmt.eval.replay`: the runner's
+own bookkeeping, call by call, ``post_tool`` after each turn's results, then ``pre_llm``), with
+and without an offload store. The reusable share is the mean over calls of each request's
+reusable prefix (the prefix identical to the previous request) over its tokens
+("weighted": summed tokens over summed tokens). "fit" is the share of calls on which the fit
+step changed the request. A refusal is *wrong* when the system prompt, tool schemas, system
+messages, the task and the reserve fit the window.
 
-Runs: generated coding-agent runs (``tests.agent_runs``) with every tool result padded to
-1.5k-6k tokens of build and test log lines; and, with ``--eval FILE`` (an Inspect AI
-``.eval`` log, a zip with ``samples/*.json`` holding ``messages``), real runs.
+Runs: generated coding-agent runs (``tests.agent_runs.padded_run``) with every tool result
+1.5k-6k tokens of build and test log lines; with ``--real``, the real-run corpus
+(``scripts/fetch_corpus.py``: ``$CTXMGMT_CORPUS`` or ``~/.cache/ctxmgmt/corpus``) read by
+``ctxmgmt eval``'s readers, or the files and folders given.
 
-    python bench/bench_small_windows.py [--runs N] [--turns N] [--eval FILE]
+    python bench/bench_small_windows.py [--runs N] [--turns N] [--real [PATH ...]]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
-import tempfile
-import zipfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ctxmgmt import Context, ContextError, get_counter, load_definition
-from ctxmgmt.cache import PromptCache
+from ctxmgmt import get_counter, load_definition
+from ctxmgmt.eval import Chat, ConversationLike
+from ctxmgmt.eval.readers import read_conversations
+from ctxmgmt.eval.replay import _Prepared, evaluate_rows
 from ctxmgmt.fit import reserve_tokens
-from ctxmgmt.managers.base import Environment
 from ctxmgmt.messages import SYSTEM_ROLES, last_task_index
-from ctxmgmt.offload import LocalOffloader
 from tests.agent_runs import padded_run
 
 MODEL = "gpt-4o"
@@ -56,135 +50,64 @@ TOOLS = [
 ]
 
 
-def eval_runs(path: Path, limit: int) -> Iterator[list[dict[str, Any]]]:
-    """The chat messages of an Inspect AI .eval log's samples (OpenAI-like roles kept)."""
-    with zipfile.ZipFile(path) as archive:
-        names = sorted(n for n in archive.namelist() if n.startswith("samples/") and n.endswith(".json"))
-        for name in names[:limit]:
-            sample = json.loads(archive.read(name))
-            yield _chat(sample.get("messages") or [])
+def corpus_paths(given: Sequence[str]) -> list[Path]:
+    """The real-run files or folders: those given, else the fetched corpus's folders."""
+    if given:
+        return [Path(p) for p in given]
+    root = Path(os.environ.get("CTXMGMT_CORPUS") or Path.home() / ".cache" / "ctxmgmt" / "corpus")
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name != "archives") if root.is_dir() else []
 
 
-def _chat(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    answered: set[str] = set()
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(str(p.get("text") or p.get("reasoning") or "") for p in content)
-        role = m.get("role")
-        if role == "system":
-            continue
-        if role == "tool":
-            if m.get("tool_call_id") in answered or not out:
-                continue
-            answered.add(str(m.get("tool_call_id")))
-            out.append({"role": "tool", "tool_call_id": str(m.get("tool_call_id")), "content": str(content)})
-        elif role == "assistant" and m.get("tool_calls"):
-            calls = [
-                {
-                    "id": str(c["id"]),
-                    "type": "function",
-                    "function": {
-                        "name": str(c["function"]),
-                        "arguments": json.dumps(c.get("arguments") or {}),
-                    },
-                }
-                for c in m["tool_calls"]
-            ]
-            out.append({"role": "assistant", "content": str(content or "") or None, "tool_calls": calls})
-        elif role in ("user", "assistant"):
-            out.append({"role": role, "content": str(content or "")})
-    # Drop calls left unanswered (an interrupted sample): the request would be invalid.
-    ids = {m["tool_call_id"] for m in out if m["role"] == "tool"}
-    for k, m in enumerate(out):
-        if m.get("tool_calls"):
-            calls = [c for c in m["tool_calls"] if c["id"] in ids]
-            out[k] = (
-                {**m, "tool_calls": calls} if calls else {"role": "assistant", "content": m["content"] or "."}
-            )
-    return out
-
-
-@dataclass
-class Figures:
-    calls: int = 0
-    fit: int = 0
-    refused: int = 0
-    wrong: int = 0
-    errors: int = 0
-    reusable: int = 0
-    sent: int = 0
-    share: float = 0.0  # the sum of each request's reusable share
-
-    def row(self, name: str, window: int) -> str:
-        calls = max(1, self.calls)
-        return (
-            f"{name:26s} {window:>7,d} {self.calls:6d} {100 * self.fit / calls:6.1f}% "
-            f"{100 * self.share / calls:8.1f}% {100 * self.reusable / max(1, self.sent):8.1f}% "
-            f"{self.refused:8d} {self.wrong:6d} {self.errors:7d}"
-        )
-
-
-def _fixed_fits(context: Context, window: int, settings: Mapping[str, Any]) -> bool:
-    """Whether the system prompt, tools, system messages, task and reserve fit the window."""
-    counter = get_counter(MODEL)
-    msgs = context.messages
+def _fixed_fits(prep: _Prepared, i: int, window: int, settings: dict[str, object]) -> bool:
+    """Whether the system prompt, tools, system messages, the task and the reserve fit."""
+    msgs = prep.messages[:i]
     task = last_task_index(msgs)
-    fixed = [m for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES or i == task]
-    tokens = counter.context(Context(context.system_prompt, fixed, context.tools, MODEL, window))[0]
-    return tokens + reserve_tokens(window, settings) <= window
+    fixed = sum(prep.tokens[j] for j, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES or j == task)
+    return prep.fixed + fixed + reserve_tokens(window, settings) <= window
 
 
-def replay(
-    messages: Sequence[Mapping[str, Any]], name: str, window: int, store: bool, figures: Figures
-) -> None:
-    """One run, call by call, as the runner would make its calls (see the module docstring)."""
+def measure(runs: Sequence[ConversationLike], name: str, window: int, store: bool) -> str:
+    """One line: the definition over every run at one window."""
     definition = load_definition(name)
-    counter = get_counter(MODEL)
-    cache = PromptCache(clock=lambda: 0.0)
-    with tempfile.TemporaryDirectory() as folder:
-        env = Environment(offloader=LocalOffloader(folder) if store else None, session="s", cache=cache)
-        ctx = Context(SYSTEM, [], TOOLS, MODEL, window)
-        for m in messages:
-            if m.get("role") == "user":  # each user message starts an execution, as in the runner
-                env = replace(env, execution=f"x{figures.calls}")
-            if m.get("role") == "assistant" and ctx.messages:
-                if ctx.messages[-1].get("role") == "tool":
-                    result = definition.apply("post_tool", ctx, environment=env)
-                    figures.errors += sum(1 for e in result.trace if e.get("error"))
-                    ctx = result.context
-                figures.calls += 1
-                try:
-                    result = definition.apply("pre_llm", ctx, environment=env)
-                except ContextError:
-                    figures.refused += 1
-                    figures.wrong += _fixed_fits(ctx, window, definition.settings)
-                else:
-                    figures.errors += sum(1 for e in result.trace if e.get("error"))
-                    figures.fit += any(e["type"] == "fit" and e["activated"] for e in result.trace)
-                    ctx = result.context
-                    total = counter.context(ctx)[0]
-                    reusable = cache.measure(ctx, counter)
-                    figures.reusable += reusable
-                    figures.sent += total
-                    figures.share += reusable / total
-            ctx = ctx.append(m)
+    rows, _ = evaluate_rows(runs, [definition], [window], baselines=False, store=store)
+    calls = rows[0].calls
+    sent = [c for c in calls if c.refused is None]
+    preps = {}
+    wrong = 0
+    for c in calls:
+        if c.refused is not None:
+            run = next(r for r in runs if str(r.id) == c.conversation)
+            prep = preps.setdefault(c.conversation, _Prepared(run, get_counter(run.model)))
+            wrong += _fixed_fits(prep, prep.calls[c.call - 1], window, dict(definition.settings))
+    n = max(1, len(calls))
+    fit = sum(1 for c in calls if c.fired.get("fit"))
+    share = sum(c.reusable / c.tokens for c in sent if c.tokens)
+    weighted = sum(c.reusable for c in sent) / max(1, sum(c.tokens for c in sent))
+    label = name + (" +store" if store else "")
+    return (
+        f"{label:26s} {window:>7,d} {len(calls):6d} {100 * fit / n:6.1f}% {100 * share / n:8.1f}% "
+        f"{100 * weighted:8.1f}% {len(calls) - len(sent):8d} {wrong:6d} "
+        f"{sum(c.trace_errors for c in calls):7d}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--turns", type=int, default=60)
-    parser.add_argument("--eval", type=Path, help="an Inspect AI .eval log: its samples as real runs")
+    parser.add_argument("--real", nargs="*", metavar="PATH", help="also the real-run corpus (or these files)")
     parser.add_argument("--definitions", default="default,cache-aware,long-running-agent")
-    parser.add_argument("--windows", default="4096,8192,16384")
+    parser.add_argument("--windows", default="4096,8192,16384,32768")
+    parser.add_argument("--no-store", action="store_true", help="only without an offload store")
     args = parser.parse_args()
-    corpora = {
-        "generated, results 1.5k-6k tokens": [padded_run(args.turns, seed=s) for s in range(args.runs)]
+    corpora: dict[str, list[ConversationLike]] = {
+        "generated, results 1.5k-6k tokens": [
+            Chat(f"gen-{s}", padded_run(args.turns, seed=s), SYSTEM, TOOLS, MODEL) for s in range(args.runs)
+        ]
     }
-    if args.eval:
-        corpora[f"real: {args.eval.name}"] = list(eval_runs(args.eval, 50))
+    if args.real is not None:
+        paths = corpus_paths(args.real)
+        corpora[f"real: {', '.join(p.name for p in paths)}"] = list(read_conversations(paths))
     header = " ".join(
         f"{h:>{w}s}"
         for h, w in (
@@ -202,11 +125,8 @@ def main() -> None:
         print(header)
         for name in args.definitions.split(","):
             for window in (int(w) for w in args.windows.split(",")):
-                for store in (False, True):
-                    figures = Figures()
-                    for run in runs:
-                        replay(run, name, window, store, figures)
-                    print(figures.row(name + (" +store" if store else ""), window))
+                for store in (False,) if args.no_store else (False, True):
+                    print(measure(runs, name, window, store))
 
 
 if __name__ == "__main__":

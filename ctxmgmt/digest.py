@@ -449,6 +449,7 @@ _STAMP = re.compile(
     r"|^\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?\s*"
 )
 _DIGITS = re.compile(r"\d{1,18}(?:\u2013\d{1,18})?")
+_HOLE = "\ue000"
 
 
 def fold_errors(items: list[str]) -> list[str]:
@@ -456,17 +457,24 @@ def fold_errors(items: list[str]) -> list[str]:
     that counts (see :func:`_counter`), shown as its range: ``connection refused (attempt
     1\u201330) (×30)`` (an en dash); a range folded earlier widens. In order of each group's first line."""
     groups: dict[str, list[tuple[str, int]]] = {}
-    for item in items:
+    for k, item in enumerate(items):
         line, n = split_count(item)
-        groups.setdefault(_DIGITS.sub("#", _STAMP.sub("", line, count=1)), []).append((line, n))
+        text = _STAMP.sub("", line, count=1)
+        # A number's place is a character no line holds (a line's own '#' stays itself); a
+        # line that holds it is a group of its own.
+        key = _DIGITS.sub(_HOLE, text) if _HOLE not in text else f"{k}{_HOLE}{text}"
+        groups.setdefault(key, []).append((line, n))
     out = []
     for template, members in groups.items():
-        spans = [[_span(v) for v in _DIGITS.findall(_STAMP.sub("", line, count=1))] for line, _ in members]
-        varying = [k for k in range(template.count("#")) if len({v[k] for v in spans}) > 1]
-        if len(members) < _FOLD_AT or not _counter(varying, spans):
+        if len(members) < _FOLD_AT:
             out += [line if n < 2 else f"{line} (×{n})" for line, n in members]
             continue
-        parts = template.split("#")
+        spans = [[_span(v) for v in _DIGITS.findall(_STAMP.sub("", line, count=1))] for line, _ in members]
+        varying = [k for k in range(template.count(_HOLE)) if len({v[k] for v in spans}) > 1]
+        if not _counter(varying, spans):
+            out += [line if n < 2 else f"{line} (×{n})" for line, n in members]
+            continue
+        parts = template.split(_HOLE)
         text = parts[0]
         for k, part in enumerate(parts[1:]):
             low, high = min(v[k][0] for v in spans), max(v[k][1] for v in spans)
@@ -597,6 +605,7 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
     return [_clip(f"{name}({shown})", _CALL_CHARS)]
 
 
+_BARE_CALL = re.compile(r"^[\w.-]{1,100}\((?:\w{1,100}=…(?:, )?)*\)$")
 _ID_LIMIT = 40
 _FAMILY = 3
 """Ids the same but for their numbers (``handler_1`` … ``handler_49``) the ledger keeps."""
@@ -891,7 +900,10 @@ class _Reader:
                 for v in args.values()
             )
         )
-        if done is not None and not only_paths:
+        # A call that went well and shows no value (``update_plan(plan=…)``, ``tool()``)
+        # holds no specific: it is counted in the progress, not listed.
+        bare = shell is None and done == "ok" and all(_BARE_CALL.match(line) for line in lines)
+        if done is not None and not only_paths and not bare:
             for line in lines:
                 ledger.see("call", line, done, 3 if shell is not None else 1)
         if shell is not None:
@@ -899,13 +911,18 @@ class _Reader:
                 act = _action(name, args, line)
                 for path in _PATH.findall(_URL.sub(" ", line)):
                     ledger.see("path", _clip(path.rstrip(".,;:"), 200), act, 2 if act != "seen" else 1)
-        for value in args.values():  # ids the agent typed; not those of a file's new content
+        for key, value in args.items():  # ids the agent typed; not those of a file's new content
             if (
                 isinstance(value, (str, int))
                 and not isinstance(value, bool)
                 and len(str(value)) <= _ARG_CHARS
             ):
                 ledger.ids(str(value), 1)
+            elif isinstance(value, str) and key not in _SHELL_KEYS:
+                # The paths a file's new content or a patch names (``"main": "dist/index.js"``)
+                # are the ones the agent builds, runs or opens next.
+                for path in _specifics_of(value)[0]:
+                    ledger.see("path", path, "seen", 1)
         if result:
             for path in _specifics_of(result)[0]:
                 ledger.see("path", path, "seen", 0)

@@ -213,8 +213,8 @@ def _trim_order(sections: Sections) -> list[str]:
 _SHARES = {
     "goal": 0.25,
     "constraints": 0.2,
-    "errors": 0.6,
-    "specifics": 0.3,
+    "errors": 0.4,
+    "specifics": 0.45,
     "files_changed": 0.15,
     "critical_context": 0.15,
     "key_decisions": 0.1,

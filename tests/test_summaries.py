@@ -348,6 +348,25 @@ def test_folding_keeps_lines_that_differ_in_what_they_say():
     assert fold_errors([*once, "retry 6 failed", "retry 7 failed"]) == ["retry 1\u20137 failed (×7)"]
 
 
+def test_folding_lines_that_hold_a_hash_sign():
+    """A line's own '#' is not a number's place: such lines fold by their counter, never fail."""
+    lines = [f"error #1 at step {i}" for i in range(3, 6)]
+    assert fold_errors(lines) == ["error #1 at step 3\u20135 (×3)"]
+    odd = ["a#1", "a1#", "a#1", "\ue000 1", "\ue000 2", "\ue000 3"]
+    assert fold_errors(odd) == ["a#1", "a#1", "a1#", "\ue000 1", "\ue000 2", "\ue000 3"]
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.lists(st.text(alphabet="#12 -\u2013ab\ue000:", max_size=12), max_size=8))
+@example(["x #1 2", "x #1 3", "x #1 4"])
+def test_folding_never_fails_and_keeps_every_count(items):
+    """On any lines, folding gives lines whose counts add up to the lines given."""
+    from ctxmgmt.digest import split_count
+
+    out = fold_errors(items)
+    assert sum(split_count(i)[1] for i in out) == sum(split_count(i)[1] for i in items)
+
+
 def test_the_ledger_keeps_commands_with_outcomes_paths_with_actions_and_ids():
     """The specifics ledger names each command with its last outcome, each path with what was
     done to it, and the ids the agent used; a merge adds counts and keeps the newer outcome."""
@@ -443,3 +462,74 @@ def test_a_hostile_output_gives_a_bounded_ledger_and_a_plain_outcome():
     assert outcome(line) == "ok" and "failed" not in sections["progress"][0]
     assert len(sections["specifics"]) <= 120
     assert sum(item.startswith("ID-") for item in sections["specifics"]) <= 3
+
+
+_PIECES = st.sampled_from(
+    [
+        "#",
+        "1",
+        "22",
+        "3\u20135",
+        " (×2)",
+        "\ue000",
+        "ERROR",
+        "error:",
+        "KeyError: 'a'",
+        "\n",
+        " ",
+        "src/a.py",
+        "`x`",
+        "FAILED",
+        "exit code 1",
+        "2024-01-01T10:00:00Z ",
+        "[",
+        "]",
+        "#k=",
+        "E  ",
+    ]
+)
+_TEXT = st.lists(_PIECES, max_size=30).map("".join)
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(st.lists(st.tuples(_TEXT, _TEXT, _TEXT), min_size=1, max_size=4))
+@example([("error #1 at 3", "error #1 at 4\nerror #1 at 5\nerror #1 at 6", "x")])
+def test_the_offline_summary_never_fails_on_any_content(turns):
+    """The offline summary of any commands, file contents and results (and its merge) never fails."""
+    msgs = [{"role": "user", "content": "go"}]
+    for k, (command, content, result) in enumerate(turns):
+        args = {"cmd": command} if k % 2 else {"path": "a.txt", "content": content}
+        call = {
+            "id": f"c{k}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps(args)},
+        }
+        msgs += [
+            {"role": "assistant", "content": command, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": f"{result}\n{content}"},
+        ]
+    sections = summarize_offline(msgs, None)
+    assert summarize_offline(msgs, sections)
+
+
+def test_a_call_that_went_well_and_shows_no_value_is_not_listed():
+    """`tool()` or `update_plan(plan=…)` that went well holds no specific: the ledger leaves it
+    out (its count is in the progress); the same call that failed, or one with a value, is listed."""
+    plan = json.dumps({"plan": [{"step": "x" * 80, "status": "done"}]})
+    msgs = [{"role": "user", "content": "go"}]
+    for k, (name, args, result) in enumerate(
+        [
+            ("update_plan", plan, "Plan updated"),
+            ("ping", "{}", "ok"),
+            ("lookup", json.dumps({"order_id": "W123"}), "found"),
+            ("deploy", "{}", "Error: permission denied"),
+        ]
+    ):
+        call = {"id": f"c{k}", "type": "function", "function": {"name": name, "arguments": args}}
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": result},
+        ]
+    listed = "\n".join(summarize_offline(msgs, None).get("specifics", []))
+    assert "update_plan(" not in listed and "ping()" not in listed
+    assert "lookup(order_id=W123)" in listed and "deploy()" in listed

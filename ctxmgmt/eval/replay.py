@@ -16,10 +16,12 @@ It is *kept* when the request still holds it verbatim (summary and system prompt
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -31,6 +33,7 @@ from ..definitions import Definition, load_definition
 from ..errors import ContextError, CtxmgmtError, Problem
 from ..messages import check_messages, text_of
 from ..offload import LocalOffloader
+from ..offload.base import repeatable_refs
 from ..tokens import REPLY_PRIMING, TokenCounter, get_counter
 from .specifics import CATEGORIES, message_specifics, message_text
 
@@ -284,6 +287,9 @@ class _Prepared:
         ]
         self.carriers = [j for j, found in enumerate(self.reused) if any(found.values())]
         """The messages holding a specific the agent uses again later: the only ones to look at."""
+        self.is_carrier = [False] * len(messages)
+        for j in self.carriers:
+            self.is_carrier[j] = True
         self.placeholders: dict[int, dict[str, Any]] = {}
 
     def tokens_of(self, start: int, end: int) -> int:
@@ -319,41 +325,95 @@ class _Texts:
         return text
 
 
-def _specifics_at(
-    prep: _Prepared, i: int, request: Sequence[Mapping[str, Any]], texts: _Texts, call: Call
-) -> None:
-    """The needed specifics at the call at position ``i``, and those the request keeps."""
-    ids = prep.ids
-    present: set[int] = set()
-    added: list[str] = [prep.system_text]
-    for m in request:
-        j = ids.get(id(m))
-        if j is not None and j < i and prep.messages[j] is m:
-            present.add(j)
-        else:
-            added.append(texts(m))
-    needed: dict[str, set[str]] = {cat: set() for cat in CATEGORIES}
-    # A specific needed now (used at position i or later) that a message kept as it was
-    # holds is among that message's reused ones (used after it): those are all to look at.
-    held: dict[str, set[str]] = {cat: set() for cat in CATEGORIES}
-    for j in prep.carriers:
-        if j >= i:
-            break
-        reused = prep.reused[j]
-        if j in present:
-            for cat, items in reused.items():
-                held[cat].update(items)
-            continue
-        for cat, items in reused.items():
-            last = prep.last_use[cat]
+class _Kept:
+    """The needed specifics at each call of one replay, and those its request keeps, counted
+    incrementally: a call costs its request's messages, the carriers that came or went since
+    the previous call and the specifics needed now, not the conversation so far.
+
+    A carrier (a message holding a specific the agent uses again later) before the call is
+    *held* when the request has it as it was, else *gone*. A specific is needed at call ``i``
+    while a gone carrier holds it and the agent uses it at ``i`` or later; it is kept when a
+    held carrier holds it too, or the text the request added (a summary, a cut result, the
+    system prompt) quotes it. A carrier may come back (a baseline's window grows again)."""
+
+    def __init__(self, prep: _Prepared) -> None:
+        self.prep = prep
+        self.texts = _Texts()
+        self.next = 0
+        """The first of ``prep.carriers`` not yet before a call."""
+        self.present: set[int] = set()
+        self.held: dict[str, Counter[str]] = {cat: Counter() for cat in CATEGORIES}
+        self.gone: dict[str, Counter[str]] = {cat: Counter() for cat in CATEGORIES}
+        self.needed: dict[str, dict[str, int]] = {cat: {} for cat in CATEGORIES}
+        """Per category, the specifics gone and used again, with where they are used last."""
+        self.at = 0
+
+    def _move(self, j: int, into: dict[str, Counter[str]], by: int) -> None:
+        for cat, items in self.prep.reused[j].items():
+            counts = into[cat]
             for s in items:
-                if last[s] >= i:
-                    needed[cat].add(s)
-    new_text = "\n".join(added)
-    for cat in CATEGORIES:
-        kept = held[cat]
-        call.needed[cat] = len(needed[cat])
-        call.kept[cat] = sum(1 for s in needed[cat] if s in kept or s in new_text)
+                counts[s] += by
+                if counts[s] <= 0:
+                    del counts[s]
+
+    def _go(self, j: int) -> None:
+        self._move(j, self.gone, 1)
+        for cat, items in self.prep.reused[j].items():
+            last, needed = self.prep.last_use[cat], self.needed[cat]
+            for s in items:
+                if last[s] >= self.at:
+                    needed[s] = last[s]
+
+    def _come_back(self, j: int) -> None:
+        self._move(j, self.gone, -1)
+        for cat, items in self.prep.reused[j].items():
+            gone, needed = self.gone[cat], self.needed[cat]
+            for s in items:
+                if s not in gone:
+                    needed.pop(s, None)
+
+    def measure(self, i: int, request: Sequence[Mapping[str, Any]], call: Call) -> None:
+        """The needed specifics at the call at position ``i`` (calls come in order), and those
+        the request keeps, into ``call``."""
+        prep = self.prep
+        ids, messages, carrier = prep.ids, prep.messages, prep.is_carrier
+        self.at = i
+        present: set[int] = set()
+        added: list[str] = [prep.system_text]
+        for m in request:
+            j = ids.get(id(m))
+            if j is not None and j < i and messages[j] is m:
+                if carrier[j]:
+                    present.add(j)
+            else:
+                added.append(self.texts(m))
+        carriers, k, fresh = prep.carriers, self.next, set()
+        while k < len(carriers) and carriers[k] < i:
+            fresh.add(carriers[k])
+            k += 1
+        self.next = k
+        for j in fresh - present:
+            self._go(j)
+        for j in self.present - present:
+            self._move(j, self.held, -1)
+            self._go(j)
+        for j in present - self.present:
+            if j not in fresh:
+                self._come_back(j)
+            self._move(j, self.held, 1)
+        self.present = present
+        new_text = "\n".join(added)
+        for cat in CATEGORIES:
+            needed, held = self.needed[cat], self.held[cat]
+            for s in [s for s, last in needed.items() if last < i]:
+                del needed[s]  # used for the last time before this call
+            call.needed[cat] = len(needed)
+            call.kept[cat] = sum(1 for s in needed if s in held or s in new_text)
+
+
+def _specifics_at(prep: _Prepared, i: int, request: Sequence[Mapping[str, Any]], call: Call) -> None:
+    """The needed specifics at one call, and those the request keeps (see :class:`_Kept`)."""
+    _Kept(prep).measure(i, request, call)
 
 
 def _scratch() -> str | None:
@@ -368,30 +428,41 @@ def _frozen_clock() -> float:
 
 
 def replay_definition(
-    prep: _Prepared, definition: Definition, window: int, pricing: Pricing, *, models: Any = None
+    prep: _Prepared,
+    definition: Definition,
+    window: int,
+    pricing: Pricing,
+    *,
+    models: Any = None,
+    store: bool = True,
 ) -> Iterator[tuple[Call, Sequence[Mapping[str, Any]] | None]]:
     """Each call of the conversation as the definition manages it: (figures, the request's
-    messages, or None when it was refused)."""
+    messages, or None when it was refused). ``store``: give the definition a (throwaway)
+    offload store, as a deployment with one would; without, as one without."""
     counter = get_counter(prep.model, definition.tokenizer)
-    texts = _Texts()
+    kept = _Kept(prep)
     with tempfile.TemporaryDirectory(prefix="ctxmgmt-eval-", dir=_scratch()) as tmp:
-        conv = Conversation(
-            definition, models=models, offloader=LocalOffloader(tmp), session="eval", pricing=pricing
-        )
+        offloader = LocalOffloader(tmp) if store else None
+        conv = Conversation(definition, models=models, offloader=offloader, session="eval", pricing=pricing)
         cache = PromptCache(pricing, clock=_frozen_clock)
         conv.cache = cache
         conv.environment = replace(conv.environment, cache=cache)
+        # The archives' references are the same every run (a summary lists them, so their
+        # tokens decide what else fits): the same input gives the same report.
+        numbers = itertools.count()
+        seed = f"{prep.id}\x00{definition.name}\x00{window}"
         for n, i in enumerate(prep.calls, 1):
             call = Call(prep.id, n)
             started = time.perf_counter()
             try:
-                turn = conv.prepare(
-                    prep.messages[:i],
-                    system_prompt=prep.system_prompt,
-                    tools=prep.tools,
-                    model=prep.model,
-                    context_window=window,
-                )
+                with repeatable_refs(seed, numbers):
+                    turn = conv.prepare(
+                        prep.messages[:i],
+                        system_prompt=prep.system_prompt,
+                        tools=prep.tools,
+                        model=prep.model,
+                        context_window=window,
+                    )
             except CtxmgmtError as exc:
                 call.time_ms = (time.perf_counter() - started) * 1000
                 problems: Sequence[Problem] = getattr(exc, "problems", ())
@@ -415,7 +486,7 @@ def replay_definition(
                 if entry["activated"] and changed and not entry["error"]:
                     kind = FIRINGS.get(entry["type"], "other")
                     call.fired[kind] = call.fired.get(kind, 0) + 1
-            _specifics_at(prep, i, request, texts, call)
+            kept.measure(i, request, call)
             yield call, request
 
 
@@ -468,7 +539,7 @@ def _baseline_call(
     cache: PromptCache,
     window: int,
     pricing: Pricing,
-    texts: _Texts,
+    kept: _Kept,
     started: float,
 ) -> Call:
     """A baseline's request measured as a definition's is: its tokens, and what of it the
@@ -481,7 +552,7 @@ def _baseline_call(
     call.cost = pricing.call(call.tokens, call.reusable, prep.tokens[i])
     call.over_window = call.tokens > window
     call.time_ms = (time.perf_counter() - started) * 1000
-    _specifics_at(prep, i, request, texts, call)
+    kept.measure(i, request, call)
     return call
 
 
@@ -500,9 +571,11 @@ def evaluate_rows(
     baselines: bool = True,
     per_call: bool = True,
     models: Any = None,
+    store: bool = True,
 ) -> tuple[list[Row], list[dict[str, Any]]]:
     """Replay every conversation (one at a time: memory is bounded by the largest) through
-    every definition at every window. Returns the report's rows and the conversations' list."""
+    every definition at every window (``store``: with a throwaway offload store). Returns
+    the report's rows and the conversations' list."""
     built = [d if isinstance(d, Definition) else load_definition(d) for d in definitions]
     if not built:
         raise ValueError("give at least one definition")
@@ -546,8 +619,8 @@ def evaluate_rows(
             for d in built:
                 target = row(d.name, "definition", w)
                 base = row(BASELINE_WINDOW, "sliding_window", w, d.name) if baselines else None
-                texts, cache = _Texts(), PromptCache(price, clock=_frozen_clock)
-                for call, request in replay_definition(prep, d, w, price, models=models):
+                kept, cache = _Kept(prep), PromptCache(price, clock=_frozen_clock)
+                for call, request in replay_definition(prep, d, w, price, models=models, store=store):
                     target.add(call)
                     if base is None:
                         continue
@@ -557,12 +630,12 @@ def evaluate_rows(
                         base.add(Call(prep.id, call.call, refused=call.refused))
                         continue
                     made = sliding_window(prep, i, call.tokens)
-                    base.add(_baseline_call(prep, call.call, i, made, cache, w, price, texts, started))
+                    base.add(_baseline_call(prep, call.call, i, made, cache, w, price, kept, started))
             if baselines:
                 masking = row(BASELINE_MASKING, "observation_masking", w)
-                texts, cache = _Texts(), PromptCache(price, clock=_frozen_clock)
+                kept, cache = _Kept(prep), PromptCache(price, clock=_frozen_clock)
                 for n, i in enumerate(prep.calls, 1):
                     started = time.perf_counter()
                     made = observation_masking(prep, i, mask_last)
-                    masking.add(_baseline_call(prep, n, i, made, cache, w, price, texts, started))
+                    masking.add(_baseline_call(prep, n, i, made, cache, w, price, kept, started))
     return list(rows.values()), listed

@@ -10,7 +10,9 @@ every extractor returns at most :data:`MAX_PER_TEXT` specifics of at most
 from __future__ import annotations
 
 import json
+import mimetypes
 from collections.abc import Iterable, Mapping
+from functools import cache
 from typing import Any
 
 import re2  # type: ignore[import-untyped]
@@ -40,7 +42,10 @@ MAX_PER_TEXT = 400
 MAX_SPECIFIC = 240
 """Characters of one specific (a longer error line or command is kept by its start)."""
 SHELL_KEYS = ("cmd", "command", "bash", "code")
-"""The tool-call arguments that hold a shell command (or a script, one command a line)."""
+"""The tool-call arguments that hold a shell command (or a script, one command a line);
+``code`` only for a shell tool (:data:`_SHELL_TOOL`): a Python tool's code is a program,
+whose lines are no commands."""
+_SHELL_TOOL = re2.compile(r"(?i)bash|shell|\bsh\b|_sh\b|terminal|console|exec|run|cmd|command")
 
 _EXT = r"[A-Za-z][A-Za-z0-9]{1,7}|[ch]"
 # A URL first (leftmost-first alternation): its path parts are not file paths.
@@ -50,10 +55,33 @@ _PATHS = re2.compile(
     r"|(?P<posix>(?:~|\.{1,2})?/?(?:[\w.\-@+]+/)+[\w.\-@+]*)"
     rf"|(?P<file>\b[\w\-]+(?:\.[\w\-]+)*\.(?:{_EXT})\b)"
 )
+# A line that reports a failure: a traceback's lines, an exception or error class with its
+# message, a log level or a tool's failure word, an exit status, an OS error's wording. One
+# pass over the whole text (multi-line: ``^`` is a line's start, after any timestamp).
+_STAMP = (
+    r"(?:\[?\d{4}-\d\d-\d\d[T ][0-9:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?[ \t]*"
+    r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?[ \t]*)?"
+)
 _ERROR = re2.compile(
-    r"Error|ERROR|error:|error\[|Exception|Traceback|FAILED|FAIL:|FAIL |panic|PANIC|fatal|FATAL"
-    r"|[Ee]rrno|No such file|Permission denied|not found|Segmentation fault|[Cc]onnection refused"
-    r"|command not found|exit code [1-9]|exit status [1-9]|Aborted|core dumped|AssertionError"
+    rf"(?m)^{_STAMP}[ \t]*(?:E[ \t]+)?[\w.$]*(?:Error|Exception|Failure|Interrupt|Exit)(?:\[\w+\])?"
+    r"(?::|\r?$)"
+    rf"|^{_STAMP}[ \t]*File \"[^\"\n]+\", line \d+|^{_STAMP}Exception in thread\b"
+    rf"|^{_STAMP}[ \t]*E[ \t]{{2,}}\S"
+    r"|\b(?:[Ee]rror|ERROR)(?:\[\w+\])?:|\[(?:ERROR|FATAL|CRITICAL|error|fatal)\]|\bERROR\b|\bERR!"
+    r"|\b(?:FAILED|FAIL|FATAL|PANIC)\b|\bfatal(?: error)?:|\bpanic(?:ked)?(?::| at\b)"
+    r"|\b[Ee]rrno\b|No such file or directory|Permission denied|command not found"
+    r"|Segmentation fault|core dumped|\bexit(?:ed with)? (?:code|status) [1-9]|[Cc]onnection refused"
+    r"|\bAborted\b"
+)
+# Code that names an error without reporting one: a statement that raises, catches, defines
+# or logs it, a comment, an assignment.
+_CODE = re2.compile(
+    r"^\s*(?:raise|except|catch|throw|try|class|def|fn|func|function|if|elif|else|for|while|return"
+    r"|import|from|assert|const|let|var|case|with|async|await|pub|public|private|protected|static"
+    r"|new)\b"
+    r"|^\s*(?:#|//|/\*|\*|@|[})\]],?\s*$)"
+    r"|(?:Error|Exception|error|exception|fatal|warn|warning)\s*\("
+    r"|[;{]\s*$|^\s*[\w.\[\]\"']+\s*(?::\s*[\w.\[\]]+\s*)?(?:=|:=|\+=)[^=]"
 )
 _LEADING_STAMP = re2.compile(
     r"^(?:\[?\d{4}-\d\d-\d\d[T ][0-9:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s*|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*)"
@@ -84,13 +112,133 @@ def _add(out: dict[str, None], item: str) -> bool:
     return len(out) < MAX_PER_TEXT
 
 
+_CODE_EXTENSIONS = frozenset(
+    [
+        "ts",
+        "tsx",
+        "jsx",
+        "cjs",
+        "mts",
+        "vue",
+        "svelte",
+        "rs",
+        "go",
+        "java",
+        "kt",
+        "kts",
+        "scala",
+        "swift",
+        "m",
+        "mm",
+        "cc",
+        "cpp",
+        "cxx",
+        "hpp",
+        "hh",
+        "cs",
+        "fs",
+        "rb",
+        "php",
+        "lua",
+        "r",
+        "jl",
+        "ex",
+        "exs",
+        "erl",
+        "hs",
+        "ml",
+        "dart",
+        "zig",
+        "nim",
+        "sol",
+        "pyi",
+        "pyx",
+        "ipynb",
+        "toml",
+        "yaml",
+        "yml",
+        "ini",
+        "cfg",
+        "conf",
+        "lock",
+        "env",
+        "properties",
+        "gradle",
+        "mod",
+        "sum",
+        "md",
+        "rst",
+        "adoc",
+        "log",
+        "jsonl",
+        "ndjson",
+        "parquet",
+        "sqlite",
+        "db",
+        "sql",
+        "proto",
+        "tf",
+        "hcl",
+        "dockerfile",
+        "mk",
+        "cmake",
+        "bazel",
+        "bzl",
+        "patch",
+        "diff",
+        "pem",
+        "crt",
+        "key",
+        "whl",
+        "gz",
+        "bz2",
+        "xz",
+        "zst",
+        "tgz",
+        "jar",
+        "ps1",
+        "psm1",
+        "bat",
+        "cmd",
+        "fish",
+        "zsh",
+        "bash",
+    ]
+)
+"""Source, configuration and data file extensions the stdlib's type map does not know."""
+
+
+@cache
+def _file_extensions() -> frozenset[str]:
+    """The extensions a file type registry knows: the stdlib's built-in map (not the machine's
+    ``mime.types``, so that the figures do not depend on it) and :data:`_CODE_EXTENSIONS`."""
+    types = mimetypes.MimeTypes(filenames=())
+    known = {e.lstrip(".").lower() for table in types.types_map for e in table}
+    return frozenset(known | _CODE_EXTENSIONS)
+
+
+def _is_file_name(name: str, before: str) -> bool:
+    """Whether a bare ``name.ext`` (no slash) is shaped like a file: its extension is a file
+    type's, it is not a host (``example.com``, an email's domain), an attribute
+    (``require.main``) nor a library's name (``Node.js``: a capital, then lower case only)."""
+    if before == "@":
+        return False
+    stem, _, ext = name.rpartition(".")
+    if ext.lower() not in _file_extensions() or stem.replace(".", "").isdigit():
+        return False
+    first = stem.split(".", 1)[0]
+    return not (ext == "js" and "." not in stem and first[:1].isupper() and first[1:].islower())
+
+
 def paths(text: str) -> list[str]:
-    """POSIX and Windows paths and file names with an extension (``src/app.py``,
-    ``/etc/hosts``, ``C:\\x\\y.txt``, ``setup.cfg``); not the paths inside URLs, and not
-    a bare word with slashes (``and/or``): a path starts at ``/``, ``~`` or ``.``, or its
-    last part has an extension."""
+    """POSIX and Windows paths and file names (``src/app.py``, ``/etc/hosts``,
+    ``C:\\x\\y.txt``, ``setup.cfg``); not the paths inside URLs, not a bare word with
+    slashes (``and/or``): a path starts at ``/``, ``~`` or ``.``, or its last part has an
+    extension; and a bare name without a slash only when it is shaped like a file
+    (:func:`_is_file_name`: not ``example.com``, ``require.main`` or ``Node.js``)."""
     out: dict[str, None] = {}
-    for m in _PATHS.finditer(_scan(text)):
+    scanned = _scan(text)
+    for m in _PATHS.finditer(scanned):
         if m.group("url"):
             continue
         found = m.group(0).rstrip(".,:;")
@@ -101,8 +249,10 @@ def paths(text: str) -> list[str]:
                     continue
             elif "." not in last.strip("."):
                 continue
-        elif m.group("file") and found.replace(".", "").isdigit():
-            continue
+        elif m.group("file"):
+            start = m.start()
+            if not _is_file_name(found, scanned[start - 1 : start] if start else ""):
+                continue
         if not _add(out, found):
             break
     return list(out)
@@ -117,14 +267,23 @@ def _command_lines(script: str) -> Iterable[str]:
 
 def commands(message: Mapping[str, Any]) -> list[str]:
     """The shell commands of a message: each line of a shell-like tool call's argument
-    (:data:`SHELL_KEYS`; a list of words is one command), and the text lines that start
-    with ``$ ``. Whitespace is collapsed."""
+    (:data:`SHELL_KEYS`; a list of words is one command; not the lines of a Python tool's
+    ``code``), and the text lines that start with ``$ ``. Whitespace is collapsed."""
     out: dict[str, None] = {}
     for call in message.get("tool_calls") or ():
         arguments = _arguments(call)
         if not isinstance(arguments, Mapping):
             continue
+        function = call.get("function") if isinstance(call, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        shell = (
+            isinstance(name, str)
+            and _SHELL_TOOL.search(name[:200]) is not None
+            and "python" not in name[:200].lower()
+        )
         for key in SHELL_KEYS:
+            if key == "code" and not shell:
+                continue
             value = arguments.get(key)
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 value = " ".join(value)
@@ -140,14 +299,21 @@ def commands(message: Mapping[str, Any]) -> list[str]:
 
 
 def error_lines(text: str) -> list[str]:
-    """The lines that report a failure (Error, Exception, Traceback, FAILED, panic, fatal,
-    errno, ...), normalised: a leading timestamp dropped, whitespace collapsed."""
+    """The lines that report a failure (a traceback's lines, ``KeyError: 'a'``, ``error:``,
+    ``ERROR``, ``FAILED``, ``panic:``, ``fatal:``, errno, an exit status, ...), normalised: a
+    leading timestamp dropped, whitespace collapsed. Not code that merely names an error
+    (``except KeyError:``, ``raise ValueError(x)``, ``log.error(...)``, ``status = "FAILED"``)."""
     out: dict[str, None] = {}
-    for line in _scan(text).splitlines():
-        if not _ERROR.search(line):
-            continue
-        line = _flat(_LEADING_STAMP.sub("", line.strip(), count=1))
-        if len(line) < 8 or line in _GENERIC_LINES:
+    scanned = _scan(text)
+    end = -1
+    for m in _ERROR.finditer(scanned):
+        if m.start() <= end:
+            continue  # a line already looked at
+        start = scanned.rfind("\n", 0, m.start()) + 1
+        end = scanned.find("\n", m.start())
+        end = len(scanned) if end < 0 else end
+        line = _flat(_LEADING_STAMP.sub("", scanned[start:end].strip(), count=1))
+        if len(line) < 8 or line in _GENERIC_LINES or _CODE.search(line):
             continue
         if not _add(out, line):
             break

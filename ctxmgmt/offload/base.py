@@ -8,12 +8,15 @@ or from the model are metadata only: they never name a file or a row key as give
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
+import itertools
 import json
 import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -35,6 +38,7 @@ __all__ = [
     "file_pieces",
     "new_ref",
     "open_stream",
+    "repeatable_refs",
     "session_key",
     "slice_stream",
 ]
@@ -55,9 +59,33 @@ def session_key(session: str) -> str:
     return hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
+_REPEATABLE: ContextVar[tuple[str, Iterator[int]] | None] = ContextVar("ctxmgmt_refs", default=None)
+
+
 def new_ref(kind: Literal["tool_result", "messages"]) -> str:
-    """A fresh reference: ``t-`` or ``m-`` and a random uuid, never anything from a request."""
-    return f"{'t' if kind == 'tool_result' else 'm'}-{uuid.uuid4().hex}"
+    """A fresh reference: ``t-`` or ``m-`` and a random uuid, never anything from a request
+    (within :func:`repeatable_refs`, the next of its sequence)."""
+    repeatable = _REPEATABLE.get()
+    if repeatable is None:
+        body = uuid.uuid4().hex
+    else:
+        seed, numbers = repeatable
+        body = hashlib.sha256(f"{seed}:{next(numbers)}".encode()).hexdigest()[:32]
+    return f"{'t' if kind == 'tool_result' else 'm'}-{body}"
+
+
+@contextlib.contextmanager
+def repeatable_refs(seed: str, numbers: Iterator[int] | None = None) -> Iterator[Iterator[int]]:
+    """Within the block, references are the same every run: hashes of ``seed`` and the next
+    of ``numbers`` (shaped like random ones, so that they cost the same tokens). For a replay
+    into a store of its own whose output must not vary (``ctxmgmt eval``); never for a
+    shared store, where two replays would give the same references."""
+    numbers = itertools.count() if numbers is None else numbers
+    token = _REPEATABLE.set((seed, numbers))
+    try:
+        yield numbers
+    finally:
+        _REPEATABLE.reset(token)
 
 
 def check_ref(ref: Any) -> str:

@@ -48,6 +48,68 @@ def test_paths_skip_numbers_and_trailing_punctuation():
     assert paths("pi is 3.14 and the file is notes.md.") == ["notes.md"]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "built with Node.js and Vue.js",  # a library's name
+        "if require.main === module",  # an attribute
+        "mail user@example.com",  # an email's domain
+        "see example.com and api.github.com",  # hosts
+        "call obj.method and self.value",  # attributes
+    ],
+)
+def test_identifiers_and_hosts_are_not_paths(text):
+    """A library name, an attribute, a host or an email domain is not a path."""
+    assert paths(text) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["setup.cfg", "package.json", "App.tsx", "Cargo.toml", "data.csv", "README.md", "index.js", "a.tar.gz"],
+)
+def test_bare_file_names_with_a_file_type_are_paths(name):
+    """A bare name whose extension is a file type's (stdlib type map or a source file) is a path."""
+    assert paths(f"open {name} now") == [name]
+
+
+def test_a_slash_makes_a_path_whatever_the_extension():
+    """A name with a slash is a path even when its extension is no file type (dist/index.main)."""
+    assert paths("run dist/index.js and lib/x.main") == ["dist/index.js", "lib/x.main"]
+
+
+def test_error_lines_are_reports_not_code():
+    """Code that names an error (raise, except, a logging call, an assignment, a comment) is no error line."""
+    code = (
+        "except KeyError:\n    raise ValueError('bad')\nlog.error('failed to connect')\n"
+        "status = 'FAILED'\nif err != nil { return fmt.Errorf(\"x\") }\n# ERROR handling below\n"
+        "    throw new Error('boom');\nERROR_CODE = 5\n"
+    )
+    assert error_lines(code) == []
+
+
+def test_error_lines_of_each_kind_are_found():
+    """Traceback lines, exceptions, compiler errors, test failures, exit statuses, OS errors are found."""
+    text = (
+        "Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>\nKeyError: 'sid'\n"
+        "E       assert 1 == 2\nFAILED tests/test_a.py::test_b - AssertionError\n"
+        "error: could not compile foo\nerror[E0308]: mismatched types\nnpm ERR! code ELIFECYCLE\n"
+        "Process exited with code 2\nbash: foo: command not found\n"
+        'Exception in thread "main" java.lang.NullPointerException\nall 12 tests passed\n'
+    )
+    assert error_lines(text) == [
+        'File "app.py", line 3, in <module>',
+        "KeyError: 'sid'",
+        "E assert 1 == 2",
+        "FAILED tests/test_a.py::test_b - AssertionError",
+        "error: could not compile foo",
+        "error[E0308]: mismatched types",
+        "npm ERR! code ELIFECYCLE",
+        "Process exited with code 2",
+        "bash: foo: command not found",
+        'Exception in thread "main" java.lang.NullPointerException',
+    ]
+
+
 def test_commands_come_from_shell_arguments_and_dollar_lines():
     """Each line of a cmd/command/bash/code argument is a command, and so is a `$ ` line."""
     m = _asst(
@@ -56,6 +118,14 @@ def test_commands_come_from_shell_arguments_and_dollar_lines():
         _call("c2", "x", cmd=["git", "status"]),
     )
     assert commands(m) == ["pytest -x tests/", "cd /srv", "git status", "ls -la"]
+
+
+def test_a_python_tools_code_is_no_command():
+    """The lines of a Python tool's code are no commands; a shell tool's code lines are."""
+    script = "import os\nprint(os.getcwd())"
+    assert commands(_asst(None, _call("c1", "python", code=script))) == []
+    assert commands(_asst(None, _call("c1", "run_python", code=script))) == []
+    assert commands(_asst(None, _call("c2", "run_shell", code="ls\npwd"))) == ["ls", "pwd"]
 
 
 def test_commands_ignore_other_arguments():
@@ -200,13 +270,13 @@ def test_a_summary_that_quotes_the_path_keeps_it():
     """A specific found verbatim in a message the definition added (a summary) is kept."""
     conv = _hand_made()
     prep = _Prepared(conv, get_counter("gpt-4o"))
-    from ctxmgmt.eval.replay import Call, _specifics_at, _Texts
+    from ctxmgmt.eval.replay import Call, _specifics_at
 
     i = prep.calls[4]
     summary = {"role": "user", "content": "Summary: read config/settings.toml (port 8080)."}
     kept, lost = Call("hand", 5), Call("hand", 5)
-    _specifics_at(prep, i, [prep.messages[0], summary, *prep.messages[i - 2 : i]], _Texts(), kept)
-    _specifics_at(prep, i, [prep.messages[0], *prep.messages[i - 2 : i]], _Texts(), lost)
+    _specifics_at(prep, i, [prep.messages[0], summary, *prep.messages[i - 2 : i]], kept)
+    _specifics_at(prep, i, [prep.messages[0], *prep.messages[i - 2 : i]], lost)
     assert kept.needed["paths"] == lost.needed["paths"] >= 1
     assert kept.kept["paths"] == lost.kept["paths"] + 1
 
@@ -320,3 +390,83 @@ def test_the_package_is_callable_as_documented():
     report = ctxmgmt.eval([_hand_made()], ["default"], [16000], baselines=False)
     assert isinstance(report, ctxmgmt.eval.Report) and ctxmgmt.eval.run is ctxmgmt.evaluate
     assert isinstance(Definition, type)
+
+
+def _without_times(value):
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if k != "time_ms"}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def test_the_same_eval_twice_gives_the_same_report():
+    """A replay is deterministic: the same input gives the same report bytes, timings aside
+    (the archives' references a summary lists are the same every run)."""
+    messages, _ = agent_run(40, seed=3)
+    conv = Chat("run", messages, "You are a careful coding agent.", None, "gpt-4o")
+
+    def report():
+        got = ctxmgmt.eval([conv], ["default", "long-running-agent"], windows=[4000, 8000], pricing=PRICES)
+        return json.dumps(_without_times(got.to_dict()), sort_keys=True)
+
+    first, second = report(), report()
+    assert '"m-' not in first  # the report holds figures, not the requests
+    assert first == second
+
+
+def test_repeatable_refs_look_random_and_do_not_leak():
+    """In repeatable_refs, references repeat run to run, shaped like random ones; outside, random."""
+    from ctxmgmt.offload.base import check_ref, new_ref, repeatable_refs
+
+    with repeatable_refs("s"):
+        a = [new_ref("messages"), new_ref("tool_result")]
+    with repeatable_refs("s"):
+        b = [new_ref("messages"), new_ref("tool_result")]
+    assert a == b and a[0] != a[1].replace("t-", "m-")
+    assert all(check_ref(r) for r in a)
+    assert new_ref("messages") != new_ref("messages")
+
+
+def _needed_and_kept_afresh(prep, i, request):
+    """The needed and kept specifics at one call, from the definition (every earlier message)."""
+    from ctxmgmt.eval.replay import _flat
+    from ctxmgmt.eval.specifics import CATEGORIES, message_text
+
+    present = {j for j, m in enumerate(prep.messages[:i]) if any(r is m for r in request)}
+    originals = {id(prep.messages[j]) for j in present}
+    new = [_flat(message_text(m)) for m in request if id(m) not in originals]
+    added = "\n".join([prep.system_text, *new])
+    needed, kept = {}, {}
+    for cat in CATEGORIES:
+        held = {s for j in present for s in prep.reused[j][cat]}
+        last = prep.last_use[cat]
+        gone = {s for j in range(i) if j not in present for s in prep.reused[j][cat] if last[s] >= i}
+        needed[cat] = len(gone)
+        kept[cat] = sum(1 for s in gone if s in held or s in added)
+    return needed, kept
+
+
+@pytest.mark.parametrize("name", ["default", "long-running-agent"])
+def test_the_incremental_kept_check_counts_as_the_definition_says(name):
+    """Counted call by call, incrementally, the needed and kept specifics are those computed afresh
+    from every earlier message, for a definition and for a sliding window that shrinks and grows."""
+    from ctxmgmt.eval.replay import Call, _Kept
+
+    messages, _ = agent_run(30, seed=5)
+    prep = _Prepared(Chat("run", messages, "sys", None, "gpt-4o"), get_counter("gpt-4o"))
+    window_kept = _Kept(prep)
+    checked = 0
+    for call, request in replay_definition(prep, ctxmgmt.load_definition(name), 3000, PRICES):
+        if request is None:
+            continue
+        i = prep.calls[call.call - 1]
+        assert (call.needed, call.kept) == _needed_and_kept_afresh(prep, i, request)
+        checked += sum(call.needed.values())
+        # A window whose budget goes up and down: carriers leave and come back.
+        budget = prep.fixed + (900 if call.call % 3 else 4000)
+        made, _ = sliding_window(prep, i, budget)
+        got = Call("run", call.call)
+        window_kept.measure(i, made, got)
+        assert (got.needed, got.kept) == _needed_and_kept_afresh(prep, i, made)
+    assert checked > 0
