@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import CtxmgmtError
 from ..llm import HTTPPool, ModelsConfig
 from ..offload import Offloader
+from ..proxy.body import Bodies
 from ..proxy.state import Live
 from ..runner import Runner
 from ..store import DefinitionStore
@@ -134,6 +135,7 @@ def create_app(
     runner = Runner(store, models, tools, offloader=offloader, pool=pool)
     app.state.ctxmgmt = State(store, models, config, runner)
     app.state.proxy_live = Live()  # the proxy's conversations this process served last
+    app.state.proxy_bodies = Bodies()  # and their last bodies, to read the next ones from
     return app
 
 

@@ -56,11 +56,12 @@ class Body:
 
     text: str
     data: dict[str, Any]
-    field: str
+    member: str
+    """The member that holds the conversation (``messages``, ``input``)."""
     spans: list[tuple[int, int]] = field(default_factory=list)
-    """Where each element of ``data[field]`` is in ``text`` (when it is an array)."""
+    """Where each element of ``data[member]`` is in ``text`` (when it is an array)."""
     array: tuple[int, int] | None = None
-    """Where ``data[field]``'s array is, brackets included."""
+    """Where ``data[member]``'s array is, brackets included."""
     values: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Where each other top-level value is."""
 
@@ -105,7 +106,7 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
     """The body of ``text``; its ``field``'s elements read only past ``previous``'s, when the
     text starts with them (see the module docstring). Checked as every JSON body is
     (:func:`ctxmgmt.api.requests.check_values`): what ``previous`` held was checked then."""
-    reuse = previous is not None and previous.field == field and previous.array is not None
+    reuse = previous is not None and previous.member == field and previous.array is not None
     prefix = previous.prefix if previous is not None and reuse else ""
     if reuse and prefix and text.startswith(prefix):
         assert previous is not None and previous.array is not None
@@ -114,11 +115,11 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
             k: v for k, v in previous.data.items() if previous.values.get(k, (0, 0))[0] < previous.array[0]
         }
         body.values = {k: v for k, v in previous.values.items() if v[0] < previous.array[0]}
-        elements = list(previous.data[field])
+        elements = list(previous.data[member])
         at = len(prefix)
         fresh_from = len(elements)
         at = _elements(text, at, elements, body.spans, first=not elements)
-        body.data[field] = elements
+        body.data[member] = elements
         _check_new(text, body, fresh_from)
         _rest(text, at, body)
         return body
@@ -143,7 +144,7 @@ def _members(text: str, at: int, body: Body) -> None:
         at = _ws(text, at)
         _expect(text, at, ":")
         at = _ws(text, at + 1)
-        if key == body.field and text.startswith("[", at):
+        if key == body.member and text.startswith("[", at):
             start = at
             elements: list[Any] = []
             body.spans = []
@@ -155,7 +156,7 @@ def _members(text: str, at: int, body: Body) -> None:
             value, end = _value(text, at)
             body.data[key] = value
             body.values[key] = (at, end)
-            if key == body.field:
+            if key == body.member:
                 body.array, body.spans = None, []
             at = end
         at = _ws(text, at)
@@ -195,7 +196,7 @@ def _rest(text: str, at: int, body: Body) -> None:
         _end(text, at + 1)
     else:
         _members(text, _ws(text, at + 1), body)
-    rest = {k: v for k, v in body.data.items() if k != body.field and body.values[k][0] > body.array[0]}
+    rest = {k: v for k, v in body.data.items() if k != body.member and body.values[k][0] > body.array[0]}
     check_values(rest, nul=False, text=text[body.array[1] :])
 
 
@@ -206,9 +207,9 @@ def _check_new(text: str, body: Body, start: int) -> None:
         return
     first, last = body.spans[start][0], body.spans[-1][1]
     try:
-        check_values(body.data[body.field][start:], nul=False, text="[[" + text[first:last] + "]]")
+        check_values(body.data[body.member][start:], nul=False, text="[[" + text[first:last] + "]]")
     except HTTPProblem:
-        check_values({body.field: body.data[body.field]}, nul=False)
+        check_values({body.member: body.data[body.member]}, nul=False)
         raise
 
 
@@ -223,8 +224,8 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
     (the client's own element texts where a message is one of its elements, JSON for the
     rest) and the top-level ``changes`` (``model``, ``tools``) written in."""
     if body.array is None:  # the conversation is not an array of elements: written whole
-        return json.dumps({**body.data, body.field: list(messages), **changes}, ensure_ascii=False)
-    elements = body.data[body.field]
+        return json.dumps({**body.data, body.member: list(messages), **changes}, ensure_ascii=False)
+    elements = body.data[body.member]
     where = {id(m): k for k, m in enumerate(elements)}
     parts = []
     for m in messages:

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..adapters._core import Conversation
 from ..api.errors import STATUS_TABLE, HTTPProblem
-from ..api.requests import json_body, state
+from ..api.requests import body_text, state
 from ..errors import CtxmgmtError, NotFound, ToolError
 from ..formats import internal
 from ..llm import ModelConfig
@@ -36,6 +36,7 @@ from ..store.sessions import SessionStore
 from ..summaries import message_key
 from ..tools import Tool, recall_tools
 from .apis import Api, Parts
+from .body import Bodies, parse, upstream_text
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
 from .state import Live, pack, unpack
 from .usage import EventReader, usage_of
@@ -179,7 +180,15 @@ async def _proxy(request: Request, api: Api) -> Response:
         raise _Refused(
             400, "illegal_argument_exception", f"{name[:60]!r}: a definition name is 1-49 of a-z 0-9 _ -"
         )
-    body = await json_body(request, nul=False, limit=st.config.proxy_max_body_bytes)
+    text = await body_text(request, limit=st.config.proxy_max_body_bytes)
+    bodies: Bodies = request.app.state.proxy_bodies
+    previous = bodies.find(text)  # the conversation's previous body: only what follows is read
+    if len(text) - len(previous.prefix if previous else "") > 65536:  # a large read: off the loop
+        parsed = await asyncio.to_thread(parse, text, api.field, previous)
+    else:
+        parsed = parse(text, api.field, previous)
+    bodies.keep(parsed, previous)
+    body = parsed.data
     config = _model(request, body, api)
     parts = api.parts(body)
     if isinstance(parts, str):
@@ -227,6 +236,8 @@ async def _proxy(request: Request, api: Api) -> Response:
     if offloader is not None and not parts.stream and any(mentions_archive(m) for m in managed):
         recall = recall_tools(offloader, key[:32])
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
+    changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
+    first = upstream_text(parsed, turn.messages, changes)  # the client's own bytes where unchanged
     counted = conversation.last_counted or 0
     before = turn.trace[0]["tokens_before"] if turn.trace else counted
     ratio = conversation.calibration.ratio(config.model)
@@ -256,7 +267,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         "hooks": [{"hook": e["hook"], "iteration": 1, "call": 1, "entries": [e]} for e in turn.trace],
     }
     exchange = _Exchange(request, api, config, headers, conversation, record, exchange_state, recall)
-    return await _upstream(exchange, outgoing, parts.stream)
+    return await _upstream(exchange, outgoing, parts.stream, first)
 
 
 def _headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, str]:
@@ -317,14 +328,16 @@ class _Exchange:
     recall: list[Tool]
     """The recall tools offered to the model (none: the request names no archive)."""
 
-    async def send(self, body: Mapping[str, Any]) -> httpx.Response:
-        """Send a request upstream; its answer's head (the body is read as a stream)."""
+    async def send(self, body: Mapping[str, Any] | str) -> httpx.Response:
+        """Send a request upstream (a body, or its JSON text); its answer's head (the body is
+        read as a stream)."""
         config = self.config
         pool = state(self.request).runner.pool
         assert pool is not None  # create_app gives the runner the server's pool
         client = pool.aclient(config)
         url = config.base_url.rstrip("/") + self.api.path.removeprefix("/v1")
-        content = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+        content = text.encode("utf-8", "surrogatepass")
         outgoing = client.build_request("POST", url, content=content, headers=self.headers)
         try:
             async with asyncio.timeout(config.timeout):
@@ -339,12 +352,12 @@ class _Exchange:
             ) from None
 
 
-async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool) -> Response:
-    """The managed request upstream, its answer back: whole (with recall rounds answered here)
-    or streamed as it arrives."""
+async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool, first: str) -> Response:
+    """The managed request upstream (``body``; ``first`` its JSON text), its answer back: whole
+    (with recall rounds answered here) or streamed as it arrives."""
     api, config = exchange.api, exchange.config
     deadline = asyncio.get_running_loop().time() + config.timeout
-    response = await exchange.send(body)
+    response = await exchange.send(first)
     returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
     if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
         return StreamingResponse(
