@@ -30,7 +30,7 @@ from ctxmgmt.store import DefinitionStore
 from tests.conftest import LiveServer, shipped
 from tests.proxy.upstream import Reply, Upstream
 
-SIZES = (200, 2000, 5000)
+SIZES = (2000, 200, 5000)
 
 
 def history(n: int) -> list[dict[str, Any]]:

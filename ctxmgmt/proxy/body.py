@@ -115,11 +115,11 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
             k: v for k, v in previous.data.items() if previous.values.get(k, (0, 0))[0] < previous.array[0]
         }
         body.values = {k: v for k, v in previous.values.items() if v[0] < previous.array[0]}
-        elements = list(previous.data[member])
+        elements = list(previous.data[field])
         at = len(prefix)
         fresh_from = len(elements)
         at = _elements(text, at, elements, body.spans, first=not elements)
-        body.data[member] = elements
+        body.data[field] = elements
         _check_new(text, body, fresh_from)
         _rest(text, at, body)
         return body

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..adapters._core import Conversation
 from ..api.errors import STATUS_TABLE, HTTPProblem
 from ..api.requests import body_text, state
-from ..errors import CtxmgmtError, NotFound, ToolError
+from ..errors import NotFound, ToolError
 from ..formats import internal
 from ..llm import ModelConfig
 from ..messages import mentions_archive
@@ -91,7 +91,7 @@ async def proxy_request(request: Request, api: Api) -> Response:
     """Answer one request of ``api`` (see the module docstring)."""
     try:
         return await _proxy(request, api)
-    except (CtxmgmtError, _Refused) as exc:
+    except Exception as exc:  # every answer in the provider's shape (a fault: logged, a 500)
         return _answer(api, exc)
 
 
@@ -225,7 +225,10 @@ async def _proxy(request: Request, api: Api) -> Response:
         context_window=config.context_window,
     )
     exchange_state = _Kept(key, version, parts.record)
-    await _store(st, live, conversation, exchange_state)
+    if parts.stream:
+        # A stream's record is stored after its last event went out, when the client may
+        # already be sending its next request to another process: the state goes first.
+        await _store(st, live, conversation, exchange_state)
     outgoing = api.managed(body, turn.messages, config.model)
     headers = _headers(request, config, own_key)  # before anything is recorded: a bad key is a 400
     recall: list[Tool] = []
@@ -266,7 +269,9 @@ async def _proxy(request: Request, api: Api) -> Response:
         ],
         "hooks": [{"hook": e["hook"], "iteration": 1, "call": 1, "entries": [e]} for e in turn.trace],
     }
-    exchange = _Exchange(request, api, config, headers, conversation, record, exchange_state, recall)
+    exchange = _Exchange(
+        request, api, config, headers, conversation, record, exchange_state, recall, parts.stream
+    )
     return await _upstream(exchange, outgoing, parts.stream, first)
 
 
@@ -306,10 +311,20 @@ class _Kept:
     record: list[Any]
 
 
-async def _store(st: Any, live: Live, conversation: Conversation, kept: _Kept) -> None:
-    """Store the conversation's state (for every process), and keep it here too."""
+async def _store(
+    st: Any, live: Live, conversation: Conversation, kept: _Kept, record: Mapping[str, Any] | None = None
+) -> None:
+    """Store the conversation's state (for every process) and the execution's record, in one
+    transaction, and keep the conversation here too."""
     packed = pack(conversation.saved, kept.record)
-    await asyncio.to_thread(SessionStore(st.store.engine).put, kept.key, packed)
+
+    def write() -> None:
+        with st.store.engine.begin() as conn:
+            SessionStore(st.store.engine).put(kept.key, packed, conn=conn)
+            if record is not None:
+                st.runner.executions.save(record, conn=conn)
+
+    await asyncio.to_thread(write)
     size = 6 * (conversation.last_counted or 0) + 4096  # what its view holds, roughly, in bytes
     live.keep(kept.key, (packed["generation"], kept.version), conversation, size)
 
@@ -326,6 +341,7 @@ class _Exchange:
     record: dict[str, Any]
     kept: _Kept
     recall: list[Tool]
+    stream: bool
     """The recall tools offered to the model (none: the request names no archive)."""
 
     async def send(self, body: Mapping[str, Any] | str) -> httpx.Response:
@@ -354,7 +370,16 @@ class _Exchange:
 
 async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool, first: str) -> Response:
     """The managed request upstream (``body``; ``first`` its JSON text), its answer back: whole
-    (with recall rounds answered here) or streamed as it arrives."""
+    (with recall rounds answered here) or streamed as it arrives. A request the upstream fails
+    is recorded too."""
+    try:
+        return await _exchange(exchange, body, stream, first)
+    except _Refused as exc:
+        await _finish(exchange, None, exc.message)
+        raise
+
+
+async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, first: str) -> Response:
     api, config = exchange.api, exchange.config
     deadline = asyncio.get_running_loop().time() + config.timeout
     response = await exchange.send(first)
@@ -510,8 +535,9 @@ async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure:
     record["llm_calls"] = len(record["calls"])
     record["max_request_tokens"] = max(c["calibrated"] for c in record["calls"])
     try:
-        if observed_any:
-            await _store(st, exchange.request.app.state.proxy_live, conversation, exchange.kept)
-        await asyncio.to_thread(st.runner.executions.save, record)
+        if observed_any or not exchange.stream:
+            await _store(st, exchange.request.app.state.proxy_live, conversation, exchange.kept, record)
+        else:
+            await asyncio.to_thread(st.runner.executions.save, record)
     except Exception:
         log.warning("could not store the proxy's execution record %s", record["execution_id"], exc_info=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Connection, Engine, delete, func, select
 
 from ..errors import NotFound
 from .models import executions
@@ -36,15 +36,18 @@ class ExecutionStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def save(self, record: Mapping[str, Any]) -> None:
-        """Store a record (built by the runner: the summary fields and the rest)."""
-        with self.engine.begin() as conn:
-            conn.execute(
-                executions.insert().values(
-                    **{k: record.get(k) for k in SUMMARY_FIELDS},
-                    record={k: v for k, v in record.items() if k not in SUMMARY_FIELDS},
-                )
-            )
+    def save(self, record: Mapping[str, Any], *, conn: Connection | None = None) -> None:
+        """Store a record (built by the runner: the summary fields and the rest), in
+        ``conn``'s transaction when given."""
+        insert = executions.insert().values(
+            **{k: record.get(k) for k in SUMMARY_FIELDS},
+            record={k: v for k, v in record.items() if k not in SUMMARY_FIELDS},
+        )
+        if conn is not None:
+            conn.execute(insert)
+            return
+        with self.engine.begin() as own:
+            own.execute(insert)
 
     def get(self, execution_id: str) -> dict[str, Any]:
         """The whole record of an execution."""

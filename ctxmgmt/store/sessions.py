@@ -6,8 +6,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Engine, delete, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from .models import proxy_sessions
 from .repository import now_ms
@@ -32,23 +33,25 @@ class SessionStore:
             ).first()
         return dict(row.state) if row is not None and isinstance(row.state, Mapping) else None
 
-    def put(self, key: str, state: Mapping[str, Any]) -> bool:
-        """Store a state; False (and nothing stored) when it is over MAX_SESSION_BYTES."""
+    def put(self, key: str, state: Mapping[str, Any], *, conn: Connection | None = None) -> bool:
+        """Store a state (in ``conn``'s transaction when given); False, and the key forgotten,
+        when it is over MAX_SESSION_BYTES."""
         if len(json.dumps(state, ensure_ascii=False).encode()) > MAX_SESSION_BYTES:
-            self.drop(key)
+            if conn is None:
+                self.drop(key)
+            else:
+                conn.execute(delete(proxy_sessions).where(proxy_sessions.c.session_key == key))
             return False
         values = {"updated_time": now_ms(), "state": dict(state)}
-        table = proxy_sessions
-        with self.engine.begin() as conn:
-            done = conn.execute(table.update().where(table.c.session_key == key).values(**values))
-            if done.rowcount:
-                return True
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(table.insert().values(session_key=key, **values))
-        except IntegrityError:  # another process inserted it first: the newer write wins
-            with self.engine.begin() as conn:
-                conn.execute(table.update().where(table.c.session_key == key).values(**values))
+        insert = (pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert)(proxy_sessions)
+        upsert = insert.values(session_key=key, **values).on_conflict_do_update(
+            index_elements=[proxy_sessions.c.session_key], set_=values
+        )
+        if conn is not None:
+            conn.execute(upsert)
+        else:
+            with self.engine.begin() as own:
+                own.execute(upsert)
         return True
 
     def drop(self, key: str) -> None:
