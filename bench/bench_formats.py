@@ -81,7 +81,7 @@ def steady(msgs: list[Any], name: str, message: dict[str, Any]) -> float:
 
 
 def firing(msgs: list[Any], name: str, definition: Any) -> float:
-    return timed(lambda: definition.apply("pre_llm", Context(messages=list(msgs), format=name)), 5)
+    return timed(lambda: definition.apply("pre_llm", Context(messages=list(msgs), format=name)), 11)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ContextError, Problem
-from ..history import History, scan
+from ..history import History, items, scan
 from ._common import (
     ORIGIN,
     Conversion,
@@ -453,9 +453,15 @@ _BASE64_CHARS_PER_TOKEN = 6
 def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[Any]:
     """The Anthropic messages for an internal list made from ``conversion``'s."""
     out: list[Any] = []
+    messages = items(messages)
     i, n = 0, len(messages)
     while i < n:
         m = messages[i]
+        k = _unchanged_run(messages, i)
+        if k:
+            out.append(origin_of(m).message)  # type: ignore[union-attr]  # the very message
+            i += k
+            continue
         role = m.get("role")
         if role == "assistant":
             turn = [m]
@@ -478,6 +484,23 @@ def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[
             )
         out.append(_message(turn))
     return out
+
+
+def _unchanged_run(messages: Sequence[Mapping[str, Any]], i: int) -> int:
+    """How many internal messages from ``i`` on are all those made of one provider message, as
+    they were made, and make a turn of their own (0 when they do not): the common case of the
+    way back, with no turn to gather."""
+    m = messages[i]
+    origin = m.get(ORIGIN)
+    if not isinstance(origin, Origin) or not origin.made or origin.made[0] != id(m):
+        return 0
+    k = len(origin.made)
+    if i + k > len(messages) or any(id(messages[i + j]) != origin.made[j] for j in range(1, k)):
+        return 0
+    last = messages[i + k - 1].get("role")
+    if last == "tool" and i + k < len(messages) and messages[i + k].get("role") == "tool":
+        return 0  # a turn would gather the results after it
+    return k
 
 
 def _same_source(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
