@@ -259,16 +259,15 @@ def to_internal(items: Sequence[Any]) -> Conversion:
 
 
 def _converted(group: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
-    """A group's internal message, and about how many bytes its conversion now kept alive
-    (0 when it was converted before)."""
+    """A group's internal message, and about how many bytes its items keep alive."""
     key = group[0]
     hit = _MEMO.get(id(key), key)
     if hit is not None and same(hit[0], group):
-        return hit[1], 0
+        return hit[1], hit[2]
     internal = _convert(group)
     made(internal[ORIGIN], (internal,))
     size = sum(rough_size(x) for x in group)
-    _MEMO.put(id(key), key, (group, internal), size)
+    _MEMO.put(id(key), key, (group, internal, size), size)
     return internal, size
 
 
@@ -298,10 +297,14 @@ def advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
         restart, kept, last = at, pending, len(groups)  # no new item can join the last turn
     size = grown.bytes if grown is not None else 0
     tail: list[dict[str, Any]] = []
+    at = grown.restart if grown is not None else 0
     for group in groups:
         internal, bytes_ = _converted(group)
         tail.append(internal)
+        if at < k:  # the last turn before: only its new items are new bytes
+            bytes_ = sum(rough_size(x) for x in group[k - at :])
         size += 2 * bytes_
+        at += len(group)
     final = grown.inner_restart if grown is not None else 0
     inner = grown.inner if grown is not None else History()
     old = inner[final:]

@@ -217,3 +217,16 @@ def test_a_list_handed_again_then_grown_keeps_every_turn():
         Context(messages=[*items, *more], format="openai_responses"),
     ):
         _assert_as_from_scratch("openai_responses", ctx)
+
+
+def test_the_bytes_a_history_keeps_are_counted_however_it_was_converted():
+    """What a converted history keeps alive is counted once per message, whether its messages
+    were converted before (memoised) or not, so that the registry's byte bound holds."""
+    for fmt, module in MODULES.items():
+        messages = [{"role": "user", "content": "x" * 5_000}, {"role": "assistant", "content": "ok"}]
+        module.to_internal(messages)  # each message converted (and memoised) first
+        first = grown(History(messages), fmt)
+        again = grown(History(messages).append({"role": "user", "content": "y" * 5_000}), fmt)
+        assert first is not None and again is not None
+        assert 10_000 <= first.bytes < 20_000 + 2_000
+        assert again.bytes >= first.bytes + 10_000
