@@ -230,3 +230,68 @@ def test_the_bytes_a_history_keeps_are_counted_however_it_was_converted():
         assert first is not None and again is not None
         assert 10_000 <= first.bytes < 20_000 + 2_000
         assert again.bytes >= first.bytes + 10_000
+
+
+def _turns():
+    """Responses items with every way a turn is made: reasoning, text, parallel calls, outputs,
+    a server item, reasoning before a call that joins the turn before it."""
+    return [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "r1", "summary": [], "encrypted_content": "e1"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "looking"}]},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "reasoning", "id": "r2", "summary": [], "encrypted_content": "e2"},
+        {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+        {"type": "function_call_output", "call_id": "b", "output": "B"},
+        {"type": "web_search_call", "id": "ws", "status": "completed", "action": {"type": "search"}},
+        {"role": "assistant", "content": "found"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "C"},
+        {"role": "user", "content": "thanks"},
+    ]
+
+
+def _anthropic_turns():
+    """Anthropic messages with thinking, parallel tool uses, results with text after them."""
+    use = [{"type": "tool_use", "id": i, "name": "f", "input": {}} for i in ("a", "b")]
+    return [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "t", "signature": "s"},
+                {"type": "text", "text": "x"},
+                *use,
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "A"},
+                {"type": "tool_result", "tool_use_id": "b", "content": [{"type": "text", "text": "B"}]},
+                {"type": "text", "text": "and"},
+            ],
+        },
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "thanks"},
+    ]
+
+
+def test_every_split_of_a_conversation_grows_as_from_scratch():
+    """A conversation grown from every earlier point, by every step (Responses calls joining
+    the turn before them included), converts and checks as from scratch, by append and by a
+    new list."""
+    for fmt, items in (("openai_responses", _turns()), ("anthropic", _anthropic_turns())):
+        for cut in range(len(items) + 1):
+            for step in range(1, len(items) - cut + 1):
+                for by_append in (True, False):
+                    forget_known()
+                    ctx = Context(messages=items[:cut], format=fmt)
+                    _assert_as_from_scratch(fmt, ctx)
+                    at = cut
+                    while at < len(items):
+                        more = items[at : at + step]
+                        at += len(more)
+                        ctx = ctx.append(*more) if by_append else Context(messages=items[:at], format=fmt)
+                        _assert_as_from_scratch(fmt, ctx)
