@@ -307,8 +307,8 @@ def advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
         at += len(group)
     final = grown.inner_restart if grown is not None else 0
     inner = grown.inner if grown is not None else History()
-    old = inner[final:]
-    if len(old) <= len(tail) and all(a is b for a, b in zip(old, tail, strict=False)):
+    old = inner[final:] if final < len(inner) else ()
+    if not old or (len(old) <= len(tail) and all(a is b for a, b in zip(old, tail, strict=False))):
         inner = inner.append(*tail[len(old) :])  # the last turn is as it was: new items only
     else:
         inner = inner.prefix(final).append(*tail)  # new items joined the last turn
