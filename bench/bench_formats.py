@@ -5,8 +5,10 @@ Paths (median of repeated runs), each a ratio to the chat figure of the same pat
 - steady: ``ctx = ctx.append(message)`` then apply a definition that does not fire;
 - firing: a sliding window that keeps the newest half, on a list not seen before.
 
-The chat path needs no conversion; the others pay the format's check (in full, per apply)
-and a conversion memoised per provider message.
+The chat path needs no conversion; a history in another format converts and checks only
+what is new since the history it grew from (a list handed again, starting with the same
+message objects, counts as grown from it). The last lines give each path's figure at the
+largest size over its figure at 2,000 (or the smallest size): 1.0 is flat, O(new).
 
     python bench/bench_formats.py            # 500, 2,000 and 10,000 messages
     python bench/bench_formats.py 500 2000
@@ -44,7 +46,7 @@ def window(n: int) -> Any:
 
 def in_format(chat: list[dict[str, Any]], name: str) -> list[Any]:
     """The chat conversation in another format (the formats' own way back, with no origins)."""
-    empty = Conversion([], {})
+    empty = Conversion([])
     if name == "anthropic":
         return anthropic.back(chat, empty)
     return openai_responses.back(chat, empty)
@@ -75,11 +77,11 @@ def steady(msgs: list[Any], name: str, message: dict[str, Any]) -> float:
         ctx = ctx.append(message)
         QUIET.apply("pre_llm", ctx)
 
-    return timed(step, 15)
+    return timed(step, 101)
 
 
 def firing(msgs: list[Any], name: str, definition: Any) -> float:
-    return timed(lambda: definition.apply("pre_llm", Context(messages=list(msgs), format=name)), 5)
+    return timed(lambda: definition.apply("pre_llm", Context(messages=list(msgs), format=name)), 11)
 
 
 def main() -> None:
@@ -95,6 +97,13 @@ def main() -> None:
                 f"{results[n][name][path] / results[n]['openai_chat'][path]:>11.1f}x" for n in sizes
             )
             print(f"{path + ' ' + name + ' / chat':28} {cells}")
+    base = 2_000 if 2_000 in sizes else min(sizes)
+    top = max(sizes)
+    if top != base:
+        for path in ("steady", "firing"):
+            for name in ("openai_chat", "anthropic", "openai_responses"):
+                ratio = results[top][name][path] / results[base][name][path]
+                print(f"{path + ' ' + name + f' {top:,}/{base:,}':44} {ratio:>8.2f}x")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,16 @@ class Context:
         object.__setattr__(new, "_edit", None)
         return new
 
+    def _derive(self, **changes: Any) -> Context:
+        """A copy with fields changed to values of their checked types (a History of messages),
+        without checking them again: a provider format's context in the internal form."""
+        new = object.__new__(Context)
+        for name in _FIELDS:
+            object.__setattr__(new, name, changes[name] if name in changes else getattr(self, name))
+        object.__setattr__(new, "_counts", {})
+        object.__setattr__(new, "_edit", None)
+        return new
+
     def splice(self, changes: Iterable[Change], *, state: Mapping[str, Any] | None = None) -> Context:
         """A copy with each ``(start, end, messages)`` change made: ``self.messages[start:end]``
         replaced by ``messages``, the indices being this context's. Changes come in order

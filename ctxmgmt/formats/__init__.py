@@ -17,7 +17,7 @@ from ..errors import ContextError, Problem
 from ..history import History, Recent
 from ..messages import foreign_kind
 from . import anthropic, openai_chat, openai_responses
-from ._common import Conversion
+from ._common import Conversion, Grown, Known
 
 if TYPE_CHECKING:
     from ..context import ApplyResult, Context
@@ -70,11 +70,15 @@ pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=Tru
 _CONSTRAINTS = {anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule)}
 _KNOWN_CHAT = Recent()
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""
+_KNOWN = {name: Known() for name in (anthropic.NAME, openai_responses.NAME)}
+"""The histories converted last, by format: a new list that starts with one costs its new part."""
 
 
 def forget_known() -> None:
-    """Forget the lists known to be chat (``ctxmgmt.tokens.clear_caches`` calls it)."""
+    """Forget the lists known to be chat or converted (``ctxmgmt.tokens.clear_caches`` calls it)."""
     _KNOWN_CHAT.clear()
+    for known in _KNOWN.values():
+        known.clear()
 
 
 def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
@@ -88,11 +92,16 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
     # does a list handed again with messages added (its start is a list known to be chat).
     start = messages._checked() if isinstance(messages, History) else 0
     if start == 0 and isinstance(messages, History):
+        found_before = messages._derived().get(_FOUND)
+        if found_before is not None and found_before[0] <= len(messages):
+            return str(found_before[1])  # its first message in a provider's format is in its start
         known = _KNOWN_CHAT.prefix_of(messages)
         start = len(known) if known is not None else 0
     for i in range(start, len(messages)):
         found = foreign_kind(messages[i])
         if found is not None and found[0] != "gemini":
+            if isinstance(messages, History):
+                messages._derived()[_FOUND] = (i + 1, found[0])
             return found[0]
         if found is not None:
             return openai_chat.NAME  # not a format ctxmgmt converts: the chat check says so
@@ -125,22 +134,43 @@ def name_of(context: Context) -> str:
 
 def check(context: Context, *, partial_tail: bool = True) -> list[Problem]:
     """Everything the context's provider would reject in its messages and system prompt. A
-    History remembers that it passed, so that checking it again (a request checked at the
-    boundary, then applied) costs nothing."""
+    History in a provider's format remembers how far it passed (and its conversion), so that
+    checking it again, or a history grown from it, costs what is new."""
     name = name_of(context)
     module = _MODULES[name]
     messages = context.messages
-    marks = messages._derived() if isinstance(messages, History) and partial_tail else None
-    if marks is not None and marks.get((_VALID, name)) == len(messages):
-        messages = ()  # the messages passed already (they are immutable): the system prompt only
-    problems: list[Problem] = module.check(messages, context.system_prompt, partial_tail=partial_tail)
-    if marks is not None and not problems:
-        marks[(_VALID, name)] = len(context.messages)
-    return problems
+    if partial_tail and isinstance(messages, History) and name in _KNOWN and grown(messages, name):
+        problems: list[Problem] = module.check_system(context.system_prompt)
+        return problems  # the messages passed (they are immutable): the system prompt only
+    return list(module.check(messages, context.system_prompt, partial_tail=partial_tail))
 
 
-_VALID = object()
-"""The key of a History's mark that it passed its format's check."""
+def grown(messages: History, name: str) -> Grown | None:
+    """What is known of a history in a provider's format: its messages pass the format's check
+    (an open turn at its end allowed) and convert to the internal form. What it grew from
+    (this history's start, or a history converted last that it starts with, message for
+    message) is not checked or converted again. None when its messages break a rule."""
+    marks = messages._derived()
+    key = (_GROWN, name)
+    before: Grown | None = marks.get(key)
+    n = len(messages)
+    if before is not None and before.k == n:
+        return before
+    if before is None or before.k > n:  # nothing known of this log, or of an older view only
+        before = _KNOWN[name].prefix_of(messages)
+    now: Grown | None = _MODULES[name].advance(messages, before)
+    if now is None:
+        return None
+    if marks.get(key) is None or marks[key].k < n:
+        marks[key] = now
+    _KNOWN[name].add(messages, now, before)
+    return now
+
+
+_GROWN = object()
+"""The key of what a History knows of its own conversion and check (see :func:`grown`)."""
+_FOUND = object()
+"""The key of a History's mark of the format its first provider message told, and where."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,14 +205,19 @@ def internal(context: Context) -> Internal | None:
     if name == openai_chat.NAME:
         return None
     module = _MODULES[name]
-    problems = check(context)
+    messages = context.messages
+    known = grown(messages, name) if isinstance(messages, History) else None
+    problems = (
+        module.check(messages, context.system_prompt, partial_tail=True)
+        if known is None
+        else module.check_system(context.system_prompt)
+    )
     if problems:
         raise ContextError(problems)
-    conversion = module.to_internal(context.messages)
-    inner = replace(
-        context,
+    conversion = module.to_internal(messages) if known is None else Conversion(known.inner)
+    inner = context._derive(
         system_prompt=module.system_text(context.system_prompt),
-        messages=conversion.messages,
+        messages=known.inner if known is not None else History(conversion.messages),
         format=openai_chat.NAME,
     )
     return Internal(inner, context, conversion, module)

@@ -1,15 +1,29 @@
-"""What the provider formats share: where an internal message came from, and the memo of
-conversions."""
+"""What the provider formats share: where an internal message came from, the memo of
+conversions, and what a history in a provider's format knows of its own conversion."""
 
 from __future__ import annotations
 
+import operator
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._memo import Memo
+from ..history import History
 
-__all__ = ["ORIGIN", "Conversion", "Origin", "estimate_tokens", "memo", "origin_of", "rough_size", "same"]
+__all__ = [
+    "ORIGIN",
+    "Conversion",
+    "Grown",
+    "Known",
+    "Origin",
+    "estimate_tokens",
+    "memo",
+    "origin_of",
+    "rough_size",
+    "same",
+]
 
 ORIGIN = "_ctxmgmt"
 """The key of an internal message that says where it came from. Managers copy unknown keys
@@ -25,7 +39,7 @@ class Origin(dict[str, Any]):
     (Responses), and the block it was made of. As JSON (an archive of the internal
     message) it is only its few plain items, never the provider's content twice."""
 
-    __slots__ = ("block", "blocks", "group", "message")
+    __slots__ = ("block", "blocks", "group", "made", "message")
 
     def __init__(
         self,
@@ -45,6 +59,10 @@ class Origin(dict[str, Any]):
         """The provider's blocks an internal message stands for, in order."""
         self.group = tuple(group)
         """Responses: every item the internal message stands for (reasoning first)."""
+        self.made: tuple[int, ...] = ()
+        """The ids of the internal messages the conversion made of ``message``, in order (set
+        once they are made): an internal message whose id is here is unchanged. They are
+        alive while it is (an edited copy is made from a live one), so no id is reused."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Origin:
         return self  # an origin is a reference, and the provider message is immutable
@@ -60,13 +78,103 @@ def origin_of(m: Mapping[str, Any]) -> Origin | None:
 
 @dataclass(frozen=True, slots=True)
 class Conversion:
-    """A provider's message list in the internal form, and the way back."""
+    """A provider's message list in the internal form. The way back needs only the internal
+    messages' origins: one that comes back as it was made (see ``Origin.made``) is its
+    source again, unchanged."""
 
-    messages: list[dict[str, Any]]
+    messages: Sequence[Mapping[str, Any]]
     """The internal messages (OpenAI chat, each with its origin)."""
-    made: dict[int, tuple[Any, Any]]
-    """id(internal message) -> (the internal message, what it was made of), for the messages
-    this conversion made: one that comes back as it went is its source again, unchanged."""
+
+
+def made(origin: Origin, internal: Sequence[Mapping[str, Any]]) -> None:
+    """Record on an origin the internal messages made of its source."""
+    origin.made = tuple(id(m) for m in internal)
+
+
+def unchanged(m: Mapping[str, Any]) -> Origin | None:
+    """The origin of an internal message that is as the conversion made it, else None."""
+    origin = origin_of(m)
+    return origin if origin is not None and id(m) in origin.made else None
+
+
+@dataclass(frozen=True, slots=True)
+class Grown:
+    """What a history in a provider's format knows of its first ``k`` messages: they pass the
+    format's check (an open turn at their end allowed) and convert to ``inner``. A history
+    grown from them converts and checks only what is new: the format resumes at ``restart``
+    (``k``, or for Responses the start of the last turn, which new items may still join) with
+    ``inner``'s first ``inner_restart`` messages final and ``pending`` its check's state there."""
+
+    k: int
+    inner: History
+    restart: int
+    inner_restart: int
+    pending: Mapping[str, int]
+    """The check's open calls at ``restart``: call id -> the index of the message asking."""
+    bytes: int
+    """About how many bytes the first ``k`` messages keep alive (twice: they and ``inner``)."""
+
+
+KNOWN_BYTES = 64 * 1024 * 1024
+"""What the histories kept to find a grown list's start may keep alive, in all."""
+
+
+class Known:
+    """The last few histories converted in one format, to find one that a new list starts
+    with, by the identity of every message (a framework hands a new list each call, with the
+    same message objects first): such a list converts and checks only its new part. A list
+    of equal but new messages starts afresh (its messages' conversions are memoised by
+    identity too, so none is reused for another object). Bounded by count and by bytes."""
+
+    def __init__(self, kept: int = 4, max_bytes: int = KNOWN_BYTES) -> None:
+        self._kept = kept
+        self._max_bytes = max_bytes
+        self._items: list[tuple[History, Grown]] = []
+        self._lock = threading.Lock()
+
+    def prefix_of(self, seq: History) -> Grown | None:
+        """What is known of the longest kept history that ``seq`` starts with."""
+        with self._lock:
+            items = list(self._items)
+        n = len(seq)
+        best: Grown | None = None
+        for history, grown in items:
+            k = len(history)
+            if k > n or (best is not None and k <= best.k) or (k and seq[k - 1] is not history[k - 1]):
+                continue
+            if k == 0 or _same_start(history, seq, k):
+                best = grown
+        return best
+
+    def add(self, history: History, grown: Grown, before: Grown | None = None) -> None:
+        """Keep ``history`` (its messages known as ``grown``), in place of the newest one
+        when that is the one it grew from (``before``)."""
+        if grown.bytes > self._max_bytes:
+            return
+        with self._lock:
+            kept = self._items
+            if before is not None and kept and kept[0][1] is before:
+                kept[0] = (history, grown)  # the newest, grown: the common case, O(1)
+            else:
+                kept = [(h, g) for h, g in kept if h is not history]
+                kept.insert(0, (history, grown))
+            total = 0
+            for i, (_, g) in enumerate(kept):
+                total += g.bytes
+                if total > self._max_bytes or i >= self._kept:
+                    del kept[i:]
+                    break
+            self._items = kept
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items = []
+
+
+def _same_start(a: History, b: History, k: int) -> bool:
+    """Whether the first ``k`` messages of two histories are the very same objects."""
+    x, y = a[:k], b[:k]
+    return x == y and all(map(operator.is_, x, y))  # equal first: a cheap refusal
 
 
 def memo() -> Memo[Any]:

@@ -27,10 +27,32 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ContextError, Problem
-from ..history import scan
-from ._common import ORIGIN, Conversion, Origin, estimate_tokens, memo, origin_of, rough_size, same
+from ..history import History, items, scan
+from ._common import (
+    ORIGIN,
+    Conversion,
+    Grown,
+    Origin,
+    estimate_tokens,
+    made,
+    memo,
+    origin_of,
+    rough_size,
+    unchanged,
+)
 
-__all__ = ["NAME", "back", "check", "request", "response_message", "rule", "system_text", "to_internal"]
+__all__ = [
+    "NAME",
+    "advance",
+    "back",
+    "check",
+    "check_system",
+    "request",
+    "response_message",
+    "rule",
+    "system_text",
+    "to_internal",
+]
 
 NAME = "anthropic"
 USER_BLOCKS = frozenset({"text", "image", "document", "tool_result", "search_result", "container_upload"})
@@ -59,9 +81,21 @@ _MEMO = memo()
 # -- validity ---------------------------------------------------------------------------
 def check(messages: Sequence[Any], system: Any = None, *, partial_tail: bool = False) -> list[Problem]:
     """Everything Anthropic's Messages API would reject in ``system`` and ``messages``."""
-    problems: list[Problem] = _check_system(system)
-    pending: dict[str, int] = {}  # tool_use id -> index of the assistant message asking
-    for i, m in enumerate(messages):
+    problems: list[Problem] = check_system(system)
+    pending = _check_messages(messages, 0, {}, problems)
+    if pending and not partial_tail:
+        _unanswered(pending, problems)
+    return problems
+
+
+def _check_messages(
+    messages: Sequence[Any], start: int, pending: dict[str, int], problems: list[Problem]
+) -> dict[str, int]:
+    """Check the messages from ``start`` on, ``pending`` being the tool_use ids asked before it
+    and not answered yet (id -> index of the assistant message asking); returns those at the
+    end."""
+    for i in range(start, len(messages)):
+        m = messages[i]
         where = f"/messages/{i}"
         if not isinstance(m, dict):
             problems.append(Problem(where, "a message must be an object"))
@@ -110,9 +144,7 @@ def check(messages: Sequence[Any], system: Any = None, *, partial_tail: bool = F
                 )
         if pending:
             _unanswered(pending, problems)
-    if pending and not partial_tail:
-        _unanswered(pending, problems)
-    return problems
+    return pending
 
 
 def _unanswered(pending: dict[str, int], problems: list[Problem]) -> None:
@@ -126,7 +158,8 @@ def _unanswered(pending: dict[str, int], problems: list[Problem]) -> None:
     pending.clear()
 
 
-def _check_system(system: Any) -> list[Problem]:
+def check_system(system: Any) -> list[Problem]:
+    """What the Messages API would reject in ``system``."""
     if system is None or isinstance(system, str):
         return []
     if not isinstance(system, list):
@@ -259,18 +292,50 @@ def to_internal(messages: Sequence[Any]) -> Conversion:
     """The internal messages of a valid Anthropic list (each message converted once, then
     memoised by identity: messages are immutable values)."""
     out: list[dict[str, Any]] = []
-    made: dict[int, tuple[Any, Any]] = {}
     for m in messages:
-        internal = _MEMO.get(id(m), m)
-        if internal is None:
-            internal = _convert(m)
-            _MEMO.put(id(m), m, internal, rough_size(m))
-        made[id(m)] = (m, internal)
-        out.extend(internal)
-    return Conversion(out, made)
+        out.extend(_converted(m)[0])
+    return Conversion(out)
+
+
+def _converted(m: Any) -> tuple[tuple[dict[str, Any], ...], int]:
+    """One message's internal messages, and about how many bytes it keeps alive."""
+    hit = _MEMO.get(id(m), m)
+    if hit is None:
+        hit = (_convert(m), rough_size(m))
+        _MEMO.put(id(m), m, hit, hit[1])
+    return hit
+
+
+def advance(messages: Sequence[Any], grown: Grown | None) -> Grown | None:
+    """What is known of ``messages`` that start with ``grown``'s (None: nothing is known):
+    only the messages after them are checked and converted. None when those break a rule
+    (the full check names the problems)."""
+    start = grown.k if grown is not None else 0
+    problems: list[Problem] = []
+    pending = _check_messages(
+        messages, start, dict(grown.pending) if grown and grown.pending else {}, problems
+    )
+    if problems:
+        return None
+    new: list[dict[str, Any]] = []
+    size = grown.bytes if grown is not None else 0
+    for i in range(start, len(messages)):
+        internal, bytes_ = _converted(messages[i])
+        new.extend(internal)
+        size += 2 * bytes_
+    inner = grown.inner.append(*new) if grown is not None else History(new)
+    n = len(messages)
+    return Grown(n, inner, n, len(inner), pending, size)
 
 
 def _convert(m: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+    out = _internal(m)
+    for x in out:
+        made(x[ORIGIN], out)
+    return out
+
+
+def _internal(m: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
     role, content = m["role"], m["content"]
     if isinstance(content, str):
         return ({"role": role, "content": content, ORIGIN: Origin(m)},)
@@ -388,9 +453,15 @@ _BASE64_CHARS_PER_TOKEN = 6
 def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[Any]:
     """The Anthropic messages for an internal list made from ``conversion``'s."""
     out: list[Any] = []
+    messages = items(messages)
     i, n = 0, len(messages)
     while i < n:
         m = messages[i]
+        k = _unchanged_run(messages, i)
+        if k:
+            out.append(origin_of(m).message)  # type: ignore[union-attr]  # the very message
+            i += k
+            continue
         role = m.get("role")
         if role == "assistant":
             turn = [m]
@@ -411,8 +482,25 @@ def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[
             raise ContextError(
                 [Problem(f"/messages/{i}/role", f"Anthropic's messages cannot hold a {role} message")]
             )
-        out.append(_message(turn, conversion))
+        out.append(_message(turn))
     return out
+
+
+def _unchanged_run(messages: Sequence[Mapping[str, Any]], i: int) -> int:
+    """How many internal messages from ``i`` on are all those made of one provider message, as
+    they were made, and make a turn of their own (0 when they do not): the common case of the
+    way back, with no turn to gather."""
+    m = messages[i]
+    origin = m.get(ORIGIN)
+    if not isinstance(origin, Origin) or not origin.made or origin.made[0] != id(m):
+        return 0
+    k = len(origin.made)
+    if i + k > len(messages) or any(id(messages[i + j]) != origin.made[j] for j in range(1, k)):
+        return 0
+    last = messages[i + k - 1].get("role")
+    if last == "tool" and i + k < len(messages) and messages[i + k].get("role") == "tool":
+        return 0  # a turn would gather the results after it
+    return k
 
 
 def _same_source(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -420,17 +508,15 @@ def _same_source(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return oa is not None and ob is not None and oa.message is ob.message
 
 
-def _message(turn: list[Mapping[str, Any]], conversion: Conversion) -> Any:
+def _message(turn: list[Mapping[str, Any]]) -> Any:
     first = origin_of(turn[0])
-    if first is not None:
-        source, made = conversion.made.get(id(first.message), (None, ()))
-        if source is first.message and same(made, turn):
-            return source  # unchanged: the very message that came in
+    if first is not None and first.made == tuple(id(m) for m in turn):
+        return first.message  # unchanged: the very message that came in
     if turn[0].get("role") == "assistant":
         return _rebuild_assistant(turn[0])
     blocks: list[Any] = []
     for m in turn:
-        origin = origin_of(m) if _unchanged(m, conversion) else None
+        origin = unchanged(m)
         if m.get("role") == "tool":
             # A block no manager changed is the very block that came in (a message with one
             # cut result keeps its other results byte for byte, list content and all).
@@ -447,15 +533,6 @@ def _message(turn: list[Mapping[str, Any]], conversion: Conversion) -> Any:
     ):
         return {"role": "user", "content": blocks[0]["text"]}  # a new plain message (a summary)
     return {"role": "user", "content": blocks}
-
-
-def _unchanged(m: Mapping[str, Any], conversion: Conversion) -> bool:
-    """Whether an internal message is one this conversion made, as it was made."""
-    origin = origin_of(m)
-    if origin is None:
-        return False
-    source, made = conversion.made.get(id(origin.message), (None, ()))
-    return source is origin.message and any(x is m for x in made)
 
 
 def _rebuild_result(m: Mapping[str, Any]) -> dict[str, Any]:

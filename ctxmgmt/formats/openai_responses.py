@@ -23,9 +23,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import Problem
-from ._common import ORIGIN, Conversion, Origin, estimate_tokens, memo, origin_of, rough_size, same
+from ..history import History
+from ._common import (
+    ORIGIN,
+    Conversion,
+    Grown,
+    Origin,
+    estimate_tokens,
+    made,
+    memo,
+    origin_of,
+    rough_size,
+    same,
+    unchanged,
+)
 
-__all__ = ["NAME", "back", "check", "system_text", "to_internal"]
+__all__ = ["NAME", "advance", "back", "check", "check_system", "system_text", "to_internal"]
 
 NAME = "openai_responses"
 CALL_INPUTS = {"function_call": "arguments", "custom_tool_call": "input"}
@@ -39,10 +52,31 @@ _MEMO = memo()
 # -- validity ---------------------------------------------------------------------------
 def check(items: Sequence[Any], system: Any = None, *, partial_tail: bool = False) -> list[Problem]:
     """Everything the Responses API would reject in a list of input items."""
-    problems: list[Problem] = []
+    problems = check_system(system)
+    _check_items(items, 0, problems)
+    if problems:
+        return problems  # pairs are checked on well-formed items only
+    pending: dict[str, int] = {}  # call_id -> index, for the newest turn's calls
+    at = 0
+    for group in _groups(items):
+        _check_group(group, at, pending, problems)
+        at += len(group)
+    if not partial_tail:
+        _unanswered(pending, problems)
+    return problems
+
+
+def check_system(system: Any) -> list[Problem]:
+    """What the Responses API would reject in the instructions."""
     if system is not None and not isinstance(system, str):
-        problems.append(Problem("/system_prompt", "must be a string (Responses' instructions)"))
-    for i, item in enumerate(items):
+        return [Problem("/system_prompt", "must be a string (Responses' instructions)")]
+    return []
+
+
+def _check_items(items: Sequence[Any], start: int, problems: list[Problem]) -> None:
+    """Check each item from ``start`` on by itself."""
+    for i in range(start, len(items)):
+        item = items[i]
         where = f"/messages/{i}"
         kind = _kind(item)
         if kind is None:
@@ -61,44 +95,40 @@ def check(items: Sequence[Any], system: Any = None, *, partial_tail: bool = Fals
                 problems.append(Problem(f"{where}/output", "output must be a string or a list of parts"))
         elif kind == "message":
             _check_message(item, where, problems)
-    if problems:
-        return problems  # pairs are checked on well-formed items only
-    pending: dict[str, int] = {}  # call_id -> index, for the newest turn's calls
-    at = 0
-    for group in _groups(items):
-        first, at = at, at + len(group)
-        main = [(i, x) for i, x in enumerate(group, first) if _kind(x) != "reasoning"]
-        if len(main) < len(group) and (not main or is_output(main[0][1]) or _is_input_message(main[0][1])):
+
+
+def _check_group(group: Sequence[Any], first: int, pending: dict[str, int], problems: list[Problem]) -> None:
+    """Check the pairs of one group of well-formed items (at index ``first``), ``pending``
+    being the calls of the turn before it that are not answered yet (call_id -> index)."""
+    main = [(i, x) for i, x in enumerate(group, first) if _kind(x) != "reasoning"]
+    if len(main) < len(group) and (not main or is_output(main[0][1]) or _is_input_message(main[0][1])):
+        problems.append(
+            Problem(
+                f"/messages/{first}",
+                "a reasoning item must be followed by the model's item it reasoned about",
+            )
+        )
+    if main and is_output(main[0][1]):
+        i, x = main[0]
+        if pending.pop(answers(x) or "", None) is None:
             problems.append(
                 Problem(
-                    f"/messages/{first}",
-                    "a reasoning item must be followed by the model's item it reasoned about",
+                    f"/messages/{i}/call_id",
+                    f"{_kind(x)} {answers(x)!r} answers no call of the turn right before it",
                 )
             )
-        if main and is_output(main[0][1]):
-            i, x = main[0]
-            if pending.pop(answers(x) or "", None) is None:
+        return
+    _unanswered(pending, problems)
+    for i, x in main:
+        if _is_call(x):
+            if x["call_id"] in pending:
                 problems.append(
                     Problem(
                         f"/messages/{i}/call_id",
-                        f"{_kind(x)} {answers(x)!r} answers no call of the turn right before it",
+                        f"two calls of one turn share the call_id {x['call_id']!r}",
                     )
                 )
-            continue
-        _unanswered(pending, problems)
-        for i, x in main:
-            if _is_call(x):
-                if x["call_id"] in pending:
-                    problems.append(
-                        Problem(
-                            f"/messages/{i}/call_id",
-                            f"two calls of one turn share the call_id {x['call_id']!r}",
-                        )
-                    )
-                pending[x["call_id"]] = i
-    if not partial_tail:
-        _unanswered(pending, problems)
-    return problems
+            pending[x["call_id"]] = i
 
 
 def _kind(item: Any) -> str | None:
@@ -225,20 +255,64 @@ def _opens_calls(item: Any) -> bool:
 def to_internal(items: Sequence[Any]) -> Conversion:
     """The internal messages of a valid list of input items (each group converted once,
     then memoised by the identity of its items)."""
-    out: list[dict[str, Any]] = []
-    made: dict[int, tuple[Any, Any]] = {}
-    for group in _groups(items):
-        key = group[0]
-        hit = _MEMO.get(id(key), key)
-        if hit is not None and same(hit[0], group):
-            internal = hit[1]
-        else:
-            internal = _convert(group)
-            _MEMO.put(id(key), key, (group, internal), sum(rough_size(x) for x in group))
-        origin = internal[ORIGIN]
-        made[id(origin)] = (origin, internal)
-        out.append(internal)
-    return Conversion(out, made)
+    return Conversion([_converted(group)[0] for group in _groups(items)])
+
+
+def _converted(group: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
+    """A group's internal message, and about how many bytes its items keep alive."""
+    key = group[0]
+    hit = _MEMO.get(id(key), key)
+    if hit is not None and same(hit[0], group):
+        return hit[1], hit[2]
+    internal = _convert(group)
+    made(internal[ORIGIN], (internal,))
+    size = sum(rough_size(x) for x in group)
+    _MEMO.put(id(key), key, (group, internal, size), size)
+    return internal, size
+
+
+def advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
+    """What is known of ``items`` that start with ``grown``'s (None: nothing is known): only
+    the items after them are checked, and converted from the start of the last turn, which
+    new items may join. None when those break a rule (the full check names the problems)."""
+    k, restart = (grown.k, grown.restart) if grown is not None else (0, 0)
+    problems: list[Problem] = []
+    _check_items(items, k, problems)
+    if problems:
+        return None
+    groups = _groups(items[restart:])
+    last = max(len(groups) - 1, 0)  # the last turn (a trailing reasoning item waits for its item)
+    while last > 0 and all(_kind(x) == "reasoning" for x in groups[last]):
+        last -= 1
+    pending = dict(grown.pending) if grown is not None and grown.pending else {}
+    at, kept = restart, pending
+    for g, group in enumerate(groups):
+        if g == last:
+            restart, kept = at, dict(pending)
+        _check_group(group, at, pending, problems)
+        at += len(group)
+    if problems:
+        return None
+    if groups and _kind(groups[-1][-1]) != "reasoning" and not _opens_calls(groups[-1][-1]):
+        restart, kept, last = at, pending, len(groups)  # no new item can join the last turn
+    size = grown.bytes if grown is not None else 0
+    tail: list[dict[str, Any]] = []
+    at = grown.restart if grown is not None else 0
+    for group in groups:
+        internal, bytes_ = _converted(group)
+        tail.append(internal)
+        if at < k:  # the last turn before: only its new items are new bytes
+            bytes_ = sum(rough_size(x) for x in group[k - at :])
+        size += 2 * bytes_
+        at += len(group)
+    final = grown.inner_restart if grown is not None else 0
+    inner = grown.inner if grown is not None else History()
+    old = inner[final:] if final < len(inner) else ()
+    if not old or (len(old) <= len(tail) and all(a is b for a, b in zip(old, tail, strict=False))):
+        inner = inner.append(*tail[len(old) :])  # the last turn is as it was: new items only
+    else:
+        inner = inner.prefix(final).append(*tail)  # new items joined the last turn
+    return Grown(len(items), inner, restart, final + last, kept, size)
 
 
 def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
@@ -332,13 +406,11 @@ def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[
     """The input items for an internal list made from ``conversion``'s."""
     out: list[Any] = []
     for m in messages:
-        origin = origin_of(m)
-        if origin is not None:
-            _, internal = conversion.made.get(id(origin), (None, None))
-            if internal is m:
-                out.extend(origin.group)  # unchanged: the very items that came in
-                continue
-        out.extend(_rebuild(m, origin))
+        same_origin = unchanged(m)
+        if same_origin is not None:
+            out.extend(same_origin.group)  # unchanged: the very items that came in
+            continue
+        out.extend(_rebuild(m, origin_of(m)))
     return out
 
 
