@@ -66,6 +66,13 @@ class _Refused(Exception):
         self.status, self.kind, self.message = status, kind, message
 
 
+def _pointer(api: Api, pointer: str) -> str:
+    """A problem's pointer into the request's body: its conversation is ``api.field``."""
+    if pointer == "/messages" or pointer.startswith("/messages/"):
+        return f"/{api.field}{pointer[len('/messages'):]}"
+    return pointer
+
+
 def _answer(api: Api, exc: BaseException) -> JSONResponse:
     if isinstance(exc, _Refused):
         status, kind, message = exc.status, exc.kind, exc.message
@@ -78,7 +85,9 @@ def _answer(api: Api, exc: BaseException) -> JSONResponse:
             if isinstance(exc, cls):
                 status, kind = code, name
                 problems = getattr(exc, "problems", None) or ()
-                listed = "; ".join(f"{p.pointer}: {p.message}" for p in problems if p.severity == "error")
+                listed = "; ".join(
+                    f"{_pointer(api, p.pointer)}: {p.message}" for p in problems if p.severity == "error"
+                )
                 message = listed or str(exc).splitlines()[0]
                 break
         else:

@@ -131,3 +131,53 @@ def test_an_invalid_history_is_a_400_naming_the_message(proxy, raw):
     assert r.status_code == 400
     assert "/messages/1" in r.json()["error"]["message"]
     assert raw.requests == 0
+
+
+def test_a_responses_problem_points_into_input(proxy, raw):
+    """A Responses request's invalid history is named by its pointer into ``input``."""
+    body = {"model": "m", "input": [{"type": "function_call_output", "call_id": "zz", "output": "x"}]}
+    r, _ = _post(proxy, body, "/v1/responses")
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("/input/0")
+    assert raw.requests == 0
+
+
+HOSTILE = [
+    {"model": "m", "messages": [1, "x", None]},
+    {"model": "m", "messages": [{"role": "user", "content": {"$": 1}}]},
+    {"model": "m", "messages": [{"role": "user"}]},
+    {"model": "m", "messages": [{"role": "wizard", "content": "hi"}]},
+    {"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"id": "a", "type": "function"}]}]},
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": "nope"},
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"},
+    {"model": ["m"], "messages": [{"role": "user", "content": "hi"}]},
+    {"model": "m", "messages": [{"role": "tool", "tool_call_id": "x", "content": "r"}] * 3},
+    {"model": "m", "messages": {"role": "user"}},
+    {"model": "m"},
+]
+HOSTILE_RAW = [
+    b'{"model": "m", "messages": [' + b"[" * 100 + b"]" * 100 + b"]}",
+    b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
+    b"[1, 2]",
+    b'"text"',
+    b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]} trailing',
+    b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "messages": 5}',
+    b'{"model": "m", "messages": [{"role": "user", "content": "hi"}',
+    b'{"model": NaN, "messages": []}',
+    b"\xff\xfe",
+]
+
+
+def test_hostile_bodies_are_4xx_in_the_providers_shape_and_never_go_upstream(proxy, raw):
+    """Malformed, mistyped or invalid bodies get a 4xx in OpenAI's shape naming the problem;
+    nothing reaches the upstream."""
+    url = f"{proxy.url}/proxy/default/v1/chat/completions"
+    answers = [httpx.post(url, json=b, timeout=30) for b in HOSTILE]
+    answers += [
+        httpx.post(url, content=b, headers={"content-type": "application/json"}, timeout=30)
+        for b in HOSTILE_RAW
+    ]
+    for r in answers:
+        assert 400 <= r.status_code < 500, r.text
+        assert r.json()["error"]["message"], r.text
+    assert raw.requests == 0
