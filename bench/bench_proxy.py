@@ -30,7 +30,7 @@ from ctxmgmt.store import DefinitionStore
 from tests.conftest import LiveServer, shipped
 from tests.proxy.upstream import Reply, Upstream
 
-SIZES = (2000, 200, 5000)
+SIZES = (200, 2000, 5000)
 
 
 def history(n: int) -> list[dict[str, Any]]:
@@ -87,6 +87,11 @@ def main() -> None:
             {"models": {"m": {"base_url": upstream.base_url, "model": "m", "context_window": 2_000_000}}}
         )
         with LiveServer(create_app(store, models=models)) as proxy, httpx.Client(timeout=60) as client:
+            for url in (
+                f"{upstream.base_url}/chat/completions",
+                f"{proxy.url}/proxy/default/v1/chat/completions",
+            ):
+                loop(client, url, 50, 5, upstream)  # warm: connections, the tokenizer, the definition
             print(f"upstream delay {args.delay * 1000:.0f} ms, {args.calls} requests per size, medians")
             print(f"{'messages':>9} {'direct':>10} {'proxy':>10} {'ratio':>7}")
             for n in SIZES:
