@@ -26,8 +26,7 @@ from .types import HOOK_NAMES, Hook
 from .validation import validate_definition
 
 if TYPE_CHECKING:
-    from .llm import ModelsConfig
-    from .offload import Offloader
+    from .archive import Archive
 
 __all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
 
@@ -134,8 +133,8 @@ class Definition:
         context: Context,
         *,
         environment: Environment | None = None,
-        models: ModelsConfig | None = None,
-        offloader: Offloader | None = None,
+        models: Mapping[str, Any] | None = None,
+        offloader: Archive | None = None,
         session: str = "default",
         execution: str | None = None,
     ) -> ApplyResult:
@@ -153,8 +152,8 @@ class Definition:
         context: Context,
         *,
         environment: Environment | None = None,
-        models: ModelsConfig | None = None,
-        offloader: Offloader | None = None,
+        models: Mapping[str, Any] | None = None,
+        offloader: Archive | None = None,
         session: str = "default",
         execution: str | None = None,
     ) -> ApplyResult:
@@ -208,8 +207,8 @@ _SAME = _Same()
 
 def _environment(
     environment: Environment | None,
-    models: ModelsConfig | None,
-    offloader: Offloader | None,
+    models: Mapping[str, Any] | None,
+    offloader: Archive | None,
     session: str,
     execution: str | None,
 ) -> Environment:

@@ -7,8 +7,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt.api import create_app
-from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.archive import session_key
+from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.runner import Runner
 from tests.conftest import LiveServer, tool_call
 
