@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import marks as _marks
 from ..context import Context
 from ..errors import OffloadError
 from ..history import History, items
@@ -172,23 +172,17 @@ class ToolsOutputTruncateManager(ContextManager):
 
 __all__ = ["ToolsOutputTruncateManager"]
 
-_MOVED = {
-    "with_text": "ctxmgmt.truncation",
-    "OFFLOADED": "ctxmgmt.marks",
-    "STAMP": "ctxmgmt.marks",
-    "offloaded": "ctxmgmt.marks",
-}
+_MOVED = ("OFFLOADED", "STAMP", "offloaded")
+"""Names this module passed on from :mod:`ctxmgmt.marks`."""
 
 
 def __getattr__(name: str) -> Any:
-    """The names that moved (or were only passed on from :mod:`ctxmgmt.marks`), with a
-    DeprecationWarning."""
-    home = _MOVED.get(name)
-    if home is None:
+    """The names it passed on from :mod:`ctxmgmt.marks`, with a DeprecationWarning."""
+    if name not in _MOVED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warnings.warn(
-        f"ctxmgmt.managers.truncate.{name} moved to {home}.{name}; import it from there",
+        f"ctxmgmt.managers.truncate.{name} moved to ctxmgmt.marks.{name}; import it from there",
         DeprecationWarning,
         stacklevel=2,
     )
-    return getattr(importlib.import_module(home), name)
+    return getattr(_marks, name)
