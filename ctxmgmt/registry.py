@@ -184,9 +184,12 @@ def _check_capabilities(cls: Any, name: str, where: str) -> None:
             plugin=where,
         )
     if declared["trusted"] and f"{cls.__module__}:{cls.__qualname__}" not in BUILTINS.values():
+        owner = next(c for c in cls.__mro__ if "trusted" in vars(c))
+        how = "declares" if owner is cls else f"inherits from {owner.__qualname__}"
         raise RegistryError(
-            f"{name}: trusted = True is for ctxmgmt's built-in managers only (their output is "
-            "checked only where it changed); remove it: a plugin's output is checked whole",
+            f"{name}: {how} trusted = True, which is for ctxmgmt's built-in managers only "
+            "(their output is checked only where it changed); set trusted = False in the class: "
+            "a plugin's output is checked whole",
             plugin=where,
         )
 

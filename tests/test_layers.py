@@ -20,6 +20,7 @@ import ctxmgmt
 ROOT = Path(ctxmgmt.__file__).parent
 
 ENGINE = (
+    "ctxmgmt._deprecated",
     "ctxmgmt._memo",
     "ctxmgmt._o200k",
     "ctxmgmt._resources",

@@ -134,7 +134,7 @@ def test_builtins_declare_their_capabilities():
 @pytest.mark.parametrize(
     ("attrs", "match"),
     [
-        ({"trusted": True}, "trusted = True is for ctxmgmt's built-in managers only"),
+        ({"trusted": True}, "declares trusted = True, which is for ctxmgmt's built-in managers only"),
         ({"archives": "yes"}, "archives must be True or False, not 'yes'"),
         ({"needs_store": True}, "needs_store = True but archives = False"),
     ],
@@ -209,3 +209,15 @@ def test_moved_names_keep_their_old_path_with_a_warning(old, name, new):
     with pytest.warns(DeprecationWarning, match=f"moved to {new}.{name}"):
         found = getattr(importlib.import_module(old), name)
     assert found is getattr(importlib.import_module(new), name)
+
+
+def test_a_subclass_of_a_builtin_must_give_up_its_trust():
+    """A plugin subclassing a built-in inherits ``trusted``: it is refused, the error naming
+    the built-in it inherits from and the fix; with ``trusted = False`` it registers."""
+    from ctxmgmt import SlidingWindowManager
+
+    inherits = type("MyWindow", (SlidingWindowManager,), {"type_name": "test.MyWindow"})
+    with pytest.raises(RegistryError, match="inherits from SlidingWindowManager trusted = True"):
+        fresh().register(inherits)
+    fixed = type("MyWindow", (SlidingWindowManager,), {"type_name": "test.MyWindow", "trusted": False})
+    assert fresh().register(fixed) is fixed

@@ -7,11 +7,11 @@ re-exported here and from :mod:`ctxmgmt.managers`.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import manager as _manager
+from .._deprecated import moved
 from .._resources import schema
 from ..manager import ContextManager, Environment, Runtime
 
@@ -45,16 +45,4 @@ def builtin_schema(type_name: str) -> Mapping[str, Any]:
     return schema(f"managers/{type_name}.schema.json")  # type: ignore[no-any-return]
 
 
-_MOVED = ("DEFAULT_ENVIRONMENT", "with_defaults")
-
-
-def __getattr__(name: str) -> Any:
-    """The names that moved to :mod:`ctxmgmt.manager`, with a DeprecationWarning."""
-    if name in _MOVED:
-        warnings.warn(
-            f"ctxmgmt.managers.base.{name} moved to ctxmgmt.manager.{name}; import it from there",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(_manager, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved(__name__, dict.fromkeys(("DEFAULT_ENVIRONMENT", "with_defaults"), _manager))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import marks as _marks
+from .._deprecated import moved
 from ..context import Context
 from ..errors import OffloadError
 from ..history import History, items
@@ -172,17 +172,4 @@ class ToolsOutputTruncateManager(ContextManager):
 
 __all__ = ["ToolsOutputTruncateManager"]
 
-_MOVED = ("OFFLOADED", "STAMP", "offloaded")
-"""Names this module passed on from :mod:`ctxmgmt.marks`."""
-
-
-def __getattr__(name: str) -> Any:
-    """The names it passed on from :mod:`ctxmgmt.marks`, with a DeprecationWarning."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"ctxmgmt.managers.truncate.{name} moved to ctxmgmt.marks.{name}; import it from there",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(_marks, name)
+__getattr__ = moved(__name__, dict.fromkeys(("OFFLOADED", "STAMP", "offloaded"), _marks))

@@ -12,7 +12,6 @@ import codecs
 import json
 import re
 import time
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -20,6 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import re2  # type: ignore[import-untyped]
 
 from .. import archive as _archive
+from .._deprecated import moved
 from ..archive import Archive, Recall, session_key
 from ..errors import OffloadError
 from ..messages import text_of
@@ -343,18 +343,7 @@ def open_stream(store: Any, session: str, *, tool_call_id: str | None = None) ->
     return _Buffered(store, session, tool_call_id)
 
 
-_MOVED = {
-    name: "ctxmgmt.archive" for name in ("Batch", "BatchWriter", "Item", "item_text", "new_ref", "slice_text")
-}
-
-
-def __getattr__(name: str) -> Any:
-    """The names that moved to :mod:`ctxmgmt.archive`, with a DeprecationWarning."""
-    if name in _MOVED:
-        warnings.warn(
-            f"ctxmgmt.offload.base.{name} moved to {_MOVED[name]}.{name}; import it from there",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(_archive, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# What the engine archives through moved to ctxmgmt.archive.
+__getattr__ = moved(
+    __name__, dict.fromkeys(("Batch", "BatchWriter", "Item", "item_text", "new_ref", "slice_text"), _archive)
+)
