@@ -204,6 +204,19 @@ def test_the_package_has_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
 
+def test_the_packages_have_no_import_cycle():
+    """Taken a package at a time (ctxmgmt.formats, ctxmgmt.store, ... each one node), the
+    graph has no cycle either: no package reaches back into one that imports it."""
+    packages: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        top = ".".join(module.split(".")[:2])
+        packages.setdefault(top, set()).update(
+            ".".join(t.split(".")[:2]) for t in targets if ".".join(t.split(".")[:2]) != top
+        )
+    cycle = find_cycle(packages)
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle or ())
+
+
 def test_no_layer_imports_one_above_it():
     """The engine imports no built-in manager, store, archive store, model client or entry
     point; the store and the archive stores import no entry point and not each other."""
