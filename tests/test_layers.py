@@ -259,3 +259,21 @@ def test_an_engine_module_imports_no_builtin_manager(name):
         seen.add(module)
         todo.extend(GRAPH[module])
     assert not [m for m in seen if _within(m, "ctxmgmt.managers")]
+
+
+def test_context_checks_formats_it_does_not_import():
+    """Context.from_dict rejects what the provider would, in a fresh interpreter that imports
+    only ctxmgmt.context: the formats hand their check in as ctxmgmt is imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "from ctxmgmt.context import Context\n"
+        "from ctxmgmt.errors import ContextError\n"
+        "try:\n"
+        "    Context.from_dict({'messages': [{'role': 'tool', 'content': 'x'}], 'format': 'anthropic'})\n"
+        "except ContextError as exc:\n"
+        "    print(exc.problems[0].pointer)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("/messages/0"), out.stderr
