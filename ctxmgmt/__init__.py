@@ -8,6 +8,7 @@
 """
 
 from . import eval
+from ._version import __version__
 from .cache import Pricing, PromptCache
 from .calibration import Calibration
 from .client import AsyncClient, Client
@@ -35,12 +36,9 @@ from .errors import (
 from .eval import evaluate
 from .history import History
 from .llm import ChatClient, ModelConfig, ModelsConfig, load_models
+from .manager import ContextManager, Environment, Runtime
 from .managers import (
-    BUILTINS,
     AutoCompactManager,
-    ContextManager,
-    Environment,
-    Runtime,
     SlidingWindowManager,
     SummarizationManager,
     ToolResultClearingManager,
@@ -54,11 +52,6 @@ from .store import DefinitionStore
 from .tokens import TokenCounter, Tokenizer, get_counter
 from .tools import Tool, ToolRegistry, register_tool
 from .types import Hook, Message, TraceEntry
-
-for _cls in BUILTINS:
-    default_registry.register(_cls, builtin=True)
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AgentError",

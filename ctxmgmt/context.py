@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from .errors import ContextError, Problem
-from .formats import FORMAT_NAMES
-from .formats import check as check_format
 from .history import History
-from .types import TraceEntry
+from .types import FORMAT_NAMES, TraceEntry
 
 __all__ = ["ApplyResult", "Context", "Edit"]
 
@@ -18,6 +16,18 @@ Change = tuple[int, int, Sequence[Mapping[str, Any]]]
 """``(start, end, messages)``: the messages from ``start`` to ``end`` are replaced by ``messages``."""
 
 _FIELDS = ("system_prompt", "messages", "tools", "model", "context_window", "state", "format")
+
+_FORMAT_CHECK: list[Callable[[Context], list[Problem]]] = []
+"""How :meth:`Context.from_dict` checks the messages against their provider's rules. The
+formats know those rules and deal in contexts (they import this module), so they hand
+their check in (:func:`checks_formats`); a value type imports no format."""
+
+
+def checks_formats(check: Callable[[Context], list[Problem]]) -> Callable[[Context], list[Problem]]:
+    """Make ``check`` the provider check of :meth:`Context.from_dict` (``ctxmgmt.formats``
+    does, as it is imported: importing ctxmgmt imports it). Returns it, to decorate."""
+    _FORMAT_CHECK[:] = [check]
+    return check
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,7 +191,7 @@ class Context:
                 ]
             )
         ctx = cls(**{k: data[k] for k in _FIELDS if k in data and data[k] is not None})
-        problems = check_format(ctx, partial_tail=True)
+        problems = [p for check in _FORMAT_CHECK for p in check(ctx)]
         if problems:
             raise ContextError(problems)
         return ctx

@@ -16,14 +16,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from .archive import Batch, BatchWriter
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
 from .fit import Fit, reserve_tokens
 from .formats import CHAT, USER_FIRST, Constraints
 from .history import History
-from .managers.base import ContextManager, Environment, Runtime
+from .manager import ContextManager, Environment, Runtime
 from .messages import check_changes, check_format, check_grown, check_messages
-from .offload.base import Batch, BatchWriter
 from .rules import Activation, Facts, Gate
 from .telemetry import hook_telemetry
 from .types import Hook, TraceEntry
@@ -41,9 +41,6 @@ class Entry:
     manager: Any
     activation: Gate
     on_error: str
-
-
-_BUILTIN_MODULES = ("ctxmgmt.managers.", "ctxmgmt.fit")
 
 
 @functools.lru_cache(maxsize=64)
@@ -128,8 +125,8 @@ class _Run:
     ) -> None:
         runtime, t0, tokens, reason = started
         duration = (time.perf_counter() - t0) * 1000
-        builtin = type(entry.manager).__module__.startswith(_BUILTIN_MODULES)
-        error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output, builtin)
+        trusted = getattr(type(entry.manager), "trusted", False) is True  # declared, checked at registration
+        error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output, trusted)
         if error is None and self._postponed(entry, output, tokens, runtime.details):
             self._record(entry, True, reason, tokens, self.context, duration, None, runtime.details)
             return  # nothing of it is used, so nothing it archived is written
@@ -206,9 +203,9 @@ class _Run:
         self._cache.postponed(self._key, entry.index, self.context, tokens, self._limit())
         return True
 
-    def _broken(self, output: Any, builtin: bool) -> str | None:
-        """Why a manager's output may not be used, or None. A built-in's output is checked
-        where it changed; a plugin's, whole."""
+    def _broken(self, output: Any, trusted: bool) -> str | None:
+        """Why a manager's output may not be used, or None. A trusted manager's output (a
+        built-in's) is checked where it changed; a plugin's, whole."""
         if not isinstance(output, Context):
             return f"apply() returned {type(output).__name__}, not a Context"
         if output is self.context:
@@ -216,7 +213,7 @@ class _Run:
         if output.system_prompt != self.context.system_prompt:
             return "the manager changed the system prompt, which managers must keep"
         msgs, edit = output.messages, output.edit
-        if not builtin:  # a plugin's list: the full check, whatever it was made from
+        if not trusted:  # a plugin's list: the full check, whatever it was made from
             problems = check_messages(msgs, partial_tail=True)
             if not problems and isinstance(msgs, History):
                 msgs._mark_valid()

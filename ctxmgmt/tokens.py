@@ -36,10 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from ._memo import BY_CONTENT, Memo, clear_shared
+from ._memo import BY_CONTENT, Memo, clear_shared, rough_size
 from ._o200k import SOURCE as _o200k_source
 from .errors import ContextError, Problem
-from .formats._common import rough_size
 from .history import History, Recent
 
 if TYPE_CHECKING:
@@ -530,10 +529,7 @@ def _with_tokenizer(shared: TokenCounter | None, tokenizer: Tokenizer) -> TokenC
 
 def clear_caches() -> None:
     """Forget every memoised count and extraction (to free memory, or to measure a cold start)."""
-    clear_shared()
-    from .formats import forget_known  # the lists format detection saw (imports this module)
-
-    forget_known()
+    clear_shared()  # the memos of every module, and the lists format detection saw
     with _resolve_lock:
         for counter in _counters.values():
             counter._memo.clear()

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..adapters._core import Conversation
+from ..archive import repeatable_refs
 from ..cache import Pricing, PromptCache, ratios_for
 from ..context import Context
 from ..definitions import Definition, load_definition
 from ..errors import ContextError, CtxmgmtError, Problem
 from ..messages import check_messages, text_of
 from ..offload import LocalOffloader
-from ..offload.base import repeatable_refs
 from ..tokens import REPLY_PRIMING, TokenCounter, get_counter
 from .specifics import CATEGORIES, message_specifics, message_text
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .._memo import shared
+from ..context import ApplyResult, Context, checks_formats
 from ..errors import ContextError, Problem
 from ..history import History, Recent
 from ..messages import foreign_kind
+from ..types import FORMAT_NAMES
 from . import anthropic, openai_chat, openai_responses
 from ._common import Conversion, Grown, Known
-
-if TYPE_CHECKING:
-    from ..context import ApplyResult, Context
 
 __all__ = [
     "CHAT",
@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 _MODULES: dict[str, ModuleType] = {m.NAME: m for m in (openai_chat, anthropic, openai_responses)}
-FORMAT_NAMES: tuple[str, ...] = tuple(_MODULES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +67,7 @@ USER_FIRST = Constraints(user_first=True, rule=user_first_rule)
 """For a caller whose provider wants a user message first in chat form (LangChain or
 pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``."""
 _CONSTRAINTS = {anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule)}
-_KNOWN_CHAT = Recent()
+_KNOWN_CHAT = shared(Recent())  # emptied by ctxmgmt.tokens.clear_caches
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""
 _KNOWN = {name: Known() for name in (anthropic.NAME, openai_responses.NAME)}
 """The histories converted last, by format: a new list that starts with one costs its new part."""
@@ -173,6 +172,9 @@ _FOUND = object()
 """The key of a History's mark of the format its first provider message told, and where."""
 
 
+checks_formats(check)  # Context.from_dict checks through it
+
+
 @dataclass(frozen=True, slots=True)
 class Internal:
     """A context in the internal form, and the way back to its own format."""
@@ -189,8 +191,6 @@ class Internal:
 
     def __call__(self, result: ApplyResult) -> ApplyResult:
         """The result in the source's format (the source itself when nothing changed)."""
-        from ..context import ApplyResult
-
         out = result.context
         if out is self.context:
             return ApplyResult(self.source, result.trace)

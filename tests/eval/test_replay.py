@@ -417,7 +417,8 @@ def test_the_same_eval_twice_gives_the_same_report():
 
 def test_repeatable_refs_look_random_and_do_not_leak():
     """In repeatable_refs, references repeat run to run, shaped like random ones; outside, random."""
-    from ctxmgmt.offload.base import check_ref, new_ref, repeatable_refs
+    from ctxmgmt.archive import new_ref, repeatable_refs
+    from ctxmgmt.offload.base import check_ref
 
     with repeatable_refs("s"):
         a = [new_ref("messages"), new_ref("tool_result")]
