@@ -110,7 +110,10 @@ class Fit:
         groups = [u for u in spans if u[1] - u[0] > 1 or context.messages[u[0]].get("tool_calls")]
         newest.update(groups[-1:])
         target = int(budget * CACHE_TARGET) if self.settings.get("cache") == "aware" else budget
-        out = self._drop(context, [u for u in spans if u not in newest], target, summary_room, runtime)
+        # Only units older than both: removing one after the newest group would leave that group
+        # before the summary (an assistant message first, which Anthropic refuses).
+        first_kept = min((u[0] for u in newest), default=0)
+        out = self._drop(context, [u for u in spans if u[1] <= first_kept], target, summary_room, runtime)
         # 2. The largest tool results that are kept.
         if counter.context(out)[0] > budget:
             out = self._cut(out, budget, runtime)

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextError, Problem
-from ..history import History, Recent
+from ..history import IS_CHAT, History, Recent
 from ..messages import foreign_kind
 from . import anthropic, openai_chat, openai_responses
 from ._common import Conversion
@@ -86,7 +86,7 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
         return anthropic.NAME
     # A History remembers how far it is known to be chat: a grown one costs its new part; so
     # does a list handed again with messages added (its start is a list known to be chat).
-    start = messages._checked() if isinstance(messages, History) else 0
+    start = messages.known(IS_CHAT) if isinstance(messages, History) else 0
     if start == 0 and isinstance(messages, History):
         known = _KNOWN_CHAT.prefix_of(messages)
         start = len(known) if known is not None else 0
@@ -97,7 +97,7 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
         if found is not None:
             return openai_chat.NAME  # not a format ctxmgmt converts: the chat check says so
     if isinstance(messages, History):
-        messages._mark_checked()  # every message is known to be chat now
+        messages.mark(IS_CHAT)  # every message is known to be chat now
         if len(messages) > start:
             _KNOWN_CHAT.add(messages)
     return openai_chat.NAME
@@ -130,7 +130,7 @@ def check(context: Context, *, partial_tail: bool = True) -> list[Problem]:
     name = name_of(context)
     module = _MODULES[name]
     messages = context.messages
-    marks = messages._derived() if isinstance(messages, History) and partial_tail else None
+    marks = messages.memo if isinstance(messages, History) and partial_tail else None
     if marks is not None and marks.get((_VALID, name)) == len(messages):
         messages = ()  # the messages passed already (they are immutable): the system prompt only
     problems: list[Problem] = module.check(messages, context.system_prompt, partial_tail=partial_tail)
