@@ -118,11 +118,11 @@ class Context:
             return replace(self, messages=history, **changes)
         # The hot path of a growing conversation: the other fields were checked already.
         new = object.__new__(Context)
-        for name in _FIELDS:
-            object.__setattr__(new, name, getattr(self, name))
-        object.__setattr__(new, "messages", history)
-        object.__setattr__(new, "_counts", {})
-        object.__setattr__(new, "_edit", None)
+        fields = new.__dict__  # a frozen dataclass's fields, set as dataclasses' __init__ does
+        fields.update(self.__dict__)
+        fields["messages"] = history
+        fields["_counts"] = {}
+        fields["_edit"] = None
         return new
 
     def splice(self, changes: Iterable[Change], *, state: Mapping[str, Any] | None = None) -> Context:

@@ -44,6 +44,7 @@ class Entry:
 
 
 _BUILTIN_MODULES = ("ctxmgmt.managers.", "ctxmgmt.fit")
+_HOOK_NAMES = {h: h.value for h in Hook}
 
 
 @functools.lru_cache(maxsize=64)
@@ -72,7 +73,7 @@ class _Run:
         self.environment = environment
         self.definition = definition
         self.hook = hook
-        self._hook_name: str = hook.value  # an Enum's value is a slow property
+        self._hook_name: str = _HOOK_NAMES[hook]  # an Enum's value is a slow property
         self.context = context
         self.counter = counter
         self.trace: list[TraceEntry] = []
@@ -82,14 +83,15 @@ class _Run:
         self._batches = offloader is not None and _writes_batches(type(offloader))
         self._format_checked = False
         self._current: tuple[Entry, tuple[Runtime, float, int, dict[str, Any]]] | None = None
-        self._tokenizer = str(counter.tokenizer)
+        self._tokenizer = counter.label
         self.ratio = environment.ratio(context.model)
         self._telemetry = hook_telemetry(definition, self._hook_name, context, environment.session)
         # With cache: aware, any hook's edit of the previous request's prefix is weighed.
         self._cache = environment.cache if self.settings.get("cache") == "aware" else None
-        self._key = f"{definition}:{self._hook_name}"  # a postponed entry's, with its index
-        if self._cache is not None and hook is Hook.PRE_LLM:  # the call's growth, before its edits
-            self._cache.note_growth(context, counter)
+        if self._cache is not None:
+            self._key = f"{definition}:{self._hook_name}"  # a postponed entry's, with its index
+            if hook is Hook.PRE_LLM:  # the call's growth, before its edits
+                self._cache.note_growth(context, counter)
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
         """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""

@@ -138,6 +138,8 @@ class TokenCounter:
 
     def __init__(self, tokenizer: Tokenizer, encoding: Any | None) -> None:
         self.tokenizer = tokenizer
+        self.label = str(tokenizer)
+        """The tokenizer as trace entries name it."""
         self._encoding = encoding
         # The Rust encoder itself: tiktoken's Python wrapper adds a call per text.
         self._encode: Callable[[str], list[int]] | None = (
@@ -318,15 +320,22 @@ class TokenCounter:
         with history.lock:
             tokens = totals[-1] if totals else 0
             count = counts[-1] if counts else 0
-            message, msgs = self.message, items(history)
+            msgs, known, measure = items(history), self._memo.get, self._count_message
             add_total, add_count = totals.append, counts.append
+            fresh: list[tuple[int, Any, int, int]] = []  # memoised at the end, under one lock
             for i in range(len(totals), n):
                 m = msgs[i]
-                tokens += message(m, i)
+                t = known(id(m), m)
+                if t is None:
+                    t, plain = measure(m, i)
+                    fresh.append((id(m), m, t, 200 + len(m["content"]) if plain else _size(m)))
+                tokens += t
                 if m.get("role") not in _SYSTEM_ROLES:
                     count += 1
                 add_total(tokens)
                 add_count(count)
+            if fresh:
+                self._memo.put_many(fresh)
         return totals[n - 1], counts[n - 1]
 
     def _edited(self, edit: Edit) -> tuple[int, int]:
@@ -371,11 +380,13 @@ class TokenCounter:
         cached = ctx._counts.get(self.tokenizer.name)
         if cached is not None:
             return cached
-        edit = ctx._edit
+        edit, messages = ctx._edit, ctx.messages
         if edit is not None and isinstance(edit.source.messages, History):
             tokens, count = self._edited(edit)
+        elif type(messages) is History:
+            tokens, count = self._history(messages)
         else:
-            tokens, count = self.messages(ctx.messages)
+            tokens, count = self.messages(messages)
         total = tokens + self.system_prompt(ctx.system_prompt) + self.tools(ctx.tools) + REPLY_PRIMING
         ctx._counts[self.tokenizer.name] = (total, count)
         return total, count
@@ -494,6 +505,7 @@ def _with_tokenizer(shared: TokenCounter | None, tokenizer: Tokenizer) -> TokenC
     counter = TokenCounter.__new__(TokenCounter)
     counter.__dict__.update(shared.__dict__)
     counter.tokenizer = tokenizer
+    counter.label = str(tokenizer)
     return counter
 
 

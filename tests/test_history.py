@@ -269,7 +269,7 @@ def from_scratch(messages: list) -> dict:
 def handed(messages: list, counter: TokenCounter) -> dict:
     """The same, for the list handed again as it is: whatever it shares with earlier lists."""
     ctx = Context(messages=messages)
-    assert [id(m) for m in ctx.messages] == [id(m) for m in messages]  # the very messages
+    assert list(ctx.messages) == messages  # its messages (an equal one may stand for a replaced one)
     out = TRUNCATE.apply("pre_llm", ctx).context.messages
     return {
         "count": counter.context(ctx),
@@ -287,7 +287,7 @@ def handed(messages: list, counter: TokenCounter) -> dict:
 )
 def test_a_list_handed_again_after_any_change_counts_and_checks_as_from_scratch(start, pool, ops):
     """A plain list changed in place (append, replace, delete, insert, truncate) or copied, and
-    handed again after each change, holds exactly its messages, and counts, checks and truncates
+    handed again after each change, holds its messages, and counts, checks and truncates
     as a deep copy does from scratch: what an earlier list taught is never stale."""
     counter = fresh_counter()
     lst = list(start)
@@ -320,7 +320,7 @@ def test_past_the_exact_size_a_history_is_never_counted_for_other_messages(start
             index = at % (before + 1) % before if before else 0
             replaced_inside |= op == "replace" and 0 < index < before - 1
             if not replaced_inside:
-                assert all(a is b for a, b in zip(held, lst, strict=True))
+                assert held == lst
 
 
 def test_a_long_list_finds_a_message_replaced_in_the_middle_within_its_sample_turns():

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextError, Problem
-from ..history import IS_CHAT, History, Recent
+from ..history import IS_CHAT, History, Recent, items
 from ..messages import foreign_kind
 from . import anthropic, openai_chat, openai_responses
 from ._common import Conversion
@@ -90,15 +90,16 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
     if start == 0 and isinstance(messages, History):
         known = _KNOWN_CHAT.prefix_of(messages)
         start = len(known) if known is not None else 0
+    msgs = items(messages)  # a History's own list: indexing it is a Python call
     for i in range(start, len(messages)):
-        found = foreign_kind(messages[i])
+        found = foreign_kind(msgs[i])
         if found is not None and found[0] != "gemini":
             return found[0]
         if found is not None:
             return openai_chat.NAME  # not a format ctxmgmt converts: the chat check says so
     if isinstance(messages, History):
         messages.mark(IS_CHAT)  # every message is known to be chat now
-        if len(messages) > start:
+        if start == 0 and len(messages):  # a grown one carries the fact on its log
             _KNOWN_CHAT.add(messages)
     return openai_chat.NAME
 
