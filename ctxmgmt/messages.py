@@ -168,33 +168,39 @@ def trailing_tool_start(messages: Sequence[Any]) -> int:
 
 def trailing_tool_run(messages: Sequence[Any]) -> tuple[int, int]:
     """``(start, end)`` of the newest tool results (see :func:`trailing_tool_start`); empty
-    (``start == end``) when there are none. A History finds the end of its trailing user
-    messages from a scan it remembers, so however many there are, they cost nothing."""
-    if isinstance(messages, History):
-        others = scan(messages, "not-user", _not_user)
-        end = others[-1] + 1 if others else 0
-        known = messages.memo.get(_TOOL_RUN)
-        if known is not None and known[1] == end:
-            return (known[0], end)  # the messages before `end` never change: nor does where the run starts
+    (``start == end``) when there are none. A History remembers the answer with how many
+    messages it saw, so later calls walk back over the new messages only, however many
+    user messages trail."""
+    n = len(messages)
+    memo = messages.memo if isinstance(messages, History) else None
+    known = memo.get(_TOOL_RUN) if memo is not None else None
+    msgs = messages  # indexed a few times from the end: no list of it is made
+    if known is not None and known[1] <= n:
+        start, end, seen = known
+        if n <= seen:  # the messages from end to seen are user messages
+            return start, end
+        j = n
+        while j > seen and _role(msgs[j - 1]) == "user":
+            j -= 1
+        if j == seen:  # only user messages since
+            if memo is not None:
+                memo[_TOOL_RUN] = (start, end, n)
+            return start, end
+        end = j
     else:
-        end = len(messages)
-        while end > 0 and messages[end - 1].get("role") == "user":
+        end = n
+        while end > 0 and _role(msgs[end - 1]) == "user":
             end -= 1
-    msgs = items(messages)
     i = end
-    while i > 0 and msgs[i - 1].get("role") == "tool":
+    while i > 0 and _role(msgs[i - 1]) == "tool":
         i -= 1
-    if isinstance(messages, History):
-        messages.memo[_TOOL_RUN] = (i, end)
+    if memo is not None:
+        memo[_TOOL_RUN] = (i, end, n)
     return i, end
 
 
 _TOOL_RUN = object()
-"""The key of a History's newest tool run, ``(start, end)``, in its memo."""
-
-
-def _not_user(m: Any) -> bool:
-    return not isinstance(m, Mapping) or m.get("role") != "user"
+"""The key of a History's newest tool run in its memo: ``(start, end, messages seen)``."""
 
 
 def text_of(content: Any) -> str:

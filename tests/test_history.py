@@ -11,7 +11,14 @@ from ctxmgmt import Context, History, get_counter, load_definition
 from ctxmgmt import history as history_module
 from ctxmgmt.context import runs
 from ctxmgmt.history import IS_CHAT, IS_VALID
-from ctxmgmt.messages import check_changes, check_grown, check_messages, units, units_from_end
+from ctxmgmt.messages import (
+    check_changes,
+    check_grown,
+    check_messages,
+    trailing_tool_run,
+    units,
+    units_from_end,
+)
 from ctxmgmt.testing import conversations, make_conversation
 from ctxmgmt.tokens import TokenCounter
 
@@ -387,3 +394,21 @@ def test_no_module_reaches_into_a_history():
         if private.search(line) and "self._n" not in line
     ]
     assert found == []
+
+
+@FAST
+@given(conversations(max_turns=10), st.lists(st.sampled_from(["user", "tool", "assistant"]), max_size=12))
+def test_the_newest_tool_run_of_a_grown_history_is_the_whole_lists(msgs, roles):
+    """Where the newest tool results are, remembered and extended message by message, is where
+    a walk over the whole list finds them, for the history and every shorter view of it."""
+    ctx = Context(messages=msgs)
+    views = [ctx.messages]
+    for i, role in enumerate(roles):
+        m = {"role": role, "content": str(i)}
+        if role == "tool":
+            m["tool_call_id"] = f"x{i}"
+        ctx = ctx.append(m)
+        trailing_tool_run(ctx.messages)
+        views.append(ctx.messages)
+    for view in [*views, *reversed(views)]:
+        assert trailing_tool_run(view) == trailing_tool_run(list(view))
