@@ -58,6 +58,20 @@ def appended(i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"follow-up {i}: " + "please check the build output again " * 8}
 
 
+def grown_list(definition: Any, messages: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
+    """Median seconds of an apply to a plain list grown by one message each time and handed
+    again (``Context(messages=the_list)``, as callers and adapters do), and the list."""
+    history = list(messages)
+    definition.apply("pre_llm", Context(messages=history))
+    samples = []
+    for i in range(50):
+        history.append(appended(i))
+        t0 = time.perf_counter()
+        definition.apply("pre_llm", Context(messages=history))
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples), history
+
+
 def measure(n: int) -> dict[str, float]:
     messages = make_conversation(n, seed=n, tool_output_words=120)
     repeat = 5 if n <= 10_000 else 3
@@ -70,15 +84,7 @@ def measure(n: int) -> dict[str, float]:
 
     out["cold"] = median(cold, repeat)
 
-    history = list(messages)
-    quiet.apply("pre_llm", Context(messages=history))
-    samples = []
-    for i in range(50):
-        history.append(appended(i))
-        t0 = time.perf_counter()
-        quiet.apply("pre_llm", Context(messages=history))
-        samples.append(time.perf_counter() - t0)
-    out["steady list"] = statistics.median(samples)
+    out["steady list"], history = grown_list(quiet, messages)
 
     grown = Context(messages=messages)
     quiet.apply("pre_llm", grown)
@@ -122,15 +128,7 @@ def measure(n: int) -> dict[str, float]:
         truncate.apply("pre_llm", tool_grown)
         samples.append(time.perf_counter() - t0)
     out["trunc +1"] = statistics.median(samples)
-    tool_list = list(messages)
-    truncate.apply("pre_llm", Context(messages=tool_list))
-    samples = []
-    for i in range(50):
-        tool_list.append(appended(i))
-        t0 = time.perf_counter()
-        truncate.apply("pre_llm", Context(messages=tool_list))
-        samples.append(time.perf_counter() - t0)
-    out["trunc list+1"] = statistics.median(samples)
+    out["trunc list+1"], _ = grown_list(truncate, messages)
     encoding = get_counter(None)._encoding
     strings = texts(messages)
     out["raw pass"] = median(lambda: [encoding.encode_ordinary(s) for s in strings], repeat)

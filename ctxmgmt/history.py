@@ -180,7 +180,8 @@ class History(Sequence[Mapping[str, Any]]):
             if k <= n and seq[k - 1] is known._log.items[k - 1]:
                 found = known._extended_by(seq)
                 if found is not None:
-                    _remember(found)
+                    if found._log is not _handed[0]._log or n > _handed[0]._n:
+                        _remember(found)
                     return found
         made = cls.own(list(seq) if seq is messages else seq)
         _remember(made)
@@ -200,9 +201,14 @@ class History(Sequence[Mapping[str, Any]]):
             log.turn += 1
             items = log.items
             if len(items) == k:  # the newest view: add the new part first, then compare
-                items.extend(seq[k:])
+                if n > k:
+                    items.extend(seq[k:])
                 if _same_start(items, k, seq, log.turn):
-                    return History._view(log, n)
+                    if n == k:
+                        return self
+                    view = object.__new__(History)
+                    view._log, view._n = log, n
+                    return view
                 del items[k:]
                 return None
             same = _same_start(items, k, seq, log.turn)
