@@ -354,9 +354,9 @@ def forget_handed() -> None:
 
 
 class Recent:
-    """The last few histories a cache saw, to find one that a new list starts with: a caller
-    that hands a grown list each call costs its new part (the token counter's running totals,
-    the format detection). Bounded by count; it holds only what callers handed in."""
+    """The last few histories a cache saw, to find one that a history new to it starts with
+    (the format detection's lists known to be chat), compared whole. Bounded by count; it
+    holds only what callers handed in. Lists handed again are found by :meth:`History.of`."""
 
     def __init__(self, kept: int = 4) -> None:
         self._kept = kept
