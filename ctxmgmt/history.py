@@ -27,11 +27,11 @@ Lists handed again
 A caller that keeps a plain list, appends to it and hands it again each call (``Context(
 messages=the_list)``, as adapters do) must cost what it added, not its length: copying a
 50,000-message list or comparing it whole costs more than the rest of a steady apply (each
-of its 50,000 pointers is read). :meth:`History.of` therefore looks for a history built from
-a list before (the last :data:`HANDED_KEPT`) that the new list starts with, and extends that
-history, so the new one shares its log and all that is known about it (counts, checks, the
-managers' memos). Whether the list still starts with the old one is decided by identity
-(a message replaced by an equal one counts as the same):
+of its 50,000 pointers is read). :meth:`History.of` therefore looks among the logs of the
+last :data:`HANDED_KEPT` histories it made from lists for one whose entries the new list
+starts with, and extends that log, so the new history shares it and all that is known about
+it (counts, checks, the managers' memos). Whether the list still starts with the old one is
+decided by identity (a message replaced by an equal one counts as the same):
 
 - the first and the last of the known messages must be the very objects (rules out a new
   list of new objects, and any insertion or removal before the end: it shifts the last one);
@@ -169,22 +169,19 @@ class History(Sequence[Mapping[str, Any]]):
         before (one of the last :data:`HANDED_KEPT`) extends that history, sharing what is
         known about it, so handing a grown list again costs what it added (see the module
         docstring, "Lists handed again", for how the start is compared)."""
-        if isinstance(messages, History):
+        if type(messages) is History or isinstance(messages, History):
             return messages
         seq = messages if type(messages) is list else list(messages)
-        n = len(seq)
-        if not n:
+        if not seq:
             return cls.own([])
-        for known in _handed:  # a tuple, replaced whole: read without the lock
-            k = known._n
-            if k <= n and seq[k - 1] is known._log.items[k - 1]:
-                found = known._extended_by(seq)
-                if found is not None:
-                    if found._log is not _handed[0]._log or n > _handed[0]._n:
-                        _remember(found)
-                    return found
+        for log in _handed:  # a tuple, replaced whole: read without the lock
+            found = _extended(log, seq)
+            if found is not None:
+                if log is not _handed[0]:
+                    _remember(log)
+                return found
         made = cls.own(list(seq) if seq is messages else seq)
-        _remember(made)
+        _remember(made._log)
         return made
 
     @classmethod
@@ -193,26 +190,6 @@ class History(Sequence[Mapping[str, Any]]):
         view._log = log
         view._n = n
         return view
-
-    def _extended_by(self, seq: list[Any]) -> History | None:
-        """This history extended by the rest of ``seq``, if ``seq`` starts with it."""
-        log, k, n = self._log, self._n, len(seq)
-        with log.lock:
-            log.turn += 1
-            items = log.items
-            if len(items) == k:  # the newest view: add the new part first, then compare
-                if n > k:
-                    items.extend(seq[k:])
-                if _same_start(items, k, seq, log.turn):
-                    if n == k:
-                        return self
-                    view = object.__new__(History)
-                    view._log, view._n = log, n
-                    return view
-                del items[k:]
-                return None
-            same = _same_start(items, k, seq, log.turn)
-        return self.append(*seq[k:]) if same else None
 
     def append(self, *messages: Mapping[str, Any]) -> History:
         """This history with ``messages`` after it. The new messages are handed over:
@@ -330,20 +307,36 @@ class History(Sequence[Mapping[str, Any]]):
         return f"History({list(self)!r})"
 
 
-_handed: tuple[History, ...] = ()
+_handed: tuple[_Log, ...] = ()
+"""The logs of the histories :meth:`History.of` made from lists, the newest first."""
 _HANDED_LOCK = threading.Lock()
 
 
-def _remember(history: History) -> None:
-    """Keep a history built from a list (the newest first, one per log)."""
+def _extended(log: _Log, seq: list[Any]) -> History | None:
+    """A view of ``log`` holding ``seq``, when ``seq`` starts with all of the log's entries
+    (compared as the module docstring says); the rest of ``seq`` is added to the log."""
+    items, n = log.items, len(seq)
+    k = len(items)
+    if not 0 < k <= n or seq[k - 1] is not items[k - 1]:
+        return None  # the usual miss, without the lock
+    with log.lock:
+        k = len(items)
+        if not 0 < k <= n:
+            return None
+        log.turn += 1
+        if n > k:
+            items.extend(seq[k:])  # first, so that the comparison needs no copy
+        if _same_start(items, k, seq, log.turn):
+            return History._view(log, n)
+        del items[k:]
+        return None
+
+
+def _remember(log: _Log) -> None:
+    """Keep the log of a history made from a list, the newest first."""
     global _handed
     with _HANDED_LOCK:
-        kept = _handed
-        if kept and kept[0]._log is history._log:
-            _handed = (history, *kept[1:])
-        else:
-            others = [h for h in kept if h._log is not history._log]
-            _handed = (history, *others[: HANDED_KEPT - 1])
+        _handed = (log, *[kept for kept in _handed if kept is not log][: HANDED_KEPT - 1])
 
 
 def forget_handed() -> None:
