@@ -70,6 +70,22 @@ class Memo(Generic[V]):
                 _, (_, _, gone) = self._data.popitem(last=False)
                 self.bytes -= gone
 
+    def put_many(self, entries: list[tuple[Any, object, V, int]]) -> None:
+        """``put`` each ``(key, obj, value, size)``, under one lock (a list counted whole)."""
+        with self._lock:
+            data = self._data
+            for key, obj, value, size in entries:
+                if size > self.max_bytes:
+                    continue
+                old = data.pop(key, None)
+                if old is not None:
+                    self.bytes -= old[2]
+                data[key] = (obj, value, size)
+                self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, _, gone) = data.popitem(last=False)
+                self.bytes -= gone
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()

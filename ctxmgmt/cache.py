@@ -288,7 +288,7 @@ class PromptCache:
         previous, messages = sent.messages, context.messages
         n = min(len(previous), len(messages))
         if n == len(previous):  # the common case, a request that grew: compared at C speed
-            if isinstance(previous, History) and previous._prefix_of(messages):
+            if isinstance(previous, History) and previous.is_prefix_of(messages):
                 return n
             if list(messages[:n]) == list(previous):
                 return n

@@ -18,7 +18,7 @@ from .errors import ContextError, DefinitionError, Problem
 from .formats import CHAT, Internal, internal
 from .hooks import Entry, arun_hook, run_hook
 from .loader import Document, load_document
-from .manager import Environment, with_defaults
+from .manager import DEFAULT_ENVIRONMENT, Environment, with_defaults
 from .registry import ManagerRegistry, default_registry
 from .rules import Activation
 from .tokens import get_counter
@@ -33,6 +33,10 @@ __all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
 
 def parse_hook(hook: str | Hook) -> Hook:
     """A hook from its name in any case."""
+    if type(hook) is str:
+        found = _HOOKS.get(hook)
+        if found is not None:
+            return found
     try:
         return Hook(hook.lower()) if isinstance(hook, str) else Hook(hook)
     except ValueError:
@@ -41,6 +45,10 @@ def parse_hook(hook: str | Hook) -> Hook:
         raise ContextError(
             [Problem("/hook", f"unknown hook {hook!r}; {hint}hooks are {', '.join(HOOK_NAMES)}")]
         ) from None
+
+
+_HOOKS: dict[str, Hook] = {h.value: h for h in Hook}
+"""Hooks by their own (lower-case) names: the common case, without an Enum lookup."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +221,8 @@ def _environment(
     execution: str | None,
 ) -> Environment:
     if environment is None:
+        if models is None and offloader is None and session == "default" and execution is None:
+            return DEFAULT_ENVIRONMENT  # frozen: one for every plain call
         return Environment(models, offloader, session, execution)
     if models is not None or offloader is not None or session != "default" or execution is not None:
         raise TypeError("give the environment whole or field by field, not both")

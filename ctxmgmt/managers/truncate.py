@@ -93,7 +93,7 @@ class ToolsOutputTruncateManager(ContextManager):
         messages: each message's result depends only on itself, so a list that grew by
         appends costs its new messages, and the same list again costs nothing."""
         key = (self, runtime.counter.tokenizer.name)
-        derived = history._derived()
+        derived = history.memo
         n = len(history)
         done, out, truncated = derived.get(key, (0, None, 0))
         if done > n:  # an older view of these messages
@@ -108,7 +108,7 @@ class ToolsOutputTruncateManager(ContextManager):
                     truncated += 1
                 new.append(m)
             if out is None and truncated:
-                out = History._own([*msgs[:done], *new])
+                out = History.own([*msgs[:done], *new])
             elif out is not None:
                 out = out.append(*new)
             done = n
