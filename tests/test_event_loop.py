@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from ctxmgmt import ModelConfig, ModelsConfig
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.api import create_app
 from ctxmgmt.managers.truncate import ToolsOutputTruncateManager
 from ctxmgmt.offload import LocalOffloader
-from ctxmgmt.runner import Runner
 from tests.conftest import LiveServer, shipped
 
 CALLS = 4000
@@ -183,7 +183,7 @@ def test_recall_reads_and_searches_run_off_the_event_loop(tmp_path, monkeypatch)
     """context_read and context_search touch the store in a worker thread, never on the loop's."""
     import asyncio
 
-    from ctxmgmt.tools import recall_tools
+    from ctxmgmt.agents.tools import recall_tools
 
     store = LocalOffloader(tmp_path)
     ref = store.store_tool_result("s", "line one\nneedle two\n" * 50)

@@ -24,9 +24,9 @@ from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages,
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 
+from ..agents.conversation import Conversation, DefinitionSource, Source, Turn
 from ..cache import Pricing
 from ..messages import CHAT_PARTS, text_of
-from ._core import Conversation, DefinitionSource, Source, Turn
 
 __all__ = ["ContextManagementMiddleware", "ContextManagementState"]
 

@@ -29,8 +29,8 @@ from agents.items import ModelResponse
 from agents.run_config import CallModelData, ModelInputData
 from agents.tracing import custom_span
 
+from ..agents.conversation import Conversation, DefinitionSource, Turn
 from ..cache import Pricing
-from ._core import Conversation, DefinitionSource, Turn
 
 __all__ = ["ContextManagementFilter", "ContextManagementHooks"]
 

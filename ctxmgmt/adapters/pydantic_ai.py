@@ -36,9 +36,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from ..agents.conversation import Conversation, DefinitionSource, Turn
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin, origin_of
-from ._core import Conversation, DefinitionSource, Turn
 
 __all__ = ["ContextManagementProcessor"]
 

@@ -27,11 +27,11 @@ from typing import Any, cast
 
 import httpx
 
-from .cache import PromptCache, cache_figures, clean_usage, output_tokens, ratios_for
-from .calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
-from .context import ApplyResult, Context
-from .definitions import Definition
-from .errors import (
+from ..cache import PromptCache, cache_figures, clean_usage, output_tokens, ratios_for
+from ..calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
+from ..context import ApplyResult, Context
+from ..definitions import Definition
+from ..errors import (
     AgentError,
     ContextError,
     ExecutionTimeoutError,
@@ -41,20 +41,20 @@ from .errors import (
     Problem,
     ToolError,
 )
-from .fit import reserve_tokens
-from .llm import ChatClient, HTTPPool, ModelConfig, ModelsConfig
-from .managers.base import Environment
-from .managers.summarization import DEFAULT_PROMPT
-from .messages import RECALL_TOOLS, is_summary, mentions_archive, pinned_positions, text_of
-from .offload import Offloader
-from .offload.base import open_stream
-from .store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
-from .store.repository import now_ms
-from .summaries import STATE_KEY
-from .tokens import TokenCounter, get_counter
+from ..fit import reserve_tokens
+from ..llm import ChatClient, HTTPPool, ModelConfig, ModelsConfig
+from ..managers.base import Environment
+from ..managers.summarization import DEFAULT_PROMPT
+from ..messages import RECALL_TOOLS, is_summary, mentions_archive, pinned_positions, text_of
+from ..offload import Offloader
+from ..offload.base import open_stream
+from ..store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
+from ..store.repository import now_ms
+from ..summaries import STATE_KEY
+from ..tokens import TokenCounter, get_counter
+from ..types import Hook
+from ..validation import validate_definition
 from .tools import OutputReader, Tool, ToolRegistry, default_tools, recall_tools
-from .types import Hook
-from .validation import validate_definition
 
 __all__ = ["ExecutionResult", "Runner"]
 
@@ -973,7 +973,7 @@ MAX_TOOL_ERROR_CHARS = 2000
 TURN_OUTPUT_BYTES = 64 * 1024 * 1024
 EXECUTION_ARCHIVE_BYTES = 1024 * 1024 * 1024
 """Bytes of tool output one execution archives at the most (each output at most
-:data:`~ctxmgmt.tools.MAX_ARCHIVE_BYTES`): the disk an execution can fill is bounded."""
+:data:`~ctxmgmt.agents.tools.MAX_ARCHIVE_BYTES`): the disk an execution can fill is bounded."""
 """The tool outputs of one model turn, together, at most (about): once they are used up, each
 further call of the turn keeps :data:`MIN_OUTPUT_BYTES`, so that thousands of parallel calls
 of a tool with a large limit cannot hold gigabytes."""
@@ -991,7 +991,7 @@ async def _call(
     output when it was cut and ``archive`` opens a stream for a call id). Every failure
     becomes a result the model can read; the call has its tool's deadline, whole, and its
     output is read as a stream up to the tool's limit, or what is left of the turn's
-    ``budget`` when that is less (see :class:`~ctxmgmt.tools.OutputReader`), and archived up to
+    ``budget`` when that is less (see :class:`~ctxmgmt.agents.tools.OutputReader`), and archived up to
     ``archive_left`` bytes; the third value is the bytes archived."""
     fn = call["function"]
     tool = tools.get(fn["name"])

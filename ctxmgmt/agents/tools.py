@@ -36,8 +36,8 @@ from typing import Any
 
 import httpx
 
-from .errors import RegistryError, ToolError
-from .llm import _tls
+from ..errors import RegistryError, ToolError
+from ..llm.client import _tls
 
 __all__ = ["Tool", "ToolRegistry", "default_tools", "recall_tools", "register_tool"]
 
@@ -527,9 +527,9 @@ def recall_tools(offloader: Any, session: str) -> list[Tool]:
     asks for, and :data:`~ctxmgmt.messages.RECALL_DEFAULT` when it asks for none; its header
     gives the next offset. What it returns is a tool result like any other: the definition's
     truncation and the fit step apply to it."""
-    from .errors import OffloadError
-    from .messages import RECALL_DEFAULT, RECALL_LIMIT
-    from .offload.base import bounded
+    from ..errors import OffloadError
+    from ..messages import RECALL_DEFAULT, RECALL_LIMIT
+    from ..offload.base import bounded
 
     async def read(arguments: dict[str, Any]) -> str:
         try:

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..runner import Runner
+from ..agents.runner import Runner
 from .errors import HTTPProblem
 from .requests import authorize, int_param, json_body, resource, state
 

@@ -12,12 +12,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..agents.runner import Runner
+from ..agents.tools import ToolRegistry
 from ..errors import CtxmgmtError
 from ..llm import HTTPPool, ModelsConfig
 from ..offload import Offloader
-from ..runner import Runner
 from ..store import DefinitionStore
-from ..tools import ToolRegistry
 from . import agents, definitions, errors, offload, page
 from .config import ServerConfig
 from .origins import OriginGuard, parse_hosts

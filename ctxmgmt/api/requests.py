@@ -18,8 +18,8 @@ from .config import ApiKey, ServerConfig
 from .errors import HTTPProblem
 
 if TYPE_CHECKING:
+    from ..agents.runner import Runner
     from ..llm import ModelsConfig
-    from ..runner import Runner
     from ..store import DefinitionStore
 
 _NAME = re.compile(r"[a-z0-9_-]{1,49}")

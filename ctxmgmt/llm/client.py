@@ -56,12 +56,12 @@ from typing import Any
 import httpx
 from jsonschema import Draft202012Validator
 
-from . import _reply, _resources
-from .cache import Pricing
-from .errors import ConfigError, LLMError, LLMTimeoutError, Problem
-from .formats import anthropic as _anthropic
-from .loader import load_document
-from .messages import is_summary
+from .. import _reply, _resources
+from ..cache import Pricing
+from ..errors import ConfigError, LLMError, LLMTimeoutError, Problem
+from ..formats import anthropic as _anthropic
+from ..loader import load_document
+from ..messages import is_summary
 
 __all__ = ["ChatClient", "ChatResponse", "HTTPPool", "ModelConfig", "ModelsConfig", "load_models"]
 

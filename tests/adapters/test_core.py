@@ -1,6 +1,6 @@
 """What every adapter shares: the conversation's reusable prefix and its cache figures."""
 
-from ctxmgmt.adapters._core import Conversation
+from ctxmgmt.agents.conversation import Conversation
 from ctxmgmt.tokens import REPLY_PRIMING
 
 DEFINITION = {

@@ -189,8 +189,8 @@ def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():
 def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
     """A HumanMessage holding Anthropic tool_result blocks and text becomes a tool result and a
     user message, in that order; every message reaches the model once, in order."""
-    from ctxmgmt.adapters._core import Conversation
     from ctxmgmt.adapters.langchain import _chat, _messages, _not_tool
+    from ctxmgmt.agents.conversation import Conversation
 
     originals = [
         HumanMessage("fix it", id="h1"),
