@@ -1,15 +1,16 @@
-"""What every framework adapter shares: a definition in any form, and the runner's
-bookkeeping of one conversation (the framework's record, the model's managed view).
+"""The one conversation engine: a definition in any form (:class:`Source`, rebuilt when its
+stored version changes), and the bookkeeping of one agent conversation (the caller's record,
+the model's managed view, calibration, the prompt cache, ``post_tool`` then ``pre_llm``).
 
 An adapter translates the framework's messages to a provider format and back, and wires
-:class:`Conversation` into the framework's hook; the logic lives here, so every adapter
-(and the runner) behaves the same.
+:class:`Conversation` into the framework's hook; the logic lives here, so every entry point
+behaves the same.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..llm import ModelsConfig
     from ..offload import Offloader
 
-__all__ = ["Conversation", "DefinitionSource", "Source", "Turn", "refuse_invalid"]
+__all__ = ["Conversation", "DefinitionSource", "Source", "Translate", "Turn", "refuse_invalid"]
 
 DefinitionSource = Any
 """A :class:`~ctxmgmt.Definition`, a file path, a shipped definition's name, a dict, or
@@ -109,17 +110,52 @@ class Turn:
     usage: dict[str, Any] | None = None
     """Once the provider answered: ``{counted, calibrated, reported, reusable_prefix_tokens}``
     input tokens, and ``cached_tokens`` / ``cache_write_tokens`` when it reports them."""
+    start: int = 0
+    """Where the record's messages new to this turn begin (in the record's own units)."""
+    extends: bool = False
+    """The managed messages are the previous turn's plus the new record messages, untouched."""
+    whole: bool = False
+    """The managed messages are the whole record, untouched."""
+
+
+Translate = Callable[[Any], Sequence[Any]]
+"""One framework message -> the messages it is in the conversation's format (one or more)."""
+
+
+@dataclass(slots=True)
+class _Live:
+    """The view the last turn ended with, kept in memory: the next turn continues it when
+    the record continues the one it was made from, so a turn costs what is new."""
+
+    context: Context
+    covers: int
+    """Record messages (in the record's own units) the view covers."""
+    anchor: Any
+    """The last of them."""
+    whole: bool
+    """The view is the record, untouched."""
+    upto: int
+    """The record's messages in the conversation's format that the view covers (saved as
+    ``upto``), and the fingerprint of the last of them."""
+    last: str | None
 
 
 class Conversation:
-    """One conversation's managed view, kept as the runner keeps it.
+    """The one bookkeeping of an agent conversation, under every entry point (the adapters,
+    the evaluation replay, a provider-compatible proxy).
 
-    The framework keeps the complete record; ctxmgmt keeps the view the model saw last,
-    with the record length it covers and the managers' state. Before each model call,
-    the record's new messages are added to the view (``post_tool`` runs after each new
-    group of tool results), then ``pre_llm`` runs. :attr:`saved` is JSON-able: adapters persist it
-    where the framework keeps its state, and :meth:`load` restores it. A record that does
-    not continue the saved one (another conversation) starts a new view.
+    The caller keeps the complete record; the conversation keeps the view the model saw
+    last, the record length it covers and the managers' state. Before each model call
+    (:meth:`prepare`), the record's new messages are added to the view (``post_tool`` runs
+    after each new group of tool results), then ``pre_llm`` runs; the request is counted,
+    calibrated by the provider's reports (:meth:`observe`) and measured against the previous
+    one for the prompt cache.
+
+    In one process the view is kept live: a record that continues the last one (its message
+    at the covered length is the same) costs only its new messages, translated one by one
+    with ``translate`` when the record is a framework's. :attr:`saved` is JSON-able: adapters
+    persist it where the framework keeps its state, and :meth:`load` restores it. A record
+    that does not continue the saved one (another conversation) starts a new view.
     """
 
     def __init__(
@@ -150,13 +186,16 @@ class Conversation:
         )
         self.format = format
         self.keep_view = keep_view
-        """False when the framework keeps the managed messages itself (pydantic-ai)."""
+        """False when the framework keeps the managed messages as its record (pydantic-ai)."""
         self.saved: dict[str, Any] = {}
         self._last: tuple[str | None, int, int] | None = None  # (model, counted, reusable) last sent
+        self._live: _Live | None = None
+        self._out: list[Any] | None = None  # the framework's messages handed back last
 
     def load(self, saved: Mapping[str, Any] | None) -> None:
         """Continue from a state that :attr:`saved` held (as the framework persisted it)."""
         self.saved = dict(saved) if isinstance(saved, Mapping) else {}
+        self._live = self._out = None
         ratios = self.saved.get("calibration")
         self.calibration = Calibration(ratios if isinstance(ratios, Mapping) else None)
         self.environment = replace(self.environment, calibration=self.calibration)
@@ -188,12 +227,14 @@ class Conversation:
                 record[key] = value
         return record
 
-    def prepare(self, record: Sequence[Any], **request: Any) -> Turn:
+    def prepare(self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any) -> Turn:
         """The managed messages for the next model call (see the class docstring).
 
-        ``request``: ``system_prompt``, ``tools``, ``model``, ``context_window``."""
+        ``record``: the conversation's messages, in its format, or a framework's messages
+        that ``translate`` turns into it. ``request``: ``system_prompt``, ``tools``,
+        ``model``, ``context_window``."""
         definition = self.source.get()
-        steps = self._steps(definition, record, request)
+        steps = self._steps(definition, record, translate, request)
         result: ApplyResult | None = None
         try:
             while True:
@@ -203,10 +244,12 @@ class Conversation:
             turn: Turn = done.value
             return turn
 
-    async def aprepare(self, record: Sequence[Any], **request: Any) -> Turn:
+    async def aprepare(
+        self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any
+    ) -> Turn:
         """:meth:`prepare` for async frameworks: model calls do not block the event loop."""
         definition = await self.source.aget()
-        steps = self._steps(definition, record, request)
+        steps = self._steps(definition, record, translate, request)
         result: ApplyResult | None = None
         try:
             while True:
@@ -216,17 +259,67 @@ class Conversation:
             turn: Turn = done.value
             return turn
 
+    def framework_messages(
+        self, turn: Turn, record: Sequence[Any], rebuild: Callable[[Turn], list[Any]]
+    ) -> list[Any]:
+        """The framework's messages for a turn's managed view: the record itself when the view
+        is the record, the previous turn's plus the new ones when the view only grew, else
+        ``rebuild(turn)`` (the adapter's translation back, which costs the view's length)."""
+        if turn.whole:
+            out = list(record)
+        elif turn.extends and self._out is not None:
+            out = [*self._out, *record[turn.start :]]
+        else:
+            out = rebuild(turn)
+        # Kept for a next turn that only grows a view that is not the record (a view that is
+        # the record is the record then too); holding the framework's old messages otherwise
+        # would free them here, at the next turn, rather than where the framework drops them.
+        self._out = None if turn.whole else out
+        if not self.keep_view and self._live is not None:
+            # The framework keeps these as its record: the next turn continues after them.
+            self._live.covers, self._live.anchor = len(out), (out[-1] if out else None)
+        return out
+
     def _steps(
-        self, definition: Definition, record: Sequence[Any], request: Mapping[str, Any]
+        self,
+        definition: Definition,
+        record: Sequence[Any],
+        translate: Translate | None,
+        request: Mapping[str, Any],
     ) -> Generator[tuple[str, Context], ApplyResult, Turn]:
         """The hook runs of one turn, as a step machine that a sync or an async driver runs."""
-        view, upto, state = self._continued(record)
-        if self.format == "openai_chat":  # the provider formats are checked whole when converted
-            refuse_invalid(view, record[upto:], checked=view is self.saved.get("view"))
-        context = Context(messages=view, state=state, format=self.format, **request)
+        live = self._live
+        continued = live is not None and _continues(record, live)
+        if continued:
+            assert live is not None
+            start = live.covers
+            new = _translated(record[start:], translate)
+            if self.format == "openai_chat":  # the view was checked when it was made
+                refuse_invalid(live.context.messages, new, checked=True)
+            context = _continue(live.context, request)
+            whole = live.whole
+            upto, last = live.upto + len(new), message_key(new[-1]) if new else live.last
+        else:
+            start = len(record)
+            chat = _translated(record, translate)
+            view, upto, state = self._continued(chat)
+            if self.format == "openai_chat":  # the provider formats are checked whole when converted
+                refuse_invalid(view, chat[upto:], checked=view is self.saved.get("view"))
+            new = chat[upto:]
+            if translate is not None and new:
+                # The new messages in the record's own units: those whose translations are new.
+                start, seen = len(record), 0
+                while start > 0 and seen < len(new):
+                    start -= 1
+                    seen += len(translate(record[start]))
+            else:
+                start = upto
+            context = Context(messages=view, state=state, format=self.format, **request)
+            whole = upto == len(view) and view == chat[:upto]
+            upto, last = len(chat), message_key(chat[-1]) if chat else None
         trace: list[TraceEntry] = []
-        new = record[upto:]
         post_tool = bool(definition.hooks.get(Hook.POST_TOOL))
+        changed = False
         for i, m in enumerate(new):
             context = context.append(m)
             # Once a group of tool results is all in, as the runner does: the newest results
@@ -234,9 +327,11 @@ class Conversation:
             last_of_group = i + 1 == len(new) or not is_tool_result(new[i + 1], self.format)
             if post_tool and last_of_group and is_tool_result(m, self.format):
                 result = yield "post_tool", context
+                changed = changed or result.context is not context
                 context = result.context
                 trace.extend(result.trace)
         result = yield "pre_llm", context
+        changed = changed or result.context is not context
         trace.extend(result.trace)
         out = result.context
         # The request as counted (memoised: the hooks counted it), and what it reuses.
@@ -246,35 +341,24 @@ class Conversation:
         counted = counter.context(inner)[0]
         reusable = self.cache.measure(inner, counter)
         self._last = (out.model, counted, reusable)
+        whole = whole and not changed
+        self._live = _Live(out, len(record), record[-1] if record else None, whole, upto, last)
         if self.keep_view:
-            self.saved = {
-                "view": list(out.messages),
-                "upto": len(record),
-                "last": message_key(record[-1]) if record else None,
-                "state": dict(out.state),
-            }
+            # A view that is the record is saved as such: the framework persists the record
+            # already, and a copy would double what it writes at every call.
+            self.saved = {"upto": upto, "last": last, "state": dict(out.state)}
+            if whole:
+                self.saved["whole"] = True
+            else:
+                self.saved["view"] = list(out.messages)
         self.saved["calibration"] = self.calibration.to_dict()
         if self.keep_view and way is None:  # the saved view is the request's messages
             self.saved["cache"] = self.cache.export()
-        for entry in trace:  # what changed something (or failed), not every gate that opened
-            changed = (entry["tokens_before"], entry["messages_before"]) != (
-                entry["tokens_after"],
-                entry["messages_after"],
-            )
-            if entry["activated"] and (changed or entry["error"]):
-                log.info(
-                    "%s %s[%d] %s: %d -> %d tokens, %d -> %d messages%s",
-                    definition.name,
-                    entry["hook"],
-                    entry["index"],
-                    entry["type"],
-                    entry["tokens_before"],
-                    entry["tokens_after"],
-                    entry["messages_before"],
-                    entry["messages_after"],
-                    f" (error: {entry['error']})" if entry["error"] else "",
-                )
-        return Turn(list(out.messages), out, trace, reusable)
+        _log_changes(definition, trace)
+        turn = Turn(list(out.messages), out, trace, reusable)
+        turn.start, turn.whole = start, whole
+        turn.extends = continued and not changed
+        return turn
 
     def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any]]:
         """(view, how many record messages it covers, state): the saved view when the record
@@ -289,11 +373,72 @@ class Conversation:
             and saved.get("last") == message_key(record[upto - 1])
         ):
             return view, upto, dict(saved.get("state") or {})
+        if (
+            saved.get("whole") is True
+            and isinstance(upto, int)
+            and 0 < upto <= len(record)
+            and saved.get("last") == message_key(record[upto - 1])
+        ):
+            view = list(record[:upto])
+            self.cache.restore(saved.get("cache"), view)
+            return view, upto, dict(saved.get("state") or {})
         # A new view: the record as it is; its newest tool results are new (post_tool runs).
         start = len(record)
         while start > 0 and is_tool_result(record[start - 1], self.format):
             start -= 1
         return list(record[:start]), start, {}
+
+
+def _continues(record: Sequence[Any], live: _Live) -> bool:
+    """Whether ``record`` continues the one the live view was made from: its message at the
+    covered length is that record's last (the same object, or an equal one)."""
+    n = live.covers
+    if not 0 < n <= len(record):
+        return False
+    mine = record[n - 1]
+    return bool(mine is live.anchor or mine == live.anchor)
+
+
+def _translated(messages: Sequence[Any], translate: Translate | None) -> list[Any]:
+    if translate is None:
+        return list(messages)
+    return [d for m in messages for d in translate(m)]
+
+
+_REQUEST = ("system_prompt", "tools", "model", "context_window")
+
+
+def _continue(context: Context, request: Mapping[str, Any]) -> Context:
+    """The live view with this request's fields (a new system prompt, tools or model)."""
+    changes: dict[str, Any] = {}
+    for name in _REQUEST:
+        value = request.get(name)
+        if name == "tools":
+            value = tuple(value or ())
+        if value != getattr(context, name):
+            changes[name] = value
+    return replace(context, **changes) if changes else context
+
+
+def _log_changes(definition: Definition, trace: Sequence[TraceEntry]) -> None:
+    for entry in trace:  # what changed something (or failed), not every gate that opened
+        changed = (entry["tokens_before"], entry["messages_before"]) != (
+            entry["tokens_after"],
+            entry["messages_after"],
+        )
+        if entry["activated"] and (changed or entry["error"]):
+            log.info(
+                "%s %s[%d] %s: %d -> %d tokens, %d -> %d messages%s",
+                definition.name,
+                entry["hook"],
+                entry["index"],
+                entry["type"],
+                entry["tokens_before"],
+                entry["tokens_after"],
+                entry["messages_before"],
+                entry["messages_after"],
+                f" (error: {entry['error']})" if entry["error"] else "",
+            )
 
 
 def refuse_invalid(view: Sequence[Any], new: Sequence[Any], *, checked: bool = False) -> None:
