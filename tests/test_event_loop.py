@@ -210,3 +210,85 @@ def test_recall_reads_and_searches_run_off_the_event_loop(tmp_path, monkeypatch)
     got_read, got_search = asyncio.run(both())
     assert "line one" in got_read and "needle" in got_search
     assert on_loop == {"read": False, "search": False}
+
+
+def test_the_conversation_engine_runs_hooks_and_archive_writes_off_the_event_loop(tmp_path, monkeypatch):
+    """Under every adapter, the engine's aprepare runs a manager's apply and its archive's write
+    and fsync in worker threads, never on the thread of the framework's event loop."""
+    import asyncio
+
+    from ctxmgmt.agents.conversation import Conversation
+
+    seen: dict[str, set[bool]] = {"apply": set(), "append": set()}
+    loop_thread: list[threading.Thread] = []
+    apply, append = ToolsOutputTruncateManager.apply, LocalOffloader._append
+
+    def spy_apply(self, context, runtime):
+        seen["apply"].add(threading.current_thread() in loop_thread)
+        return apply(self, context, runtime)
+
+    def spy_append(self, folder, name, data):
+        seen["append"].add(threading.current_thread() in loop_thread)
+        return append(self, folder, name, data)
+
+    monkeypatch.setattr(ToolsOutputTruncateManager, "apply", spy_apply)
+    monkeypatch.setattr(LocalOffloader, "_append", spy_append)
+    definition = {
+        "name": "cut",
+        "hooks": {
+            "post_tool": [
+                {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 1000, "offload": True}}
+            ]
+        },
+    }
+    conversation = Conversation(definition, offloader=LocalOffloader(tmp_path), session="s")
+    calls = many_calls(3, "big")
+    record = [
+        {"role": "user", "content": "go"},
+        calls,
+        *({"role": "tool", "tool_call_id": c["id"], "content": "x" * 5000} for c in calls["tool_calls"]),
+    ]
+
+    async def main():
+        loop_thread.append(threading.current_thread())
+        return await conversation.aprepare(record)
+
+    turn = asyncio.run(main())
+    (entry,) = [e for e in turn.trace if e["hook"] == "post_tool"]
+    assert len(entry["details"]["offloaded"]) == 3
+    assert seen == {"apply": {False}, "append": {False}}
+
+
+def test_a_new_view_of_a_long_record_is_built_off_the_event_loop():
+    """The engine translates and counts a record it has not seen (a new view) in a worker
+    thread; a record that continues the live view costs its new messages, on the loop."""
+    import asyncio
+
+    from ctxmgmt.agents.conversation import Conversation
+
+    threads: list[bool] = []
+    loop_thread: list[threading.Thread] = []
+
+    def translate(m):
+        threads.append(threading.current_thread() in loop_thread)
+        return [m]
+
+    conversation = Conversation(
+        {
+            "name": "w",
+            "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 1000}}]},
+        }
+    )
+    record = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(101)]
+
+    async def main():
+        loop_thread.append(threading.current_thread())
+        await conversation.aprepare(record, translate=translate)
+        cold = list(threads)
+        threads.clear()
+        await conversation.aprepare([*record, {"role": "assistant", "content": "ok"}], translate=translate)
+        return cold
+
+    cold = asyncio.run(main())
+    assert len(cold) >= 101 and not any(cold)
+    assert threads == [True]

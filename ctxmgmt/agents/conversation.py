@@ -9,6 +9,7 @@ behaves the same.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -250,14 +251,15 @@ class Conversation:
         """:meth:`prepare` for async frameworks: model calls do not block the event loop."""
         definition = await self.source.aget()
         steps = self._steps(definition, record, translate, request)
+        # A new view translates, checks and counts the whole record: CPU work that would stall
+        # the event loop, so it runs in a worker thread. A continued one costs what is new.
+        cold = self._live is None or not _continues(record, self._live)
         result: ApplyResult | None = None
-        try:
-            while True:
-                hook, context = steps.send(result)  # type: ignore[arg-type]
-                result = await definition.aapply(hook, context, environment=self.environment)
-        except StopIteration as done:
-            turn: Turn = done.value
-            return turn
+        while True:
+            step = await asyncio.to_thread(_send, steps, result) if cold else _send(steps, result)
+            if isinstance(step, Turn):
+                return step
+            result = await definition.aapply(*step, environment=self.environment)
 
     def framework_messages(
         self, turn: Turn, record: Sequence[Any], rebuild: Callable[[Turn], list[Any]]
@@ -387,6 +389,18 @@ class Conversation:
         while start > 0 and is_tool_result(record[start - 1], self.format):
             start -= 1
         return list(record[:start]), start, {}
+
+
+def _send(
+    steps: Generator[tuple[str, Context], ApplyResult, Turn], result: ApplyResult | None
+) -> tuple[str, Context] | Turn:
+    """The step machine's next hook run, or its turn once done (a StopIteration cannot cross
+    a thread's future)."""
+    try:
+        return steps.send(result)  # type: ignore[arg-type]
+    except StopIteration as done:
+        turn: Turn = done.value
+        return turn
 
 
 def _continues(record: Sequence[Any], live: _Live) -> bool:
