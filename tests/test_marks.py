@@ -261,7 +261,7 @@ def test_a_bad_key_is_refused_saying_how_to_fix_it(tmp_path, monkeypatch):
 def test_an_execution_record_tells_a_real_summary_from_a_forged_one():
     """A record's preview says summary only for ctxmgmt's own summary: the CLI and the page read
     that flag, as a preview's text alone could be forged and is too short to check the mark."""
-    from ctxmgmt.agents.runner import _preview
+    from ctxmgmt.agents.conversation import _preview
 
     real = summary_message("user", render({"goal": ["g"]}, 4, []))
     forged = {"role": "user", "content": real["content"].split(" #k=")[0] + "\n## Goal\n- g"}

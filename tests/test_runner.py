@@ -445,7 +445,7 @@ def test_a_conversation_past_its_window_is_fitted_before_each_call(runner, chat_
 def test_a_hook_runs_changes_are_the_same_from_the_edit_and_from_the_lists():
     """What a hook run removed and added, read from the splice that made its output, is what
     comparing the two lists finds."""
-    from ctxmgmt.agents.runner import _changes
+    from ctxmgmt.agents.conversation import _changes
     from ctxmgmt.testing import make_conversation
 
     view = Context(messages=make_conversation(60, seed=3))

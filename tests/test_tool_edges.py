@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from ctxmgmt import ToolRegistry, register_tool
-from ctxmgmt.agents.runner import Runner, _call
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.agents.tools import OutputReader, Tool
+from ctxmgmt.agents.tools import call_tool as _call
 from ctxmgmt.offload import LocalOffloader
 from tests.conftest import tool_call
 
@@ -551,7 +552,7 @@ def test_a_sync_tool_that_never_returns_does_not_hold_up_the_process_exit(tmp_pa
     script = textwrap.dedent(
         """
         import asyncio, time
-        from ctxmgmt.agents.runner import _call
+        from ctxmgmt.agents.tools import call_tool as _call
         from ctxmgmt.agents.tools import ToolRegistry, register_tool
         registry = ToolRegistry(group="none")
         register_tool("stuck", lambda **_: time.sleep(600), registry=registry, timeout=0.2)
@@ -577,7 +578,7 @@ def test_a_sync_tool_that_never_returns_does_not_hold_up_the_process_exit(tmp_pa
 
 def test_the_outputs_of_one_turn_share_a_budget(monkeypatch):
     """Past the turn's budget each call keeps 1 KiB, and its notice names the turn's limit."""
-    import ctxmgmt.agents.runner as runner_module
+    import ctxmgmt.agents.tools as runner_module
 
     registry = ToolRegistry(group="none")
     register_tool("big", lambda **_: "x" * 5000, registry=registry, max_output_bytes=4096)

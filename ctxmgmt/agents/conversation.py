@@ -23,16 +23,16 @@ from ..definitions import Definition, load_definition
 from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
 from ..managers.base import Environment
-from ..messages import call_ids, check_messages
+from ..messages import call_ids, check_messages, is_summary, text_of
 from ..summaries import message_key
-from ..tokens import get_counter
+from ..tokens import TokenCounter, get_counter
 from ..types import Hook, TraceEntry
 
 if TYPE_CHECKING:
     from ..llm import ModelsConfig
     from ..offload import Offloader
 
-__all__ = ["Conversation", "DefinitionSource", "Source", "Translate", "Turn", "refuse_invalid"]
+__all__ = ["Conversation", "DefinitionSource", "Source", "Translate", "Turn", "View", "refuse_invalid"]
 
 DefinitionSource = Any
 """A :class:`~ctxmgmt.Definition`, a file path, a shipped definition's name, a dict, or
@@ -453,6 +453,168 @@ def _log_changes(definition: Definition, trace: Sequence[TraceEntry]) -> None:
                 entry["messages_after"],
                 f" (error: {entry['error']})" if entry["error"] else "",
             )
+
+
+@dataclass
+class View:
+    """An agent loop's conversation: the model's managed view, the record of what happened,
+    and the hook runs (with what each removed and added, for the record and the page)."""
+
+    definition: Definition | None
+    environment: Environment
+    record: list[dict[str, Any]]
+    view: Context
+    recall: list[dict[str, Any]] = field(default_factory=list)
+    """The recall tools' schemas, until they are shown to the model."""
+    archived: bool = False
+    """Whether a manager archived something in this execution, or a tool output was."""
+    outputs: list[str] = field(default_factory=list)
+    """The references of the tool outputs archived whole when they were cut."""
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    changed: bool = False
+    """Whether a hook changed the view (otherwise it is what was loaded, plus the record)."""
+
+    def show_recall(self) -> None:
+        """Give the model context_read and context_search from now on."""
+        self.view = replace(self.view, tools=[*self.view.tools, *self.recall])
+        self.recall = []
+
+    def check_window(self) -> tuple[int, float]:
+        """(the request's counted tokens, the calibration ratio). The LLM is never called
+        with a request whose calibrated count exceeds its window (with fit: false, or with no
+        definition, nothing made it fit)."""
+        counter = self.counter()
+        counted = counter.context(self.view)[0]
+        ratio = self.environment.ratio(self.view.model)
+        window = self.view.context_window
+        tokens = round(counted * self.environment.window_ratio(self.view.model))
+        if not window:
+            return counted, ratio
+        if tokens > window:
+            fix = (
+                "give the agent a context management definition"
+                if self.definition is None
+                else f"turn on the fit step of {self.definition.name!r} (settings.fit)"
+            )
+            raise ContextError(
+                [
+                    Problem(
+                        "/context_window",
+                        f"the request has {tokens:,} tokens ({counter.tokenizer}) and the model's window "
+                        f"is {window:,}; {fix}",
+                    )
+                ]
+            )
+        return counted, ratio
+
+    def counter(self) -> TokenCounter:
+        setting = self.definition.tokenizer if self.definition is not None else "auto"
+        return get_counter(self.view.model, setting)
+
+    def tokens(self) -> int:
+        """The view's counted tokens now (memoised: the counter keeps running totals)."""
+        return self.counter().context(self.view)[0]
+
+    def add(self, message: dict[str, Any]) -> None:
+        self.record.append(message)
+        self.view = self.view.append(message)  # O(1), and its token counts carry over
+
+    def _changes(self, applied: ApplyResult) -> dict[str, Any]:
+        """What a hook run changed, and what each entry changed (for the page): off the loop."""
+        out = _changes(self.view, applied.context)
+        credits = _credits(self.view, applied.context, applied.trace, self.counter())
+        if credits is not None:
+            out["changes"] = credits
+        return out
+
+    async def hook(self, hook: Hook, iteration: int) -> None:
+        if self.definition is None:
+            return
+        applied = await self.definition.aapply(hook, self.view, environment=self.environment)
+        run: dict[str, Any] = {"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)}
+        if applied.context is not self.view:
+            self.changed = True
+            run.update(await asyncio.to_thread(self._changes, applied))
+        self.view = applied.context
+        self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
+        if applied.trace:
+            self.trace.append(run)
+
+
+PREVIEWS = 20
+"""Messages a hook run's record shows of what it removed and what it added (a summary, a cut
+result), each by its role and the start of its text; the memory keeps them whole."""
+PREVIEW_CHARS = 300
+
+
+def _changes(before: Context, after: Context) -> dict[str, Any]:
+    """What a hook run removed from the view and what it added, as previews. A context made by
+    one splice of the view says so itself (the cost of what changed); otherwise the two lists
+    are compared by identity."""
+    edit = after.edit
+    if edit is not None and edit.source is before:
+        removed = [m for start, end, _ in edit.changes for m in before.messages[start:end]]
+        added = [m for _, _, new in edit.changes for m in new]
+    else:
+        kept = {id(m) for m in after.messages}
+        was = {id(m) for m in before.messages}
+        removed = [m for m in before.messages if id(m) not in kept]
+        added = [m for m in after.messages if id(m) not in was]
+    return {
+        "removed": len(removed),
+        "added": len(added),
+        "removed_preview": [_preview(m) for m in removed[:PREVIEWS]],
+        "added_preview": [_preview(m) for m in added[:PREVIEWS]],
+    }
+
+
+def _credits(
+    before: Context, after: Context, trace: Sequence[Mapping[str, Any]], counter: TokenCounter
+) -> list[dict[str, Any]] | None:
+    """What each entry of a hook run changed, as ``_changes`` with its index; None when the
+    run's contexts cannot be told apart. The outputs are found on the chain of splices that
+    leads from the run's input to its output, each where its entry's trace numbers (messages
+    and tokens after) are met, in the entries' order; an output made otherwise breaks it."""
+    chain = [after]
+    while chain[-1] is not before:
+        edit = chain[-1].edit
+        if edit is None:
+            return None
+        chain.append(edit.source)
+    chain.reverse()
+    out: list[dict[str, Any]] = []
+    at = 0
+    for entry in trace:
+        details = entry.get("details") or {}
+        if not entry["activated"] or entry["error"] or details.get("postponed"):
+            continue  # its output, if any, was not used
+        if (entry["messages_after"], entry["tokens_after"]) == (
+            entry["messages_before"],
+            entry["tokens_before"],
+        ):
+            continue  # changed nothing, by its numbers
+        end = at + 1
+        while end < len(chain) and (
+            len(chain[end].messages) != entry["messages_after"]
+            or counter.context(chain[end])[0] != entry["tokens_after"]
+        ):
+            end += 1
+        if end == len(chain):
+            return None
+        out.append({"index": entry["index"], **_changes(chain[at], chain[end])})
+        at = end
+    return out if at == len(chain) - 1 else None
+
+
+def _preview(m: Mapping[str, Any]) -> dict[str, Any]:
+    text = text_of(m.get("content"))
+    out: dict[str, Any] = {"role": m.get("role"), "text": text[:PREVIEW_CHARS], "chars": len(text)}
+    calls = [c.get("function", {}).get("name") for c in m.get("tool_calls") or () if isinstance(c, dict)]
+    if calls:
+        out["calls"] = calls
+    if is_summary(m):  # told here, where the whole message proves its mark (a preview cannot)
+        out["summary"] = True
+    return out
 
 
 def refuse_invalid(view: Sequence[Any], new: Sequence[Any], *, checked: bool = False) -> None:

@@ -15,46 +15,49 @@ For one execution:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import httpx
 
-from ..cache import PromptCache, cache_figures, clean_usage, output_tokens, ratios_for
-from ..calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
-from ..context import ApplyResult, Context
+from ..cache import PromptCache, cache_figures, clean_usage, ratios_for
+from ..calibration import Calibration, reported_input_tokens
+from ..context import Context
 from ..definitions import Definition
 from ..errors import (
     AgentError,
-    ContextError,
     ExecutionTimeoutError,
     LLMError,
     ManagerError,
     NotFound,
     Problem,
-    ToolError,
 )
-from ..fit import reserve_tokens
-from ..llm import ChatClient, HTTPPool, ModelConfig, ModelsConfig
+from ..llm import ChatClient, HTTPPool, ModelsConfig
 from ..managers.base import Environment
 from ..managers.summarization import DEFAULT_PROMPT
-from ..messages import RECALL_TOOLS, is_summary, mentions_archive, pinned_positions, text_of
+from ..messages import RECALL_TOOLS, is_summary, mentions_archive
 from ..offload import Offloader
-from ..offload.base import open_stream
 from ..store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
 from ..store.repository import now_ms
 from ..summaries import STATE_KEY
-from ..tokens import TokenCounter, get_counter
 from ..types import Hook
 from ..validation import validate_definition
-from .tools import OutputReader, Tool, ToolRegistry, default_tools, recall_tools
+from .conversation import View
+from .records import ExecutionResult, cache_summary, execution_record
+from .tools import (
+    EXECUTION_ARCHIVE_BYTES,
+    TURN_OUTPUT_BYTES,
+    ToolRegistry,
+    call_tool,
+    default_tools,
+    recall_tools,
+    tool_archive,
+)
 
 __all__ = ["ExecutionResult", "Runner"]
 
@@ -68,52 +71,6 @@ INLINE_BYTES = 8 * 1024 * 1024
 VIEW_KEY = "_view"
 """Memory state key of the managed view: what the model saw at the end of the last
 execution, and how many stored messages it covers. The record itself stays complete."""
-
-
-@dataclass(slots=True)
-class ExecutionResult:
-    """What one execution did."""
-
-    memory_id: str
-    response: str
-    finished: bool
-    """False when max_iteration was reached without a final answer."""
-    definition: str | None
-    definition_source: str
-    """request, agent, inline or none."""
-    usage: list[dict[str, Any]] = field(default_factory=list)
-    trace: list[dict[str, Any]] = field(default_factory=list)
-    """One entry per hook invocation: hook, iteration, and the managers' trace entries."""
-    execution_id: str = ""
-    """The id of this execution's record (``GET /_plugins/_ml/executions/{execution_id}``)."""
-    cache: dict[str, Any] = field(default_factory=dict)
-    """The prompt cache over the execution's LLM calls: input tokens, the reusable prefix and
-    its share, the provider's cached figures, and ``estimated_cost`` when pricing is set."""
-
-    def to_opensearch(self) -> dict[str, Any]:
-        """The answer in OpenSearch's shape."""
-        return {
-            "inference_results": [
-                {
-                    "output": [
-                        {"name": "memory_id", "result": self.memory_id},
-                        {"name": "execution_id", "result": self.execution_id},
-                        {"name": "response", "result": self.response},
-                        {"name": "finished", "result": self.finished},
-                        {"name": "usage", "result": self.usage},
-                        {
-                            "name": "context_management",
-                            "result": {
-                                "definition": self.definition,
-                                "source": self.definition_source,
-                                "cache": self.cache,
-                                "trace": self.trace,
-                            },
-                        },
-                    ]
-                }
-            ]
-        }
 
 
 class Runner:
@@ -279,14 +236,14 @@ class Runner:
         if self.offloader is not None:
             # A tool output cut at its limit is archived whole (so is what a manager removes):
             # the recall tools come with the first archive.
-            archive = functools.partial(_tool_archive, self.offloader, memory_id)
+            archive = functools.partial(tool_archive, self.offloader, memory_id)
             for tool in recall_tools(self.offloader, memory_id):
                 if tools.setdefault(tool.name, tool) is tool:
                     recall.append(tool.schema())
 
         pool = self.pool or HTTPPool()
         cache = PromptCache(model.pricing or ratios_for(model.provider))
-        run = _Execution(
+        run = View(
             definition=definition,
             environment=Environment(
                 self.models,
@@ -375,7 +332,7 @@ class Runner:
                         break
                     budget = TURN_OUTPUT_BYTES
                     for call in calls:
-                        content, ref, archived = await _call(tools, call, archive, budget, archive_left)
+                        content, ref, archived = await call_tool(tools, call, archive, budget, archive_left)
                         archive_left -= archived
                         budget -= len(content)  # characters: a lower bound of the bytes
                         run.add({"role": "tool", "tool_call_id": call["id"], "content": content})
@@ -575,374 +532,6 @@ class Runner:
         return None, "none", None
 
 
-@dataclass
-class _Execution:
-    """The model's view of the conversation, and the record of what happened."""
-
-    definition: Definition | None
-    environment: Environment
-    record: list[dict[str, Any]]
-    view: Context
-    recall: list[dict[str, Any]] = field(default_factory=list)
-    """The recall tools' schemas, until they are shown to the model."""
-    archived: bool = False
-    """Whether a manager archived something in this execution, or a tool output was."""
-    outputs: list[str] = field(default_factory=list)
-    """The references of the tool outputs archived whole when they were cut."""
-    trace: list[dict[str, Any]] = field(default_factory=list)
-    changed: bool = False
-    """Whether a hook changed the view (otherwise it is what was loaded, plus the record)."""
-
-    def show_recall(self) -> None:
-        """Give the model context_read and context_search from now on."""
-        self.view = replace(self.view, tools=[*self.view.tools, *self.recall])
-        self.recall = []
-
-    def check_window(self) -> tuple[int, float]:
-        """(the request's counted tokens, the calibration ratio). The LLM is never called
-        with a request whose calibrated count exceeds its window (with fit: false, or with no
-        definition, nothing made it fit)."""
-        counter = self.counter()
-        counted = counter.context(self.view)[0]
-        ratio = self.environment.ratio(self.view.model)
-        window = self.view.context_window
-        tokens = round(counted * self.environment.window_ratio(self.view.model))
-        if not window:
-            return counted, ratio
-        if tokens > window:
-            fix = (
-                "give the agent a context management definition"
-                if self.definition is None
-                else f"turn on the fit step of {self.definition.name!r} (settings.fit)"
-            )
-            raise ContextError(
-                [
-                    Problem(
-                        "/context_window",
-                        f"the request has {tokens:,} tokens ({counter.tokenizer}) and the model's window "
-                        f"is {window:,}; {fix}",
-                    )
-                ]
-            )
-        return counted, ratio
-
-    def counter(self) -> TokenCounter:
-        setting = self.definition.tokenizer if self.definition is not None else "auto"
-        return get_counter(self.view.model, setting)
-
-    def tokens(self) -> int:
-        """The view's counted tokens now (memoised: the counter keeps running totals)."""
-        return self.counter().context(self.view)[0]
-
-    def add(self, message: dict[str, Any]) -> None:
-        self.record.append(message)
-        self.view = self.view.append(message)  # O(1), and its token counts carry over
-
-    def _changes(self, applied: ApplyResult) -> dict[str, Any]:
-        """What a hook run changed, and what each entry changed (for the page): off the loop."""
-        out = _changes(self.view, applied.context)
-        credits = _credits(self.view, applied.context, applied.trace, self.counter())
-        if credits is not None:
-            out["changes"] = credits
-        return out
-
-    async def hook(self, hook: Hook, iteration: int) -> None:
-        if self.definition is None:
-            return
-        applied = await self.definition.aapply(hook, self.view, environment=self.environment)
-        run: dict[str, Any] = {"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)}
-        if applied.context is not self.view:
-            self.changed = True
-            run.update(await asyncio.to_thread(self._changes, applied))
-        self.view = applied.context
-        self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
-        if applied.trace:
-            self.trace.append(run)
-
-
-MAX_ERROR_CHARS = 2000
-PREVIEWS = 20
-"""Messages a hook run's record shows of what it removed and what it added (a summary, a cut
-result), each by its role and the start of its text; the memory keeps them whole."""
-PREVIEW_CHARS = 300
-
-
-def _changes(before: Context, after: Context) -> dict[str, Any]:
-    """What a hook run removed from the view and what it added, as previews. A context made by
-    one splice of the view says so itself (the cost of what changed); otherwise the two lists
-    are compared by identity."""
-    edit = after.edit
-    if edit is not None and edit.source is before:
-        removed = [m for start, end, _ in edit.changes for m in before.messages[start:end]]
-        added = [m for _, _, new in edit.changes for m in new]
-    else:
-        kept = {id(m) for m in after.messages}
-        was = {id(m) for m in before.messages}
-        removed = [m for m in before.messages if id(m) not in kept]
-        added = [m for m in after.messages if id(m) not in was]
-    return {
-        "removed": len(removed),
-        "added": len(added),
-        "removed_preview": [_preview(m) for m in removed[:PREVIEWS]],
-        "added_preview": [_preview(m) for m in added[:PREVIEWS]],
-    }
-
-
-def _credits(
-    before: Context, after: Context, trace: Sequence[Mapping[str, Any]], counter: TokenCounter
-) -> list[dict[str, Any]] | None:
-    """What each entry of a hook run changed, as ``_changes`` with its index; None when the
-    run's contexts cannot be told apart. The outputs are found on the chain of splices that
-    leads from the run's input to its output, each where its entry's trace numbers (messages
-    and tokens after) are met, in the entries' order; an output made otherwise breaks it."""
-    chain = [after]
-    while chain[-1] is not before:
-        edit = chain[-1].edit
-        if edit is None:
-            return None
-        chain.append(edit.source)
-    chain.reverse()
-    out: list[dict[str, Any]] = []
-    at = 0
-    for entry in trace:
-        details = entry.get("details") or {}
-        if not entry["activated"] or entry["error"] or details.get("postponed"):
-            continue  # its output, if any, was not used
-        if (entry["messages_after"], entry["tokens_after"]) == (
-            entry["messages_before"],
-            entry["tokens_before"],
-        ):
-            continue  # changed nothing, by its numbers
-        end = at + 1
-        while end < len(chain) and (
-            len(chain[end].messages) != entry["messages_after"]
-            or counter.context(chain[end])[0] != entry["tokens_after"]
-        ):
-            end += 1
-        if end == len(chain):
-            return None
-        out.append({"index": entry["index"], **_changes(chain[at], chain[end])})
-        at = end
-    return out if at == len(chain) - 1 else None
-
-
-def _preview(m: Mapping[str, Any]) -> dict[str, Any]:
-    text = text_of(m.get("content"))
-    out: dict[str, Any] = {"role": m.get("role"), "text": text[:PREVIEW_CHARS], "chars": len(text)}
-    calls = [c.get("function", {}).get("name") for c in m.get("tool_calls") or () if isinstance(c, dict)]
-    if calls:
-        out["calls"] = calls
-    if is_summary(m):  # told here, where the whole message proves its mark (a preview cannot)
-        out["summary"] = True
-    return out
-
-
-def execution_record(
-    agent_id: str,
-    result: ExecutionResult,
-    run: _Execution,
-    version: int | None,
-    started: int,
-    before: Mapping[int, int],
-    requests: Mapping[int, tuple[int, float, int]],
-    failure: BaseException | None,
-    offload: bool,
-) -> dict[str, Any]:
-    """What an execution did, as its record: per LLM call the tokens before and after the
-    managers and the usage; per hook run its trace entries and the call it belongs to; what
-    was archived; the window and the activation thresholds, for the timeline."""
-    window = run.view.context_window
-    answered = {u["iteration"]: u for u in result.usage}
-    calls: list[dict[str, Any]] = []
-    priced = {c["call"]: c for c in result.cache.get("calls", ())}
-    for call, (counted, ratio, reusable) in sorted(requests.items()):  # the one that failed included
-        usage = answered.get(call)
-        tokens_before = before.get(call, counted)
-        entry = {
-            "call": call,
-            "tokens_before": tokens_before,
-            "tokens_after": counted,
-            "calibrated_before": round(tokens_before * ratio),
-            "calibrated": round(counted * ratio),
-            "reported": usage["reported"] if usage else None,
-            "reusable_prefix_tokens": reusable,
-            "usage": {k: v for k, v in (usage or {}).items() if k not in _USAGE_KEYS},
-        }
-        for key in ("cached_tokens", "cache_write_tokens"):
-            if usage and key in usage:
-                entry[key] = usage[key]
-        if call in priced:
-            entry["estimated_cost"] = priced[call]["estimated_cost"]
-        if usage is None:
-            entry["failed"] = True
-        calls.append(entry)
-    archived: list[str] = list(run.outputs)
-    for run_entry in run.trace:
-        for entry in run_entry["entries"]:
-            refs = entry["details"].get("offloaded")
-            archived += [refs] if isinstance(refs, str) else [r for r in refs or () if isinstance(r, str)]
-    status = "error" if failure is not None else ("finished" if result.finished else "max_iteration")
-    error = None if failure is None else f"{type(failure).__name__}: {failure}"[:MAX_ERROR_CHARS]
-    return {
-        "execution_id": result.execution_id,
-        "agent_id": agent_id,
-        "memory_id": result.memory_id,
-        "definition": result.definition,
-        "definition_version": version,
-        "definition_source": result.definition_source,
-        "started_time": started,
-        "ended_time": now_ms(),
-        "status": status,
-        "llm_calls": len(calls),
-        "max_request_tokens": max((int(c["calibrated"]) for c in calls), default=0),
-        "context_window": window,
-        "model": run.view.model,
-        "question": run.record[0].get("content") if run.record else None,
-        "error": error,
-        "response": result.response if failure is None else None,
-        "calls": calls,
-        "hooks": [{**h, "call": h["iteration"]} for h in run.trace],
-        "archived": archived if offload else [],
-        "summary": _summary(run.view.messages),
-        "thresholds": _thresholds(run.definition, window),
-        "cache": {k: v for k, v in result.cache.items() if k != "calls"},
-        **({"estimated_cost": result.cache["estimated_cost"]} if "estimated_cost" in result.cache else {}),
-    }
-
-
-_USAGE_KEYS = (
-    "iteration",
-    "counted",
-    "calibrated",
-    "reported",
-    "reusable_prefix_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-)
-
-
-def cache_summary(
-    usage: Sequence[Mapping[str, Any]],
-    trace: Sequence[Mapping[str, Any]],
-    model: ModelConfig,
-    models: ModelsConfig,
-) -> dict[str, Any]:
-    """The prompt cache over an execution's calls: input tokens (the provider's report, else
-    the calibrated count), the reusable prefix in the same units (each call's prefix scaled by
-    its input tokens over ctxmgmt's count) and its share, the provider's cached figures, and,
-    with pricing, each call's estimated cost and the total. The summariser's model calls are
-    priced as fresh input, each at its own model's prices, and listed apart."""
-    out: dict[str, Any] = {}
-    total_input = reusable_total = 0
-    cached_total = written_total = 0
-    calls: list[dict[str, Any]] = []
-    cost = 0.0
-    pricing = model.pricing
-    for u in usage:
-        reported = u.get("reported")
-        tokens: int = u["calibrated"]
-        # A report the calibration ignores (far from any tokenizer's count) prices nothing:
-        # neither its input nor its cache figures.
-        plausible = isinstance(reported, int) and MIN_RATIO <= reported / max(1, u["counted"]) <= MAX_RATIO
-        if plausible and isinstance(reported, int):
-            tokens = reported
-        scale = tokens / u["counted"] if u["counted"] else 1.0
-        reusable = min(tokens, round(u["reusable_prefix_tokens"] * scale))
-        total_input += tokens
-        reusable_total += reusable
-        cached_total += u.get("cached_tokens", 0)
-        written_total += u.get("cache_write_tokens", 0)
-        if pricing is not None:
-            call_cost = pricing.call(
-                tokens,
-                reusable,
-                output_tokens(u),
-                cached=u.get("cached_tokens") if plausible else None,
-                written=u.get("cache_write_tokens") if plausible else None,
-            )
-            cost += call_cost
-            calls.append({"call": u["iteration"], "estimated_cost": round(call_cost, 8)})
-    out["llm_calls"] = len(usage)
-    out["input_tokens"] = total_input
-    out["reusable_prefix_tokens"] = reusable_total
-    out["reusable_share"] = round(reusable_total / total_input, 4) if total_input else None
-    if any("cached_tokens" in u for u in usage):
-        out["cached_tokens"] = cached_total
-    if any("cache_write_tokens" in u for u in usage):
-        out["cache_write_tokens"] = written_total
-    summarizer: list[dict[str, Any]] = []
-    for run in trace:
-        for entry in run.get("entries", ()):
-            for used in entry.get("details", {}).get("model_calls", ()):
-                spec = models.get(used["model_id"])
-                tokens_in = reported_input_tokens(used["usage"]) or 0
-                item: dict[str, Any] = {
-                    "call": run.get("iteration"),
-                    "type": entry["type"],
-                    "model_id": used["model_id"],
-                    "input_tokens": tokens_in,
-                    "output_tokens": output_tokens(used["usage"]),
-                }
-                if spec is not None and spec.pricing is not None:
-                    item["estimated_cost"] = round(spec.pricing.fresh(tokens_in, item["output_tokens"]), 8)
-                    cost += item["estimated_cost"]
-                summarizer.append(item)
-    if summarizer:
-        out["summarizer_calls"] = summarizer
-    if pricing is not None:
-        out["pricing"] = pricing.to_dict()
-        out["estimated_cost"] = round(cost, 8)
-        out["calls"] = calls
-    return out
-
-
-def _summary(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    """The summary the model saw last (found by the incremental scan of pinned messages)."""
-    for i in pinned_positions(messages):
-        if is_summary(messages[i]):
-            return text_of(messages[i].get("content"))
-    return None
-
-
-def _thresholds(definition: Definition | None, window: int | None) -> list[dict[str, Any]]:
-    """The token levels at which the definition's entries fire, for the timeline: each
-    ``tokens_exceed`` and ``tokens_ratio_exceed`` (times the window), and the fit step's."""
-    out: list[dict[str, Any]] = []
-    if definition is None:
-        return out
-    for hook, specs in definition.hooks.items():
-        for index, spec in enumerate(specs):
-            pending = [spec.activation]
-            while pending:  # any_of alternatives, however deep
-                activation = pending.pop()
-                pending.extend(activation.any_of)
-                for rule, limit in activation.rules:
-                    tokens = limit if rule == "tokens_exceed" else None
-                    if rule == "tokens_ratio_exceed" and window:
-                        tokens = round(limit * window)
-                    if tokens is not None:
-                        out.append(
-                            {
-                                "hook": hook.value,
-                                "index": index,
-                                "type": spec.type,
-                                "rule": rule,
-                                "tokens": tokens,
-                            }
-                        )
-    if window and definition.settings.get("fit", True) is not False:
-        out.append(
-            {
-                "hook": "pre_llm",
-                "index": None,
-                "type": "fit",
-                "rule": "window - reserve",
-                "tokens": window - reserve_tokens(window, definition.settings),
-            }
-        )
-    return out
-
-
 def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
     """The assistant message as it goes back into the conversation. The client checked the
     reply (:mod:`ctxmgmt._reply`): its content is a string or null, its calls are well formed
@@ -959,88 +548,6 @@ def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
             for c in calls
         ]
     return out
-
-
-def _tool_archive(offloader: Offloader, session: str, tool_call_id: str) -> Any:
-    """A stream archiving one tool output of a session (the model's call id is metadata)."""
-    return open_stream(offloader, session, tool_call_id=tool_call_id)
-
-
-MAX_TOOL_ERROR_CHARS = 2000
-"""A tool's error as the model reads it, at most."""
-
-
-TURN_OUTPUT_BYTES = 64 * 1024 * 1024
-EXECUTION_ARCHIVE_BYTES = 1024 * 1024 * 1024
-"""Bytes of tool output one execution archives at the most (each output at most
-:data:`~ctxmgmt.agents.tools.MAX_ARCHIVE_BYTES`): the disk an execution can fill is bounded."""
-"""The tool outputs of one model turn, together, at most (about): once they are used up, each
-further call of the turn keeps :data:`MIN_OUTPUT_BYTES`, so that thousands of parallel calls
-of a tool with a large limit cannot hold gigabytes."""
-MIN_OUTPUT_BYTES = 1024
-
-
-async def _call(
-    tools: Mapping[str, Tool],
-    call: Mapping[str, Any],
-    archive: Callable[[str], Any] | None = None,
-    budget: int = TURN_OUTPUT_BYTES,
-    archive_left: int = EXECUTION_ARCHIVE_BYTES,
-) -> tuple[str, str | None, int]:
-    """Run one tool call: (the result the model reads, the reference of the archived whole
-    output when it was cut and ``archive`` opens a stream for a call id). Every failure
-    becomes a result the model can read; the call has its tool's deadline, whole, and its
-    output is read as a stream up to the tool's limit, or what is left of the turn's
-    ``budget`` when that is less (see :class:`~ctxmgmt.agents.tools.OutputReader`), and archived up to
-    ``archive_left`` bytes; the third value is the bytes archived."""
-    fn = call["function"]
-    tool = tools.get(fn["name"])
-    if tool is None:
-        return (
-            f"error: there is no tool named {fn['name']!r}; the tools are: {', '.join(tools) or 'none'}",
-            None,
-            0,
-        )
-    try:
-        arguments = json.loads(fn["arguments"] or "{}")
-    except json.JSONDecodeError as exc:
-        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object", None, 0
-    if not isinstance(arguments, dict):
-        return "error: the arguments must be a JSON object", None, 0
-    opener = (  # nothing archived once the execution's archive budget is spent
-        None if archive is None or archive_left <= 0 else functools.partial(archive, str(call.get("id")))
-    )
-    limit, why = tool.max_output_bytes, "parameters.max_output_bytes"
-    if budget < limit:
-        limit = max(budget, MIN_OUTPUT_BYTES)
-        why = f"the {TURN_OUTPUT_BYTES // 1024 // 1024} MiB of tool output one model turn may have"
-    reader = OutputReader(limit, opener, name=tool.name, why=why, archive_limit=archive_left)
-    deadline = asyncio.timeout(tool.timeout)
-    try:
-        async with deadline, contextlib.aclosing(tool.output(arguments)) as chunks:
-            async for chunk in chunks:
-                if not await reader.feed(chunk):
-                    break
-    except TimeoutError:
-        await reader.discard()
-        if deadline.expired():
-            return (
-                f"error: the tool {tool.name} did not finish within {tool.timeout:g} s (parameters.timeout)",
-                None,
-                0,
-            )
-        return f"error: the tool {tool.name} failed (TimeoutError)", None, 0
-    except ToolError as exc:
-        await reader.discard()
-        return f"error: {str(exc)[:MAX_TOOL_ERROR_CHARS]}", None, 0
-    except Exception as exc:
-        await reader.discard()
-        log.exception("tool %s failed", tool.name)
-        return f"error: the tool {tool.name} failed ({type(exc).__name__})", None, 0
-    except BaseException:  # cancelled: the execution ends, and leaves no unfinished archive
-        reader.abandon()
-        raise
-    return await reader.result(), reader.ref, reader.archived
 
 
 def _unfinished(record: Sequence[Mapping[str, Any]]) -> int:

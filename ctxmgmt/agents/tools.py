@@ -39,7 +39,7 @@ import httpx
 from ..errors import RegistryError, ToolError
 from ..llm.client import _tls
 
-__all__ = ["Tool", "ToolRegistry", "default_tools", "recall_tools", "register_tool"]
+__all__ = ["Tool", "ToolRegistry", "call_tool", "default_tools", "recall_tools", "register_tool"]
 
 log = logging.getLogger("ctxmgmt.tools")
 TOOLS_GROUP = "ctxmgmt.tools"
@@ -594,3 +594,87 @@ def recall_tools(offloader: Any, session: str) -> list[Tool]:
             search,
         ),
     ]
+
+
+def tool_archive(offloader: Any, session: str, tool_call_id: str) -> Any:
+    """A stream archiving one tool output of a session (the model's call id is metadata)."""
+    from ..offload.base import open_stream
+
+    return open_stream(offloader, session, tool_call_id=tool_call_id)
+
+
+MAX_TOOL_ERROR_CHARS = 2000
+"""A tool's error as the model reads it, at most."""
+
+
+TURN_OUTPUT_BYTES = 64 * 1024 * 1024
+EXECUTION_ARCHIVE_BYTES = 1024 * 1024 * 1024
+"""Bytes of tool output one execution archives at the most (each output at most
+:data:`MAX_ARCHIVE_BYTES`): the disk an execution can fill is bounded."""
+"""The tool outputs of one model turn, together, at most (about): once they are used up, each
+further call of the turn keeps :data:`MIN_OUTPUT_BYTES`, so that thousands of parallel calls
+of a tool with a large limit cannot hold gigabytes."""
+MIN_OUTPUT_BYTES = 1024
+
+
+async def call_tool(
+    tools: Mapping[str, Tool],
+    call: Mapping[str, Any],
+    archive: Callable[[str], Any] | None = None,
+    budget: int = TURN_OUTPUT_BYTES,
+    archive_left: int = EXECUTION_ARCHIVE_BYTES,
+) -> tuple[str, str | None, int]:
+    """Run one tool call: (the result the model reads, the reference of the archived whole
+    output when it was cut and ``archive`` opens a stream for a call id). Every failure
+    becomes a result the model can read; the call has its tool's deadline, whole, and its
+    output is read as a stream up to the tool's limit, or what is left of the turn's
+    ``budget`` when that is less (see :class:`OutputReader`), and archived up to
+    ``archive_left`` bytes; the third value is the bytes archived."""
+    fn = call["function"]
+    tool = tools.get(fn["name"])
+    if tool is None:
+        return (
+            f"error: there is no tool named {fn['name']!r}; the tools are: {', '.join(tools) or 'none'}",
+            None,
+            0,
+        )
+    try:
+        arguments = json.loads(fn["arguments"] or "{}")
+    except json.JSONDecodeError as exc:
+        return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object", None, 0
+    if not isinstance(arguments, dict):
+        return "error: the arguments must be a JSON object", None, 0
+    opener = (  # nothing archived once the execution's archive budget is spent
+        None if archive is None or archive_left <= 0 else functools.partial(archive, str(call.get("id")))
+    )
+    limit, why = tool.max_output_bytes, "parameters.max_output_bytes"
+    if budget < limit:
+        limit = max(budget, MIN_OUTPUT_BYTES)
+        why = f"the {TURN_OUTPUT_BYTES // 1024 // 1024} MiB of tool output one model turn may have"
+    reader = OutputReader(limit, opener, name=tool.name, why=why, archive_limit=archive_left)
+    deadline = asyncio.timeout(tool.timeout)
+    try:
+        async with deadline, contextlib.aclosing(tool.output(arguments)) as chunks:
+            async for chunk in chunks:
+                if not await reader.feed(chunk):
+                    break
+    except TimeoutError:
+        await reader.discard()
+        if deadline.expired():
+            return (
+                f"error: the tool {tool.name} did not finish within {tool.timeout:g} s (parameters.timeout)",
+                None,
+                0,
+            )
+        return f"error: the tool {tool.name} failed (TimeoutError)", None, 0
+    except ToolError as exc:
+        await reader.discard()
+        return f"error: {str(exc)[:MAX_TOOL_ERROR_CHARS]}", None, 0
+    except Exception as exc:
+        await reader.discard()
+        log.exception("tool %s failed", tool.name)
+        return f"error: the tool {tool.name} failed ({type(exc).__name__})", None, 0
+    except BaseException:  # cancelled: the execution ends, and leaves no unfinished archive
+        reader.abandon()
+        raise
+    return await reader.result(), reader.ref, reader.archived
