@@ -6,6 +6,7 @@ import pytest
 
 from ctxmgmt import AgentError, Context, ContextError, LLMError, NotFound, get_counter
 from ctxmgmt.agents.runner import Runner
+from ctxmgmt.managers.summarization import SummarizationManager
 from tests.conftest import shipped, tool_call
 
 ALWAYS = {"activation": {"always": True}}
@@ -405,7 +406,8 @@ def test_manual_compact_with_an_instruction(runner, chat_server, store, tmp_path
     )
     result = runner.compact(agent_id, memory_id, instruction="Keep every file path.")
     assert result["compacted"] and result["tokens_after"] < result["tokens_before"]
-    assert "Extra instruction: Keep every file path." in chat_server.requests[-1]["messages"][0]["content"]
+    system = chat_server.requests[-1]["messages"][0]["content"]
+    assert system == f"{SummarizationManager.DEFAULT_PROMPT}\nExtra instruction: Keep every file path."
     assert "## Archived messages" in result["summary"]
     chat_server.reply("continuing")
     runner.execute(agent_id, "next?", memory_id=memory_id)

@@ -39,9 +39,9 @@ from ..errors import (
 )
 from ..llm import ChatClient, HTTPPool, ModelsConfig
 from ..managers.base import Environment
-from ..managers.summarization import DEFAULT_PROMPT
 from ..messages import RECALL_TOOLS, is_summary, mentions_archive
 from ..offload import Offloader
+from ..registry import default_registry
 from ..store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
 from ..store.repository import now_ms
 from ..summaries import STATE_KEY
@@ -431,7 +431,10 @@ class Runner:
             state[STATE_KEY] = {k: v for k, v in running.items() if k != "upto"}
         config = _summarizer_config(definition)
         if instruction:
-            prompt = config.get("summarization_system_prompt") or DEFAULT_PROMPT
+            # The summariser's own default prompt, from the class the registry builds (the
+            # runner imports no built-in manager).
+            summarizer = (self.definitions.registry or default_registry).get("SummarizationManager")
+            prompt = config.get("summarization_system_prompt") or getattr(summarizer, "DEFAULT_PROMPT", "")
             config["summarization_system_prompt"] = f"{prompt}\nExtra instruction: {instruction}"
         compactor = Definition.from_dict(
             {
