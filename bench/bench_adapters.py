@@ -34,6 +34,7 @@ from pydantic_ai import RunContext  # resolved at run time by pydantic-ai (the p
 from pydantic_ai.messages import ModelMessage
 
 from ctxmgmt.testing import make_conversation
+from ctxmgmt.tokens import clear_caches
 
 QUIET = {  # a definition that does not fire on these histories
     "name": "quiet",
@@ -401,6 +402,7 @@ def main() -> None:
     print(f"one raw tiktoken pass over {n:,} messages: {raw * 1000:.0f} ms")
     for fw in frameworks:
         _, bare = seeded(fw, history, "bare", None)
+        clear_caches()  # fresh: no token count of these messages is memoised yet
         _, first = seeded(fw, history, "ctxmgmt", "default")
         print(
             f"{fw.name:18} first call with default on a fresh {n:,}-message history: "

@@ -125,18 +125,21 @@ class ContextManagementMiddleware(AgentMiddleware):
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ExtendedModelResponse:
         conversation, options = self._conversation(request)
-        turn = conversation.prepare(request.messages, translate=_group, **options)
+        group = _Groups()
+        turn = conversation.prepare(request.messages, translate=group, **options)
         dispatch_custom_event(STATE_KEY, _event(self.source, turn))
-        response = handler(request.override(messages=_managed(conversation, turn, request.messages)))
+        response = handler(request.override(messages=_managed(conversation, turn, request.messages, group)))
         return _extended(response, conversation, turn)
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ExtendedModelResponse:
         conversation, options = self._conversation(request)
-        turn = await conversation.aprepare(request.messages, translate=_group, **options)
+        group = _Groups()
+        turn = await conversation.aprepare(request.messages, translate=group, **options)
         await adispatch_custom_event(STATE_KEY, _event(self.source, turn))
-        response = await handler(request.override(messages=_managed(conversation, turn, request.messages)))
+        managed = _managed(conversation, turn, request.messages, group)
+        response = await handler(request.override(messages=managed))
         return _extended(response, conversation, turn)
 
 
@@ -162,9 +165,25 @@ def _group(m: BaseMessage) -> list[dict[str, Any]]:
     return sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
 
 
-def _managed(conversation: Conversation, turn: Turn, originals: Sequence[BaseMessage]) -> list[Any]:
+class _Groups:
+    """:func:`_group` for one model call, each message translated once (a new view translates
+    the whole record, and translating the managed view back needs it again)."""
+
+    def __init__(self) -> None:
+        self._done: dict[int, tuple[BaseMessage, list[dict[str, Any]]]] = {}
+
+    def __call__(self, m: BaseMessage) -> list[dict[str, Any]]:
+        done = self._done.get(id(m))
+        if done is None or done[0] is not m:
+            done = self._done[id(m)] = (m, _group(m))
+        return done[1]
+
+
+def _managed(
+    conversation: Conversation, turn: Turn, originals: Sequence[BaseMessage], group: _Groups
+) -> list[Any]:
     return conversation.framework_messages(
-        turn, originals, lambda t: _messages(t, originals, [_group(m) for m in originals])
+        turn, originals, lambda t: _messages(t, originals, [group(m) for m in originals])
     )
 
 

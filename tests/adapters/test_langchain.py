@@ -297,3 +297,39 @@ def test_a_history_the_model_would_refuse_is_refused_before_the_model_call(histo
     with pytest.raises(ContextError) as refused:
         agent_with(model).invoke({"messages": history}, {"configurable": {"thread_id": "bad"}})
     assert refused.value.problems[0].pointer == pointer and not model.seen
+
+
+def test_a_checkpointed_thread_continues_its_live_view_and_translates_only_new_messages(monkeypatch):
+    """Across invocations of one thread, the middleware continues the conversation it kept live
+    (the checkpointed state holds what it saved): each model call translates only the messages
+    new since the last; another thread starts its own view, managed as the first."""
+    import ctxmgmt.adapters.langchain as adapter
+
+    translated: list[str] = []
+    group = adapter._group
+
+    def spy(m):
+        translated.append(m.type)
+        return group(m)
+
+    monkeypatch.setattr(adapter, "_group", spy)
+    model = RecordingModel(messages=iter([AIMessage("a1"), AIMessage("a2"), AIMessage("b1")]))
+    agent = create_agent(
+        model, [], middleware=[ContextManagementMiddleware(QUIET_LC)], checkpointer=InMemorySaver()
+    )
+    one = {"configurable": {"thread_id": "one"}}
+    agent.invoke({"messages": [HumanMessage("first question")]}, one)
+    translated.clear()
+    agent.invoke({"messages": [HumanMessage("second question")]}, one)
+    assert translated == ["ai", "human"]  # the answer before, and the new question
+    translated.clear()
+    agent.invoke({"messages": [HumanMessage("other thread")]}, {"configurable": {"thread_id": "two"}})
+    assert translated == ["human"]
+    assert [m.content for m in model.seen[1]] == ["first question", "a1", "second question"]
+    assert [m.content for m in model.seen[2]] == ["other thread"]
+
+
+QUIET_LC = {
+    "name": "quiet",
+    "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 100}}]},
+}
