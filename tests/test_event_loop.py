@@ -41,11 +41,9 @@ def big_models(chat_server) -> ModelsConfig:
     )
 
 
-def test_hooks_and_archive_writes_run_off_the_event_loop(
-    store, big_models, chat_server, tools, tmp_path, monkeypatch
-):
-    """A post_tool manager's apply and its archive's write and fsync run in worker threads,
-    never on the thread of the execution's event loop."""
+def spy_threads(monkeypatch) -> tuple[dict[str, set[bool]], list[threading.Thread]]:
+    """Spies on the truncation manager's apply and the local archive's write: for each, whether
+    it ran on the thread put in the returned list (the event loop's)."""
     seen: dict[str, set[bool]] = {"apply": set(), "append": set()}
     loop_thread: list[threading.Thread] = []
     apply, append = ToolsOutputTruncateManager.apply, LocalOffloader._append
@@ -60,6 +58,15 @@ def test_hooks_and_archive_writes_run_off_the_event_loop(
 
     monkeypatch.setattr(ToolsOutputTruncateManager, "apply", spy_apply)
     monkeypatch.setattr(LocalOffloader, "_append", spy_append)
+    return seen, loop_thread
+
+
+def test_hooks_and_archive_writes_run_off_the_event_loop(
+    store, big_models, chat_server, tools, tmp_path, monkeypatch
+):
+    """A post_tool manager's apply and its archive's write and fsync run in worker threads,
+    never on the thread of the execution's event loop."""
+    seen, loop_thread = spy_threads(monkeypatch)
     store.create(
         "cut",
         {
@@ -219,20 +226,7 @@ def test_the_conversation_engine_runs_hooks_and_archive_writes_off_the_event_loo
 
     from ctxmgmt.agents.conversation import Conversation
 
-    seen: dict[str, set[bool]] = {"apply": set(), "append": set()}
-    loop_thread: list[threading.Thread] = []
-    apply, append = ToolsOutputTruncateManager.apply, LocalOffloader._append
-
-    def spy_apply(self, context, runtime):
-        seen["apply"].add(threading.current_thread() in loop_thread)
-        return apply(self, context, runtime)
-
-    def spy_append(self, folder, name, data):
-        seen["append"].add(threading.current_thread() in loop_thread)
-        return append(self, folder, name, data)
-
-    monkeypatch.setattr(ToolsOutputTruncateManager, "apply", spy_apply)
-    monkeypatch.setattr(LocalOffloader, "_append", spy_append)
+    seen, loop_thread = spy_threads(monkeypatch)
     definition = {
         "name": "cut",
         "hooks": {
