@@ -9,6 +9,8 @@
 
 from . import eval
 from ._version import __version__
+from .agents.runner import ExecutionResult, Runner
+from .agents.tools import Tool, ToolRegistry, register_tool
 from .cache import Pricing, PromptCache
 from .calibration import Calibration
 from .client import AsyncClient, Client
@@ -47,10 +49,8 @@ from .managers import (
 )
 from .messages import check_messages
 from .registry import ManagerRegistry, default_registry, register_manager
-from .runner import ExecutionResult, Runner
 from .store import DefinitionStore
 from .tokens import TokenCounter, Tokenizer, get_counter
-from .tools import Tool, ToolRegistry, register_tool
 from .types import Hook, Message, TraceEntry
 
 __all__ = [

@@ -62,6 +62,8 @@ class SummarizationManager(ContextManager):
     """
 
     type_name = "SummarizationManager"
+    DEFAULT_PROMPT = DEFAULT_PROMPT
+    """The summariser's system prompt when the config gives none (read by /compact)."""
     config_schema = builtin_schema(type_name)
     archives = True
     trusted = True

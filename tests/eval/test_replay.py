@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import ctxmgmt
 from ctxmgmt import Definition, get_counter
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.eval import Chat
 from ctxmgmt.eval.replay import _Prepared, observation_masking, replay_definition, sliding_window
 from ctxmgmt.eval.specifics import MAX_PER_TEXT, commands, error_lines, message_specifics, numbers, paths
-from ctxmgmt.runner import Runner
 from tests.agent_runs import agent_run
 from tests.conftest import tool_call
 
