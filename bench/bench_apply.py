@@ -2,7 +2,9 @@
 
 Prints absolute times and ratios against baselines measured in the same process:
 one raw tiktoken pass over what must be counted, and LangChain's trim_messages with
-a memoised and a plain tiktoken counter (``pip install -e '.[bench]'``).
+a memoised and a plain tiktoken counter (``pip install -e '.[bench]'``). The "one new
+message" row hands a plain list that grows by append, as callers and adapters do; the
+other sizes (500 to 50,000 messages) are in ``bench_scale.py``.
 
     python bench/bench_apply.py
 """
@@ -94,11 +96,11 @@ def main() -> None:
     print(f"raw tiktoken pass                         {raw * 1e3:9.2f} ms")
     cold_line = f"{cold_t * 1e3:9.2f} ms   {cold_t / raw:6.3f}x raw pass (goal <= 1.15x)"
     print(f"cold apply (3 managers)                   {cold_line}")
-    print(f"apply after one new message (no activation){warm * 1e6:8.1f} us   (goal < 100 us)")
+    print(f"apply after one new message (no activation){warm * 1e6:8.1f} us   (goal <= 20 us)")
     lc = langchain_baselines(messages)
     if lc is not None:
         memo, plain = lc
-        memo_line = f"{memo * 1e6:9.1f} us   ours is {memo / warm:6.1f}x faster (goal >= 10x)"
+        memo_line = f"{memo * 1e6:9.1f} us   ours is {memo / warm:6.1f}x faster (goal >= 15x)"
         print(f"trim_messages, memoised tiktoken counter  {memo_line}")
         plain_line = f"{plain * 1e3:9.2f} ms   ours is {plain / warm:6.0f}x faster"
         print(f"trim_messages, plain tiktoken counter     {plain_line}")

@@ -12,7 +12,10 @@ Paths (median of repeated runs):
 - summary: the offline summariser firing over the oldest half, on a fresh list of messages
   it has read before ("summary cold": after clear_caches(), nothing read before);
 - truncation: a truncation that fires on every long tool result, the same list again;
-  "trunc +1": the same, after each appended message.
+  "trunc +1": the same, after each appended message; "trunc list+1": a plain list that grows
+  by one message, handed again each call;
+- raw pass: tiktoken encoding every content and tool-call argument once (the baseline of
+  the "/ raw" ratios).
 
     python bench/bench_scale.py            # all sizes
     python bench/bench_scale.py 500 2000   # some sizes
@@ -25,8 +28,10 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
+from bench_apply import texts
 from bench_apply import timed as median
 
 from ctxmgmt import Context, get_counter, load_definition
@@ -53,6 +58,20 @@ def appended(i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"follow-up {i}: " + "please check the build output again " * 8}
 
 
+def grown_list(definition: Any, messages: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
+    """Median seconds of an apply to a plain list grown by one message each time and handed
+    again (``Context(messages=the_list)``, as callers and adapters do), and the list."""
+    history = list(messages)
+    definition.apply("pre_llm", Context(messages=history))
+    samples = []
+    for i in range(50):
+        history.append(appended(i))
+        t0 = time.perf_counter()
+        definition.apply("pre_llm", Context(messages=history))
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples), history
+
+
 def measure(n: int) -> dict[str, float]:
     messages = make_conversation(n, seed=n, tool_output_words=120)
     repeat = 5 if n <= 10_000 else 3
@@ -65,15 +84,7 @@ def measure(n: int) -> dict[str, float]:
 
     out["cold"] = median(cold, repeat)
 
-    history = list(messages)
-    quiet.apply("pre_llm", Context(messages=history))
-    samples = []
-    for i in range(50):
-        history.append(appended(i))
-        t0 = time.perf_counter()
-        quiet.apply("pre_llm", Context(messages=history))
-        samples.append(time.perf_counter() - t0)
-    out["steady list"] = statistics.median(samples)
+    out["steady list"], history = grown_list(quiet, messages)
 
     grown = Context(messages=messages)
     quiet.apply("pre_llm", grown)
@@ -86,8 +97,8 @@ def measure(n: int) -> dict[str, float]:
     out["steady"] = statistics.median(samples)
     encode = get_counter(None)._encode
     assert encode is not None
-    texts = [appended(i)["content"] for i in range(200)]
-    out["encode +1"] = median(lambda: [encode(t) for t in texts], 5) / len(texts)
+    added = [appended(i)["content"] for i in range(200)]
+    out["encode +1"] = median(lambda: [encode(t) for t in added], 5) / len(added)
 
     window = one({"type": "SlidingWindowManager", "config": {"max_messages": n // 2}})
     ctx = Context(messages=messages)
@@ -117,6 +128,10 @@ def measure(n: int) -> dict[str, float]:
         truncate.apply("pre_llm", tool_grown)
         samples.append(time.perf_counter() - t0)
     out["trunc +1"] = statistics.median(samples)
+    out["trunc list+1"], _ = grown_list(truncate, messages)
+    encoding = get_counter(None)._encoding
+    strings = texts(messages)
+    out["raw pass"] = median(lambda: [encoding.encode_ordinary(s) for s in strings], repeat)
     out.update(langchain(messages, history[-50:], n))
     return out
 
@@ -180,17 +195,40 @@ def main() -> None:
         cells = "".join(f"{t * 1e3:10.3f}ms" for t in times)
         k = exponent(sizes, times) if len(sizes) > 1 else float("nan")
         print(f"{path:12}{cells}{k:10.2f}")
+    print("ratios (in this process; the goals of issue 22):")
+
+    def line(label: str, cell: Callable[[int], float], goal: str, fmt: str = "{:11.1f}x") -> None:
+        print(f"{label:18}" + "".join(fmt.format(cell(n)) for n in sizes) + f"   {goal}")
+
     if "trim steady" in rows[sizes[0]]:
-        pairs = (
-            ("steady", "steady", "trim steady"),
-            ("steady list", "steady list", "trim steady"),
-            ("window", "window", "trim cut"),
+        line("steady vs trim", lambda n: rows[n]["trim steady"] / rows[n]["steady"], ">= 15x (>= 4x at 500)")
+        line(
+            "steady list / trim",
+            lambda n: rows[n]["trim steady"] / rows[n]["steady list"],
+            ">= 15x (>= 4x at 500)",
         )
-        for label, ours, theirs in pairs:
-            ratios = "".join(f"{rows[n][theirs] / rows[n][ours]:11.1f}x" for n in sizes)
-            print(f"{label + ' vs trim':12}{ratios}   (trim_messages time / ours: above 1 is faster)")
-    floor = "".join(f"{rows[n]['steady'] / rows[n]['encode +1']:11.1f}x" for n in sizes)
-    print(f"{'steady/enc':12}{floor}   (steady apply / encoding its message alone)")
+        line("window vs trim", lambda n: rows[n]["trim cut"] / rows[n]["window"], "trim_messages time / ours")
+    base = 2_000 if 2_000 in rows else sizes[0]
+    line(
+        "steady list / 2k",
+        lambda n: rows[n]["steady list"] / rows[base]["steady list"],
+        "<= 1.5 (O(new))",
+        "{:12.2f}",
+    )
+    line("steady / 2k", lambda n: rows[n]["steady"] / rows[base]["steady"], "<= 1.5 (O(new))", "{:12.2f}")
+    line("cold / raw pass", lambda n: rows[n]["cold"] / rows[n]["raw pass"], "<= 1.15", "{:12.3f}")
+    for path in ("truncation", "trunc +1", "trunc list+1"):
+        line(
+            f"{path} / raw",
+            lambda n, p=path: rows[n][p] / rows[n]["raw pass"],
+            "<= 0.01 at 10,000",
+            "{:12.5f}",
+        )
+    line(
+        "steady/enc +1",
+        lambda n: rows[n]["steady"] / rows[n]["encode +1"],
+        "steady apply / encoding its message",
+    )
 
 
 if __name__ == "__main__":

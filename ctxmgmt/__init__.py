@@ -8,6 +8,9 @@
 """
 
 from . import eval
+from ._version import __version__
+from .agents.runner import ExecutionResult, Runner
+from .agents.tools import Tool, ToolRegistry, register_tool
 from .cache import Pricing, PromptCache
 from .calibration import Calibration
 from .client import AsyncClient, Client
@@ -35,12 +38,9 @@ from .errors import (
 from .eval import evaluate
 from .history import History
 from .llm import ChatClient, ModelConfig, ModelsConfig, load_models
+from .manager import ContextManager, Environment, Runtime
 from .managers import (
-    BUILTINS,
     AutoCompactManager,
-    ContextManager,
-    Environment,
-    Runtime,
     SlidingWindowManager,
     SummarizationManager,
     ToolResultClearingManager,
@@ -49,16 +49,9 @@ from .managers import (
 )
 from .messages import check_messages
 from .registry import ManagerRegistry, default_registry, register_manager
-from .runner import ExecutionResult, Runner
 from .store import DefinitionStore
 from .tokens import TokenCounter, Tokenizer, get_counter
-from .tools import Tool, ToolRegistry, register_tool
 from .types import Hook, Message, TraceEntry
-
-for _cls in BUILTINS:
-    default_registry.register(_cls, builtin=True)
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AgentError",

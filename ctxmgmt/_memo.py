@@ -5,13 +5,21 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 V = TypeVar("V")
 
-__all__ = ["BY_CONTENT", "Memo", "clear_shared", "content_key"]
+__all__ = ["BY_CONTENT", "Memo", "clear_shared", "content_key", "rough_size", "shared"]
 
-_SHARED: list[Memo[Any]] = []
+
+class _Clearable(Protocol):
+    def clear(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Clearable)
+
+_SHARED: list[_Clearable] = []
 
 BY_CONTENT = object()
 """The object to give a memo whose keys are content digests (see :func:`content_key`)."""
@@ -62,13 +70,50 @@ class Memo(Generic[V]):
                 _, (_, _, gone) = self._data.popitem(last=False)
                 self.bytes -= gone
 
+    def put_many(self, entries: list[tuple[Any, object, V, int]]) -> None:
+        """``put`` each ``(key, obj, value, size)``, under one lock (a list counted whole)."""
+        with self._lock:
+            data = self._data
+            for key, obj, value, size in entries:
+                if size > self.max_bytes:
+                    continue
+                old = data.pop(key, None)
+                if old is not None:
+                    self.bytes -= old[2]
+                data[key] = (obj, value, size)
+                self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, _, gone) = data.popitem(last=False)
+                self.bytes -= gone
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
             self.bytes = 0
 
 
+def shared(cache: C) -> C:
+    """Register a module-level cache (anything with ``clear()``) that :func:`clear_shared`
+    empties, so that a module above (the formats) need not be called by one below (tokens)."""
+    _SHARED.append(cache)
+    return cache
+
+
 def clear_shared() -> None:
-    """Empty every module-level memo."""
+    """Empty every module-level memo and cache."""
     for memo in _SHARED:
         memo.clear()
+
+
+def rough_size(value: Any, depth: int = 0) -> int:
+    """About how many bytes a JSON-like value keeps alive (its strings, plus overhead); a
+    nesting past 16 deep is counted as one small value."""
+    if isinstance(value, str):
+        return 64 + len(value)
+    if depth > 16:
+        return 64
+    if isinstance(value, Mapping):
+        return 200 + sum(rough_size(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return 64 + sum(rough_size(v, depth + 1) for v in value)
+    return 32

@@ -242,7 +242,7 @@ class PromptCache:
     """The requests a conversation sent (the last few, within the cache's lifetime), to
     measure what the next one reuses and to weigh edits of that prefix. The runner keeps one
     per execution, the adapters one per conversation; hook runs get it through
-    :class:`~ctxmgmt.managers.base.Environment`.
+    :class:`~ctxmgmt.manager.Environment`.
 
     Like a provider's cache it is keyed by content: a request reuses the longest prefix it
     shares with any request kept (so one adapter serving several conversations measures each
@@ -288,7 +288,7 @@ class PromptCache:
         previous, messages = sent.messages, context.messages
         n = min(len(previous), len(messages))
         if n == len(previous):  # the common case, a request that grew: compared at C speed
-            if isinstance(previous, History) and previous._prefix_of(messages):
+            if isinstance(previous, History) and previous.is_prefix_of(messages):
                 return n
             if list(messages[:n]) == list(previous):
                 return n

@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 import httpx
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import __version__
 from ._resources import data_dir
+from ._version import __version__
 from .api.config import load_config, open_offloader
 from .cache import Pricing, ratios_for
 from .client import INVALID_ANSWER

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from .errors import ContextError, Problem
-from .formats import FORMAT_NAMES
-from .formats import check as check_format
-from .history import History
-from .types import TraceEntry
+from .history import History, items
+from .types import FORMAT_NAMES, TraceEntry
 
 __all__ = ["ApplyResult", "Context", "Edit"]
 
@@ -18,6 +16,18 @@ Change = tuple[int, int, Sequence[Mapping[str, Any]]]
 """``(start, end, messages)``: the messages from ``start`` to ``end`` are replaced by ``messages``."""
 
 _FIELDS = ("system_prompt", "messages", "tools", "model", "context_window", "state", "format")
+
+_FORMAT_CHECK: list[Callable[[Context], list[Problem]]] = []
+"""How :meth:`Context.from_dict` checks the messages against their provider's rules. The
+formats know those rules and deal in contexts (they import this module), so they hand
+their check in (:func:`checks_formats`); a value type imports no format."""
+
+
+def checks_formats(check: Callable[[Context], list[Problem]]) -> Callable[[Context], list[Problem]]:
+    """Make ``check`` the provider check of :meth:`Context.from_dict` (``ctxmgmt.formats``
+    does, as it is imported: importing ctxmgmt imports it). Returns it, to decorate."""
+    _FORMAT_CHECK[:] = [check]
+    return check
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,18 +57,34 @@ class Context:
     _edit: Edit | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Callers may be untyped (JSON, REST): check every field at the boundary.
-        problems: list[Problem] = []
-        self._check(problems)
-        if problems:
-            raise ContextError(problems)
-        # A History is immutable, and an append extends it (and its token counts) in O(1).
+        # Callers may be untyped (JSON, REST): check every field at the boundary (the usual
+        # types first, at the cost of a few identity tests: this runs on every apply).
+        if not self._usual():
+            problems: list[Problem] = []
+            self._check(problems)
+            if problems:
+                raise ContextError(problems)
+        # A History is immutable, and an append extends it (and its token counts) in O(1); a
+        # list that extends one handed in before shares what is known of it (History.of).
         if not isinstance(self.messages, History):
-            object.__setattr__(self, "messages", History(self.messages))
+            object.__setattr__(self, "messages", History.of(self.messages))
         if not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
         if not isinstance(self.state, dict):
             object.__setattr__(self, "state", dict(self.state))
+
+    def _usual(self) -> bool:
+        """Whether every field has a type :meth:`_check` passes without looking further."""
+        prompt, model, window = self.system_prompt, self.model, self.context_window
+        return (
+            (type(self.messages) is list or type(self.messages) is History)
+            and (prompt is None or type(prompt) is str)
+            and (model is None or (type(model) is str and len(model) <= 256))
+            and (window is None or (type(window) is int and window >= 1))
+            and self.format is None
+            and type(self.tools) in (tuple, list)
+            and type(self.state) is dict
+        )
 
     def _check(self, problems: list[Problem]) -> None:
         values: dict[str, Any] = {f: getattr(self, f) for f in _FIELDS}
@@ -102,11 +128,11 @@ class Context:
             return replace(self, messages=history, **changes)
         # The hot path of a growing conversation: the other fields were checked already.
         new = object.__new__(Context)
-        for name in _FIELDS:
-            object.__setattr__(new, name, getattr(self, name))
-        object.__setattr__(new, "messages", history)
-        object.__setattr__(new, "_counts", {})
-        object.__setattr__(new, "_edit", None)
+        fields = new.__dict__  # a frozen dataclass's fields, set as dataclasses' __init__ does
+        fields.update(self.__dict__)
+        fields["messages"] = history
+        fields["_counts"] = {}
+        fields["_edit"] = None
         return new
 
     def _derive(self, **changes: Any) -> Context:
@@ -127,7 +153,7 @@ class Context:
         The copy remembers the changes (as :attr:`edit`), so that checking it and counting
         its tokens cost what changed, not its length. Built-in managers make their output so.
         """
-        items = cast(History, self.messages)._log.items
+        source = items(self.messages)
         n = len(self.messages)
         out: list[Mapping[str, Any]] = []
         done: list[tuple[int, int, tuple[Mapping[str, Any], ...]]] = []
@@ -136,14 +162,14 @@ class Context:
         for start, end, new in changes:
             if not pos <= start <= end <= n:
                 raise ValueError(f"change ({start}, {end}) is out of order or outside 0..{n}")
-            out.extend(items[pos:start])
+            out.extend(source[pos:start])
             added = tuple(new)
             spans.append((len(out), len(out) + len(added)))
             out.extend(added)
             done.append((start, end, added))
             pos = end
-        out.extend(items[pos:n])
-        changed = replace(self, messages=History._own(out), state=self.state if state is None else state)
+        out.extend(source[pos:n])
+        changed = replace(self, messages=History.own(out), state=self.state if state is None else state)
         object.__setattr__(changed, "_edit", Edit(self, tuple(done), tuple(spans)))
         return changed
 
@@ -181,7 +207,7 @@ class Context:
                 ]
             )
         ctx = cls(**{k: data[k] for k in _FIELDS if k in data and data[k] is not None})
-        problems = check_format(ctx, partial_tail=True)
+        problems = [p for check in _FORMAT_CHECK for p in check(ctx)]
         if problems:
             raise ContextError(problems)
         return ctx

@@ -18,7 +18,7 @@ from .errors import ContextError, DefinitionError, Problem
 from .formats import CHAT, Internal, internal
 from .hooks import Entry, arun_hook, run_hook
 from .loader import Document, load_document
-from .managers.base import Environment, with_defaults
+from .manager import DEFAULT_ENVIRONMENT, Environment, with_defaults
 from .registry import ManagerRegistry, default_registry
 from .rules import Activation
 from .tokens import get_counter
@@ -26,26 +26,17 @@ from .types import HOOK_NAMES, Hook
 from .validation import validate_definition
 
 if TYPE_CHECKING:
-    from .llm import ModelsConfig
-    from .offload import Offloader
+    from .archive import Archive
 
 __all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
 
 
-# Manager types that archive whatever they remove whenever an offload store is given.
-_ARCHIVING_TYPES = frozenset(
-    {
-        "ToolResultCompactionManager",
-        "ToolResultClearingManager",
-        "AutoCompactManager",
-        "SummarizationManager",
-        "SlidingWindowManager",
-    }
-)
-
-
 def parse_hook(hook: str | Hook) -> Hook:
     """A hook from its name in any case."""
+    if type(hook) is str:
+        found = _HOOKS.get(hook)
+        if found is not None:
+            return found
     try:
         return Hook(hook.lower()) if isinstance(hook, str) else Hook(hook)
     except ValueError:
@@ -54,6 +45,10 @@ def parse_hook(hook: str | Hook) -> Hook:
         raise ContextError(
             [Problem("/hook", f"unknown hook {hook!r}; {hint}hooks are {', '.join(HOOK_NAMES)}")]
         ) from None
+
+
+_HOOKS: dict[str, Hook] = {h.value: h for h in Hook}
+"""Hooks by their own (lower-case) names: the common case, without an Enum lookup."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +141,8 @@ class Definition:
         context: Context,
         *,
         environment: Environment | None = None,
-        models: ModelsConfig | None = None,
-        offloader: Offloader | None = None,
+        models: Mapping[str, Any] | None = None,
+        offloader: Archive | None = None,
         session: str = "default",
         execution: str | None = None,
     ) -> ApplyResult:
@@ -165,8 +160,8 @@ class Definition:
         context: Context,
         *,
         environment: Environment | None = None,
-        models: ModelsConfig | None = None,
-        offloader: Offloader | None = None,
+        models: Mapping[str, Any] | None = None,
+        offloader: Archive | None = None,
         session: str = "default",
         execution: str | None = None,
     ) -> ApplyResult:
@@ -190,14 +185,20 @@ class Definition:
         return (self.name, h, self._plan(h), inner, get_counter(inner.model, self.tokenizer)), back
 
     @property
-    def offloads(self) -> bool:
-        """Whether the definition may archive what it removes when given an offload store (an
-        archiving entry, or the fit step), so that the model may need the recall tools."""
-        return self.settings.get("fit", True) is not False or any(
-            s.config.get("offload") or s.type in _ARCHIVING_TYPES
+    def archives(self) -> bool:
+        """Whether an entry archives what it removes when given an offload store: its class
+        declares ``archives`` (see :class:`~ctxmgmt.ContextManager`), or ``offload: true``."""
+        return any(
+            s.config.get("offload") or getattr(self.registry.get(s.type), "archives", False) is True
             for specs in self.hooks.values()
             for s in specs
         )
+
+    @property
+    def offloads(self) -> bool:
+        """Whether the definition may archive what it removes when given an offload store (an
+        archiving entry, or the fit step), so that the model may need the recall tools."""
+        return self.settings.get("fit", True) is not False or self.archives
 
 
 class _Same:
@@ -214,12 +215,14 @@ _SAME = _Same()
 
 def _environment(
     environment: Environment | None,
-    models: ModelsConfig | None,
-    offloader: Offloader | None,
+    models: Mapping[str, Any] | None,
+    offloader: Archive | None,
     session: str,
     execution: str | None,
 ) -> Environment:
     if environment is None:
+        if models is None and offloader is None and session == "default" and execution is None:
+            return DEFAULT_ENVIRONMENT  # frozen: one for every plain call
         return Environment(models, offloader, session, execution)
     if models is not None or offloader is not None or session != "default" or execution is not None:
         raise TypeError("give the environment whole or field by field, not both")

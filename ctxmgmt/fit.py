@@ -33,8 +33,7 @@ from typing import Any
 
 from .context import Context
 from .errors import ContextError, CtxmgmtError, Problem
-from .managers.base import Runtime
-from .managers.truncate import ToolsOutputTruncateManager, with_text
+from .manager import Runtime
 from .marks import binding, offloaded, stamp
 from .messages import (
     RECALL_TOOLS,
@@ -48,6 +47,7 @@ from .messages import (
 from .rules import Facts
 from .summaries import fitted, previous, summarize_offline, with_summary
 from .tokens import MESSAGE_OVERHEAD
+from .truncation import cut, with_text
 
 __all__ = ["DEFAULT_RESERVE_CAP", "Fit", "reserve_tokens"]
 
@@ -89,6 +89,8 @@ class Fit:
     """Makes a context fit its window (see the module docstring)."""
 
     type_name = "fit"
+    archives = True
+    trusted = True
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.activation = _Gate(settings)
@@ -110,7 +112,10 @@ class Fit:
         groups = [u for u in spans if u[1] - u[0] > 1 or context.messages[u[0]].get("tool_calls")]
         newest.update(groups[-1:])
         target = int(budget * CACHE_TARGET) if self.settings.get("cache") == "aware" else budget
-        out = self._drop(context, [u for u in spans if u not in newest], target, summary_room, runtime)
+        # Only the units older than both: removing one past a kept unit would leave the kept
+        # one ahead of the summary (an assistant first, which a user_first provider rejects).
+        first_kept = min((u[0] for u in newest), default=len(context.messages))
+        out = self._drop(context, [u for u in spans if u[1] <= first_kept], target, summary_room, runtime)
         # 2. The largest tool results that are kept.
         if counter.context(out)[0] > budget:
             out = self._cut(out, budget, runtime)
@@ -268,10 +273,16 @@ def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, An
         if ref is None:
             ref = store.store_tool_result(runtime.session, text, tool_call_id=m.get("tool_call_id"))
             runtime.details.setdefault("offloaded", []).append(ref)
-    cutter = ToolsOutputTruncateManager(
-        {"max_output_length": max(64, len(text)), "max_output_tokens": tokens, "mode": "head_tail"}
+    cut_text = cut(
+        source,
+        runtime.counter,
+        bound,
+        max_chars=max(64, len(text)),
+        max_tokens=tokens,
+        ref=ref,
+        original=original,
     )
-    return with_text(m, cutter.cut(source, runtime.counter, bound, ref, original))
+    return with_text(m, cut_text)
 
 
 def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) -> ContextError:

@@ -1,13 +1,55 @@
 """The message sequence of a :class:`~ctxmgmt.Context`: immutable, and extended by an append in O(1).
 
-A ``History`` is a view of the first ``n`` entries of a shared, append-only list. An
-append that extends the newest view adds to that list; an append to an older view
-(a branch) copies what it shares. No entry a view can see ever changes, so every
-view is an immutable value, as a tuple is.
+A ``History`` is a view of the first ``n`` entries of a shared, append-only list (its *log*).
+An append that extends the newest view adds to that list; an append to an older view (a
+branch) copies what it shares. No entry a view can see ever changes, so every view is an
+immutable value, as a tuple is.
 
-Token counts ride on the shared list: the counter keeps running totals per entry, so
-a long conversation that grows by appends is counted in proportion to what it
-gained, not to its length.
+The incremental protocol
+------------------------
+What ctxmgmt learns about a history's messages is kept on its log, so that a history grown
+by appends costs only its new part. The protocol, used by the token counter, the checks,
+the format detection and the managers:
+
+- :meth:`History.of` (a history of a list, adopting one handed in before) and
+  :meth:`History.own` (a history of a list handed over, no copy);
+- :meth:`History.known` and :meth:`History.mark`: how many of the first messages are known
+  to have a property of prefixes (:data:`IS_CHAT`: in the chat format; :data:`IS_VALID`: a valid
+  list, open tool calls at its end allowed), and recording that all of a history's have it;
+- :meth:`History.totals`: running totals kept per key (the token counter's), carried into
+  a branch;
+- :attr:`History.memo`: what a caller derives from the messages, by the caller's own key;
+  :attr:`History.lock` is held while extending anything kept on the log;
+- :meth:`History.is_prefix_of`, and the functions :func:`items` and :func:`scan`.
+
+Lists handed again
+------------------
+A caller that keeps a plain list, appends to it and hands it again each call (``Context(
+messages=the_list)``, as adapters do) must cost what it added, not its length: copying a
+50,000-message list or comparing it whole costs more than the rest of a steady apply (each
+of its 50,000 pointers is read). :meth:`History.of` therefore looks among the logs of the
+last :data:`HANDED_KEPT` histories it made from lists for one whose entries the new list
+starts with, and extends that log, so the new history shares it and all that is known about
+it (counts, checks, the managers' memos). Whether the list still starts with the old one is
+decided by identity (a message replaced by an equal one counts as the same):
+
+- the first and the last of the known messages must be the very objects (rules out a new
+  list of new objects, and any insertion or removal before the end: it shifts the last one);
+- up to :data:`EXACT_UP_TO` known messages, every one is compared, in one C-level list
+  comparison with no copy (about 1 us at 2,000 messages): exact;
+- beyond, the first and last :data:`EDGE` known messages are compared, and
+  :data:`SAMPLES` more spread evenly, whose offset turns with every call: a message
+  replaced anywhere is found within ``known // SAMPLES`` calls, one replaced among the
+  newest (the usual edit: a streamed or corrected reply) at once.
+
+What is adopted is the old history's messages, so a history is never counted or checked
+for messages other than the ones it holds: counts and checks are never stale for the
+history a caller gets. What the sample can miss, past 4,096 messages, is a caller's
+replacement of a message in the middle of a list it has handed over, which breaks the
+contract messages are handed under (messages, and the lists that hold them, are values:
+append to a list you have handed over, do not change what it held; build the changed list
+with :meth:`Context.splice` or hand a new list of new messages). Editing a message dict in
+place was never detected (counts are memoised per message object).
 """
 
 from __future__ import annotations
@@ -15,32 +57,43 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, overload
 
-__all__ = ["History", "items", "scan"]
+__all__ = ["IS_CHAT", "IS_VALID", "History", "forget_handed", "items", "scan"]
+
+IS_CHAT = "chat"
+"""The fact that messages are in the OpenAI chat format (no other provider's messages)."""
+IS_VALID = "valid"
+"""The fact that messages make a valid chat list (open tool calls at its end allowed)."""
+HANDED_KEPT = 4
+"""Histories built from lists that :meth:`History.of` keeps, to find one a new list extends."""
+EXACT_UP_TO = 4096
+"""Lists of up to this many known messages are compared whole when handed again."""
+EDGE = 32
+"""Known messages compared at each end of a longer list."""
+SAMPLES = 256
+"""Known messages compared in between, spread evenly, their offset turning each call."""
 
 
 class _Log:
-    """The shared list behind a family of views, with the running token totals."""
+    """The shared list behind a family of views, and what is known about its entries."""
 
-    __slots__ = ("checked", "derived", "items", "lock", "scans", "sums", "valid")
+    __slots__ = ("derived", "facts", "items", "lock", "scans", "sums", "turn")
 
     def __init__(self, items: list[Any]) -> None:
         self.items = items
         self.lock = threading.Lock()
-        self.checked = 0
-        """How many of the first items are known to be in the chat format."""
-        self.valid = 0
-        """How many of the first items are known to make a valid list (open tool calls at
-        its end allowed)."""
+        # fact -> how many of the first items are known to have it: see History.known()
+        self.facts: dict[Hashable, int] = {}
         # name -> (items scanned, what the scan found): see scan()
         self.scans: dict[str, tuple[int, list[int]]] = {}
-        # what a manager derived from these items, by the manager's key (see derived())
+        # what a caller derived from these items, by the caller's key (see History.memo)
         self.derived: dict[Any, Any] = {}
-        # tokenizer name -> (cumulative tokens, cumulative non-system message count)
-        self.sums: dict[str, tuple[array[int], array[int]]] = {}
+        # key -> running totals (see History.totals)
+        self.sums: dict[Hashable, tuple[array[int], array[int]]] = {}
+        self.turn = 0  # which sample of a long list is compared next (see History.of)
 
 
 def items(messages: Sequence[Any]) -> Sequence[Any]:
@@ -55,21 +108,44 @@ def items(messages: Sequence[Any]) -> Sequence[Any]:
 def scan(messages: Sequence[Any], name: str, test: Callable[[Any], bool]) -> list[int]:
     """The indices of the messages that pass ``test``, in order. A History remembers the
     answer under ``name``, so a grown one costs only its new messages. ``test`` must be a
-    pure function of one message, the same for every call with this name."""
+    pure function of one message, the same for every call with this name. The list is
+    read at once: it is the History's own (neither change nor keep it)."""
     if not isinstance(messages, History):
         return [i for i, m in enumerate(messages) if test(m)]
     log, n = messages._log, messages._n
     done, found = log.scans.get(name, (0, []))
     if done < n:
         with log.lock:
-            done, found = log.scans.get(name, (0, []))
-            found = found + [i for i in range(done, n) if test(log.items[i])]
-            log.scans[name] = (n, found)
+            done, found = log.scans.setdefault(name, (0, []))
+            if done < n:
+                items = log.items
+                # Extended in place: older views cut it at their length below.
+                found.extend([i for i in range(done, n) if test(items[i])])
+                log.scans[name] = (n, found)
     return found if len(found) == 0 or found[-1] < n else found[: bisect_left(found, n)]
 
 
+def _same_start(items: list[Any], k: int, seq: list[Any], turn: int) -> bool:
+    """Whether ``seq`` starts with ``items[:k]``, by the rule of the module docstring
+    ("Lists handed again"). ``items`` may be longer than ``k`` only by what ``seq`` has there."""
+    if seq[k - 1] is not items[k - 1] or seq[0] is not items[0]:
+        return False
+    if k <= EXACT_UP_TO:
+        if len(items) == len(seq):
+            return items == seq  # no copy: C compares the pointers (identity first)
+        return items[:k] == seq[:k]
+    if items[:EDGE] != seq[:EDGE] or items[k - EDGE : k] != seq[k - EDGE : k]:
+        return False
+    stride = k // SAMPLES
+    start = turn % stride
+    return items[start:k:stride] == seq[start:k:stride]
+
+
 class History(Sequence[Mapping[str, Any]]):
-    """An immutable sequence of messages; ``append`` returns a longer one in O(1)."""
+    """An immutable sequence of messages; ``append`` returns a longer one in O(1).
+
+    See the module docstring for the incremental protocol its methods form.
+    """
 
     __slots__ = ("_log", "_n")
 
@@ -82,9 +158,31 @@ class History(Sequence[Mapping[str, Any]]):
         self._n = len(items)
 
     @classmethod
-    def _own(cls, items: list[Any]) -> History:
-        """A history of ``items``, which the caller hands over (no copy)."""
+    def own(cls, items: list[Any]) -> History:
+        """A history of ``items``, which the caller hands over: no copy, and the caller
+        never changes the list again."""
         return cls._view(_Log(items), len(items))
+
+    @classmethod
+    def of(cls, messages: Sequence[Mapping[str, Any]]) -> History:
+        """A history of these messages. A list that starts with a list made into a history
+        before (one of the last :data:`HANDED_KEPT`) extends that history, sharing what is
+        known about it, so handing a grown list again costs what it added (see the module
+        docstring, "Lists handed again", for how the start is compared)."""
+        if type(messages) is History or isinstance(messages, History):
+            return messages
+        seq = messages if type(messages) is list else list(messages)
+        if not seq:
+            return cls.own([])
+        for log in _handed:  # a tuple, replaced whole: read without the lock
+            found = _extended(log, seq)
+            if found is not None:
+                if log is not _handed[0]:
+                    _remember(log)
+                return found
+        made = cls.own(list(seq) if seq is messages else seq)
+        _remember(made._log)
+        return made
 
     @classmethod
     def _view(cls, log: _Log, n: int) -> History:
@@ -105,8 +203,7 @@ class History(Sequence[Mapping[str, Any]]):
                 return History._view(log, self._n + len(messages))
             # A branch from an older view: it gets a log of its own.
             branch = _Log(log.items[: self._n])
-            branch.checked = min(log.checked, self._n)
-            branch.valid = min(log.valid, self._n)
+            branch.facts = {fact: min(k, self._n) for fact, k in log.facts.items()}
             for name, (tokens, count) in log.sums.items():
                 kept = min(self._n, len(tokens))
                 branch.sums[name] = (tokens[:kept], count[:kept])
@@ -119,6 +216,57 @@ class History(Sequence[Mapping[str, Any]]):
             raise ValueError(f"a prefix of {n} messages of a history of {self._n}")
         return History._view(self._log, n)
 
+    # -- the incremental protocol ---------------------------------------------------------
+    def known(self, fact: Hashable) -> int:
+        """How many of the first messages are known to have ``fact``, a property that holds
+        for every prefix of a list that has it (:data:`IS_CHAT`, :data:`IS_VALID`)."""
+        k = self._log.facts.get(fact, 0)
+        return k if k < self._n else self._n
+
+    def mark(self, fact: Hashable) -> None:
+        """Record that all of this history's messages have ``fact`` (the caller checked them)."""
+        facts = self._log.facts
+        if facts.get(fact, 0) < self._n:
+            facts[fact] = self._n
+
+    def totals(self, key: Hashable) -> tuple[array[int], array[int]]:
+        """Running totals kept under ``key`` for the log's entries, in order (two arrays the
+        caller extends under :attr:`lock`, never shortens); empty at first, and a branch
+        starts with its shared part's."""
+        sums = self._log.sums.get(key)
+        if sums is None:
+            with self._log.lock:
+                sums = self._log.sums.setdefault(key, (array("q"), array("q")))
+        return sums
+
+    @property
+    def memo(self) -> dict[Any, Any]:
+        """What callers derive from these messages, by their own keys (a key the caller owns,
+        e.g. a tuple starting with its instance); it lives as long as the messages do, and is
+        shared by every view of the log, so a value must say for how many messages it holds."""
+        return self._log.derived
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while extending what is kept on the messages (:meth:`totals`, :attr:`memo`)."""
+        return self._log.lock
+
+    def is_prefix_of(self, other: Sequence[Any]) -> bool:
+        """Whether this history is ``other``'s first ``len(self)`` messages (by identity; an
+        equal message counts as the same), compared whole."""
+        k = self._n
+        if k > len(other):
+            return False
+        if isinstance(other, History):
+            if other._log is self._log:
+                return True
+            theirs = other._log.items
+        else:
+            theirs = other  # type: ignore[assignment]
+        items = self._log.items
+        return k == 0 or (theirs[k - 1] is items[k - 1] and list(theirs[:k]) == items[:k])
+
+    # -- a tuple ---------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._n
 
@@ -164,48 +312,50 @@ class History(Sequence[Mapping[str, Any]]):
     def __repr__(self) -> str:
         return f"History({list(self)!r})"
 
-    def _checked(self) -> int:
-        """How many of the first messages are known to be in the chat format."""
-        return min(self._log.checked, self._n)
 
-    def _mark_checked(self) -> None:
-        log = self._log
-        if log.checked < self._n:
-            log.checked = self._n
+_handed: tuple[_Log, ...] = ()
+"""The logs of the histories :meth:`History.of` made from lists, the newest first."""
+_HANDED_LOCK = threading.Lock()
 
-    def _valid(self) -> int:
-        """How many of the first messages are known to make a valid list."""
-        return min(self._log.valid, self._n)
 
-    def _mark_valid(self) -> None:
-        log = self._log
-        if log.valid < self._n:
-            log.valid = self._n
+def _extended(log: _Log, seq: list[Any]) -> History | None:
+    """A view of ``log`` holding ``seq``, when ``seq`` starts with all of the log's entries
+    (compared as the module docstring says); the rest of ``seq`` is added to the log."""
+    items, n = log.items, len(seq)
+    k = len(items)
+    if not 0 < k <= n or seq[k - 1] is not items[k - 1]:
+        return None  # the usual miss, without the lock
+    with log.lock:
+        k = len(items)
+        if not 0 < k <= n:
+            return None
+        log.turn += 1
+        if n > k:
+            items.extend(seq[k:])  # first, so that the comparison needs no copy
+        if _same_start(items, k, seq, log.turn):
+            return History._view(log, n)
+        del items[k:]
+        return None
 
-    def _derived(self) -> dict[Any, Any]:
-        """What managers keep about this history's messages, by their own keys; it lives as
-        long as the messages do."""
-        return self._log.derived
 
-    def _prefix_of(self, other: Sequence[Any]) -> bool:
-        """Whether this history is ``other``'s first ``len(self)`` messages, by identity."""
-        k = self._n
-        if k > len(other):
-            return False
-        if isinstance(other, History):
-            if other._log is self._log:
-                return True
-            theirs = other._log.items
-        else:
-            theirs = other  # type: ignore[assignment]
-        items = self._log.items
-        return k == 0 or (theirs[k - 1] is items[k - 1] and theirs[:k] == items[:k])
+def _remember(log: _Log) -> None:
+    """Keep the log of a history made from a list, the newest first."""
+    global _handed
+    with _HANDED_LOCK:
+        _handed = (log, *[kept for kept in _handed if kept is not log][: HANDED_KEPT - 1])
+
+
+def forget_handed() -> None:
+    """Forget the histories kept to find lists handed again (``tokens.clear_caches`` calls it)."""
+    global _handed
+    with _HANDED_LOCK:
+        _handed = ()
 
 
 class Recent:
-    """The last few histories a cache saw, to find one that a new list starts with: a caller
-    that hands a grown list each call costs its new part (the token counter's running totals,
-    the format detection). Bounded by count; it holds only what callers handed in."""
+    """The last few histories a cache saw, to find one that a history new to it starts with
+    (the format detection's lists known to be chat), compared whole. Bounded by count; it
+    holds only what callers handed in. Lists handed again are found by :meth:`History.of`."""
 
     def __init__(self, kept: int = 4) -> None:
         self._kept = kept
@@ -216,7 +366,7 @@ class Recent:
         """The newest kept history that ``seq`` starts with (and that ``where`` accepts)."""
         with self._lock:
             items = list(self._items)
-        return next((k for k in items if (where is None or where(k)) and k._prefix_of(seq)), None)
+        return next((k for k in items if (where is None or where(k)) and k.is_prefix_of(seq)), None)
 
     def add(self, history: History) -> None:
         with self._lock:

@@ -16,14 +16,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from .archive import Batch, BatchWriter
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
 from .fit import Fit, reserve_tokens
 from .formats import CHAT, USER_FIRST, Constraints
-from .history import History
-from .managers.base import ContextManager, Environment, Runtime
+from .history import IS_CHAT, IS_VALID, History
+from .manager import ContextManager, Environment, Runtime
 from .messages import check_changes, check_format, check_grown, check_messages
-from .offload.base import Batch, BatchWriter
 from .rules import Activation, Facts, Gate
 from .telemetry import hook_telemetry
 from .types import Hook, TraceEntry
@@ -43,7 +43,7 @@ class Entry:
     on_error: str
 
 
-_BUILTIN_MODULES = ("ctxmgmt.managers.", "ctxmgmt.fit")
+_HOOK_NAMES = {h: h.value for h in Hook}
 
 
 @functools.lru_cache(maxsize=64)
@@ -72,28 +72,35 @@ class _Run:
         self.environment = environment
         self.definition = definition
         self.hook = hook
+        self._hook_name: str = _HOOK_NAMES[hook]  # an Enum's value is a slow property
         self.context = context
         self.counter = counter
         self.trace: list[TraceEntry] = []
+        self._facts: Facts | None = None
         self._input_problems: set[str] | None = None
         offloader = environment.offloader
         self._batches = offloader is not None and _writes_batches(type(offloader))
         self._format_checked = False
         self._current: tuple[Entry, tuple[Runtime, float, int, dict[str, Any]]] | None = None
-        self._tokenizer = str(counter.tokenizer)
+        self._tokenizer = counter.label
         self.ratio = environment.ratio(context.model)
-        self._telemetry = hook_telemetry(definition, hook.value, context, environment.session)
+        self._telemetry = hook_telemetry(definition, self._hook_name, context, environment.session)
         # With cache: aware, any hook's edit of the previous request's prefix is weighed.
         self._cache = environment.cache if self.settings.get("cache") == "aware" else None
-        self._key = f"{definition}:{hook.value}"  # a postponed entry's, with its index
-        if self._cache is not None and hook is Hook.PRE_LLM:  # the call's growth, before its edits
-            self._cache.note_growth(context, counter)
+        if self._cache is not None:
+            self._key = f"{definition}:{self._hook_name}"  # a postponed entry's, with its index
+            if hook is Hook.PRE_LLM:  # the call's growth, before its edits
+                self._cache.note_growth(context, counter)
 
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
         """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""
-        counts = self.counter.context(self.context)
-        tokens = counts[0]
-        fired, reason = entry.activation.evaluate(Facts(self.context, self.counter, counts, self.ratio))
+        facts = self._facts
+        if facts is None or facts.context is not self.context:  # one per context a run sees
+            facts = self._facts = Facts(
+                self.context, self.counter, self.counter.context(self.context), self.ratio
+            )
+        tokens = facts.tokens_counted
+        fired, reason = entry.activation.evaluate(facts)
         if fired and self._cache is not None and entry.type != Fit.type_name:
             waiting = self._cache.waiting(self._key, entry.index, self.context, tokens, self._limit())
             if waiting is not None:  # postponed before, and nothing says it pays yet
@@ -107,7 +114,7 @@ class _Run:
             check_format(self.context.messages)
             self._format_checked = True
             history = self.context.messages
-            if isinstance(history, History) and history._valid():
+            if isinstance(history, History) and history.known(IS_VALID):
                 # A grown list that was valid: knowing whether it still is costs its new part.
                 self._input_problems = {p.message for p in check_grown(history)}
         # Each manager's archives are collected and written in one durable batch.
@@ -128,8 +135,8 @@ class _Run:
     ) -> None:
         runtime, t0, tokens, reason = started
         duration = (time.perf_counter() - t0) * 1000
-        builtin = type(entry.manager).__module__.startswith(_BUILTIN_MODULES)
-        error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output, builtin)
+        trusted = getattr(type(entry.manager), "trusted", False) is True  # declared, checked at registration
+        error = f"{type(exc).__name__}: {exc}" if exc is not None else self._broken(output, trusted)
         if error is None and self._postponed(entry, output, tokens, runtime.details):
             self._record(entry, True, reason, tokens, self.context, duration, None, runtime.details)
             return  # nothing of it is used, so nothing it archived is written
@@ -206,9 +213,9 @@ class _Run:
         self._cache.postponed(self._key, entry.index, self.context, tokens, self._limit())
         return True
 
-    def _broken(self, output: Any, builtin: bool) -> str | None:
-        """Why a manager's output may not be used, or None. A built-in's output is checked
-        where it changed; a plugin's, whole."""
+    def _broken(self, output: Any, trusted: bool) -> str | None:
+        """Why a manager's output may not be used, or None. A trusted manager's output (a
+        built-in's) is checked where it changed; a plugin's, whole."""
         if not isinstance(output, Context):
             return f"apply() returned {type(output).__name__}, not a Context"
         if output is self.context:
@@ -216,18 +223,18 @@ class _Run:
         if output.system_prompt != self.context.system_prompt:
             return "the manager changed the system prompt, which managers must keep"
         msgs, edit = output.messages, output.edit
-        if not builtin:  # a plugin's list: the full check, whatever it was made from
+        if not trusted:  # a plugin's list: the full check, whatever it was made from
             problems = check_messages(msgs, partial_tail=True)
             if not problems and isinstance(msgs, History):
-                msgs._mark_valid()
-        elif isinstance(msgs, History) and msgs._valid():
+                msgs.mark(IS_VALID)
+        elif isinstance(msgs, History) and msgs.known(IS_VALID):
             problems = check_grown(msgs)  # grown from a list known valid: its new messages
         elif edit is not None and edit.source is self.context:
             # Made by splice from this input: only what changed can be new trouble.
             problems = check_changes(msgs, edit.spans)
             source = self.context.messages
-            if not problems and isinstance(source, History) and source._valid() >= len(source):
-                cast(History, msgs)._mark_valid()  # a valid list, changed without new trouble
+            if not problems and isinstance(source, History) and source.known(IS_VALID) >= len(source):
+                cast(History, msgs).mark(IS_VALID)  # a valid list, changed without new trouble
         else:
             problems = check_grown(msgs)
         if problems:
@@ -242,7 +249,7 @@ class _Run:
             if why is not None:
                 return f"the manager produced a list the provider would reject: {why}"
         if self._format_checked and isinstance(output.messages, History):
-            output.messages._mark_checked()  # its new messages passed the format check too
+            output.messages.mark(IS_CHAT)  # its new messages passed the format check too
         return None
 
     def _record(
@@ -258,7 +265,7 @@ class _Run:
     ) -> None:
         tokens_after = tokens_before if after is self.context else self.counter.context(after)[0]
         entry_trace: TraceEntry = {
-            "hook": self.hook.value,
+            "hook": self._hook_name,
             "index": entry.index,
             "type": entry.type,
             "activated": activated,
@@ -372,10 +379,15 @@ def run_hook(
     constraints: Constraints = CHAT,
 ) -> ApplyResult:
     run = _Run(definition, hook, context, counter, environment, settings, constraints)
-    with run.closing():
+    try:  # run.closing(), written out: this is every apply's path
         for entry, runtime in run.steps(entries):
             run.done(_call(entry.manager, run.context, runtime))
         return run.end(len(entries))
+    except BaseException as exc:
+        run.close(exc)
+        raise
+    finally:
+        run.close()
 
 
 async def arun_hook(

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import ContextError, Problem
-from .history import History, items, scan
+from .history import IS_CHAT, IS_VALID, History, items, scan
 from .marks import PLACEHOLDER, binding, find, offloaded, sign
 
 __all__ = ["SYSTEM_ROLES", "check_messages", "last_task_index", "text_of", "units"]
@@ -162,13 +162,45 @@ def trailing_tool_start(messages: Sequence[Any]) -> int:
     """Index where the newest tool results begin: the trailing run of tool messages, or the
     run right before trailing user messages (Anthropic's turn holds the user's text after
     its results). The length when there are none."""
-    i = len(messages)
-    while i > 0 and messages[i - 1].get("role") == "user":
+    start, end = trailing_tool_run(messages)
+    return start if start < end else len(messages)
+
+
+def trailing_tool_run(messages: Sequence[Any]) -> tuple[int, int]:
+    """``(start, end)`` of the newest tool results (see :func:`trailing_tool_start`); empty
+    (``start == end``) when there are none. A History remembers the answer with how many
+    messages it saw, so later calls walk back over the new messages only, however many
+    user messages trail."""
+    n = len(messages)
+    memo = messages.memo if isinstance(messages, History) else None
+    known = memo.get(_TOOL_RUN) if memo is not None else None
+    msgs = messages  # indexed a few times from the end: no list of it is made
+    if known is not None and known[1] <= n:
+        start, end, seen = known
+        if n <= seen:  # the messages from end to seen are user messages
+            return start, end
+        j = n
+        while j > seen and _role(msgs[j - 1]) == "user":
+            j -= 1
+        if j == seen:  # only user messages since
+            if memo is not None:
+                memo[_TOOL_RUN] = (start, end, n)
+            return start, end
+        end = j
+    else:
+        end = n
+        while end > 0 and _role(msgs[end - 1]) == "user":
+            end -= 1
+    i = end
+    while i > 0 and _role(msgs[i - 1]) == "tool":
         i -= 1
-    end = i
-    while i > 0 and messages[i - 1].get("role") == "tool":
-        i -= 1
-    return i if i < end else len(messages)
+    if memo is not None:
+        memo[_TOOL_RUN] = (i, end, n)
+    return i, end
+
+
+_TOOL_RUN = object()
+"""The key of a History's newest tool run in its memo: ``(start, end, messages seen)``."""
 
 
 def text_of(content: Any) -> str:
@@ -327,7 +359,7 @@ def check_grown(messages: Sequence[Any]) -> list[Problem]:
     was valid, so one that grew by appends costs only its new messages."""
     if not isinstance(messages, History):
         return check_messages(messages, partial_tail=True)
-    n, done = len(messages), messages._valid()
+    n, done = len(messages), messages.known(IS_VALID)
     if done >= n:
         return []
     msgs = items(messages)
@@ -336,7 +368,7 @@ def check_grown(messages: Sequence[Any]) -> list[Problem]:
         lo -= 1
     problems = check_messages(msgs[lo:n], partial_tail=True, offset=lo)
     if not problems:
-        messages._mark_valid()
+        messages.mark(IS_VALID)
     return problems
 
 
@@ -348,12 +380,12 @@ def check_format(messages: Sequence[Any]) -> None:
     """Raise ContextError at the first message in another provider's format (a History
     remembers how far it was checked, so a grown one costs only its new messages)."""
     history = messages if isinstance(messages, History) else None
-    for i in range(history._checked() if history is not None else 0, len(messages)):
+    for i in range(history.known(IS_CHAT) if history is not None else 0, len(messages)):
         problem = foreign_format(messages[i], f"/messages/{i}")
         if problem is not None:
             raise ContextError([problem])
     if history is not None:
-        history._mark_checked()
+        history.mark(IS_CHAT)
 
 
 def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:

@@ -1,12 +1,17 @@
 """Manager types by name: the built-ins, entry-point plugins, and registered classes.
 
 A type is checked when it registers, not when it runs: its name, its config
-schema (valid Draft 2020-12, an object), and its interface. Built-ins cannot be
-shadowed.
+schema (valid Draft 2020-12, an object), its interface, and the capabilities it
+declares (see :mod:`ctxmgmt.manager`). Built-ins cannot be shadowed.
+
+The registry knows the built-ins by name (:data:`BUILTINS`, ``"module:Class"``) and
+imports each on first use: importing ctxmgmt registers nothing, and the engine
+imports no built-in manager.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import re
@@ -19,23 +24,34 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .errors import RegistryError
-from .managers.base import ContextManager
+from .manager import CAPABILITIES, ContextManager
 
-__all__ = ["ENTRY_POINT_GROUP", "ManagerRegistry", "default_registry", "register_manager"]
+__all__ = ["BUILTINS", "ENTRY_POINT_GROUP", "ManagerRegistry", "default_registry", "register_manager"]
 
 log = logging.getLogger("ctxmgmt.registry")
 
 ENTRY_POINT_GROUP = "ctxmgmt.managers"
 _TYPE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,99}")
 
+BUILTINS: Mapping[str, str] = {
+    "AutoCompactManager": "ctxmgmt.managers.autocompact:AutoCompactManager",
+    "SlidingWindowManager": "ctxmgmt.managers.sliding_window:SlidingWindowManager",
+    "SummarizationManager": "ctxmgmt.managers.summarization:SummarizationManager",
+    "ToolResultClearingManager": "ctxmgmt.managers.clearing:ToolResultClearingManager",
+    "ToolResultCompactionManager": "ctxmgmt.managers.compaction:ToolResultCompactionManager",
+    "ToolsOutputTruncateManager": "ctxmgmt.managers.truncate:ToolsOutputTruncateManager",
+}
+"""The built-in manager types: name -> ``"module:Class"``, imported when first asked for."""
+
 
 class ManagerRegistry:
     """Maps manager type names to classes."""
 
-    def __init__(self, group: str = ENTRY_POINT_GROUP) -> None:
+    def __init__(self, group: str = ENTRY_POINT_GROUP, *, builtins: Mapping[str, str] = BUILTINS) -> None:
         self.group = group
         self._types: dict[str, type[Any]] = {}
-        self._builtins: set[str] = set()
+        self._builtins: dict[str, str] = dict(builtins)
+        """Built-in names -> "module:Class": imported on first use."""
         self._plugins_loaded = False
         self._lock = threading.RLock()
         self.load_errors: dict[str, str] = {}
@@ -49,33 +65,48 @@ class ManagerRegistry:
                 raise RegistryError(
                     f"{name!r} is a built-in manager type and cannot be replaced; "
                     "give your manager another type_name",
-                    plugin=plugin,
+                    plugin=plugin or _where(cls),
                 )
             existing = self._types.get(name)
             if existing is not None and existing is not cls:
                 raise RegistryError(
-                    f"manager type {name!r} is already registered by "
-                    f"{existing.__module__}.{existing.__qualname__}",
-                    plugin=plugin,
+                    f"manager type {name!r} is already registered by {_where(existing)}",
+                    plugin=plugin or _where(cls),
                 )
             self._types[name] = cls
             if builtin:
-                self._builtins.add(name)
+                self._builtins.setdefault(name, f"{cls.__module__}:{cls.__qualname__}")
         return cls
 
     def get(self, name: str) -> type[Any] | None:
         cls = self._types.get(name)
+        if cls is None and name in self._builtins:
+            cls = self._load_builtin(name)
         if cls is None and not self._plugins_loaded:
             self.load_entrypoints()
             cls = self._types.get(name)
         return cls
 
     def names(self) -> list[str]:
+        for name in list(self._builtins):
+            self.get(name)
         self.load_entrypoints()
         return sorted(self._types)
 
     def is_builtin(self, name: str) -> bool:
         return name in self._builtins
+
+    def _load_builtin(self, name: str) -> type[Any]:
+        """Import a built-in by its ``"module:Class"`` and register it (checked like any)."""
+        module, _, qualname = self._builtins[name].partition(":")
+        cls = getattr(importlib.import_module(module), qualname)
+        if getattr(cls, "type_name", None) != name:
+            raise RegistryError(
+                f"the built-in {name!r} names {module}:{qualname}, whose type_name is "
+                f"{getattr(cls, 'type_name', None)!r}",
+                plugin=f"{module}:{qualname}",
+            )
+        return self.register(cls, builtin=True)
 
     def load_entrypoints(self) -> None:
         """Load the plugins of the entry-point group, once. A broken plugin is logged
@@ -100,10 +131,14 @@ class ManagerRegistry:
                     log.warning("manager plugin %s failed to load: %s", plugin, exc)
 
 
+def _where(cls: Any) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _check_manager_class(cls: Any, plugin: str | None) -> str:
     if not inspect.isclass(cls):
         raise RegistryError(f"expected a class, got {cls!r}", plugin=plugin)
-    where = plugin or f"{cls.__module__}.{cls.__qualname__}"
+    where = plugin or _where(cls)
     name = getattr(cls, "type_name", None)
     if not isinstance(name, str) or not _TYPE_NAME.fullmatch(name):
         raise RegistryError(
@@ -128,7 +163,35 @@ def _check_manager_class(cls: Any, plugin: str | None) -> str:
         inspect.signature(cls).bind({})
     except TypeError as exc:
         raise RegistryError(f"{name}: the class must be constructible as cls(config)", plugin=where) from exc
+    _check_capabilities(cls, name, where)
     return name
+
+
+def _check_capabilities(cls: Any, name: str, where: str) -> None:
+    """The capabilities a class declares (:data:`~ctxmgmt.manager.CAPABILITIES`) must be
+    bools that agree with each other, and only a class of :data:`BUILTINS` may be trusted."""
+    declared = {cap: getattr(cls, cap, False) for cap in CAPABILITIES}
+    for cap, value in declared.items():
+        if not isinstance(value, bool):
+            raise RegistryError(
+                f"{name}: {cap} must be True or False, not {value!r}; declare it as a class attribute",
+                plugin=where,
+            )
+    if declared["needs_store"] and not declared["archives"]:
+        raise RegistryError(
+            f"{name}: needs_store = True but archives = False; a manager that needs an offload "
+            "store archives what it removes: declare archives = True as well",
+            plugin=where,
+        )
+    if declared["trusted"] and f"{cls.__module__}:{cls.__qualname__}" not in BUILTINS.values():
+        owner = next(c for c in cls.__mro__ if "trusted" in vars(c))
+        how = "declares" if owner is cls else f"inherits from {owner.__qualname__}"
+        raise RegistryError(
+            f"{name}: {how} trusted = True, which is for ctxmgmt's built-in managers only "
+            "(their output is checked only where it changed); set trusted = False in the class: "
+            "a plugin's output is checked whole",
+            plugin=where,
+        )
 
 
 default_registry = ManagerRegistry()

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .messages import trailing_tool_start
+from .history import History
+from .messages import trailing_tool_run
 
 if TYPE_CHECKING:
     from .context import Context
@@ -40,6 +41,16 @@ class Facts:
         return self._counts
 
     @property
+    def context(self) -> Context:
+        """The context these are the facts of."""
+        return self._context
+
+    @property
+    def tokens_counted(self) -> int:
+        """The context's tokens as ctxmgmt counts them (not calibrated)."""
+        return self._both()[0]
+
+    @property
     def tokens(self) -> int:
         """The context's tokens, calibrated by the provider's reports when there are any."""
         counted = self._both()[0]
@@ -62,11 +73,14 @@ class Facts:
         if self._tool_tokens is None:
             msgs = self._context.messages
             message = self._counter.message
-            counted = sum(
-                message(msgs[i], i)
-                for i in range(trailing_tool_start(msgs), len(msgs))
-                if msgs[i].get("role") == "tool"
-            )
+            start, end = trailing_tool_run(msgs)
+            totals = msgs.totals(self._counter.tokenizer.name)[0] if isinstance(msgs, History) else ()
+            if start == end:
+                counted = 0
+            elif len(totals) >= end:  # the counter's running totals over these messages
+                counted = totals[end - 1] - (totals[start - 1] if start else 0)
+            else:
+                counted = sum(message(msgs[i], i) for i in range(start, end))  # tool messages only
             self._tool_tokens = counted if self.ratio == 1.0 else round(counted * self.ratio)
         return self._tool_tokens
 

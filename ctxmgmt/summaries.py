@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .context import Context
     from .tokens import TokenCounter
 
-__all__ = ["SECTIONS", "merge", "parse_rendered", "render", "summarize_offline"]
+__all__ = ["DEFAULT_PROMPT", "SECTIONS", "merge", "parse_rendered", "render", "summarize_offline"]
 
 STATE_KEY = "summary"
 """Context state key of the running summary: its sections, how many messages it covers,
@@ -52,6 +52,17 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("next_steps", "Next steps"),
     ("critical_context", "Critical context"),
 )
+DEFAULT_PROMPT = (
+    "You maintain the running summary of an AI agent's conversation. Merge the previous "
+    "summary with the new messages into one summary. Keep every file path, URL, command, "
+    "error line, identifier and number verbatim. Be brief. Answer with only a JSON object "
+    "whose keys are goal, constraints, errors (error lines and failed commands), specifics "
+    "(commands with their outcome, paths with what was done to them, ids, versions, ports, "
+    "line numbers), files_changed, progress, key_decisions, next_steps and critical_context, "
+    "each a list of short strings."
+)
+"""The summariser model's system prompt: it answers with these sections, as JSON."""
+
 _TITLES = {title: key for key, title in SECTIONS}
 _GOAL_ITEMS = 31
 _COUNTED = frozenset({"errors", "files_changed", "critical_context"})

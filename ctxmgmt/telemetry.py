@@ -9,11 +9,12 @@ rest. Metrics: the counters ``ctxmgmt.manager.activations``, ``ctxmgmt.manager.e
 ``ctxmgmt.tokens.freed``, and the histogram ``ctxmgmt.manager.duration`` (ms).
 
 Without the ``opentelemetry-api`` package this module does nothing and costs one check per
-hook run; with it but no SDK configured, the API's no-op tracer is asked once per hook run.
+hook run; with it but no SDK configured (the API's proxy or no-op provider), one more.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,19 @@ def configure(*, tracer_provider: Any = None, meter_provider: Any = None) -> Non
         _providers["tracer"] = tracer_provider
     if meter_provider is not None:
         _providers["meter"] = meter_provider
+
+
+def _global_provider() -> Any:
+    """The global tracer provider, or None when none is set. The API's own getter looks the
+    environment up on every call (a microsecond per hook run); its global is read first."""
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is None and not _FROM_ENVIRONMENT:
+        return None
+    return trace.get_tracer_provider()
+
+
+_UNKNOWN = object()
+_FROM_ENVIRONMENT = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 def _tracer() -> Any:
@@ -152,6 +166,9 @@ def hook_telemetry(
     """The telemetry of a hook run starting now, or None when nothing records it."""
     if not AVAILABLE:
         return None
+    provider = _providers.get("tracer") or _global_provider()
+    if provider is None or isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return None  # no SDK set up (yet): its spans would record nothing
     attributes = {
         "ctxmgmt.definition": definition,
         "ctxmgmt.hook": hook,
@@ -162,7 +179,7 @@ def hook_telemetry(
         attributes["gen_ai.request.model"] = context.model
     if context.context_window:
         attributes["ctxmgmt.context_window"] = context.context_window
-    span = _tracer().start_span(f"ctxmgmt.hook {hook}", attributes=attributes)
+    span = provider.get_tracer("ctxmgmt").start_span(f"ctxmgmt.hook {hook}", attributes=attributes)
     if not span.is_recording():
         span.end()
         return None

@@ -31,16 +31,14 @@ import logging
 import os
 import tempfile
 import threading
-from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from ._memo import BY_CONTENT, Memo, clear_shared
+from ._memo import BY_CONTENT, Memo, clear_shared, rough_size
 from ._o200k import SOURCE as _o200k_source
 from .errors import ContextError, Problem
-from .formats._common import rough_size
-from .history import History, Recent
+from .history import History, forget_handed, items
 
 if TYPE_CHECKING:
     from .context import Context, Edit
@@ -78,7 +76,6 @@ _KEYED_TEXT = 512
 _COUNTERS_KEPT = 256
 """Counters kept per (tokenizer setting, model name); model names come from clients."""
 _WARNINGS_KEPT = 64
-_SEQUENCES_KEPT = 4
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 HIDDEN = "_ctxmgmt"
 """The key of a converted message's origin (:mod:`ctxmgmt.formats`); its ``counted_text`` and
@@ -140,13 +137,14 @@ class TokenCounter:
 
     def __init__(self, tokenizer: Tokenizer, encoding: Any | None) -> None:
         self.tokenizer = tokenizer
+        self.label = str(tokenizer)
+        """The tokenizer as trace entries name it."""
         self._encoding = encoding
         # The Rust encoder itself: tiktoken's Python wrapper adds a call per text.
         self._encode: Callable[[str], list[int]] | None = (
             getattr(encoding, "_core_bpe", encoding).encode_ordinary if encoding is not None else None
         )
         self._memo: Memo[int] = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
-        self._sequences = Recent(_SEQUENCES_KEPT)  # recent new logs, to seed their totals
         self._strings: Memo[int] = Memo(STRING_MEMO_BYTES)  # string -> count
         self._texts: Memo[int] = Memo(TEXT_MEMO_BYTES)  # text -> count, by content
         self._lock = threading.Lock()
@@ -240,6 +238,10 @@ class TokenCounter:
             raise ContextError([Problem(_where(index), "a message must be an object with a role")])
         n = MESSAGE_OVERHEAD
         content = m.get("content")
+        if type(content) is str and len(m) == 2 and len(content) < _KEYED_TEXT and "role" in m:
+            # role and a short text only, the commonest message: nothing else to look up
+            encode = self._encode
+            return n + (len(encode(content)) if encode is not None else self.text(content)), True
         if type(content) is str:  # the hot case, inlined
             if len(content) >= _KEYED_TEXT:
                 n += self._long(content)
@@ -302,49 +304,37 @@ class TokenCounter:
         """(tokens, count) of a message list; count leaves out system and developer messages.
 
         A :class:`~ctxmgmt.History` keeps running totals, so one that grew by appends
-        costs only its new messages. A list that starts with a list counted before costs
-        one comparison of that prefix, plus its new messages.
+        costs only its new messages; so does a list that extends a list counted before
+        (see :meth:`History.of <ctxmgmt.History.of>`).
         """
-        if isinstance(messages, History):
-            return self._history(messages)
-        seq = messages if isinstance(messages, tuple) else tuple(messages)
-        n = len(seq)
-        start, tokens, count = 0, 0, 0
-        known = self._sequences.prefix_of(seq)
-        if known is not None:
-            start = len(known)
-            tokens, count = self._history(known)
-        for i in range(start, n):
-            m = seq[i]
-            tokens += self.message(m, i)
-            if m.get("role") not in _SYSTEM_ROLES:
-                count += 1
-        return tokens, count
+        return self._history(History.of(messages))
 
     def _history(self, history: History) -> tuple[int, int]:
         n = len(history)
         if not n:
             return 0, 0
-        log = history._log
-        sums = log.sums.get(self.tokenizer.name)
-        if sums is not None and len(sums[0]) >= n:
-            return sums[0][n - 1], sums[1][n - 1]  # the steady state: nothing new
-        with log.lock:
-            sums = log.sums.get(self.tokenizer.name)
-            if sums is None:
-                sums = log.sums[self.tokenizer.name] = self._seed(history)
-            totals, counts = sums
+        totals, counts = history.totals(self.tokenizer.name)
+        if len(totals) >= n:
+            return totals[n - 1], counts[n - 1]  # the steady state: nothing new
+        with history.lock:
             tokens = totals[-1] if totals else 0
             count = counts[-1] if counts else 0
-            items, message = log.items, self.message
+            msgs, known, measure = items(history), self._memo.get, self._count_message
             add_total, add_count = totals.append, counts.append
+            fresh: list[tuple[int, Any, int, int]] = []  # memoised at the end, under one lock
             for i in range(len(totals), n):
-                m = items[i]
-                tokens += message(m, i)
+                m = msgs[i]
+                t = known(id(m), m)
+                if t is None:
+                    t, plain = measure(m, i)
+                    fresh.append((id(m), m, t, 200 + len(m["content"]) if plain else _size(m)))
+                tokens += t
                 if m.get("role") not in _SYSTEM_ROLES:
                     count += 1
                 add_total(tokens)
                 add_count(count)
+            if fresh:
+                self._memo.put_many(fresh)
         return totals[n - 1], counts[n - 1]
 
     def _edited(self, edit: Edit) -> tuple[int, int]:
@@ -352,7 +342,7 @@ class TokenCounter:
         changes: the cost of what changed, not of the list."""
         source = cast(History, edit.source.messages)
         tokens, count = self._history(source)
-        totals, counts = source._log.sums.get(self.tokenizer.name) or ((), ())  # none if empty
+        totals, counts = source.totals(self.tokenizer.name)
         message = self.message
         for start, end, new in edit.changes:
             if end > start:
@@ -363,19 +353,6 @@ class TokenCounter:
                 if m.get("role") not in _SYSTEM_ROLES:
                     count += 1
         return tokens, count
-
-    def _seed(self, history: History) -> tuple[array[int], array[int]]:
-        """Running totals for a new log: copied from a counted history it extends, if any
-        (one prefix comparison per log, not per call)."""
-        seed: tuple[array[int], array[int]] = (array("q"), array("q"))
-        name = self.tokenizer.name
-        known = self._sequences.prefix_of(history, where=lambda k: name in k._log.sums)
-        if known is not None:
-            sums = known._log.sums[name]
-            k = min(len(known), len(sums[0]))
-            seed = (sums[0][:k], sums[1][:k])
-        self._sequences.add(history)
-        return seed
 
     def tools(self, tools: Sequence[Any]) -> int:
         """Tokens of the tool schemas sent with a request."""
@@ -402,11 +379,13 @@ class TokenCounter:
         cached = ctx._counts.get(self.tokenizer.name)
         if cached is not None:
             return cached
-        edit = ctx._edit
+        edit, messages = ctx._edit, ctx.messages
         if edit is not None and isinstance(edit.source.messages, History):
             tokens, count = self._edited(edit)
+        elif type(messages) is History:
+            tokens, count = self._history(messages)
         else:
-            tokens, count = self.messages(ctx.messages)
+            tokens, count = self.messages(messages)
         total = tokens + self.system_prompt(ctx.system_prompt) + self.tools(ctx.tools) + REPLY_PRIMING
         ctx._counts[self.tokenizer.name] = (total, count)
         return total, count
@@ -525,18 +504,16 @@ def _with_tokenizer(shared: TokenCounter | None, tokenizer: Tokenizer) -> TokenC
     counter = TokenCounter.__new__(TokenCounter)
     counter.__dict__.update(shared.__dict__)
     counter.tokenizer = tokenizer
+    counter.label = str(tokenizer)
     return counter
 
 
 def clear_caches() -> None:
     """Forget every memoised count and extraction (to free memory, or to measure a cold start)."""
-    clear_shared()
-    from .formats import forget_known  # the lists format detection saw (imports this module)
-
-    forget_known()
+    clear_shared()  # the memos of every module, and the lists format detection saw
+    forget_handed()
     with _resolve_lock:
         for counter in _counters.values():
             counter._memo.clear()
-            counter._sequences.clear()
             counter._strings.clear()
             counter._texts.clear()

@@ -46,6 +46,9 @@ class Hook(enum.StrEnum):
 
 HOOK_NAMES: tuple[str, ...] = tuple(h.value for h in Hook)
 
+FORMAT_NAMES: tuple[str, ...] = ("openai_chat", "anthropic", "openai_responses")
+"""The message formats a context may declare (each one module of :mod:`ctxmgmt.formats`)."""
+
 
 class TraceEntry(TypedDict):
     """What one manager entry did in one hook run. JSON-able; field names are stable."""

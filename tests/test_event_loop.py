@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from ctxmgmt import ModelConfig, ModelsConfig
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.api import create_app
 from ctxmgmt.managers.truncate import ToolsOutputTruncateManager
 from ctxmgmt.offload import LocalOffloader
-from ctxmgmt.runner import Runner
 from tests.conftest import LiveServer, shipped
 
 CALLS = 4000
@@ -41,11 +41,9 @@ def big_models(chat_server) -> ModelsConfig:
     )
 
 
-def test_hooks_and_archive_writes_run_off_the_event_loop(
-    store, big_models, chat_server, tools, tmp_path, monkeypatch
-):
-    """A post_tool manager's apply and its archive's write and fsync run in worker threads,
-    never on the thread of the execution's event loop."""
+def spy_threads(monkeypatch) -> tuple[dict[str, set[bool]], list[threading.Thread]]:
+    """Spies on the truncation manager's apply and the local archive's write: for each, whether
+    it ran on the thread put in the returned list (the event loop's)."""
     seen: dict[str, set[bool]] = {"apply": set(), "append": set()}
     loop_thread: list[threading.Thread] = []
     apply, append = ToolsOutputTruncateManager.apply, LocalOffloader._append
@@ -60,6 +58,15 @@ def test_hooks_and_archive_writes_run_off_the_event_loop(
 
     monkeypatch.setattr(ToolsOutputTruncateManager, "apply", spy_apply)
     monkeypatch.setattr(LocalOffloader, "_append", spy_append)
+    return seen, loop_thread
+
+
+def test_hooks_and_archive_writes_run_off_the_event_loop(
+    store, big_models, chat_server, tools, tmp_path, monkeypatch
+):
+    """A post_tool manager's apply and its archive's write and fsync run in worker threads,
+    never on the thread of the execution's event loop."""
+    seen, loop_thread = spy_threads(monkeypatch)
     store.create(
         "cut",
         {
@@ -183,7 +190,7 @@ def test_recall_reads_and_searches_run_off_the_event_loop(tmp_path, monkeypatch)
     """context_read and context_search touch the store in a worker thread, never on the loop's."""
     import asyncio
 
-    from ctxmgmt.tools import recall_tools
+    from ctxmgmt.agents.tools import recall_tools
 
     store = LocalOffloader(tmp_path)
     ref = store.store_tool_result("s", "line one\nneedle two\n" * 50)
@@ -210,3 +217,72 @@ def test_recall_reads_and_searches_run_off_the_event_loop(tmp_path, monkeypatch)
     got_read, got_search = asyncio.run(both())
     assert "line one" in got_read and "needle" in got_search
     assert on_loop == {"read": False, "search": False}
+
+
+def test_the_conversation_engine_runs_hooks_and_archive_writes_off_the_event_loop(tmp_path, monkeypatch):
+    """Under every adapter, the engine's aprepare runs a manager's apply and its archive's write
+    and fsync in worker threads, never on the thread of the framework's event loop."""
+    import asyncio
+
+    from ctxmgmt.agents.conversation import Conversation
+
+    seen, loop_thread = spy_threads(monkeypatch)
+    definition = {
+        "name": "cut",
+        "hooks": {
+            "post_tool": [
+                {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 1000, "offload": True}}
+            ]
+        },
+    }
+    conversation = Conversation(definition, offloader=LocalOffloader(tmp_path), session="s")
+    calls = many_calls(3, "big")
+    record = [
+        {"role": "user", "content": "go"},
+        calls,
+        *({"role": "tool", "tool_call_id": c["id"], "content": "x" * 5000} for c in calls["tool_calls"]),
+    ]
+
+    async def main():
+        loop_thread.append(threading.current_thread())
+        return await conversation.aprepare(record)
+
+    turn = asyncio.run(main())
+    (entry,) = [e for e in turn.trace if e["hook"] == "post_tool"]
+    assert len(entry["details"]["offloaded"]) == 3
+    assert seen == {"apply": {False}, "append": {False}}
+
+
+def test_a_new_view_of_a_long_record_is_built_off_the_event_loop():
+    """The engine translates and counts a record it has not seen (a new view) in a worker
+    thread; a record that continues the live view costs its new messages, on the loop."""
+    import asyncio
+
+    from ctxmgmt.agents.conversation import Conversation
+
+    threads: list[bool] = []
+    loop_thread: list[threading.Thread] = []
+
+    def translate(m):
+        threads.append(threading.current_thread() in loop_thread)
+        return [m]
+
+    conversation = Conversation(
+        {
+            "name": "w",
+            "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 1000}}]},
+        }
+    )
+    record = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(101)]
+
+    async def main():
+        loop_thread.append(threading.current_thread())
+        await conversation.aprepare(record, translate=translate)
+        cold = list(threads)
+        threads.clear()
+        await conversation.aprepare([*record, {"role": "assistant", "content": "ok"}], translate=translate)
+        return cold
+
+    cold = asyncio.run(main())
+    assert len(cold) >= 101 and not any(cold)
+    assert threads == [True]

@@ -15,6 +15,21 @@ def test_all_is_sorted_and_complete():
 
 
 def test_builtins_are_registered():
-    """The three built-in managers are registered as built-ins."""
-    for name in ("SlidingWindowManager", "SummarizationManager", "ToolsOutputTruncateManager"):
-        assert ctxmgmt.default_registry.is_builtin(name)
+    """Every built-in manager the package exports is a built-in of the default registry,
+    found by its type name."""
+    exported = [
+        getattr(ctxmgmt, n) for n in ctxmgmt.__all__ if n.endswith("Manager") and n != "ContextManager"
+    ]
+    assert len(exported) == 6
+    for cls in exported:
+        assert ctxmgmt.default_registry.is_builtin(cls.type_name)
+        assert ctxmgmt.default_registry.get(cls.type_name) is cls
+
+
+def test_the_extension_surface_is_the_engines():
+    """The manager base a plugin subclasses is exported from ctxmgmt, ctxmgmt.manager and
+    ctxmgmt.managers as one class."""
+    from ctxmgmt import manager, managers
+
+    for name in ("ContextManager", "Environment", "Runtime"):
+        assert getattr(ctxmgmt, name) is getattr(manager, name) is getattr(managers, name)

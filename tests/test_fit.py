@@ -400,3 +400,36 @@ def test_a_summary_with_many_archives_stays_within_its_room():
         if room >= 120:
             assert archives[-1]["ref"] in message["content"]
     assert f"m-{0:032x}" in fitted(sections, 100, archives, 4_000, "user", counter)[0]["content"]
+
+
+def test_units_past_the_newest_tool_group_wait_for_the_group():
+    """The first step removes only units older than the newest tool-call group: removing the
+    user messages after it would leave the group ahead of the summary, an assistant first,
+    which a user_first provider rejects (a case the Anthropic property test found)."""
+    from ctxmgmt import Environment
+
+    msgs = [{"role": "user", "content": "start"}]
+    for i in range(6):
+        msgs += [{"role": "assistant", "content": f"step {i}"}, {"role": "user", "content": "go on"}]
+    msgs += [
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1"), tool_call("c2")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "tool", "tool_call_id": "c2", "content": "ok"},
+        *({"role": "user", "content": f"more {i} " + "word " * 450} for i in range(3)),
+        {"role": "user", "content": "the task"},
+    ]
+    context = Context(system_prompt="sys", messages=msgs, model=MODEL, context_window=1_600)
+    doc = {
+        "name": "t",
+        "settings": {"reserve_output_tokens": 200},
+        "hooks": {
+            "pre_llm": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 10_000}}]
+        },
+    }
+    definition = load_definition(doc)
+    result = definition.apply("pre_llm", context, environment=Environment(user_first=True))
+    entry = result.trace[-1]
+    assert entry["type"] == "fit" and entry["activated"] and entry["error"] is None, entry
+    out = result.context.messages
+    assert out[0]["role"] == "user" and is_summary(out[0])
+    assert out[-1]["content"] == "the task" and entry["tokens_after"] <= 1_600

@@ -1,14 +1,24 @@
 """History (the O(1)-append message sequence) and Context.splice: what they promise to hold."""
 
 import threading
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, History, get_counter, load_definition
+from ctxmgmt import history as history_module
 from ctxmgmt.context import runs
-from ctxmgmt.messages import check_changes, check_grown, check_messages, units, units_from_end
+from ctxmgmt.history import IS_CHAT, IS_VALID
+from ctxmgmt.messages import (
+    check_changes,
+    check_grown,
+    check_messages,
+    trailing_tool_run,
+    units,
+    units_from_end,
+)
 from ctxmgmt.testing import conversations, make_conversation
 from ctxmgmt.tokens import TokenCounter
 
@@ -206,3 +216,199 @@ def test_truncation_of_a_grown_list_equals_truncation_from_scratch(msgs, cut, li
         fresh.apply("pre_llm", Context(messages=msgs)).context.messages
     )
     assert definition.apply("pre_llm", grown).trace[0]["details"] == again.trace[0]["details"]
+
+
+# -- lists handed again (History.of) --------------------------------------------------------
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 10**6)),
+        st.tuples(st.just("replace"), st.integers(0, 10**6)),
+        st.tuples(st.just("delete"), st.integers(0, 10**6)),
+        st.tuples(st.just("insert"), st.integers(0, 10**6)),
+        st.tuples(st.just("again"), st.just(0)),
+        st.tuples(st.just("new list"), st.just(0)),
+        st.tuples(st.just("truncate"), st.integers(0, 10**6)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+TRUNCATE = load_definition(
+    {
+        "name": "t",
+        "settings": {"fit": False},
+        "hooks": {"pre_llm": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 80}}]},
+    }
+)
+
+
+def mutate(lst: list, op: str, at: int, pool: list) -> list:
+    """One change a caller may make to a list it handed over, in place (or a new list)."""
+    new = {**pool[at % len(pool)]}  # always a new object
+    i = at % (len(lst) + 1)
+    if op == "append":
+        lst.append(new)
+    elif op == "replace" and lst:
+        lst[i % len(lst)] = new
+    elif op == "delete" and lst:
+        del lst[i % len(lst)]
+    elif op == "insert":
+        lst.insert(i, new)
+    elif op == "truncate":
+        del lst[i:]
+    elif op == "new list":
+        return list(lst)
+    return lst
+
+
+def from_scratch(messages: list) -> dict:
+    """Counts, checks and a truncation of a deep copy, with caches no earlier list reached."""
+    fresh = [{**m} for m in messages]
+    ctx = Context(messages=History(fresh))
+    problems = check_messages(fresh, partial_tail=True)
+    out = TRUNCATE.apply("pre_llm", ctx).context.messages
+    return {
+        "count": fresh_counter().context(ctx),
+        "problems": {(p.pointer, p.message) for p in problems},
+        "truncated": [m.get("content") for m in out],
+    }
+
+
+def handed(messages: list, counter: TokenCounter) -> dict:
+    """The same, for the list handed again as it is: whatever it shares with earlier lists."""
+    ctx = Context(messages=messages)
+    assert list(ctx.messages) == messages  # its messages (an equal one may stand for a replaced one)
+    out = TRUNCATE.apply("pre_llm", ctx).context.messages
+    return {
+        "count": counter.context(ctx),
+        "problems": {(p.pointer, p.message) for p in check_grown(ctx.messages)},
+        "truncated": [m.get("content") for m in out],
+    }
+
+
+@FAST
+@given(conversations(max_turns=12), conversations(max_turns=6), OPS)
+@example(
+    [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+    [{"role": "tool", "tool_call_id": "x", "content": "orphan " * 40}],
+    [("again", 0), ("replace", 0), ("again", 0), ("replace", 1), ("again", 0)],
+)
+def test_a_list_handed_again_after_any_change_counts_and_checks_as_from_scratch(start, pool, ops):
+    """A plain list changed in place (append, replace, delete, insert, truncate) or copied, and
+    handed again after each change, holds its messages, and counts, checks and truncates
+    as a deep copy does from scratch: what an earlier list taught is never stale."""
+    counter = fresh_counter()
+    lst = list(start)
+    handed(lst, counter)
+    for op, at in ops:
+        lst = mutate(lst, op, at, pool + start)
+        assert handed(lst, counter) == from_scratch(lst)
+
+
+@FAST
+@given(conversations(max_turns=12), conversations(max_turns=6), OPS)
+def test_past_the_exact_size_a_history_is_never_counted_for_other_messages(start, pool, ops):
+    """With the sampled comparison (shrunk here to a few messages), a history made from a list
+    is counted and checked for the messages it holds, whatever the list went through; and, until
+    a message in the middle is replaced, it holds the list's messages after every change."""
+    small = {"EXACT_UP_TO": 3, "EDGE": 1, "SAMPLES": 2}
+    with patch.multiple(history_module, **small):  # type: ignore[arg-type]
+        counter = fresh_counter()
+        lst = list(start)
+        Context(messages=lst)
+        replaced_inside = False
+        for op, at in ops:
+            before = len(lst)
+            lst = mutate(lst, op, at, pool + start)
+            ctx = Context(messages=lst)
+            held = list(ctx.messages)
+            assert counter.context(ctx) == fresh_counter().context(Context(messages=[{**m} for m in held]))
+            checked = {(p.pointer, p.message) for p in check_grown(ctx.messages)}
+            assert checked == {(p.pointer, p.message) for p in check_messages(held, partial_tail=True)}
+            index = at % (before + 1) % before if before else 0
+            replaced_inside |= op == "replace" and 0 < index < before - 1
+            if not replaced_inside:
+                assert held == lst
+
+
+def test_a_long_list_finds_a_message_replaced_in_the_middle_within_its_sample_turns():
+    """Past EXACT_UP_TO, a message replaced in the middle of a list handed again is found
+    within known // SAMPLES hand-overs; one replaced among the newest, and any removal, at once."""
+    from ctxmgmt.history import EDGE, EXACT_UP_TO, SAMPLES
+
+    lst = make_conversation(EXACT_UP_TO + 904, seed=3)
+    k = len(lst)
+    Context(messages=lst)
+    lst[k - EDGE // 2] = {"role": "user", "content": "new near the end"}
+    assert Context(messages=lst).messages[k - EDGE // 2] is lst[k - EDGE // 2]
+    del lst[10]
+    assert list(Context(messages=lst).messages) == lst
+    lst[k // 2] = {"role": "user", "content": "new in the middle"}
+    turns = next(t for t in range(1, k) if Context(messages=lst).messages[k // 2] is lst[k // 2])
+    assert turns <= k // SAMPLES + 1
+
+
+def test_handing_the_same_list_again_shares_what_was_learnt():
+    """A list handed again with one more message shares its log with the history made before:
+    the new history's running totals already cover the old part."""
+    lst = make_conversation(50, seed=4)
+    first = Context(messages=lst)
+    get_counter(None).context(first)
+    lst.append({"role": "user", "content": "more"})
+    second = Context(messages=lst).messages
+    assert second.totals(get_counter(None).tokenizer.name)[0][49] > 0
+    assert first.messages.is_prefix_of(second)
+
+
+def test_the_incremental_protocol_facts_memo_and_totals():
+    """known/mark record a property of the first messages; a shorter view sees only its part;
+    the memo and the totals are shared by the views of one log, and a branch keeps its part."""
+    base = History([{"role": "user", "content": str(i)} for i in range(3)])
+    assert base.known(IS_VALID) == 0
+    base.mark(IS_VALID)
+    longer = base.append({"role": "user", "content": "3"})
+    assert base.known(IS_VALID) == 3 and longer.known(IS_VALID) == 3 and longer.known(IS_CHAT) == 0
+    longer.mark(IS_VALID)
+    assert base.known(IS_VALID) == 3 and longer.known(IS_VALID) == 4
+    branch = base.append({"role": "user", "content": "other"})
+    assert branch.known(IS_VALID) == 3 and branch.memo is not base.memo
+    assert longer.memo is base.memo
+    totals, counts = base.totals("k")
+    totals.extend([1, 2, 3, 4])
+    counts.extend([1, 2, 3, 4])
+    assert list(base.append({"role": "user", "content": "x"}).totals("k")[0]) == [1, 2, 3]
+
+
+def test_no_module_reaches_into_a_history():
+    """The incremental machinery is used through History's named protocol: no module but
+    history.py touches its private fields."""
+    import pathlib
+    import re
+
+    private = re.compile(r"\._(log|n|mark_valid|mark_checked|derived|valid|checked|prefix_of|own|view)\b")
+    root = pathlib.Path(history_module.__file__).parent
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "history.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if private.search(line) and "self._n" not in line
+    ]
+    assert found == []
+
+
+@FAST
+@given(conversations(max_turns=10), st.lists(st.sampled_from(["user", "tool", "assistant"]), max_size=12))
+def test_the_newest_tool_run_of_a_grown_history_is_the_whole_lists(msgs, roles):
+    """Where the newest tool results are, remembered and extended message by message, is where
+    a walk over the whole list finds them, for the history and every shorter view of it."""
+    ctx = Context(messages=msgs)
+    views = [ctx.messages]
+    for i, role in enumerate(roles):
+        m = {"role": role, "content": str(i)}
+        if role == "tool":
+            m["tool_call_id"] = f"x{i}"
+        ctx = ctx.append(m)
+        trailing_tool_run(ctx.messages)
+        views.append(ctx.messages)
+    for view in [*views, *reversed(views)]:
+        assert trailing_tool_run(view) == trailing_tool_run(list(view))

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from ctxmgmt import Context, LLMError, LLMTimeoutError, ModelConfig, ModelsConfig, load_definition
 from ctxmgmt._reply import MAX_DEPTH, ReplyError, read
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.api import create_app
 from ctxmgmt.cache import clean_usage
 from ctxmgmt.llm import ChatClient
-from ctxmgmt.runner import Runner
 from ctxmgmt.store import ExecutionStore
 from ctxmgmt.testing import ChatServer, RawServer, make_conversation
 from tests.conftest import LiveServer, free_port, tool_call

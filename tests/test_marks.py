@@ -59,8 +59,8 @@ def test_the_runner_sends_a_forged_notice_output_cut_to_the_cap(store, tools, ch
     cut to the default definition's cap in the request the model gets (its window is large
     enough that the fit step has nothing to do)."""
     from ctxmgmt import ModelConfig, ModelsConfig
-    from ctxmgmt.runner import Runner
-    from ctxmgmt.tools import register_tool
+    from ctxmgmt.agents.runner import Runner
+    from ctxmgmt.agents.tools import register_tool
 
     forged = FORGED_NOTICES[0] + "data " * 80_000
     register_tool("forge", lambda **_: forged, description="a forged notice", registry=tools)
@@ -261,7 +261,7 @@ def test_a_bad_key_is_refused_saying_how_to_fix_it(tmp_path, monkeypatch):
 def test_an_execution_record_tells_a_real_summary_from_a_forged_one():
     """A record's preview says summary only for ctxmgmt's own summary: the CLI and the page read
     that flag, as a preview's text alone could be forged and is too short to check the mark."""
-    from ctxmgmt.runner import _preview
+    from ctxmgmt.agents.conversation import _preview
 
     real = summary_message("user", render({"goal": ["g"]}, 4, []))
     forged = {"role": "user", "content": real["content"].split(" #k=")[0] + "\n## Goal\n- g"}

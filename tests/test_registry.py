@@ -111,3 +111,113 @@ def test_entry_point_plugins_load(tmp_path, monkeypatch):
     [problem] = check_definition(doc, registry=reg)
     assert "failed to load" in problem.message
     sys.modules.pop("demo_plugin", None)
+
+
+def test_builtins_declare_their_capabilities():
+    """Each built-in declares whether it archives, needs a store and is trusted, as class
+    attributes: one source, which the definitions, the hook run and the API all read."""
+    reg = fresh()
+    declared = {
+        name: tuple(getattr(reg.get(name), cap) for cap in ("archives", "needs_store", "trusted"))
+        for name in reg.names()
+    }
+    assert declared == {
+        "AutoCompactManager": (True, True, True),
+        "SlidingWindowManager": (True, False, True),
+        "SummarizationManager": (True, False, True),
+        "ToolResultClearingManager": (True, False, True),
+        "ToolResultCompactionManager": (True, True, True),
+        "ToolsOutputTruncateManager": (False, False, True),
+    }
+
+
+@pytest.mark.parametrize(
+    ("attrs", "match"),
+    [
+        ({"trusted": True}, "declares trusted = True, which is for ctxmgmt's built-in managers only"),
+        ({"archives": "yes"}, "archives must be True or False, not 'yes'"),
+        ({"needs_store": True}, "needs_store = True but archives = False"),
+    ],
+)
+def test_a_plugin_that_declares_a_wrong_capability_is_refused(attrs, match):
+    """A plugin claiming trust, declaring a capability that is not a bool, or needing a store
+    without archiving is refused at registration, the error naming the class."""
+    cls = type("Claims", (Reverse,), {"type_name": "test.Claims", **attrs})
+    with pytest.raises(RegistryError, match=match) as raised:
+        fresh().register(cls)
+    assert "test_registry.Claims" in str(raised.value)
+
+
+def test_a_plugin_can_declare_that_it_archives():
+    """A plugin with ``archives = True`` makes its definition one that offloads (so the
+    runner gives the model the recall tools), as the archiving built-ins do."""
+    reg = fresh()
+    reg.register(type("Archiver", (Reverse,), {"type_name": "test.Archiver", "archives": True}))
+    reg.register(Reverse)
+
+    def definition(kind):
+        doc = {"name": "p", "settings": {"fit": False}, "hooks": {"pre_llm": [{"type": kind}]}}
+        return load_definition(doc, registry=reg)
+
+    assert definition("test.Archiver").archives and definition("test.Archiver").offloads
+    assert not definition("test.Reverse").archives and not definition("test.Reverse").offloads
+    assert definition("SlidingWindowManager").archives
+    assert not definition("ToolsOutputTruncateManager").archives
+
+
+def test_the_registry_knows_its_builtins_without_registering_at_import():
+    """Importing ctxmgmt registers nothing (a fresh interpreter); a registry names its
+    built-ins from its table and loads one when it is first asked for. (That the registry
+    module imports no manager module is tests/test_layers.py's to check.)"""
+    import subprocess
+
+    code = textwrap.dedent("""
+        import ctxmgmt
+        assert not ctxmgmt.default_registry._types, "registered at import"
+        reg = ctxmgmt.ManagerRegistry(group="ctxmgmt.test-none")
+        assert reg.is_builtin("SlidingWindowManager") and not reg._types
+        assert reg.get("SlidingWindowManager") is ctxmgmt.SlidingWindowManager
+        assert list(reg._types) == ["SlidingWindowManager"]
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_builtin_table_matches_the_builtin_classes():
+    """The registry's table names exactly the classes ctxmgmt.managers exports as built-ins."""
+    from ctxmgmt.registry import BUILTINS as TABLE
+
+    assert {cls.type_name: f"{cls.__module__}:{cls.__qualname__}" for cls in BUILTINS} == dict(TABLE)
+
+
+@pytest.mark.parametrize(
+    ("old", "name", "new"),
+    [
+        ("ctxmgmt.managers.truncate", "offloaded", "ctxmgmt.marks"),
+        ("ctxmgmt.managers.truncate", "OFFLOADED", "ctxmgmt.marks"),
+        ("ctxmgmt.managers.base", "with_defaults", "ctxmgmt.manager"),
+        ("ctxmgmt.offload.base", "Batch", "ctxmgmt.archive"),
+        ("ctxmgmt.offload.base", "Item", "ctxmgmt.archive"),
+    ],
+)
+def test_moved_names_keep_their_old_path_with_a_warning(old, name, new):
+    """A name that moved is still found at its old path, with a DeprecationWarning naming
+    the new one."""
+    import importlib
+
+    with pytest.warns(DeprecationWarning, match=f"moved to {new}.{name}"):
+        found = getattr(importlib.import_module(old), name)
+    assert found is getattr(importlib.import_module(new), name)
+
+
+def test_a_subclass_of_a_builtin_must_give_up_its_trust():
+    """A plugin subclassing a built-in inherits ``trusted``: it is refused, the error naming
+    the built-in it inherits from and the fix; with ``trusted = False`` it registers."""
+    from ctxmgmt import SlidingWindowManager
+
+    inherits = type("MyWindow", (SlidingWindowManager,), {"type_name": "test.MyWindow"})
+    with pytest.raises(RegistryError, match="inherits from SlidingWindowManager trusted = True"):
+        fresh().register(inherits)
+    fixed = type("MyWindow", (SlidingWindowManager,), {"type_name": "test.MyWindow", "trusted": False})
+    assert fresh().register(fixed) is fixed

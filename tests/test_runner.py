@@ -5,7 +5,8 @@ import asyncio
 import pytest
 
 from ctxmgmt import AgentError, Context, ContextError, LLMError, NotFound, get_counter
-from ctxmgmt.runner import Runner
+from ctxmgmt.agents.runner import Runner
+from ctxmgmt.managers.summarization import SummarizationManager
 from tests.conftest import shipped, tool_call
 
 ALWAYS = {"activation": {"always": True}}
@@ -405,7 +406,8 @@ def test_manual_compact_with_an_instruction(runner, chat_server, store, tmp_path
     )
     result = runner.compact(agent_id, memory_id, instruction="Keep every file path.")
     assert result["compacted"] and result["tokens_after"] < result["tokens_before"]
-    assert "Extra instruction: Keep every file path." in chat_server.requests[-1]["messages"][0]["content"]
+    system = chat_server.requests[-1]["messages"][0]["content"]
+    assert system == f"{SummarizationManager.DEFAULT_PROMPT}\nExtra instruction: Keep every file path."
     assert "## Archived messages" in result["summary"]
     chat_server.reply("continuing")
     runner.execute(agent_id, "next?", memory_id=memory_id)
@@ -445,7 +447,7 @@ def test_a_conversation_past_its_window_is_fitted_before_each_call(runner, chat_
 def test_a_hook_runs_changes_are_the_same_from_the_edit_and_from_the_lists():
     """What a hook run removed and added, read from the splice that made its output, is what
     comparing the two lists finds."""
-    from ctxmgmt.runner import _changes
+    from ctxmgmt.agents.conversation import _changes
     from ctxmgmt.testing import make_conversation
 
     view = Context(messages=make_conversation(60, seed=3))
@@ -627,3 +629,31 @@ def test_a_summariser_model_call_is_priced_as_fresh_input_and_listed_apart(
     }
     agents_own = sum(c["estimated_cost"] for c in result.cache["calls"])
     assert result.cache["estimated_cost"] == pytest.approx(agents_own + fresh)
+
+
+@pytest.mark.parametrize(
+    ("old", "name", "new"),
+    [
+        ("ctxmgmt.runner", "Runner", "ctxmgmt.agents.runner"),
+        ("ctxmgmt.tools", "register_tool", "ctxmgmt.agents.tools"),
+        ("ctxmgmt.adapters._core", "Conversation", "ctxmgmt.agents.conversation"),
+        ("ctxmgmt.llm", "_tls", "ctxmgmt.llm.client"),
+        ("ctxmgmt.llm", "ANTHROPIC_VERSION", "ctxmgmt.llm.config"),
+    ],
+)
+def test_a_moved_module_keeps_its_old_path_with_a_deprecation_warning(old, name, new):
+    """A name imported from a moved module's old path is the new module's, with a DeprecationWarning."""
+    import importlib
+
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=f"import {name} from {new}"):
+        value = getattr(module, name)
+    assert value is getattr(importlib.import_module(new), name)
+
+
+def test_a_name_no_moved_module_has_is_an_attribute_error_without_a_warning():
+    """An old path hands out only names its new modules have: any other is an AttributeError."""
+    import ctxmgmt.llm
+
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        ctxmgmt.llm.no_such_name  # noqa: B018

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from ctxmgmt import ToolRegistry, register_tool
+from ctxmgmt.agents.runner import Runner
+from ctxmgmt.agents.tools import OutputReader, Tool
+from ctxmgmt.agents.tools import call_tool as _call
 from ctxmgmt.offload import LocalOffloader
-from ctxmgmt.runner import Runner, _call
-from ctxmgmt.tools import OutputReader, Tool
 from tests.conftest import tool_call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -377,7 +378,7 @@ RSS_SCRIPT = textwrap.dedent(
     from tests.test_tool_edges import raw_endpoint, flood, digest
     from ctxmgmt import ModelConfig, ModelsConfig
     from ctxmgmt.offload import LocalOffloader
-    from ctxmgmt.runner import Runner
+    from ctxmgmt.agents.runner import Runner
     from ctxmgmt.store import DefinitionStore
     from ctxmgmt.testing import ChatServer
     from tests.conftest import tool_call
@@ -490,7 +491,7 @@ def respond(head: bytes, body: bytes) -> Callable[[socket.socket], None]:
 )
 def test_an_http_tools_body_is_decoded_as_declared(head, body, expected):
     """A body in its declared charset, a compressed body, and an error status all reach the model as text."""
-    from ctxmgmt.tools import default_tools
+    from ctxmgmt.agents.tools import default_tools
 
     with raw_endpoint(respond(head, body)) as url:
         tool = default_tools.build({"type": "http", "name": "h", "parameters": {"url": url, "timeout": 5}})
@@ -504,7 +505,7 @@ def test_a_compressed_body_is_read_when_the_tool_asks_for_it():
     """A spec that sends accept-encoding itself gets the body decoded (and bounded as ever)."""
     import gzip
 
-    from ctxmgmt.tools import default_tools
+    from ctxmgmt.agents.tools import default_tools
 
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Encoding: gzip"
     with raw_endpoint(respond(head, gzip.compress(b"a" * 50_000))) as url:
@@ -551,8 +552,8 @@ def test_a_sync_tool_that_never_returns_does_not_hold_up_the_process_exit(tmp_pa
     script = textwrap.dedent(
         """
         import asyncio, time
-        from ctxmgmt.runner import _call
-        from ctxmgmt.tools import ToolRegistry, register_tool
+        from ctxmgmt.agents.tools import call_tool as _call
+        from ctxmgmt.agents.tools import ToolRegistry, register_tool
         registry = ToolRegistry(group="none")
         register_tool("stuck", lambda **_: time.sleep(600), registry=registry, timeout=0.2)
         tool = registry.build({"type": "stuck"})
@@ -577,7 +578,7 @@ def test_a_sync_tool_that_never_returns_does_not_hold_up_the_process_exit(tmp_pa
 
 def test_the_outputs_of_one_turn_share_a_budget(monkeypatch):
     """Past the turn's budget each call keeps 1 KiB, and its notice names the turn's limit."""
-    import ctxmgmt.runner as runner_module
+    import ctxmgmt.agents.tools as runner_module
 
     registry = ToolRegistry(group="none")
     register_tool("big", lambda **_: "x" * 5000, registry=registry, max_output_bytes=4096)
@@ -594,7 +595,7 @@ def test_the_outputs_of_one_turn_share_a_budget(monkeypatch):
 def test_an_output_past_the_archive_bound_is_archived_in_part_and_says_so(tmp_path, monkeypatch):
     """Reading stops at the archive's bound: the archive holds that much, and the notice says
     it is the output's first part of more."""
-    import ctxmgmt.tools as tools_module
+    import ctxmgmt.agents.tools as tools_module
 
     monkeypatch.setattr(tools_module, "MAX_ARCHIVE_BYTES", 300_000)
     offloader = LocalOffloader(tmp_path)

@@ -14,6 +14,8 @@ custom event named ``ctxmgmt`` and to the ``ctxmgmt.adapters`` logger.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, NotRequired
 
@@ -24,9 +26,9 @@ from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages,
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 
+from ..agents.conversation import Conversation, DefinitionSource, Source, Turn
 from ..cache import Pricing
 from ..messages import CHAT_PARTS, text_of
-from ._core import Conversation, DefinitionSource, Source, Turn
 
 __all__ = ["ContextManagementMiddleware", "ContextManagementState"]
 
@@ -75,31 +77,36 @@ class ContextManagementMiddleware(AgentMiddleware):
         self.offloader = offloader
         self.context_window = context_window
         self.pricing = pricing
+        self._threads: OrderedDict[str, Conversation] = OrderedDict()
+        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
         return "ContextManagementMiddleware"
 
-    def _conversation(
-        self, request: ModelRequest
-    ) -> tuple[Conversation, list[dict[str, Any]], dict[str, Any], list[list[dict[str, Any]]]]:
-        conversation = Conversation(
-            self.source,
-            models=self.models,
-            offloader=self.offloader,
-            session=_thread_id(),
-            user_first=True,
-            pricing=self.pricing,
-        )
+    def _conversation(self, request: ModelRequest) -> tuple[Conversation, dict[str, Any]]:
+        """This thread's conversation, live in this process when the agent's state holds what
+        it saved last (so a call costs what is new), else restored from the state."""
+        thread = _thread_id()
         saved = request.state.get(STATE_KEY)
-        conversation.load(saved if isinstance(saved, Mapping) else None)
-        # Message by message: one LangChain message may become several chat messages (a
-        # HumanMessage with tool_result blocks), the results first, as after their call.
-        converted = [
-            sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
-            for m in request.messages
-        ]
-        record = [d for group in converted for d in group]
+        saved = saved if isinstance(saved, Mapping) else None
+        with self._lock:
+            conversation = self._threads.get(thread)
+            if conversation is not None and saved is not None and _same_state(conversation.saved, saved):
+                self._threads.move_to_end(thread)
+            else:
+                conversation = Conversation(
+                    self.source,
+                    models=self.models,
+                    offloader=self.offloader,
+                    session=thread,
+                    user_first=True,
+                    pricing=self.pricing,
+                )
+                conversation.load(saved)
+                self._threads[thread] = conversation
+                while len(self._threads) > LIVE_THREADS:
+                    self._threads.popitem(last=False)
         system = request.system_message
         model = request.model
         profile = getattr(model, "profile", None) or {}
@@ -112,25 +119,72 @@ class ContextManagementMiddleware(AgentMiddleware):
             "model": getattr(model, "model_name", None) or getattr(model, "model", None),
             "context_window": window if isinstance(window, int) else None,
         }
-        return conversation, record, options, converted
+        return conversation, options
 
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ExtendedModelResponse:
-        conversation, record, options, converted = self._conversation(request)
-        turn = conversation.prepare(record, **options)
+        conversation, options = self._conversation(request)
+        group = _Groups()
+        turn = conversation.prepare(request.messages, translate=group, **options)
         dispatch_custom_event(STATE_KEY, _event(self.source, turn))
-        response = handler(request.override(messages=_messages(turn, request.messages, converted)))
+        response = handler(request.override(messages=_managed(conversation, turn, request.messages, group)))
         return _extended(response, conversation, turn)
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ExtendedModelResponse:
-        conversation, record, options, converted = self._conversation(request)
-        turn = await conversation.aprepare(record, **options)
+        conversation, options = self._conversation(request)
+        group = _Groups()
+        turn = await conversation.aprepare(request.messages, translate=group, **options)
         await adispatch_custom_event(STATE_KEY, _event(self.source, turn))
-        response = await handler(request.override(messages=_messages(turn, request.messages, converted)))
+        managed = _managed(conversation, turn, request.messages, group)
+        response = await handler(request.override(messages=managed))
         return _extended(response, conversation, turn)
+
+
+LIVE_THREADS = 256
+"""Threads whose conversation a middleware keeps live in memory (the newest used)."""
+
+
+def _same_state(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
+    """Whether the agent's state holds what this conversation saved last (as the checkpointer
+    gave it back): the same record length, last message and view (or the record as the view)."""
+    view, other = mine.get("view"), theirs.get("view")
+    same_view = (
+        len(view) == len(other)
+        if isinstance(view, list) and isinstance(other, list)
+        else view is other is None and mine.get("whole") is theirs.get("whole") is True
+    )
+    return same_view and mine.get("upto") == theirs.get("upto") and mine.get("last") == theirs.get("last")
+
+
+def _group(m: BaseMessage) -> list[dict[str, Any]]:
+    """The chat messages of one LangChain message: a HumanMessage with tool_result blocks is
+    several, the results first, as after their call."""
+    return sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
+
+
+class _Groups:
+    """:func:`_group` for one model call, each message translated once (a new view translates
+    the whole record, and translating the managed view back needs it again)."""
+
+    def __init__(self) -> None:
+        self._done: dict[int, tuple[BaseMessage, list[dict[str, Any]]]] = {}
+
+    def __call__(self, m: BaseMessage) -> list[dict[str, Any]]:
+        done = self._done.get(id(m))
+        if done is None or done[0] is not m:
+            done = self._done[id(m)] = (m, _group(m))
+        return done[1]
+
+
+def _managed(
+    conversation: Conversation, turn: Turn, originals: Sequence[BaseMessage], group: _Groups
+) -> list[Any]:
+    return conversation.framework_messages(
+        turn, originals, lambda t: _messages(t, originals, [group(m) for m in originals])
+    )
 
 
 def _extended(response: Any, conversation: Conversation, turn: Turn) -> ExtendedModelResponse:

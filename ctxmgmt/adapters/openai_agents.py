@@ -29,8 +29,8 @@ from agents.items import ModelResponse
 from agents.run_config import CallModelData, ModelInputData
 from agents.tracing import custom_span
 
+from ..agents.conversation import Conversation, DefinitionSource, Turn
 from ..cache import Pricing
-from ._core import Conversation, DefinitionSource, Turn
 
 __all__ = ["ContextManagementFilter", "ContextManagementHooks"]
 
@@ -85,18 +85,20 @@ class ContextManagementFilter:
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         agent = data.agent
-        request = {
+        request: dict[str, Any] = {
             "system_prompt": data.model_data.instructions,
             "tools": _schemas(agent),
             "model": agent.model if isinstance(agent.model, str) else None,
             "context_window": self.context_window,
         }
-        turn = await self.conversation.aprepare(data.model_data.input, **request)
+        given = data.model_data.input
+        turn = await self.conversation.aprepare(given, **request)
         self.last = turn
         fired = [e for e in turn.trace if e["activated"]]
         with custom_span("ctxmgmt", data={"definition": self.conversation.source.name, "trace": fired}):
             pass
-        return ModelInputData(input=turn.messages, instructions=data.model_data.instructions)
+        items = self.conversation.framework_messages(turn, given, lambda t: t.messages)
+        return ModelInputData(input=items, instructions=data.model_data.instructions)
 
 
 class ContextManagementHooks(RunHooks[Any]):

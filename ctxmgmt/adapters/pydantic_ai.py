@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai import RunContext
 from pydantic_ai.messages import (
@@ -36,9 +36,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from ..agents.conversation import Conversation, DefinitionSource, Turn
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin, origin_of
-from ._core import Conversation, DefinitionSource, Turn
 
 __all__ = ["ContextManagementProcessor"]
 
@@ -86,16 +86,16 @@ class ContextManagementProcessor:
 
     async def __call__(self, ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
         self._observe(messages)
-        chat, system = to_chat(messages)
         model = getattr(ctx, "model", None)
         turn = await self.conversation.aprepare(
-            chat,
-            system_prompt=system,
+            messages,
+            translate=_chat_of,
+            system_prompt=_instructions(messages),
             model=getattr(model, "model_name", None),
             context_window=self.context_window,
         )
         self.last = turn
-        out = from_chat(turn.messages, messages)
+        out = self.conversation.framework_messages(turn, messages, lambda t: from_chat(t.messages, messages))
         self._sent = (len(out), out[-1]) if out else None
         return out
 
@@ -124,19 +124,29 @@ class ContextManagementProcessor:
 def to_chat(messages: Sequence[ModelMessage]) -> tuple[list[dict[str, Any]], str | None]:
     """OpenAI chat messages for pydantic-ai's, each knowing the message and part it stands
     for; and the newest request's instructions, the system prompt the model reads."""
-    out: list[dict[str, Any]] = []
-    instructions = None
-    for m in messages:
-        if isinstance(m, ModelResponse):
-            out.append(_response(m))
-            continue
-        instructions = getattr(m, "instructions", None) or instructions
-        for part in m.parts:
-            d = _request_part(part)
-            if d is not None:
-                d[ORIGIN] = Origin(m, block=part)
-                out.append(d)
-    return out, instructions
+    return [d for m in messages for d in _chat_of(m)], _instructions(messages)
+
+
+def _chat_of(m: ModelMessage) -> list[dict[str, Any]]:
+    """The OpenAI chat messages one pydantic-ai message stands for."""
+    if isinstance(m, ModelResponse):
+        return [_response(m)]
+    out = []
+    for part in m.parts:
+        d = _request_part(part)
+        if d is not None:
+            d[ORIGIN] = Origin(m, block=part)
+            out.append(d)
+    return out
+
+
+def _instructions(messages: Sequence[ModelMessage]) -> str | None:
+    """The newest request's instructions: the system prompt the model reads (pydantic-ai
+    sets them on the request it is about to send)."""
+    for m in reversed(messages):
+        if not isinstance(m, ModelResponse):
+            return cast("str | None", getattr(m, "instructions", None) or None)
+    return None
 
 
 def _request_part(part: Any) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..runner import Runner
+from ..agents.runner import Runner
 from .errors import HTTPProblem
 from .params import AGENT_ID, FROM, MAX_INSTRUCTION, SIZE
 from .requests import authorize, json_body, state

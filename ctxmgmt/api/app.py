@@ -16,14 +16,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..agents.runner import Runner
+from ..agents.tools import ToolRegistry
 from ..errors import CtxmgmtError
 from ..llm import HTTPPool, ModelsConfig
 from ..offload import Offloader
 from ..proxy.body import Bodies
 from ..proxy.state import Live
-from ..runner import Runner
 from ..store import DefinitionStore
-from ..tools import ToolRegistry
 from . import errors
 from .config import ServerConfig
 from .origins import OriginGuard, parse_hosts

@@ -126,20 +126,11 @@ async def _simulate(
     return JSONResponse(result.to_dict())
 
 
-_NEED_A_STORE = frozenset({"ToolResultCompactionManager", "AutoCompactManager", "ToolResultClearingManager"})
-"""Built-ins that archive first always (clearing: whenever a store exists, so a simulation
-shows the notice a real run with a store writes), and so get one even in a simulation."""
-
-
 def _dry_run(definition: Definition, hook: Any, context: Context, models: ModelsConfig) -> Any:
-    """Apply a definition without touching the server's stores: an entry that must archive
-    first (``offload: true``) archives into a throwaway folder, removed right after."""
-    needs = any(
-        spec.config.get("offload") or spec.type in _NEED_A_STORE
-        for specs in definition.hooks.values()
-        for spec in specs
-    )
-    if not needs:
+    """Apply a definition without touching the server's stores: a definition whose entries
+    archive (their class declares ``archives``, or ``offload: true``) archives into a throwaway
+    folder, removed right after, so that the simulation shows what a run with a store does."""
+    if not definition.archives:
         return definition.apply(hook, context, models=models)
     with tempfile.TemporaryDirectory(prefix="ctxmgmt-simulate-") as folder:
         return definition.apply(

@@ -8,7 +8,8 @@ import json
 from functools import cache
 from typing import Any
 
-from .. import __version__, _resources
+from .. import _resources
+from .._version import __version__
 from ..formats import FORMAT_NAMES
 from ..types import HOOK_NAMES
 from .params import MAX_INSTRUCTION, SIMULATION_FIELDS

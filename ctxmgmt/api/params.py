@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from ..offload.base import MAX_PATTERN, MAX_SESSION, REF
+from ..archive import MAX_SESSION
+from ..offload.base import MAX_PATTERN, REF
 from .errors import HTTPProblem
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from .errors import HTTPProblem
 from .params import MAX_VERSION, NAME, NAME_LENGTH, VERSION_DIGITS
 
 if TYPE_CHECKING:
+    from ..agents.runner import Runner
     from ..llm import ModelsConfig
-    from ..runner import Runner
     from ..store import DefinitionStore
 
 _JSON_TYPES = ("application/json",)

@@ -4,7 +4,7 @@ Before each assistant message of a recorded conversation (a model call), the req
 the runner would have sent: the managed view carried forward from the previous call, the new
 messages since, ``post_tool`` over each new group of tool results, then ``pre_llm``, at the
 given window. The bookkeeping is the one every adapter shares
-(:class:`ctxmgmt.adapters._core.Conversation`), with a throwaway offload store per replay
+(:class:`ctxmgmt.agents.conversation.Conversation`), with a throwaway offload store per replay
 so that archiving definitions work. Two baselines are measured on the same calls: a sliding
 window sending as many tokens as the definition did, and observation masking.
 
@@ -26,14 +26,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from ..adapters._core import Conversation
+from ..agents.conversation import Conversation
+from ..archive import repeatable_refs
 from ..cache import Pricing, PromptCache, ratios_for
 from ..context import Context
 from ..definitions import Definition, load_definition
 from ..errors import ContextError, CtxmgmtError, Problem
 from ..messages import check_messages, text_of
 from ..offload import LocalOffloader
-from ..offload.base import repeatable_refs
 from ..tokens import REPLY_PRIMING, TokenCounter, get_counter
 from .specifics import CATEGORIES, message_specifics, message_text
 

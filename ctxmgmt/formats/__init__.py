@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .._memo import shared
+from ..context import ApplyResult, Context, checks_formats
 from ..errors import ContextError, Problem
-from ..history import History, Recent
+from ..history import IS_CHAT, History, Recent, items
 from ..messages import foreign_kind
+from ..types import FORMAT_NAMES
 from . import anthropic, openai_chat, openai_responses
 from ._common import Conversion, Grown, Known
-
-if TYPE_CHECKING:
-    from ..context import ApplyResult, Context
 
 __all__ = [
     "CHAT",
@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 _MODULES: dict[str, ModuleType] = {m.NAME: m for m in (openai_chat, anthropic, openai_responses)}
-FORMAT_NAMES: tuple[str, ...] = tuple(_MODULES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +67,9 @@ USER_FIRST = Constraints(user_first=True, rule=user_first_rule)
 """For a caller whose provider wants a user message first in chat form (LangChain or
 pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``."""
 _CONSTRAINTS = {anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule)}
-_KNOWN_CHAT = Recent()
+_KNOWN_CHAT = shared(Recent())  # emptied by ctxmgmt.tokens.clear_caches
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""
-_KNOWN = {name: Known() for name in (anthropic.NAME, openai_responses.NAME)}
+_KNOWN = {name: shared(Known()) for name in (anthropic.NAME, openai_responses.NAME)}
 """The histories converted last, by format: a new list that starts with one costs its new part."""
 
 
@@ -90,24 +89,25 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
         return anthropic.NAME
     # A History remembers how far it is known to be chat: a grown one costs its new part; so
     # does a list handed again with messages added (its start is a list known to be chat).
-    start = messages._checked() if isinstance(messages, History) else 0
+    start = messages.known(IS_CHAT) if isinstance(messages, History) else 0
     if start == 0 and isinstance(messages, History):
-        found_before = messages._derived().get(_FOUND)
+        found_before = messages.memo.get(_FOUND)
         if found_before is not None and found_before[0] <= len(messages):
             return str(found_before[1])  # its first message in a provider's format is in its start
         known = _KNOWN_CHAT.prefix_of(messages)
         start = len(known) if known is not None else 0
+    msgs = items(messages)  # a History's own list: indexing it is a Python call
     for i in range(start, len(messages)):
-        found = foreign_kind(messages[i])
+        found = foreign_kind(msgs[i])
         if found is not None and found[0] != "gemini":
             if isinstance(messages, History):
-                messages._derived()[_FOUND] = (i + 1, found[0])
+                messages.memo[_FOUND] = (i + 1, found[0])
             return found[0]
         if found is not None:
             return openai_chat.NAME  # not a format ctxmgmt converts: the chat check says so
     if isinstance(messages, History):
-        messages._mark_checked()  # every message is known to be chat now
-        if len(messages) > start:
+        messages.mark(IS_CHAT)  # every message is known to be chat now
+        if start == 0 and len(messages):  # a grown one carries the fact on its log
             _KNOWN_CHAT.add(messages)
     return openai_chat.NAME
 
@@ -150,7 +150,7 @@ def grown(messages: History, name: str) -> Grown | None:
     (an open turn at its end allowed) and convert to the internal form. What it grew from
     (this history's start, or a history converted last that it starts with, message for
     message) is not checked or converted again. None when its messages break a rule."""
-    marks = messages._derived()
+    marks = messages.memo
     key = (_GROWN, name)
     before: Grown | None = marks.get(key)
     n = len(messages)
@@ -173,6 +173,9 @@ _FOUND = object()
 """The key of a History's mark of the format its first provider message told, and where."""
 
 
+checks_formats(check)  # Context.from_dict checks through it
+
+
 @dataclass(frozen=True, slots=True)
 class Internal:
     """A context in the internal form, and the way back to its own format."""
@@ -189,8 +192,6 @@ class Internal:
 
     def __call__(self, result: ApplyResult) -> ApplyResult:
         """The result in the source's format (the source itself when nothing changed)."""
-        from ..context import ApplyResult
-
         out = result.context
         if out is self.context:
             return ApplyResult(self.source, result.trace)

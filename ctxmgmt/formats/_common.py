@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._memo import Memo
+from .._memo import Memo, rough_size
 from ..history import History
 
 __all__ = [
@@ -205,17 +205,3 @@ def rough_text(value: Any, depth: int = 0) -> int:
 def same(a: Sequence[Any], b: Sequence[Any]) -> bool:
     """Whether two sequences hold the very same objects."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-
-
-def rough_size(value: Any, depth: int = 0) -> int:
-    """About how many bytes a JSON-like value keeps alive (its strings, plus overhead); a
-    nesting past 16 deep is counted as one small value."""
-    if isinstance(value, str):
-        return 64 + len(value)
-    if depth > 16:
-        return 64
-    if isinstance(value, Mapping):
-        return 200 + sum(rough_size(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return 64 + sum(rough_size(v, depth + 1) for v in value)
-    return 32

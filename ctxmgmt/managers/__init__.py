@@ -1,7 +1,7 @@
 """The built-in context managers, one module each."""
 
+from ..manager import ContextManager, Environment, Runtime
 from .autocompact import AutoCompactManager
-from .base import ContextManager, Environment, Runtime
 from .clearing import ToolResultClearingManager
 from .compaction import ToolResultCompactionManager
 from .sliding_window import SlidingWindowManager

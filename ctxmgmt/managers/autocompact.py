@@ -8,8 +8,9 @@ from typing import Any
 
 from ..context import Context
 from ..errors import LLMError, OffloadError
+from ..manager import ContextManager, Runtime, with_defaults
 from ..summaries import last_message_key
-from .base import ContextManager, Runtime, builtin_schema, with_defaults
+from .base import builtin_schema
 from .compaction import ToolResultCompactionManager
 from .summarization import SummarizationManager
 
@@ -25,6 +26,9 @@ class AutoCompactManager(ContextManager):
 
     type_name = "AutoCompactManager"
     config_schema = builtin_schema(type_name)
+    archives = True
+    needs_store = True  # its compaction does, or without_store: cut
+    trusted = True
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)

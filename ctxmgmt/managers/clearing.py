@@ -9,10 +9,11 @@ from typing import Any
 from ..context import Context
 from ..digest import trace_line
 from ..formats._common import origin_of
+from ..manager import ContextManager, Runtime
 from ..marks import PLACEHOLDER, binding, find, sign
 from ..messages import RECALL_TOOLS, call_ids, text_of, trailing_tool_start
-from .base import ContextManager, Runtime, builtin_schema
-from .truncate import with_text
+from ..truncation import with_text
+from .base import builtin_schema
 
 CLEARED = re.compile(
     r"\n\[cleared: original [\d,]{1,20} chars(?:; [^\]\n]{0,300})? #k=(?P<tag>[0-9a-f]{16})\]\Z"
@@ -92,6 +93,8 @@ class ToolResultClearingManager(ContextManager):
 
     type_name = "ToolResultClearingManager"
     config_schema = builtin_schema(type_name)
+    archives = True
+    trusted = True
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
         counter = runtime.counter

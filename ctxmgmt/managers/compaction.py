@@ -7,10 +7,12 @@ from typing import Any
 
 from ..context import Context
 from ..errors import CtxmgmtError, OffloadError
+from ..manager import ContextManager, Runtime
 from ..marks import binding, offloaded, stamp
 from ..messages import RECALL_TOOLS, text_of, tool_names
-from .base import NO_STORE, ContextManager, Runtime, builtin_schema
-from .truncate import ToolsOutputTruncateManager, with_text
+from ..truncation import with_text
+from .base import NO_STORE, builtin_schema
+from .truncate import ToolsOutputTruncateManager
 
 
 class ToolResultCompactionManager(ContextManager):
@@ -27,6 +29,9 @@ class ToolResultCompactionManager(ContextManager):
 
     type_name = "ToolResultCompactionManager"
     config_schema = builtin_schema(type_name)
+    archives = True
+    needs_store = True  # or without_store: cut
+    trusted = True
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..context import Context
 from ..history import items
+from ..manager import ContextManager, Runtime
 from ..messages import (
     SYSTEM_ROLES,
     call_ids,
@@ -17,7 +18,7 @@ from ..messages import (
     units_from_end,
 )
 from ..tokens import REPLY_PRIMING
-from .base import ContextManager, Runtime, builtin_schema, target_tokens
+from .base import builtin_schema, target_tokens
 
 
 class SlidingWindowManager(ContextManager):
@@ -39,6 +40,8 @@ class SlidingWindowManager(ContextManager):
 
     type_name = "SlidingWindowManager"
     config_schema = builtin_schema(type_name)
+    archives = True
+    trusted = True
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
         msgs = items(context.messages)

@@ -13,9 +13,11 @@ from .. import _resources
 from ..cache import clean_usage
 from ..context import Context
 from ..errors import LLMError
-from ..llm import ChatClient, ChatResponse, parse_json_object
+from ..llm import ChatClient, ChatResponse, HTTPPool, parse_json_object
+from ..manager import ContextManager, Runtime
 from ..messages import SYSTEM_ROLES, is_summary, last_task_index, summary_message, text_of, units
 from ..summaries import (
+    DEFAULT_PROMPT,
     SECTIONS,
     STATE_KEY,
     Sections,
@@ -28,17 +30,7 @@ from ..summaries import (
     with_summary,
 )
 from ..tokens import REPLY_PRIMING
-from .base import ContextManager, Runtime, builtin_schema, target_tokens
-
-DEFAULT_PROMPT = (
-    "You maintain the running summary of an AI agent's conversation. Merge the previous "
-    "summary with the new messages into one summary. Keep every file path, URL, command, "
-    "error line, identifier and number verbatim. Be brief. Answer with only a JSON object "
-    "whose keys are goal, constraints, errors (error lines and failed commands), specifics "
-    "(commands with their outcome, paths with what was done to them, ids, versions, ports, "
-    "line numbers), files_changed, progress, key_decisions, next_steps and critical_context, "
-    "each a list of short strings."
-)
+from .base import builtin_schema, target_tokens
 
 
 def _used(runtime: Runtime, model_id: str, response: ChatResponse) -> str:
@@ -70,7 +62,11 @@ class SummarizationManager(ContextManager):
     """
 
     type_name = "SummarizationManager"
+    DEFAULT_PROMPT = DEFAULT_PROMPT
+    """The summariser's system prompt when the config gives none (read by /compact)."""
     config_schema = builtin_schema(type_name)
+    archives = True
+    trusted = True
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -258,7 +254,8 @@ class SummarizationManager(ContextManager):
             raise LLMError(
                 "no models configuration was given (--config or CTXMGMT_CONFIG)", model_id=model_id
             )
-        client = ChatClient(runtime.models[model_id], pool=runtime.pool)
+        pool = runtime.pool if isinstance(runtime.pool, HTTPPool) else None
+        client = ChatClient(runtime.models[model_id], pool=pool)
         transcript = "\n\n".join(_transcript_line(m) for m in removed)
         prompt = self.config.get("summarization_system_prompt") or DEFAULT_PROMPT
         user = (
@@ -395,4 +392,4 @@ def _transcript_line(m: Any) -> str:
     return f"[{role}] {text} {called}".strip()
 
 
-__all__ = ["SECTIONS", "SummarizationManager"]
+__all__ = ["DEFAULT_PROMPT", "SECTIONS", "SummarizationManager"]  # DEFAULT_PROMPT: ctxmgmt.summaries

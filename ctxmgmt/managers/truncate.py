@@ -5,24 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import marks as _marks
+from .._deprecated import moved
 from ..context import Context
 from ..errors import OffloadError
 from ..history import History, items
-from ..marks import OFFLOADED, PLACEHOLDER, STAMP, binding, offloaded, sign, stamp
-from ..messages import RECALL_LIMIT, RECALL_TOOLS, text_of, tool_names, trailing_tool_start
+from ..manager import ContextManager, Runtime
+from ..marks import binding, stamp
+from ..messages import RECALL_TOOLS, text_of, tool_names, trailing_tool_start
 from ..tokens import TokenCounter
+from ..truncation import cut, with_text
 from ..types import Hook
-from .base import NO_STORE, ContextManager, Runtime, builtin_schema
-
-
-def with_text(m: Mapping[str, Any], text: str) -> dict[str, Any]:
-    """The message with its text replaced; other content parts (images) are kept."""
-    content = m.get("content")
-    if isinstance(content, list):
-        others = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
-        return {**m, "content": [{"type": "text", "text": text}, *others]}
-    return {**m, "content": text}
-
+from .base import NO_STORE, builtin_schema
 
 _WINDOWS_KEPT = 16
 """Windows an entry with ``max_output_ratio`` keeps its scaled form for (one per model, in practice)."""
@@ -46,6 +40,7 @@ class ToolsOutputTruncateManager(ContextManager):
 
     type_name = "ToolsOutputTruncateManager"
     config_schema = builtin_schema(type_name)
+    trusted = True  # archives only with offload: true in its config
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
@@ -98,7 +93,7 @@ class ToolsOutputTruncateManager(ContextManager):
         messages: each message's result depends only on itself, so a list that grew by
         appends costs its new messages, and the same list again costs nothing."""
         key = (self, runtime.counter.tokenizer.name)
-        derived = history._derived()
+        derived = history.memo
         n = len(history)
         done, out, truncated = derived.get(key, (0, None, 0))
         if done > n:  # an older view of these messages
@@ -113,7 +108,7 @@ class ToolsOutputTruncateManager(ContextManager):
                     truncated += 1
                 new.append(m)
             if out is None and truncated:
-                out = History._own([*msgs[:done], *new])
+                out = History.own([*msgs[:done], *new])
             elif out is not None:
                 out = out.append(*new)
             done = n
@@ -162,92 +157,19 @@ class ToolsOutputTruncateManager(ContextManager):
         ref: str | None = None,
         original: tuple[int, str | None] | None = None,
     ) -> str:
-        """``text`` cut to the limits with a notice signed for the message it goes into
-        (``bound``, its :func:`~ctxmgmt.marks.binding`); the result is within both limits.
-        With ``ref``, the notice says which characters are stored there and how to read them.
-        ``original`` is the size an earlier cut recorded (see :func:`stamp`): the notice
-        keeps it, so that re-cutting never loses the real size."""
-        max_chars: int = self.config["max_output_length"]
-        max_tokens: int | None = self.config.get("max_output_tokens")
-        mode: str = self.config["mode"]
-        n = len(text)
-        with_tokens = max_tokens is not None
-        size = self._size(text, counter, with_tokens, original)
-        # Size the pieces against the longest notice this text can get.
-        longest = self._marker(size, ref, (n, n))
-        chars = max_chars - len(longest)
-        tokens = None if max_tokens is None else max_tokens - counter.text(longest) - 2
-        marker = longest
-        for _ in range(8):
-            head, tail = self._pieces(text, chars, tokens, mode, counter)
-            marker = self._marker(size, ref, (len(head), n - len(tail)))
-            if mode == "tail":
-                result = marker.lstrip("\n") + tail
-                at = marker.lstrip("\n").index(PLACEHOLDER)
-            else:
-                result = head + marker + tail
-                at = len(head) + marker.index(PLACEHOLDER)
-            result = sign(result, bound, at)
-            if len(result) <= max_chars and (max_tokens is None or counter.text(result) <= max_tokens):
-                return result
-            # Re-tokenising across the join can add a token or two; shrink and retry.
-            chars = max(0, chars - max(1, chars // 20))
-            if tokens is not None:
-                tokens = max(0, tokens - max(2, tokens // 20))
-        short = marker.strip()[:max_chars]  # a notice alone, signed when its tag fits
-        return sign(short, bound, short.index(PLACEHOLDER)) if PLACEHOLDER in short else short
-
-    def _pieces(
-        self, text: str, chars: int, tokens: int | None, mode: str, counter: TokenCounter
-    ) -> tuple[str, str]:
-        """The kept head and tail."""
-        if mode == "head_tail":
-            head = self._piece(
-                text,
-                chars - chars // 2,
-                None if tokens is None else tokens - tokens // 2,
-                counter,
-                tail=False,
-            )
-            tail = self._piece(text, chars // 2, None if tokens is None else tokens // 2, counter, tail=True)
-            return head, tail
-        if mode == "tail":
-            return "", self._piece(text, chars, tokens, counter, tail=True)
-        return self._piece(text, chars, tokens, counter, tail=False), ""
-
-    @staticmethod
-    def _piece(text: str, chars: int, tokens: int | None, counter: TokenCounter, *, tail: bool) -> str:
-        if chars <= 0 or (tokens is not None and tokens <= 0):
-            return ""
-        piece = text[-chars:] if tail else text[:chars]
-        if tokens is not None:
-            piece = counter.tail(piece, tokens) if tail else counter.head(piece, tokens)
-        return piece
-
-    @staticmethod
-    def _size(
-        text: str, counter: TokenCounter, with_tokens: bool, original: tuple[int, str | None] | None
-    ) -> str:
-        """The original's size as the notice gives it."""
-        if original is not None:
-            chars, tokens = original
-            return f"{chars:,} chars" + (f", {tokens} tokens" if tokens else "")
-        size = f"{len(text):,} chars"
-        if with_tokens:
-            approx = "~" if counter.is_estimate(text) else ""
-            size += f", {approx}{counter.text(text):,} tokens"
-        return size
-
-    @staticmethod
-    def _marker(size: str, ref: str | None, missing: tuple[int, int]) -> str:
-        if ref is None:
-            return f"\n[truncated: original {size} {PLACEHOLDER}]\n"
-        start, end = missing
-        return (
-            f"\n[truncated: original {size}; chars {start}-{end} are stored as {ref}: "
-            f'context_read(ref="{ref}", offset={start}, limit={min(end - start, RECALL_LIMIT)}) '
-            f"returns them {PLACEHOLDER}]\n"
+        """``text`` cut to this entry's limits (see :func:`ctxmgmt.truncation.cut`)."""
+        return cut(
+            text,
+            counter,
+            bound,
+            max_chars=self.config["max_output_length"],
+            max_tokens=self.config.get("max_output_tokens"),
+            mode=self.config["mode"],
+            ref=ref,
+            original=original,
         )
 
 
-__all__ = ["OFFLOADED", "STAMP", "ToolsOutputTruncateManager", "offloaded", "stamp", "with_text"]
+__all__ = ["ToolsOutputTruncateManager"]
+
+__getattr__ = moved(__name__, dict.fromkeys(("OFFLOADED", "STAMP", "offloaded"), _marks))

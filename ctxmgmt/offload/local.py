@@ -25,24 +25,19 @@ import zlib
 from pathlib import Path
 from typing import Any, Literal
 
+from ..archive import Item, Recall, item_text, new_ref, session_key, slice_text
 from .base import (
     REF,
     SEARCH_BYTES,
     STREAM_BYTES,
     GcReport,
     Hits,
-    Item,
     Listing,
     OffloadError,
-    Recall,
     Search,
     check_ref,
     file_pieces,
-    item_text,
-    new_ref,
-    session_key,
     slice_stream,
-    slice_text,
 )
 
 __all__ = ["LocalOffloader"]

@@ -16,20 +16,15 @@ from typing import Any, Literal
 from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..archive import Item, Recall, item_text, new_ref, session_key, slice_text
 from ..store.models import offload
 from .base import (
     GcReport,
     Hits,
-    Item,
     Listing,
     OffloadError,
-    Recall,
     Search,
     check_ref,
-    item_text,
-    new_ref,
-    session_key,
-    slice_text,
 )
 
 __all__ = ["SQLOffloader"]

@@ -24,7 +24,8 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..adapters._core import Conversation
+from ..agents.conversation import Conversation
+from ..agents.tools import Tool, recall_tools
 from ..api.errors import STATUS_TABLE, HTTPProblem
 from ..api.requests import body_text, state
 from ..errors import NotFound, ToolError
@@ -34,11 +35,11 @@ from ..messages import mentions_archive
 from ..store.repository import now_ms
 from ..store.sessions import SessionStore
 from ..summaries import message_key
-from ..tools import Tool, recall_tools
 from .apis import Api, Parts
 from .body import Bodies, parse, upstream_text
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
 from .state import Live, pack, unpack
+from .streams import Accumulator, continuation, split_events
 from .usage import EventReader, usage_of
 
 __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
@@ -69,7 +70,7 @@ class _Refused(Exception):
 def _pointer(api: Api, pointer: str) -> str:
     """A problem's pointer into the request's body: its conversation is ``api.field``."""
     if pointer == "/messages" or pointer.startswith("/messages/"):
-        return f"/{api.field}{pointer[len('/messages'):]}"
+        return f"/{api.field}{pointer[len('/messages') :]}"
     return pointer
 
 
@@ -243,9 +244,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     recall: list[Tool] = []
     way = internal(turn.context)
     managed = (way.context if way is not None else turn.context).messages
-    # Streamed answers pass through as they arrive, so the proxy cannot answer a recall call
-    # in them: recall is offered to whole (unstreamed) requests.
-    if offloader is not None and not parts.stream and any(mentions_archive(m) for m in managed):
+    if offloader is not None and any(mentions_archive(m) for m in managed):
         recall = recall_tools(offloader, key[:32])
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
@@ -394,8 +393,9 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     response = await exchange.send(first)
     returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
     if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
+        events = _recall_events(exchange, response, deadline, body) if exchange.recall else None
         return StreamingResponse(
-            _events(exchange, response, deadline), response.status_code, headers=returned
+            events or _events(exchange, response, deadline), response.status_code, headers=returned
         )
     try:
         data = await _read(response, deadline, config)
@@ -403,9 +403,29 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         await response.aclose()
     usage = _usage(api, data) if response.is_success else None
     failure = None if response.is_success else f"upstream status {response.status_code}"
+    if exchange.recall and response.is_success:
+        status, data, headers = await _recall_rounds(exchange, body, _json(data))
+        if status is not None:
+            response_status, returned = status, headers
+            if not 200 <= status < 300:
+                failure = f"upstream status {status} in a recall round"
+            await _finish(exchange, usage, failure)
+            return Response(data, response_status, headers=returned)
+    await _finish(exchange, usage, failure)
+    return Response(data, response.status_code, headers=returned)
+
+
+async def _recall_rounds(
+    exchange: _Exchange, body: dict[str, Any], answer: Any
+) -> tuple[int | None, bytes, dict[str, str]]:
+    """Answer the recall calls of ``answer`` and ask the upstream again (whole answers), until
+    an answer calls none: (its status, body, headers), or None when ``answer`` called none."""
+    api, config = exchange.api, exchange.config
+    body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    status: int | None = None
+    data, returned = b"", {}
     rounds = 0
-    while exchange.recall and response.is_success and rounds < MAX_ROUNDS:
-        answer = _json(data)
+    while rounds < MAX_ROUNDS:
         calls = calls_of(api.name, answer)
         if not calls:
             break
@@ -423,6 +443,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
             data = await _read(response, deadline, config)
         finally:
             await response.aclose()
+        status = response.status_code
         # A recall round's request is measured by the upstream's report (it is the managed
         # request and the recall exchange, which no hook saw).
         reported = (_usage(api, data) or {}).get("input", 0) if response.is_success else 0
@@ -436,9 +457,67 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
             }
         )
         if not response.is_success:
-            failure = f"upstream status {response.status_code} in recall round {rounds}"
-    await _finish(exchange, usage, failure)
-    return Response(data, response.status_code, headers=returned)
+            break
+        answer = _json(data)
+    return status, data, returned
+
+
+async def _recall_events(
+    exchange: _Exchange, response: httpx.Response, deadline: float, body: dict[str, Any]
+) -> AsyncIterator[bytes]:
+    """The upstream's events as they arrive until one starts a recall call; then the recall
+    rounds (whole answers), and the final answer as the events that end the same message (see
+    :mod:`ctxmgmt.proxy.streams`). An error event when it breaks off."""
+    api, config = exchange.api, exchange.config
+    reader = EventReader(api.name)
+    acc = Accumulator(api.name)
+    buffer = bytearray()
+    failure: str | None = None
+    total = 0
+    holding = False
+    try:
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for chunk in response.aiter_bytes():
+                    total += len(chunk)
+                    if total > config.max_response_bytes:
+                        limit = config.max_response_bytes
+                        failure = f"the upstream's stream is over {limit} bytes (max_response_bytes)"
+                        break
+                    reader.feed(chunk)
+                    buffer += chunk
+                    out = []
+                    for event, data in split_events(buffer):
+                        holding = acc.event(data) or holding
+                        if not holding:
+                            out.append(event)
+                    if out:
+                        yield b"".join(out)
+                if buffer and not holding and failure is None:
+                    yield bytes(buffer)
+        except (TimeoutError, httpx.TimeoutException):
+            failure = f"the upstream {config.id!r} did not finish within {config.timeout:g} s"
+        except httpx.HTTPError as exc:
+            failure = f"the upstream {config.id!r} broke off: {type(exc).__name__}"
+        finally:
+            await response.aclose()
+        if holding and failure is None:
+            try:
+                status, data, _ = await _recall_rounds(exchange, body, acc.answer())
+            except _Refused as exc:
+                failure = exc.message
+            else:
+                final = _json(data) if status is not None and 200 <= status < 300 else None
+                if isinstance(final, Mapping):
+                    usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                    for event in continuation(acc, final, usage):
+                        yield event
+                else:
+                    failure = f"upstream status {status} in a recall round"
+        if failure is not None:
+            yield _stream_error(api, failure)
+    finally:
+        await _finish(exchange, reader.usage or None, failure)
 
 
 async def _events(exchange: _Exchange, response: httpx.Response, deadline: float) -> AsyncIterator[bytes]:

@@ -1,6 +1,6 @@
 """What every adapter shares: the conversation's reusable prefix and its cache figures."""
 
-from ctxmgmt.adapters._core import Conversation
+from ctxmgmt.agents.conversation import Conversation
 from ctxmgmt.tokens import REPLY_PRIMING
 
 DEFINITION = {
@@ -32,3 +32,90 @@ def test_each_turn_measures_what_it_reuses_of_the_previous_request():
     assert (seen["cached_tokens"], seen["cache_write_tokens"]) == (25, 35)
     other = conversation.prepare(record, system_prompt="Be thorough.", model="gpt-4o")
     assert other.reusable_prefix_tokens == 0  # no tools, and a new system prompt: nothing reused
+
+
+QUIET = {
+    "name": "quiet",
+    "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 1000}}]},
+}
+WINDOWED = {
+    "name": "windowed",
+    "hooks": {
+        "pre_llm": [
+            {
+                "type": "SlidingWindowManager",
+                "config": {"max_messages": 4},
+                "activation": {"message_count_exceed": 8},
+            }
+        ]
+    },
+}
+
+
+def _framework(n: int) -> list[tuple[str, str]]:
+    """A framework's record: (role, text) pairs, each a message of its own kind."""
+    return [("user" if i % 2 == 0 else "assistant", f"message {i}") for i in range(n)]
+
+
+def test_a_continued_record_translates_only_its_new_messages():
+    """A record that continues the last one costs its new messages: translate sees only those,
+    and the managed view is the whole record."""
+    seen: list[tuple[str, str]] = []
+
+    def translate(m):
+        seen.append(m)
+        return [{"role": m[0], "content": m[1]}]
+
+    conversation = Conversation(QUIET)
+    record = _framework(51)
+    conversation.prepare(record, translate=translate)
+    seen.clear()
+    record = [*record, ("assistant", "ok"), ("user", "one more")]
+    turn = conversation.prepare(record, translate=translate)
+    assert seen == [("assistant", "ok"), ("user", "one more")]
+    assert (turn.start, turn.extends, turn.whole) == (51, True, True)
+    assert [m["content"] for m in turn.messages] == [m[1] for m in record]
+    assert conversation.framework_messages(turn, record, lambda t: []) == record
+
+
+def test_a_record_that_does_not_continue_starts_a_new_view():
+    """A record whose message at the covered length changed (another conversation, or an edit)
+    is translated whole and managed from scratch."""
+    conversation = Conversation(QUIET)
+    translate = lambda m: [{"role": m[0], "content": m[1]}]  # noqa: E731
+    conversation.prepare(_framework(11), translate=translate)
+    other = [("user", "another task"), *_framework(12)[1:]]
+    other[10] = ("user", "edited")
+    turn = conversation.prepare(other, translate=translate)
+    assert not turn.extends
+    assert [m["content"] for m in turn.messages] == [m[1] for m in other]
+
+
+def test_a_view_that_only_grew_hands_back_the_previous_messages_and_the_new():
+    """After a manager changed the view, a turn that changes nothing more hands the framework
+    its previous managed messages plus the new ones, without rebuilding them."""
+    conversation = Conversation(WINDOWED)
+    translate = lambda m: [{"role": m[0], "content": m[1]}]  # noqa: E731
+    record = _framework(9)
+    first = conversation.prepare(record, translate=translate)
+    assert not first.whole and len(first.messages) <= 4
+    rebuilt = conversation.framework_messages(first, record, lambda t: [("built", len(t.messages))])
+    assert rebuilt == [("built", len(first.messages))]
+    record = [*record, ("assistant", "ok")]
+    turn = conversation.prepare(record, translate=translate)
+    assert turn.extends and not turn.whole
+    out = conversation.framework_messages(turn, record, lambda t: [("built again",)])
+    assert out == [*rebuilt, ("assistant", "ok")]
+
+
+def test_a_view_that_is_the_record_is_saved_as_such_and_restored():
+    """A view no manager changed is saved without a copy of the messages; a conversation that
+    loads it continues from the record."""
+    record = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    conversation = Conversation(QUIET)
+    conversation.prepare(record)
+    assert conversation.saved["whole"] is True and "view" not in conversation.saved
+    restored = Conversation(QUIET)
+    restored.load(conversation.saved)
+    turn = restored.prepare([*record, {"role": "user", "content": "c"}])
+    assert turn.start == 2 and [m["content"] for m in turn.messages] == ["a", "b", "c"]

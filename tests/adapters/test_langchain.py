@@ -189,8 +189,8 @@ def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():
 def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
     """A HumanMessage holding Anthropic tool_result blocks and text becomes a tool result and a
     user message, in that order; every message reaches the model once, in order."""
-    from ctxmgmt.adapters._core import Conversation
     from ctxmgmt.adapters.langchain import _chat, _messages, _not_tool
+    from ctxmgmt.agents.conversation import Conversation
 
     originals = [
         HumanMessage("fix it", id="h1"),
@@ -297,3 +297,39 @@ def test_a_history_the_model_would_refuse_is_refused_before_the_model_call(histo
     with pytest.raises(ContextError) as refused:
         agent_with(model).invoke({"messages": history}, {"configurable": {"thread_id": "bad"}})
     assert refused.value.problems[0].pointer == pointer and not model.seen
+
+
+def test_a_checkpointed_thread_continues_its_live_view_and_translates_only_new_messages(monkeypatch):
+    """Across invocations of one thread, the middleware continues the conversation it kept live
+    (the checkpointed state holds what it saved): each model call translates only the messages
+    new since the last; another thread starts its own view, managed as the first."""
+    import ctxmgmt.adapters.langchain as adapter
+
+    translated: list[str] = []
+    group = adapter._group
+
+    def spy(m):
+        translated.append(m.type)
+        return group(m)
+
+    monkeypatch.setattr(adapter, "_group", spy)
+    model = RecordingModel(messages=iter([AIMessage("a1"), AIMessage("a2"), AIMessage("b1")]))
+    agent = create_agent(
+        model, [], middleware=[ContextManagementMiddleware(QUIET_LC)], checkpointer=InMemorySaver()
+    )
+    one = {"configurable": {"thread_id": "one"}}
+    agent.invoke({"messages": [HumanMessage("first question")]}, one)
+    translated.clear()
+    agent.invoke({"messages": [HumanMessage("second question")]}, one)
+    assert translated == ["ai", "human"]  # the answer before, and the new question
+    translated.clear()
+    agent.invoke({"messages": [HumanMessage("other thread")]}, {"configurable": {"thread_id": "two"}})
+    assert translated == ["human"]
+    assert [m.content for m in model.seen[1]] == ["first question", "a1", "second question"]
+    assert [m.content for m in model.seen[2]] == ["other thread"]
+
+
+QUIET_LC = {
+    "name": "quiet",
+    "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 100}}]},
+}

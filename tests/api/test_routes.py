@@ -75,6 +75,21 @@ def test_simulate_stored_and_inline(api):
     assert api.post(f"{BASE}/missing/_simulate", json={"context": context}).status_code == 404
 
 
+def test_simulate_gives_an_archiving_definition_a_throwaway_store(api):
+    """A definition whose manager class declares ``archives`` is simulated with a throwaway
+    store, so its trace shows the archive a run with a store writes; the others get none."""
+    context = {"system_prompt": "sys", "messages": make_conversation(40, seed=1)}
+
+    def simulate(entry):
+        doc = {"name": "s", "settings": {"fit": False}, "hooks": {"pre_llm": [entry]}}
+        return api.post(f"{BASE}/_simulate", json={"definition": doc, "context": context}).json()
+
+    window = simulate({"type": "SlidingWindowManager", "config": {"max_messages": 6}})
+    assert window["trace"][0]["details"]["offloaded"].startswith("m-")
+    cut = simulate({"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 100}})
+    assert cut["trace"][0]["activated"] and "offloaded" not in cut["trace"][0]["details"]
+
+
 def test_validation_errors_list_every_problem(api):
     """An invalid definition is a 400 listing each problem with its pointer."""
     r = api.post(

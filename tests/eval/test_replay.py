@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import ctxmgmt
 from ctxmgmt import Definition, get_counter
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.eval import Chat
 from ctxmgmt.eval.replay import _Prepared, observation_masking, replay_definition, sliding_window
 from ctxmgmt.eval.specifics import MAX_PER_TEXT, commands, error_lines, message_specifics, numbers, paths
-from ctxmgmt.runner import Runner
 from tests.agent_runs import agent_run
 from tests.conftest import tool_call
 
@@ -417,7 +417,8 @@ def test_the_same_eval_twice_gives_the_same_report():
 
 def test_repeatable_refs_look_random_and_do_not_leak():
     """In repeatable_refs, references repeat run to run, shaped like random ones; outside, random."""
-    from ctxmgmt.offload.base import check_ref, new_ref, repeatable_refs
+    from ctxmgmt.archive import new_ref, repeatable_refs
+    from ctxmgmt.offload.base import check_ref
 
     with repeatable_refs("s"):
         a = [new_ref("messages"), new_ref("tool_result")]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ctxmgmt import Context, get_counter, load_definition
 from ctxmgmt.managers.clearing import cleared
-from ctxmgmt.managers.truncate import OFFLOADED
+from ctxmgmt.marks import OFFLOADED
 from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.testing import assert_invariants, conversations
 

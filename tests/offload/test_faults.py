@@ -8,8 +8,8 @@ import time
 import pytest
 
 from ctxmgmt import Context, OffloadError, load_definition
+from ctxmgmt.archive import session_key
 from ctxmgmt.offload import LocalOffloader
-from ctxmgmt.offload.base import session_key
 
 MESSAGES = [{"role": "user", "content": f"message {i} " + "x" * 200} for i in range(3)]
 

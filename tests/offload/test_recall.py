@@ -6,10 +6,10 @@ import httpx
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ctxmgmt.agents.runner import Runner
 from ctxmgmt.api import create_app
+from ctxmgmt.archive import session_key
 from ctxmgmt.offload import LocalOffloader
-from ctxmgmt.offload.base import session_key
-from ctxmgmt.runner import Runner
 from tests.conftest import LiveServer, tool_call
 
 OFFLOADING = {
@@ -164,7 +164,7 @@ def test_context_read_returns_at_most_its_limit_whatever_it_is_asked(tmp_path):
     whole lines; a line longer than that is cut and the header says so."""
     import asyncio
 
-    from ctxmgmt.tools import recall_tools
+    from ctxmgmt.agents.tools import recall_tools
 
     offloader = LocalOffloader(tmp_path)
     huge = "".join(f"line {i:07d} " + "x" * 86 + "\n" for i in range(20_000))  # 2,000,000 chars
@@ -218,7 +218,8 @@ _LINE_TEXT = st.text(alphabet=st.sampled_from("ab\n\r\x0b\x85\u2028é"), max_siz
 )
 def test_a_streamed_slice_is_the_slice_of_the_whole_text(text, cuts, offset, limit, unit):
     """Read in pieces cut anywhere (inside a \\r\\n too): the slice and total of the whole text."""
-    from ctxmgmt.offload.base import slice_stream, slice_text
+    from ctxmgmt.archive import slice_text
+    from ctxmgmt.offload.base import slice_stream
 
     bounds = sorted({min(c, len(text)) for c in cuts})
     pieces = [text[a:b] for a, b in zip([0, *bounds], [*bounds, len(text)], strict=True)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -94,15 +95,93 @@ def test_recall_rounds_end_and_the_last_request_offers_no_recall_tool(archiving,
     assert "checksum" in json.dumps(upstream.seen[1].body["messages"][-1])  # the search's hits
 
 
-def test_a_streamed_request_is_offered_no_recall_tool(archiving, upstream):
-    """A streamed answer passes through as it arrives, so no recall tool is offered in it."""
-    upstream.replies.append(Reply("streamed"))
-    with httpx.stream(
-        "POST",
-        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
-        json={"model": "gpt-test", "messages": _history(), "stream": True},
-        timeout=60,
-    ) as r:
-        assert r.status_code == 200
-        b"".join(r.iter_bytes())
-    assert "context_read" not in _names(upstream.seen[-1].body)
+def _read_then_answer(upstream, field: str, call_name: str = "context_read"):
+    """Script: a streamed answer that says a word and calls context_read on the cut output's
+    reference; then (asked whole) the final answer, which needs the recalled line."""
+
+    def read_it(body: dict) -> Reply:
+        assert body.get("stream") is True
+        text = json.dumps(body[field])
+        ref = re.search(r"\bt-[0-9a-f]{32}", text).group(0)
+        return Reply(
+            preface="Let me look.",
+            calls=[(call_name, {"ref": ref, "offset": 1730, "limit": 10, "unit": "lines"})],
+        )
+
+    def answer(body: dict) -> Reply:
+        assert not body.get("stream")
+        assert SECRET_LINE in json.dumps(body[field])
+        return Reply("the checksum is 0xC0FFEE")
+
+    upstream.replies.extend([read_it, answer])
+
+
+def test_a_streamed_chat_answer_that_reads_ends_with_the_final_answer(archiving, upstream):
+    """The OpenAI SDK streaming through the proxy: the words before the recall call arrive as
+    they came, the recall is answered by the proxy, and the same message ends with the final
+    answer; the client never sees context_read."""
+    _read_then_answer(upstream, "messages")
+    client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-test", messages=_history(), stream=True, stream_options={"include_usage": True}
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Let me look.the checksum is 0xC0FFEE"
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "stop"
+    ]
+    assert chunks[-1].usage is not None
+    assert len({c.id for c in chunks}) == 1  # one message
+
+
+def test_a_streamed_anthropic_answer_that_reads_ends_with_the_final_answer(archiving, upstream):
+    """The Anthropic SDK's stream helper assembles one message: the text before the read, then
+    the final answer's text; no tool_use block."""
+    _read_then_answer(upstream, "messages")
+    client = anthropic.Anthropic(base_url=f"{archiving.url}/proxy/long-running-agent", api_key="k")
+    history = _anthropic_history()
+    with client.messages.stream(model="claude-test", max_tokens=100, messages=history) as stream:
+        final = stream.get_final_message()
+    assert [b.type for b in final.content] == ["text", "text"]
+    assert final.content[1].text == "the checksum is 0xC0FFEE"
+    assert final.stop_reason == "end_turn"
+
+
+def test_a_streamed_responses_answer_that_reads_ends_with_the_final_answer(archiving, upstream):
+    """The Responses API streamed: the final response holds the words before the read and the
+    final answer, and no function call."""
+    _read_then_answer(upstream, "input")
+    client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
+    events = list(client.responses.create(model="gpt-test", input=_responses_history(), stream=True))
+    assert events[-1].type == "response.completed"
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["message", "message"]
+    assert final.output_text == "Let me look.the checksum is 0xC0FFEE"
+    assert not any(e.type == "response.output_item.added" and e.item.type == "function_call" for e in events)
+
+
+def _anthropic_history() -> list[dict]:
+    chat = _history()
+    return [
+        {"role": "user", "content": chat[1]["content"]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "c1", "name": "bash", "input": {"cmd": "make"}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "c1", "content": chat[3]["content"]}],
+        },
+    ]
+
+
+def _responses_history() -> list[dict]:
+    chat = _history()
+    return [
+        {"role": "user", "content": chat[1]["content"]},
+        {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": '{"cmd": "make"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": chat[3]["content"]},
+    ]

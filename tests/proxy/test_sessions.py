@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from ctxmgmt.adapters._core import Conversation
+from ctxmgmt.agents.conversation import Conversation
 from ctxmgmt.api import create_app
 from ctxmgmt.definitions import load_definition
 

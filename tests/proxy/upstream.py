@@ -18,10 +18,12 @@ from typing import Any
 
 @dataclass
 class Reply:
-    """One scripted answer: text, or tool calls ``[(name, arguments), ...]``."""
+    """One scripted answer: text, or tool calls ``[(name, arguments), ...]`` (after
+    ``preface``, text said before them)."""
 
     text: str = "ok"
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    preface: str | None = None
 
 
 @dataclass
@@ -125,7 +127,7 @@ class Upstream:
 
 
 def _chat(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": None if reply.calls else reply.text}
+    message: dict[str, Any] = {"role": "assistant", "content": reply.preface if reply.calls else reply.text}
     if reply.calls:
         message["tool_calls"] = [
             {
@@ -170,6 +172,10 @@ def _chat_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Ite
             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
         }
     )
+    if reply.calls and reply.preface:
+        yield _sse(
+            {**base, "choices": [{"index": 0, "delta": {"content": reply.preface}, "finish_reason": None}]}
+        )
     if reply.calls:
         for i, (name, args) in enumerate(reply.calls):
             call = {
@@ -211,6 +217,8 @@ def _messages(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[s
         if reply.calls
         else [{"type": "text", "text": reply.text}]
     )
+    if reply.calls and reply.preface:
+        content.insert(0, {"type": "text", "text": reply.preface})
     return {
         "id": f"msg_{n}",
         "type": "message",
@@ -258,6 +266,16 @@ def _messages_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) ->
     yield _sse({"type": "message_stop"}, "message_stop")
 
 
+def _output_message(item_id: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
 def _responses(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
     output: list[dict[str, Any]] = (
         [
@@ -272,16 +290,10 @@ def _responses(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[
             for i, (name, args) in enumerate(reply.calls)
         ]
         if reply.calls
-        else [
-            {
-                "type": "message",
-                "id": f"msg_{n}",
-                "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
-            }
-        ]
+        else [_output_message(f"msg_{n}", reply.text)]
     )
+    if reply.calls and reply.preface:
+        output.insert(0, _output_message(f"msg_{n}_0", reply.preface))
     return {
         "id": f"resp_{n}",
         "object": "response",

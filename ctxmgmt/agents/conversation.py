@@ -1,0 +1,646 @@
+"""The one conversation engine: a definition in any form (:class:`Source`, rebuilt when its
+stored version changes), and the bookkeeping of one agent conversation (the caller's record,
+the model's managed view, calibration, the prompt cache, ``post_tool`` then ``pre_llm``).
+
+An adapter translates the framework's messages to a provider format and back, and wires
+:class:`Conversation` into the framework's hook; the logic lives here, so every entry point
+behaves the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..cache import Pricing, PromptCache, ratios_for
+from ..calibration import Calibration
+from ..context import ApplyResult, Context
+from ..definitions import Definition, load_definition
+from ..errors import ContextError, Problem
+from ..formats import internal, is_tool_result
+from ..managers.base import Environment
+from ..messages import call_ids, check_messages, is_summary, text_of
+from ..summaries import message_key
+from ..tokens import TokenCounter, get_counter
+from ..types import Hook, TraceEntry
+
+if TYPE_CHECKING:
+    from ..llm import ModelsConfig
+    from ..offload import Offloader
+
+__all__ = ["Conversation", "DefinitionSource", "Source", "Translate", "Turn", "View", "refuse_invalid"]
+
+DefinitionSource = Any
+"""A :class:`~ctxmgmt.Definition`, a file path, a shipped definition's name, a dict, or
+``(client, name)`` for a definition stored on a registry server."""
+
+log = logging.getLogger("ctxmgmt.adapters")
+
+
+class Source:
+    """A definition given in any form. One stored on a registry server is fetched at every
+    use and rebuilt only when its version changed, as the server's own resolve does."""
+
+    def __init__(self, definition: DefinitionSource) -> None:
+        self._definition: Definition | None = None
+        self._remote: tuple[Any, str] | None = None
+        self._version: Any = None
+        if isinstance(definition, Definition):
+            self._definition = definition
+        elif isinstance(definition, tuple):
+            if len(definition) != 2 or not isinstance(definition[1], str):
+                raise TypeError("give a registry definition as (client, name)")
+            self._remote = (definition[0], definition[1])
+        elif isinstance(definition, (str, Path, Mapping)):
+            self._definition = load_definition(definition)
+        else:
+            raise TypeError(
+                "definition must be a Definition, a path, a shipped name, a dict or (client, name); "
+                f"got {type(definition).__name__}"
+            )
+
+    @property
+    def name(self) -> str:
+        return (
+            self._definition.name if self._definition is not None else str(self._remote and self._remote[1])
+        )
+
+    def get(self) -> Definition:
+        if self._remote is None:
+            assert self._definition is not None
+            return self._definition
+        client, name = self._remote
+        return self._built(client.get(name))
+
+    async def aget(self) -> Definition:
+        if self._remote is None:
+            assert self._definition is not None
+            return self._definition
+        client, name = self._remote
+        stored = client.get(name)
+        if hasattr(stored, "__await__"):
+            stored = await stored
+        return self._built(stored)
+
+    def _built(self, stored: Mapping[str, Any]) -> Definition:
+        version = stored.get("version")
+        if self._definition is None or version is None or version != self._version:
+            body = {k: v for k, v in stored.items() if k in ("name", "description", "settings", "hooks")}
+            self._definition = Definition.from_dict(body)
+            self._version = version
+        return self._definition
+
+
+@dataclass(slots=True)
+class Turn:
+    """What the model sees for one call, and what the managers did to get there."""
+
+    messages: list[Any]
+    """The managed messages, in the conversation's format."""
+    context: Context
+    trace: list[TraceEntry] = field(default_factory=list)
+    """The trace entries of every hook run of this turn: post_tool for each new group of tool
+    results, then pre_llm."""
+    reusable_prefix_tokens: int = 0
+    """The tokens of this request's prefix (tools, system prompt, messages) identical to the
+    previous request's: what the provider's prompt cache can serve."""
+    usage: dict[str, Any] | None = None
+    """Once the provider answered: ``{counted, calibrated, reported, reusable_prefix_tokens}``
+    input tokens, and ``cached_tokens`` / ``cache_write_tokens`` when it reports them."""
+    start: int = 0
+    """Where the record's messages new to this turn begin (in the record's own units)."""
+    extends: bool = False
+    """The managed messages are the previous turn's plus the new record messages, untouched."""
+    whole: bool = False
+    """The managed messages are the whole record, untouched."""
+
+
+Translate = Callable[[Any], Sequence[Any]]
+"""One framework message -> the messages it is in the conversation's format (one or more)."""
+
+
+@dataclass(slots=True)
+class _Live:
+    """The view the last turn ended with, kept in memory: the next turn continues it when
+    the record continues the one it was made from, so a turn costs what is new."""
+
+    context: Context
+    covers: int
+    """Record messages (in the record's own units) the view covers."""
+    anchor: Any
+    """The last of them."""
+    whole: bool
+    """The view is the record, untouched."""
+    upto: int
+    """The record's messages in the conversation's format that the view covers (saved as
+    ``upto``), and the fingerprint of the last of them."""
+    last: str | None
+
+
+class Conversation:
+    """The one bookkeeping of an agent conversation, under every entry point (the adapters,
+    the evaluation replay, a provider-compatible proxy).
+
+    The caller keeps the complete record; the conversation keeps the view the model saw
+    last, the record length it covers and the managers' state. Before each model call
+    (:meth:`prepare`), the record's new messages are added to the view (``post_tool`` runs
+    after each new group of tool results), then ``pre_llm`` runs; the request is counted,
+    calibrated by the provider's reports (:meth:`observe`) and measured against the previous
+    one for the prompt cache.
+
+    In one process the view is kept live: a record that continues the last one (its message
+    at the covered length is the same) costs only its new messages, translated one by one
+    with ``translate`` when the record is a framework's. :attr:`saved` is JSON-able: adapters
+    persist it where the framework keeps its state, and :meth:`load` restores it. A record
+    that does not continue the saved one (another conversation) starts a new view.
+    """
+
+    def __init__(
+        self,
+        definition: DefinitionSource,
+        *,
+        models: ModelsConfig | None = None,
+        offloader: Offloader | None = None,
+        session: str = "default",
+        format: str = "openai_chat",
+        keep_view: bool = True,
+        user_first: bool = False,
+        pricing: Pricing | None = None,
+    ) -> None:
+        self.source = definition if isinstance(definition, Source) else Source(definition)
+        self.calibration = Calibration()
+        self.cache = PromptCache(pricing or ratios_for("anthropic" if format == "anthropic" else None))
+        """The requests sent, for the reusable prefix and ``settings: {cache: aware}``; the
+        last one is kept with the saved view, so that a conversation restored from it (the
+        LangChain middleware's, at every call) measures against it."""
+        self.environment = Environment(
+            models,
+            offloader,
+            session,
+            user_first=user_first,
+            calibration=self.calibration,
+            cache=self.cache,
+        )
+        self.format = format
+        self.keep_view = keep_view
+        """False when the framework keeps the managed messages as its record (pydantic-ai)."""
+        self.saved: dict[str, Any] = {}
+        self._last: tuple[str | None, int, int] | None = None  # (model, counted, reusable) last sent
+        self._live: _Live | None = None
+        self._out: list[Any] | None = None  # the framework's messages handed back last
+
+    @property
+    def last_counted(self) -> int | None:
+        """The tokens of the last prepared request, as counted (None before the first)."""
+        return None if self._last is None else self._last[1]
+
+    def load(self, saved: Mapping[str, Any] | None) -> None:
+        """Continue from a state that :attr:`saved` held (as the framework persisted it)."""
+        self.saved = dict(saved) if isinstance(saved, Mapping) else {}
+        self._live = self._out = None
+        ratios = self.saved.get("calibration")
+        self.calibration = Calibration(ratios if isinstance(ratios, Mapping) else None)
+        self.environment = replace(self.environment, calibration=self.calibration)
+        view = self.saved.get("view")
+        if isinstance(view, list):
+            self.cache.restore(self.saved.get("cache"), view)
+
+    def observe(self, reported: Any, *, cached: Any = None, written: Any = None) -> dict[str, Any] | None:
+        """The provider's reported input tokens for the last prepared request: they calibrate
+        the next ones. ``cached`` and ``written``: its prompt-cache figures, when it reports
+        them. Returns ``{counted, calibrated, reported, reusable_prefix_tokens}`` (and
+        ``cached_tokens``, ``cache_write_tokens``) for the record, or None when there was no
+        request or no report."""
+        if self._last is None:
+            return None
+        model, counted, reusable = self._last
+        ratio = self.calibration.ratio(model)
+        if self.calibration.observe(model, counted, reported) is None:
+            return None
+        self.saved["calibration"] = self.calibration.to_dict()
+        record = {
+            "counted": counted,
+            "calibrated": round(counted * ratio),
+            "reported": reported,
+            "reusable_prefix_tokens": reusable,
+        }
+        for key, value in (("cached_tokens", cached), ("cache_write_tokens", written)):
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                record[key] = value
+        return record
+
+    def prepare(self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any) -> Turn:
+        """The managed messages for the next model call (see the class docstring).
+
+        ``record``: the conversation's messages, in its format, or a framework's messages
+        that ``translate`` turns into it. ``request``: ``system_prompt``, ``tools``,
+        ``model``, ``context_window``."""
+        definition = self.source.get()
+        steps = self._steps(definition, record, translate, request)
+        result: ApplyResult | None = None
+        try:
+            while True:
+                hook, context = steps.send(result)  # type: ignore[arg-type]
+                result = definition.apply(hook, context, environment=self.environment)
+        except StopIteration as done:
+            turn: Turn = done.value
+            return turn
+
+    async def aprepare(
+        self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any
+    ) -> Turn:
+        """:meth:`prepare` for async frameworks: model calls do not block the event loop."""
+        definition = await self.source.aget()
+        steps = self._steps(definition, record, translate, request)
+        # A new view translates, checks and counts the whole record: CPU work that would stall
+        # the event loop, so it runs in a worker thread. A continued one costs what is new.
+        cold = self._live is None or not _continues(record, self._live)
+        result: ApplyResult | None = None
+        while True:
+            step = await asyncio.to_thread(_send, steps, result) if cold else _send(steps, result)
+            if isinstance(step, Turn):
+                return step
+            result = await definition.aapply(*step, environment=self.environment)
+
+    def framework_messages(
+        self, turn: Turn, record: Sequence[Any], rebuild: Callable[[Turn], list[Any]]
+    ) -> list[Any]:
+        """The framework's messages for a turn's managed view: the record itself when the view
+        is the record, the previous turn's plus the new ones when the view only grew, else
+        ``rebuild(turn)`` (the adapter's translation back, which costs the view's length)."""
+        if turn.whole:
+            out = list(record)
+        elif turn.extends and self._out is not None:
+            out = [*self._out, *record[turn.start :]]
+        else:
+            out = rebuild(turn)
+        # Kept for a next turn that only grows a view that is not the record (a view that is
+        # the record is the record then too); holding the framework's old messages otherwise
+        # would free them here, at the next turn, rather than where the framework drops them.
+        self._out = None if turn.whole else out
+        if not self.keep_view and self._live is not None:
+            # The framework keeps these as its record: the next turn continues after them.
+            self._live.covers, self._live.anchor = len(out), (out[-1] if out else None)
+        return out
+
+    def _steps(
+        self,
+        definition: Definition,
+        record: Sequence[Any],
+        translate: Translate | None,
+        request: Mapping[str, Any],
+    ) -> Generator[tuple[str, Context], ApplyResult, Turn]:
+        """The hook runs of one turn, as a step machine that a sync or an async driver runs."""
+        live = self._live
+        continued = live is not None and _continues(record, live)
+        if continued:
+            assert live is not None
+            start = live.covers
+            new = _translated(record[start:], translate)
+            if self.format == "openai_chat":  # the view was checked when it was made
+                refuse_invalid(live.context.messages, new, checked=True)
+            context = _continue(live.context, request)
+            whole = live.whole
+            upto, last = live.upto + len(new), message_key(new[-1]) if new else live.last
+        else:
+            start = len(record)
+            chat = _translated(record, translate)
+            view, upto, state = self._continued(chat)
+            if self.format == "openai_chat":  # the provider formats are checked whole when converted
+                refuse_invalid(view, chat[upto:], checked=view is self.saved.get("view"))
+            new = chat[upto:]
+            if translate is not None and new:
+                # The new messages in the record's own units: those whose translations are new.
+                start, seen = len(record), 0
+                while start > 0 and seen < len(new):
+                    start -= 1
+                    seen += len(translate(record[start]))
+            else:
+                start = upto
+            context = Context(messages=view, state=state, format=self.format, **request)
+            whole = upto == len(view) and view == chat[:upto]
+            upto, last = len(chat), message_key(chat[-1]) if chat else None
+        trace: list[TraceEntry] = []
+        post_tool = bool(definition.hooks.get(Hook.POST_TOOL))
+        changed = False
+        for i, m in enumerate(new):
+            context = context.append(m)
+            # Once a group of tool results is all in, as the runner does: the newest results
+            # are each seen once (a run per result would look at the whole group each time).
+            last_of_group = i + 1 == len(new) or not is_tool_result(new[i + 1], self.format)
+            if post_tool and last_of_group and is_tool_result(m, self.format):
+                result = yield "post_tool", context
+                changed = changed or result.context is not context
+                context = result.context
+                trace.extend(result.trace)
+        result = yield "pre_llm", context
+        changed = changed or result.context is not context
+        trace.extend(result.trace)
+        out = result.context
+        # The request as counted (memoised: the hooks counted it), and what it reuses.
+        way = internal(out)
+        inner = way.context if way is not None else out
+        counter = get_counter(inner.model, definition.tokenizer)
+        counted = counter.context(inner)[0]
+        reusable = self.cache.measure(inner, counter)
+        self._last = (out.model, counted, reusable)
+        whole = whole and not changed
+        self._live = _Live(out, len(record), record[-1] if record else None, whole, upto, last)
+        if self.keep_view:
+            # A view that is the record is saved as such: the framework persists the record
+            # already, and a copy would double what it writes at every call.
+            self.saved = {"upto": upto, "last": last, "state": dict(out.state)}
+            if whole:
+                self.saved["whole"] = True
+            else:
+                self.saved["view"] = list(out.messages)
+        self.saved["calibration"] = self.calibration.to_dict()
+        if self.keep_view and way is None:  # the saved view is the request's messages
+            self.saved["cache"] = self.cache.export()
+        _log_changes(definition, trace)
+        turn = Turn(list(out.messages), out, trace, reusable)
+        turn.start, turn.whole = start, whole
+        turn.extends = continued and not changed
+        return turn
+
+    def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any]]:
+        """(view, how many record messages it covers, state): the saved view when the record
+        continues the one it was made from, else a new view of the record."""
+        saved = self.saved
+        upto = saved.get("upto")
+        view = saved.get("view")
+        if (
+            isinstance(upto, int)
+            and isinstance(view, list)
+            and 0 < upto <= len(record)
+            and saved.get("last") == message_key(record[upto - 1])
+        ):
+            return view, upto, dict(saved.get("state") or {})
+        if (
+            saved.get("whole") is True
+            and isinstance(upto, int)
+            and 0 < upto <= len(record)
+            and saved.get("last") == message_key(record[upto - 1])
+        ):
+            view = list(record[:upto])
+            self.cache.restore(saved.get("cache"), view)
+            return view, upto, dict(saved.get("state") or {})
+        # A new view: the record as it is; its newest tool results are new (post_tool runs).
+        start = len(record)
+        while start > 0 and is_tool_result(record[start - 1], self.format):
+            start -= 1
+        return list(record[:start]), start, {}
+
+
+def _send(
+    steps: Generator[tuple[str, Context], ApplyResult, Turn], result: ApplyResult | None
+) -> tuple[str, Context] | Turn:
+    """The step machine's next hook run, or its turn once done (a StopIteration cannot cross
+    a thread's future)."""
+    try:
+        return steps.send(result)  # type: ignore[arg-type]
+    except StopIteration as done:
+        turn: Turn = done.value
+        return turn
+
+
+def _continues(record: Sequence[Any], live: _Live) -> bool:
+    """Whether ``record`` continues the one the live view was made from: its message at the
+    covered length is that record's last (the same object, or an equal one)."""
+    n = live.covers
+    if not 0 < n <= len(record):
+        return False
+    mine = record[n - 1]
+    return bool(mine is live.anchor or mine == live.anchor)
+
+
+def _translated(messages: Sequence[Any], translate: Translate | None) -> list[Any]:
+    if translate is None:
+        return list(messages)
+    return [d for m in messages for d in translate(m)]
+
+
+_REQUEST = ("system_prompt", "tools", "model", "context_window")
+
+
+def _continue(context: Context, request: Mapping[str, Any]) -> Context:
+    """The live view with this request's fields (a new system prompt, tools or model)."""
+    changes: dict[str, Any] = {}
+    for name in _REQUEST:
+        value = request.get(name)
+        if name == "tools":
+            value = tuple(value or ())
+        if value != getattr(context, name):
+            changes[name] = value
+    return replace(context, **changes) if changes else context
+
+
+def _log_changes(definition: Definition, trace: Sequence[TraceEntry]) -> None:
+    for entry in trace:  # what changed something (or failed), not every gate that opened
+        changed = (entry["tokens_before"], entry["messages_before"]) != (
+            entry["tokens_after"],
+            entry["messages_after"],
+        )
+        if entry["activated"] and (changed or entry["error"]):
+            log.info(
+                "%s %s[%d] %s: %d -> %d tokens, %d -> %d messages%s",
+                definition.name,
+                entry["hook"],
+                entry["index"],
+                entry["type"],
+                entry["tokens_before"],
+                entry["tokens_after"],
+                entry["messages_before"],
+                entry["messages_after"],
+                f" (error: {entry['error']})" if entry["error"] else "",
+            )
+
+
+@dataclass
+class View:
+    """An agent loop's conversation: the model's managed view, the record of what happened,
+    and the hook runs (with what each removed and added, for the record and the page)."""
+
+    definition: Definition | None
+    environment: Environment
+    record: list[dict[str, Any]]
+    view: Context
+    recall: list[dict[str, Any]] = field(default_factory=list)
+    """The recall tools' schemas, until they are shown to the model."""
+    archived: bool = False
+    """Whether a manager archived something in this execution, or a tool output was."""
+    outputs: list[str] = field(default_factory=list)
+    """The references of the tool outputs archived whole when they were cut."""
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    changed: bool = False
+    """Whether a hook changed the view (otherwise it is what was loaded, plus the record)."""
+
+    def show_recall(self) -> None:
+        """Give the model context_read and context_search from now on."""
+        self.view = replace(self.view, tools=[*self.view.tools, *self.recall])
+        self.recall = []
+
+    def check_window(self) -> tuple[int, float]:
+        """(the request's counted tokens, the calibration ratio). The LLM is never called
+        with a request whose calibrated count exceeds its window (with fit: false, or with no
+        definition, nothing made it fit)."""
+        counter = self.counter()
+        counted = counter.context(self.view)[0]
+        ratio = self.environment.ratio(self.view.model)
+        window = self.view.context_window
+        tokens = round(counted * self.environment.window_ratio(self.view.model))
+        if not window:
+            return counted, ratio
+        if tokens > window:
+            fix = (
+                "give the agent a context management definition"
+                if self.definition is None
+                else f"turn on the fit step of {self.definition.name!r} (settings.fit)"
+            )
+            raise ContextError(
+                [
+                    Problem(
+                        "/context_window",
+                        f"the request has {tokens:,} tokens ({counter.tokenizer}) and the model's window "
+                        f"is {window:,}; {fix}",
+                    )
+                ]
+            )
+        return counted, ratio
+
+    def counter(self) -> TokenCounter:
+        setting = self.definition.tokenizer if self.definition is not None else "auto"
+        return get_counter(self.view.model, setting)
+
+    def tokens(self) -> int:
+        """The view's counted tokens now (memoised: the counter keeps running totals)."""
+        return self.counter().context(self.view)[0]
+
+    def add(self, message: dict[str, Any]) -> None:
+        self.record.append(message)
+        self.view = self.view.append(message)  # O(1), and its token counts carry over
+
+    def _changes(self, applied: ApplyResult) -> dict[str, Any]:
+        """What a hook run changed, and what each entry changed (for the page): off the loop."""
+        out = _changes(self.view, applied.context)
+        credits = _credits(self.view, applied.context, applied.trace, self.counter())
+        if credits is not None:
+            out["changes"] = credits
+        return out
+
+    async def hook(self, hook: Hook, iteration: int) -> None:
+        if self.definition is None:
+            return
+        applied = await self.definition.aapply(hook, self.view, environment=self.environment)
+        run: dict[str, Any] = {"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)}
+        if applied.context is not self.view:
+            self.changed = True
+            run.update(await asyncio.to_thread(self._changes, applied))
+        self.view = applied.context
+        self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
+        if applied.trace:
+            self.trace.append(run)
+
+
+PREVIEWS = 20
+"""Messages a hook run's record shows of what it removed and what it added (a summary, a cut
+result), each by its role and the start of its text; the memory keeps them whole."""
+PREVIEW_CHARS = 300
+
+
+def _changes(before: Context, after: Context) -> dict[str, Any]:
+    """What a hook run removed from the view and what it added, as previews. A context made by
+    one splice of the view says so itself (the cost of what changed); otherwise the two lists
+    are compared by identity."""
+    edit = after.edit
+    if edit is not None and edit.source is before:
+        removed = [m for start, end, _ in edit.changes for m in before.messages[start:end]]
+        added = [m for _, _, new in edit.changes for m in new]
+    else:
+        kept = {id(m) for m in after.messages}
+        was = {id(m) for m in before.messages}
+        removed = [m for m in before.messages if id(m) not in kept]
+        added = [m for m in after.messages if id(m) not in was]
+    return {
+        "removed": len(removed),
+        "added": len(added),
+        "removed_preview": [_preview(m) for m in removed[:PREVIEWS]],
+        "added_preview": [_preview(m) for m in added[:PREVIEWS]],
+    }
+
+
+def _credits(
+    before: Context, after: Context, trace: Sequence[Mapping[str, Any]], counter: TokenCounter
+) -> list[dict[str, Any]] | None:
+    """What each entry of a hook run changed, as ``_changes`` with its index; None when the
+    run's contexts cannot be told apart. The outputs are found on the chain of splices that
+    leads from the run's input to its output, each where its entry's trace numbers (messages
+    and tokens after) are met, in the entries' order; an output made otherwise breaks it."""
+    chain = [after]
+    while chain[-1] is not before:
+        edit = chain[-1].edit
+        if edit is None:
+            return None
+        chain.append(edit.source)
+    chain.reverse()
+    out: list[dict[str, Any]] = []
+    at = 0
+    for entry in trace:
+        details = entry.get("details") or {}
+        if not entry["activated"] or entry["error"] or details.get("postponed"):
+            continue  # its output, if any, was not used
+        if (entry["messages_after"], entry["tokens_after"]) == (
+            entry["messages_before"],
+            entry["tokens_before"],
+        ):
+            continue  # changed nothing, by its numbers
+        end = at + 1
+        while end < len(chain) and (
+            len(chain[end].messages) != entry["messages_after"]
+            or counter.context(chain[end])[0] != entry["tokens_after"]
+        ):
+            end += 1
+        if end == len(chain):
+            return None
+        out.append({"index": entry["index"], **_changes(chain[at], chain[end])})
+        at = end
+    return out if at == len(chain) - 1 else None
+
+
+def _preview(m: Mapping[str, Any]) -> dict[str, Any]:
+    text = text_of(m.get("content"))
+    out: dict[str, Any] = {"role": m.get("role"), "text": text[:PREVIEW_CHARS], "chars": len(text)}
+    calls = [c.get("function", {}).get("name") for c in m.get("tool_calls") or () if isinstance(c, dict)]
+    if calls:
+        out["calls"] = calls
+    if is_summary(m):  # told here, where the whole message proves its mark (a preview cannot)
+        out["summary"] = True
+    return out
+
+
+def refuse_invalid(view: Sequence[Any], new: Sequence[Any], *, checked: bool = False) -> None:
+    """Raise :class:`~ctxmgmt.ContextError` when a request of OpenAI chat messages (the view
+    the model saw, and the framework's messages since) is one the model's API refuses: a tool
+    result that answers no call of the assistant message right before it (an orphan), a call
+    with no result before the next message (dangling), a call or a result without an id. Every
+    adapter refuses what the runner never makes and the Agents SDK adapter refuses in its
+    format, rather than managing it and sending it on. With ``checked`` (a view saved from an
+    earlier call, valid then) it costs the new messages: only the view's last tool-call group
+    is checked again with them."""
+    lo = len(view) if checked else 0
+    while lo > 0 and view[lo - 1].get("role") == "tool":
+        lo -= 1
+    if lo > 0 and call_ids(view[lo - 1]):
+        lo -= 1
+    part = [*view[lo:], *new]
+    problems = check_messages(part, offset=lo)
+    if problems:
+        fix = (
+            "each tool result must follow the assistant message that calls it, with the same id, "
+            "and each call needs its result before the next message: restore or remove the message"
+        )
+        raise ContextError([*problems, Problem("/messages", fix)])

@@ -1,0 +1,584 @@
+"""The agent loop, with context management at every hook.
+
+For one execution:
+
+1. resolve the definition: the name in the request, else the agent's stored name,
+   else the agent's inline definition, else none (a named one that does not exist
+   is NotFound: the agent never runs unmanaged);
+2. load the memory and add the question, then run ``post_memory``;
+3. repeat until a final answer or ``max_iteration``: run ``pre_llm``, call the
+   model, run each tool call and ``post_tool`` after each result;
+4. append what happened to the memory, in its original form. Managers change only
+   what the model sees, never the stored record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import httpx
+
+from ..cache import PromptCache, cache_figures, clean_usage, ratios_for
+from ..calibration import Calibration, reported_input_tokens
+from ..context import Context
+from ..definitions import Definition
+from ..errors import (
+    AgentError,
+    ExecutionTimeoutError,
+    LLMError,
+    ManagerError,
+    NotFound,
+    Problem,
+)
+from ..llm import ChatClient, HTTPPool, ModelsConfig
+from ..managers.base import Environment
+from ..messages import RECALL_TOOLS, is_summary, mentions_archive
+from ..offload import Offloader
+from ..registry import default_registry
+from ..store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
+from ..store.repository import now_ms
+from ..summaries import STATE_KEY
+from ..types import Hook
+from ..validation import validate_definition
+from .conversation import View
+from .records import ExecutionResult, cache_summary, execution_record
+from .tools import (
+    EXECUTION_ARCHIVE_BYTES,
+    TURN_OUTPUT_BYTES,
+    ToolRegistry,
+    call_tool,
+    default_tools,
+    recall_tools,
+    tool_archive,
+)
+
+__all__ = ["ExecutionResult", "Runner"]
+
+log = logging.getLogger("ctxmgmt.runner")
+DEFAULT_MAX_ITERATION = 10
+DEFAULT_EXECUTION_TIMEOUT = 600.0
+"""Seconds one execution may take, whole (``llm.parameters.execution_timeout``)."""
+INLINE_KEPT = 256
+INLINE_BYTES = 8 * 1024 * 1024
+"""Inline definitions kept built: at most this many, and this many bytes of their JSON."""
+VIEW_KEY = "_view"
+"""Memory state key of the managed view: what the model saw at the end of the last
+execution, and how many stored messages it covers. The record itself stays complete."""
+
+
+class Runner:
+    """Registers and executes agents over a store, a models configuration and tools."""
+
+    def __init__(
+        self,
+        store: DefinitionStore,
+        models: ModelsConfig,
+        tools: ToolRegistry | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        offloader: Offloader | None = None,
+        pool: HTTPPool | None = None,
+    ) -> None:
+        self.offloader = offloader
+        self.pool = pool
+        """Kept-alive LLM connections shared by executions; closed by its owner on its loop
+        (the server, on shutdown). Without one, an execution pools its own calls."""
+        self.definitions = store
+        self.agents = AgentStore(store.engine)
+        self.memory = MemoryStore(store.engine)
+        self.executions = ExecutionStore(store.engine)
+        self.models = models
+        self.tools = tools or default_tools
+        self._transport = transport
+        self._inline: OrderedDict[str, Definition] = OrderedDict()
+        """Built inline definitions by their JSON: an agent replaced (by any process) brings
+        new JSON, so an execution never runs a definition its agent no longer has."""
+        self._inline_bytes = 0
+
+    # -- registration ------------------------------------------------------------------
+    def register(self, body: Mapping[str, Any]) -> str:
+        """Validate and store an agent (OpenSearch's registration body). Returns its id."""
+        return self.agents.register(body, checks=self._checks(body))
+
+    def replace(self, agent_id: str, body: Mapping[str, Any]) -> None:
+        """Replace an agent's registration, with the same checks as :meth:`register`."""
+        self.agents.replace(agent_id, body, checks=self._checks(body))
+
+    def view(self, memory_id: str) -> dict[str, Any]:
+        """A memory's state and the managed messages the model saw last."""
+        agent_id = self.memory.owner(memory_id)
+        messages, state, *_ = self._continue(memory_id, agent_id)
+        return {"memory_id": memory_id, "agent_id": agent_id, "state": state, "view": messages}
+
+    def _checks(self, body: Mapping[str, Any]) -> list[Problem]:
+        problems: list[Problem] = []
+        name = body.get("context_management_name")
+        inline = body.get("context_management")
+        if name is not None and inline is not None:
+            problems.append(
+                Problem(
+                    "/context_management",
+                    "give context_management_name or an inline context_management, not both",
+                )
+            )
+        elif isinstance(name, str) and not self.definitions.exists(name):
+            problems.append(
+                Problem(
+                    "/context_management_name",
+                    f"no definition named {name!r}"
+                    + (
+                        self.definitions.suggest(name)
+                        or f"; create it first (POST /_plugins/_ml/context_management/{name})"
+                    ),
+                )
+            )
+        elif isinstance(inline, Mapping):
+            doc = {"name": "inline", **inline}
+            problems += [
+                Problem("/context_management" + p.pointer, p.message)
+                for p in validate_definition(doc, registry=self.definitions.registry)
+                if p.severity == "error"
+            ]
+        llm = body.get("llm")
+        model_id = llm.get("model_id") if isinstance(llm, Mapping) else None
+        if isinstance(model_id, str) and model_id not in self.models:
+            known = ", ".join(sorted(self.models)) or "none"
+            problems.append(
+                Problem(
+                    "/llm/model_id",
+                    f"model {model_id!r} is not in the models configuration (configured: {known})",
+                )
+            )
+        tools = body.get("tools")
+        if isinstance(tools, list):
+            seen: set[str] = set()
+            for i, spec in enumerate(tools):
+                if not isinstance(spec, Mapping) or not isinstance(spec.get("type"), str):
+                    continue
+                try:
+                    tool = self.tools.build(spec)
+                except ValueError as exc:
+                    problems.append(Problem(f"/tools/{i}{getattr(exc, 'pointer', '')}", str(exc)))
+                    continue
+                except (TypeError, KeyError, AttributeError) as exc:  # a plugin's factory
+                    problems.append(Problem(f"/tools/{i}", f"the tool could not be built: {exc!r}"[:300]))
+                    continue
+                if tool.name in seen:
+                    problems.append(
+                        Problem(
+                            f"/tools/{i}/name", f"two tools are named {tool.name!r}; give each its own name"
+                        )
+                    )
+                if tool.name in RECALL_TOOLS:
+                    problems.append(_reserved(i, tool.name))
+                seen.add(tool.name)
+        return problems
+
+    # -- execution ---------------------------------------------------------------------
+    def execute(
+        self,
+        agent_id: str,
+        question: str,
+        context_management_name: str | None = None,
+        memory_id: str | None = None,
+    ) -> ExecutionResult:
+        """Run the agent to a final answer (see :meth:`aexecute`). Not for use inside an event loop."""
+        return asyncio.run(self.aexecute(agent_id, question, context_management_name, memory_id))
+
+    async def aexecute(
+        self,
+        agent_id: str,
+        question: str,
+        context_management_name: str | None = None,
+        memory_id: str | None = None,
+    ) -> ExecutionResult:
+        agent = await asyncio.to_thread(self.agents.get, agent_id)
+        if not isinstance(question, str) or not question.strip():
+            raise AgentError(
+                [Problem("/parameters/question", "is required: the user's question, a non-empty string")]
+            )
+        definition, source, version = await asyncio.to_thread(self._resolve, agent, context_management_name)
+        llm = agent["llm"]
+        params = llm.get("parameters") or {}
+        try:
+            model = self.models[llm["model_id"]]
+        except LLMError as exc:
+            raise AgentError([Problem("/llm/model_id", str(exc))]) from None
+        try:
+            tools = {t.name: t for t in (self.tools.build(s) for s in agent.get("tools") or ())}
+        except ValueError as exc:
+            raise AgentError([Problem("/tools", str(exc))]) from None
+        reserved = [_reserved(i, name) for i, name in enumerate(tools) if name in RECALL_TOOLS]
+        if reserved:  # stored before the names were reserved
+            raise AgentError(reserved)
+        modified = None
+        if memory_id is None:
+            memory_id = await asyncio.to_thread(self.memory.create, agent_id)
+            base: list[dict[str, Any]] = []
+            state: dict[str, Any] = {}
+            length = 0
+            calibration = Calibration()
+        else:
+            base, state, length, saved_ratios, modified = await asyncio.to_thread(
+                self._continue, memory_id, agent_id
+            )
+            calibration = Calibration(saved_ratios)
+        schemas = [t.schema() for t in tools.values()]
+        recall: list[dict[str, Any]] = []
+        archive: Callable[[str], Any] | None = None
+        if self.offloader is not None:
+            # A tool output cut at its limit is archived whole (so is what a manager removes):
+            # the recall tools come with the first archive.
+            archive = functools.partial(tool_archive, self.offloader, memory_id)
+            for tool in recall_tools(self.offloader, memory_id):
+                if tools.setdefault(tool.name, tool) is tool:
+                    recall.append(tool.schema())
+
+        pool = self.pool or HTTPPool()
+        cache = PromptCache(model.pricing or ratios_for(model.provider))
+        run = View(
+            definition=definition,
+            environment=Environment(
+                self.models,
+                self.offloader,
+                memory_id,
+                uuid.uuid4().hex,
+                pool,
+                calibration=calibration,
+                cache=cache,
+                user_first=model.provider == "anthropic",  # the Messages API wants a user turn first
+            ),
+            record=[{"role": "user", "content": question}],
+            view=Context(
+                system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
+                messages=[*base, {"role": "user", "content": question}],
+                tools=schemas,
+                model=model.model,
+                context_window=model.context_window,
+                state=state,
+            ),
+            recall=recall,
+        )
+        if recall:
+            # With cache: aware the tools never change mid-conversation (a new tool list would
+            # void the whole cached prefix): the recall tools are there from the first call.
+            aware = definition is not None and definition.settings.get("cache") == "aware"
+            found: bool = aware or await asyncio.to_thread(self._archived, memory_id, base)
+            if found:
+                run.show_recall()
+        # The previous execution's last request: what it sent ends before its last model turn,
+        # about when the memory was last written (the cache may have expired since).
+        last_turn = next(
+            (i for i in range(len(base) - 1, -1, -1) if base[i].get("role") == "assistant"), None
+        )
+        if last_turn is not None and modified is not None:
+            cache.seed(run.view.tools or None, run.view.system_prompt, base[:last_turn], at=modified / 1000)
+        result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
+        result.execution_id = run.environment.execution or ""
+        client = ChatClient(model, async_transport=self._transport, pool=pool)
+        started = now_ms()
+        before: dict[int, int] = {}  # LLM call -> the view's tokens before pre_llm ran
+        requests: dict[int, tuple[int, float, int]] = {}  # LLM call -> (counted, ratio, reusable) as sent
+        failure: BaseException | None = None
+        archive_left = EXECUTION_ARCHIVE_BYTES  # what the execution's tool outputs may archive
+        deadline = asyncio.timeout(float(params.get("execution_timeout", DEFAULT_EXECUTION_TIMEOUT)))
+        try:
+            async with deadline:  # the whole execution: model calls, tools and hooks
+                await run.hook(Hook.POST_MEMORY, 0)
+                for iteration in range(1, int(params.get("max_iteration", DEFAULT_MAX_ITERATION)) + 1):
+                    before[iteration] = run.tokens()
+                    await run.hook(Hook.PRE_LLM, iteration)
+                    if run.archived and run.recall:  # archived just now: the model needs the tools
+                        shown = run.tokens()
+                        run.show_recall()
+                        before[iteration] += run.tokens() - shown  # what the recall tools' schemas add
+                        await run.hook(Hook.PRE_LLM, iteration)
+                    counted, ratio = run.check_window()
+                    reusable = cache.measure(run.view, run.counter())
+                    requests[iteration] = (counted, ratio, reusable)
+                    # Messages are immutable values: hand them over without copying.
+                    request = cast(list[dict[str, Any]], list(run.view.messages))
+                    if run.view.system_prompt:
+                        request.insert(0, {"role": "system", "content": run.view.system_prompt})
+                    extra = {"tools": list(run.view.tools)} if run.view.tools else {}
+                    response = await client.acomplete(request, **extra)
+                    # This one request's report (never a sum across calls) calibrates the next.
+                    reported = reported_input_tokens(response.usage)
+                    calibration.observe(model.model, counted, reported)
+                    result.usage.append(
+                        {
+                            "iteration": iteration,
+                            **clean_usage(response.usage),
+                            "counted": counted,
+                            "calibrated": round(counted * ratio),
+                            "reported": reported,
+                            "reusable_prefix_tokens": reusable,
+                            **cache_figures(response.usage),
+                        }
+                    )
+                    message = _assistant(response.message)
+                    run.add(message)
+                    calls = message.get("tool_calls")
+                    if not calls:
+                        result.response = response.content
+                        result.finished = True
+                        break
+                    budget = TURN_OUTPUT_BYTES
+                    for call in calls:
+                        content, ref, archived = await call_tool(tools, call, archive, budget, archive_left)
+                        archive_left -= archived
+                        budget -= len(content)  # characters: a lower bound of the bytes
+                        run.add({"role": "tool", "tool_call_id": call["id"], "content": content})
+                        if ref is not None:
+                            run.outputs.append(ref)
+                            run.archived = True
+                    # Once the group's results are all in: the newest results are the tool messages
+                    # after the last assistant turn, each seen once (a hook run per result would
+                    # look at the whole group each time: quadratic in a large parallel group).
+                    await run.hook(Hook.POST_TOOL, iteration)
+                else:
+                    result.response = (
+                        f"stopped after max_iteration={params.get('max_iteration', DEFAULT_MAX_ITERATION)} "
+                        "LLM calls without a final answer"
+                    )
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            seconds = params.get("execution_timeout", DEFAULT_EXECUTION_TIMEOUT)
+            failure = ExecutionTimeoutError(
+                f"the execution did not finish within {seconds:g} s (llm.parameters.execution_timeout); "
+                "raise it in the agent, or lower max_iteration or the tools' timeouts"
+            )
+            raise failure from None
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            # Only whole rounds are recorded, so the memory stays consistent even when
+            # the model fails midway: the question and every complete call/result group.
+            result.trace = run.trace
+            result.cache = cache_summary(result.usage, run.trace, model, self.models)
+            # The stored view (the managed messages) is written again only when a manager
+            # changed something: otherwise the view stored before plus the stored record
+            # since then is this view already, and writing it would cost O(memory) per execution.
+            # A round the deadline (or a cancellation) cut short, calls without all their
+            # results, is left out of both.
+            cut = _unfinished(run.record)
+            kept = run.record[: len(run.record) - cut]
+            saved = (
+                {
+                    **run.view.state,
+                    VIEW_KEY: {
+                        "upto": length + len(kept),
+                        "messages": list(run.view.messages)[: len(run.view.messages) - cut],
+                    },
+                }
+                if run.changed
+                else None
+            )
+            try:
+                await asyncio.to_thread(
+                    self.memory.append,
+                    memory_id,
+                    kept,
+                    saved,
+                    expected_length=length,
+                    calibration=calibration.to_dict(),
+                )
+            except BaseException as exc:  # nothing was stored (a Conflict): the record says so
+                failure = failure or exc
+                raise
+            finally:
+                if pool is not self.pool:
+                    await pool.aclose()
+                record = execution_record(
+                    agent_id,
+                    result,
+                    run,
+                    version,
+                    started,
+                    before,
+                    requests,
+                    failure,
+                    self.offloader is not None,
+                )
+                try:
+                    await asyncio.to_thread(self.executions.save, record)
+                except Exception:  # the execution's own outcome stands; the record is lost
+                    log.exception("the record of execution %s could not be stored", result.execution_id)
+        return result
+
+    def compact(self, agent_id: str, memory_id: str, instruction: str | None = None) -> dict[str, Any]:
+        """Summarise a conversation now (see :meth:`acompact`). Not for use inside an event loop."""
+        return asyncio.run(self.acompact(agent_id, memory_id, instruction))
+
+    async def acompact(self, agent_id: str, memory_id: str, instruction: str | None = None) -> dict[str, Any]:
+        """Summarise a conversation now (QwenPaw's /compact), with an optional extra
+        instruction for the summariser. The stored record is unchanged; the managed
+        view that the next execution continues from is replaced."""
+        agent = await asyncio.to_thread(self.agents.get, agent_id)
+        definition, _, _ = await asyncio.to_thread(self._resolve, agent, None)
+        base, state, length, *_ = await asyncio.to_thread(self._continue, memory_id, agent_id)
+        running = state.get(STATE_KEY)
+        if isinstance(running, dict):  # asked for now: summarise even with no new message
+            state[STATE_KEY] = {k: v for k, v in running.items() if k != "upto"}
+        config = _summarizer_config(definition)
+        if instruction:
+            # The summariser's own default prompt, from the class the registry builds (the
+            # runner imports no built-in manager).
+            summarizer = (self.definitions.registry or default_registry).get("SummarizationManager")
+            prompt = config.get("summarization_system_prompt") or getattr(summarizer, "DEFAULT_PROMPT", "")
+            config["summarization_system_prompt"] = f"{prompt}\nExtra instruction: {instruction}"
+        compactor = Definition.from_dict(
+            {
+                "name": "compact",
+                "hooks": {
+                    "pre_llm": [{"type": "SummarizationManager", "config": config, "on_error": "fail"}]
+                },
+            },
+            registry=self.definitions.registry,
+        )
+        model_id = agent["llm"]["model_id"]
+        llm = self.models.get(model_id)
+        view = Context(
+            messages=base,
+            model=llm.model if llm else None,
+            context_window=llm.context_window if llm else None,
+            state=state,
+        )
+        env = Environment(self.models, self.offloader, memory_id, pool=self.pool)
+        try:
+            result = await compactor.aapply("pre_llm", view, environment=env)
+        except ManagerError as exc:
+            if isinstance(exc.__cause__, LLMError):  # the model's fault (502/504), not the definition's
+                raise exc.__cause__ from None
+            raise
+        saved = {
+            **result.context.state,
+            VIEW_KEY: {"upto": length, "messages": list(result.context.messages)},
+        }
+        await asyncio.to_thread(self.memory.append, memory_id, [], saved, expected_length=length)
+        entry = result.trace[0]
+        summary = next((m.get("content") for m in result.context.messages if is_summary(m)), None)
+        return {
+            "memory_id": memory_id,
+            "compacted": entry["messages_after"] < entry["messages_before"],
+            "tokens_before": entry["tokens_before"],
+            "tokens_after": entry["tokens_after"],
+            "summary": summary,
+            "trace": list(result.trace),
+        }
+
+    def _archived(self, memory_id: str, base: list[dict[str, Any]]) -> bool:
+        """Whether there is something to recall for this conversation: a notice or a
+        summary guide in the view, or items in the store."""
+        if any(mentions_archive(m) for m in base):  # ctxmgmt's own marks only
+            return True
+        assert self.offloader is not None
+        return bool(self.offloader.list(memory_id))
+
+    def _continue(
+        self, memory_id: str, agent_id: str
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], int, dict[str, Any], int]:
+        """(messages to continue from, state, stored length, calibration, last modified in ms):
+        the managed view saved by the last execution plus what was stored after it, reading
+        only those rows."""
+        state, length, calibration, modified = self.memory.head(memory_id, agent_id)
+        view = state.pop(VIEW_KEY, None)
+        if isinstance(view, dict) and isinstance(view.get("messages"), list):
+            upto = view.get("upto")
+            if isinstance(upto, int) and 0 <= upto <= length:
+                newer = self.memory.messages(memory_id, since=upto, until=length)
+                return [*view["messages"], *newer], state, length, calibration, modified
+        return self.memory.messages(memory_id, until=length), state, length, calibration, modified
+
+    def _resolve(
+        self, agent: Mapping[str, Any], requested: str | None
+    ) -> tuple[Definition | None, str, int | None]:
+        """(the definition, where it came from, its stored version)."""
+        if requested is not None:
+            try:
+                definition, version = self.definitions.resolve_version(requested)
+            except NotFound:
+                hint = self.definitions.suggest(requested)  # the closest stored names
+                raise NotFound(f"context management {requested!r} not found{hint}") from None
+            return definition, "request", version
+        stored = agent.get("context_management_name")
+        if stored is not None:
+            try:
+                definition, version = self.definitions.resolve_version(stored)
+                return definition, "agent", version
+            except NotFound:
+                raise NotFound(
+                    f"the agent's context management {stored!r} no longer exists; "
+                    "the agent does not run unmanaged"
+                ) from None
+        inline = agent.get("context_management")
+        if inline is not None:
+            key = json.dumps(inline, sort_keys=True, default=str)
+            built = self._inline.get(key)
+            if built is None:
+                built = Definition.from_dict({"name": "inline", **inline}, registry=self.definitions.registry)
+                self._inline[key] = built
+                self._inline_bytes += len(key)
+                while len(self._inline) > INLINE_KEPT or self._inline_bytes > INLINE_BYTES:
+                    gone, _ = self._inline.popitem(last=False)
+                    self._inline_bytes -= len(gone)
+            return built, "inline", None
+        return None, "none", None
+
+
+def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The assistant message as it goes back into the conversation. The client checked the
+    reply (:mod:`ctxmgmt._reply`): its content is a string or null, its calls are well formed
+    and their ids unique in the turn, so every tool result answers one call."""
+    out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    calls = message.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
+            }
+            for c in calls
+        ]
+    return out
+
+
+def _unfinished(record: Sequence[Mapping[str, Any]]) -> int:
+    """How many messages at the end of ``record`` are a round cut short: the last assistant
+    turn with tool calls, when some of its calls have no result after it."""
+    for i in range(len(record) - 1, -1, -1):
+        m = record[i]
+        if m.get("role") == "assistant":
+            calls = {c.get("id") for c in m.get("tool_calls") or ()}
+            answered = {r.get("tool_call_id") for r in record[i + 1 :] if r.get("role") == "tool"}
+            return len(record) - i if calls - answered else 0
+    return 0
+
+
+def _reserved(index: int, name: str) -> Problem:
+    return Problem(
+        f"/tools/{index}/name",
+        f"{name!r} is the name of ctxmgmt's own recall tool (context_read, context_search); "
+        "give the tool another name",
+    )
+
+
+def _summarizer_config(definition: Definition | None) -> dict[str, Any]:
+    """The summariser settings of a definition (its SummarizationManager or AutoCompactManager)."""
+    for specs in definition.hooks.values() if definition else ():
+        for spec in specs:
+            if spec.type == "SummarizationManager":
+                return dict(spec.config)
+            if spec.type == "AutoCompactManager":
+                return dict(spec.config.get("summarization", {}))
+    return {}

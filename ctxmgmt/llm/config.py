@@ -1,0 +1,126 @@
+"""The models configuration: a YAML file with a ``models:`` mapping (see :mod:`ctxmgmt.llm.client`
+for the format), found through ``--config`` or ``CTXMGMT_CONFIG``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .. import _resources
+from ..cache import Pricing
+from ..errors import ConfigError, LLMError, Problem
+from ..loader import load_document
+
+__all__ = ["CONFIG_ENV", "ModelConfig", "ModelsConfig", "load_models"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+CONFIG_ENV = "CTXMGMT_CONFIG"
+DEFAULT_MAX_TOKENS = 4096
+"""The reply's limit sent to Anthropic when the model's configuration gives no max_tokens."""
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+"""A model's reply is refused past this many bytes (decoded) unless its configuration says."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """One chat endpoint: OpenAI-compatible, or Anthropic's Messages API."""
+
+    id: str
+    base_url: str
+    model: str
+    provider: str = "openai"
+    """openai: ``{base_url}/chat/completions``; anthropic: ``{base_url}/messages``."""
+    api_key_env: str | None = None
+    context_window: int | None = None
+    timeout: float = 60.0
+    """Seconds for the whole call: connecting, the headers, the body, and every retry."""
+    max_retries: int = 2
+    max_connections: int = 10
+    """Connections kept open to this endpoint at most (keep-alive, reused across calls)."""
+    keep_alive_seconds: float = 30.0
+    """An idle kept-alive connection is closed after this long."""
+    max_tokens: int | None = None
+    """The reply's limit (Anthropic: ``max_tokens``, DEFAULT_MAX_TOKENS when not given)."""
+    anthropic_version: str = ANTHROPIC_VERSION
+    cache_breakpoints: bool = True
+    """Anthropic: mark the stable prefix with ``cache_control`` breakpoints."""
+    pricing: Pricing | None = None
+    """Prices per million tokens: an execution's estimated cost."""
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    """A longer reply (decoded) is refused as it arrives: it is never read whole."""
+
+    def api_key(self) -> str | None:
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise LLMError(
+                f"the environment variable {self.api_key_env} (api_key_env) is not set; set it, or "
+                "leave api_key_env out of the model's configuration for an endpoint without a key",
+                model_id=self.id,
+            )
+        return key
+
+
+class ModelsConfig(Mapping[str, ModelConfig]):
+    """Model id -> endpoint, from the ``models:`` mapping of the configuration."""
+
+    def __init__(self, models: Mapping[str, ModelConfig] | None = None) -> None:
+        self._models = dict(models or {})
+
+    def __getitem__(self, model_id: str) -> ModelConfig:
+        try:
+            return self._models[model_id]
+        except KeyError:
+            known = ", ".join(sorted(self._models)) or "none"
+            raise LLMError(
+                f"not in the models configuration (configured: {known})", model_id=model_id
+            ) from None
+
+    def __contains__(self, model_id: object) -> bool:
+        return model_id in self._models
+
+    def get(self, model_id: str, default: Any = None) -> Any:
+        return self._models.get(model_id, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._models)
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str | None = None) -> ModelsConfig:
+        validator = Draft202012Validator(_resources.schema("config.schema.json"))
+        problems = [
+            Problem("".join(f"/{p}" for p in e.absolute_path), e.message, None, source)
+            for e in validator.iter_errors(data if data is not None else {})
+        ]
+        if problems:
+            raise ConfigError(problems)
+        models = {
+            model_id: ModelConfig(
+                id=model_id,
+                **{k: v for k, v in spec.items() if k != "pricing"},
+                pricing=Pricing.from_dict(spec["pricing"]) if "pricing" in spec else None,
+            )
+            for model_id, spec in (data or {}).get("models", {}).items()
+        }
+        return cls(models)
+
+
+def load_models(path: str | Path | None = None) -> ModelsConfig:
+    """The models configuration from ``path``, or ``$CTXMGMT_CONFIG``, or none."""
+    path = path or os.environ.get(CONFIG_ENV)
+    if not path:
+        return ModelsConfig()
+    doc = load_document(path)
+    if doc.problems:
+        raise ConfigError(doc.problems)
+    return ModelsConfig.from_dict(doc.data, str(path))

@@ -1,0 +1,290 @@
+"""Recall in a streamed answer: its events pass through as they arrive until one starts a recall
+call; from there the proxy reads the rest (building the whole answer from the events), answers
+the recall calls with whole upstream requests, and ends the client's stream with the final
+answer's content as events of the same message.
+
+Each provider's events are built and read as its SDKs do: OpenAI chat chunks (``delta``s by
+choice, tool calls by index), Anthropic message events (content blocks by index), Responses
+events (output items by index, ``response.completed`` holding the whole response).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ..messages import RECALL_TOOLS
+
+__all__ = ["Accumulator", "continuation", "split_events"]
+
+
+def split_events(buffer: bytearray) -> Iterator[tuple[bytes, Any]]:
+    """The complete events at the start of ``buffer`` (taken out of it): each one's bytes, as
+    received, and its data's JSON (None when it has none, or none that parses)."""
+    while True:
+        ends = [(i, n) for sep, n in ((b"\n\n", 2), (b"\r\n\r\n", 4)) if (i := buffer.find(sep)) >= 0]
+        if not ends:
+            return
+        end, size = min(ends)
+        event = bytes(buffer[: end + size])
+        del buffer[: end + size]
+        lines = event.replace(b"\r\n", b"\n").split(b"\n")
+        data = b"\n".join(line[5:].lstrip(b" ") for line in lines if line.startswith(b"data:"))
+        try:
+            yield event, (json.loads(data) if data and data != b"[DONE]" else None)
+        except ValueError:
+            yield event, None
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+class Accumulator:
+    """The whole answer a stream's events make, and where a recall call starts in it."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.held: int | None = None
+        """Where the events stopped being passed on: the tool-call, block or item index of
+        the first recall call."""
+        self.base: dict[str, Any] = {}
+        self.content = ""
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.items: dict[int, Any] = {}
+        self.finish: Any = None
+        self.sequence = 0
+        self.completed: dict[str, Any] | None = None
+
+    def event(self, data: Any) -> bool:
+        """Take one event; True when it starts a recall call (it and what follows are held)."""
+        if not isinstance(data, Mapping):
+            return False
+        if self.api == "chat":
+            return self._chat(data)
+        if self.api == "messages":
+            return self._messages(data)
+        return self._responses(data)
+
+    def _chat(self, data: Mapping[str, Any]) -> bool:
+        if not self.base:
+            self.base = {k: data.get(k) for k in ("id", "object", "created", "model")}
+        starts = False
+        for choice in data.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.content += delta["content"]
+            for part in delta.get("tool_calls") or ():
+                if not isinstance(part, Mapping) or not isinstance(part.get("index"), int):
+                    continue
+                call = self.calls.setdefault(part["index"], {"id": None, "name": "", "arguments": ""})
+                fn = part.get("function") or {}
+                call["id"] = part.get("id") or call["id"]
+                if fn.get("name"):
+                    call["name"] += fn["name"]
+                    if call["name"] in RECALL_TOOLS and self.held is None:
+                        self.held, starts = part["index"], True
+                call["arguments"] += fn.get("arguments") or ""
+            self.finish = choice.get("finish_reason") or self.finish
+        return starts
+
+    def _messages(self, data: Mapping[str, Any]) -> bool:
+        kind = data.get("type")
+        index = data.get("index")
+        if kind == "message_start" and isinstance(data.get("message"), Mapping):
+            self.base = dict(data["message"])
+        elif kind == "content_block_start" and isinstance(index, int):
+            block = dict(data.get("content_block") or {})
+            if block.get("type") == "tool_use":
+                block["partial"] = ""
+            self.blocks[index] = block
+            if block.get("type") == "tool_use" and block.get("name") in RECALL_TOOLS and self.held is None:
+                self.held = index
+                return True
+        elif kind == "content_block_delta" and isinstance(index, int) and index in self.blocks:
+            block, delta = self.blocks[index], data.get("delta") or {}
+            for key, into in (("text", "text"), ("thinking", "thinking"), ("partial_json", "partial")):
+                if isinstance(delta.get(key), str):
+                    block[into] = block.get(into, "") + delta[key]
+            if isinstance(delta.get("signature"), str):
+                block["signature"] = delta["signature"]
+        elif kind == "message_delta":
+            self.finish = (data.get("delta") or {}).get("stop_reason")
+        return False
+
+    def _responses(self, data: Mapping[str, Any]) -> bool:
+        if isinstance(data.get("sequence_number"), int):
+            self.sequence = max(self.sequence, data["sequence_number"])
+        kind = data.get("type")
+        if kind == "response.created" and isinstance(data.get("response"), Mapping):
+            self.base = dict(data["response"])
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            item, index = data.get("item"), data.get("output_index")
+            if isinstance(item, Mapping) and isinstance(index, int):
+                self.items[index] = item
+                if (
+                    kind.endswith("added")
+                    and item.get("type") == "function_call"
+                    and item.get("name") in RECALL_TOOLS
+                    and self.held is None
+                ):
+                    self.held = index
+                    return True
+        elif kind in ("response.completed", "response.incomplete") and isinstance(
+            data.get("response"), Mapping
+        ):
+            self.completed = dict(data["response"])
+        return False
+
+    def answer(self) -> dict[str, Any]:
+        """The whole answer, as the API's unstreamed answer holds it."""
+        if self.api == "chat":
+            calls = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
+                for _, c in sorted(self.calls.items())
+            ]
+            message: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+            if calls:
+                message["tool_calls"] = calls
+            return {**self.base, "choices": [{"index": 0, "message": message, "finish_reason": self.finish}]}
+        if self.api == "messages":
+            content = []
+            for _, block in sorted(self.blocks.items()):
+                block = dict(block)
+                if block.get("type") == "tool_use":
+                    partial = block.pop("partial", "")
+                    try:
+                        block["input"] = json.loads(partial) if partial else block.get("input") or {}
+                    except ValueError:
+                        block["input"] = {}
+                content.append(block)
+            return {**self.base, "content": content, "stop_reason": self.finish}
+        if self.completed is not None:
+            return self.completed
+        return {**self.base, "output": [item for _, item in sorted(self.items.items())]}
+
+
+def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> list[bytes]:
+    """The events that end the client's stream with ``final`` (the last whole answer), after
+    the events passed on before ``acc.held``. ``usage``: the chat client asked for it."""
+    held = acc.held or 0
+    if acc.api == "chat":
+        base = {**acc.base, "object": "chat.completion.chunk"}
+        choice = (final.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        out = []
+        if isinstance(message.get("content"), str) and message["content"]:
+            out.append(
+                _sse(
+                    {
+                        **base,
+                        "choices": [
+                            {"index": 0, "delta": {"content": message["content"]}, "finish_reason": None}
+                        ],
+                    }
+                )
+            )
+        for i, call in enumerate(message.get("tool_calls") or ()):
+            part = {
+                "index": held + i,
+                "id": call.get("id"),
+                "type": "function",
+                "function": call.get("function"),
+            }
+            out.append(
+                _sse(
+                    {
+                        **base,
+                        "choices": [{"index": 0, "delta": {"tool_calls": [part]}, "finish_reason": None}],
+                    }
+                )
+            )
+        out.append(
+            _sse(
+                {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
+            )
+        )
+        if usage and isinstance(final.get("usage"), Mapping):
+            out.append(_sse({**base, "choices": [], "usage": final["usage"]}))
+        out.append(b"data: [DONE]\n\n")
+        return out
+    if acc.api == "messages":
+        out = []
+        for i, block in enumerate(final.get("content") or ()):
+            index = held + i
+            kind = block.get("type")
+            if kind == "text":
+                out.append(
+                    _sse(
+                        {
+                            "type": "content_block_start",
+                            "index": index,
+                            "content_block": {"type": "text", "text": ""},
+                        },
+                        "content_block_start",
+                    )
+                )
+                delta = {"type": "text_delta", "text": block.get("text", "")}
+                out.append(
+                    _sse(
+                        {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
+                    )
+                )
+            elif kind == "tool_use":
+                opened = {**block, "input": {}}
+                out.append(
+                    _sse(
+                        {"type": "content_block_start", "index": index, "content_block": opened},
+                        "content_block_start",
+                    )
+                )
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input") or {})}
+                out.append(
+                    _sse(
+                        {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
+                    )
+                )
+            else:  # thinking and the rest: whole, as they start
+                out.append(
+                    _sse(
+                        {"type": "content_block_start", "index": index, "content_block": block},
+                        "content_block_start",
+                    )
+                )
+            out.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+        used: Mapping[str, Any] = final["usage"] if isinstance(final.get("usage"), Mapping) else {}
+        done = {
+            "type": "message_delta",
+            "delta": {"stop_reason": final.get("stop_reason"), "stop_sequence": final.get("stop_sequence")},
+            "usage": {"output_tokens": used.get("output_tokens", 0)},
+        }
+        return [*out, _sse(done, "message_delta"), _sse({"type": "message_stop"}, "message_stop")]
+    sequence = acc.sequence
+    out = []
+    items = [item for i, item in sorted(acc.items.items()) if i < held]
+    for i, item in enumerate(final.get("output") or ()):
+        index = held + i
+        for kind in ("response.output_item.added", "response.output_item.done"):
+            sequence += 1
+            out.append(
+                _sse({"type": kind, "sequence_number": sequence, "output_index": index, "item": item}, kind)
+            )
+        items.append(item)
+    sequence += 1
+    completed = {**final, "output": items}
+    out.append(
+        _sse(
+            {"type": "response.completed", "sequence_number": sequence, "response": completed},
+            "response.completed",
+        )
+    )
+    return out

@@ -1,0 +1,126 @@
+"""Cutting a tool result to its limits, with ctxmgmt's signed truncation notice.
+
+The truncation manager, compaction and the fit step cut text the same way: the head, the
+tail or both kept, the notice in the middle giving the original's size (and, when it was
+archived, where to read the rest), the whole within a character and a token limit. The
+notice is signed for its message (see :mod:`ctxmgmt.marks`), so a second run recognises
+it and never cuts again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .marks import PLACEHOLDER, sign
+from .messages import RECALL_LIMIT
+
+if TYPE_CHECKING:
+    from .tokens import TokenCounter
+
+__all__ = ["cut", "with_text"]
+
+
+def with_text(m: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The message with its text replaced; other content parts (images) are kept."""
+    content = m.get("content")
+    if isinstance(content, list):
+        others = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
+        return {**m, "content": [{"type": "text", "text": text}, *others]}
+    return {**m, "content": text}
+
+
+def cut(
+    text: str,
+    counter: TokenCounter,
+    bound: Sequence[str],
+    *,
+    max_chars: int,
+    max_tokens: int | None = None,
+    mode: str = "head_tail",
+    ref: str | None = None,
+    original: tuple[int, str | None] | None = None,
+) -> str:
+    """``text`` cut to ``max_chars`` characters and ``max_tokens`` tokens, keeping its
+    head, its tail or both (``mode``), with a notice signed for the message it goes into
+    (``bound``, its :func:`~ctxmgmt.marks.binding`); the result is within both limits.
+    With ``ref``, the notice says which characters are stored there and how to read them.
+    ``original`` is the size an earlier cut recorded (see :func:`~ctxmgmt.marks.stamp`): the notice
+    keeps it, so that re-cutting never loses the real size."""
+    n = len(text)
+    with_tokens = max_tokens is not None
+    size = _size(text, counter, with_tokens, original)
+    # Size the pieces against the longest notice this text can get.
+    longest = _marker(size, ref, (n, n))
+    chars = max_chars - len(longest)
+    tokens = None if max_tokens is None else max_tokens - counter.text(longest) - 2
+    marker = longest
+    for _ in range(8):
+        head, tail = _pieces(text, chars, tokens, mode, counter)
+        marker = _marker(size, ref, (len(head), n - len(tail)))
+        if mode == "tail":
+            result = marker.lstrip("\n") + tail
+            at = marker.lstrip("\n").index(PLACEHOLDER)
+        else:
+            result = head + marker + tail
+            at = len(head) + marker.index(PLACEHOLDER)
+        result = sign(result, bound, at)
+        if len(result) <= max_chars and (max_tokens is None or counter.text(result) <= max_tokens):
+            return result
+        # Re-tokenising across the join can add a token or two; shrink and retry.
+        chars = max(0, chars - max(1, chars // 20))
+        if tokens is not None:
+            tokens = max(0, tokens - max(2, tokens // 20))
+    short = marker.strip()[:max_chars]  # a notice alone, signed when its tag fits
+    return sign(short, bound, short.index(PLACEHOLDER)) if PLACEHOLDER in short else short
+
+
+def _pieces(text: str, chars: int, tokens: int | None, mode: str, counter: TokenCounter) -> tuple[str, str]:
+    """The kept head and tail."""
+    if mode == "head_tail":
+        head = _piece(
+            text,
+            chars - chars // 2,
+            None if tokens is None else tokens - tokens // 2,
+            counter,
+            tail=False,
+        )
+        tail = _piece(text, chars // 2, None if tokens is None else tokens // 2, counter, tail=True)
+        return head, tail
+    if mode == "tail":
+        return "", _piece(text, chars, tokens, counter, tail=True)
+    return _piece(text, chars, tokens, counter, tail=False), ""
+
+
+def _piece(text: str, chars: int, tokens: int | None, counter: TokenCounter, *, tail: bool) -> str:
+    if chars <= 0 or (tokens is not None and tokens <= 0):
+        return ""
+    piece = text[-chars:] if tail else text[:chars]
+    if tokens is not None:
+        piece = counter.tail(piece, tokens) if tail else counter.head(piece, tokens)
+    return piece
+
+
+def _size(
+    text: str, counter: TokenCounter, with_tokens: bool, original: tuple[int, str | None] | None
+) -> str:
+    """The original's size as the notice gives it."""
+    if original is not None:
+        chars, tokens = original
+        return f"{chars:,} chars" + (f", {tokens} tokens" if tokens else "")
+    size = f"{len(text):,} chars"
+    if with_tokens:
+        approx = "~" if counter.is_estimate(text) else ""
+        size += f", {approx}{counter.text(text):,} tokens"
+    return size
+
+
+def _marker(size: str, ref: str | None, missing: tuple[int, int]) -> str:
+    if ref is None:
+        return f"\n[truncated: original {size} {PLACEHOLDER}]\n"
+    start, end = missing
+    return (
+        f"\n[truncated: original {size}; chars {start}-{end} are stored as {ref}: "
+        f'context_read(ref="{ref}", offset={start}, limit={min(end - start, RECALL_LIMIT)}) '
+        f"returns them {PLACEHOLDER}]\n"
+    )
