@@ -57,7 +57,6 @@ ENTRY_POINTS = (
     "ctxmgmt.cli",
     "ctxmgmt.client",
     "ctxmgmt.eval",
-    "ctxmgmt.proxy",
     "ctxmgmt.runner",
     "ctxmgmt.testing",
     "ctxmgmt.tools",

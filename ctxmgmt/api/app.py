@@ -21,12 +21,12 @@ from ..agents.tools import ToolRegistry
 from ..errors import CtxmgmtError
 from ..llm import HTTPPool, ModelsConfig
 from ..offload import Offloader
-from ..proxy.body import Bodies
-from ..proxy.state import Live
 from ..store import DefinitionStore
 from . import errors
 from .config import ServerConfig
 from .origins import OriginGuard, parse_hosts
+from .proxy.body import Bodies
+from .proxy.state import Live
 from .requests import State, resource
 from .routes import TABLE, Operation
 

@@ -367,7 +367,7 @@ TABLE: tuple[Operation, ...] = (
     Operation(
         "GET", "/ui/{file}", "page.asset", "A file of the web page", {}, (p.UI_FILE,), documented=False
     ),
-    # -- the provider-compatible proxy: the providers' own APIs (ctxmgmt.proxy)
+    # -- the provider-compatible proxy: the providers' own APIs (ctxmgmt.api.proxy)
     *(
         Operation(
             "POST",

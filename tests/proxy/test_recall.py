@@ -185,3 +185,15 @@ def _responses_history() -> list[dict]:
         {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": '{"cmd": "make"}'},
         {"type": "function_call_output", "call_id": "c1", "output": chat[3]["content"]},
     ]
+
+
+def test_an_answer_that_reads_nothing_comes_back_as_it_was(archiving, upstream):
+    """Recall offered but not used: the upstream's answer reaches the client byte for byte."""
+    upstream.replies.append(Reply("no need to read"))
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history()},
+        timeout=60,
+    )
+    assert "context_read" in _names(upstream.seen[-1].body)
+    assert r.status_code == 200 and r.content == upstream.sent[-1]

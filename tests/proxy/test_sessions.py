@@ -29,6 +29,7 @@ def _loop(post, upstream: Upstream, steps: int, **headers: str) -> list[dict]:
         upstream.replies.append(Reply(calls=[("bash", {"cmd": f"cat /var/data/in/{step}.log"})]))
         r = post(step, {"model": "gpt-test", "messages": messages}, headers)
         assert r.status_code == 200, r.text
+        assert r.content, (r.status_code, dict(r.headers))
         message = r.json()["choices"][0]["message"]
         messages.append({k: v for k, v in message.items() if v is not None})
         call = message["tool_calls"][0]

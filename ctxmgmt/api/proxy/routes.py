@@ -1,12 +1,12 @@
-"""The proxy's routes in the table: each provider API handed to :mod:`ctxmgmt.proxy`."""
+"""The proxy's routes in the table: each provider API handed to :mod:`ctxmgmt.api.proxy`."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..proxy.apis import APIS
-from ..proxy.handler import proxy_request
+from .apis import APIS
+from .handler import proxy_request
 
 
 async def chat(request: Request) -> Response:

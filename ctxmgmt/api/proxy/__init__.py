@@ -15,5 +15,15 @@ from __future__ import annotations
 
 from .apis import APIS, Api
 from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
+from .routes import chat, messages, responses
 
-__all__ = ["APIS", "DEFINITION_HEADER", "SESSION_HEADER", "Api", "proxy_request"]
+__all__ = [
+    "APIS",
+    "DEFINITION_HEADER",
+    "SESSION_HEADER",
+    "Api",
+    "chat",
+    "messages",
+    "proxy_request",
+    "responses",
+]

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..messages import RECALL_TOOLS
+from ...messages import RECALL_TOOLS
 
 __all__ = ["Accumulator", "continuation", "split_events"]
 

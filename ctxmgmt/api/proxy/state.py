@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..agents.conversation import Conversation
+from ...agents.conversation import Conversation
 
 __all__ = ["LIVE_BYTES", "Live", "pack", "unpack"]
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..formats.anthropic import system_text
-from ..messages import text_of
+from ...formats.anthropic import system_text
+from ...messages import text_of
 
 __all__ = ["APIS", "Api", "Parts"]
 

@@ -24,17 +24,17 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..agents.conversation import Conversation
-from ..agents.tools import Tool, recall_tools
-from ..api.errors import STATUS_TABLE, HTTPProblem
-from ..api.requests import body_text, state
-from ..errors import NotFound, ToolError
-from ..formats import internal
-from ..llm import ModelConfig
-from ..messages import mentions_archive
-from ..store.repository import now_ms
-from ..store.sessions import SessionStore
-from ..summaries import message_key
+from ...agents.conversation import Conversation
+from ...agents.tools import Tool, recall_tools
+from ...errors import NotFound, ToolError
+from ...formats import internal
+from ...llm import ModelConfig
+from ...messages import mentions_archive
+from ...store.repository import now_ms
+from ...store.sessions import SessionStore
+from ...summaries import message_key
+from ..errors import STATUS_TABLE, HTTPProblem
+from ..requests import body_text, state
 from .apis import Api, Parts
 from .body import Bodies, parse, upstream_text
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
@@ -404,13 +404,12 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     usage = _usage(api, data) if response.is_success else None
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
-        status, data, headers = await _recall_rounds(exchange, body, _json(data))
-        if status is not None:
-            response_status, returned = status, headers
+        status, last, headers = await _recall_rounds(exchange, body, _json(data))
+        if status is not None:  # the answer called recall: the last round's answer goes back
             if not 200 <= status < 300:
                 failure = f"upstream status {status} in a recall round"
             await _finish(exchange, usage, failure)
-            return Response(data, response_status, headers=returned)
+            return Response(last, status, headers=headers)
     await _finish(exchange, usage, failure)
     return Response(data, response.status_code, headers=returned)
 
@@ -467,7 +466,7 @@ async def _recall_events(
 ) -> AsyncIterator[bytes]:
     """The upstream's events as they arrive until one starts a recall call; then the recall
     rounds (whole answers), and the final answer as the events that end the same message (see
-    :mod:`ctxmgmt.proxy.streams`). An error event when it breaks off."""
+    :mod:`ctxmgmt.api.proxy.streams`). An error event when it breaks off."""
     api, config = exchange.api, exchange.config
     reader = EventReader(api.name)
     acc = Accumulator(api.name)

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.errors import HTTPProblem
-from ..api.requests import MAX_DEPTH, check_values
+from ..errors import HTTPProblem
+from ..requests import MAX_DEPTH, check_values
 
 __all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "upstream_text"]
 

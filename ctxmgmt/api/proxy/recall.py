@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..agents.tools import Tool
-from ..messages import RECALL_TOOLS
+from ...agents.tools import Tool
+from ...messages import RECALL_TOOLS
 
 __all__ = ["MAX_ROUNDS", "calls_of", "continued", "schemas", "without_recall"]
 
