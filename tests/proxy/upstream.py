@@ -75,7 +75,7 @@ class Upstream:
                     reply = reply(body)
                 n = next(upstream._ids)
                 kind = self.path.rsplit("/", 1)[-1]
-                tokens = max(1, len(raw) // 4)
+                tokens = _input_tokens(body)
                 if body.get("stream"):
                     events = list(_STREAMS[kind](reply, n, tokens, body))
                     data = b"".join(events)
@@ -124,6 +124,28 @@ class Upstream:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _strings(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _strings(v, out)
+
+
+def _input_tokens(body: dict[str, Any]) -> int:
+    """The input tokens a provider would report: its text, counted as OpenAI's tokenizer does,
+    and a few tokens a message (not the JSON's punctuation, which no provider counts)."""
+    from ctxmgmt.tokens import get_counter
+
+    texts: list[str] = []
+    _strings({k: v for k, v in body.items() if k not in ("model", "stream", "stream_options")}, texts)
+    conversation = body.get("messages") or body.get("input") or []
+    return max(1, get_counter("gpt-4o").text("\n".join(texts)) + 4 * len(conversation))
 
 
 def _chat(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
