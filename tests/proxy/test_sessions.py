@@ -18,7 +18,7 @@ from ctxmgmt.definitions import load_definition
 from ..conftest import PG_ENV, LiveServer, serve
 from .conftest import models_for
 from .test_proxy import SYSTEM, TASK, _tool_output
-from .upstream import Reply, Upstream
+from .upstream import Reply, Upstream, input_tokens
 
 
 def _loop(post, upstream: Upstream, steps: int, **headers: str) -> list[dict]:
@@ -48,7 +48,7 @@ def test_the_proxy_sends_what_the_conversation_engine_makes(store):
     with Upstream() as upstream, LiveServer(create_app(store, models=models_for(upstream, 6000))) as proxy:
         url = f"{proxy.url}/proxy/default/v1/chat/completions"
         sent = _loop(lambda _, body, h: httpx.post(url, json=body, headers=h, timeout=30), upstream, 30)
-        reported = [max(1, len(s.raw) // 4) for s in upstream.seen]  # the usage the upstream reported
+        reported = [input_tokens(s.body) for s in upstream.seen]  # the usage the upstream reported
     engine = Conversation(load_definition("default"))
     for body in sent:
         assert body["messages"][0] == {"role": "system", "content": SYSTEM}

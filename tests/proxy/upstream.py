@@ -75,7 +75,7 @@ class Upstream:
                     reply = reply(body)
                 n = next(upstream._ids)
                 kind = self.path.rsplit("/", 1)[-1]
-                tokens = _input_tokens(body)
+                tokens = input_tokens(body)
                 if body.get("stream"):
                     events = list(_STREAMS[kind](reply, n, tokens, body))
                     data = b"".join(events)
@@ -137,7 +137,7 @@ def _strings(value: Any, out: list[str]) -> None:
             _strings(v, out)
 
 
-def _input_tokens(body: dict[str, Any]) -> int:
+def input_tokens(body: dict[str, Any]) -> int:
     """The input tokens a provider would report: its text, counted as OpenAI's tokenizer does,
     and a few tokens a message (not the JSON's punctuation, which no provider counts)."""
     from ctxmgmt.tokens import get_counter
