@@ -34,13 +34,15 @@ it (counts, checks, the managers' memos). Whether the list still starts with the
 decided by identity (a message replaced by an equal one counts as the same):
 
 - the first and the last of the known messages must be the very objects (rules out a new
-  list of new objects, and any insertion or removal before the end: it shifts the last one);
+  list of new objects, and an insertion or removal before the end: it shifts the last one,
+  unless a later change shifts it back, which the rules below treat as a replacement);
 - up to :data:`EXACT_UP_TO` known messages, every one is compared, in one C-level list
   comparison with no copy (about 1 us at 2,000 messages): exact;
 - beyond, the first and last :data:`EDGE` known messages are compared, and
   :data:`SAMPLES` more spread evenly, whose offset turns with every call: a message
-  replaced anywhere is found within ``known // SAMPLES`` calls, one replaced among the
-  newest (the usual edit: a streamed or corrected reply) at once.
+  replaced anywhere (or an insertion and a removal in the middle that leave both ends where
+  they were) is found within ``known // SAMPLES`` calls, one replaced among the newest (the
+  usual edit: a streamed or corrected reply) at once.
 
 What is adopted is the old history's messages, so a history is never counted or checked
 for messages other than the ones it holds: counts and checks are never stale for the

@@ -306,10 +306,15 @@ def test_a_list_handed_again_after_any_change_counts_and_checks_as_from_scratch(
 
 @FAST
 @given(conversations(max_turns=12), conversations(max_turns=6), OPS)
+@example(
+    [{"role": r, "content": ""} for r in ("user", "user", "assistant", "user", "user", "user", "user")],
+    [{"role": "user", "content": ""}],
+    [("delete", 2), ("insert", 1)],
+)
 def test_past_the_exact_size_a_history_is_never_counted_for_other_messages(start, pool, ops):
     """With the sampled comparison (shrunk here to a few messages), a history made from a list
     is counted and checked for the messages it holds, whatever the list went through; and, until
-    a message in the middle is replaced, it holds the list's messages after every change."""
+    the middle changes, it holds the list's messages after every change."""
     small = {"EXACT_UP_TO": 3, "EDGE": 1, "SAMPLES": 2}
     with patch.multiple(history_module, **small):  # type: ignore[arg-type]
         counter = fresh_counter()
@@ -325,7 +330,10 @@ def test_past_the_exact_size_a_history_is_never_counted_for_other_messages(start
             checked = {(p.pointer, p.message) for p in check_grown(ctx.messages)}
             assert checked == {(p.pointer, p.message) for p in check_messages(held, partial_tail=True)}
             index = at % (before + 1) % before if before else 0
-            replaced_inside |= op == "replace" and 0 < index < before - 1
+            # A replacement in the middle, or an insertion or removal there that a later change
+            # may cancel (the length and both ends as they were for an older list): past the
+            # exact size, the sample finds those within known // SAMPLES hand-overs.
+            replaced_inside |= op in ("replace", "insert", "delete") and 0 < index < before - 1
             if not replaced_inside:
                 assert held == lst
 
