@@ -3,7 +3,7 @@
 import json
 import tempfile
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, ContextError, load_definition
@@ -14,6 +14,41 @@ from tests.test_properties import HOOKS, SHIPPED, summarize, truncate, window
 FORMATS = ("anthropic", "openai_responses")
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SYSTEM = {"anthropic": [{"type": "text", "text": "sys"}], "openai_responses": "sys"}
+
+
+def _use(i, x="a"):
+    return {"type": "tool_use", "id": i, "name": "f", "input": {"x": x}}
+
+
+def _result(i, n):
+    return {"type": "tool_result", "tool_use_id": i, "content": [{"type": "text", "text": "r" * n}]}
+
+
+IMAGE = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+# The fit step once removed units past the newest tool-call group kept, so the summary went
+# after it and the list began with the assistant's tool call, which Anthropic rejects.
+USER_FIRST_REPRO = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": [{"type": "text", "text": "t" * 40}, _use("t0_0")]},
+    {"role": "user", "content": [_result("t0_0", 180)]},
+    {"role": "user", "content": "u"},
+    {"role": "assistant", "content": "ok"},
+    {
+        "role": "assistant",
+        "content": [_use("t3_0"), _use("t3_1", "b" * 80), _use("t3_2", "c" * 30), _use("t3_3")],
+    },
+    {
+        "role": "user",
+        "content": [_result("t3_1", 10), _result("t3_2", 1300), _result("t3_0", 1460), _result("t3_3", 40)],
+    },
+    {"role": "assistant", "content": "k"},
+    {"role": "user", "content": [{"type": "text", "text": "q" * 20}]},
+    {"role": "assistant", "content": [_use("t10_0")]},
+    {"role": "user", "content": [_result("t10_0", 2200)]},
+    {"role": "user", "content": [IMAGE, IMAGE, IMAGE]},
+    {"role": "user", "content": "end"},
+    {"role": "assistant", "content": "done!"},
+]
 
 
 def in_every_format(draw_entries):
@@ -39,6 +74,7 @@ def test_every_combination_keeps_the_invariants_in_every_format(case, hook, decl
 
 
 @settings(FAST, max_examples=80)
+@example(("anthropic", USER_FIRST_REPRO), "default", "pre_llm", 1_500, False)
 @given(
     st.sampled_from(FORMATS).flatmap(lambda f: st.tuples(st.just(f), conversations(format=f))),
     st.sampled_from(SHIPPED),
@@ -118,3 +154,47 @@ def test_a_cut_leaves_every_other_block_byte_identical(case, cap):
                 assert len(_result_text(b)) <= cap
             else:
                 assert json.dumps(a) == json.dumps(b)
+
+
+ALL_FORMATS = ("openai_chat", *FORMATS)
+SYSTEM_OF = {**SYSTEM, "openai_chat": "sys"}
+SMALL = settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@SMALL
+@example(("anthropic", USER_FIRST_REPRO), "default", 1_500, False)
+@given(
+    st.sampled_from(ALL_FORMATS).flatmap(lambda f: st.tuples(st.just(f), conversations(format=f))),
+    st.sampled_from(SHIPPED),
+    st.integers(1_000, 4_000),
+    st.booleans(),
+)
+def test_every_shipped_definition_fits_small_windows_in_every_format(case, name, window, store):
+    """In every format, every shipped definition's pre_llm on a tool-heavy conversation in a
+    1,000-4,000 token window raises no ManagerError (only the fit step's ContextError when
+    the fixed part alone cannot fit), keeps the system prompt and
+    the task, and gives a list valid in that format (user first for Anthropic)."""
+    from ctxmgmt.messages import last_task_index
+
+    fmt, messages = case
+    definition = load_definition(name)
+    ctx = Context(
+        system_prompt=SYSTEM_OF[fmt],
+        messages=messages,
+        model="gpt-4o-mini",
+        context_window=window,
+        format=fmt,
+    )
+    task = last_task_index(list(ctx.messages))
+    with tempfile.TemporaryDirectory() as folder:
+        options = {"offloader": LocalOffloader(folder), "session": "s"} if store else {}
+        try:
+            result = definition.apply("pre_llm", ctx, **options)
+        except ContextError:  # the fit step's refusal: the fixed part alone exceeds the window
+            assume(False)
+    out = result.context
+    assert_valid_messages(out.messages, partial_tail=True, format=fmt, system=out.system_prompt)
+    assert not [e["error"] for e in result.trace if e["error"]]
+    assert out.system_prompt == ctx.system_prompt
+    if task is not None and fmt == "openai_chat":  # the task's index is the chat view's
+        assert list(ctx.messages)[task] in list(out.messages)
