@@ -393,10 +393,8 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     response = await exchange.send(first)
     returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
     if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
-        events = _recall_events(exchange, response, deadline, body) if exchange.recall else None
-        return StreamingResponse(
-            events or _events(exchange, response, deadline), response.status_code, headers=returned
-        )
+        events = _events(exchange, response, deadline, body)
+        return StreamingResponse(events, response.status_code, headers=returned)
     try:
         data = await _read(response, deadline, config)
     finally:
@@ -461,12 +459,13 @@ async def _recall_rounds(
     return status, data, returned
 
 
-async def _recall_events(
+async def _events(
     exchange: _Exchange, response: httpx.Response, deadline: float, body: dict[str, Any]
 ) -> AsyncIterator[bytes]:
-    """The upstream's events as they arrive until one starts a recall call; then the recall
-    rounds (whole answers), and the final answer as the events that end the same message (see
-    :mod:`ctxmgmt.api.proxy.streams`). An error event when it breaks off."""
+    """The upstream's events as they arrive, then the record. With recall offered, until one
+    starts a recall call; then the recall rounds (whole answers), and the final answer as the
+    events that end the same message (see :mod:`ctxmgmt.api.proxy.streams`). An error event
+    when it breaks off."""
     api, config = exchange.api, exchange.config
     reader = EventReader(api.name)
     acc = Accumulator(api.name)
@@ -484,6 +483,9 @@ async def _recall_events(
                         failure = f"the upstream's stream is over {limit} bytes (max_response_bytes)"
                         break
                     reader.feed(chunk)
+                    if not exchange.recall:  # nothing to watch for: passed on as it came
+                        yield chunk
+                        continue
                     buffer += chunk
                     out = []
                     for event, data in split_events(buffer):
@@ -517,33 +519,6 @@ async def _recall_events(
             yield _stream_error(api, failure)
     finally:
         await _finish(exchange, reader.usage or None, failure)
-
-
-async def _events(exchange: _Exchange, response: httpx.Response, deadline: float) -> AsyncIterator[bytes]:
-    """The upstream's events as they arrive, then the record; an error event when it breaks off."""
-    config = exchange.config
-    reader = EventReader(exchange.api.name)
-    failure: str | None = None
-    total = 0
-    try:
-        async with asyncio.timeout_at(deadline):
-            async for chunk in response.aiter_bytes():
-                total += len(chunk)
-                if total > config.max_response_bytes:
-                    limit = config.max_response_bytes
-                    failure = f"the upstream's stream is over {limit} bytes (max_response_bytes)"
-                    break
-                reader.feed(chunk)
-                yield chunk
-    except (TimeoutError, httpx.TimeoutException):
-        failure = f"the upstream {config.id!r} did not finish within {config.timeout:g} s"
-    except httpx.HTTPError as exc:
-        failure = f"the upstream {config.id!r} broke off: {type(exc).__name__}"
-    finally:
-        await response.aclose()
-        await _finish(exchange, reader.usage or None, failure)
-    if failure is not None:
-        yield _stream_error(exchange.api, failure)
 
 
 def _json(data: bytes) -> Any:
