@@ -46,6 +46,8 @@ class Upstream:
         self.sent: list[bytes] = []
         """The bytes of each answer as written (the body, or the whole event stream)."""
         self.status: int | None = None
+        self.rewrite: Any = None
+        """A function of the next whole answer's bytes: what goes out instead."""
         self._ids = itertools.count(1)
         upstream = self
 
@@ -91,6 +93,8 @@ class Upstream:
                     self.wfile.write(b"0\r\n\r\n")
                     return
                 data = json.dumps(_WHOLE[kind](reply, n, tokens, body)).encode()
+                if upstream.rewrite is not None:  # one answer's bytes changed, as a broken model's
+                    data, upstream.rewrite = upstream.rewrite(data), None
                 upstream.sent.append(data)
                 self._send(200, "application/json", data)
 

@@ -56,6 +56,9 @@ class Api:
                 else "a non-empty list of messages"
             )
             return f"/{self.field}: must be {kind}"
+        for i, item in enumerate(raw):
+            if not isinstance(item, Mapping):
+                return f"/{self.field}/{i}: must be an object (a message or an input item)"
         tools = body.get("tools", [])
         if not isinstance(tools, list):
             return "/tools: must be a list of tool definitions"

@@ -140,7 +140,10 @@ def _members(text: str, at: int, body: Body) -> None:
     """The top-level members from ``at`` (a key's start) to the closing brace."""
     while True:
         _expect(text, at, '"')
+        start = at
         key, at = _value(text, at)
+        if key in body.data or key in body.values:
+            raise _error(text, start, f"the member {key[:60]!r} is given twice; give it once")
         at = _ws(text, at)
         _expect(text, at, ":")
         at = _ws(text, at + 1)
@@ -280,15 +283,25 @@ class Bodies:
 
     def keep(self, body: Body, previous: Body | None) -> None:
         """Keep ``body`` in place of ``previous`` (the one it was read from, if any)."""
-        if len(body.text) > self.max_bytes or body.array is None:
+        if size_of(body) > self.max_bytes or body.array is None:
             return
         key = body.text[:_FINGERPRINT]
         with self._lock:
             old = self._items.pop(key, [])
-            self._bytes -= sum(len(b.text) for b in old)
+            self._bytes -= sum(map(size_of, old))
             kept = [body, *(b for b in old if b is not previous)][:4]  # a few may start alike
             self._items[key] = kept
-            self._bytes += sum(len(b.text) for b in kept)
-            while self._bytes > self.max_bytes and len(self._items) > 1:
+            self._bytes += sum(map(size_of, kept))
+            while self._bytes > self.max_bytes and self._items:
                 _, gone = self._items.popitem(last=False)
-                self._bytes -= sum(len(b.text) for b in gone)
+                self._bytes -= sum(map(size_of, gone))
+
+
+_PER_ELEMENT = 1024
+"""What a parsed message holds beyond its text, at most: its dict, its keys and values."""
+
+
+def size_of(body: Body) -> int:
+    """The bytes a kept body holds, bounded from above: its text twice (the text and its parsed
+    strings) and each element's objects."""
+    return 2 * len(body.text) + _PER_ELEMENT * len(body.spans)

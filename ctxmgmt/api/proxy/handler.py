@@ -36,7 +36,7 @@ from ...summaries import message_key
 from ..errors import STATUS_TABLE, HTTPProblem
 from ..requests import body_text, state
 from .apis import Api, Parts
-from .body import Bodies, parse, upstream_text
+from .body import Bodies, Body, parse, upstream_text
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
 from .state import Live, pack, unpack
 from .streams import Accumulator, continuation, split_events
@@ -161,6 +161,24 @@ def _model(request: Request, body: Mapping[str, Any], api: Api) -> ModelConfig:
     return config
 
 
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def _digest(body: Body, upto: Any) -> str | None:
+    """A fingerprint of the client's own text of its first ``upto`` messages."""
+    if body.array is None or not isinstance(upto, int) or not 0 < upto <= len(body.spans):
+        return None
+    start, end = body.spans[0][0], body.spans[upto - 1][1]
+    return hashlib.sha256(body.text[start:end].encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _covers(stored: Mapping[str, Any], body: Body) -> bool:
+    """Whether a stored state was made from the very messages this body starts with (by the
+    client's own text of them), not from a look-alike that ends the same way."""
+    covered = stored.get("covered")
+    return isinstance(covered, str) and covered == _digest(body, stored.get("upto"))
+
+
 def session_key(request: Request, api: Api, name: str, model: str, parts: Parts) -> str:
     """The conversation's key: ``X-Ctxmgmt-Session`` when given, else its start (the system
     prompt and the first message). Two conversations with the same start share a key and the
@@ -185,7 +203,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     started = now_ms()
     own_key = _authorize(request)
     st = state(request)
-    name = request.headers.get(DEFINITION_HEADER) or request.path_params["definition"]
+    name = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
     if not _NAME.fullmatch(name):
         raise _Refused(
             400, "illegal_argument_exception", f"{name[:60]!r}: a definition name is 1-49 of a-z 0-9 _ -"
@@ -197,7 +215,6 @@ async def _proxy(request: Request, api: Api) -> Response:
         parsed = await asyncio.to_thread(parse, text, api.field, previous)
     else:
         parsed = parse(text, api.field, previous)
-    bodies.keep(parsed, previous)
     body = parsed.data
     config = _model(request, body, api)
     parts = api.parts(body)
@@ -213,16 +230,23 @@ async def _proxy(request: Request, api: Api) -> Response:
     sessions = SessionStore(st.store.engine)
     key = session_key(request, api, name, str(body["model"]), parts)
     stored = await asyncio.to_thread(sessions.get, key)
+    if stored is not None and not _covers(stored, parsed):
+        # Another conversation with the same start, or this one with an earlier message
+        # changed: its state is not this request's (a new view, a new archive namespace).
+        stored = None
+    conversation_id = (stored or {}).get("conversation")
+    if not isinstance(conversation_id, str) or not _HEX32.fullmatch(conversation_id):
+        conversation_id, stored = uuid.uuid4().hex, None
     live: Live = request.app.state.proxy_live
     offloader = st.runner.offloader
     # The conversation this process served last, while the store holds what it wrote then.
-    conversation = live.take(key, (stored or {}).get("generation"), version)
+    conversation = live.take(key, (stored or {}).get("generation"), version) if stored else None
     if conversation is None:
         conversation = Conversation(
             definition,
             models=st.models,
             offloader=offloader,
-            session=key[:32],
+            session=conversation_id,
             format=api.format,
             pricing=config.pricing,
         )
@@ -234,7 +258,8 @@ async def _proxy(request: Request, api: Api) -> Response:
         model=config.model,
         context_window=config.context_window,
     )
-    exchange_state = _Kept(key, version, parts.record)
+    bodies.keep(parsed, previous)  # an accepted request's body: the next one is read from it
+    exchange_state = _Kept(key, version, parts.record, parsed, conversation_id)
     if parts.stream:
         # A stream's record is stored after its last event went out, when the client may
         # already be sending its next request to another process: the state goes first.
@@ -245,7 +270,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     way = internal(turn.context)
     managed = (way.context if way is not None else turn.context).messages
     if offloader is not None and any(mentions_archive(m) for m in managed):
-        recall = recall_tools(offloader, key[:32])
+        recall = recall_tools(offloader, conversation_id)
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
     first = upstream_text(parsed, turn.messages, changes)  # the client's own bytes where unchanged
@@ -255,7 +280,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     record = {
         "execution_id": uuid.uuid4().hex,
         "agent_id": f"proxy-{name}",
-        "memory_id": key[:32],
+        "memory_id": conversation_id,
         "definition": name,
         "definition_version": version,
         "definition_source": "proxy",
@@ -317,6 +342,9 @@ class _Kept:
     key: str
     version: Any
     record: list[Any]
+    body: Body
+    conversation: str
+    """The conversation's own id: its archives' namespace (never shared by a look-alike)."""
 
 
 async def _store(
@@ -325,6 +353,8 @@ async def _store(
     """Store the conversation's state (for every process) and the execution's record, in one
     transaction, and keep the conversation here too."""
     packed = pack(conversation.saved, kept.record)
+    packed["conversation"] = kept.conversation
+    packed["covered"] = _digest(kept.body, conversation.saved.get("upto"))
 
     def write() -> None:
         with st.store.engine.begin() as conn:
@@ -385,6 +415,11 @@ async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     except _Refused as exc:
         await _finish(exchange, None, exc.message)
         raise
+    except Exception as exc:  # the upstream's answer held what the recall rounds cannot read
+        log.warning("proxy: the upstream's answer could not be read", exc_info=True)
+        message = f"the upstream's answer could not be read ({type(exc).__name__})"
+        await _finish(exchange, None, message)
+        raise _Refused(502, "llm_exception", message) from None
 
 
 async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, first: str) -> Response:
@@ -500,21 +535,31 @@ async def _events(
             failure = f"the upstream {config.id!r} did not finish within {config.timeout:g} s"
         except httpx.HTTPError as exc:
             failure = f"the upstream {config.id!r} broke off: {type(exc).__name__}"
+        except Exception as exc:  # events no reader of them can take
+            log.warning("proxy: the upstream's stream could not be read", exc_info=True)
+            failure = f"the upstream's stream could not be read ({type(exc).__name__})"
         finally:
             await response.aclose()
         if holding and failure is None:
             try:
                 status, data, _ = await _recall_rounds(exchange, body, acc.answer())
+                final = _json(data) if status is not None and 200 <= status < 300 else None
+                events = (
+                    continuation(acc, final, bool((body.get("stream_options") or {}).get("include_usage")))
+                    if isinstance(final, Mapping)
+                    else None
+                )
             except _Refused as exc:
                 failure = exc.message
+            except Exception as exc:  # an answer the recall rounds cannot read
+                log.warning("proxy: the upstream's answer could not be read", exc_info=True)
+                failure = f"the upstream's answer could not be read ({type(exc).__name__})"
             else:
-                final = _json(data) if status is not None and 200 <= status < 300 else None
-                if isinstance(final, Mapping):
-                    usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                    for event in continuation(acc, final, usage):
-                        yield event
-                else:
+                if events is None:
                     failure = f"upstream status {status} in a recall round"
+                else:
+                    for event in events:
+                        yield event
         if failure is not None:
             yield _stream_error(api, failure)
     finally:
@@ -542,12 +587,19 @@ async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any]) -
         return f"error: {exc}"
     except TimeoutError:
         return f"error: {name} did not finish within {tool.timeout:g} s"
+    except Exception as exc:  # arguments no store can take (Infinity, ...): said to the model
+        return f"error: {name} could not use these arguments ({type(exc).__name__})"
 
 
 def _stream_error(api: Api, message: str) -> bytes:
     """An error event the provider's clients understand, after part of a stream went out."""
     payload = json.dumps(api.error(502, "llm_exception", message))
-    event = f"event: error\ndata: {payload}\n\n" if api.provider == "anthropic" else f"data: {payload}\n\n"
+    # After a blank line: the events before may have stopped mid-event.
+    event = (
+        f"\n\nevent: error\ndata: {payload}\n\n"
+        if api.provider == "anthropic"
+        else f"\n\ndata: {payload}\n\n"
+    )
     return event.encode()
 
 

@@ -116,7 +116,9 @@ def continued(
     history = list(body[field])
     if api == "chat":
         message = dict(answer["choices"][0]["message"])
-        message["tool_calls"] = [c for c in message.get("tool_calls") or () if c.get("id") in ids]
+        message["tool_calls"] = [
+            c for c in message.get("tool_calls") or () if isinstance(c, Mapping) and c.get("id") in ids
+        ]
         message = {
             k: v for k, v in message.items() if v is not None and k in ("role", "content", "tool_calls")
         }
@@ -124,7 +126,9 @@ def continued(
         history += [{"role": "tool", "tool_call_id": call_id, "content": text} for call_id, text in results]
     elif api == "responses":
         for item in answer.get("output") or ():
-            if item.get("type") != "function_call" or item.get("call_id") in ids:
+            if isinstance(item, Mapping) and (
+                item.get("type") != "function_call" or item.get("call_id") in ids
+            ):
                 history.append(item)
         history += [
             {"type": "function_call_output", "call_id": call_id, "output": text} for call_id, text in results

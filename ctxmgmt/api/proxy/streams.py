@@ -76,14 +76,17 @@ class Accumulator:
         for choice in data.get("choices") or ():
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = choice.get("delta")
+            if not isinstance(delta, Mapping):
+                continue
             if isinstance(delta.get("content"), str):
                 self.content += delta["content"]
             for part in delta.get("tool_calls") or ():
                 if not isinstance(part, Mapping) or not isinstance(part.get("index"), int):
                     continue
                 call = self.calls.setdefault(part["index"], {"id": None, "name": "", "arguments": ""})
-                fn = part.get("function") or {}
+                fn = part.get("function")
+                fn = fn if isinstance(fn, Mapping) else {}
                 call["id"] = part.get("id") or call["id"]
                 if fn.get("name"):
                     call["name"] += fn["name"]
@@ -99,7 +102,10 @@ class Accumulator:
         if kind == "message_start" and isinstance(data.get("message"), Mapping):
             self.base = dict(data["message"])
         elif kind == "content_block_start" and isinstance(index, int):
-            block = dict(data.get("content_block") or {})
+            opened = data.get("content_block")
+            if not isinstance(opened, Mapping):
+                return False
+            block = dict(opened)
             if block.get("type") == "tool_use":
                 block["partial"] = ""
             self.blocks[index] = block
@@ -107,14 +113,16 @@ class Accumulator:
                 self.held = index
                 return True
         elif kind == "content_block_delta" and isinstance(index, int) and index in self.blocks:
-            block, delta = self.blocks[index], data.get("delta") or {}
+            block, delta = self.blocks[index], data.get("delta")
+            if not isinstance(delta, Mapping):
+                return False
             for key, into in (("text", "text"), ("thinking", "thinking"), ("partial_json", "partial")):
                 if isinstance(delta.get(key), str):
                     block[into] = block.get(into, "") + delta[key]
             if isinstance(delta.get("signature"), str):
                 block["signature"] = delta["signature"]
-        elif kind == "message_delta":
-            self.finish = (data.get("delta") or {}).get("stop_reason")
+        elif kind == "message_delta" and isinstance(data.get("delta"), Mapping):
+            self.finish = data["delta"].get("stop_reason")
         return False
 
     def _responses(self, data: Mapping[str, Any]) -> bool:
