@@ -144,3 +144,12 @@ def test_an_empty_definition_header_is_a_400(proxy, upstream):
         headers={"x-ctxmgmt-definition": ""},
     )
     assert r.status_code == 400
+
+
+def test_a_wrong_method_or_path_under_the_proxy_answers_in_the_providers_shape(proxy):
+    """A GET on a proxy path (405) and an unknown path under it (404) answer as the provider
+    would, so its client raises its own error."""
+    r = httpx.get(f"{proxy.url}/proxy/default/v1/messages")
+    assert r.status_code == 405 and r.json()["type"] == "error" and r.json()["error"]["message"]
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/embeddings", json={"model": "gpt-test"})
+    assert r.status_code == 404 and r.json()["error"]["message"] and r.json()["error"]["type"]
