@@ -3,8 +3,11 @@ holds the shipped definitions."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
+import anthropic
+import openai
 import pytest
 
 from ctxmgmt.api import create_app
@@ -48,3 +51,24 @@ def store(store):
 def proxy(store, upstream) -> Iterator[LiveServer]:
     with LiveServer(create_app(store, models=models_for(upstream))) as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def _sdk_clients_closed(monkeypatch):
+    """The providers' SDK clients a test makes (LangChain's included) are closed when it ends:
+    a kept-alive connection left to the garbage collector would warn in a later test."""
+    made: list = []
+    for module, name in ((openai, "OpenAI"), (anthropic, "Anthropic"), (anthropic, "Client")):
+        original = getattr(module, name)
+
+        class Tracked(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args, **kwargs) -> None:
+                super().__init__(*args, **kwargs)
+                made.append(self)
+
+        Tracked.__name__ = Tracked.__qualname__ = original.__name__
+        monkeypatch.setattr(module, name, Tracked)
+    yield
+    for client in made:
+        client.close()
+    gc.collect()  # what is still unclosed warns here, in the test that left it
