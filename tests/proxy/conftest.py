@@ -12,6 +12,7 @@ import pytest
 
 from ctxmgmt.api import create_app
 from ctxmgmt.llm import ModelsConfig
+from ctxmgmt.offload import LocalOffloader
 
 from ..conftest import LiveServer, shipped
 from .upstream import Upstream
@@ -45,6 +46,15 @@ def store(store):
     for name in ("default", "cache-aware"):
         store.seed(name, shipped(name))
     return store
+
+
+@pytest.fixture
+def archiving(store, upstream, tmp_path) -> Iterator[LiveServer]:
+    """The proxy with an offload store, and the archiving definition ``long-running-agent``."""
+    store.seed("long-running-agent", shipped("long-running-agent"))
+    app = create_app(store, models=models_for(upstream), offloader=LocalOffloader(tmp_path / "archive"))
+    with LiveServer(app) as server:
+        yield server
 
 
 @pytest.fixture

@@ -10,12 +10,8 @@ import re
 import httpx
 import pytest
 
-from ctxmgmt.api import create_app
-from ctxmgmt.offload import LocalOffloader
 from ctxmgmt.store import ExecutionStore
 
-from ..conftest import LiveServer, shipped
-from .conftest import models_for
 from .test_recall import _history
 from .upstream import Reply
 
@@ -41,14 +37,6 @@ def test_look_alike_conversations_never_share_state(proxy, upstream):
         sent = json.dumps(upstream.seen[-1].body["messages"])
         assert secret in sent
         assert all(other not in sent for other in ("ALICE secret", "BOB secret") if other not in secret)
-
-
-@pytest.fixture
-def archiving(store, upstream, tmp_path):
-    store.seed("long-running-agent", shipped("long-running-agent"))
-    app = create_app(store, models=models_for(upstream), offloader=LocalOffloader(tmp_path / "archive"))
-    with LiveServer(app) as server:
-        yield server
 
 
 def test_a_look_alike_cannot_read_another_conversations_archive(archiving, upstream):

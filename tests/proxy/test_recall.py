@@ -9,24 +9,10 @@ import re
 import anthropic
 import httpx
 import openai
-import pytest
 
-from ctxmgmt.api import create_app
-from ctxmgmt.offload import LocalOffloader
-
-from ..conftest import LiveServer, shipped
-from .conftest import models_for
 from .upstream import Reply
 
 SECRET_LINE = "line 1733: the checksum of build 9f3e2a is 0xC0FFEE"
-
-
-@pytest.fixture
-def archiving(store, upstream, tmp_path):
-    store.seed("long-running-agent", shipped("long-running-agent"))
-    app = create_app(store, models=models_for(upstream), offloader=LocalOffloader(tmp_path / "archive"))
-    with LiveServer(app) as server:
-        yield server
 
 
 def _history() -> list[dict]:

@@ -396,14 +396,8 @@ class _Exchange:
         try:
             async with asyncio.timeout(config.timeout):
                 return await client.send(outgoing, stream=True)
-        except (TimeoutError, httpx.TimeoutException):
-            raise _Refused(
-                504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
-            ) from None
-        except httpx.HTTPError as exc:
-            raise _Refused(
-                502, "llm_exception", f"could not reach the upstream {config.id!r}: {type(exc).__name__}"
-            ) from None
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise _fault(config, exc, "could not reach") from None
 
 
 async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool, first: str) -> Response:
@@ -531,10 +525,8 @@ async def _events(
                         yield b"".join(out)
                 if buffer and not holding and failure is None:
                     yield bytes(buffer)
-        except (TimeoutError, httpx.TimeoutException):
-            failure = f"the upstream {config.id!r} did not finish within {config.timeout:g} s"
-        except httpx.HTTPError as exc:
-            failure = f"the upstream {config.id!r} broke off: {type(exc).__name__}"
+        except (TimeoutError, httpx.HTTPError) as exc:
+            failure = _fault(config, exc, "broke off").message
         except Exception as exc:  # events no reader of them can take
             log.warning("proxy: the upstream's stream could not be read", exc_info=True)
             failure = f"the upstream's stream could not be read ({type(exc).__name__})"
@@ -616,15 +608,19 @@ async def _read(response: httpx.Response, deadline: float, config: ModelConfig) 
                         f"the upstream's answer is over {config.max_response_bytes} bytes "
                         "(max_response_bytes)",
                     )
-    except (TimeoutError, httpx.TimeoutException):
-        raise _Refused(
-            504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
-        ) from None
-    except httpx.HTTPError as exc:
-        raise _Refused(
-            502, "llm_exception", f"the upstream {config.id!r} broke off: {type(exc).__name__}"
-        ) from None
+    except (TimeoutError, httpx.HTTPError) as exc:
+        raise _fault(config, exc, "broke off") from None
     return bytes(data)
+
+
+def _fault(config: ModelConfig, exc: BaseException, failed: str) -> _Refused:
+    """The upstream's fault as the proxy answers it: a 504 past the model's deadline, else a
+    502 saying what it did (``could not reach``, ``broke off``)."""
+    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+        return _Refused(
+            504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
+        )
+    return _Refused(502, "llm_exception", f"the upstream {config.id!r} {failed}: {type(exc).__name__}")
 
 
 async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure: str | None) -> None:
