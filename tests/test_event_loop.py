@@ -144,10 +144,26 @@ def test_post_tool_runs_once_per_group_of_results(store, big_models, chat_server
 
 
 def test_the_server_answers_health_while_an_execution_runs_4000_tool_calls(
-    store, big_models, chat_server, tools, tmp_path
+    store, big_models, chat_server, tools, tmp_path, monkeypatch
 ):
     """Under uvicorn, /_health keeps answering while an execution works through a 4,000-call
-    reply: no stall of a second (the benchmark measures the p99)."""
+    reply, and no step of the server's event loop holds it with work of its own: each callback
+    uses under 0.1 s of its thread's CPU (CPU time, so a loaded machine cannot fail it; the
+    benchmark measures the wall-clock p99)."""
+    import asyncio.events
+
+    steps: list[float] = []
+    run = asyncio.events.Handle._run
+
+    def timed(handle):  # type: ignore[no-untyped-def]
+        started = time.thread_time()
+        try:
+            return run(handle)
+        finally:
+            if threading.current_thread().name != "MainThread":  # the server's loop
+                steps.append(time.thread_time() - started)
+
+    monkeypatch.setattr(asyncio.events.Handle, "_run", timed)
     store.create("default", shipped("default"))
     app = create_app(store, models=big_models, tools=tools, offloader=LocalOffloader(tmp_path))
     chat_server.reply(many_calls(CALLS))
@@ -174,16 +190,14 @@ def test_the_server_answers_health_while_an_execution_runs_4000_tool_calls(
 
         worker = threading.Thread(target=execute)
         worker.start()
-        latencies: list[float] = []
+        answered = 0
         while worker.is_alive():
-            t0 = time.perf_counter()
-            assert http.get("/_health").status_code == 200
-            latencies.append(time.perf_counter() - t0)
+            answered += http.get("/_health").status_code == 200
             time.sleep(0.005)
         worker.join()
     assert answer[0].status_code == 200, answer[0].text
-    assert len(chat_server.requests) == 2 and len(latencies) >= 10
-    assert max(latencies) < 1.0, sorted(latencies)[-5:]
+    assert len(chat_server.requests) == 2 and answered >= 10
+    assert len(steps) > 1000 and max(steps) < 0.1, sorted(steps)[-5:]
 
 
 def test_recall_reads_and_searches_run_off_the_event_loop(tmp_path, monkeypatch):
