@@ -227,13 +227,19 @@ class TokenCounter:
         hit = self._memo.get(id(m), m)
         if hit is not None:
             return hit
-        n, plain = self._count_message(m, index)
-        # The common case (string content, no calls) is sized inline.
-        self._memo.put(id(m), m, n, 200 + len(m["content"]) if plain else _size(m))
+        n, size = self._measured(m, index)
+        self._memo.put(id(m), m, n, size)
         return n
 
+    def _measured(self, m: Any, index: int | None) -> tuple[int, int]:
+        """(tokens, about how many bytes the message keeps alive in the memo)."""
+        n, plain = self._count_message(m, index)
+        # The common case (string content, no calls, no origin) is sized inline.
+        return n, 200 + len(m["content"]) if plain else _size(m)
+
     def _count_message(self, m: Any, index: int | None) -> tuple[int, bool]:
-        """(tokens, whether the message is plain: string content and no tool calls)."""
+        """(tokens, whether the message is plain: string content, no tool calls and nothing
+        hidden, such as a converted message's origin, which keeps its provider message alive)."""
         if not isinstance(m, dict):
             raise ContextError([Problem(_where(index), "a message must be an object with a role")])
         n = MESSAGE_OVERHEAD
@@ -280,7 +286,7 @@ class TokenCounter:
                     args = json.dumps(args, ensure_ascii=False)
                 tokens = self._long(args) if len(args) >= _KEYED_TEXT else self.text(args)
                 n += TOOL_CALL_OVERHEAD + self._short(str(fn.get("name", ""))) + tokens
-        return n, type(content) is str and not calls
+        return n, type(content) is str and not calls and hidden is None
 
     def _parts(self, parts: list[Any], where: str) -> int:
         n = 0
@@ -319,15 +325,15 @@ class TokenCounter:
         with history.lock:
             tokens = totals[-1] if totals else 0
             count = counts[-1] if counts else 0
-            msgs, known, measure = items(history), self._memo.get, self._count_message
+            msgs, known, measure = items(history), self._memo.get, self._measured
             add_total, add_count = totals.append, counts.append
             fresh: list[tuple[int, Any, int, int]] = []  # memoised at the end, under one lock
             for i in range(len(totals), n):
                 m = msgs[i]
                 t = known(id(m), m)
                 if t is None:
-                    t, plain = measure(m, i)
-                    fresh.append((id(m), m, t, 200 + len(m["content"]) if plain else _size(m)))
+                    t, size = measure(m, i)
+                    fresh.append((id(m), m, t, size))
                 tokens += t
                 if m.get("role") not in _SYSTEM_ROLES:
                     count += 1

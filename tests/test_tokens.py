@@ -236,3 +236,22 @@ def test_the_memo_counts_what_a_message_keeps_alive():
         )
     )
     assert 500_000 < _size(way.context.messages[0]) < 1_100_000  # the image once, not per reference
+    # A converted message with string content (a Responses reasoning item joins the reply
+    # after it) keeps its origin alive too: counting it grows the memo by the item's size,
+    # through message() and through a list's running totals alike.
+    secret = "E" * 400_000
+    items = [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": secret},
+        {"type": "message", "role": "assistant", "content": "ok"},
+    ]
+    reply = internal(Context(messages=items, format="openai_responses")).context.messages[1]
+    assert isinstance(reply["content"], str)
+    counter = get_counter(None)
+    before = counter._memo.bytes
+    counter.message(reply)
+    assert counter._memo.bytes - before > 400_000
+    again = internal(Context(messages=[dict(x) for x in items], format="openai_responses"))
+    before = counter._memo.bytes
+    counter.messages(list(again.context.messages))
+    assert counter._memo.bytes - before > 400_000
