@@ -28,7 +28,8 @@ A caller that keeps a plain list, appends to it and hands it again each call (``
 messages=the_list)``, as adapters do) must cost what it added, not its length: copying a
 50,000-message list or comparing it whole costs more than the rest of a steady apply (each
 of its 50,000 pointers is read). :meth:`History.of` therefore looks among the logs of the
-last :data:`HANDED_KEPT` histories it made from lists for one whose entries the new list
+last :data:`HANDED_KEPT` histories it made from lists (at most :data:`HANDED_MESSAGES`
+messages in all) for one whose entries the new list
 starts with, and extends that log, so the new history shares it and all that is known about
 it (counts, checks, the managers' memos). Whether the list still starts with the old one is
 decided by identity (a message replaced by an equal one counts as the same):
@@ -69,8 +70,12 @@ IS_CHAT = "chat"
 """The fact that messages are in the OpenAI chat format (no other provider's messages)."""
 IS_VALID = "valid"
 """The fact that messages make a valid chat list (open tool calls at its end allowed)."""
-HANDED_KEPT = 4
-"""Histories built from lists that :meth:`History.of` keeps, to find one a new list extends."""
+HANDED_KEPT = 64
+"""Histories built from lists that :meth:`History.of` keeps, to find one a new list extends
+(a miss costs two identity checks each, so a process serving many conversations in turn
+finds each of them)."""
+HANDED_MESSAGES = 1_000_000
+"""What the kept histories may hold in all, in messages: the oldest go first past it."""
 EXACT_UP_TO = 4096
 """Lists of up to this many known messages are compared whole when handed again."""
 EDGE = 32
@@ -344,7 +349,15 @@ def _remember(log: _Log) -> None:
     """Keep the log of a history made from a list, the newest first."""
     global _handed
     with _HANDED_LOCK:
-        _handed = (log, *[kept for kept in _handed if kept is not log][: HANDED_KEPT - 1])
+        kept, total = [log], len(log.items)
+        for other in _handed:
+            if other is log:
+                continue
+            total += len(other.items)
+            if len(kept) >= HANDED_KEPT or total > HANDED_MESSAGES:
+                break
+            kept.append(other)
+        _handed = tuple(kept)
 
 
 def forget_handed() -> None:

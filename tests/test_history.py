@@ -367,6 +367,51 @@ def test_handing_the_same_list_again_shares_what_was_learnt():
     assert first.messages.is_prefix_of(second)
 
 
+def test_interleaved_conversations_handed_again_count_only_their_new_messages():
+    """Eight conversations, each a plain list grown and handed again in turn, each find their
+    own log: the running totals already cover every message but the new one; and a firing
+    apply of a provider's format never takes the place of a list handed in."""
+    from ctxmgmt import tokens
+
+    tokens.clear_caches()
+    name = get_counter(None).tokenizer.name
+    lists = [make_conversation(30, seed=c) for c in range(8)]
+    for lst in lists:
+        get_counter(None).context(Context(messages=lst))
+    window = load_definition(
+        {"name": "w", "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 3}}]}}
+    )
+    for turn in range(3):
+        for c, lst in enumerate(lists):
+            lst.append({"role": "user" if len(lst) % 2 else "assistant", "content": f"c{c} turn {turn}"})
+            handed = Context(messages=lst).messages
+            assert len(handed.totals(name)[0]) == len(lst) - 1, (turn, c)
+            get_counter(None).context(Context(messages=handed))
+            asks = [{"role": "user", "content": f"q{i}"} for i in range(9)]
+            out = window.apply("pre_llm", Context(messages=asks, format="anthropic"))
+            assert len(out.context.messages) < 9  # it fired
+            assert not any(log is out.context.messages._log for log in history_module._handed)
+
+
+def test_the_lists_kept_to_be_found_again_are_bounded_in_messages(monkeypatch):
+    """The histories History.of keeps hold at most HANDED_MESSAGES messages in all (the
+    newest is kept whatever its length), and at most HANDED_KEPT histories."""
+    from ctxmgmt import tokens
+
+    tokens.clear_caches()
+    monkeypatch.setattr(history_module, "HANDED_MESSAGES", 100)
+    for c in range(10):
+        History.of(make_conversation(30, seed=c))
+    assert sum(len(log.items) for log in history_module._handed) <= 100
+    assert len(history_module._handed) == 3
+    History.of(make_conversation(500, seed=99))
+    assert len(history_module._handed) == 1
+    monkeypatch.setattr(history_module, "HANDED_MESSAGES", 10**9)
+    for c in range(100):
+        History.of([{"role": "user", "content": str(c)}])
+    assert len(history_module._handed) == history_module.HANDED_KEPT
+
+
 def test_the_incremental_protocol_facts_memo_and_totals():
     """known/mark record a property of the first messages; a shorter view sees only its part;
     the memo and the totals are shared by the views of one log, and a branch keeps its part."""

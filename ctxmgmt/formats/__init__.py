@@ -195,7 +195,9 @@ class Internal:
         out = result.context
         if out is self.context:
             return ApplyResult(self.source, result.trace)
-        messages = self.module.back(out.messages, self.conversion)
+        # A list made here, never handed in: History.own, so it takes no place among the
+        # lists History.of keeps to find one handed again.
+        messages = History.own(self.module.back(out.messages, self.conversion))
         return ApplyResult(replace(self.source, messages=messages, state=out.state), result.trace)
 
 
