@@ -248,9 +248,11 @@ class History(Sequence[Mapping[str, Any]]):
 
     @property
     def memo(self) -> dict[Any, Any]:
-        """What callers derive from these messages, by their own keys (a key the caller owns,
-        e.g. a tuple starting with its instance); it lives as long as the messages do, and is
-        shared by every view of the log, so a value must say for how many messages it holds."""
+        """What callers derive from these messages, by their own keys; it lives as long as the
+        messages do, and is shared by every view of the log, so a value must say for how many
+        messages it holds. A key must be stable across instances: what the value depends on
+        (e.g. a manager's type, its config frozen, the tokenizer's name), never an instance
+        or its id, or each instance made per call adds an entry the messages keep alive."""
         return self._log.derived
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,6 +46,10 @@ class ToolsOutputTruncateManager(ContextManager):
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
         self._by_window: dict[int, ToolsOutputTruncateManager] = {}
+        # The key of its output in a History's memo: what the output depends on (its type and
+        # config), never the instance, so that a definition loaded again (each call, from a
+        # file) finds the entry an equal one made instead of adding one per instance.
+        self._memo_key = (type(self), json.dumps(dict(config), sort_keys=True, default=repr))
 
     def _for_window(self, window: int) -> ToolsOutputTruncateManager:
         """This entry with ``max_output_ratio`` of ``window`` as its token limit (one instance
@@ -92,7 +97,7 @@ class ToolsOutputTruncateManager(ContextManager):
         """Every result cut (none is archived here), remembering the output for this list of
         messages: each message's result depends only on itself, so a list that grew by
         appends costs its new messages, and the same list again costs nothing."""
-        key = (self, runtime.counter.tokenizer.name)
+        key = (*self._memo_key, runtime.counter.tokenizer.name)
         derived = history.memo
         n = len(history)
         done, out, truncated = derived.get(key, (0, None, 0))

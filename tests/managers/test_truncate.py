@@ -220,3 +220,32 @@ def test_max_output_ratio_caps_each_result_at_a_share_of_the_window():
         assert limit - 100 < tokens <= limit, (window, tokens)
         again = d.apply("post_tool", result.context)
         assert again.context.messages == result.context.messages
+
+
+def test_a_definition_loaded_per_call_keeps_one_memo_entry_per_config():
+    """The truncation's output memo on a history is keyed by what it depends on (type, config,
+    tokenizer), not the instance: a definition loaded again each call reuses one entry, and
+    an entry of another config gets its own."""
+
+    def spec_of(limit: int) -> dict:
+        entry = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": limit}}
+        return {"name": "t", "hooks": {"pre_llm": [entry]}}
+
+    spec = spec_of(100)
+    msgs: list = [{"role": "user", "content": "go"}]
+    for i in range(5):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [call]}]
+        msgs += [{"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 500}]
+    sizes = []
+    for call in range(20):
+        msgs.append({"role": "user", "content": f"more {call}"})
+        context = Context(messages=msgs)
+        out = load_definition(spec).apply("pre_llm", context)
+        assert out.trace[0]["details"]["truncated"] == 5
+        sizes.append(len(context.messages.memo))
+        msgs[-1:] = [msgs[-1], {"role": "assistant", "content": "ok"}]
+    assert sizes[-1] == sizes[1]
+    context = Context(messages=msgs)
+    load_definition(spec_of(200)).apply("pre_llm", context)
+    assert len(context.messages.memo) == sizes[-1] + 1
