@@ -151,14 +151,23 @@ class TokenCounter:
 
     # -- texts -------------------------------------------------------------------
     def text(self, s: str) -> int:
-        """Tokens of one string (estimated from samples when it is very large)."""
-        if not s:
-            return 0
-        if self._encode is None:
+        """Tokens of one string (estimated from samples when it is very large). Texts from
+        ``_KEYED_TEXT`` characters on are memoised by content, so that a tool result checked
+        against a limit, cut and given its notice, or a message loaded again from a store (a
+        new object the identity memo cannot know), is encoded once."""
+        encode = self._encode
+        if encode is None:
             return -(-len(s) // CHARS_PER_TOKEN)
+        if len(s) < _KEYED_TEXT:
+            return len(encode(s)) if s else 0
         if len(s) > LARGE_TEXT:
-            return self._estimate(s)
-        return len(self._encode(s))
+            return self._estimate(s)  # from samples: cheaper than keeping the text
+        # Keyed by the text itself: exact (no digest to collide), and a str caches its hash.
+        n = self._texts.get(s, BY_CONTENT)
+        if n is None:
+            n = len(encode(s))
+            self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
+        return n
 
     def is_estimate(self, s: str) -> bool:
         """Whether ``text(s)`` is an estimate rather than an exact count."""
@@ -177,19 +186,6 @@ class TokenCounter:
         if n is None:
             n = self.text(s)
             self._strings.put(s, s, n, len(s) + 64)
-        return n
-
-    def _long(self, s: str) -> int:
-        """Tokens of a long text, memoised by its content: a message loaded again from a store
-        (or sent again in a request) is a new object that the identity memo cannot know."""
-        encode = self._encode
-        if encode is None or len(s) > LARGE_TEXT:
-            return self.text(s)  # approximate, or estimated from samples: cheaper than hashing
-        # Keyed by the text itself: exact (no digest to collide), and a str caches its hash.
-        n = self._texts.get(s, BY_CONTENT)
-        if n is None:
-            n = len(encode(s))
-            self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
         return n
 
     def head(self, s: str, limit: int) -> str:
@@ -248,12 +244,12 @@ class TokenCounter:
             # role and a short text only, the commonest message: nothing else to look up
             encode = self._encode
             return n + (len(encode(content)) if encode is not None else self.text(content)), True
-        if type(content) is str:  # the hot case, inlined
-            if len(content) >= _KEYED_TEXT:
-                n += self._long(content)
-            elif content:
-                encode = self._encode
-                n += len(encode(content)) if encode is not None else self.text(content)
+        if type(content) is str:  # the hot case: a short text is encoded inline
+            encode = self._encode
+            if encode is not None and len(content) < _KEYED_TEXT:
+                n += len(encode(content))
+            else:
+                n += self.text(content)
         elif isinstance(content, str):
             n += self.text(content)
         elif isinstance(content, list):
@@ -266,7 +262,7 @@ class TokenCounter:
         if hidden:  # what the provider counts that no manager may edit (see ctxmgmt.formats)
             text = hidden.get("counted_text") if isinstance(hidden, dict) else None
             if isinstance(text, str):
-                n += self._long(text) if len(text) >= _KEYED_TEXT else self.text(text)
+                n += self.text(text)
             more = hidden.get("counted_tokens") if isinstance(hidden, dict) else None
             if isinstance(more, int) and not isinstance(more, bool) and more > 0:
                 n += more
@@ -284,7 +280,7 @@ class TokenCounter:
                 args = fn.get("arguments", "")
                 if not isinstance(args, str):
                     args = json.dumps(args, ensure_ascii=False)
-                tokens = self._long(args) if len(args) >= _KEYED_TEXT else self.text(args)
+                tokens = self.text(args)
                 n += TOOL_CALL_OVERHEAD + self._short(str(fn.get("name", ""))) + tokens
         return n, type(content) is str and not calls and hidden is None
 

@@ -40,23 +40,25 @@ def cut(
     mode: str = "head_tail",
     ref: str | None = None,
     original: tuple[int, str | None] | None = None,
+    tokens: int | None = None,
 ) -> str:
     """``text`` cut to ``max_chars`` characters and ``max_tokens`` tokens, keeping its
     head, its tail or both (``mode``), with a notice signed for the message it goes into
     (``bound``, its :func:`~ctxmgmt.marks.binding`); the result is within both limits.
     With ``ref``, the notice says which characters are stored there and how to read them.
     ``original`` is the size an earlier cut recorded (see :func:`~ctxmgmt.marks.stamp`): the notice
-    keeps it, so that re-cutting never loses the real size."""
+    keeps it, so that re-cutting never loses the real size. ``tokens`` is ``text``'s count when
+    the caller has it (checking it against the limit counted it): the notice gives it."""
     n = len(text)
     with_tokens = max_tokens is not None
-    size = _size(text, counter, with_tokens, original)
+    size = _size(text, counter, with_tokens, original, tokens)
     # Size the pieces against the longest notice this text can get.
     longest = _marker(size, ref, (n, n))
     chars = max_chars - len(longest)
-    tokens = None if max_tokens is None else max_tokens - counter.text(longest) - 2
+    room = None if max_tokens is None else max_tokens - counter.text(longest) - 2
     marker = longest
     for _ in range(8):
-        head, tail = _pieces(text, chars, tokens, mode, counter)
+        head, tail = _pieces(text, chars, room, mode, counter)
         marker = _marker(size, ref, (len(head), n - len(tail)))
         if mode == "tail":
             result = marker.lstrip("\n") + tail
@@ -69,8 +71,8 @@ def cut(
             return result
         # Re-tokenising across the join can add a token or two; shrink and retry.
         chars = max(0, chars - max(1, chars // 20))
-        if tokens is not None:
-            tokens = max(0, tokens - max(2, tokens // 20))
+        if room is not None:
+            room = max(0, room - max(2, room // 20))
     short = marker.strip()[:max_chars]  # a notice alone, signed when its tag fits
     return sign(short, bound, short.index(PLACEHOLDER)) if PLACEHOLDER in short else short
 
@@ -102,16 +104,20 @@ def _piece(text: str, chars: int, tokens: int | None, counter: TokenCounter, *, 
 
 
 def _size(
-    text: str, counter: TokenCounter, with_tokens: bool, original: tuple[int, str | None] | None
+    text: str,
+    counter: TokenCounter,
+    with_tokens: bool,
+    original: tuple[int, str | None] | None,
+    tokens: int | None,
 ) -> str:
     """The original's size as the notice gives it."""
     if original is not None:
-        chars, tokens = original
-        return f"{chars:,} chars" + (f", {tokens} tokens" if tokens else "")
+        chars, stated = original
+        return f"{chars:,} chars" + (f", {stated} tokens" if stated else "")
     size = f"{len(text):,} chars"
     if with_tokens:
         approx = "~" if counter.is_estimate(text) else ""
-        size += f", {approx}{counter.text(text):,} tokens"
+        size += f", {approx}{counter.text(text) if tokens is None else tokens:,} tokens"
     return size
 
 

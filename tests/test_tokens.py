@@ -255,3 +255,20 @@ def test_the_memo_counts_what_a_message_keeps_alive():
     before = counter._memo.bytes
     counter.messages(list(again.context.messages))
     assert counter._memo.bytes - before > 400_000
+
+
+def test_a_long_text_is_encoded_once_however_it_is_counted(counter, monkeypatch):
+    """A long text counted inside a message, in a content part and on its own is encoded once
+    (memoised by content), so checking a result and giving its size cost one encoding."""
+    text = " ".join(f"w{i}" for i in range(3000)) + " encoded-once"
+    seen: list[str] = []
+    real = counter._encode
+    monkeypatch.setattr(counter, "_encode", lambda s: seen.append(s) or real(s))
+    n = counter.text(text)
+    counter.message({"role": "tool", "tool_call_id": "c1", "content": text})
+    counter.message({"role": "user", "content": [{"type": "text", "text": text}]})
+    assert counter.text(str(text)) == n == len(real(text))
+    assert seen.count(text) == 1
+    short = "a short text"
+    counter.text(short), counter.text(short)
+    assert seen.count(short) == 2  # short texts are not kept: encoding them is cheaper

@@ -249,3 +249,52 @@ def test_a_definition_loaded_per_call_keeps_one_memo_entry_per_config():
     context = Context(messages=msgs)
     load_definition(spec_of(200)).apply("pre_llm", context)
     assert len(context.messages.memo) == sizes[-1] + 1
+
+
+@pytest.mark.parametrize("as_parts", [False, True])
+def test_a_long_tool_result_is_tokenised_once(monkeypatch, as_parts):
+    """Checking a tool result against a token limit and cutting it encode its text once (the
+    count is passed along, and the notice's size reuses it), however it is held."""
+    import random
+
+    counter = get_counter(None)
+    if counter._encode is None:
+        pytest.skip("no encoding: counts are estimates")
+    words = random.Random(7 + as_parts).choices(["alpha", "beta", "gamma", "delta", "x1", "y22"], k=2000)
+    text = " ".join(words) + f" unique-{as_parts}"
+    encoded: list[int] = []
+    real = counter._encode
+
+    def encode(s: str) -> list[int]:
+        if s == text:
+            encoded.append(len(s))
+        return real(s)
+
+    monkeypatch.setattr(counter, "_encode", encode)
+    content = [{"type": "text", "text": text}] if as_parts else text
+    msgs = [{"role": "user", "content": "q"}, CALL, {"role": "tool", "tool_call_id": "a", "content": content}]
+    out = truncate("post_tool", max_output_tokens=100).apply("post_tool", Context(messages=msgs))
+    assert "truncated" in str(out.context.messages[-1]["content"])
+    assert len(encoded) == 1
+
+
+def test_a_cut_gives_the_count_its_caller_made_without_counting_again(monkeypatch):
+    """cut() takes the text's token count from the caller that checked it (the notice gives
+    that count) and never encodes the whole text again."""
+    from ctxmgmt.truncation import cut
+
+    counter = get_counter(None)
+    text = "".join(f"row {i} of the output\n" for i in range(3000))
+    whole: list[str] = []
+    real = counter._encode
+    if real is None:
+        pytest.skip("no encoding: counts are estimates")
+
+    def encode(s: str) -> list[int]:
+        whole.extend([s] if s == text else [])
+        return real(s)
+
+    monkeypatch.setattr(counter, "_encode", encode)
+    out = cut(text, counter, (), max_chars=2000, max_tokens=200, tokens=12_345)
+    assert "12,345 tokens" in out
+    assert whole == []
