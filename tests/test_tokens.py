@@ -247,14 +247,17 @@ def test_the_memo_counts_what_a_message_keeps_alive():
     ]
     reply = internal(Context(messages=items, format="openai_responses")).context.messages[1]
     assert isinstance(reply["content"], str)
-    counter = get_counter(None)
-    before = counter._memo.bytes
+    assert reply["_ctxmgmt"] is not None and not reply["_ctxmgmt"]  # an empty Origin is falsy
+    # A fresh counter (an empty memo, so nothing evicts) and each entry's own recorded size,
+    # not the memo's total before and after, which an eviction or an earlier test can move.
+    counter = TokenCounter(get_counter(None).tokenizer, get_counter(None)._encoding)
     counter.message(reply)
-    assert counter._memo.bytes - before > 400_000
+    assert counter._memo._data[id(reply)][2] > 400_000
     again = internal(Context(messages=[dict(x) for x in items], format="openai_responses"))
-    before = counter._memo.bytes
-    counter.messages(list(again.context.messages))
-    assert counter._memo.bytes - before > 400_000
+    listed = list(again.context.messages)
+    counter.messages(listed)
+    assert counter._memo._data[id(listed[1])][2] > 400_000
+    assert counter._memo._data[id(listed[0])][2] < 1_000  # a plain message is sized by its text
 
 
 def test_a_long_text_is_encoded_once_however_it_is_counted(counter, monkeypatch):
