@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
-from itertools import groupby
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -44,12 +43,19 @@ def handler(operation: Operation) -> Handler:
     return found
 
 
-def routes() -> list[Route]:
-    """The app's routes, from the route table: one route per path (in the table's order,
-    so literal paths match before the parameter beside them), with all its methods."""
+def routes(table: Sequence[Operation] = TABLE) -> list[Route]:
+    """The app's routes, from the route table: one route per path with all its methods,
+    wherever the table lists them (in the order of each path's first operation, so literal
+    paths match before the parameter beside them). A method listed twice for one path is
+    refused when the app is assembled."""
+    by_path: dict[str, list[Operation]] = {}
+    for op in table:
+        ops = by_path.setdefault(op.path, [])
+        if any(other.method == op.method for other in ops):
+            raise TypeError(f"{op.method} {op.path} is in the route table twice: keep one")
+        ops.append(op)
     out = []
-    for path, group in groupby(TABLE, key=lambda op: op.path):
-        ops = list(group)
+    for path, ops in by_path.items():
         if all(op.raw for op in ops):
             out += [Route(path, handler(op), methods=[op.method]) for op in ops]
         else:

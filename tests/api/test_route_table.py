@@ -59,6 +59,19 @@ def test_literal_paths_are_routed_before_the_parameter_beside_them():
         assert not later, f"{later} would be taken by {path}"
 
 
+def test_the_methods_of_one_path_form_one_route_wherever_the_table_lists_them():
+    """Two operations of one path listed apart (another path between them) are one route with
+    both methods, at the place of the first; a method listed twice for a path is refused."""
+    get = Operation("GET", "/things/{name}", "definitions.get", "get", {})
+    other = Operation("GET", "/others", "definitions.list_", "list", {})
+    put = Operation("PUT", "/things/{name}", "definitions.replace", "put", {})
+    built = routes([get, other, put])
+    assert [route.path for route in built] == ["/things/{name}", "/others"]
+    assert {"GET", "PUT"} <= set(built[0].methods or ())
+    with pytest.raises(TypeError, match=re.escape("GET /things/{name} is in the route table twice")):
+        routes([get, other, get])
+
+
 def test_a_handler_the_table_misnames_fails_when_the_app_is_assembled():
     """An operation naming a missing or synchronous handler is refused at assembly, naming it."""
     for name in ("definitions.nope", "requests.state"):
