@@ -4,9 +4,10 @@ A manager declares its capabilities as class attributes, checked by the registry
 registers (see :mod:`ctxmgmt.registry`):
 
 - ``archives``: it archives what it removes whenever an offload store is given (so that the
-  model may need the recall tools, and a simulation gives it a throwaway store);
-- ``needs_store``: it archives first always, and fails without a store (unless its config
-  says to cut instead); it implies ``archives``;
+  model may need the recall tools, and a simulation gives it a throwaway store). A manager
+  that cannot work without a store says so itself, in :meth:`ContextManager.apply`: an
+  :class:`~ctxmgmt.OffloadError` that says how to give one (its config decides, as
+  ``without_store: cut`` does for the built-ins), traced or raised per ``on_error``;
 - ``trusted``: its output is checked only where it changed. Only the built-ins are trusted:
   a plugin's output is checked whole.
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CAPABILITIES", "ContextManager", "Environment", "Runtime", "with_defaults"]
 
-CAPABILITIES = ("archives", "needs_store", "trusted")
+CAPABILITIES = ("archives", "trusted")
 """The capabilities a manager class declares (each a bool class attribute)."""
 
 
@@ -113,7 +114,7 @@ class ContextManager:
     """Base class for context managers. Subclass it, set ``type_name`` and
     ``config_schema`` (a JSON Schema, Draft 2020-12, for ``config``), implement
     :meth:`apply`, declare what it does (``archives = True`` for a manager that archives
-    what it removes when given a store; ``needs_store`` for one that cannot work without),
+    what it removes when given a store),
     and register the class (entry-point group ``ctxmgmt.managers`` or
     :func:`ctxmgmt.register_manager`).
 
@@ -126,8 +127,6 @@ class ContextManager:
     config_schema: ClassVar[Mapping[str, Any]]
     archives: ClassVar[bool] = False
     """It archives what it removes whenever an offload store is given."""
-    needs_store: ClassVar[bool] = False
-    """It archives first always: without a store it fails (or cuts, when configured to)."""
     trusted: ClassVar[bool] = False
     """Its output is checked only where it changed; for ctxmgmt's built-ins only."""
 

@@ -169,7 +169,7 @@ def _check_manager_class(cls: Any, plugin: str | None) -> str:
 
 def _check_capabilities(cls: Any, name: str, where: str) -> None:
     """The capabilities a class declares (:data:`~ctxmgmt.manager.CAPABILITIES`) must be
-    bools that agree with each other, and only a class of :data:`BUILTINS` may be trusted."""
+    bools, and only a class of :data:`BUILTINS` may be trusted."""
     declared = {cap: getattr(cls, cap, False) for cap in CAPABILITIES}
     for cap, value in declared.items():
         if not isinstance(value, bool):
@@ -177,12 +177,6 @@ def _check_capabilities(cls: Any, name: str, where: str) -> None:
                 f"{name}: {cap} must be True or False, not {value!r}; declare it as a class attribute",
                 plugin=where,
             )
-    if declared["needs_store"] and not declared["archives"]:
-        raise RegistryError(
-            f"{name}: needs_store = True but archives = False; a manager that needs an offload "
-            "store archives what it removes: declare archives = True as well",
-            plugin=where,
-        )
     if declared["trusted"] and f"{cls.__module__}:{cls.__qualname__}" not in BUILTINS.values():
         owner = next(c for c in cls.__mro__ if "trusted" in vars(c))
         how = "declares" if owner is cls else f"inherits from {owner.__qualname__}"

@@ -4,6 +4,7 @@ import textwrap
 import pytest
 
 from ctxmgmt import Context, ContextManager, ManagerRegistry, RegistryError, load_definition
+from ctxmgmt.manager import CAPABILITIES
 from ctxmgmt.managers import BUILTINS
 
 
@@ -114,21 +115,34 @@ def test_entry_point_plugins_load(tmp_path, monkeypatch):
 
 
 def test_builtins_declare_their_capabilities():
-    """Each built-in declares whether it archives, needs a store and is trusted, as class
-    attributes: one source, which the definitions, the hook run and the API all read."""
+    """Each built-in declares whether it archives and is trusted, as class attributes: one
+    source, which the definitions, the hook run and the API all read."""
     reg = fresh()
-    declared = {
-        name: tuple(getattr(reg.get(name), cap) for cap in ("archives", "needs_store", "trusted"))
-        for name in reg.names()
-    }
+    declared = {name: tuple(getattr(reg.get(name), cap) for cap in CAPABILITIES) for name in reg.names()}
     assert declared == {
-        "AutoCompactManager": (True, True, True),
-        "SlidingWindowManager": (True, False, True),
-        "SummarizationManager": (True, False, True),
-        "ToolResultClearingManager": (True, False, True),
-        "ToolResultCompactionManager": (True, True, True),
-        "ToolsOutputTruncateManager": (False, False, True),
+        "AutoCompactManager": (True, True),
+        "SlidingWindowManager": (True, True),
+        "SummarizationManager": (True, True),
+        "ToolResultClearingManager": (True, True),
+        "ToolResultCompactionManager": (True, True),
+        "ToolsOutputTruncateManager": (False, True),
     }
+
+
+def test_every_declared_capability_is_read_outside_its_declaration():
+    """Each capability a class may declare is read by the engine (a hook run, a definition or
+    the API), not only declared and checked: a capability nobody reads is a promise kept by
+    nothing."""
+    import pathlib
+
+    import ctxmgmt
+
+    root = pathlib.Path(ctxmgmt.__file__).parent
+    declaring = {root / "manager.py", root / "registry.py"}
+    lines = [line for p in root.rglob("*.py") if p not in declaring for line in p.read_text().splitlines()]
+    for cap in CAPABILITIES:
+        reads = [line for line in lines if "getattr(" in line and f'"{cap}"' in line]
+        assert reads, f"the capability {cap!r} is declared but nothing reads it"
 
 
 @pytest.mark.parametrize(
@@ -136,12 +150,11 @@ def test_builtins_declare_their_capabilities():
     [
         ({"trusted": True}, "declares trusted = True, which is for ctxmgmt's built-in managers only"),
         ({"archives": "yes"}, "archives must be True or False, not 'yes'"),
-        ({"needs_store": True}, "needs_store = True but archives = False"),
     ],
 )
 def test_a_plugin_that_declares_a_wrong_capability_is_refused(attrs, match):
-    """A plugin claiming trust, declaring a capability that is not a bool, or needing a store
-    without archiving is refused at registration, the error naming the class."""
+    """A plugin claiming trust or declaring a capability that is not a bool is refused at
+    registration, the error naming the class."""
     cls = type("Claims", (Reverse,), {"type_name": "test.Claims", **attrs})
     with pytest.raises(RegistryError, match=match) as raised:
         fresh().register(cls)

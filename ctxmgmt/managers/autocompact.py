@@ -27,7 +27,6 @@ class AutoCompactManager(ContextManager):
     type_name = "AutoCompactManager"
     config_schema = builtin_schema(type_name)
     archives = True
-    needs_store = True  # its compaction does, or without_store: cut
     trusted = True
 
     def __init__(self, config: Mapping[str, Any]) -> None:

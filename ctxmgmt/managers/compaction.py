@@ -30,7 +30,6 @@ class ToolResultCompactionManager(ContextManager):
     type_name = "ToolResultCompactionManager"
     config_schema = builtin_schema(type_name)
     archives = True
-    needs_store = True  # or without_store: cut
     trusted = True
 
     def __init__(self, config: Mapping[str, Any]) -> None:
