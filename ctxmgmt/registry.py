@@ -41,27 +41,33 @@ BUILTINS: Mapping[str, str] = {
     "ToolResultCompactionManager": "ctxmgmt.managers.compaction:ToolResultCompactionManager",
     "ToolsOutputTruncateManager": "ctxmgmt.managers.truncate:ToolsOutputTruncateManager",
 }
-"""The built-in manager types: name -> ``"module:Class"``, imported when first asked for."""
+"""The built-in manager types: name -> ``"module:Class"``, imported when first asked for. The
+one list of them: :data:`ctxmgmt.managers.BUILTINS` (the classes) is made from it."""
 
 
 class ManagerRegistry:
     """Maps manager type names to classes."""
 
-    def __init__(self, group: str = ENTRY_POINT_GROUP, *, builtins: Mapping[str, str] = BUILTINS) -> None:
+    def __init__(self, group: str = ENTRY_POINT_GROUP) -> None:
         self.group = group
         self._types: dict[str, type[Any]] = {}
-        self._builtins: dict[str, str] = dict(builtins)
-        """Built-in names -> "module:Class": imported on first use."""
         self._plugins_loaded = False
         self._lock = threading.RLock()
         self.load_errors: dict[str, str] = {}
         """Entry points that failed to load: name -> reason."""
 
     def register(self, cls: type[Any], *, plugin: str | None = None, builtin: bool = False) -> type[Any]:
-        """Register a manager class after checking it. Returns the class, so it can decorate."""
+        """Register a manager class after checking it. Returns the class, so it can decorate.
+        ``builtin``: the class is the one :data:`BUILTINS` names for its type."""
         name = _check_manager_class(cls, plugin)
+        if builtin and BUILTINS.get(name) != f"{cls.__module__}:{cls.__qualname__}":
+            raise RegistryError(
+                f"{name!r} is not a built-in manager type ({', '.join(BUILTINS)} are): "
+                "register it without builtin=True",
+                plugin=plugin or _where(cls),
+            )
         with self._lock:
-            if name in self._builtins and not builtin:
+            if name in BUILTINS and not builtin:
                 raise RegistryError(
                     f"{name!r} is a built-in manager type and cannot be replaced; "
                     "give your manager another type_name",
@@ -74,13 +80,11 @@ class ManagerRegistry:
                     plugin=plugin or _where(cls),
                 )
             self._types[name] = cls
-            if builtin:
-                self._builtins.setdefault(name, f"{cls.__module__}:{cls.__qualname__}")
         return cls
 
     def get(self, name: str) -> type[Any] | None:
         cls = self._types.get(name)
-        if cls is None and name in self._builtins:
+        if cls is None and name in BUILTINS:
             cls = self._load_builtin(name)
         if cls is None and not self._plugins_loaded:
             self.load_entrypoints()
@@ -88,17 +92,17 @@ class ManagerRegistry:
         return cls
 
     def names(self) -> list[str]:
-        for name in list(self._builtins):
+        for name in BUILTINS:
             self.get(name)
         self.load_entrypoints()
         return sorted(self._types)
 
     def is_builtin(self, name: str) -> bool:
-        return name in self._builtins
+        return name in BUILTINS
 
     def _load_builtin(self, name: str) -> type[Any]:
         """Import a built-in by its ``"module:Class"`` and register it (checked like any)."""
-        module, _, qualname = self._builtins[name].partition(":")
+        module, _, qualname = BUILTINS[name].partition(":")
         cls = getattr(importlib.import_module(module), qualname)
         if getattr(cls, "type_name", None) != name:
             raise RegistryError(

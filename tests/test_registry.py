@@ -1,3 +1,4 @@
+import re
 import sys
 import textwrap
 
@@ -197,11 +198,32 @@ def test_the_registry_knows_its_builtins_without_registering_at_import():
     assert out.stdout.strip() == "ok", out.stderr
 
 
-def test_the_builtin_table_matches_the_builtin_classes():
-    """The registry's table names exactly the classes ctxmgmt.managers exports as built-ins."""
+def test_the_builtin_table_names_every_manager_class_ctxmgmt_ships():
+    """The registry's one list of built-ins names every manager class defined in the modules
+    of ctxmgmt.managers (a new built-in cannot be left out), and ctxmgmt.managers.BUILTINS
+    is those classes."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import ctxmgmt.managers
     from ctxmgmt.registry import BUILTINS as TABLE
 
+    shipped = {
+        cls.type_name: f"{cls.__module__}:{cls.__qualname__}"
+        for info in pkgutil.iter_modules(ctxmgmt.managers.__path__, "ctxmgmt.managers.")
+        for _, cls in inspect.getmembers(importlib.import_module(info.name), inspect.isclass)
+        if issubclass(cls, ContextManager) and cls.__module__ == info.name and "type_name" in vars(cls)
+    }
+    assert shipped == dict(TABLE)
     assert {cls.type_name: f"{cls.__module__}:{cls.__qualname__}" for cls in BUILTINS} == dict(TABLE)
+
+
+def test_only_a_class_the_builtin_table_names_registers_as_a_builtin():
+    """register(builtin=True) is refused for a class the table does not name, so a plugin
+    can never be marked built-in (and so shadow-proof or trusted) by a registry's caller."""
+    with pytest.raises(RegistryError, match=re.escape("'test.Reverse' is not a built-in manager type")):
+        fresh().register(Reverse, builtin=True)
 
 
 @pytest.mark.parametrize(
