@@ -23,7 +23,6 @@ from bench_apply import timed
 
 from ctxmgmt import Context, load_definition
 from ctxmgmt.formats import anthropic, openai_responses
-from ctxmgmt.formats._common import Conversion
 from ctxmgmt.testing import make_conversation
 
 SIZES = (500, 2_000, 10_000)
@@ -46,10 +45,9 @@ def window(n: int) -> Any:
 
 def in_format(chat: list[dict[str, Any]], name: str) -> list[Any]:
     """The chat conversation in another format (the formats' own way back, with no origins)."""
-    empty = Conversion([])
     if name == "anthropic":
-        return anthropic.back(chat, empty)
-    return openai_responses.back(chat, empty)
+        return anthropic.back(chat)
+    return openai_responses.back(chat)
 
 
 def measure(n: int) -> dict[str, dict[str, float]]:

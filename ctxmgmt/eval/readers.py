@@ -360,14 +360,14 @@ def _provider(
         problems = anthropic.check(messages, system, partial_tail=True)
         if problems:
             raise ReaderError([Problem(p.pointer, p.message, p.line, cid) for p in problems])
-        chat = anthropic.to_internal(messages).messages
+        chat = anthropic.to_internal(messages)
         system_text = anthropic.system_text(system)
         reasoning = sum(_thinking_chars(m) for m in messages)
     elif fmt == "openai_responses":
         problems = openai_responses.check(messages, None, partial_tail=True)
         if problems:
             raise ReaderError([Problem(p.pointer, p.message, p.line, cid) for p in problems])
-        chat = openai_responses.to_internal(messages).messages
+        chat = openai_responses.to_internal(messages)
         system_text = system if isinstance(system, str) else None
     else:
         chat, reasoning = _chat(messages, {})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from .._memo import shared
 from ..context import ApplyResult, Context, checks_formats
@@ -20,7 +20,7 @@ from ..history import IS_CHAT, History, Recent, items
 from ..messages import foreign_kind
 from ..types import FORMAT_NAMES
 from . import anthropic, openai_chat, openai_responses
-from ._common import Conversion, Grown, Known
+from ._common import Grown, Known
 
 __all__ = [
     "CHAT",
@@ -71,13 +71,6 @@ _KNOWN_CHAT = shared(Recent())  # emptied by ctxmgmt.tokens.clear_caches
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""
 _KNOWN = {name: shared(Known()) for name in (anthropic.NAME, openai_responses.NAME)}
 """The histories converted last, by format: a new list that starts with one costs its new part."""
-
-
-def forget_known() -> None:
-    """Forget the lists known to be chat or converted (``ctxmgmt.tokens.clear_caches`` calls it)."""
-    _KNOWN_CHAT.clear()
-    for known in _KNOWN.values():
-        known.clear()
 
 
 def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
@@ -182,7 +175,6 @@ class Internal:
 
     context: Context
     source: Context
-    conversion: Conversion
     module: ModuleType
 
     @property
@@ -197,7 +189,7 @@ class Internal:
             return ApplyResult(self.source, result.trace)
         # A list made here, never handed in: History.own, so it takes no place among the
         # lists History.of keeps to find one handed again.
-        messages = History.own(self.module.back(out.messages, self.conversion))
+        messages = History.own(self.module.back(out.messages))
         return ApplyResult(replace(self.source, messages=messages, state=out.state), result.trace)
 
 
@@ -208,19 +200,16 @@ def internal(context: Context) -> Internal | None:
     if name == openai_chat.NAME:
         return None
     module = _MODULES[name]
-    messages = context.messages
-    known = grown(messages, name) if isinstance(messages, History) else None
+    messages = cast(History, context.messages)  # a Context holds a History
+    known = grown(messages, name)  # None only when the messages break a rule
     problems = (
         module.check(messages, context.system_prompt, partial_tail=True)
         if known is None
         else module.check_system(context.system_prompt)
     )
-    if problems:
+    if problems or known is None:
         raise ContextError(problems)
-    conversion = module.to_internal(messages) if known is None else Conversion(known.inner)
     inner = context._derive(
-        system_prompt=module.system_text(context.system_prompt),
-        messages=known.inner if known is not None else History(conversion.messages),
-        format=openai_chat.NAME,
+        system_prompt=module.system_text(context.system_prompt), messages=known.inner, format=openai_chat.NAME
     )
-    return Internal(inner, context, conversion, module)
+    return Internal(inner, context, module)

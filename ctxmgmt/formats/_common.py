@@ -13,8 +13,8 @@ from .._memo import Memo, rough_size
 from ..history import History
 
 __all__ = [
+    "BASE64_CHARS_PER_TOKEN",
     "ORIGIN",
-    "Conversion",
     "Grown",
     "Known",
     "Origin",
@@ -29,6 +29,9 @@ ORIGIN = "_ctxmgmt"
 """The key of an internal message that says where it came from. Managers copy unknown keys
 along when they edit a message (``{**m, "content": ...}``), so an edited message still
 knows its source; the key never leaves ctxmgmt: the way back rebuilds provider messages."""
+
+BASE64_CHARS_PER_TOKEN = 6
+"""An estimate for a base64 file or document (a PDF): about a token per 4.5 bytes of file."""
 
 CONVERSION_MEMO_BYTES = 32 * 1024 * 1024
 """What the memo of converted provider messages may hold, by the size of what it keeps alive."""
@@ -74,16 +77,6 @@ class Origin(dict[str, Any]):
 def origin_of(m: Mapping[str, Any]) -> Origin | None:
     found = m.get(ORIGIN)
     return found if isinstance(found, Origin) else None
-
-
-@dataclass(frozen=True, slots=True)
-class Conversion:
-    """A provider's message list in the internal form. The way back needs only the internal
-    messages' origins: one that comes back as it was made (see ``Origin.made``) is its
-    source again, unchanged."""
-
-    messages: Sequence[Mapping[str, Any]]
-    """The internal messages (OpenAI chat, each with its origin)."""
 
 
 def made(origin: Origin, internal: Sequence[Mapping[str, Any]]) -> None:

@@ -29,8 +29,8 @@ from typing import Any
 from ..errors import ContextError, Problem
 from ..history import History, items, scan
 from ._common import (
+    BASE64_CHARS_PER_TOKEN,
     ORIGIN,
-    Conversion,
     Grown,
     Origin,
     estimate_tokens,
@@ -288,13 +288,13 @@ def system_text(system: Any) -> str | None:
 
 
 # -- to the internal form ---------------------------------------------------------------
-def to_internal(messages: Sequence[Any]) -> Conversion:
+def to_internal(messages: Sequence[Any]) -> list[dict[str, Any]]:
     """The internal messages of a valid Anthropic list (each message converted once, then
     memoised by identity: messages are immutable values)."""
     out: list[dict[str, Any]] = []
     for m in messages:
         out.extend(_converted(m)[0])
-    return Conversion(out)
+    return out
 
 
 def _converted(m: Any) -> tuple[tuple[dict[str, Any], ...], int]:
@@ -430,7 +430,7 @@ def _parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], d
         if source.get("type") == "text" and isinstance(data, str):
             texts.append(data)
         elif isinstance(data, str):
-            estimate += len(data) // _BASE64_CHARS_PER_TOKEN
+            estimate += len(data) // BASE64_CHARS_PER_TOKEN
         else:
             estimate += estimate_tokens(b)
         title = b.get("title") if isinstance(b.get("title"), str) else str(kind)
@@ -445,13 +445,10 @@ def _parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], d
     return parts, counted
 
 
-_BASE64_CHARS_PER_TOKEN = 6
-"""An estimate for a base64 document (a PDF): about a token per 4.5 bytes of file."""
-
-
 # -- back -------------------------------------------------------------------------------
-def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[Any]:
-    """The Anthropic messages for an internal list made from ``conversion``'s."""
+def back(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The Anthropic messages for an internal list: a message that comes back as the
+    conversion made it (see ``Origin.made``) is its source again, the very object."""
     out: list[Any] = []
     messages = items(messages)
     i, n = 0, len(messages)

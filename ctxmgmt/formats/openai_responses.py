@@ -25,8 +25,8 @@ from typing import Any
 from ..errors import Problem
 from ..history import History
 from ._common import (
+    BASE64_CHARS_PER_TOKEN,
     ORIGIN,
-    Conversion,
     Grown,
     Origin,
     estimate_tokens,
@@ -252,10 +252,10 @@ def _opens_calls(item: Any) -> bool:
     return _is_call(item) or (_kind(item) == "message" and item.get("role") == "assistant")
 
 
-def to_internal(items: Sequence[Any]) -> Conversion:
+def to_internal(items: Sequence[Any]) -> list[dict[str, Any]]:
     """The internal messages of a valid list of input items (each group converted once,
     then memoised by the identity of its items)."""
-    return Conversion([_converted(group)[0] for group in _groups(items)])
+    return [_converted(group)[0] for group in _groups(items)]
 
 
 def _converted(group: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
@@ -387,7 +387,7 @@ def _content(content: Any) -> tuple[Any, dict[str, Any] | None]:
             )
         else:
             data = p.get("file_data") if isinstance(p, dict) else None
-            estimate += len(data) // _BASE64_CHARS_PER_TOKEN if isinstance(data, str) else 0
+            estimate += len(data) // BASE64_CHARS_PER_TOKEN if isinstance(data, str) else 0
             name = (
                 p.get("filename") if isinstance(p, dict) and isinstance(p.get("filename"), str) else str(kind)
             )
@@ -397,13 +397,10 @@ def _content(content: Any) -> tuple[Any, dict[str, Any] | None]:
     return parts, {"counted_tokens": estimate} if estimate else None
 
 
-_BASE64_CHARS_PER_TOKEN = 6
-"""An estimate for a base64 file (a PDF): about a token per 4.5 bytes of file."""
-
-
 # -- back -------------------------------------------------------------------------------
-def back(messages: Sequence[Mapping[str, Any]], conversion: Conversion) -> list[Any]:
-    """The input items for an internal list made from ``conversion``'s."""
+def back(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The input items for an internal list: a message that comes back as the conversion
+    made it (see ``Origin.made``) is its items again, the very objects."""
     out: list[Any] = []
     for m in messages:
         same_origin = unchanged(m)

@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, load_definition
-from ctxmgmt._memo import clear_shared
-from ctxmgmt.formats import anthropic, check, forget_known, grown, internal, openai_responses
+from ctxmgmt.formats import anthropic, check, grown, internal, openai_responses
 from ctxmgmt.formats._common import ORIGIN, Known, origin_of
 from ctxmgmt.history import History
 from ctxmgmt.testing import conversations
+from ctxmgmt.tokens import clear_caches
 
 MODULES = {"anthropic": anthropic, "openai_responses": openai_responses}
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,12 +52,12 @@ def _assert_as_from_scratch(fmt, ctx):
         return
     way = internal(ctx)
     assert way is not None
-    fresh = module.to_internal(messages).messages
+    fresh = module.to_internal(messages)
     got = list(way.context.messages)
     assert _strip(got) == _strip(fresh)
     assert [origin_of(m).message for m in got] == [origin_of(m).message for m in fresh]
     assert all(origin_of(a).message is origin_of(b).message for a, b in zip(got, fresh, strict=True))
-    back = module.back(got, way.conversion)
+    back = module.back(got)
     assert len(back) == len(messages) and all(a is b for a, b in zip(back, messages, strict=True))
 
 
@@ -134,8 +134,7 @@ def test_a_grown_history_is_managed_as_from_scratch(case, cut, how):
     outs = []
     for _ in range(2):
         outs.append([definition.apply("pre_llm", ctx).context.messages for definition in (QUIET, WINDOW)])
-        forget_known()
-        clear_shared()
+        clear_caches()
         ctx = Context(messages=list(pool), format=fmt)
     for a, b in zip(*outs, strict=True):
         assert json.dumps(list(a)) == json.dumps(list(b))
@@ -288,7 +287,7 @@ def test_every_split_of_a_conversation_grows_as_from_scratch():
         for cut in range(len(items) + 1):
             for step in range(1, len(items) - cut + 1):
                 for by_append in (True, False):
-                    forget_known()
+                    clear_caches()
                     ctx = Context(messages=items[:cut], format=fmt)
                     _assert_as_from_scratch(fmt, ctx)
                     at = cut
