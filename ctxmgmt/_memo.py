@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 V = TypeVar("V")
@@ -58,25 +58,16 @@ class Memo(Generic[V]):
         return hit[1] if hit is not None and hit[0] is obj else None
 
     def put(self, key: Any, obj: object, value: V, size: int) -> None:
-        if size > self.max_bytes:
-            return  # larger than the whole memo: not worth keeping
-        with self._lock:
-            old = self._data.pop(key, None)
-            if old is not None:
-                self.bytes -= old[2]
-            self._data[key] = (obj, value, size)
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, (_, _, gone) = self._data.popitem(last=False)
-                self.bytes -= gone
+        if size <= self.max_bytes:  # larger than the whole memo: not worth keeping
+            self.put_many(((key, obj, value, size),))
 
-    def put_many(self, entries: list[tuple[Any, object, V, int]]) -> None:
+    def put_many(self, entries: Iterable[tuple[Any, object, V, int]]) -> None:
         """``put`` each ``(key, obj, value, size)``, under one lock (a list counted whole)."""
         with self._lock:
             data = self._data
             for key, obj, value, size in entries:
                 if size > self.max_bytes:
-                    continue
+                    continue  # larger than the whole memo: not worth keeping
                 old = data.pop(key, None)
                 if old is not None:
                     self.bytes -= old[2]
@@ -105,15 +96,28 @@ def clear_shared() -> None:
         memo.clear()
 
 
-def rough_size(value: Any, depth: int = 0) -> int:
-    """About how many bytes a JSON-like value keeps alive (its strings, plus overhead); a
-    nesting past 16 deep is counted as one small value."""
+_BYTES = (64, 200, 64, 32, 64)
+"""What a value keeps alive besides its characters: a string's, a mapping's, a list's
+overhead, another value, and a value nested past 16 deep."""
+_TEXT = (0, 0, 0, 8, 0)
+"""Its text alone: the characters of its strings, and a few for each other value."""
+
+
+def rough_size(value: Any, *, text: bool = False) -> int:
+    """About how many bytes a JSON-like value keeps alive (its strings, plus overhead); with
+    ``text``, about how many characters of text it holds. A nesting past 16 deep is counted
+    as one small value."""
+    return _rough(value, 0, _TEXT if text else _BYTES)
+
+
+def _rough(value: Any, depth: int, weights: tuple[int, int, int, int, int]) -> int:
+    string, mapping, sequence, other, deep = weights
     if isinstance(value, str):
-        return 64 + len(value)
+        return string + len(value)
     if depth > 16:
-        return 64
+        return deep
     if isinstance(value, Mapping):
-        return 200 + sum(rough_size(v, depth + 1) for v in value.values())
+        return mapping + sum(_rough(v, depth + 1, weights) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return 64 + sum(rough_size(v, depth + 1) for v in value)
-    return 32
+        return sequence + sum(_rough(v, depth + 1, weights) for v in value)
+    return other

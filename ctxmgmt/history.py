@@ -57,6 +57,7 @@ place was never detected (counts are memoised per message object).
 
 from __future__ import annotations
 
+import operator
 import threading
 from array import array
 from bisect import bisect_left
@@ -64,7 +65,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from itertools import islice
 from typing import Any, overload
 
-__all__ = ["IS_CHAT", "IS_VALID", "History", "forget_handed", "items", "scan"]
+__all__ = ["IS_CHAT", "IS_VALID", "History", "forget_handed", "items", "scan", "starts_with"]
 
 IS_CHAT = "chat"
 """The fact that messages are in the OpenAI chat format (no other provider's messages)."""
@@ -130,6 +131,13 @@ def scan(messages: Sequence[Any], name: str, test: Callable[[Any], bool]) -> lis
                 found.extend([i for i in range(done, n) if test(items[i])])
                 log.scans[name] = (n, found)
     return found if len(found) == 0 or found[-1] < n else found[: bisect_left(found, n)]
+
+
+def starts_with(seq: Sequence[Any], head: Sequence[Any]) -> bool:
+    """Whether ``seq`` starts with the very objects of ``head``, in order: by identity, so an
+    equal but new object is another (a conversion memoised for one is never reused for it).
+    Compare :meth:`History.is_prefix_of`, where an equal message counts as the same."""
+    return len(head) <= len(seq) and all(map(operator.is_, items(head), items(seq)))
 
 
 def _same_start(items: list[Any], k: int, seq: list[Any], turn: int) -> bool:

@@ -465,3 +465,17 @@ def test_the_newest_tool_run_of_a_grown_history_is_the_whole_lists(msgs, roles):
         views.append(ctx.messages)
     for view in [*views, *reversed(views)]:
         assert trailing_tool_run(view) == trailing_tool_run(list(view))
+
+
+def test_starts_with_compares_by_identity_and_is_prefix_of_by_equality():
+    """starts_with (the conversions' test) takes only the very objects as the same start, while
+    is_prefix_of counts an equal message as the same (its last one by identity); both refuse a
+    longer head."""
+    from ctxmgmt.history import starts_with
+
+    a = {"role": "user", "content": "x"}
+    b = {"role": "assistant", "content": "y"}
+    copy = dict(a)
+    assert starts_with([a, b], [a]) and starts_with(History([a, b]), History([a])) and starts_with([a], ())
+    assert not starts_with([copy, b], [a]) and not starts_with([a], [a, b]) and not starts_with((b, a), (a,))
+    assert History([a, b]).is_prefix_of([copy, b, a]) and not History([a, b]).is_prefix_of([a])

@@ -275,3 +275,34 @@ def test_a_long_text_is_encoded_once_however_it_is_counted(counter, monkeypatch)
     short = "a short text"
     counter.text(short), counter.text(short)
     assert seen.count(short) == 2  # short texts are not kept: encoding them is cheaper
+
+
+def test_a_memo_keeps_its_byte_bound_whichever_way_entries_arrive():
+    """Entries put one by one or many at once share one byte bound: the oldest go first, and
+    an entry larger than the whole memo is not kept."""
+    from ctxmgmt._memo import Memo
+
+    objs = [object() for _ in range(4)]
+    memo: Memo[int] = Memo(1000)
+    memo.put("a", objs[0], 1, 600)
+    memo.put_many([("b", objs[1], 2, 300), ("c", objs[2], 3, 300)])
+    assert memo.bytes == 600 and memo.get("a", objs[0]) is None and memo.get("c", objs[2]) == 3
+    memo.put("d", objs[3], 4, 2000)
+    memo.put_many([("d", objs[3], 4, 2000)])
+    assert memo.get("d", objs[3]) is None and memo.bytes == 600
+
+
+def test_a_rough_size_counts_what_a_value_keeps_alive_or_its_text():
+    """rough_size gives a value's bytes with overhead, or with text=True its characters of text
+    (what a provider's structured content is estimated from), nesting past 16 counted once."""
+    from ctxmgmt._memo import rough_size
+    from ctxmgmt.formats._common import estimate_tokens
+
+    value = {"a": ["xy", 1]}
+    assert rough_size(value) == 200 + 64 + (64 + 2) + 32
+    assert rough_size(value, text=True) == 2 + 8
+    assert estimate_tokens({"t": "x" * 40}) == 10
+    deep: list = ["z" * 100]
+    for _ in range(40):
+        deep = [deep]
+    assert rough_size(deep, text=True) == 0 and rough_size(deep) == 17 * 64 + 64

@@ -3,14 +3,13 @@ conversions, and what a history in a provider's format knows of its own conversi
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._memo import Memo, rough_size
-from ..history import History
+from ..history import History, starts_with
 
 __all__ = [
     "BASE64_CHARS_PER_TOKEN",
@@ -22,7 +21,6 @@ __all__ = [
     "memo",
     "origin_of",
     "rough_size",
-    "same",
 ]
 
 ORIGIN = "_ctxmgmt"
@@ -135,7 +133,7 @@ class Known:
             k = len(history)
             if k > n or (best is not None and k <= best.k) or (k and seq[k - 1] is not history[k - 1]):
                 continue
-            if k == 0 or _same_start(history, seq, k):
+            if k == 0 or starts_with(seq, history):
                 best = grown
         return best
 
@@ -164,12 +162,6 @@ class Known:
             self._items = []
 
 
-def _same_start(a: History, b: History, k: int) -> bool:
-    """Whether the first ``k`` messages of two histories are the very same objects."""
-    x, y = a[:k], b[:k]
-    return x == y and all(map(operator.is_, x, y))  # equal first: a cheap refusal
-
-
 def memo() -> Memo[Any]:
     """A shared, byte-bounded memo of conversions by the provider object's identity."""
     return Memo(CONVERSION_MEMO_BYTES, shared=True)
@@ -179,22 +171,4 @@ def estimate_tokens(value: Any) -> int:
     """About how many tokens a provider counts for structured content that no manager reads
     as text (a server tool's result, a screenshot's description): a token per 4 characters
     of its strings. Calibration by the provider's reports corrects the rest."""
-    return -(-rough_text(value) // 4)
-
-
-def rough_text(value: Any, depth: int = 0) -> int:
-    """The characters of the strings in a JSON-like value."""
-    if isinstance(value, str):
-        return len(value)
-    if depth > 16:
-        return 0
-    if isinstance(value, Mapping):
-        return sum(rough_text(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(rough_text(v, depth + 1) for v in value)
-    return 8
-
-
-def same(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    """Whether two sequences hold the very same objects."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return -(-rough_size(value, text=True) // 4)

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import Problem
-from ..history import History
+from ..history import History, starts_with
 from ._common import (
     BASE64_CHARS_PER_TOKEN,
     ORIGIN,
@@ -34,7 +34,6 @@ from ._common import (
     memo,
     origin_of,
     rough_size,
-    same,
     unchanged,
 )
 
@@ -262,7 +261,7 @@ def _converted(group: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
     """A group's internal message, and about how many bytes its items keep alive."""
     key = group[0]
     hit = _MEMO.get(id(key), key)
-    if hit is not None and same(hit[0], group):
+    if hit is not None and len(hit[0]) == len(group) and starts_with(group, hit[0]):
         return hit[1], hit[2]
     internal = _convert(group)
     made(internal[ORIGIN], (internal,))
@@ -308,10 +307,9 @@ def advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
     final = grown.inner_restart if grown is not None else 0
     inner = grown.inner if grown is not None else History()
     old = inner[final:] if final < len(inner) else ()
-    if not old or (len(old) <= len(tail) and all(a is b for a, b in zip(old, tail, strict=False))):
-        inner = inner.append(*tail[len(old) :])  # the last turn is as it was: new items only
-    else:
-        inner = inner.prefix(final).append(*tail)  # new items joined the last turn
+    # The last turn as it was: only new items are appended; else new items joined it.
+    as_it_was = starts_with(tail, old)
+    inner = inner.append(*tail[len(old) :]) if as_it_was else inner.prefix(final).append(*tail)
     return Grown(len(items), inner, restart, final + last, kept, size)
 
 
