@@ -57,9 +57,9 @@ CACHE_TARGET = 0.75
 SUMMARY_CAP = 8000
 """At most this many tokens of summary, and at most an eighth of the room for the input."""
 _MIN_RESULT_TOKENS = 48
+"""A tool result is not cut below this many tokens of content (its notice needs ~30)."""
 _NOTICE_TOKENS = 80
 """About the most a truncation notice with a reference costs."""
-"""A tool result is not cut below this many tokens of content (its notice needs ~30)."""
 
 
 def reserve_tokens(window: int, settings: Mapping[str, Any]) -> int:

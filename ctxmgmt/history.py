@@ -387,11 +387,11 @@ class Recent:
         self._items: list[History] = []
         self._lock = threading.Lock()
 
-    def prefix_of(self, seq: Sequence[Any], where: Callable[[History], bool] | None = None) -> History | None:
-        """The newest kept history that ``seq`` starts with (and that ``where`` accepts)."""
+    def prefix_of(self, seq: Sequence[Any]) -> History | None:
+        """The newest kept history that ``seq`` starts with."""
         with self._lock:
             items = list(self._items)
-        return next((k for k in items if (where is None or where(k)) and k.is_prefix_of(seq)), None)
+        return next((k for k in items if k.is_prefix_of(seq)), None)
 
     def add(self, history: History) -> None:
         with self._lock:
