@@ -29,7 +29,7 @@ from typing import Any
 import re2  # type: ignore[import-untyped]
 
 from ._memo import BY_CONTENT, Memo, content_key
-from .messages import is_summary, text_of
+from .messages import is_shell_call, is_summary, shell_keys, text_of
 
 __all__ = ["digest", "error_lines", "fold_errors", "merge_ledger", "outcome", "trace_line"]
 
@@ -550,7 +550,6 @@ _ID = re.compile(
 )
 _MIXED = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]|\d[a-z][A-Z]")
 _SEPARATED = re.compile(r"[_.:-]")
-_SHELL_KEYS = ("cmd", "command", "bash", "script", "commands", "shell", "code")
 _READ_CMD = re.compile(
     r"^\s*(?:cat|head|tail|less|more|grep|rg|wc|file|strings|xxd|hexdump|diff|ls|stat|sed -n)\b"
 )
@@ -583,7 +582,7 @@ def _action(tool: str, args: Mapping[str, Any], command: str | None) -> str:
 
 def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
     """The ledger's names of a call: each line of a shell command, else ``name(k=v, …)``."""
-    for key in _SHELL_KEYS:
+    for key in shell_keys(name, args):
         value = args.get(key)
         if isinstance(value, list):
             value = " ".join(str(v) for v in value)
@@ -776,7 +775,7 @@ def trace_line(call: Mapping[str, Any] | None, result: str, message: Mapping[str
         name = str(fn.get("name") or "tool")
         args = _arguments(call)
         lines = _call_text(name, args)
-        shell = any(isinstance(args.get(k), (str, list)) for k in _SHELL_KEYS)
+        shell = is_shell_call(name, args)
         parts.append((f"{name} `{lines[0]}`" if shell else f"`{lines[0]}`") if lines else name)
     parts[-1:] = [f"{' '.join(parts[-1:])} → {outcome(result, message)}".strip()]
     errors = error_lines(result[:_LEDGER_SCAN])
@@ -881,7 +880,8 @@ class _Reader:
         """The call, the paths it named with what it did to them, and the ids it used or got."""
         ledger = self.ledger
         lines = _call_text(name, args)
-        shell = next((k for k in _SHELL_KEYS if isinstance(args.get(k), (str, list))), None)
+        shells = shell_keys(name, args)
+        shell = shells[0] if shells else None
         named = [
             v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and ("/" in v or _PATH.fullmatch(v))
         ]
@@ -918,7 +918,7 @@ class _Reader:
                 and len(str(value)) <= _ARG_CHARS
             ):
                 ledger.ids(str(value), 1)
-            elif isinstance(value, str) and key not in _SHELL_KEYS:
+            elif isinstance(value, str) and key not in shells:
                 # The paths a file's new content or a patch names (``"main": "dist/index.js"``)
                 # are the ones the agent builds, runs or opens next.
                 for path in _specifics_of(value)[0]:

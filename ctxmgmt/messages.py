@@ -15,7 +15,16 @@ from .errors import ContextError, Problem
 from .history import IS_CHAT, IS_VALID, History, items, scan
 from .marks import PLACEHOLDER, binding, find, offloaded, sign
 
-__all__ = ["SYSTEM_ROLES", "check_messages", "last_task_index", "text_of", "units"]
+__all__ = [
+    "SHELL_KEYS",
+    "SYSTEM_ROLES",
+    "check_messages",
+    "is_shell_call",
+    "last_task_index",
+    "shell_keys",
+    "text_of",
+    "units",
+]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -33,6 +42,46 @@ RECALL_LIMIT = 20_000
 """The most characters (or lines) one ``context_read`` returns, whatever limit it is given."""
 RECALL_DEFAULT = 4_000
 """What ``context_read`` returns when it is given no limit."""
+
+
+SHELL_KEYS = ("cmd", "command", "bash", "commands", "shell", "script", "code")
+"""The tool-call arguments that may hold a shell command (or a script, one command a line).
+``script`` and ``code`` (:data:`_PROGRAM_KEYS`) only for a shell tool (:data:`_SHELL_TOOL`):
+a Python or notebook tool's code is a program, whose lines are no commands."""
+_PROGRAM_KEYS = frozenset({"script", "code"})
+_SHELL_TOOL = re.compile(r"(?i)bash|shell|\bsh\b|_sh\b|terminal|console|exec|run|cmd|command")
+_CODE_TOOL = re.compile(
+    r"(?i)python|ipython|jupyter|notebook|kernel|\bcell|code|repl\b|interpreter|\bnode\b|javascript|eval"
+)
+"""A tool that runs a program, not a shell line (``python``, ``execute_code``, ``run_code``,
+``jupyter_execute``, ``code_interpreter``)."""
+
+
+def shell_keys(name: str, args: Mapping[str, Any]) -> list[str]:
+    """The arguments of a call to tool ``name`` that hold a shell command: a string or a list
+    of words, under one of :data:`SHELL_KEYS`; ``script`` and ``code`` only when the tool is
+    a shell's (its name says so: ``bash``, ``run_shell``, ``exec``) and not a program runner's
+    (``python``, ``execute_code``, ``run_code``, ``jupyter``)."""
+    shell: bool | None = None
+    found = []
+    for key in SHELL_KEYS:
+        value = args.get(key)
+        words = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if not (isinstance(value, str) or words):
+            continue
+        if key in _PROGRAM_KEYS:
+            if shell is None:
+                head = name[:200]
+                shell = _SHELL_TOOL.search(head) is not None and _CODE_TOOL.search(head) is None
+            if not shell:
+                continue
+        found.append(key)
+    return found
+
+
+def is_shell_call(name: str, args: Mapping[str, Any]) -> bool:
+    """Whether a call to tool ``name`` with ``args`` runs a shell command (:func:`shell_keys`)."""
+    return bool(shell_keys(name, args))
 
 
 def summary_line(summarized: int) -> str:

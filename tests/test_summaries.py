@@ -387,6 +387,21 @@ def test_the_ledger_keeps_commands_with_outcomes_paths_with_actions_and_ids():
     assert "data/orders.csv: read" in merged["specifics"]
 
 
+def test_the_ledger_gives_a_python_tools_code_no_command_rank():
+    """A Python tool's code lines are no shell commands: they do not take the ledger's top
+    tier (``import os`` → ok) before the shell commands and the paths the agent acted on."""
+    runs = _tool_run(
+        "python",
+        lambda i: json.dumps({"code": f"import os\nprint(os.listdir('data/{i}'))"}),
+        ["['a.csv']", "['b.csv']"],
+    )
+    shell = _tool_run("bash", lambda i: json.dumps({"cmd": "pytest -x tests/test_io.py"}), ["== 1 failed =="])
+    shell[1]["tool_calls"][0]["id"] = shell[2]["tool_call_id"] = "s0"
+    items = summarize_offline(runs + shell[1:])["specifics"]
+    assert not any(i.startswith("`import os`") for i in items)
+    assert items[0] == "`pytest -x tests/test_io.py` → failed"
+
+
 _LOG_LINE = st.sampled_from(
     [
         "ERROR db: connection refused",

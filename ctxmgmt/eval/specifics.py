@@ -17,7 +17,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
-from ..messages import text_of
+from ..messages import SHELL_KEYS, shell_keys, text_of
 
 __all__ = [
     "CATEGORIES",
@@ -41,12 +41,6 @@ MAX_PER_TEXT = 400
 """Specifics of one category one text may give."""
 MAX_SPECIFIC = 240
 """Characters of one specific (a longer error line or command is kept by its start)."""
-SHELL_KEYS = ("cmd", "command", "bash", "code")
-"""The tool-call arguments that hold a shell command (or a script, one command a line);
-``code`` only for a shell tool (:data:`_SHELL_TOOL`): a Python tool's code is a program,
-whose lines are no commands."""
-_SHELL_TOOL = re2.compile(r"(?i)bash|shell|\bsh\b|_sh\b|terminal|console|exec|run|cmd|command")
-
 _EXT = r"[A-Za-z][A-Za-z0-9]{1,7}|[ch]"
 # A URL first (leftmost-first alternation): its path parts are not file paths.
 _PATHS = re2.compile(
@@ -267,8 +261,9 @@ def _command_lines(script: str) -> Iterable[str]:
 
 def commands(message: Mapping[str, Any]) -> list[str]:
     """The shell commands of a message: each line of a shell-like tool call's argument
-    (:data:`SHELL_KEYS`; a list of words is one command; not the lines of a Python tool's
-    ``code``), and the text lines that start with ``$ ``. Whitespace is collapsed."""
+    (:func:`ctxmgmt.messages.shell_keys`; a list of words is one command; not the lines of a
+    Python or notebook tool's ``code``), and the text lines that start with ``$ ``. Whitespace
+    is collapsed."""
     out: dict[str, None] = {}
     for call in message.get("tool_calls") or ():
         arguments = _arguments(call)
@@ -276,14 +271,7 @@ def commands(message: Mapping[str, Any]) -> list[str]:
             continue
         function = call.get("function") if isinstance(call, Mapping) else None
         name = function.get("name") if isinstance(function, Mapping) else None
-        shell = (
-            isinstance(name, str)
-            and _SHELL_TOOL.search(name[:200]) is not None
-            and "python" not in name[:200].lower()
-        )
-        for key in SHELL_KEYS:
-            if key == "code" and not shell:
-                continue
+        for key in shell_keys(name if isinstance(name, str) else "", arguments):
             value = arguments.get(key)
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 value = " ".join(value)

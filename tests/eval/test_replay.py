@@ -128,6 +128,28 @@ def test_a_python_tools_code_is_no_command():
     assert commands(_asst(None, _call("c2", "run_shell", code="ls\npwd"))) == ["ls", "pwd"]
 
 
+@pytest.mark.parametrize(
+    "tool", ["execute_code", "run_code", "jupyter_execute", "code_interpreter", "ipython"]
+)
+def test_a_code_runners_code_is_no_command(tool):
+    """A code runner's ``code`` (execute_code, run_code, a notebook) holds no commands, though
+    its name says it runs or executes."""
+    assert commands(_asst(None, _call("c1", tool, code="import os\nprint(os.getcwd())"))) == []
+
+
+def test_eval_and_the_summariser_agree_on_what_a_shell_command_is():
+    """The eval's commands and the summariser's ledger use one rule: a shell tool's ``code``
+    and ``script`` lines are commands for both, a Python tool's for neither."""
+    from ctxmgmt.messages import is_shell_call, shell_keys
+
+    assert shell_keys("bash", {"script": "ls", "code": "pwd"}) == ["script", "code"]
+    assert is_shell_call("run_shell", {"code": "ls"}) and not is_shell_call("python", {"code": "ls"})
+    assert not is_shell_call("execute_code", {"code": "ls"}) and is_shell_call("anything", {"cmd": ["ls"]})
+    for tool, code in (("python", "import os"), ("bash", "ls -la")):
+        m = _asst(None, _call("c1", tool, code=code))
+        assert (commands(m) == [code]) is (tool == "bash")
+
+
 def test_commands_ignore_other_arguments():
     """An argument not named like a shell command (a path to read) gives no command."""
     assert commands(_asst(None, _call("c1", "read_file", path="src/a.py"))) == []
