@@ -77,6 +77,14 @@ _CODE = re2.compile(
     r"|(?:Error|Exception|error|exception|fatal|warn|warning)\s*\("
     r"|[;{]\s*$|^\s*[\w.\[\]\"']+\s*(?::\s*[\w.\[\]]+\s*)?(?:=|:=|\+=)[^=]"
 )
+# A line already shaped like a report is one, whatever code-like text it holds (a message
+# with ``key=value``, a call in parentheses, a dict cut at ``{``): an exception class and its
+# message at the line's start, an upper-case level or failure word, pytest's ``E   assert``.
+_REPORT = re2.compile(
+    r"^(?:E\s+)?(?:[\w$]+\.)*(?:[A-Z][\w$]*)?(?:Error|Exception|Failure|Interrupt|Exit)(?:\[\w+\])?:\s*[^=\s]"
+    r"|^(?:ERROR|FATAL|CRITICAL|PANIC|FAILED|FAIL)(?:\[\w+\])?(?::\s*|\s+)[^=\s]"
+    r"|^\[(?:ERROR|FATAL|CRITICAL)\]|^E\s+assert\b"
+)
 _LEADING_STAMP = re2.compile(
     r"^(?:\[?\d{4}-\d\d-\d\d[T ][0-9:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s*|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*)"
 )
@@ -301,7 +309,7 @@ def error_lines(text: str) -> list[str]:
         end = scanned.find("\n", m.start())
         end = len(scanned) if end < 0 else end
         line = _flat(_LEADING_STAMP.sub("", scanned[start:end].strip(), count=1))
-        if len(line) < 8 or line in _GENERIC_LINES or _CODE.search(line):
+        if len(line) < 8 or line in _GENERIC_LINES or (_CODE.search(line) and not _REPORT.match(line)):
             continue
         if not _add(out, line):
             break

@@ -82,9 +82,27 @@ def test_error_lines_are_reports_not_code():
     code = (
         "except KeyError:\n    raise ValueError('bad')\nlog.error('failed to connect')\n"
         "status = 'FAILED'\nif err != nil { return fmt.Errorf(\"x\") }\n# ERROR handling below\n"
-        "    throw new Error('boom');\nERROR_CODE = 5\n"
+        "    throw new Error('boom');\nERROR_CODE = 5\nFAILED = 1\n  error: string;\n"
     )
     assert error_lines(code) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: CUDA error (out of memory)",
+        "ERROR: status=500 from upstream",
+        "KeyError: key=value missing",
+        "FAILED tests/t.py::test_a - assert x == {",
+        "E       AssertionError: assert {'a': 1} == {",
+        "E       assert {'a': 1} == {",
+        "[ERROR] build failed; see log {",
+    ],
+)
+def test_an_error_report_holding_code_like_text_is_kept(line):
+    """A line shaped like a report (an exception and its message, a level word, pytest's
+    ``E``) is an error line even when it holds parentheses, ``key=value`` or ends in ``{``."""
+    assert error_lines(f"running\n{line}\ndone") == [" ".join(line.split())]
 
 
 def test_error_lines_of_each_kind_are_found():
