@@ -548,3 +548,29 @@ def test_a_call_that_went_well_and_shows_no_value_is_not_listed():
     listed = "\n".join(summarize_offline(msgs, None).get("specifics", []))
     assert "update_plan(" not in listed and "ping()" not in listed
     assert "lookup(order_id=W123)" in listed and "deploy()" in listed
+
+
+def test_ctxmgmts_own_tags_and_references_are_no_specifics():
+    """Archive references and tags in what the agent read (a notice, a summary's guide) do not
+    enter the summary's ledger as ids: the summary's guide lists the references itself."""
+    ref, tag = "t-" + "5e" * 16, "#k=" + "a1" * 8
+    run = _tool_run(
+        "read_log",
+        lambda i: json.dumps({"path": "/var/log/app.log"}),
+        [f"[ctxmgmt: output archived as {ref} {tag}] order ORD-88213 failed"],
+    )
+    items = summarize_offline(run)["specifics"]
+    assert "ORD-88213" in items
+    assert not any(ref in i or tag in i or "5e5e5e" in i or "a1a1a1" in i for i in items), items
+
+
+def test_paths_named_inside_a_written_files_content_enter_the_ledger():
+    """The paths a written file's content names (``"main": "dist/index.js"`` in a package.json)
+    are in the ledger: the agent builds, runs or opens them next."""
+    deps = {f"package-{i}": f"^1.{i}.0" for i in range(20)}
+    content = json.dumps({"name": "app", "main": "dist/index.js", "dependencies": deps}, indent=2)
+    assert len(content) > 300  # a file's content, not a short argument
+    run = _tool_run("write_file", lambda i: json.dumps({"path": "package.json", "content": content}), ["ok"])
+    items = summarize_offline(run)["specifics"]
+    assert any(i.startswith("package.json: ") for i in items), items
+    assert any(i.split(":")[0] == "dist/index.js" or i == "dist/index.js" for i in items), items
