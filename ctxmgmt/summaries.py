@@ -318,10 +318,12 @@ def fitted(
     guides = [list(archives)[-n:] if n else [] for n in (MAX_GUIDE, 5, 1, 0)]
     for guide in [g for i, g in enumerate(guides) if g not in guides[:i]]:
         # What the message costs beyond its sections' text: the overhead, the tag, the guide.
-        # The guide is sized with references that take as many tokens as one can (they are
-        # random), so what the sections keep never depends on which references were drawn.
+        # The guide is sized with references, and the message with a tag, that take as many
+        # tokens as one can (both are random: the tag is a MAC of the text), so what the
+        # sections keep never depends on which references or which tag were drawn.
         sized = [{**a, "ref": _sizing_ref(a["ref"])} for a in guide]
-        extra = counter.message(summary_message(role, render({}, summarized, sized))) - counter.text(bare)
+        unsigned = {"role": role, "content": render({}, summarized, sized)}
+        extra = counter.message(unsigned) - counter.text(bare)
         if len(guide) > 1 and extra > room // 4:
             continue  # the guide to older archives gives way before the summary's items
         limit = room - extra

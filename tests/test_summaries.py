@@ -574,3 +574,23 @@ def test_paths_named_inside_a_written_files_content_enter_the_ledger():
     items = summarize_offline(run)["specifics"]
     assert any(i.startswith("package.json: ") for i in items), items
     assert any(i.split(":")[0] == "dist/index.js" or i == "dist/index.js" for i in items), items
+
+
+def test_what_a_summary_keeps_does_not_depend_on_the_archive_references_drawn(monkeypatch):
+    """The sections a fitted summary keeps do not depend on which archive reference or tag was drawn."""
+    from ctxmgmt.marks import KEY_ENV
+    from ctxmgmt.summaries import fitted
+
+    counter = get_counter("gpt-4o")
+    sections = {
+        "goal": ["Fix the importer in src/io.py so that orders load."],
+        "specifics": [f"`pytest -x tests/test_{i}.py` → exit 1" for i in range(30)],
+    }
+    cheap = [{"ref": "m-" + "0" * 32, "count": 12}]
+    dear = [{"ref": "m-9f3a7c1e5b2d8f4a6c0e9b7d3f1a5c8e", "count": 12}]
+    assert counter.text(cheap[0]["ref"]) < counter.text(dear[0]["ref"])
+    for key in range(4):
+        monkeypatch.setenv(KEY_ENV, f"a fixed test key number {key} " + "k" * 32)
+        for room in range(150, 400, 3):
+            kept = [fitted(sections, 40, guide, room, "user", counter)[1] for guide in (cheap, dear)]
+            assert kept[0] == kept[1], (key, room)
