@@ -25,12 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_small_windows import corpus_paths
-
 from ctxmgmt.eval import Chat, ConversationLike
 from ctxmgmt.eval.readers import read_conversations
 from ctxmgmt.eval.replay import Row, evaluate_rows
 from ctxmgmt.eval.specifics import CATEGORIES
+from scripts.fetch_corpus import corpus_paths
 from tests.agent_runs import agent_run
 
 WINDOWS = "2000,4000,8000,16000,32000"

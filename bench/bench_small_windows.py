@@ -20,7 +20,6 @@ Runs: generated coding-agent runs (``tests.agent_runs.padded_run``) with every t
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ from ctxmgmt.eval.readers import read_conversations
 from ctxmgmt.eval.replay import _Prepared, evaluate_rows
 from ctxmgmt.fit import reserve_tokens
 from ctxmgmt.messages import SYSTEM_ROLES, last_task_index
+from scripts.fetch_corpus import corpus_paths
 from tests.agent_runs import padded_run
 
 MODEL = "gpt-4o"
@@ -48,14 +48,6 @@ TOOLS = [
     }
     for name in ("read_file", "run", "search", "edit_file", "fetch", "list_dir")
 ]
-
-
-def corpus_paths(given: Sequence[str]) -> list[Path]:
-    """The real-run files or folders: those given, else the fetched corpus's folders."""
-    if given:
-        return [Path(p) for p in given]
-    root = Path(os.environ.get("CTXMGMT_CORPUS") or Path.home() / ".cache" / "ctxmgmt" / "corpus")
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name != "archives") if root.is_dir() else []
 
 
 def _fixed_fits(prep: _Prepared, i: int, window: int, settings: dict[str, object]) -> bool:

@@ -28,6 +28,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,7 +154,17 @@ class FetchError(Exception):
 
 
 def default_dest() -> Path:
+    """The corpus folder: ``$CTXMGMT_CORPUS``, else ``~/.cache/ctxmgmt/corpus``."""
     return Path(os.environ.get("CTXMGMT_CORPUS") or Path.home() / ".cache" / "ctxmgmt" / "corpus")
+
+
+def corpus_paths(given: Sequence[str] = ()) -> list[Path]:
+    """The real-run files or folders to read: those given, else the fetched corpus's folders
+    in :func:`default_dest` (not its archives); none when it was not fetched."""
+    if given:
+        return [Path(p) for p in given]
+    root = default_dest()
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name != "archives") if root.is_dir() else []
 
 
 def sha256_of(path: Path) -> str:

@@ -1123,3 +1123,18 @@ def test_any_claude_code_session_reads_valid_or_fails_clearly(
                 valid(c)
         except ReaderError as exc:
             assert str(path) in str(exc)
+
+
+def test_the_benches_read_the_corpus_where_fetch_corpus_puts_it(
+    tmp_path: Path, fetch_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """corpus_paths gives the paths given, else the folders in fetch_corpus's destination but archives."""
+    for name in ("inspect-ai", "archives", "docent"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "manifest.json").write_text("{}")
+    monkeypatch.setenv("CTXMGMT_CORPUS", str(tmp_path))
+    assert fetch_module.default_dest() == tmp_path
+    assert fetch_module.corpus_paths() == [tmp_path / "docent", tmp_path / "inspect-ai"]
+    assert fetch_module.corpus_paths(["x.eval"]) == [Path("x.eval")]
+    monkeypatch.setenv("CTXMGMT_CORPUS", str(tmp_path / "not-fetched"))
+    assert fetch_module.corpus_paths() == []
