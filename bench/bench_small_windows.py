@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ctxmgmt import get_counter, load_definition
-from ctxmgmt.eval import Chat, ConversationLike
+from ctxmgmt import evaluate, get_counter, load_definition
+from ctxmgmt.eval import Chat, ConversationLike, Report
 from ctxmgmt.eval.readers import read_conversations
-from ctxmgmt.eval.replay import _Prepared, evaluate_rows
+from ctxmgmt.eval.replay import _Prepared
 from ctxmgmt.fit import reserve_tokens
 from ctxmgmt.messages import SYSTEM_ROLES, last_task_index
 from scripts.fetch_corpus import corpus_paths
@@ -58,11 +58,10 @@ def _fixed_fits(prep: _Prepared, i: int, window: int, settings: dict[str, object
     return prep.fixed + fixed + reserve_tokens(window, settings) <= window
 
 
-def measure(runs: Sequence[ConversationLike], name: str, window: int, store: bool) -> str:
+def measure(runs: Sequence[ConversationLike], report: Report, name: str, window: int, store: bool) -> str:
     """One line: the definition over every run at one window."""
     definition = load_definition(name)
-    rows, _ = evaluate_rows(runs, [definition], [window], baselines=False, store=store)
-    calls = rows[0].calls
+    calls = report.row(definition.name, window).calls
     sent = [c for c in calls if c.refused is None]
     preps = {}
     wrong = 0
@@ -73,11 +72,11 @@ def measure(runs: Sequence[ConversationLike], name: str, window: int, store: boo
             wrong += _fixed_fits(prep, prep.calls[c.call - 1], window, dict(definition.settings))
     n = max(1, len(calls))
     fit = sum(1 for c in calls if c.fired.get("fit"))
-    share = sum(c.reusable / c.tokens for c in sent if c.tokens)
+    share = sum(c.reusable / c.tokens for c in sent if c.tokens) / n
     weighted = sum(c.reusable for c in sent) / max(1, sum(c.tokens for c in sent))
     label = name + (" +store" if store else "")
     return (
-        f"{label:26s} {window:>7,d} {len(calls):6d} {100 * fit / n:6.1f}% {100 * share / n:8.1f}% "
+        f"{label:26s} {window:>7,d} {len(calls):6d} {100 * fit / n:6.1f}% {100 * share:8.1f}% "
         f"{100 * weighted:8.1f}% {len(calls) - len(sent):8d} {wrong:6d} "
         f"{sum(c.trace_errors for c in calls):7d}"
     )
@@ -115,10 +114,14 @@ def main() -> None:
     for title, runs in corpora.items():
         print(f"\n{title}: {len(runs)} runs")
         print(header)
-        for name in args.definitions.split(","):
-            for window in (int(w) for w in args.windows.split(",")):
-                for store in (False,) if args.no_store else (False, True):
-                    print(measure(runs, name, window, store))
+        names, windows = args.definitions.split(","), [int(w) for w in args.windows.split(",")]
+        stores = (False,) if args.no_store else (False, True)
+        # Every definition at every window in one replay per store setting (no baselines).
+        reports = {s: evaluate(runs, names, windows, baselines=False, store=s) for s in stores}
+        for name in names:
+            for window in windows:
+                for store in stores:
+                    print(measure(runs, reports[store], name, window, store))
 
 
 if __name__ == "__main__":

@@ -233,6 +233,7 @@ def evaluate(
     baselines: bool = True,
     per_call: bool = True,
     models: Any = None,
+    store: bool = True,
 ) -> Report:
     """Replay conversations call by call through definitions at windows, with the baselines.
 
@@ -241,7 +242,9 @@ def evaluate(
     read one at a time. ``definitions``: :class:`~ctxmgmt.Definition`, paths, shipped names
     or dicts. ``pricing``: prices per million tokens (default: the relative prices of each
     conversation's provider). ``mask_last``: the tool results observation masking keeps.
-    ``per_call``: keep each call's figures (the JSON's ``per_call``, the SVG).
+    ``per_call``: keep each call's figures (the JSON's ``per_call``, the SVG). ``store``:
+    replay each definition with a throwaway offload store, as a deployment with one would
+    (``False``: as one without).
 
     >>> report = ctxmgmt.evaluate([ctxmgmt.eval.Chat("run-1", messages)], ["default"], [16000])
     >>> print(report.table())
@@ -257,6 +260,7 @@ def evaluate(
         baselines=baselines,
         per_call=per_call,
         models=models,
+        store=store,
     )
     names = list(dict.fromkeys(r.name for r in rows if r.kind == "definition"))
     return Report(rows, listed, list(windows), names, mask_last, pricing)

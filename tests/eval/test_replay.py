@@ -511,3 +511,22 @@ def test_the_incremental_kept_check_counts_as_the_definition_says(name):
         window_kept.measure(i, made, got)
         assert (got.needed, got.kept) == _needed_and_kept_afresh(prep, i, made)
     assert checked > 0
+
+
+def test_evaluate_replays_with_or_without_an_offload_store():
+    """evaluate(store=False) replays as a deployment without a store: a manager that needs one fails there."""
+    offload = {"max_output_length": 400, "offload": True, "without_store": "fail"}
+    needs = {
+        "name": "needs-store",
+        "settings": {"fit": False},
+        "hooks": {"post_tool": [{"type": "ToolsOutputTruncateManager", "config": offload}]},
+    }
+    messages, _ = agent_run(12, seed=1)
+    conv = Chat("run", messages, "You are a coding agent.", None, "gpt-4o")
+    failed = {}
+    for store in (True, False):
+        t = ctxmgmt.evaluate([conv], [needs], [100_000], baselines=False, store=store).row(
+            "needs-store", 100_000
+        )
+        failed[store] = t.totals.refused + t.totals.trace_errors
+    assert failed[True] == 0 and failed[False] > 0, failed
