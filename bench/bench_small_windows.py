@@ -3,8 +3,8 @@ provider's cache can reuse, and whether a request that fits is ever refused.
 
 Each run is replayed by ``ctxmgmt eval``'s replay (:mod:`ctxmgmt.eval.replay`: the runner's
 own bookkeeping, call by call, ``post_tool`` after each turn's results, then ``pre_llm``), with
-and without an offload store. The reusable share is the mean over calls of each request's
-reusable prefix (the prefix identical to the previous request) over its tokens
+and without an offload store. The reusable share is the mean over the requests sent of each
+one's reusable prefix (the prefix identical to the previous request) over its tokens
 ("weighted": summed tokens over summed tokens). "fit" is the share of calls on which the fit
 step changed the request. A refusal is *wrong* when the system prompt, tool schemas, system
 messages, the task and the reserve fit the window.
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ctxmgmt import evaluate, get_counter, load_definition
 from ctxmgmt.eval import Chat, ConversationLike, Report
 from ctxmgmt.eval.readers import read_conversations
-from ctxmgmt.eval.replay import _Prepared
+from ctxmgmt.eval.replay import Call, _Prepared
 from ctxmgmt.fit import reserve_tokens
 from ctxmgmt.messages import SYSTEM_ROLES, last_task_index
 from scripts.fetch_corpus import corpus_paths
@@ -58,6 +58,14 @@ def _fixed_fits(prep: _Prepared, i: int, window: int, settings: dict[str, object
     return prep.fixed + fixed + reserve_tokens(window, settings) <= window
 
 
+def reusable_shares(calls: Sequence[Call]) -> tuple[float, float]:
+    """(the mean over the requests sent of each one's reusable share, summed reusable tokens
+    over summed tokens): a refused call sent nothing, so it counts in neither."""
+    sent = [c for c in calls if c.refused is None]
+    mean = sum(c.reusable / c.tokens for c in sent if c.tokens) / max(1, len(sent))
+    return mean, sum(c.reusable for c in sent) / max(1, sum(c.tokens for c in sent))
+
+
 def measure(runs: Sequence[ConversationLike], report: Report, name: str, window: int, store: bool) -> str:
     """One line: the definition over every run at one window."""
     definition = load_definition(name)
@@ -72,8 +80,7 @@ def measure(runs: Sequence[ConversationLike], report: Report, name: str, window:
             wrong += _fixed_fits(prep, prep.calls[c.call - 1], window, dict(definition.settings))
     n = max(1, len(calls))
     fit = sum(1 for c in calls if c.fired.get("fit"))
-    share = sum(c.reusable / c.tokens for c in sent if c.tokens) / n
-    weighted = sum(c.reusable for c in sent) / max(1, sum(c.tokens for c in sent))
+    share, weighted = reusable_shares(calls)
     label = name + (" +store" if store else "")
     return (
         f"{label:26s} {window:>7,d} {len(calls):6d} {100 * fit / n:6.1f}% {100 * share:8.1f}% "

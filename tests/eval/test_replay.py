@@ -17,7 +17,8 @@ from ctxmgmt.eval.specifics import MAX_PER_TEXT, commands, error_lines, message_
 from tests.agent_runs import agent_run
 from tests.conftest import tool_call
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "conversation.json"
+ROOT = Path(__file__).parents[2]
+EXAMPLE = ROOT / "examples" / "conversation.json"
 PRICES = ctxmgmt.Pricing(input=1.0, output=4.0, cache_read=0.1, cache_write=1.25)
 
 
@@ -530,3 +531,20 @@ def test_evaluate_replays_with_or_without_an_offload_store():
         )
         failed[store] = t.totals.refused + t.totals.trace_errors
     assert failed[True] == 0 and failed[False] > 0, failed
+
+
+def test_the_small_windows_bench_divides_the_reusable_share_by_the_requests_sent():
+    """bench_small_windows' reusable shares are over the requests sent: a refused call counts in neither."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_small_windows", ROOT / "bench" / "bench_small_windows.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from ctxmgmt.eval.replay import Call
+
+    sent = [Call("r", 1, tokens=1000, reusable=750), Call("r", 2, tokens=1000, reusable=250)]
+    refused = [Call("r", 3, refused="cannot fit"), Call("r", 4, refused="cannot fit")]
+    assert bench.reusable_shares(sent + refused) == bench.reusable_shares(sent) == (0.5, 0.5)
