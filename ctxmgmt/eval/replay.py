@@ -411,11 +411,6 @@ class _Kept:
             call.kept[cat] = sum(1 for s in needed if s in held or s in new_text)
 
 
-def _specifics_at(prep: _Prepared, i: int, request: Sequence[Mapping[str, Any]], call: Call) -> None:
-    """The needed specifics at one call, and those the request keeps (see :class:`_Kept`)."""
-    _Kept(prep).measure(i, request, call)
-
-
 def _scratch() -> str | None:
     """Where a replay's throwaway archives go: memory (tmpfs, where an fsync costs nothing)
     when the system has it, else the temporary folder."""

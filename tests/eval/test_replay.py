@@ -311,13 +311,13 @@ def test_a_summary_that_quotes_the_path_keeps_it():
     """A specific found verbatim in a message the definition added (a summary) is kept."""
     conv = _hand_made()
     prep = _Prepared(conv, get_counter("gpt-4o"))
-    from ctxmgmt.eval.replay import Call, _specifics_at
+    from ctxmgmt.eval.replay import Call, _Kept
 
     i = prep.calls[4]
     summary = {"role": "user", "content": "Summary: read config/settings.toml (port 8080)."}
     kept, lost = Call("hand", 5), Call("hand", 5)
-    _specifics_at(prep, i, [prep.messages[0], summary, *prep.messages[i - 2 : i]], kept)
-    _specifics_at(prep, i, [prep.messages[0], *prep.messages[i - 2 : i]], lost)
+    _Kept(prep).measure(i, [prep.messages[0], summary, *prep.messages[i - 2 : i]], kept)
+    _Kept(prep).measure(i, [prep.messages[0], *prep.messages[i - 2 : i]], lost)
     assert kept.needed["paths"] == lost.needed["paths"] >= 1
     assert kept.kept["paths"] == lost.kept["paths"] + 1
 
