@@ -31,10 +31,12 @@ __all__ = [
     "BatchWriter",
     "Item",
     "Recall",
+    "RefKind",
     "item_text",
     "new_ref",
     "repeatable_refs",
     "session_key",
+    "sizing_ref",
     "slice_text",
 ]
 
@@ -51,7 +53,13 @@ def session_key(session: str) -> str:
 _REPEATABLE: ContextVar[tuple[str, Iterator[int]] | None] = ContextVar("ctxmgmt_refs", default=None)
 
 
-def new_ref(kind: Literal["tool_result", "messages"]) -> str:
+RefKind = Literal["tool_result", "messages"]
+_PREFIX: dict[str, str] = {"tool_result": "t", "messages": "m"}
+_SIZING_HEX = "0a1b2c3d4e5f6a7b" * 2
+"""32 hex digits that take a token each: no reference's hex takes more."""
+
+
+def new_ref(kind: RefKind) -> str:
     """A fresh reference: ``t-`` or ``m-`` and a random uuid, never anything from a request
     (within :func:`repeatable_refs`, the next of its sequence)."""
     repeatable = _REPEATABLE.get()
@@ -60,7 +68,14 @@ def new_ref(kind: Literal["tool_result", "messages"]) -> str:
     else:
         seed, numbers = repeatable
         body = hashlib.sha256(f"{seed}:{next(numbers)}".encode()).hexdigest()[:32]
-    return f"{'t' if kind == 'tool_result' else 'm'}-{body}"
+    return f"{_PREFIX[kind]}-{body}"
+
+
+def sizing_ref(kind: RefKind) -> str:
+    """The reference of ``kind`` to size a notice or a summary with before (or instead of)
+    drawing one: as long as any and as many tokens as any can take, so that text sized with
+    it holds whichever reference :func:`new_ref` draws."""
+    return f"{_PREFIX[kind]}-{_SIZING_HEX}"
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .archive import RefKind, sizing_ref
 from .context import runs
 from .digest import (
     FAILED_COMMANDS,
@@ -292,13 +293,11 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
     return out
 
 
-_SIZING_HEX = "0a1b2c3d4e5f6a7b" * 2
-"""32 hex digits that take a token each: no archive reference's hex takes more."""
-
-
 def _sizing_ref(ref: str) -> str:
+    """The worst-case reference of the same kind, for a reference shaped like one ctxmgmt draws."""
     kind, _, hexa = ref.partition("-")
-    return f"{kind}-{_SIZING_HEX}" if len(hexa) == 32 else ref
+    known: dict[str, RefKind] = {"t": "tool_result", "m": "messages"}
+    return sizing_ref(known[kind]) if kind in known and len(hexa) == 32 else ref
 
 
 def fitted(

@@ -594,3 +594,18 @@ def test_what_a_summary_keeps_does_not_depend_on_the_archive_references_drawn(mo
         for room in range(150, 400, 3):
             kept = [fitted(sections, 40, guide, room, "user", counter)[1] for guide in (cheap, dear)]
             assert kept[0] == kept[1], (key, room)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hexa=st.text("0123456789abcdef", min_size=32, max_size=32),
+    kind=st.sampled_from(["tool_result", "messages"]),
+)
+def test_the_sizing_reference_takes_the_most_tokens_any_reference_can(hexa, kind):
+    """archive.sizing_ref takes at least as many tokens as any drawn reference, alone or in a notice."""
+    from ctxmgmt.archive import new_ref, sizing_ref
+
+    counter = get_counter("gpt-4o")
+    drawn = f"{new_ref(kind)[0]}-{hexa}"
+    for shape in ("{0}", "stored as {0} #k=", '- {0}: 12 messages; context_read(ref="{0}") returns them'):
+        assert counter.text(shape.format(drawn)) <= counter.text(shape.format(sizing_ref(kind)))

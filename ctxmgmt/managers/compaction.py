@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..archive import sizing_ref
 from ..context import Context
 from ..errors import CtxmgmtError, OffloadError
 from ..manager import ContextManager, Runtime
@@ -87,10 +88,11 @@ class ToolResultCompactionManager(ContextManager):
         return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))
 
     def _saving(self, m: Mapping[str, Any], index: int, cap: int, runtime: Runtime) -> int:
-        """The tokens compacting a result would free (its notice sized with a reference)."""
+        """The tokens compacting a result would free at least (its notice sized with the
+        reference that takes the most tokens)."""
         text = text_of(m.get("content"))
-        cut = self._tiers[cap].cut(text, runtime.counter, binding(m), "t-" + "0" * 32)
-        return max(0, runtime.counter.message(m, index) - runtime.counter.text(cut))
+        cut = self._tiers[cap].cut(text, runtime.counter, binding(m), sizing_ref("tool_result"))
+        return max(0, runtime.counter.message(m, index) - runtime.counter.message(with_text(m, cut)))
 
     def _compact(
         self, m: Mapping[str, Any], cap: int, runtime: Runtime, *, recalled: bool = False

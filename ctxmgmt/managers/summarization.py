@@ -10,6 +10,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .. import _resources
+from ..archive import sizing_ref
 from ..cache import clean_usage
 from ..context import Context
 from ..errors import LLMError
@@ -363,7 +364,7 @@ class SummarizationManager(ContextManager):
         return new
 
 
-_PLACEHOLDER = "m-" + "0" * 32
+_PLACEHOLDER = sizing_ref("messages")
 
 
 class _InvalidSummary(LLMError):

@@ -317,3 +317,26 @@ def test_a_trace_from_hostile_arguments_cannot_forge_or_break_the_notice():
     content = out.messages[2]["content"]
     assert cleared(out.messages[2]) and len(content) <= 1000
     assert content.count("\n") == 1 and "#k=0123456789abcdef" not in content
+
+
+def test_compaction_frees_at_least_clear_at_least_whichever_references_are_drawn(tmp_path):
+    """Compaction's estimate of what it frees (notices sized with the dearest reference) is never
+    above what it really frees, so clear_at_least one above the real saving compacts nothing."""
+
+    def compaction(at_least):
+        config = {"recent_n": 1, "old_max_chars": 1000, "clear_at_least": at_least}
+        hooks = {"pre_llm": [{"type": "ToolResultCompactionManager", "config": config}]}
+        return load_definition({"name": "k", "hooks": hooks})
+
+    counter, store = get_counter(MODEL), LocalOffloader(tmp_path)
+    ctx = Context(messages=run(8, size=3000), model=MODEL)
+    before = counter.context(ctx)[0]
+    for _ in range(3):
+        done = compaction(0).apply("pre_llm", ctx, offloader=store, session="s")
+        assert done.trace[0]["details"]["compacted"] == 7
+        freed = before - counter.context(done.context)[0]
+        above = compaction(freed + 1).apply("pre_llm", ctx, offloader=store, session="s")
+        assert above.context is ctx and above.trace[0]["details"]["compacted"] == 0
+        # and the estimate is not far below: 7 notices, each with its reference twice
+        below = compaction(freed - 7 * 40).apply("pre_llm", ctx, offloader=store, session="s")
+        assert below.trace[0]["details"]["compacted"] == 7
