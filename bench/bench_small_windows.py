@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ctxmgmt import evaluate, get_counter, load_definition
+from ctxmgmt import evaluate, load_definition
 from ctxmgmt.eval import Chat, ConversationLike, Report
 from ctxmgmt.eval.readers import read_conversations
 from ctxmgmt.eval.replay import Call, _Prepared
@@ -76,7 +76,7 @@ def measure(runs: Sequence[ConversationLike], report: Report, name: str, window:
     for c in calls:
         if c.refused is not None:
             run = next(r for r in runs if str(r.id) == c.conversation)
-            prep = preps.setdefault(c.conversation, _Prepared(run, get_counter(run.model)))
+            prep = preps.setdefault(c.conversation, _Prepared(run))
             wrong += _fixed_fits(prep, prep.calls[c.call - 1], window, dict(definition.settings))
     n = max(1, len(calls))
     fit = sum(1 for c in calls if c.fired.get("fit"))

@@ -45,6 +45,7 @@ __all__ = [
     "Chat",
     "ConversationLike",
     "Row",
+    "bare_model",
     "evaluate_rows",
 ]
 
@@ -227,13 +228,21 @@ class Row:
         }
 
 
+def bare_model(model: str | None) -> str | None:
+    """The model without a provider prefix: Inspect AI and routers name it ``openai/gpt-4o``
+    or ``anthropic/claude-sonnet-4-0``, tiktoken and the price tables ``gpt-4o``."""
+    if not model or "/" not in model.rstrip("/"):
+        return model
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
 # -- one conversation, prepared once for every definition and window ---------------------
 class _Prepared:
     """A conversation's messages with what every replay of it needs, computed once: the
     calls' positions, each message's tokens and specifics, where each specific is used last
     by the agent, and the units (a call with its results) the sliding window keeps whole."""
 
-    def __init__(self, conv: ConversationLike, counter: TokenCounter) -> None:
+    def __init__(self, conv: ConversationLike, counter: TokenCounter | None = None) -> None:
         messages = list(conv.messages)
         system = conv.system_prompt
         if system is None and messages and messages[0].get("role") in ("system", "developer"):
@@ -242,7 +251,8 @@ class _Prepared:
         self.id = str(conv.id)
         self.system_prompt = system
         self.tools = list(conv.tools or ())
-        self.model = conv.model
+        self.model = bare_model(conv.model)
+        """The model as its provider's API names it (counted, priced and sent so)."""
         self.messages = messages
         file = str(getattr(conv, "source", "") or "")
         where = f"{file} (conversation {self.id})" if file else self.id
@@ -258,7 +268,7 @@ class _Prepared:
             raise ContextError([replace(p, source=where) for p in problems[:5]])
         self.calls = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
         self.ids = {id(m): j for j, m in enumerate(messages)}
-        self.counter = counter
+        self.counter = counter = counter or get_counter(self.model)
         self.fixed = counter.tools(self.tools) + counter.system_prompt(system) + REPLY_PRIMING
         self.tokens = [counter.message(m, j) for j, m in enumerate(messages)]
         self.prefix = [0]
@@ -600,7 +610,7 @@ def evaluate_rows(
             row(BASELINE_MASKING, "observation_masking", w)
     listed: list[dict[str, Any]] = []
     for conv in conversations:
-        prep = _Prepared(conv, get_counter(conv.model))
+        prep = _Prepared(conv)
         price = pricing or default_pricing(prep.model)
         listed.append(
             {

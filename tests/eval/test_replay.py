@@ -548,3 +548,18 @@ def test_the_small_windows_bench_divides_the_reusable_share_by_the_requests_sent
     sent = [Call("r", 1, tokens=1000, reusable=750), Call("r", 2, tokens=1000, reusable=250)]
     refused = [Call("r", 3, refused="cannot fit"), Call("r", 4, refused="cannot fit")]
     assert bench.reusable_shares(sent + refused) == bench.reusable_shares(sent) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o", "openai/azure/gpt-4o"])
+def test_a_provider_prefixed_model_is_counted_as_the_bare_model(model):
+    """A model named with a provider prefix (Inspect AI's openai/gpt-4o) is counted and priced as gpt-4o."""
+    from ctxmgmt.eval.replay import bare_model
+
+    messages, _ = agent_run(12, seed=2)
+
+    def report(name):
+        conv = Chat("run", messages, "You are a coding agent.", None, name)
+        return _without_times(ctxmgmt.evaluate([conv], ["default"], [4000]).to_dict())
+
+    assert bare_model(model) == "gpt-4o" and bare_model("gpt-4o") == "gpt-4o" and bare_model(None) is None
+    assert report(model) == report("gpt-4o")
