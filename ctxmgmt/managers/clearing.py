@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..archive import sizing_ref
 from ..context import Context
 from ..digest import trace_line
 from ..formats._common import origin_of
@@ -77,6 +78,11 @@ def _names(msgs: Any) -> dict[int, str]:
     return out
 
 
+def _archived(runtime: Runtime, name: str | None) -> bool:
+    """Whether a cleared result is archived first (a recalled one is in its archive already)."""
+    return runtime.offloader is not None and name not in RECALL_TOOLS
+
+
 class ToolResultClearingManager(ContextManager):
     """When the request has more than ``trigger`` tokens, every tool result but the newest
     ``keep`` becomes the placeholder with a notice of its size, as Anthropic's
@@ -122,7 +128,11 @@ class ToolResultClearingManager(ContextManager):
                 continue
             text = text_of(m.get("content"))
             before = counter.message(m, i)
-            after = counter.message(with_text(m, self._notice(m, placeholder, text, None, calls.get(i))))
+            # Sized with the reference it will name (one that takes as many tokens as any) and
+            # the tag unsigned (as many as any): what it frees is at least this.
+            ref = sizing_ref("tool_result") if _archived(runtime, names.get(i)) else None
+            notice = self._notice(m, placeholder, text, ref, calls.get(i), signed=False)
+            after = counter.message(with_text(m, notice))
             if before > after:
                 candidates.append((i, text, before - after))
         freed = sum(f for _, _, f in candidates)
@@ -139,8 +149,8 @@ class ToolResultClearingManager(ContextManager):
         for i, text, _ in candidates:
             m = msgs[i]
             ref = None
-            # Archived first, and the notice says where; a recalled result is in its archive already.
-            if runtime.offloader is not None and names.get(i) not in RECALL_TOOLS:
+            if _archived(runtime, names.get(i)):
+                assert runtime.offloader is not None
                 ref = runtime.offloader.store_tool_result(
                     runtime.session, text, tool_call_id=m.get("tool_call_id")
                 )
@@ -156,11 +166,17 @@ class ToolResultClearingManager(ContextManager):
 
     @staticmethod
     def _notice(
-        m: Mapping[str, Any], placeholder: str, text: str, ref: str | None, call: Mapping[str, Any] | None
+        m: Mapping[str, Any],
+        placeholder: str,
+        text: str,
+        ref: str | None,
+        call: Mapping[str, Any] | None,
+        *,
+        signed: bool = True,
     ) -> str:
-        """The placeholder and the notice, signed for the result ``m``: its size, a one-line
-        trace of what it was (the call, its outcome, the specifics it held), and where it is
-        stored when it was archived."""
+        """The placeholder and the notice, signed for the result ``m`` (``signed``; else with
+        the placeholder tag, to size it): its size, a one-line trace of what it was (the call,
+        its outcome, the specifics it held), and where it is stored when it was archived."""
         n = len(text)
         stored = (
             "" if ref is None else f'; all of it is stored as {ref}: context_read(ref="{ref}") returns it'
@@ -168,7 +184,7 @@ class ToolResultClearingManager(ContextManager):
         trace = trace_line(call, text, m, _TRACE_CHARS - len(stored) - 2)
         said = f"; {trace}" if trace else ""
         notice = f"{placeholder}\n[cleared: original {n:,} chars{said}{stored} {PLACEHOLDER}]"
-        return sign(notice, binding(m), notice.rindex(PLACEHOLDER))
+        return sign(notice, binding(m), notice.rindex(PLACEHOLDER)) if signed else notice
 
     @staticmethod
     def _clear_inputs(msgs: Any, ids: set[str], changed: dict[int, Mapping[str, Any]]) -> None:

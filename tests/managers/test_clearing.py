@@ -340,3 +340,22 @@ def test_compaction_frees_at_least_clear_at_least_whichever_references_are_drawn
         # and the estimate is not far below: 7 notices, each with its reference twice
         below = compaction(freed - 7 * 40).apply("pre_llm", ctx, offloader=store, session="s")
         assert below.trace[0]["details"]["compacted"] == 7
+
+
+@pytest.mark.parametrize("with_store", [True, False])
+def test_clearing_frees_at_least_clear_at_least_whichever_reference_and_tag_are_drawn(tmp_path, with_store):
+    """Clearing's estimate of what it frees (notices sized with the dearest reference and tag) is
+    never above what it really frees: clear_at_least one above the real saving clears nothing."""
+    counter = get_counter(MODEL)
+    store = LocalOffloader(tmp_path) if with_store else None
+    ctx = Context(messages=run(8, size=1500), model=MODEL)
+    before = counter.context(ctx)[0]
+    for _ in range(3):
+        done = clearing(trigger=0, keep=1).apply("pre_llm", ctx, offloader=store, session="s")
+        assert done.trace[0]["details"]["cleared"] == 7
+        freed = before - counter.context(done.context)[0]
+        assert done.trace[0]["details"]["freed"] <= freed
+        above = clearing(trigger=0, keep=1, clear_at_least=freed + 1)
+        assert above.apply("pre_llm", ctx, offloader=store, session="s").context is ctx
+        below = clearing(trigger=0, keep=1, clear_at_least=freed - 7 * 60)
+        assert below.apply("pre_llm", ctx, offloader=store, session="s").trace[0]["details"]["cleared"] == 7
