@@ -9,7 +9,7 @@ from ..archive import sizing_ref
 from ..context import Context
 from ..errors import CtxmgmtError, OffloadError
 from ..manager import ContextManager, Runtime
-from ..marks import binding, offloaded, stamp
+from ..marks import PLACEHOLDER, TAG, binding, offloaded, stamp
 from ..messages import RECALL_TOOLS, text_of, tool_names
 from ..truncation import with_text
 from .base import NO_STORE, builtin_schema
@@ -92,6 +92,7 @@ class ToolResultCompactionManager(ContextManager):
         reference that takes the most tokens)."""
         text = text_of(m.get("content"))
         cut = self._tiers[cap].cut(text, runtime.counter, binding(m), sizing_ref("tool_result"))
+        cut = TAG.sub(PLACEHOLDER, cut)  # and its tag as the dearest: the real one is drawn later
         return max(0, runtime.counter.message(m, index) - runtime.counter.message(with_text(m, cut)))
 
     def _compact(
