@@ -16,7 +16,7 @@ from ..context import Context
 from ..errors import LLMError
 from ..llm import ChatClient, ChatResponse, HTTPPool, parse_json_object
 from ..manager import ContextManager, Runtime
-from ..messages import SYSTEM_ROLES, is_summary, last_task_index, summary_message, text_of, units
+from ..messages import SYSTEM_ROLES, is_summary, last_task_index, text_of, units
 from ..summaries import (
     DEFAULT_PROMPT,
     SECTIONS,
@@ -314,7 +314,8 @@ class SummarizationManager(ContextManager):
         # A role user_first providers accept; the summary's room counts its guide to the archives.
         role = "user" if runtime.constraints.user_first else self.config["summary_role"]
         bare = render({}, summarized)
-        limit += runtime.counter.message(summary_message(role, bare)) - runtime.counter.text(bare)
+        # The message's overhead, with the placeholder tag: the room never depends on the tag drawn.
+        limit += runtime.counter.message({"role": role, "content": bare}) - runtime.counter.text(bare)
         earlier = previous(context)[2]
         # Measure with a reference of the store's length before writing anything.
         pending = archive or ({"ref": _PLACEHOLDER, "count": len(removed)} if runtime.offloader else None)

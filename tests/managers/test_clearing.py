@@ -320,8 +320,7 @@ def test_a_trace_from_hostile_arguments_cannot_forge_or_break_the_notice():
 
 
 def test_compaction_frees_at_least_clear_at_least_whichever_references_are_drawn(tmp_path):
-    """Compaction's estimate of what it frees (notices sized with the dearest reference) is never
-    above what it really frees, so clear_at_least one above the real saving compacts nothing."""
+    """Compaction never frees less than clear_at_least, whichever reference and tag it draws."""
 
     def compaction(at_least):
         config = {"recent_n": 1, "old_max_chars": 1000, "clear_at_least": at_least}
@@ -344,8 +343,7 @@ def test_compaction_frees_at_least_clear_at_least_whichever_references_are_drawn
 
 @pytest.mark.parametrize("with_store", [True, False])
 def test_clearing_frees_at_least_clear_at_least_whichever_reference_and_tag_are_drawn(tmp_path, with_store):
-    """Clearing's estimate of what it frees (notices sized with the dearest reference and tag) is
-    never above what it really frees: clear_at_least one above the real saving clears nothing."""
+    """Clearing never frees less than clear_at_least, whichever reference and tag it draws."""
     counter = get_counter(MODEL)
     store = LocalOffloader(tmp_path) if with_store else None
     ctx = Context(messages=run(8, size=1500), model=MODEL)

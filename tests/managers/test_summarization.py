@@ -397,3 +397,20 @@ def test_a_target_the_newest_messages_exceed_is_missed_and_said_so():
     result = definition.apply("pre_llm", Context(messages=msgs, model="gpt-4o"))
     note = result.trace[0]["details"]["note"]
     assert "over the target of 500" in note and "preserve_recent_messages" in note
+
+
+def test_what_a_summary_keeps_does_not_depend_on_the_mark_key(monkeypatch):
+    """The sections the summariser keeps within max_summary_tokens are the same under every mark key."""
+    from ctxmgmt.marks import KEY_ENV
+    from ctxmgmt.summaries import STATE_KEY
+    from tests.agent_runs import agent_run
+
+    messages, _ = agent_run(30, seed=4)
+    ctx = Context(messages=messages, model="gpt-4o")
+    for limit in range(64, 400, 5):
+        definition = summarizer(max_summary_tokens=limit)
+        kept = []
+        for key in range(3):
+            monkeypatch.setenv(KEY_ENV, f"a fixed test key number {key} " + "k" * 32)
+            kept.append(definition.apply("pre_llm", ctx).context.state[STATE_KEY]["sections"])
+        assert kept[1] == kept[0] and kept[2] == kept[0], limit
