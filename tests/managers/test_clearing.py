@@ -336,8 +336,8 @@ def test_compaction_frees_at_least_clear_at_least_whichever_references_are_drawn
         freed = before - counter.context(done.context)[0]
         above = compaction(freed + 1).apply("pre_llm", ctx, offloader=store, session="s")
         assert above.context is ctx and above.trace[0]["details"]["compacted"] == 0
-        # and the estimate is not far below: 7 notices, each with its reference twice
-        below = compaction(freed - 7 * 40).apply("pre_llm", ctx, offloader=store, session="s")
+        # and not far below: per notice, the reference twice and the tag at their dearest
+        below = compaction(freed - 7 * 80).apply("pre_llm", ctx, offloader=store, session="s")
         assert below.trace[0]["details"]["compacted"] == 7
 
 
@@ -355,5 +355,5 @@ def test_clearing_frees_at_least_clear_at_least_whichever_reference_and_tag_are_
         assert done.trace[0]["details"]["freed"] <= freed
         above = clearing(trigger=0, keep=1, clear_at_least=freed + 1)
         assert above.apply("pre_llm", ctx, offloader=store, session="s").context is ctx
-        below = clearing(trigger=0, keep=1, clear_at_least=freed - 7 * 60)
+        below = clearing(trigger=0, keep=1, clear_at_least=freed - 7 * 80)
         assert below.apply("pre_llm", ctx, offloader=store, session="s").trace[0]["details"]["cleared"] == 7
