@@ -141,3 +141,46 @@ def test_two_serve_processes_on_postgresql_send_what_one_does(tmp_path, database
         for m in alone[-1]["messages"]
         if isinstance(m.get("content"), str)
     )
+
+
+def test_interleaved_conversations_sharing_a_long_prompt_read_only_what_is_new(proxy, upstream, monkeypatch):
+    """Six conversations interleaved, all with the same 2 KB system prompt: each request parses
+    and counts only its new messages, not the whole history again."""
+    from ctxmgmt.api.proxy import body as body_module
+    from ctxmgmt.tokens import TokenCounter
+
+    parsed = [0]
+    counted = [0]
+    value, count_message = body_module._value, TokenCounter._count_message
+
+    def parsing(text, at):
+        parsed[0] += 1
+        return value(text, at)
+
+    def counting(self, m, index):
+        counted[0] += 1
+        return count_message(self, m, index)
+
+    monkeypatch.setattr(body_module, "_value", parsing)
+    monkeypatch.setattr(TokenCounter, "_count_message", counting)
+    system = "You are a careful agent. " * 90  # over 2 KB, the same for every conversation
+    conversations = [
+        [{"role": "system", "content": system}, {"role": "user", "content": f"task {c}"}] for c in range(6)
+    ]
+    url = f"{proxy.url}/proxy/default/v1/chat/completions"
+    per_request: list[tuple[int, int]] = []
+    with httpx.Client(timeout=60) as client:
+        for turn in range(8):
+            for c, messages in enumerate(conversations):
+                parsed[0] = counted[0] = 0
+                upstream.replies.append(Reply(f"answer {c}.{turn}"))
+                r = client.post(url, json={"model": "gpt-test", "messages": messages})
+                assert r.status_code == 200, r.text
+                per_request.append((parsed[0], counted[0]))
+                messages += [
+                    {"role": "assistant", "content": f"answer {c}.{turn}"},
+                    {"role": "user", "content": f"go on {c}.{turn}"},
+                ]
+    late = per_request[6:]  # every conversation past its first request: 2 new messages each
+    assert max(p for p, _ in late) <= 6, per_request  # the new messages and a few top-level keys
+    assert max(n for _, n in late) <= 4, per_request

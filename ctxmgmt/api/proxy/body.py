@@ -260,20 +260,24 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
 
 
 class Bodies:
-    """The bodies this process read last, found again by their start: the next request of a
-    conversation starts with its previous body's text up to the last element."""
+    """The bodies this process read last, within ``max_bytes``: a bounded LRU of single bodies,
+    the oldest evicted first. The next request of a conversation starts with its previous
+    body's text up to the last element; bodies are grouped by their first characters to find
+    it (any number of conversations may share a long system prompt)."""
 
     def __init__(self, max_bytes: int = BODIES_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[str, list[Body]] = OrderedDict()
+        self._order: OrderedDict[int, tuple[str, Body, int]] = OrderedDict()
+        """Each kept body by its id, oldest first: (its group, the body, its size)."""
+        self._groups: dict[str, dict[int, Body]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
     def find(self, text: str) -> Body | None:
         """The kept body whose text up to its last element ``text`` starts with (the longest)."""
         with self._lock:
-            found = self._items.get(text[:_FINGERPRINT])
-            candidates = list(found) if found else []
+            found = self._groups.get(text[:_FINGERPRINT])
+            candidates = list(found.values()) if found else []
         best = None
         for body in candidates:
             prefix = body.prefix
@@ -283,18 +287,30 @@ class Bodies:
 
     def keep(self, body: Body, previous: Body | None) -> None:
         """Keep ``body`` in place of ``previous`` (the one it was read from, if any)."""
-        if size_of(body) > self.max_bytes or body.array is None:
-            return
-        key = body.text[:_FINGERPRINT]
+        size = size_of(body)
         with self._lock:
-            old = self._items.pop(key, [])
-            self._bytes -= sum(map(size_of, old))
-            kept = [body, *(b for b in old if b is not previous)][:4]  # a few may start alike
-            self._items[key] = kept
-            self._bytes += sum(map(size_of, kept))
-            while self._bytes > self.max_bytes and self._items:
-                _, gone = self._items.popitem(last=False)
-                self._bytes -= sum(map(size_of, gone))
+            if previous is not None:
+                self._drop(id(previous))
+            if size > self.max_bytes or body.array is None:
+                return
+            self._drop(id(body))
+            key = body.text[:_FINGERPRINT]
+            self._order[id(body)] = (key, body, size)
+            self._groups.setdefault(key, {})[id(body)] = body
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                self._drop(next(iter(self._order)))
+
+    def _drop(self, ident: int) -> None:
+        found = self._order.pop(ident, None)
+        if found is None:
+            return
+        key, _, size = found
+        self._bytes -= size
+        group = self._groups[key]
+        del group[ident]
+        if not group:
+            del self._groups[key]
 
 
 _PER_ELEMENT = 1024
