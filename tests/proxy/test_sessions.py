@@ -184,3 +184,22 @@ def test_interleaved_conversations_sharing_a_long_prompt_read_only_what_is_new(p
     late = per_request[6:]  # every conversation past its first request: 2 new messages each
     assert max(p for p, _ in late) <= 6, per_request  # the new messages and a few top-level keys
     assert max(n for _, n in late) <= 4, per_request
+
+
+def test_a_kept_conversation_is_sized_by_what_it_holds(proxy, upstream):
+    """A conversation kept in memory counts the bytes of the messages it holds, not an estimate
+    from its managed token count (a long history managed into a small window is large)."""
+    messages = [{"role": "system", "content": SYSTEM}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i} " + "lorem ipsum " * 800}
+        for i in range(41)
+    ]
+    text = json.dumps({"model": "gpt-test", "messages": messages})
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions",
+        content=text,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    live = proxy.server.config.app.state.proxy_live
+    assert live._bytes >= len(text)

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import HTTPProblem
 from ..requests import MAX_DEPTH, check_values
 
-__all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "upstream_text"]
+__all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "size_of", "upstream_text"]
 
 BODIES_BYTES = 256 << 20
 """The previous bodies a process keeps to read the next ones from, by their text's size."""

@@ -36,7 +36,7 @@ from ...summaries import message_key
 from ..errors import STATUS_TABLE, HTTPProblem
 from ..requests import body_text, state
 from .apis import Api, Parts
-from .body import Bodies, Body, parse, upstream_text
+from .body import Bodies, Body, parse, size_of, upstream_text
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
 from .state import Live, pack, unpack
 from .streams import Accumulator, continuation, split_events
@@ -363,8 +363,8 @@ async def _store(
                 st.runner.executions.save(record, conn=conn)
 
     await asyncio.to_thread(write)
-    size = 6 * (conversation.last_counted or 0) + 4096  # what its view holds, roughly, in bytes
-    live.keep(kept.key, (packed["generation"], kept.version), conversation, size)
+    # What it holds: the request's messages (its view is made of them) and what was written.
+    live.keep(kept.key, (packed["generation"], kept.version), conversation, size_of(kept.body))
 
 
 @dataclass(slots=True)
