@@ -117,6 +117,7 @@ _ANTHROPIC_TYPES = {
     502: "api_error",
     503: "overloaded_error",
     504: "timeout_error",
+    507: "api_error",
 }
 _OPENAI_TYPES = {
     400: "invalid_request_error",
@@ -131,6 +132,7 @@ _OPENAI_TYPES = {
     502: "server_error",
     503: "server_error",
     504: "timeout_error",
+    507: "server_error",
 }
 
 APIS: dict[str, Api] = {

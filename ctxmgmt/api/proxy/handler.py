@@ -33,7 +33,7 @@ from ...messages import mentions_archive
 from ...store.repository import now_ms
 from ...store.sessions import SessionStore
 from ...summaries import message_key
-from ..errors import STATUS_TABLE, HTTPProblem
+from ..errors import Classified, classify
 from ..requests import body_text, state
 from .apis import Api, Parts
 from .body import Bodies, Body, parse, size_of, upstream_text
@@ -75,26 +75,22 @@ def _pointer(api: Api, pointer: str) -> str:
 
 
 def _answer(api: Api, exc: BaseException) -> JSONResponse:
+    """Any error, classified as the REST API's are (:func:`ctxmgmt.api.errors.classify`), in
+    the provider's shape; problems' pointers into the request's body."""
     if isinstance(exc, _Refused):
-        status, kind, message = exc.status, exc.kind, exc.message
-    elif isinstance(exc, HTTPProblem):
-        status, kind, message = exc.status, exc.type, exc.reason
+        found = Classified(exc.status, exc.kind, exc.message)
     else:
-        status, kind = 500, "internal_server_error"
-        message = "an unexpected error happened; see the server log"
-        for cls, code, name in STATUS_TABLE:
-            if isinstance(exc, cls):
-                status, kind = code, name
-                problems = getattr(exc, "problems", None) or ()
-                listed = "; ".join(
-                    f"{_pointer(api, p.pointer)}: {p.message}" for p in problems if p.severity == "error"
-                )
-                message = listed or str(exc).splitlines()[0]
-                break
-        else:
+        found = classify(exc)
+        if not found.expected:
             log.exception("unexpected error in the proxy", exc_info=exc)
-    headers = {"www-authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(api.error(status, kind, message), status, headers=headers)
+        elif found.status in (503, 507):
+            log.warning("proxy: %s: %s", found.type, found.reason)
+    listed = "; ".join(f"{_pointer(api, p.pointer)}: {p.message}" for p in found.problems)
+    headers = dict(found.headers or {})
+    if found.status == 401:
+        headers["www-authenticate"] = "Bearer"
+    body = api.error(found.status, found.type, listed or found.reason)
+    return JSONResponse(body, found.status, headers=headers or None)
 
 
 async def proxy_request(request: Request, api: Api) -> Response:
