@@ -35,12 +35,13 @@ from ...store.sessions import SessionStore
 from ...summaries import message_key
 from ..errors import Classified, classify
 from ..requests import body_text, state
+from . import streams
 from .apis import Api, Parts
 from .body import Bodies, Body, parse, size_of, upstream_text
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
 from .state import Live, pack, unpack
-from .streams import Accumulator, continuation, split_events
-from .usage import EventReader, usage_of
+from .streams import Accumulator, continuation
+from .usage import usage_of
 
 __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
 
@@ -492,12 +493,27 @@ async def _events(
     events that end the same message (see :mod:`ctxmgmt.api.proxy.streams`). An error event
     when it breaks off."""
     api, config = exchange.api, exchange.config
-    reader = EventReader(api.name)
+    events = streams.Events(streams.MAX_EVENT_BYTES)  # read at call time: a test may lower it
+    usage: dict[str, int] = {}
     acc = Accumulator(api.name)
-    buffer = bytearray()
     failure: str | None = None
     total = 0
     holding = False
+
+    def read(split: list[tuple[bytes, Any]]) -> bytes:
+        """The events' usage kept and recall watched for; the bytes to pass on."""
+        nonlocal holding
+        out = []
+        for event, data in split:
+            found = usage_of(api.name, data)
+            if found:
+                usage.update(found)
+            if exchange.recall:
+                holding = acc.event(data) or holding
+                if not holding:
+                    out.append(event)
+        return b"".join(out)
+
     try:
         try:
             async with asyncio.timeout_at(deadline):
@@ -507,22 +523,19 @@ async def _events(
                         limit = config.max_response_bytes
                         failure = f"the upstream's stream is over {limit} bytes (max_response_bytes)"
                         break
-                    reader.feed(chunk)
+                    passed = read(events.feed(chunk))
                     if not exchange.recall:  # nothing to watch for: passed on as it came
                         yield chunk
-                        continue
-                    buffer += chunk
-                    out = []
-                    for event, data in split_events(buffer):
-                        holding = acc.event(data) or holding
-                        if not holding:
-                            out.append(event)
-                    if out:
-                        yield b"".join(out)
-                if buffer and not holding and failure is None:
-                    yield bytes(buffer)
+                    elif passed:
+                        yield passed
+                if failure is None:
+                    passed = read(events.finish())
+                    if exchange.recall and passed:
+                        yield passed
         except (TimeoutError, httpx.HTTPError) as exc:
             failure = _fault(config, exc, "broke off").message
+        except streams.EventTooLong as exc:
+            failure = str(exc)
         except Exception as exc:  # events no reader of them can take
             log.warning("proxy: the upstream's stream could not be read", exc_info=True)
             failure = f"the upstream's stream could not be read ({type(exc).__name__})"
@@ -532,7 +545,7 @@ async def _events(
             try:
                 status, data, _ = await _recall_rounds(exchange, body, acc.answer())
                 final = _json(data) if status is not None and 200 <= status < 300 else None
-                events = (
+                ending = (
                     continuation(acc, final, bool((body.get("stream_options") or {}).get("include_usage")))
                     if isinstance(final, Mapping)
                     else None
@@ -543,15 +556,15 @@ async def _events(
                 log.warning("proxy: the upstream's answer could not be read", exc_info=True)
                 failure = f"the upstream's answer could not be read ({type(exc).__name__})"
             else:
-                if events is None:
+                if ending is None:
                     failure = f"upstream status {status} in a recall round"
                 else:
-                    for event in events:
+                    for event in ending:
                         yield event
         if failure is not None:
             yield _stream_error(api, failure)
     finally:
-        await _finish(exchange, reader.usage or None, failure)
+        await _finish(exchange, usage or None, failure)
 
 
 def _json(data: bytes) -> Any:

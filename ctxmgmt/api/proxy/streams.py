@@ -11,30 +11,92 @@ events (output items by index, ``response.completed`` holding the whole response
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from ...messages import RECALL_TOOLS
 
-__all__ = ["Accumulator", "continuation", "split_events"]
+__all__ = ["MAX_EVENT_BYTES", "Accumulator", "EventTooLong", "Events", "continuation"]
 
 
-def split_events(buffer: bytearray) -> Iterator[tuple[bytes, Any]]:
-    """The complete events at the start of ``buffer`` (taken out of it): each one's bytes, as
-    received, and its data's JSON (None when it has none, or none that parses)."""
-    while True:
-        ends = [(i, n) for sep, n in ((b"\n\n", 2), (b"\r\n\r\n", 4)) if (i := buffer.find(sep)) >= 0]
-        if not ends:
-            return
-        end, size = min(ends)
-        event = bytes(buffer[: end + size])
-        del buffer[: end + size]
-        lines = event.replace(b"\r\n", b"\n").split(b"\n")
-        data = b"\n".join(line[5:].lstrip(b" ") for line in lines if line.startswith(b"data:"))
+MAX_EVENT_BYTES = 8 << 20
+"""One event's bytes at most: a delta, or a whole response with its echoed instructions and
+tools. A longer one ends the stream with an error (it cannot be read, and may hide a call)."""
+
+# An event ends at an empty line: a line's end followed by another, each CRLF, LF or CR (the
+# LF of a CRLF never ends a second line).
+_SEPARATOR = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
+_LINE = re.compile(rb"\r\n|\n|\r")
+_CR = 13
+_LONGEST = 4
+"""The longest separator (CRLF CRLF): fewer bytes than this at a buffer's end may start one."""
+
+
+class EventTooLong(ValueError):
+    """An event longer than the splitter's bound."""
+
+
+class Events:
+    """A server-sent event stream split into events as its bytes arrive, once for every reader
+    of it (usage, recall): each event's bytes as received and its data's JSON (None when it has
+    none, or none that parses). Every byte is searched once (the last three again with the next
+    chunk), and one event is bounded by ``max_bytes`` (:class:`EventTooLong`)."""
+
+    def __init__(self, max_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._buffer = bytearray()
+        self._scan = 0
+        """Where the search for the next separator resumes."""
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, Any]]:
+        """The events ``chunk`` completes."""
+        buffer = self._buffer
+        buffer += chunk
+        out: list[tuple[bytes, Any]] = []
+        start = 0
+        pos = self._scan
+        while True:
+            found = _SEPARATOR.search(buffer, pos)
+            if found is None:
+                pos = max(start, len(buffer) - (_LONGEST - 1))
+                break
+            end = found.end()
+            if end == len(buffer) and buffer[end - 1] == _CR:  # its LF may be in the next chunk
+                pos = found.start()
+                break
+            if end - start > self.max_bytes and out:  # refused with the next chunk
+                pos = start
+                break
+            out.append(self._event(bytes(buffer[start:end])))
+            start = pos = end
+        if len(buffer) - start > self.max_bytes and not out:  # else with the next chunk
+            raise EventTooLong(f"an event of the upstream's stream is over {self.max_bytes} bytes")
+        del buffer[:start]
+        self._scan = pos - start
+        return out
+
+    def finish(self) -> list[tuple[bytes, Any]]:
+        """The last event, when the stream ended without an empty line after it."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        self._scan = 0
+        return [self._event(rest)] if rest else []
+
+    def _event(self, event: bytes) -> tuple[bytes, Any]:
+        if len(event) > self.max_bytes:
+            raise EventTooLong(f"an event of the upstream's stream is over {self.max_bytes} bytes")
+        data = b"\n".join(
+            line[6:] if line.startswith(b"data: ") else line[5:]
+            for line in _LINE.split(event)
+            if line.startswith(b"data:")
+        )
+        if not data or data == b"[DONE]":
+            return event, None
         try:
-            yield event, (json.loads(data) if data and data != b"[DONE]" else None)
+            return event, json.loads(data)
         except ValueError:
-            yield event, None
+            return event, None
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
