@@ -183,3 +183,31 @@ def test_an_answer_that_reads_nothing_comes_back_as_it_was(archiving, upstream):
     )
     assert "context_read" in _names(upstream.seen[-1].body)
     assert r.status_code == 200 and r.content == upstream.sent[-1]
+
+
+def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
+    """A whole upstream answer is JSON-parsed once, for its usage and its recall calls alike."""
+    from ctxmgmt.api.proxy import handler
+
+    parsed: list[bytes] = []
+    original = handler._json
+
+    def counting(data: bytes):
+        parsed.append(data)
+        return original(data)
+
+    monkeypatch.setattr(handler, "_json", counting)
+
+    def read_it(body: dict) -> Reply:
+        notice = next(m["content"] for m in body["messages"] if m.get("role") == "tool")
+        return Reply(calls=[("context_read", {"ref": re.search(r"\bt-[0-9a-f]+", notice).group(0)})])
+
+    upstream.replies.extend([read_it, Reply("done")])
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history()},
+        timeout=60,
+    )
+    assert r.json()["choices"][0]["message"]["content"] == "done"
+    assert len(upstream.seen) == 2
+    assert len(parsed) == 2  # two answers, each parsed once

@@ -425,10 +425,11 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         data = await _read(response, deadline, config)
     finally:
         await response.aclose()
-    usage = _usage(api, data) if response.is_success else None
+    answer = _json(data) if response.is_success else None  # once, for its usage and its calls
+    usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
-        status, last, headers = await _recall_rounds(exchange, body, _json(data))
+        status, last, headers, _ = await _recall_rounds(exchange, body, answer)
         if status is not None:  # the answer called recall: the last round's answer goes back
             if not 200 <= status < 300:
                 failure = f"upstream status {status} in a recall round"
@@ -440,9 +441,10 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
 
 async def _recall_rounds(
     exchange: _Exchange, body: dict[str, Any], answer: Any
-) -> tuple[int | None, bytes, dict[str, str]]:
-    """Answer the recall calls of ``answer`` and ask the upstream again (whole answers), until
-    an answer calls none: (its status, body, headers), or None when ``answer`` called none."""
+) -> tuple[int | None, bytes, dict[str, str], Any]:
+    """Answer the recall calls of ``answer`` (parsed) and ask the upstream again (whole
+    answers), until an answer calls none: (its status, body, headers, parsed body), or a None
+    status when ``answer`` called none."""
     api, config = exchange.api, exchange.config
     body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     status: int | None = None
@@ -469,7 +471,8 @@ async def _recall_rounds(
         status = response.status_code
         # A recall round's request is measured by the upstream's report (it is the managed
         # request and the recall exchange, which no hook saw).
-        reported = (_usage(api, data) or {}).get("input", 0) if response.is_success else 0
+        answer = _json(data) if response.is_success else None
+        reported = (usage_of(api.name, answer) or {}).get("input", 0)
         exchange.record["calls"].append(
             {
                 "call": rounds + 1,
@@ -481,8 +484,7 @@ async def _recall_rounds(
         )
         if not response.is_success:
             break
-        answer = _json(data)
-    return status, data, returned
+    return status, data, returned, answer
 
 
 async def _events(
@@ -543,8 +545,8 @@ async def _events(
             await response.aclose()
         if holding and failure is None:
             try:
-                status, data, _ = await _recall_rounds(exchange, body, acc.answer())
-                final = _json(data) if status is not None and 200 <= status < 300 else None
+                status, _, _, answer = await _recall_rounds(exchange, body, acc.answer())
+                final = answer if status is not None and 200 <= status < 300 else None
                 ending = (
                     continuation(acc, final, bool((body.get("stream_options") or {}).get("include_usage")))
                     if isinstance(final, Mapping)
@@ -572,10 +574,6 @@ def _json(data: bytes) -> Any:
         return json.loads(data)
     except ValueError:
         return None
-
-
-def _usage(api: Api, data: bytes) -> dict[str, int] | None:
-    return usage_of(api.name, _json(data))
 
 
 async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any]) -> str:
