@@ -491,9 +491,10 @@ async def _events(
     exchange: _Exchange, response: httpx.Response, deadline: float, body: dict[str, Any]
 ) -> AsyncIterator[bytes]:
     """The upstream's events as they arrive, then the record. With recall offered, until one
-    starts a recall call; then the recall rounds (whole answers), and the final answer as the
-    events that end the same message (see :mod:`ctxmgmt.api.proxy.streams`). An error event
-    when it breaks off."""
+    starts a tool call; the rest is held to the stream's end: passed on as it came when the
+    answer calls no recall tool, else the recall rounds (whole answers) and the final answer
+    as the events that end the same message (see :mod:`ctxmgmt.api.proxy.streams`). An error
+    event when it breaks off."""
     api, config = exchange.api, exchange.config
     events = streams.Events(streams.MAX_EVENT_BYTES)  # read at call time: a test may lower it
     usage: dict[str, int] = {}
@@ -501,19 +502,20 @@ async def _events(
     failure: str | None = None
     total = 0
     holding = False
+    held: list[bytes] = []
+    """The events from the first tool call on (within max_response_bytes, as the stream)."""
 
     def read(split: list[tuple[bytes, Any]]) -> bytes:
         """The events' usage kept and recall watched for; the bytes to pass on."""
         nonlocal holding
-        out = []
+        out: list[bytes] = []
         for event, data in split:
             found = usage_of(api.name, data)
             if found:
                 usage.update(found)
             if exchange.recall:
                 holding = acc.event(data) or holding
-                if not holding:
-                    out.append(event)
+                (held if holding else out).append(event)
         return b"".join(out)
 
     try:
@@ -543,9 +545,12 @@ async def _events(
             failure = f"the upstream's stream could not be read ({type(exc).__name__})"
         finally:
             await response.aclose()
-        if holding and failure is None:
+        whole = acc.answer() if holding and failure is None else None
+        if whole is not None and not calls_of(api.name, whole):  # the client's calls only
+            yield b"".join(held)
+        elif whole is not None:
             try:
-                status, _, _, answer = await _recall_rounds(exchange, body, acc.answer())
+                status, _, _, answer = await _recall_rounds(exchange, body, whole)
                 final = answer if status is not None and 200 <= status < 300 else None
                 ending = (
                     continuation(acc, final, bool((body.get("stream_options") or {}).get("include_usage")))

@@ -1,7 +1,8 @@
-"""Recall in a streamed answer: its events pass through as they arrive until one starts a recall
-call; from there the proxy reads the rest (building the whole answer from the events), answers
-the recall calls with whole upstream requests, and ends the client's stream with the final
-answer's content as events of the same message.
+"""Recall in a streamed answer: its events pass through as they arrive until one starts a tool
+call (any: a recall call may follow the client's own); from there the proxy reads the rest,
+building the whole answer from the events. An answer that calls no recall tool is then passed
+on as it came; else the proxy answers the recall calls with whole upstream requests and ends
+the client's stream with the final answer's content as events of the same message.
 
 Each provider's events are built and read as its SDKs do: OpenAI chat chunks (``delta``s by
 choice, tool calls by index), Anthropic message events (content blocks by index), Responses
@@ -14,8 +15,6 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any
-
-from ...messages import RECALL_TOOLS
 
 __all__ = ["MAX_EVENT_BYTES", "Accumulator", "EventTooLong", "Events", "continuation"]
 
@@ -104,14 +103,20 @@ def _sse(data: Any, event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+_SAID = frozenset({"text", "thinking", "redacted_thinking", "message", "reasoning"})
+"""Content blocks and output items that only say something: any other may be a tool call."""
+
+
 class Accumulator:
-    """The whole answer a stream's events make, and where a recall call starts in it."""
+    """The whole answer a stream's events make, and where its first tool call starts: from
+    there the events are held, since a recall call may follow a client's (the model's history
+    must hold the calls the client saw)."""
 
     def __init__(self, api: str) -> None:
         self.api = api
         self.held: int | None = None
         """Where the events stopped being passed on: the tool-call, block or item index of
-        the first recall call."""
+        the first tool call."""
         self.base: dict[str, Any] = {}
         self.content = ""
         self.calls: dict[int, dict[str, Any]] = {}
@@ -122,7 +127,8 @@ class Accumulator:
         self.completed: dict[str, Any] | None = None
 
     def event(self, data: Any) -> bool:
-        """Take one event; True when it starts a recall call (it and what follows are held)."""
+        """Take one event; True when it starts the first tool call (it and what follows are
+        held until the answer is whole: passed on as they came when it calls no recall tool)."""
         if not isinstance(data, Mapping):
             return False
         if self.api == "chat":
@@ -146,14 +152,14 @@ class Accumulator:
             for part in delta.get("tool_calls") or ():
                 if not isinstance(part, Mapping) or not isinstance(part.get("index"), int):
                     continue
+                if self.held is None:
+                    self.held, starts = part["index"], True
                 call = self.calls.setdefault(part["index"], {"id": None, "name": "", "arguments": ""})
                 fn = part.get("function")
                 fn = fn if isinstance(fn, Mapping) else {}
                 call["id"] = part.get("id") or call["id"]
                 if fn.get("name"):
                     call["name"] += fn["name"]
-                    if call["name"] in RECALL_TOOLS and self.held is None:
-                        self.held, starts = part["index"], True
                 call["arguments"] += fn.get("arguments") or ""
             self.finish = choice.get("finish_reason") or self.finish
         return starts
@@ -171,7 +177,7 @@ class Accumulator:
             if block.get("type") == "tool_use":
                 block["partial"] = ""
             self.blocks[index] = block
-            if block.get("type") == "tool_use" and block.get("name") in RECALL_TOOLS and self.held is None:
+            if block.get("type") not in _SAID and self.held is None:
                 self.held = index
                 return True
         elif kind == "content_block_delta" and isinstance(index, int) and index in self.blocks:
@@ -197,12 +203,7 @@ class Accumulator:
             item, index = data.get("item"), data.get("output_index")
             if isinstance(item, Mapping) and isinstance(index, int):
                 self.items[index] = item
-                if (
-                    kind.endswith("added")
-                    and item.get("type") == "function_call"
-                    and item.get("name") in RECALL_TOOLS
-                    and self.held is None
-                ):
+                if kind.endswith("added") and item.get("type") not in _SAID and self.held is None:
                     self.held = index
                     return True
         elif kind in ("response.completed", "response.incomplete") and isinstance(
