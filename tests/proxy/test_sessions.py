@@ -203,3 +203,34 @@ def test_a_kept_conversation_is_sized_by_what_it_holds(proxy, upstream):
     assert r.status_code == 200, r.text
     live = proxy.server.config.app.state.proxy_live
     assert live._bytes >= len(text)
+
+
+def test_gc_forgets_the_conversations_not_seen_past_the_retention(store, tmp_path, capsys):
+    """`ctxmgmt gc` forgets the proxy conversations not seen for the records' retention, keeps
+    the others, and says how many went."""
+    from sqlalchemy import update
+
+    from ctxmgmt.cli import main
+    from ctxmgmt.store.models import proxy_sessions
+    from ctxmgmt.store.repository import now_ms
+    from ctxmgmt.store.sessions import SessionStore
+
+    sessions = SessionStore(store.engine)
+    for key in ("old", "recent", "new"):
+        sessions.put(key, {"conversation": key})
+    ages = {"old": 40, "recent": 5}
+    with store.engine.begin() as conn:
+        for key, days in ages.items():
+            stamp = now_ms() - days * 86_400_000
+            conn.execute(
+                update(proxy_sessions).where(proxy_sessions.c.session_key == key).values(updated_time=stamp)
+            )
+    url = store.engine.url.render_as_string(hide_password=False)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"offload:\n  backend: local\n  root: {tmp_path / 'offload'}\n")
+    assert main(["gc", "--db", url, "--config", str(config)]) == 0
+    assert "gc: 1 proxy conversations not seen for 30 days forgotten" in capsys.readouterr().out
+    assert [sessions.get(k) is None for k in ("old", "recent", "new")] == [True, False, False]
+    assert main(["gc", "--db", url, "--config", str(config), "--max-age-days", "1"]) == 0
+    assert "gc: 1 proxy conversations not seen for 1 days forgotten" in capsys.readouterr().out
+    assert sessions.get("new") == {"conversation": "new"}
