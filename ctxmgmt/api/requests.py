@@ -42,16 +42,21 @@ def state(request: Request) -> State:
 
 
 # -- request checks ---------------------------------------------------------------------
+def presented_key(request: Request) -> str:
+    """The API key a request presents: ``Authorization: Bearer KEY``, else ``x-api-key``
+    (empty without one). Never logged or echoed."""
+    header = request.headers.get("authorization", "")
+    bearer = header[7:].strip() if header[:7].lower() == "bearer " else ""
+    return bearer or request.headers.get("x-api-key", "")
+
+
 def authorize(request: Request, scope: str) -> ApiKey | None:
     """Check the API key, when keys are configured: 401 without a valid one, 403 for a
     read key on a write. The key (None without keys). Keys are never logged or echoed."""
     config = state(request).config
     if not config.auth_enabled:
         return None
-    header = request.headers.get("authorization", "")
-    presented = (
-        header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-    )
+    presented = presented_key(request)
     key = config.find(presented) if presented else None
     if key is None:
         raise HTTPProblem(
@@ -102,8 +107,21 @@ def _finite(value: str) -> float:
     return number
 
 
+DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
+"""Every JSON body's decoder: standard JSON only (no NaN or Infinity, no infinite number)."""
+
+
+def json_problem(exc: Exception) -> HTTPProblem:
+    """The 400 for what :data:`DECODER` raised: the nesting, or the line and column and why."""
+    if isinstance(exc, RecursionError):
+        return HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels")
+    if isinstance(exc, json.JSONDecodeError):
+        return HTTPProblem(400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
+    return HTTPProblem(400, f"invalid JSON: {exc}")
+
+
 def _parse(text: str) -> Any:
-    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+    return DECODER.decode(text)
 
 
 # What only an escape can put in a parsed JSON string (UTF-8 text holds no surrogate, and a
@@ -206,12 +224,8 @@ async def json_body(request: Request, *, nul: bool = True, limit: int | None = N
             data = await run_in_threadpool(_parse, text)
         else:
             data = _parse(text)
-    except RecursionError:
-        raise HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels") from None
-    except json.JSONDecodeError as exc:
-        raise HTTPProblem(400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except ValueError as exc:
-        raise HTTPProblem(400, f"invalid JSON: {exc}") from None
+    except (RecursionError, ValueError) as exc:
+        raise json_problem(exc) from None
     if not isinstance(data, dict):
         raise HTTPProblem(400, "the body must be a JSON object")
     check_values(data, nul=nul, text=text)
@@ -287,11 +301,7 @@ def _version(raw: str, form: re.Pattern[str]) -> int:
 def caller(request: Request) -> str | None:
     if not state(request).config.auth_enabled:
         return None
-    header = request.headers.get("authorization", "")
-    presented = (
-        header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-    )
-    key = state(request).config.find(presented)
+    key = state(request).config.find(presented_key(request))
     return key.name if key else None
 
 

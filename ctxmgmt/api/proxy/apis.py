@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...formats.anthropic import system_text
-from ...messages import text_of
 
 __all__ = ["APIS", "Api", "Parts"]
 
@@ -143,9 +142,3 @@ APIS: dict[str, Api] = {
         Api("messages", "/v1/messages", "anthropic", "anthropic", "messages"),
     )
 }
-
-
-def first_text(record: Sequence[Any]) -> str:
-    """The text of a conversation's first message (what names it, with the system prompt)."""
-    first = record[0] if record else None
-    return text_of(first.get("content")) if isinstance(first, Mapping) else ""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import HTTPProblem
-from ..requests import MAX_DEPTH, check_values
+from ..requests import DECODER, check_values, json_problem
 
 __all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "size_of", "upstream_text"]
 
@@ -33,21 +33,6 @@ _FINGERPRINT = 1024
 """A body is found again by its first characters (its system prompt and first messages)."""
 
 _WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder(
-    parse_constant=lambda value: _refuse(f"{value} is not valid JSON"),
-    parse_float=lambda value: _finite(value),
-)
-
-
-def _refuse(message: str) -> Any:
-    raise ValueError(message)
-
-
-def _finite(value: str) -> float:
-    number = float(value)
-    if number in (float("inf"), float("-inf")):
-        raise ValueError(f"{value[:40]} is too large for a JSON number")
-    return number
 
 
 @dataclass(slots=True)
@@ -75,20 +60,14 @@ class Body:
 
 
 def _error(text: str, at: int, message: str) -> HTTPProblem:
-    line = text.count("\n", 0, at) + 1
-    column = at - (text.rfind("\n", 0, at) + 1) + 1
-    return HTTPProblem(400, f"invalid JSON at line {line} column {column}: {message}")
+    return json_problem(json.JSONDecodeError(message, text, at))
 
 
 def _value(text: str, at: int) -> tuple[Any, int]:
     try:
-        return _DECODER.raw_decode(text, at)
-    except RecursionError:
-        raise HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels") from None
-    except json.JSONDecodeError as exc:
-        raise _error(text, exc.pos, exc.msg) from None
-    except ValueError as exc:
-        raise HTTPProblem(400, f"invalid JSON: {exc}") from None
+        return DECODER.raw_decode(text, at)
+    except (RecursionError, ValueError) as exc:
+        raise json_problem(exc) from None
 
 
 def _ws(text: str, at: int) -> int:

@@ -34,7 +34,8 @@ from ...store.repository import now_ms
 from ...store.sessions import SessionStore
 from ...summaries import message_key
 from ..errors import Classified, classify
-from ..requests import body_text, state
+from ..params import NAME, NAME_LENGTH
+from ..requests import body_text, presented_key, state
 from . import streams
 from .apis import Api, Parts
 from .body import Bodies, Body, parse, size_of, upstream_text
@@ -48,7 +49,6 @@ __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
 DEFINITION_HEADER = "x-ctxmgmt-definition"
 SESSION_HEADER = "x-ctxmgmt-session"
 KEY_HEADER = "x-ctxmgmt-key"
-_NAME = re.compile(r"[a-z0-9_-]{1,49}")
 _SESSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # The client's headers that go upstream as they came (besides its key, when it is not ours).
 _FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project", "openai-beta")
@@ -108,10 +108,8 @@ def _authorize(request: Request) -> bool:
     config = state(request).config
     if not config.auth_enabled:
         return False
-    header = request.headers.get("authorization", "")
-    bearer = header[7:].strip() if header[:7].lower() == "bearer " else ""
     own = request.headers.get(KEY_HEADER)
-    presented = own or bearer or request.headers.get("x-api-key", "")
+    presented = own or presented_key(request)
     key = config.find(presented) if presented else None
     if key is None:
         raise _Refused(
@@ -201,9 +199,11 @@ async def _proxy(request: Request, api: Api) -> Response:
     own_key = _authorize(request)
     st = state(request)
     name = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
-    if not _NAME.fullmatch(name):
+    if not NAME.fullmatch(name):
         raise _Refused(
-            400, "illegal_argument_exception", f"{name[:60]!r}: a definition name is 1-49 of a-z 0-9 _ -"
+            400,
+            "illegal_argument_exception",
+            f"{name[:60]!r}: a definition name is 1-{NAME_LENGTH} of a-z 0-9 _ -",
         )
     text = await body_text(request, limit=st.config.proxy_max_body_bytes)
     bodies: Bodies = request.app.state.proxy_bodies
@@ -214,6 +214,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         parsed = parse(text, api.field, previous)
     body = parsed.data
     config = _model(request, body, api)
+    headers = _headers(request, config, own_key)  # before anything is run, kept or recorded
     parts = api.parts(body)
     if isinstance(parts, str):
         raise _Refused(400, "illegal_argument_exception", parts)
@@ -262,7 +263,6 @@ async def _proxy(request: Request, api: Api) -> Response:
         # already be sending its next request to another process: the state goes first.
         await _store(st, live, conversation, exchange_state)
     outgoing = api.managed(body, turn.messages, config.model)
-    headers = _headers(request, config, own_key)  # before anything is recorded: a bad key is a 400
     recall: list[Tool] = []
     way = internal(turn.context)
     managed = (way.context if way is not None else turn.context).messages
