@@ -8,7 +8,7 @@ import operator
 import re
 from collections.abc import Awaitable, Callable
 from itertools import accumulate, count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -215,11 +215,10 @@ def check_media_type(request: Request) -> None:
         raise HTTPProblem(400, f"a JSON body is UTF-8; charset={charset.group(1)[:20]!r} is not supported")
 
 
-async def json_body(request: Request, *, nul: bool = True, limit: int | None = None) -> dict[str, Any]:
+async def json_body(request: Request, *, nul: bool = True) -> dict[str, Any]:
     """The request's JSON object, checked (see :func:`check_values`); a 400 naming the
-    problem for anything else. ``nul=False`` allows NUL in strings that are not stored;
-    ``limit``: bytes, when not ``server.max_body_bytes``."""
-    text = await body_text(request, limit=limit)
+    problem for anything else. ``nul=False`` allows NUL in strings that are not stored."""
+    text = await body_text(request)
     if len(text) > 65536:  # parsed and checked off the event loop, in one worker thread
         return await run_in_threadpool(_checked_object, text, nul)
     return _checked_object(text, nul)
@@ -236,18 +235,19 @@ def _checked_object(text: str, nul: bool) -> dict[str, Any]:
     return data
 
 
-async def body_text(request: Request, *, limit: int | None = None) -> str:
-    """The request's body as text: JSON by its media type, within ``limit`` bytes (else
-    ``server.max_body_bytes``; a 413) and ``server.body_timeout_seconds`` (a 408), UTF-8, not
-    blank."""
+BodyLimit = Literal["max_body_bytes", "proxy_max_body_bytes"]
+"""The server setting that bounds a route's bodies."""
+
+
+async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") -> str:
+    """The request's body as text: JSON by its media type, within the bytes of
+    ``server.<setting>`` (a 413 naming it) and ``server.body_timeout_seconds`` (a 408), UTF-8,
+    not blank."""
     config = state(request).config
-    limit, seconds = limit or config.max_body_bytes, config.body_timeout_seconds
+    limit: int = getattr(config, setting)
+    seconds = config.body_timeout_seconds
     check_media_type(request)  # resource() did for every route; a handler built otherwise does here
-    too_large = HTTPProblem(
-        413,
-        f"the body is larger than the limit of {limit} bytes "
-        + ("(server.max_body_bytes)" if limit == config.max_body_bytes else "(server.proxy_max_body_bytes)"),
-    )
+    too_large = HTTPProblem(413, f"the body is larger than the limit of {limit} bytes (server.{setting})")
     length = request.headers.get("content-length")
     if length is not None and not length.isdigit():
         raise HTTPProblem(400, "Content-Length must be a whole number")

@@ -12,6 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ctxmgmt.api import create_app, requests
+from ctxmgmt.api.config import ServerConfig
 
 from ..conftest import LiveServer
 
@@ -65,3 +66,16 @@ def test_a_large_body_is_parsed_and_checked_in_one_worker_thread(store, monkeypa
     with LiveServer(create_app(store)) as server:
         httpx.post(f"{server.url}/_plugins/_ml/context_management/_simulate", json=body, timeout=30)
     assert len(seen) == 2 and seen[0] == seen[1] and not seen[0][1], seen
+
+
+def test_a_413_names_the_limit_that_was_exceeded(store):
+    """When server.max_body_bytes and server.proxy_max_body_bytes are equal, a 413 names the
+    setting of the route that refused (the proxy's, or the server's)."""
+    config = ServerConfig.from_dict({"max_body_bytes": 4096, "proxy_max_body_bytes": 4096})
+    big = {"model": "m", "messages": [{"role": "user", "content": "x" * 8000}]}
+    with LiveServer(create_app(store, config=config)) as server:
+        proxied = httpx.post(f"{server.url}/proxy/default/v1/chat/completions", json=big, timeout=30)
+        api = httpx.post(f"{server.url}/_plugins/_ml/context_management/_validate", json=big, timeout=30)
+    assert proxied.status_code == api.status_code == 413
+    assert "(server.proxy_max_body_bytes)" in proxied.json()["error"]["message"], proxied.text
+    assert "(server.max_body_bytes)" in api.json()["error"]["reason"], api.text

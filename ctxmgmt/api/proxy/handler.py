@@ -205,7 +205,7 @@ async def _proxy(request: Request, api: Api) -> Response:
             "illegal_argument_exception",
             f"{name[:60]!r}: a definition name is 1-{NAME_LENGTH} of a-z 0-9 _ -",
         )
-    text = await body_text(request, limit=st.config.proxy_max_body_bytes)
+    text = await body_text(request, setting="proxy_max_body_bytes")
     bodies: Bodies = request.app.state.proxy_bodies
     previous = bodies.find(text)  # the conversation's previous body: only what follows is read
     if len(text) - len(previous.prefix if previous else "") > 65536:  # a large read: off the loop
