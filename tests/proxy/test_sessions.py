@@ -234,3 +234,31 @@ def test_gc_forgets_the_conversations_not_seen_past_the_retention(store, tmp_pat
     assert main(["gc", "--db", url, "--config", str(config), "--max-age-days", "1"]) == 0
     assert "gc: 1 proxy conversations not seen for 1 days forgotten" in capsys.readouterr().out
     assert sessions.get("new") == {"conversation": "new"}
+
+
+def test_a_state_is_written_as_json_once_and_read_back_as_it_was(store, monkeypatch):
+    """SessionStore.put dumps a state once (the text it measures is the text stored, never
+    dumped again by the column's type), reads back equal, in its own transaction or the
+    caller's; a state over the bound is refused and its key forgotten."""
+    from ctxmgmt.store import sessions as module
+
+    dumped: list[object] = []
+    original = store.engine.dialect._json_serializer or json.dumps
+
+    def counting(value, *args, **kwargs):
+        dumped.append(value)
+        return original(value, *args, **kwargs)
+
+    monkeypatch.setattr(store.engine.dialect, "_json_serializer", counting)
+    sessions = module.SessionStore(store.engine)
+    state = {"generation": 3, "view": [{"role": "user", "content": 'héllo \u2028 [{"}]'}], "n": None}
+    assert sessions.put("k", state) is True
+    with store.engine.begin() as conn:
+        assert sessions.put("c", {**state, "generation": 4}, conn=conn) is True
+    assert dumped == []
+    assert sessions.get("k") == state and sessions.get("c") == {**state, "generation": 4}
+    monkeypatch.setattr(module, "MAX_SESSION_BYTES", 40)
+    assert sessions.put("k", state) is False
+    with store.engine.begin() as conn:
+        assert sessions.put("c", state, conn=conn) is False
+    assert sessions.get("k") is None and sessions.get("c") is None
