@@ -230,7 +230,9 @@ def _parser() -> argparse.ArgumentParser:
     gc.add_argument("--max-age-days", type=float, help="override offload.retention_days")
     gc.set_defaults(run=_offload_gc)
 
-    gca = sub.add_parser("gc", help="delete execution records and offloaded content past their retention")
+    gca = sub.add_parser(
+        "gc", help="delete execution records, proxy conversations and offloaded content past their retention"
+    )
     gca.add_argument(
         "--config", help=f"configuration with executions: and offload: sections (default: ${CONFIG_ENV})"
     )
@@ -662,9 +664,11 @@ def _redact(url: str) -> str:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    """Execution records and offloaded content past their retention."""
+    """Execution records, the proxy's conversation states (by the records' retention) and
+    offloaded content past their retention."""
     from .api import load_config
     from .store import DefinitionStore, ExecutionStore
+    from .store.sessions import SessionStore
 
     _, server = load_config(args.config)
     days = args.max_age_days
@@ -673,8 +677,10 @@ def _gc(args: argparse.Namespace) -> int:
     record_days = days if days is not None else float(server.executions.get("retention_days", 30))
     store = DefinitionStore.open(_database_url(args.db))  # migrated first, as serve does
     gone = ExecutionStore(store.engine).gc(record_days * 86400)
+    forgotten = SessionStore(store.engine).gc(record_days * 86400)
     store.engine.dispose()
     print(f"gc: {gone} execution records older than {record_days:g} days deleted")
+    print(f"gc: {forgotten} proxy conversations not seen for {record_days:g} days forgotten")
     offload_args = argparse.Namespace(config=args.config, db=args.db, max_age_days=days)
     return _offload_gc(offload_args)
 

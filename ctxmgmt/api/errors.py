@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import logging
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
@@ -24,6 +26,7 @@ from ..errors import (
     ManagerError,
     NotFound,
     OffloadError,
+    Problem,
 )
 
 log = logging.getLogger("ctxmgmt.api")
@@ -84,26 +87,50 @@ def _storage_fault(exc: BaseException) -> tuple[int, str, str] | None:
     return None
 
 
-async def handle(request: Request, exc: Exception) -> JSONResponse:
-    """The one exception handler: every error is a JSON answer, never a traceback."""
+@dataclass(frozen=True, slots=True)
+class Classified:
+    """What an exception is answered with: its status, error type, reason and problems."""
+
+    status: int
+    type: str
+    reason: str
+    problems: tuple[Problem, ...] = ()
+    headers: Mapping[str, str] | None = None
+    expected: bool = True
+    """False for a fault no entry names (a 500): it is logged with its traceback."""
+
+
+def classify(exc: BaseException) -> Classified:
+    """The one mapping from an exception to its answer, for every route and the proxy:
+    a refusal as it says, a storage fault (503/507, retry later), a manager whose model
+    failed as the model's fault (502/504), then STATUS_TABLE, else a 500."""
     if isinstance(exc, HTTPProblem):
         headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(error_body(exc.status, exc.type, exc.reason), exc.status, headers=headers)
+        return Classified(exc.status, exc.type, exc.reason, headers=headers)
     storage = _storage_fault(exc)
     if storage is not None:
         status, kind, reason = storage
-        log.warning("%s on %s %s: %s", kind, request.method, request.url.path, reason)
-        return JSONResponse(error_body(status, kind, reason), status, headers={"retry-after": "30"})
+        return Classified(status, kind, reason, headers={"retry-after": "30"})
     # A manager that failed because its model did (on_error: fail) is the model's fault: 502/504.
     cause = exc.__cause__
     matched = cause if isinstance(exc, ManagerError) and isinstance(cause, LLMError) else exc
     for cls, status, kind in STATUS_TABLE:
         if isinstance(matched, cls):
-            problems = getattr(exc, "problems", None)
-            listed = [p.to_dict() for p in problems if p.severity == "error"] if problems else None
-            reason = str(exc).splitlines()[0]
-            return JSONResponse(error_body(status, kind, reason, listed), status)
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return JSONResponse(
-        error_body(500, "internal_server_error", "an unexpected error happened; see the server log"), 500
+            problems = getattr(exc, "problems", None) or ()
+            errors = tuple(p for p in problems if isinstance(p, Problem) and p.severity == "error")
+            return Classified(status, kind, str(exc).splitlines()[0], errors)
+    return Classified(
+        500, "internal_server_error", "an unexpected error happened; see the server log", expected=False
     )
+
+
+async def handle(request: Request, exc: Exception) -> JSONResponse:
+    """The one exception handler: every error is a JSON answer, never a traceback."""
+    found = classify(exc)
+    if not found.expected:
+        log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    elif found.status in (503, 507):
+        log.warning("%s on %s %s: %s", found.type, request.method, request.url.path, found.reason)
+    listed = [p.to_dict() for p in found.problems] or None
+    body = error_body(found.status, found.type, found.reason, listed)
+    return JSONResponse(body, found.status, headers=found.headers)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, select
+from sqlalchemy import JSON, Connection, Engine, Text, cast, delete, select, type_coerce
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -26,6 +27,15 @@ class SessionStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
+    @contextmanager
+    def _tx(self, conn: Connection | None) -> Iterator[Connection]:
+        """``conn`` (a caller's transaction), else a transaction of its own."""
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.begin() as own:
+            yield own
+
     def get(self, key: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
             row = conn.execute(
@@ -35,32 +45,31 @@ class SessionStore:
 
     def put(self, key: str, state: Mapping[str, Any], *, conn: Connection | None = None) -> bool:
         """Store a state (in ``conn``'s transaction when given); False, and the key forgotten,
-        when it is over MAX_SESSION_BYTES."""
-        if len(json.dumps(state, ensure_ascii=False).encode()) > MAX_SESSION_BYTES:
-            if conn is None:
-                self.drop(key)
-            else:
-                conn.execute(delete(proxy_sessions).where(proxy_sessions.c.session_key == key))
-            return False
-        values = {"updated_time": now_ms(), "state": dict(state)}
-        insert = (pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert)(proxy_sessions)
-        upsert = insert.values(session_key=key, **values).on_conflict_do_update(
-            index_elements=[proxy_sessions.c.session_key], set_=values
-        )
-        if conn is not None:
-            conn.execute(upsert)
-        else:
-            with self.engine.begin() as own:
-                own.execute(upsert)
+        when it is over MAX_SESSION_BYTES. The state is written as JSON once: the text measured
+        is the text stored."""
+        text = json.dumps(state, ensure_ascii=False)
+        with self._tx(conn) as tx:
+            if len(text.encode()) > MAX_SESSION_BYTES:
+                tx.execute(delete(proxy_sessions).where(proxy_sessions.c.session_key == key))
+                return False
+            postgres = self.engine.dialect.name == "postgresql"
+            written = type_coerce(text, Text)  # the text as it is, not dumped again by the JSON type
+            values = {"updated_time": now_ms(), "state": cast(written, JSON) if postgres else written}
+            insert = (pg_insert if postgres else sqlite_insert)(proxy_sessions)
+            tx.execute(
+                insert.values(session_key=key, **values).on_conflict_do_update(
+                    index_elements=[proxy_sessions.c.session_key], set_=values
+                )
+            )
         return True
 
     def drop(self, key: str) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(delete(proxy_sessions).where(proxy_sessions.c.session_key == key))
+        with self._tx(None) as tx:
+            tx.execute(delete(proxy_sessions).where(proxy_sessions.c.session_key == key))
 
     def gc(self, max_age_seconds: float) -> int:
         """Forget the conversations not seen for this long; how many went."""
         cutoff = now_ms() - int(max_age_seconds * 1000)
-        with self.engine.begin() as conn:
-            result = conn.execute(delete(proxy_sessions).where(proxy_sessions.c.updated_time < cutoff))
+        with self._tx(None) as tx:
+            result = tx.execute(delete(proxy_sessions).where(proxy_sessions.c.updated_time < cutoff))
             return int(result.rowcount or 0)

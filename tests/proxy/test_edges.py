@@ -181,3 +181,92 @@ def test_hostile_bodies_are_4xx_in_the_providers_shape_and_never_go_upstream(pro
         assert 400 <= r.status_code < 500, r.text
         assert r.json()["error"]["message"], r.text
     assert raw.requests == 0
+
+
+def _faults():
+    import errno
+
+    from sqlalchemy.exc import OperationalError
+
+    from ctxmgmt.errors import LLMError, LLMTimeoutError, ManagerError
+
+    def caused(cause):
+        try:
+            raise ManagerError(
+                "the summary failed", definition="d", hook="pre_llm", index=0, type="s"
+            ) from cause
+        except ManagerError as exc:
+            return exc
+
+    return [
+        pytest.param(OperationalError("select", {}, Exception("could not connect")), 503, id="db-down"),
+        pytest.param(OSError(errno.ENOSPC, "No space left on device"), 507, id="disk-full"),
+        pytest.param(caused(LLMError("the summariser answered 500", model_id="m")), 502, id="manager-llm"),
+        pytest.param(
+            caused(LLMTimeoutError("the summariser timed out", model_id="m")), 504, id="manager-timeout"
+        ),
+        pytest.param(caused(ValueError("a bug")), 422, id="manager"),
+    ]
+
+
+@pytest.mark.parametrize(("fault", "status"), _faults())
+def test_a_fault_is_answered_by_the_proxy_as_by_the_api(proxy, store, monkeypatch, fault, status):
+    """A storage fault (503 with retry-after, 507) or a manager's model failure (502/504) gets
+    the same status from the proxy as from the REST API, in each one's shape."""
+
+    def fail(*args, **kwargs):
+        raise fault
+
+    monkeypatch.setattr(type(store), "resolve_version", fail)
+    monkeypatch.setattr(type(store), "list", fail)
+    rest = httpx.get(f"{proxy.url}/_plugins/_ml/context_management", timeout=10)
+    proxied = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json=BODY, timeout=10)
+    assert (rest.status_code, proxied.status_code) == (status, status), proxied.text
+    assert rest.headers.get("retry-after") == proxied.headers.get("retry-after")
+    assert rest.json()["error"]["type"] in proxied.text  # the kind, in the provider's shape
+    if status == 422:
+        assert proxied.json()["error"]["message"] == rest.json()["error"]["reason"]
+
+
+SUMMARISING = {
+    "name": "summarising",
+    "hooks": {
+        "pre_llm": [
+            {
+                "type": "SummarizationManager",
+                "config": {"summarization_model_id": "s", "preserve_recent_messages": 1},
+                "activation": {"message_count_exceed": 2},
+                "on_error": "fail",
+            }
+        ]
+    },
+}
+
+
+@pytest.mark.parametrize(("behaviour", "status"), [("stall", 504), ("fail", 502)])
+def test_a_summarisers_upstream_failure_is_the_models_fault(store, raw, behaviour, status):
+    """A summariser (on_error: fail) whose model stalls or fails makes the proxied request a
+    504 or a 502 in the provider's shape (not a 422), and nothing goes to the main model."""
+    store.seed("summarising", SUMMARISING)
+    shared = {"base_url": raw.base_url, "model": "up", "timeout": TIMEOUT, "max_retries": 0}
+    models = ModelsConfig.from_dict(
+        {"models": {"m": {**shared, "context_window": 8000}, "s": {**shared, "context_window": 8000}}}
+    )
+    if behaviour == "stall":
+        raw.stall()
+    else:
+        raw.answer(b'{"error": {"message": "overloaded"}}', status=500)
+    history = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " * 20} for i in range(7)
+    ]
+    with LiveServer(create_app(store, models=models)) as server:
+        r = httpx.post(
+            f"{server.url}/proxy/summarising/v1/chat/completions",
+            json={"model": "m", "messages": history},
+            timeout=30,
+        )
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["code"] == ("llm_timeout" if status == 504 else "llm_exception"), error
+    assert error["type"] == ("timeout_error" if status == 504 else "server_error")
+    assert raw.requests == 1  # the summariser's request only

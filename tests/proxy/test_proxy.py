@@ -240,3 +240,89 @@ def test_a_proxied_request_shows_in_the_cli(proxy, upstream):
     traced = cli("trace", execution_id)
     assert traced.returncode == 0, traced.stderr
     assert "call 1" in traced.stdout or "1" in traced.stdout
+
+
+def _keys(store, upstream):
+    import hashlib
+
+    config = ServerConfig.from_dict(
+        {
+            "api_keys": [
+                {"name": "agent", "scope": "proxy", "key_sha256": hashlib.sha256(b"p-key").hexdigest()},
+            ]
+        }
+    )
+    app = create_app(store, models=models_for(upstream), config=config)
+    return app, LiveServer(app)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"authorization": "Bearer p-key"},
+        {"authorization": "bearer  p-key"},
+        {"x-api-key": "p-key"},
+        {"authorization": "Bearer", "x-api-key": "p-key"},
+        {"authorization": "Basic cDpw", "x-api-key": "p-key"},
+    ],
+)
+def test_the_proxy_and_the_api_read_a_key_the_same_way(store, upstream, headers):
+    """A key the REST API reads from Authorization or x-api-key is the proxy's key too, in
+    every form; and a wrong one is refused by both."""
+    _, live = _keys(store, upstream)
+    with live as server:
+        api = httpx.get(f"{server.url}/_plugins/_ml/context_management", headers=headers)
+        body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+        url = f"{server.url}/proxy/default/v1/chat/completions"
+        # the model has no upstream key and the client's key is ours: refused, but past the key check
+        proxied = httpx.post(url, json=body, headers=headers)
+        wrong = {k: v.replace("p-key", "x-key") for k, v in headers.items()}
+        refused = httpx.get(f"{server.url}/_plugins/_ml/context_management", headers=wrong)
+        refused_proxy = httpx.post(url, json=body, headers=wrong)
+    assert api.status_code == 200, api.text
+    assert proxied.status_code == 400 and "api_key_env" in proxied.json()["error"]["message"]
+    assert (refused.status_code, refused_proxy.status_code) == (401, 401)
+
+
+def test_a_request_refused_for_its_keys_runs_keeps_and_records_nothing(store, upstream):
+    """A request whose client key is the project's while the model has no upstream key is a 400
+    before any hook runs: no body kept, no conversation state, no record, nothing upstream."""
+    from sqlalchemy import func, select
+
+    from ctxmgmt.store.models import proxy_sessions
+
+    app, live = _keys(store, upstream)
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi " * 200}] * 9, "stream": True}
+    with live as server:
+        r = httpx.post(
+            f"{server.url}/proxy/default/v1/chat/completions",
+            json=body,
+            headers={"authorization": "Bearer p-key"},
+        )
+    assert r.status_code == 400, r.text
+    assert app.state.proxy_bodies.find(json.dumps(body)) is None and not app.state.proxy_bodies._order
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(proxy_sessions)).scalar() == 0
+    assert ExecutionStore(store.engine).list("proxy-default")[0] == 0
+    assert upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"messages": [1, NaN]}',
+        '{"messages": [1e999]}',
+        '{"messages": [1,\n  2,, 3]}',
+        '{"model": "m", "messages": [{"role": "user",}]}',
+        '{"messages": ' + "[" * 200 + "]" * 200 + "}",
+        '{"messages": [{"role": "user", "content": "\\ud800"}]}',
+    ],
+)
+def test_a_bad_json_body_is_refused_by_the_proxy_as_by_the_api(proxy, text):
+    """The proxy's incremental body reader and the REST API's refuse the same bad value with
+    the same 400 message (one decoder, one mapping of its errors)."""
+    headers = {"content-type": "application/json"}
+    api = httpx.post(f"{proxy.url}/_plugins/_ml/context_management/_validate", content=text, headers=headers)
+    proxied = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", content=text, headers=headers)
+    assert (api.status_code, proxied.status_code) == (400, 400), (api.text, proxied.text)
+    assert proxied.json()["error"]["message"] == api.json()["error"]["reason"]

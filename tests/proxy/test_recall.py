@@ -9,6 +9,7 @@ import re
 import anthropic
 import httpx
 import openai
+import pytest
 
 from .upstream import Reply
 
@@ -183,3 +184,132 @@ def test_an_answer_that_reads_nothing_comes_back_as_it_was(archiving, upstream):
     )
     assert "context_read" in _names(upstream.seen[-1].body)
     assert r.status_code == 200 and r.content == upstream.sent[-1]
+
+
+def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
+    """A whole upstream answer is JSON-parsed once, for its usage and its recall calls alike."""
+    from ctxmgmt.api.proxy import handler
+
+    parsed: list[bytes] = []
+    original = handler._json
+
+    def counting(data: bytes):
+        parsed.append(data)
+        return original(data)
+
+    monkeypatch.setattr(handler, "_json", counting)
+
+    def read_it(body: dict) -> Reply:
+        notice = next(m["content"] for m in body["messages"] if m.get("role") == "tool")
+        return Reply(calls=[("context_read", {"ref": re.search(r"\bt-[0-9a-f]+", notice).group(0)})])
+
+    upstream.replies.extend([read_it, Reply("done")])
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history()},
+        timeout=60,
+    )
+    assert r.json()["choices"][0]["message"]["content"] == "done"
+    assert len(upstream.seen) == 2
+    assert len(parsed) == 2  # two answers, each parsed once
+
+
+def _client_call_then_read(upstream, field: str, read: bool):
+    """Script: a streamed answer that calls the client's ``get_weather`` (then, with ``read``,
+    context_read on the cut output); asked again whole, the final answer."""
+
+    def first(body: dict) -> Reply:
+        ref = re.search(r"\bt-[0-9a-f]{32}", json.dumps(body[field])).group(0)
+        calls = [("get_weather", {"city": "Oslo"})]
+        if read:
+            calls.append(("context_read", {"ref": ref, "offset": 1730, "limit": 10, "unit": "lines"}))
+        return Reply(preface="Let me look.", calls=calls)
+
+    upstream.replies.extend([first, Reply("the checksum is 0xC0FFEE")])
+
+
+def _weather(api: str) -> dict:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    if api == "chat":
+        return {"type": "function", "function": {"name": "get_weather", "parameters": schema}}
+    if api == "messages":
+        return {"name": "get_weather", "input_schema": schema}
+    return {"type": "function", "name": "get_weather", "parameters": schema}
+
+
+def _seen_calls(api: str, body: dict) -> list[str]:
+    """The tool calls of the last assistant turn in a request the upstream received."""
+    if api == "chat":
+        turn = [m for m in body["messages"] if m.get("role") == "assistant"][-1]
+        return [c["function"]["name"] for c in turn.get("tool_calls") or ()]
+    if api == "messages":
+        turn = [m for m in body["messages"] if m.get("role") == "assistant"][-1]
+        return [b["name"] for b in turn["content"] if b.get("type") == "tool_use"]
+    return [i["name"] for i in body["input"] if i.get("type") == "function_call"][1:]  # [0]: the history's
+
+
+def _stream_with_sdk(archiving, api: str) -> tuple[str, list[str]]:
+    """Stream one answer through the proxy with the provider's real SDK: (its text, the tool
+    calls the client got)."""
+    base = f"{archiving.url}/proxy/long-running-agent"
+    if api == "messages":
+        client = anthropic.Anthropic(base_url=base, api_key="k")
+        with client.messages.stream(
+            model="claude-test", max_tokens=100, messages=_anthropic_history(), tools=[_weather(api)]
+        ) as stream:
+            final = stream.get_final_message()
+        text = "".join(b.text for b in final.content if b.type == "text")
+        return text, [b.name for b in final.content if b.type == "tool_use"]
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="k")
+    if api == "responses":
+        events = list(
+            client.responses.create(
+                model="gpt-test", input=_responses_history(), tools=[_weather(api)], stream=True
+            )
+        )
+        response = events[-1].response
+        return response.output_text, [i.name for i in response.output if i.type == "function_call"]
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-test", messages=_history(), tools=[_weather(api)], stream=True
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    calls = [
+        call.function.name
+        for c in chunks
+        if c.choices
+        for call in c.choices[0].delta.tool_calls or ()
+        if call.function and call.function.name
+    ]
+    return text, calls
+
+
+@pytest.mark.parametrize(
+    ("api", "field"), [("chat", "messages"), ("messages", "messages"), ("responses", "input")]
+)
+def test_a_client_call_streamed_before_a_recall_call_never_reaches_the_client(
+    archiving, upstream, api, field
+):
+    """With recall offered, a streamed answer that calls the client's tool and then recall: the
+    client (the real SDK) gets the final answer only, never a call the model's history drops;
+    the recall round's request holds the recall call alone."""
+    _client_call_then_read(upstream, field, read=True)
+    text, calls = _stream_with_sdk(archiving, api)
+    assert calls == []
+    assert text.startswith("Let me look.") and text.endswith("the checksum is 0xC0FFEE")
+    assert len(upstream.seen) == 2
+    assert _seen_calls(api, upstream.seen[1].body) == ["context_read"]
+
+
+@pytest.mark.parametrize(
+    ("api", "field"), [("chat", "messages"), ("messages", "messages"), ("responses", "input")]
+)
+def test_a_streamed_client_call_without_recall_reaches_the_client_whole(archiving, upstream, api, field):
+    """With recall offered but not called, a streamed client tool call is held to the stream's
+    end and then reaches the client (the real SDK) as the upstream sent it."""
+    _client_call_then_read(upstream, field, read=False)
+    text, calls = _stream_with_sdk(archiving, api)
+    assert calls == ["get_weather"]
+    assert text.strip() == "Let me look."
+    assert len(upstream.seen) == 1

@@ -141,3 +141,124 @@ def test_two_serve_processes_on_postgresql_send_what_one_does(tmp_path, database
         for m in alone[-1]["messages"]
         if isinstance(m.get("content"), str)
     )
+
+
+def test_interleaved_conversations_sharing_a_long_prompt_read_only_what_is_new(proxy, upstream, monkeypatch):
+    """Six conversations interleaved, all with the same 2 KB system prompt: each request parses
+    and counts only its new messages, not the whole history again."""
+    from ctxmgmt.api.proxy import body as body_module
+    from ctxmgmt.tokens import TokenCounter
+
+    parsed = [0]
+    counted = [0]
+    value, count_message = body_module._value, TokenCounter._count_message
+
+    def parsing(text, at):
+        parsed[0] += 1
+        return value(text, at)
+
+    def counting(self, m, index):
+        counted[0] += 1
+        return count_message(self, m, index)
+
+    monkeypatch.setattr(body_module, "_value", parsing)
+    monkeypatch.setattr(TokenCounter, "_count_message", counting)
+    system = "You are a careful agent. " * 90  # over 2 KB, the same for every conversation
+    conversations = [
+        [{"role": "system", "content": system}, {"role": "user", "content": f"task {c}"}] for c in range(6)
+    ]
+    url = f"{proxy.url}/proxy/default/v1/chat/completions"
+    per_request: list[tuple[int, int]] = []
+    with httpx.Client(timeout=60) as client:
+        for turn in range(8):
+            for c, messages in enumerate(conversations):
+                parsed[0] = counted[0] = 0
+                upstream.replies.append(Reply(f"answer {c}.{turn}"))
+                r = client.post(url, json={"model": "gpt-test", "messages": messages})
+                assert r.status_code == 200, r.text
+                per_request.append((parsed[0], counted[0]))
+                messages += [
+                    {"role": "assistant", "content": f"answer {c}.{turn}"},
+                    {"role": "user", "content": f"go on {c}.{turn}"},
+                ]
+    late = per_request[6:]  # every conversation past its first request: 2 new messages each
+    assert max(p for p, _ in late) <= 6, per_request  # the new messages and a few top-level keys
+    assert max(n for _, n in late) <= 4, per_request
+
+
+def test_a_kept_conversation_is_sized_by_what_it_holds(proxy, upstream):
+    """A conversation kept in memory counts the bytes of the messages it holds, not an estimate
+    from its managed token count (a long history managed into a small window is large)."""
+    messages = [{"role": "system", "content": SYSTEM}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i} " + "lorem ipsum " * 800}
+        for i in range(41)
+    ]
+    text = json.dumps({"model": "gpt-test", "messages": messages})
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions",
+        content=text,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    live = proxy.server.config.app.state.proxy_live
+    assert live._bytes >= len(text)
+
+
+def test_gc_forgets_the_conversations_not_seen_past_the_retention(store, tmp_path, capsys):
+    """`ctxmgmt gc` forgets the proxy conversations not seen for the records' retention, keeps
+    the others, and says how many went."""
+    from sqlalchemy import update
+
+    from ctxmgmt.cli import main
+    from ctxmgmt.store.models import proxy_sessions
+    from ctxmgmt.store.repository import now_ms
+    from ctxmgmt.store.sessions import SessionStore
+
+    sessions = SessionStore(store.engine)
+    for key in ("old", "recent", "new"):
+        sessions.put(key, {"conversation": key})
+    ages = {"old": 40, "recent": 5}
+    with store.engine.begin() as conn:
+        for key, days in ages.items():
+            stamp = now_ms() - days * 86_400_000
+            conn.execute(
+                update(proxy_sessions).where(proxy_sessions.c.session_key == key).values(updated_time=stamp)
+            )
+    url = store.engine.url.render_as_string(hide_password=False)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"offload:\n  backend: local\n  root: {tmp_path / 'offload'}\n")
+    assert main(["gc", "--db", url, "--config", str(config)]) == 0
+    assert "gc: 1 proxy conversations not seen for 30 days forgotten" in capsys.readouterr().out
+    assert [sessions.get(k) is None for k in ("old", "recent", "new")] == [True, False, False]
+    assert main(["gc", "--db", url, "--config", str(config), "--max-age-days", "1"]) == 0
+    assert "gc: 1 proxy conversations not seen for 1 days forgotten" in capsys.readouterr().out
+    assert sessions.get("new") == {"conversation": "new"}
+
+
+def test_a_state_is_written_as_json_once_and_read_back_as_it_was(store, monkeypatch):
+    """SessionStore.put dumps a state once (the text it measures is the text stored, never
+    dumped again by the column's type), reads back equal, in its own transaction or the
+    caller's; a state over the bound is refused and its key forgotten."""
+    from ctxmgmt.store import sessions as module
+
+    dumped: list[object] = []
+    original = store.engine.dialect._json_serializer or json.dumps
+
+    def counting(value, *args, **kwargs):
+        dumped.append(value)
+        return original(value, *args, **kwargs)
+
+    monkeypatch.setattr(store.engine.dialect, "_json_serializer", counting)
+    sessions = module.SessionStore(store.engine)
+    state = {"generation": 3, "view": [{"role": "user", "content": 'héllo \u2028 [{"}]'}], "n": None}
+    assert sessions.put("k", state) is True
+    with store.engine.begin() as conn:
+        assert sessions.put("c", {**state, "generation": 4}, conn=conn) is True
+    assert dumped == []
+    assert sessions.get("k") == state and sessions.get("c") == {**state, "generation": 4}
+    monkeypatch.setattr(module, "MAX_SESSION_BYTES", 40)
+    assert sessions.put("k", state) is False
+    with store.engine.begin() as conn:
+        assert sessions.put("c", state, conn=conn) is False
+    assert sessions.get("k") is None and sessions.get("c") is None

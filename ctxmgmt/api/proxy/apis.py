@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...formats.anthropic import system_text
-from ...messages import text_of
 
 __all__ = ["APIS", "Api", "Parts"]
 
@@ -117,6 +116,7 @@ _ANTHROPIC_TYPES = {
     502: "api_error",
     503: "overloaded_error",
     504: "timeout_error",
+    507: "api_error",
 }
 _OPENAI_TYPES = {
     400: "invalid_request_error",
@@ -131,6 +131,7 @@ _OPENAI_TYPES = {
     502: "server_error",
     503: "server_error",
     504: "timeout_error",
+    507: "server_error",
 }
 
 APIS: dict[str, Api] = {
@@ -141,9 +142,3 @@ APIS: dict[str, Api] = {
         Api("messages", "/v1/messages", "anthropic", "anthropic", "messages"),
     )
 }
-
-
-def first_text(record: Sequence[Any]) -> str:
-    """The text of a conversation's first message (what names it, with the system prompt)."""
-    first = record[0] if record else None
-    return text_of(first.get("content")) if isinstance(first, Mapping) else ""

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import HTTPProblem
-from ..requests import MAX_DEPTH, check_values
+from ..requests import DECODER, check_values, json_problem
 
-__all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "upstream_text"]
+__all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "size_of", "upstream_text"]
 
 BODIES_BYTES = 256 << 20
 """The previous bodies a process keeps to read the next ones from, by their text's size."""
@@ -33,21 +33,6 @@ _FINGERPRINT = 1024
 """A body is found again by its first characters (its system prompt and first messages)."""
 
 _WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder(
-    parse_constant=lambda value: _refuse(f"{value} is not valid JSON"),
-    parse_float=lambda value: _finite(value),
-)
-
-
-def _refuse(message: str) -> Any:
-    raise ValueError(message)
-
-
-def _finite(value: str) -> float:
-    number = float(value)
-    if number in (float("inf"), float("-inf")):
-        raise ValueError(f"{value[:40]} is too large for a JSON number")
-    return number
 
 
 @dataclass(slots=True)
@@ -75,20 +60,14 @@ class Body:
 
 
 def _error(text: str, at: int, message: str) -> HTTPProblem:
-    line = text.count("\n", 0, at) + 1
-    column = at - (text.rfind("\n", 0, at) + 1) + 1
-    return HTTPProblem(400, f"invalid JSON at line {line} column {column}: {message}")
+    return json_problem(json.JSONDecodeError(message, text, at))
 
 
 def _value(text: str, at: int) -> tuple[Any, int]:
     try:
-        return _DECODER.raw_decode(text, at)
-    except RecursionError:
-        raise HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels") from None
-    except json.JSONDecodeError as exc:
-        raise _error(text, exc.pos, exc.msg) from None
-    except ValueError as exc:
-        raise HTTPProblem(400, f"invalid JSON: {exc}") from None
+        return DECODER.raw_decode(text, at)
+    except (RecursionError, ValueError) as exc:
+        raise json_problem(exc) from None
 
 
 def _ws(text: str, at: int) -> int:
@@ -260,20 +239,24 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
 
 
 class Bodies:
-    """The bodies this process read last, found again by their start: the next request of a
-    conversation starts with its previous body's text up to the last element."""
+    """The bodies this process read last, within ``max_bytes``: a bounded LRU of single bodies,
+    the oldest evicted first. The next request of a conversation starts with its previous
+    body's text up to the last element; bodies are grouped by their first characters to find
+    it (any number of conversations may share a long system prompt)."""
 
     def __init__(self, max_bytes: int = BODIES_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[str, list[Body]] = OrderedDict()
+        self._order: OrderedDict[int, tuple[str, Body, int]] = OrderedDict()
+        """Each kept body by its id, oldest first: (its group, the body, its size)."""
+        self._groups: dict[str, dict[int, Body]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
     def find(self, text: str) -> Body | None:
         """The kept body whose text up to its last element ``text`` starts with (the longest)."""
         with self._lock:
-            found = self._items.get(text[:_FINGERPRINT])
-            candidates = list(found) if found else []
+            found = self._groups.get(text[:_FINGERPRINT])
+            candidates = list(found.values()) if found else []
         best = None
         for body in candidates:
             prefix = body.prefix
@@ -283,18 +266,30 @@ class Bodies:
 
     def keep(self, body: Body, previous: Body | None) -> None:
         """Keep ``body`` in place of ``previous`` (the one it was read from, if any)."""
-        if size_of(body) > self.max_bytes or body.array is None:
-            return
-        key = body.text[:_FINGERPRINT]
+        size = size_of(body)
         with self._lock:
-            old = self._items.pop(key, [])
-            self._bytes -= sum(map(size_of, old))
-            kept = [body, *(b for b in old if b is not previous)][:4]  # a few may start alike
-            self._items[key] = kept
-            self._bytes += sum(map(size_of, kept))
-            while self._bytes > self.max_bytes and self._items:
-                _, gone = self._items.popitem(last=False)
-                self._bytes -= sum(map(size_of, gone))
+            if previous is not None:
+                self._drop(id(previous))
+            if size > self.max_bytes or body.array is None:
+                return
+            self._drop(id(body))
+            key = body.text[:_FINGERPRINT]
+            self._order[id(body)] = (key, body, size)
+            self._groups.setdefault(key, {})[id(body)] = body
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                self._drop(next(iter(self._order)))
+
+    def _drop(self, ident: int) -> None:
+        found = self._order.pop(ident, None)
+        if found is None:
+            return
+        key, _, size = found
+        self._bytes -= size
+        group = self._groups[key]
+        del group[ident]
+        if not group:
+            del self._groups[key]
 
 
 _PER_ELEMENT = 1024

@@ -33,21 +33,22 @@ from ...messages import mentions_archive
 from ...store.repository import now_ms
 from ...store.sessions import SessionStore
 from ...summaries import message_key
-from ..errors import STATUS_TABLE, HTTPProblem
-from ..requests import body_text, state
+from ..errors import Classified, classify
+from ..params import NAME, NAME_LENGTH
+from ..requests import body_text, presented_key, state
+from . import streams
 from .apis import Api, Parts
-from .body import Bodies, Body, parse, upstream_text
+from .body import Bodies, Body, parse, size_of, upstream_text
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
 from .state import Live, pack, unpack
-from .streams import Accumulator, continuation, split_events
-from .usage import EventReader, usage_of
+from .streams import Accumulator, continuation
+from .usage import usage_of
 
 __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
 
 DEFINITION_HEADER = "x-ctxmgmt-definition"
 SESSION_HEADER = "x-ctxmgmt-session"
 KEY_HEADER = "x-ctxmgmt-key"
-_NAME = re.compile(r"[a-z0-9_-]{1,49}")
 _SESSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # The client's headers that go upstream as they came (besides its key, when it is not ours).
 _FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project", "openai-beta")
@@ -75,26 +76,22 @@ def _pointer(api: Api, pointer: str) -> str:
 
 
 def _answer(api: Api, exc: BaseException) -> JSONResponse:
+    """Any error, classified as the REST API's are (:func:`ctxmgmt.api.errors.classify`), in
+    the provider's shape; problems' pointers into the request's body."""
     if isinstance(exc, _Refused):
-        status, kind, message = exc.status, exc.kind, exc.message
-    elif isinstance(exc, HTTPProblem):
-        status, kind, message = exc.status, exc.type, exc.reason
+        found = Classified(exc.status, exc.kind, exc.message)
     else:
-        status, kind = 500, "internal_server_error"
-        message = "an unexpected error happened; see the server log"
-        for cls, code, name in STATUS_TABLE:
-            if isinstance(exc, cls):
-                status, kind = code, name
-                problems = getattr(exc, "problems", None) or ()
-                listed = "; ".join(
-                    f"{_pointer(api, p.pointer)}: {p.message}" for p in problems if p.severity == "error"
-                )
-                message = listed or str(exc).splitlines()[0]
-                break
-        else:
+        found = classify(exc)
+        if not found.expected:
             log.exception("unexpected error in the proxy", exc_info=exc)
-    headers = {"www-authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(api.error(status, kind, message), status, headers=headers)
+        elif found.status in (503, 507):
+            log.warning("proxy: %s: %s", found.type, found.reason)
+    listed = "; ".join(f"{_pointer(api, p.pointer)}: {p.message}" for p in found.problems)
+    headers = dict(found.headers or {})
+    if found.status == 401:
+        headers["www-authenticate"] = "Bearer"
+    body = api.error(found.status, found.type, listed or found.reason)
+    return JSONResponse(body, found.status, headers=headers or None)
 
 
 async def proxy_request(request: Request, api: Api) -> Response:
@@ -111,10 +108,8 @@ def _authorize(request: Request) -> bool:
     config = state(request).config
     if not config.auth_enabled:
         return False
-    header = request.headers.get("authorization", "")
-    bearer = header[7:].strip() if header[:7].lower() == "bearer " else ""
     own = request.headers.get(KEY_HEADER)
-    presented = own or bearer or request.headers.get("x-api-key", "")
+    presented = own or presented_key(request)
     key = config.find(presented) if presented else None
     if key is None:
         raise _Refused(
@@ -204,11 +199,13 @@ async def _proxy(request: Request, api: Api) -> Response:
     own_key = _authorize(request)
     st = state(request)
     name = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
-    if not _NAME.fullmatch(name):
+    if not NAME.fullmatch(name):
         raise _Refused(
-            400, "illegal_argument_exception", f"{name[:60]!r}: a definition name is 1-49 of a-z 0-9 _ -"
+            400,
+            "illegal_argument_exception",
+            f"{name[:60]!r}: a definition name is 1-{NAME_LENGTH} of a-z 0-9 _ -",
         )
-    text = await body_text(request, limit=st.config.proxy_max_body_bytes)
+    text = await body_text(request, setting="proxy_max_body_bytes")
     bodies: Bodies = request.app.state.proxy_bodies
     previous = bodies.find(text)  # the conversation's previous body: only what follows is read
     if len(text) - len(previous.prefix if previous else "") > 65536:  # a large read: off the loop
@@ -217,6 +214,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         parsed = parse(text, api.field, previous)
     body = parsed.data
     config = _model(request, body, api)
+    headers = _headers(request, config, own_key)  # before anything is run, kept or recorded
     parts = api.parts(body)
     if isinstance(parts, str):
         raise _Refused(400, "illegal_argument_exception", parts)
@@ -265,7 +263,6 @@ async def _proxy(request: Request, api: Api) -> Response:
         # already be sending its next request to another process: the state goes first.
         await _store(st, live, conversation, exchange_state)
     outgoing = api.managed(body, turn.messages, config.model)
-    headers = _headers(request, config, own_key)  # before anything is recorded: a bad key is a 400
     recall: list[Tool] = []
     way = internal(turn.context)
     managed = (way.context if way is not None else turn.context).messages
@@ -363,8 +360,8 @@ async def _store(
                 st.runner.executions.save(record, conn=conn)
 
     await asyncio.to_thread(write)
-    size = 6 * (conversation.last_counted or 0) + 4096  # what its view holds, roughly, in bytes
-    live.keep(kept.key, (packed["generation"], kept.version), conversation, size)
+    # What it holds: the request's messages (its view is made of them) and what was written.
+    live.keep(kept.key, (packed["generation"], kept.version), conversation, size_of(kept.body))
 
 
 @dataclass(slots=True)
@@ -428,10 +425,11 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         data = await _read(response, deadline, config)
     finally:
         await response.aclose()
-    usage = _usage(api, data) if response.is_success else None
+    answer = _json(data) if response.is_success else None  # once, for its usage and its calls
+    usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
-        status, last, headers = await _recall_rounds(exchange, body, _json(data))
+        status, last, headers, _ = await _recall_rounds(exchange, body, answer)
         if status is not None:  # the answer called recall: the last round's answer goes back
             if not 200 <= status < 300:
                 failure = f"upstream status {status} in a recall round"
@@ -443,9 +441,10 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
 
 async def _recall_rounds(
     exchange: _Exchange, body: dict[str, Any], answer: Any
-) -> tuple[int | None, bytes, dict[str, str]]:
-    """Answer the recall calls of ``answer`` and ask the upstream again (whole answers), until
-    an answer calls none: (its status, body, headers), or None when ``answer`` called none."""
+) -> tuple[int | None, bytes, dict[str, str], Any]:
+    """Answer the recall calls of ``answer`` (parsed) and ask the upstream again (whole
+    answers), until an answer calls none: (its status, body, headers, parsed body), or a None
+    status when ``answer`` called none."""
     api, config = exchange.api, exchange.config
     body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     status: int | None = None
@@ -472,7 +471,8 @@ async def _recall_rounds(
         status = response.status_code
         # A recall round's request is measured by the upstream's report (it is the managed
         # request and the recall exchange, which no hook saw).
-        reported = (_usage(api, data) or {}).get("input", 0) if response.is_success else 0
+        answer = _json(data) if response.is_success else None
+        reported = (usage_of(api.name, answer) or {}).get("input", 0)
         exchange.record["calls"].append(
             {
                 "call": rounds + 1,
@@ -484,24 +484,40 @@ async def _recall_rounds(
         )
         if not response.is_success:
             break
-        answer = _json(data)
-    return status, data, returned
+    return status, data, returned, answer
 
 
 async def _events(
     exchange: _Exchange, response: httpx.Response, deadline: float, body: dict[str, Any]
 ) -> AsyncIterator[bytes]:
     """The upstream's events as they arrive, then the record. With recall offered, until one
-    starts a recall call; then the recall rounds (whole answers), and the final answer as the
-    events that end the same message (see :mod:`ctxmgmt.api.proxy.streams`). An error event
-    when it breaks off."""
+    starts a tool call; the rest is held to the stream's end: passed on as it came when the
+    answer calls no recall tool, else the recall rounds (whole answers) and the final answer
+    as the events that end the same message (see :mod:`ctxmgmt.api.proxy.streams`). An error
+    event when it breaks off."""
     api, config = exchange.api, exchange.config
-    reader = EventReader(api.name)
+    events = streams.Events(streams.MAX_EVENT_BYTES)  # read at call time: a test may lower it
+    usage: dict[str, int] = {}
     acc = Accumulator(api.name)
-    buffer = bytearray()
     failure: str | None = None
     total = 0
     holding = False
+    held: list[bytes] = []
+    """The events from the first tool call on (within max_response_bytes, as the stream)."""
+
+    def read(split: list[tuple[bytes, Any]]) -> bytes:
+        """The events' usage kept and recall watched for; the bytes to pass on."""
+        nonlocal holding
+        out: list[bytes] = []
+        for event, data in split:
+            found = usage_of(api.name, data)
+            if found:
+                usage.update(found)
+            if exchange.recall:
+                holding = acc.event(data) or holding
+                (held if holding else out).append(event)
+        return b"".join(out)
+
     try:
         try:
             async with asyncio.timeout_at(deadline):
@@ -511,32 +527,32 @@ async def _events(
                         limit = config.max_response_bytes
                         failure = f"the upstream's stream is over {limit} bytes (max_response_bytes)"
                         break
-                    reader.feed(chunk)
+                    passed = read(events.feed(chunk))
                     if not exchange.recall:  # nothing to watch for: passed on as it came
                         yield chunk
-                        continue
-                    buffer += chunk
-                    out = []
-                    for event, data in split_events(buffer):
-                        holding = acc.event(data) or holding
-                        if not holding:
-                            out.append(event)
-                    if out:
-                        yield b"".join(out)
-                if buffer and not holding and failure is None:
-                    yield bytes(buffer)
+                    elif passed:
+                        yield passed
+                if failure is None:
+                    passed = read(events.finish())
+                    if exchange.recall and passed:
+                        yield passed
         except (TimeoutError, httpx.HTTPError) as exc:
             failure = _fault(config, exc, "broke off").message
+        except streams.EventTooLong as exc:
+            failure = str(exc)
         except Exception as exc:  # events no reader of them can take
             log.warning("proxy: the upstream's stream could not be read", exc_info=True)
             failure = f"the upstream's stream could not be read ({type(exc).__name__})"
         finally:
             await response.aclose()
-        if holding and failure is None:
+        whole = acc.answer() if holding and failure is None else None
+        if whole is not None and not calls_of(api.name, whole):  # the client's calls only
+            yield b"".join(held)
+        elif whole is not None:
             try:
-                status, data, _ = await _recall_rounds(exchange, body, acc.answer())
-                final = _json(data) if status is not None and 200 <= status < 300 else None
-                events = (
+                status, _, _, answer = await _recall_rounds(exchange, body, whole)
+                final = answer if status is not None and 200 <= status < 300 else None
+                ending = (
                     continuation(acc, final, bool((body.get("stream_options") or {}).get("include_usage")))
                     if isinstance(final, Mapping)
                     else None
@@ -547,15 +563,15 @@ async def _events(
                 log.warning("proxy: the upstream's answer could not be read", exc_info=True)
                 failure = f"the upstream's answer could not be read ({type(exc).__name__})"
             else:
-                if events is None:
+                if ending is None:
                     failure = f"upstream status {status} in a recall round"
                 else:
-                    for event in events:
+                    for event in ending:
                         yield event
         if failure is not None:
             yield _stream_error(api, failure)
     finally:
-        await _finish(exchange, reader.usage or None, failure)
+        await _finish(exchange, usage or None, failure)
 
 
 def _json(data: bytes) -> Any:
@@ -563,10 +579,6 @@ def _json(data: bytes) -> Any:
         return json.loads(data)
     except ValueError:
         return None
-
-
-def _usage(api: Api, data: bytes) -> dict[str, int] | None:
-    return usage_of(api.name, _json(data))
 
 
 async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
-"""Recall in a streamed answer: its events pass through as they arrive until one starts a recall
-call; from there the proxy reads the rest (building the whole answer from the events), answers
-the recall calls with whole upstream requests, and ends the client's stream with the final
-answer's content as events of the same message.
+"""Recall in a streamed answer: its events pass through as they arrive until one starts a tool
+call (any: a recall call may follow the client's own); from there the proxy reads the rest,
+building the whole answer from the events. An answer that calls no recall tool is then passed
+on as it came; else the proxy answers the recall calls with whole upstream requests and ends
+the client's stream with the final answer's content as events of the same message.
 
 Each provider's events are built and read as its SDKs do: OpenAI chat chunks (``delta``s by
 choice, tool calls by index), Anthropic message events (content blocks by index), Responses
@@ -11,30 +12,90 @@ events (output items by index, ``response.completed`` holding the whole response
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Mapping
 from typing import Any
 
-from ...messages import RECALL_TOOLS
-
-__all__ = ["Accumulator", "continuation", "split_events"]
+__all__ = ["MAX_EVENT_BYTES", "Accumulator", "EventTooLong", "Events", "continuation"]
 
 
-def split_events(buffer: bytearray) -> Iterator[tuple[bytes, Any]]:
-    """The complete events at the start of ``buffer`` (taken out of it): each one's bytes, as
-    received, and its data's JSON (None when it has none, or none that parses)."""
-    while True:
-        ends = [(i, n) for sep, n in ((b"\n\n", 2), (b"\r\n\r\n", 4)) if (i := buffer.find(sep)) >= 0]
-        if not ends:
-            return
-        end, size = min(ends)
-        event = bytes(buffer[: end + size])
-        del buffer[: end + size]
-        lines = event.replace(b"\r\n", b"\n").split(b"\n")
-        data = b"\n".join(line[5:].lstrip(b" ") for line in lines if line.startswith(b"data:"))
+MAX_EVENT_BYTES = 8 << 20
+"""One event's bytes at most: a delta, or a whole response with its echoed instructions and
+tools. A longer one ends the stream with an error (it cannot be read, and may hide a call)."""
+
+# An event ends at an empty line: a line's end followed by another, each CRLF, LF or CR (the
+# LF of a CRLF never ends a second line).
+_SEPARATOR = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
+_LINE = re.compile(rb"\r\n|\n|\r")
+_CR = 13
+_LONGEST = 4
+"""The longest separator (CRLF CRLF): fewer bytes than this at a buffer's end may start one."""
+
+
+class EventTooLong(ValueError):
+    """An event longer than the splitter's bound."""
+
+
+class Events:
+    """A server-sent event stream split into events as its bytes arrive, once for every reader
+    of it (usage, recall): each event's bytes as received and its data's JSON (None when it has
+    none, or none that parses). Every byte is searched once (the last three again with the next
+    chunk), and one event is bounded by ``max_bytes`` (:class:`EventTooLong`)."""
+
+    def __init__(self, max_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._buffer = bytearray()
+        self._scan = 0
+        """Where the search for the next separator resumes."""
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, Any]]:
+        """The events ``chunk`` completes."""
+        buffer = self._buffer
+        buffer += chunk
+        out: list[tuple[bytes, Any]] = []
+        start = 0
+        pos = self._scan
+        while True:
+            found = _SEPARATOR.search(buffer, pos)
+            if found is None:
+                pos = max(start, len(buffer) - (_LONGEST - 1))
+                break
+            end = found.end()
+            if end == len(buffer) and buffer[end - 1] == _CR:  # its LF may be in the next chunk
+                pos = found.start()
+                break
+            if end - start > self.max_bytes and out:  # refused with the next chunk
+                pos = start
+                break
+            out.append(self._event(bytes(buffer[start:end])))
+            start = pos = end
+        if len(buffer) - start > self.max_bytes and not out:  # else with the next chunk
+            raise EventTooLong(f"an event of the upstream's stream is over {self.max_bytes} bytes")
+        del buffer[:start]
+        self._scan = pos - start
+        return out
+
+    def finish(self) -> list[tuple[bytes, Any]]:
+        """The last event, when the stream ended without an empty line after it."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        self._scan = 0
+        return [self._event(rest)] if rest else []
+
+    def _event(self, event: bytes) -> tuple[bytes, Any]:
+        if len(event) > self.max_bytes:
+            raise EventTooLong(f"an event of the upstream's stream is over {self.max_bytes} bytes")
+        data = b"\n".join(
+            line[6:] if line.startswith(b"data: ") else line[5:]
+            for line in _LINE.split(event)
+            if line.startswith(b"data:")
+        )
+        if not data or data == b"[DONE]":
+            return event, None
         try:
-            yield event, (json.loads(data) if data and data != b"[DONE]" else None)
+            return event, json.loads(data)
         except ValueError:
-            yield event, None
+            return event, None
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
@@ -42,14 +103,20 @@ def _sse(data: Any, event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+_SAID = frozenset({"text", "thinking", "redacted_thinking", "message", "reasoning"})
+"""Content blocks and output items that only say something: any other may be a tool call."""
+
+
 class Accumulator:
-    """The whole answer a stream's events make, and where a recall call starts in it."""
+    """The whole answer a stream's events make, and where its first tool call starts: from
+    there the events are held, since a recall call may follow a client's (the model's history
+    must hold the calls the client saw)."""
 
     def __init__(self, api: str) -> None:
         self.api = api
         self.held: int | None = None
         """Where the events stopped being passed on: the tool-call, block or item index of
-        the first recall call."""
+        the first tool call."""
         self.base: dict[str, Any] = {}
         self.content = ""
         self.calls: dict[int, dict[str, Any]] = {}
@@ -60,7 +127,8 @@ class Accumulator:
         self.completed: dict[str, Any] | None = None
 
     def event(self, data: Any) -> bool:
-        """Take one event; True when it starts a recall call (it and what follows are held)."""
+        """Take one event; True when it starts the first tool call (it and what follows are
+        held until the answer is whole: passed on as they came when it calls no recall tool)."""
         if not isinstance(data, Mapping):
             return False
         if self.api == "chat":
@@ -84,14 +152,14 @@ class Accumulator:
             for part in delta.get("tool_calls") or ():
                 if not isinstance(part, Mapping) or not isinstance(part.get("index"), int):
                     continue
+                if self.held is None:
+                    self.held, starts = part["index"], True
                 call = self.calls.setdefault(part["index"], {"id": None, "name": "", "arguments": ""})
                 fn = part.get("function")
                 fn = fn if isinstance(fn, Mapping) else {}
                 call["id"] = part.get("id") or call["id"]
                 if fn.get("name"):
                     call["name"] += fn["name"]
-                    if call["name"] in RECALL_TOOLS and self.held is None:
-                        self.held, starts = part["index"], True
                 call["arguments"] += fn.get("arguments") or ""
             self.finish = choice.get("finish_reason") or self.finish
         return starts
@@ -109,7 +177,7 @@ class Accumulator:
             if block.get("type") == "tool_use":
                 block["partial"] = ""
             self.blocks[index] = block
-            if block.get("type") == "tool_use" and block.get("name") in RECALL_TOOLS and self.held is None:
+            if block.get("type") not in _SAID and self.held is None:
                 self.held = index
                 return True
         elif kind == "content_block_delta" and isinstance(index, int) and index in self.blocks:
@@ -135,12 +203,7 @@ class Accumulator:
             item, index = data.get("item"), data.get("output_index")
             if isinstance(item, Mapping) and isinstance(index, int):
                 self.items[index] = item
-                if (
-                    kind.endswith("added")
-                    and item.get("type") == "function_call"
-                    and item.get("name") in RECALL_TOOLS
-                    and self.held is None
-                ):
+                if kind.endswith("added") and item.get("type") not in _SAID and self.held is None:
                     self.held = index
                     return True
         elif kind in ("response.completed", "response.incomplete") and isinstance(

@@ -1,16 +1,12 @@
-"""The upstream's reported usage, read from its answer (whole, or as server-sent events as
-they pass through) without holding more than one bounded event."""
+"""The upstream's reported usage, read from its answer: whole, or one event of a stream (split
+by :class:`ctxmgmt.api.proxy.streams.Events`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_EVENT_BYTES", "EventReader", "usage_of"]
-
-MAX_EVENT_BYTES = 1 << 20
-"""An event longer than this is passed on unread (a long text delta never carries usage)."""
+__all__ = ["usage_of"]
 
 
 def _int(value: Any) -> int | None:
@@ -58,53 +54,3 @@ def usage_of(api: str, data: Any) -> dict[str, int] | None:
         "output": _int(usage.get("completion_tokens")) or 0,
         "cached": cached or 0,
     }
-
-
-class EventReader:
-    """Feeds on a server-sent event stream's bytes as they pass and keeps the usage seen."""
-
-    def __init__(self, api: str) -> None:
-        self.api = api
-        self.usage: dict[str, int] = {}
-        self._buffer = bytearray()
-        self._skipping = False
-
-    def feed(self, chunk: bytes) -> None:
-        self._buffer += chunk
-        while True:
-            end, size = _boundary(self._buffer)
-            if end < 0:
-                if len(self._buffer) > MAX_EVENT_BYTES:  # too long to be read: skip to its end
-                    self._skipping = True
-                    del self._buffer[: len(self._buffer) - 4]
-                return
-            event = bytes(self._buffer[:end])
-            del self._buffer[: end + size]
-            if self._skipping:
-                self._skipping = False
-                continue
-            self._event(event)
-
-    def _event(self, event: bytes) -> None:
-        data = b"\n".join(
-            line[5:].lstrip(b" ")
-            for line in event.replace(b"\r\n", b"\n").split(b"\n")
-            if line.startswith(b"data:")
-        )
-        if not data or data == b"[DONE]":
-            return
-        try:
-            parsed = json.loads(data)
-        except ValueError:
-            return
-        found = usage_of(self.api, parsed)
-        if found:
-            self.usage.update(found)
-
-
-def _boundary(buffer: bytearray) -> tuple[int, int]:
-    """(where the first event ends, the separator's length), or (-1, 0)."""
-    found = [
-        (i, n) for sep, n in ((b"\n\n", 2), (b"\r\n\r\n", 4), (b"\r\r", 2)) if (i := buffer.find(sep)) >= 0
-    ]
-    return min(found) if found else (-1, 0)

@@ -1,0 +1,81 @@
+"""Request bodies: nesting measured in one pass, large bodies parsed and checked off the event
+loop, a 413 naming the limit that was exceeded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from ctxmgmt.api import create_app, requests
+from ctxmgmt.api.config import ServerConfig
+
+from ..conftest import LiveServer
+
+_TEXT = st.text(alphabet='[]{}"\\ab\n\u00e9\ud7ff', max_size=8)
+_VALUES = st.recursive(
+    st.none() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=30,
+)
+
+
+def _walked(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_walked, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_walked, value), default=0)
+    return 0
+
+
+@given(_VALUES)
+@example({"a": ["[[[", {"]": '\\"]]'}]})
+@example([[[[[[[]]]]]], {}])
+@example('"}}}"')
+def test_the_depth_of_a_json_text_is_its_values_nesting(value):
+    """The one-pass bracket count gives the depth a walk of the parsed value gives, whatever
+    brackets, quotes and escapes its strings hold."""
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False, indent=1)):
+        assert requests._depth(text) == _walked(value)
+
+
+def test_a_large_body_is_parsed_and_checked_in_one_worker_thread(store, monkeypatch):
+    """A body over 64 KiB is parsed and checked off the event loop, both in the same worker
+    thread (a deep or large body never stalls other requests)."""
+    seen: list[tuple[str, bool]] = []
+    for name in ("_parse", "check_values"):
+        original = getattr(requests, name)
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            try:
+                asyncio.get_running_loop()
+                on_loop = True
+            except RuntimeError:
+                on_loop = False
+            import threading
+
+            seen.append((threading.current_thread().name, on_loop))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(requests, name, spy)
+    body = {"context": {"messages": [{"role": "user", "content": "x" * 100_000}]}, "hook": "pre_llm"}
+    with LiveServer(create_app(store)) as server:
+        httpx.post(f"{server.url}/_plugins/_ml/context_management/_simulate", json=body, timeout=30)
+    assert len(seen) == 2 and seen[0] == seen[1] and not seen[0][1], seen
+
+
+def test_a_413_names_the_limit_that_was_exceeded(store):
+    """When server.max_body_bytes and server.proxy_max_body_bytes are equal, a 413 names the
+    setting of the route that refused (the proxy's, or the server's)."""
+    config = ServerConfig.from_dict({"max_body_bytes": 4096, "proxy_max_body_bytes": 4096})
+    big = {"model": "m", "messages": [{"role": "user", "content": "x" * 8000}]}
+    with LiveServer(create_app(store, config=config)) as server:
+        proxied = httpx.post(f"{server.url}/proxy/default/v1/chat/completions", json=big, timeout=30)
+        api = httpx.post(f"{server.url}/_plugins/_ml/context_management/_validate", json=big, timeout=30)
+    assert proxied.status_code == api.status_code == 413
+    assert "(server.proxy_max_body_bytes)" in proxied.json()["error"]["message"], proxied.text
+    assert "(server.max_body_bytes)" in api.json()["error"]["reason"], api.text
