@@ -553,7 +553,7 @@ def test_an_edit_postponed_for_the_cache_shows_in_the_trace_and_the_record(
         },
     )
     agent_id = agent(runner, context_management_name="aware")
-    chat_server.reply(tool_call(("echo", {"text": "first " * 40})))
+    chat_server.reply(tool_call(("echo", {"text": "first " * 80})))
     chat_server.reply(tool_call(("echo", {"text": "second"})))
     chat_server.reply("done")
     result = runner.execute(agent_id, "go")
@@ -565,7 +565,7 @@ def test_an_edit_postponed_for_the_cache_shows_in_the_trace_and_the_record(
         and postponed[0]["details"]["cache"]["saving"] < postponed[0]["details"]["cache"]["rewrite_cost"]
     )
     last = chat_server.requests[-1]["messages"]
-    assert next(m["content"] for m in last if m["role"] == "tool").count("first") == 40
+    assert next(m["content"] for m in last if m["role"] == "tool").count("first") == 80
     record = ExecutionStore(store.engine).get(result.execution_id)
     assert any("postponed: cache (would free" in line for line in trace_lines(record))
 
