@@ -32,13 +32,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import operator
 import re
 from collections.abc import Mapping
-from itertools import accumulate
 from typing import Any
 
 from .formats import anthropic as _anthropic
+from .loader import json_depth
 
 __all__ = ["MAX_DEPTH", "ReplyError", "read"]
 
@@ -46,9 +45,6 @@ MAX_DEPTH = 64
 """Objects and lists nested deeper than this in a reply (or in a tool call's arguments)
 are refused."""
 _ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
-_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
-_LEVELS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 """Only an escape can make a surrogate: the text itself is strict UTF-8."""
 _MAX_DIGITS = 100
@@ -94,7 +90,7 @@ def parse(raw: bytes | str, pointer: str) -> Any:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ReplyError(pointer, f"is not UTF-8 text (byte {exc.start} is invalid)") from None
-    depth = _depth(encoded)
+    depth = json_depth(text)
     if depth > MAX_DEPTH:
         raise ReplyError(pointer, f"is JSON nested {depth} deep; at most {MAX_DEPTH} levels are accepted")
     try:
@@ -115,17 +111,6 @@ def parse(raw: bytes | str, pointer: str) -> Any:
     if _ESCAPED_SURROGATE.search(encoded) and not _valid_strings(data):
         _check_strings(data, pointer)  # the slow walk, that names where
     return data
-
-
-def _depth(encoded: bytes) -> int:
-    """How deep objects and lists nest in a JSON text, without parsing it (so a deep text
-    costs no recursion): strings dropped, the deepest running count of brackets, in C."""
-    steps = _STRINGS.sub(b"", encoded).translate(_LEVELS, _NOT_BRACKETS)
-    if not steps:
-        return 0
-    # accumulate() adds 2 per opener and 0 per closer; minus the brackets so far, the depth.
-    deepest: int = max(map(operator.sub, accumulate(steps), range(1, len(steps) + 1)))
-    return deepest
 
 
 def _constant(name: str) -> Any:

@@ -19,10 +19,12 @@ Nothing here raises for bad input: every problem is a :class:`~ctxmgmt.errors.Pr
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 import stat
 from dataclasses import replace
+from itertools import accumulate, count
 from pathlib import Path
 from typing import IO, Any
 
@@ -383,7 +385,7 @@ def parse_json(text: str, source: str | None = None, *, max_depth: int = MAX_DEP
     except RecursionError:
         return _failed(f"nests deeper than {max_depth} levels; flatten it", source)
     refused: list[Problem] = []
-    if _ESCAPED_SURROGATE.search(text) or _deeper_than(text, max_depth):  # else nothing to find
+    if _ESCAPED_SURROGATE.search(text) or json_depth(text) > max_depth:  # else nothing to find
         refused = _check_values(data, source, max_depth=max_depth)
     return Document(None if refused else data, {}, refused, source)
 
@@ -391,20 +393,19 @@ def parse_json(text: str, source: str | None = None, *, max_depth: int = MAX_DEP
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 """How a JSON text writes a surrogate (strict UTF-8 decoding lets no raw one through)."""
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_LEAF = re.compile(r"\[\]|\{\}")
+# What is not a bracket: a string (brackets in it do not count), or a run of anything else.
+_NOT_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^"\[\]{}]+', re.DOTALL)
+_ONE_KIND = str.maketrans("{}", "[]")
 
 
-def _deeper_than(text: str, limit: int) -> bool:
-    """Whether valid JSON text nests deeper than ``limit``: its brackets, outside strings,
-    lose their innermost level per round (C-speed replaces, not a loop over characters)."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    for _ in range(limit):
-        if not brackets:
-            return False
-        brackets = _LEAF.sub("", brackets)  # one pass: what a removal joins waits for the next
-    return bool(brackets)
+def json_depth(text: str) -> int:
+    """How deep a JSON text nests, in one pass and without parsing it (a deep text costs no
+    recursion): its strings and all but its brackets taken out, the depth before each closing
+    bracket is the opening ones so far less the closing ones before it (counted in C: no
+    Python step per value). The one depth count of the package: files, bodies and replies."""
+    bare = _NOT_BRACKET.sub("", text).translate(_ONE_KIND)
+    opened = accumulate(map(len, bare.split("]")))  # "[" so far, before each "]" (and at the end)
+    return max(map(operator.sub, opened, count()), default=0)
 
 
 def load_document(path: str | Path, *, limit: int = MAX_FILE_BYTES) -> Document:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
 import re
 from collections.abc import Awaitable, Callable
-from itertools import accumulate, count
 from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.concurrency import run_in_threadpool
@@ -16,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..loader import json_depth
 from .config import ApiKey, ServerConfig
 from .errors import HTTPProblem
 from .params import MAX_VERSION, NAME, NAME_LENGTH, VERSION_DIGITS
@@ -139,7 +138,7 @@ def check_values(data: Any, *, nul: bool = True, text: str | None = None) -> Non
     nesting within MAX_DEPTH, nothing is walked (a large body costs a few passes in C, not a
     walk of every value)."""
     risky = text is None or _SURROGATE_ESCAPE.search(text) or (nul and _NUL_ESCAPE.search(text))
-    if not risky and _depth(text or "") <= MAX_DEPTH:
+    if not risky and json_depth(text or "") <= MAX_DEPTH:
         return
     stack: list[tuple[Any, str, int]] = [(data, "", 0)]
     while stack:
@@ -154,20 +153,6 @@ def check_values(data: Any, *, nul: bool = True, text: str | None = None) -> Non
                 stack.append((item, f"{pointer}/{_escape(key)}", depth + 1))
         elif isinstance(value, list):
             stack.extend((item, f"{pointer}/{i}", depth + 1) for i, item in enumerate(value))
-
-
-# What is not a bracket: a string (brackets in it do not count), or a run of anything else.
-_NOT_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^"\[\]{}]+')
-_ONE_KIND = str.maketrans("{}", "[]")
-
-
-def _depth(text: str) -> int:
-    """How deep a JSON text nests, in one pass: its strings and all but its brackets taken
-    out, the depth before each closing bracket is the opening ones so far less the closing
-    ones before it (counted in C: no Python step per value)."""
-    bare = _NOT_BRACKET.sub("", text).translate(_ONE_KIND)
-    opened = accumulate(map(len, bare.split("]")))  # "[" so far, before each "]" (and at the end)
-    return max(map(operator.sub, opened, count()), default=0)
 
 
 def _escape(key: str) -> str:

@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ..errors import ContextError, Problem
 from ..formats import anthropic, detect, openai_responses
 from ..formats._common import ORIGIN
-from ..loader import _bytes, _deeper_than, _read_file, _Unreadable
+from ..loader import _bytes, _read_file, _Unreadable, json_depth
 from ..messages import check_messages
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ def _json(text: str, source: str, line: int | None = None) -> Any:
         raise deep from None
     except ValueError as exc:  # an integer past Python's digit limit
         raise _error(source, f"cannot be read as JSON: {exc}"[:300]) from None
-    if _deeper_than(text, MAX_DEPTH):
+    if json_depth(text) > MAX_DEPTH:
         raise deep
     return _whole_characters(data) if _SURROGATE_ESCAPE.search(text) else data
 

@@ -1,46 +1,16 @@
-"""Request bodies: nesting measured in one pass, large bodies parsed and checked off the event
-loop, a 413 naming the limit that was exceeded."""
+"""Request bodies: large bodies parsed and checked off the event loop, a 413 naming the limit
+that was exceeded."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Any
 
 import httpx
-from hypothesis import example, given
-from hypothesis import strategies as st
 
 from ctxmgmt.api import create_app, requests
 from ctxmgmt.api.config import ServerConfig
 
 from ..conftest import LiveServer
-
-_TEXT = st.text(alphabet='[]{}"\\ab\n\u00e9\ud7ff', max_size=8)
-_VALUES = st.recursive(
-    st.none() | st.integers() | _TEXT,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
-    max_leaves=30,
-)
-
-
-def _walked(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + max(map(_walked, value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max(map(_walked, value), default=0)
-    return 0
-
-
-@given(_VALUES)
-@example({"a": ["[[[", {"]": '\\"]]'}]})
-@example([[[[[[[]]]]]], {}])
-@example('"}}}"')
-def test_the_depth_of_a_json_text_is_its_values_nesting(value):
-    """The one-pass bracket count gives the depth a walk of the parsed value gives, whatever
-    brackets, quotes and escapes its strings hold."""
-    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False, indent=1)):
-        assert requests._depth(text) == _walked(value)
 
 
 def test_a_large_body_is_parsed_and_checked_in_one_worker_thread(store, monkeypatch):
