@@ -149,14 +149,14 @@ LIVE_THREADS = 256
 
 def _same_state(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
     """Whether the agent's state holds what this conversation saved last (as the checkpointer
-    gave it back): the same record length, last message and view (or the record as the view)."""
+    gave it back): the same record length, fingerprint chain and view (or the record as the view)."""
     view, other = mine.get("view"), theirs.get("view")
     same_view = (
         len(view) == len(other)
         if isinstance(view, list) and isinstance(other, list)
         else view is other is None and mine.get("whole") is theirs.get("whole") is True
     )
-    return same_view and mine.get("upto") == theirs.get("upto") and mine.get("last") == theirs.get("last")
+    return same_view and mine.get("upto") == theirs.get("upto") and mine.get("chain") == theirs.get("chain")
 
 
 def _group(m: BaseMessage) -> list[dict[str, Any]]:

@@ -10,8 +10,9 @@ behaves the same.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from ..context import ApplyResult, Context
 from ..definitions import Definition, load_definition
 from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
+from ..history import same_start
 from ..managers.base import Environment
 from ..messages import call_ids, check_messages, is_summary, text_of
 from ..summaries import message_key
@@ -129,16 +131,17 @@ class _Live:
     the record continues the one it was made from, so a turn costs what is new."""
 
     context: Context
-    covers: int
-    """Record messages (in the record's own units) the view covers."""
-    anchor: Any
-    """The last of them."""
+    prefix: list[Any]
+    """The record messages (in the record's own units) the view covers: a next record
+    continues the view only if it starts with them (compared as :meth:`History.of` does)."""
     whole: bool
     """The view is the record, untouched."""
     upto: int
     """The record's messages in the conversation's format that the view covers (saved as
-    ``upto``), and the fingerprint of the last of them."""
-    last: str | None
+    ``upto``), and the fingerprint chain of all of them (saved as ``chain``)."""
+    chain: str
+    turn: int = 0
+    """Calls compared so far (turns the samples of a long record's comparison)."""
 
 
 class Conversation:
@@ -152,11 +155,13 @@ class Conversation:
     calibrated by the provider's reports (:meth:`observe`) and measured against the previous
     one for the prompt cache.
 
-    In one process the view is kept live: a record that continues the last one (its message
-    at the covered length is the same) costs only its new messages, translated one by one
-    with ``translate`` when the record is a framework's. :attr:`saved` is JSON-able: adapters
-    persist it where the framework keeps its state, and :meth:`load` restores it. A record
-    that does not continue the saved one (another conversation) starts a new view.
+    In one process the view is kept live: a record that continues the last one (it starts
+    with the messages the view covers, the same objects or equal ones) costs only its new
+    messages, translated one by one with ``translate`` when the record is a framework's.
+    :attr:`saved` is JSON-able: adapters persist it where the framework keeps its state, and
+    :meth:`load` restores it; it holds a fingerprint chain of every covered message. A record
+    that does not continue the saved one (another conversation, or an earlier message edited,
+    replaced or removed: a redaction, another middleware's edit) starts a new view.
     """
 
     def __init__(
@@ -240,7 +245,7 @@ class Conversation:
         that ``translate`` turns into it. ``request``: ``system_prompt``, ``tools``,
         ``model``, ``context_window``."""
         definition = self.source.get()
-        steps = self._steps(definition, record, translate, request)
+        steps = self._steps(definition, record, translate, request, self._continues(record))
         result: ApplyResult | None = None
         try:
             while True:
@@ -255,10 +260,11 @@ class Conversation:
     ) -> Turn:
         """:meth:`prepare` for async frameworks: model calls do not block the event loop."""
         definition = await self.source.aget()
-        steps = self._steps(definition, record, translate, request)
+        continued = self._continues(record)
+        steps = self._steps(definition, record, translate, request, continued)
         # A new view translates, checks and counts the whole record: CPU work that would stall
         # the event loop, so it runs in a worker thread. A continued one costs what is new.
-        cold = self._live is None or not _continues(record, self._live)
+        cold = not continued
         result: ApplyResult | None = None
         while True:
             step = await asyncio.to_thread(_send, steps, result) if cold else _send(steps, result)
@@ -284,8 +290,24 @@ class Conversation:
         self._out = None if turn.whole else out
         if not self.keep_view and self._live is not None:
             # The framework keeps these as its record: the next turn continues after them.
-            self._live.covers, self._live.anchor = len(out), (out[-1] if out else None)
+            self._live.prefix = list(out)
         return out
+
+    def _continues(self, record: Sequence[Any]) -> bool:
+        """Whether ``record`` continues the one the live view was made from: it starts with
+        the messages the view covers (compared as :meth:`History.of` compares a list handed
+        again: the same objects, or equal ones)."""
+        live = self._live
+        if live is None:
+            return False
+        prefix, n = live.prefix, len(live.prefix)
+        if not 0 < n <= len(record):
+            return False
+        seq = record if isinstance(record, list) else list(record)
+        live.turn += 1
+        if seq[0] is prefix[0] and seq[n - 1] is prefix[n - 1]:
+            return same_start(prefix, n, seq, live.turn)
+        return prefix == seq[:n]  # copies (a checkpointer's): equal ones continue it
 
     def _steps(
         self,
@@ -293,23 +315,24 @@ class Conversation:
         record: Sequence[Any],
         translate: Translate | None,
         request: Mapping[str, Any],
+        continued: bool,
     ) -> Generator[tuple[str, Context], ApplyResult, Turn]:
-        """The hook runs of one turn, as a step machine that a sync or an async driver runs."""
+        """The hook runs of one turn, as a step machine that a sync or an async driver runs
+        (``continued``: the record continues the live view)."""
         live = self._live
-        continued = live is not None and _continues(record, live)
         if continued:
             assert live is not None
-            start = live.covers
+            start = len(live.prefix)
             new = _translated(record[start:], translate)
             if self.format == "openai_chat":  # the view was checked when it was made
                 refuse_invalid(live.context.messages, new, checked=True)
             context = _continue(live.context, request)
             whole = live.whole
-            upto, last = live.upto + len(new), message_key(new[-1]) if new else live.last
+            upto, chain = live.upto + len(new), _chain(live.chain, new)
         else:
             start = len(record)
             chat = _translated(record, translate)
-            view, upto, state = self._continued(chat)
+            view, upto, state, chain = self._continued(chat)
             if self.format == "openai_chat":  # the provider formats are checked whole when converted
                 refuse_invalid(view, chat[upto:], checked=view is self.saved.get("view"))
             new = chat[upto:]
@@ -323,7 +346,7 @@ class Conversation:
                 start = upto
             context = Context(messages=view, state=state, format=self.format, **request)
             whole = upto == len(view) and view == chat[:upto]
-            upto, last = len(chat), message_key(chat[-1]) if chat else None
+            upto, chain = len(chat), _chain(chain, chat[upto:])
         trace: list[TraceEntry] = []
         post_tool = bool(definition.hooks.get(Hook.POST_TOOL))
         changed = False
@@ -349,11 +372,11 @@ class Conversation:
         reusable = self.cache.measure(inner, counter)
         self._last = (out.model, counted, reusable)
         whole = whole and not changed
-        self._live = _Live(out, len(record), record[-1] if record else None, whole, upto, last)
+        self._live = _Live(out, list(record), whole, upto, chain)
         if self.keep_view:
             # A view that is the record is saved as such: the framework persists the record
             # already, and a copy would double what it writes at every call.
-            self.saved = {"upto": upto, "last": last, "state": dict(out.state)}
+            self.saved = {"upto": upto, "chain": chain, "state": dict(out.state)}
             if whole:
                 self.saved["whole"] = True
             else:
@@ -367,33 +390,27 @@ class Conversation:
         turn.extends = continued and not changed
         return turn
 
-    def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any]]:
-        """(view, how many record messages it covers, state): the saved view when the record
-        continues the one it was made from, else a new view of the record."""
+    def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any], str]:
+        """(view, how many record messages it covers, state, their fingerprint chain): the
+        saved view when the record starts with every message it was made from (by the
+        chain), else a new view of the record."""
         saved = self.saved
-        upto = saved.get("upto")
-        view = saved.get("view")
+        upto, view, whole = saved.get("upto"), saved.get("view"), saved.get("whole") is True
         if (
             isinstance(upto, int)
-            and isinstance(view, list)
+            and (isinstance(view, list) or whole)
             and 0 < upto <= len(record)
-            and saved.get("last") == message_key(record[upto - 1])
+            and saved.get("chain") == (chain := _chain(_CHAIN_START, record[:upto]))
         ):
-            return view, upto, dict(saved.get("state") or {})
-        if (
-            saved.get("whole") is True
-            and isinstance(upto, int)
-            and 0 < upto <= len(record)
-            and saved.get("last") == message_key(record[upto - 1])
-        ):
-            view = list(record[:upto])
-            self.cache.restore(saved.get("cache"), view)
-            return view, upto, dict(saved.get("state") or {})
+            if not isinstance(view, list):
+                view = list(record[:upto])
+                self.cache.restore(saved.get("cache"), view)
+            return view, upto, dict(saved.get("state") or {}), chain
         # A new view: the record as it is; its newest tool results are new (post_tool runs).
         start = len(record)
         while start > 0 and is_tool_result(record[start - 1], self.format):
             start -= 1
-        return list(record[:start]), start, {}
+        return list(record[:start]), start, {}, _chain(_CHAIN_START, record[:start])
 
 
 def _send(
@@ -408,14 +425,15 @@ def _send(
         return turn
 
 
-def _continues(record: Sequence[Any], live: _Live) -> bool:
-    """Whether ``record`` continues the one the live view was made from: its message at the
-    covered length is that record's last (the same object, or an equal one)."""
-    n = live.covers
-    if not 0 < n <= len(record):
-        return False
-    mine = record[n - 1]
-    return bool(mine is live.anchor or mine == live.anchor)
+_CHAIN_START = ""
+
+
+def _chain(chain: str, messages: Iterable[Mapping[str, Any]]) -> str:
+    """The fingerprint chain ``chain`` extended by ``messages``: one hash of every message a
+    saved view covers, grown as messages are added (each is hashed once)."""
+    for m in messages:
+        chain = hashlib.sha256(f"{chain}:{message_key(m)}".encode()).hexdigest()[:32]
+    return chain
 
 
 def _translated(messages: Sequence[Any], translate: Translate | None) -> list[Any]:

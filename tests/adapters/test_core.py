@@ -1,7 +1,10 @@
 """What every adapter shares: the conversation's reusable prefix and its cache figures."""
 
+import pytest
+
 from ctxmgmt.agents.conversation import Conversation
-from ctxmgmt.tokens import REPLY_PRIMING
+from ctxmgmt.context import Context
+from ctxmgmt.tokens import REPLY_PRIMING, get_counter
 
 DEFINITION = {
     "name": "d",
@@ -119,3 +122,47 @@ def test_a_view_that_is_the_record_is_saved_as_such_and_restored():
     restored.load(conversation.saved)
     turn = restored.prepare([*record, {"role": "user", "content": "c"}])
     assert turn.start == 2 and [m["content"] for m in turn.messages] == ["a", "b", "c"]
+
+
+def _chat(n: int) -> list[dict[str, str]]:
+    return [{"role": role, "content": text} for role, text in _framework(n)]
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_an_earlier_message_edited_starts_a_new_view(restored):
+    """A record whose message before the covered length was edited (a redaction, another
+    middleware's edit), the last covered one equal, is managed afresh, live and restored from
+    the saved view: the model sees the edit, never the stale copy."""
+    conversation = Conversation(WINDOWED)
+    record = _chat(9)
+    first = conversation.prepare(record)
+    assert "view" in conversation.saved and "message 6" in [m["content"] for m in first.messages]
+    edited = [*record[:6], {"role": "user", "content": "[redacted]"}, *(dict(m) for m in record[7:])]
+    edited.append({"role": "assistant", "content": "ok"})
+    if restored:
+        saved, conversation = conversation.saved, Conversation(WINDOWED)
+        conversation.load(saved)
+    turn = conversation.prepare(edited)
+    contents = [m["content"] for m in turn.messages]
+    assert "[redacted]" in contents and "message 6" not in contents
+    assert not turn.extends
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_a_request_never_exceeds_its_window_when_an_earlier_message_grew(restored):
+    """A first message replaced by a long one, the later ones unchanged, is counted and fitted:
+    the request counted and the messages handed to the framework stay within the window."""
+    fitted = {**QUIET, "settings": {"fit": True}}
+    conversation = Conversation(fitted)
+    record = [{"role": "user", "content": "short"}, {"role": "assistant", "content": "ok"}]
+    record.append({"role": "user", "content": "go"})
+    conversation.prepare(record, model="gpt-4o", context_window=2000)
+    if restored:
+        saved, conversation = conversation.saved, Conversation(fitted)
+        conversation.load(saved)
+    grown = [{"role": "user", "content": "word " * 5000}, *record[1:], {"role": "assistant", "content": "a"}]
+    turn = conversation.prepare(grown, model="gpt-4o", context_window=2000)
+    out = conversation.framework_messages(turn, grown, lambda t: t.messages)
+    sent = get_counter("gpt-4o").context(Context(messages=out, model="gpt-4o"))[0]
+    assert conversation.last_counted is not None and conversation.last_counted <= 2000
+    assert sent <= 2000

@@ -333,3 +333,39 @@ QUIET_LC = {
     "name": "quiet",
     "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 100}}]},
 }
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_langchains_context_editing_before_ours_reaches_the_model(live):
+    """LangChain's ContextEditingMiddleware clearing earlier tool results before ours (a deep
+    copy of every message, the newest equal) makes a new view, live or restored from the
+    checkpoint: the model sees the cleared results, never the earlier view's copies."""
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+
+    keep = {
+        "name": "q",
+        "hooks": {
+            "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 7000}}]
+        },
+    }
+    saver, config = InMemorySaver(), {"configurable": {"thread_id": "t"}}
+    ours = ContextManagementMiddleware(keep)
+    calls = [
+        AIMessage(content="", tool_calls=[{"name": "read_log", "args": {"name": f"f{k}"}, "id": f"c{k}"}])
+        for k in range(3)
+    ]
+    first = RecordingModel(messages=iter([*calls, AIMessage("done")]))
+    create_agent(first, [read_log], middleware=[ours], checkpointer=saver).invoke(
+        {"messages": [("user", "go")]}, config
+    )
+    if not live:
+        ours._threads.clear()  # another worker: restored from the checkpoint
+    model = RecordingModel(messages=iter([AIMessage("ok")]))
+    editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=100, keep=1)])
+    create_agent(model, [read_log], middleware=[editing, ours], checkpointer=saver).invoke(
+        {"messages": [("user", "again")]}, config
+    )
+    sizes = [len(m.content) for m in model.seen[-1] if isinstance(m, ToolMessage)]
+    assert sizes[:2] == [len("[cleared]")] * 2 and sizes[2] > 1000
+    conversation = ours._threads["t"]
+    assert conversation.last_counted is not None and conversation.last_counted < 3000
