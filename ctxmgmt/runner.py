@@ -1,6 +1,6 @@
 """Deprecated: the agent runner is :mod:`ctxmgmt.agents.runner` (this path works, warning,
 for one release)."""
 
-from ._moved import moved
+from ._deprecated import moved
 
 __getattr__ = moved(__name__, "ctxmgmt.agents.runner")
