@@ -77,22 +77,23 @@ class ContextManagementMiddleware(AgentMiddleware):
         self.offloader = offloader
         self.context_window = context_window
         self.pricing = pricing
-        self._threads: OrderedDict[str, Conversation] = OrderedDict()
+        self._threads: OrderedDict[str, tuple[Conversation, _Translation]] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
         return "ContextManagementMiddleware"
 
-    def _conversation(self, request: ModelRequest) -> tuple[Conversation, dict[str, Any]]:
+    def _conversation(self, request: ModelRequest) -> tuple[Conversation, _Translation, dict[str, Any]]:
         """This thread's conversation, live in this process when the agent's state holds what
-        it saved last (so a call costs what is new), else restored from the state."""
+        it saved last (so a call costs what is new), else restored from the state; and the
+        translation of its messages."""
         thread = _thread_id()
         saved = request.state.get(STATE_KEY)
         saved = saved if isinstance(saved, Mapping) else None
         with self._lock:
-            conversation = self._threads.get(thread)
-            if conversation is not None and saved is not None and _same_state(conversation.saved, saved):
+            live = self._threads.get(thread)
+            if live is not None and saved is not None and _same_state(live[0].saved, saved):
                 self._threads.move_to_end(thread)
             else:
                 conversation = Conversation(
@@ -104,7 +105,7 @@ class ContextManagementMiddleware(AgentMiddleware):
                     pricing=self.pricing,
                 )
                 conversation.load(saved)
-                self._threads[thread] = conversation
+                live = self._threads[thread] = (conversation, _Translation())
                 while len(self._threads) > LIVE_THREADS:
                     self._threads.popitem(last=False)
         system = request.system_message
@@ -119,26 +120,26 @@ class ContextManagementMiddleware(AgentMiddleware):
             "model": getattr(model, "model_name", None) or getattr(model, "model", None),
             "context_window": window if isinstance(window, int) else None,
         }
-        return conversation, options
+        live[1].begin()
+        return live[0], live[1], options
 
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ExtendedModelResponse:
-        conversation, options = self._conversation(request)
-        group = _Groups()
-        turn = conversation.prepare(request.messages, translate=group, **options)
+        conversation, translation, options = self._conversation(request)
+        turn = conversation.prepare(request.messages, translate=translation, **options)
         dispatch_custom_event(STATE_KEY, _event(self.source, turn))
-        response = handler(request.override(messages=_managed(conversation, turn, request.messages, group)))
+        managed = translation.framework_messages(conversation, turn, request.messages)
+        response = handler(request.override(messages=managed))
         return _extended(response, conversation, turn)
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ExtendedModelResponse:
-        conversation, options = self._conversation(request)
-        group = _Groups()
-        turn = await conversation.aprepare(request.messages, translate=group, **options)
+        conversation, translation, options = self._conversation(request)
+        turn = await conversation.aprepare(request.messages, translate=translation, **options)
         await adispatch_custom_event(STATE_KEY, _event(self.source, turn))
-        managed = _managed(conversation, turn, request.messages, group)
+        managed = translation.framework_messages(conversation, turn, request.messages)
         response = await handler(request.override(messages=managed))
         return _extended(response, conversation, turn)
 
@@ -165,26 +166,89 @@ def _group(m: BaseMessage) -> list[dict[str, Any]]:
     return sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
 
 
-class _Groups:
-    """:func:`_group` for one model call, each message translated once (a new view translates
-    the whole record, and translating the managed view back needs it again)."""
+_Original = tuple[BaseMessage, list[dict[str, Any]], int]
+"""A framework message, its chat messages (the same objects the view holds) and its place
+in the record."""
+
+
+class _Translation:
+    """A thread's LangChain messages as chat messages (:func:`_group`) and back.
+
+    Each record message is translated when it is new to the view (once per call). The
+    originals of the view's chat messages are kept (by the identity of their first chat
+    message, and by LangChain id for a view restored from the agent's state), so a managed
+    view is translated back at the cost of the view: an unchanged message is the framework's
+    own object, at its place in the record; only what a manager made (a summary, a cut result)
+    is converted."""
 
     def __init__(self) -> None:
-        self._done: dict[int, tuple[BaseMessage, list[dict[str, Any]]]] = {}
+        self._call: dict[int, tuple[BaseMessage, list[dict[str, Any]]]] = {}
+        self._by_object: dict[int, _Original] = {}
+        self._by_id: dict[str, _Original] = {}
+
+    def begin(self) -> None:
+        """A new model call: the translations of the last one are not kept past it."""
+        self._call = {}
 
     def __call__(self, m: BaseMessage) -> list[dict[str, Any]]:
-        done = self._done.get(id(m))
+        done = self._call.get(id(m))
         if done is None or done[0] is not m:
-            done = self._done[id(m)] = (m, _group(m))
+            done = self._call[id(m)] = (m, _group(m))
         return done[1]
 
+    def framework_messages(
+        self, conversation: Conversation, turn: Turn, record: Sequence[BaseMessage]
+    ) -> list[Any]:
+        """The LangChain messages for a prepared turn: the record's messages new to the view
+        are noted first (all of them for a new view), then the view is translated back."""
+        if turn.fresh:
+            self._by_object, self._by_id = {}, {}
+        for at in range(0 if turn.fresh else turn.start, len(record)):
+            self._note((record[at], self(record[at]), at))
+        return conversation.framework_messages(turn, record, lambda t: self._back(t.messages, record))
 
-def _managed(
-    conversation: Conversation, turn: Turn, originals: Sequence[BaseMessage], group: _Groups
-) -> list[Any]:
-    return conversation.framework_messages(
-        turn, originals, lambda t: _messages(t, originals, [group(m) for m in originals])
-    )
+    def _note(self, original: _Original) -> None:
+        group = original[1]
+        if group:
+            self._by_object[id(group[0])] = original
+            if group[0].get("id"):
+                self._by_id[group[0]["id"]] = original
+
+    def _original(self, managed: Sequence[Any], i: int, record: Sequence[BaseMessage]) -> _Original | None:
+        """The record message whose chat messages are ``managed[i:...]`` all there, unchanged and
+        together: by identity (a live view), else by LangChain id and equality (a restored one)."""
+        d = managed[i]
+        found = self._by_object.get(id(d))
+        if found is not None and found[1][0] is d:
+            same = all(a is b for a, b in zip(managed[i : i + len(found[1])], found[1], strict=False))
+        else:
+            found = self._by_id.get(d.get("id")) if isinstance(d.get("id"), str) else None
+            same = found is not None and managed[i : i + len(found[1])] == found[1]
+        if found is None or not same or len(managed) - i < len(found[1]):
+            return None
+        m, group, at = found
+        if at >= len(record) or not (record[at] is m or record[at] == m):
+            return None
+        return record[at], group, at
+
+    def _back(self, managed: Sequence[Any], record: Sequence[BaseMessage]) -> list[Any]:
+        """LangChain messages for the managed view; the originals kept are those it holds."""
+        out: list[Any] = []
+        kept: list[_Original] = []
+        i = 0
+        while i < len(managed):
+            original = self._original(managed, i, record)
+            if original is not None:
+                out.append(original[0])
+                kept.append(original)
+                i += len(original[1])
+                continue
+            out.extend(convert_to_messages([{k: v for k, v in managed[i].items() if k != "id"}]))
+            i += 1
+        self._by_object, self._by_id = {}, {}
+        for original in kept:
+            self._note(original)
+        return out
 
 
 def _extended(response: Any, conversation: Conversation, turn: Turn) -> ExtendedModelResponse:
@@ -201,30 +265,6 @@ def _extended(response: Any, conversation: Conversation, turn: Turn) -> Extended
     return ExtendedModelResponse(
         model_response=response, command=Command(update={STATE_KEY: conversation.saved})
     )
-
-
-def _messages(turn: Turn, originals: Sequence[BaseMessage], converted: Sequence[Sequence[Any]]) -> list[Any]:
-    """LangChain messages for the managed list: the framework's own message object where its
-    chat messages are all there, unchanged and together; new ones otherwise (a summary, a cut
-    result)."""
-    known = {
-        group[0]["id"]: (m, group)
-        for m, group in zip(originals, converted, strict=True)
-        if group and group[0].get("id")
-    }
-    out: list[Any] = []
-    managed = turn.messages
-    i = 0
-    while i < len(managed):
-        d = managed[i]
-        original, group = known.get(d.get("id"), (None, ()))
-        if original is not None and list(managed[i : i + len(group)]) == list(group):
-            out.append(original)
-            i += len(group)
-            continue
-        out.extend(convert_to_messages([{k: v for k, v in d.items() if k != "id"}]))
-        i += 1
-    return out
 
 
 def _not_tool(d: Mapping[str, Any]) -> bool:

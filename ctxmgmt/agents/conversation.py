@@ -119,6 +119,9 @@ class Turn:
     """The managed messages are the previous turn's plus the new record messages, untouched."""
     whole: bool = False
     """The managed messages are the whole record, untouched."""
+    fresh: bool = False
+    """The view was made anew from the whole record (restored or started), not continued
+    from the live one: every record message was translated."""
 
 
 Translate = Callable[[Any], Sequence[Any]]
@@ -386,7 +389,7 @@ class Conversation:
             self.saved["cache"] = self.cache.export()
         _log_changes(definition, trace)
         turn = Turn(list(out.messages), out, trace, reusable)
-        turn.start, turn.whole = start, whole
+        turn.start, turn.whole, turn.fresh = start, whole, not continued
         turn.extends = continued and not changed
         return turn
 

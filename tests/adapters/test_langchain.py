@@ -189,7 +189,7 @@ def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():
 def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
     """A HumanMessage holding Anthropic tool_result blocks and text becomes a tool result and a
     user message, in that order; every message reaches the model once, in order."""
-    from ctxmgmt.adapters.langchain import _chat, _messages, _not_tool
+    from ctxmgmt.adapters.langchain import _Translation
     from ctxmgmt.agents.conversation import Conversation
 
     originals = [
@@ -205,26 +205,18 @@ def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
         AIMessage("I fixed it.", id="a2"),
         HumanMessage("now the tests", id="h3"),
     ]
-    converted = [
-        sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
-        for m in originals
-    ]
-    record = [d for group in converted for d in group]
-    assert not check_messages(record)
-    turn = Conversation(
+    conversation = Conversation(
         {
             "name": "n",
             "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 50}}]},
         }
-    ).prepare(record)
-    sent = _messages(turn, originals, converted)
-    assert [m.content for m in sent if isinstance(m, AIMessage)] == ["", "I fixed it."]
-    assert (
-        sent[0] is originals[0]
-        and sent[1] is originals[1]
-        and sent[-2] is originals[3]
-        and sent[-1] is originals[4]
     )
+    translation = _Translation()
+    turn = conversation.prepare(originals, translate=translation)
+    assert [m["role"] for m in turn.messages] == ["user", "assistant", "tool", "user", "assistant", "user"]
+    assert not check_messages(turn.messages)
+    sent = translation.framework_messages(conversation, turn, originals)
+    assert sent == originals and all(a is b for a, b in zip(sent, originals, strict=True))
 
 
 def test_each_model_call_measures_what_it_reuses_of_the_previous_one():
@@ -367,5 +359,44 @@ def test_langchains_context_editing_before_ours_reaches_the_model(live):
     )
     sizes = [len(m.content) for m in model.seen[-1] if isinstance(m, ToolMessage)]
     assert sizes[:2] == [len("[cleared]")] * 2 and sizes[2] > 1000
-    conversation = ours._threads["t"]
+    conversation = ours._threads["t"][0]
     assert conversation.last_counted is not None and conversation.last_counted < 3000
+
+
+def test_a_manager_firing_at_every_call_translates_only_what_is_new(monkeypatch):
+    """With a window that cuts the view at every call, each call after the first translates
+    only the record's new messages, and the model gets the framework's own messages (their
+    ids kept) for all it sees of the record."""
+    import ctxmgmt.adapters.langchain as adapter
+
+    translated: list[str] = []
+    group = adapter._group
+
+    def spy(m):
+        translated.append(m.type)
+        return group(m)
+
+    monkeypatch.setattr(adapter, "_group", spy)
+    window = {
+        "name": "w",
+        "hooks": {
+            "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4, "pin": "none"}}]
+        },
+    }
+    model = RecordingModel(messages=iter([AIMessage(f"a{k}", id=f"a{k}") for k in range(5)]))
+    agent = create_agent(
+        model, [], middleware=[ContextManagementMiddleware(window)], checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "w"}}
+    history = [
+        m for k in range(20) for m in (HumanMessage(f"q{k}", id=f"q{k}"), AIMessage(f"r{k}", id=f"r{k}"))
+    ]
+    agent.invoke({"messages": [*history, HumanMessage("go", id="go")]}, config)
+    assert len(translated) == 41
+    for k in range(4):
+        translated.clear()
+        record = agent.invoke({"messages": [HumanMessage(f"more {k}", id=f"m{k}")]}, config)["messages"]
+        assert translated == ["ai", "human"]  # the answer before, and the new question
+        seen = model.seen[-1]
+        kept = record[-1 - len(seen) : -1]  # the newest messages, the answer to this call aside
+        assert 2 <= len(seen) <= 4 and [m.id for m in seen] == [m.id for m in kept] and seen == kept
