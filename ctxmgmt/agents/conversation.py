@@ -333,23 +333,20 @@ class Conversation:
             whole = live.whole
             upto, chain = live.upto + len(new), _chain(live.chain, new)
         else:
-            start = len(record)
-            chat = _translated(record, translate)
+            # A new or restored view: the whole record is translated once, each message's
+            # translations counted, so that its new messages are found in its own units.
+            chat, sizes = _translated_sized(record, translate)
             view, upto, state, chain = self._continued(chat)
             if self.format == "openai_chat":  # the provider formats are checked whole when converted
                 refuse_invalid(view, chat[upto:], checked=view is self.saved.get("view"))
             new = chat[upto:]
-            if translate is not None and new:
-                # The new messages in the record's own units: those whose translations are new.
-                start, seen = len(record), 0
-                while start > 0 and seen < len(new):
-                    start -= 1
-                    seen += len(translate(record[start]))
-            else:
-                start = upto
+            start, seen = len(record), 0
+            while start > 0 and seen < len(new):
+                start -= 1
+                seen += sizes[start]
             context = Context(messages=view, state=state, format=self.format, **request)
             whole = upto == len(view) and view == chat[:upto]
-            upto, chain = len(chat), _chain(chain, chat[upto:])
+            upto = len(chat)
         trace: list[TraceEntry] = []
         post_tool = bool(definition.hooks.get(Hook.POST_TOOL))
         changed = False
@@ -394,26 +391,25 @@ class Conversation:
         return turn
 
     def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any], str]:
-        """(view, how many record messages it covers, state, their fingerprint chain): the
-        saved view when the record starts with every message it was made from (by the
-        chain), else a new view of the record."""
+        """(view, how many record messages it covers, state, the fingerprint chain of the
+        whole record): the saved view when the record starts with every message it was made
+        from (by the chain), else a new view of the record."""
         saved = self.saved
         upto, view, whole = saved.get("upto"), saved.get("view"), saved.get("whole") is True
-        if (
-            isinstance(upto, int)
-            and (isinstance(view, list) or whole)
-            and 0 < upto <= len(record)
-            and saved.get("chain") == (chain := _chain(_CHAIN_START, record[:upto]))
-        ):
-            if not isinstance(view, list):
-                view = list(record[:upto])
-                self.cache.restore(saved.get("cache"), view)
-            return view, upto, dict(saved.get("state") or {}), chain
-        # A new view: the record as it is; its newest tool results are new (post_tool runs).
+        # A new view is the record as it is, its newest tool results new (post_tool runs).
         start = len(record)
         while start > 0 and is_tool_result(record[start - 1], self.format):
             start -= 1
-        return list(record[:start]), start, {}, _chain(_CHAIN_START, record[:start])
+        if not (isinstance(upto, int) and (isinstance(view, list) or whole) and 0 < upto <= len(record)):
+            upto = None  # nothing saved to continue
+        # One pass hashes each message once: the saved view's check, and the record's chain.
+        chains = _chains(record, (upto or 0, len(record)))
+        if upto is not None and saved.get("chain") == chains[upto]:
+            if not isinstance(view, list):
+                view = list(record[:upto])
+                self.cache.restore(saved.get("cache"), view)
+            return view, upto, dict(saved.get("state") or {}), chains[len(record)]
+        return list(record[:start]), start, {}, chains[len(record)]
 
 
 def _send(
@@ -439,10 +435,35 @@ def _chain(chain: str, messages: Iterable[Mapping[str, Any]]) -> str:
     return chain
 
 
+def _chains(messages: Sequence[Mapping[str, Any]], points: Iterable[int]) -> dict[int, str]:
+    """The fingerprint chain of ``messages[:k]`` for each ``k`` of ``points``, in one pass."""
+    wanted = set(points)
+    out = {0: _CHAIN_START}
+    chain = _CHAIN_START
+    for k, m in enumerate(messages[: max(wanted, default=0)], start=1):
+        chain = _chain(chain, (m,))
+        if k in wanted:
+            out[k] = chain
+    return out
+
+
 def _translated(messages: Sequence[Any], translate: Translate | None) -> list[Any]:
     if translate is None:
         return list(messages)
     return [d for m in messages for d in translate(m)]
+
+
+def _translated_sized(messages: Sequence[Any], translate: Translate | None) -> tuple[list[Any], list[int]]:
+    """The messages translated, and how many messages each one became."""
+    if translate is None:
+        return list(messages), [1] * len(messages)
+    out: list[Any] = []
+    sizes: list[int] = []
+    for m in messages:
+        done = translate(m)
+        out.extend(done)
+        sizes.append(len(done))
+    return out, sizes
 
 
 _REQUEST = ("system_prompt", "tools", "model", "context_window")

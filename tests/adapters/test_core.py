@@ -166,3 +166,30 @@ def test_a_request_never_exceeds_its_window_when_an_earlier_message_grew(restore
     sent = get_counter("gpt-4o").context(Context(messages=out, model="gpt-4o"))[0]
     assert conversation.last_counted is not None and conversation.last_counted <= 2000
     assert sent <= 2000
+
+
+@pytest.mark.parametrize("definition", [QUIET, WINDOWED])
+def test_a_restored_conversation_translates_and_fingerprints_each_message_once(definition, monkeypatch):
+    """A conversation restored from a state saved many messages ago translates each record
+    message once and fingerprints each once, whether the saved view still fits or not."""
+    import ctxmgmt.agents.conversation as engine
+
+    keyed: list[object] = []
+    key = engine.message_key
+    monkeypatch.setattr(engine, "message_key", lambda m: keyed.append(m) or key(m))
+    seen: list[tuple[str, str]] = []
+
+    def translate(m):
+        seen.append(m)
+        return [{"role": m[0], "content": m[1]}]
+
+    saved_from = Conversation(definition)
+    saved_from.prepare(_framework(5), translate=translate)
+    for record in (_framework(41), [("user", "another task"), *_framework(41)[1:]]):
+        restored = Conversation(definition)
+        restored.load(saved_from.saved)
+        seen.clear()
+        keyed.clear()
+        turn = restored.prepare(record, translate=translate)
+        assert seen == record and len(keyed) == len(record) and turn.fresh
+        assert [m["content"] for m in turn.messages][-1] == record[-1][1]
