@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..cache import Pricing, PromptCache, ratios_for
-from ..calibration import Calibration
+from ..calibration import MAX_REPORTED, Calibration
 from ..context import ApplyResult, Context
 from ..definitions import Definition, load_definition
 from ..errors import ContextError, Problem
@@ -34,7 +34,17 @@ if TYPE_CHECKING:
     from ..llm import ModelsConfig
     from ..offload import Offloader
 
-__all__ = ["Conversation", "DefinitionSource", "Source", "Translate", "Turn", "View", "refuse_invalid"]
+__all__ = [
+    "USAGE_FIELDS",
+    "Conversation",
+    "DefinitionSource",
+    "Source",
+    "Translate",
+    "Turn",
+    "View",
+    "refuse_invalid",
+    "usage_record",
+]
 
 DefinitionSource = Any
 """A :class:`~ctxmgmt.Definition`, a file path, a shipped definition's name, a dict, or
@@ -111,8 +121,8 @@ class Turn:
     """The tokens of this request's prefix (tools, system prompt, messages) identical to the
     previous request's: what the provider's prompt cache can serve."""
     usage: dict[str, Any] | None = None
-    """Once the provider answered: ``{counted, calibrated, reported, reusable_prefix_tokens}``
-    input tokens, and ``cached_tokens`` / ``cache_write_tokens`` when it reports them."""
+    """Once the provider answered: the call's :func:`usage_record` (input tokens counted,
+    calibrated and reported, the reusable prefix, the provider's cache figures)."""
     start: int = 0
     """Where the record's messages new to this turn begin (in the record's own units)."""
     extends: bool = False
@@ -220,25 +230,16 @@ class Conversation:
     def observe(self, reported: Any, *, cached: Any = None, written: Any = None) -> dict[str, Any] | None:
         """The provider's reported input tokens for the last prepared request: they calibrate
         the next ones. ``cached`` and ``written``: its prompt-cache figures, when it reports
-        them. Returns ``{counted, calibrated, reported, reusable_prefix_tokens}`` (and
-        ``cached_tokens``, ``cache_write_tokens``) for the record, or None when there was no
-        request or no report."""
+        them. Returns the call's :func:`usage_record` (as the runner records it), or None when
+        no request was prepared."""
         if self._last is None:
             return None
         model, counted, reusable = self._last
-        ratio = self.calibration.ratio(model)
-        if self.calibration.observe(model, counted, reported) is None:
-            return None
-        self.saved["calibration"] = self.calibration.to_dict()
-        record = {
-            "counted": counted,
-            "calibrated": round(counted * ratio),
-            "reported": reported,
-            "reusable_prefix_tokens": reusable,
-        }
-        for key, value in (("cached_tokens", cached), ("cache_write_tokens", written)):
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                record[key] = value
+        record = usage_record(
+            counted, self.calibration.ratio(model), reusable, reported, cached=cached, written=written
+        )
+        if self.calibration.observe(model, counted, record["reported"]) is not None:
+            self.saved["calibration"] = self.calibration.to_dict()
         return record
 
     def prepare(self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any) -> Turn:
@@ -410,6 +411,49 @@ class Conversation:
                 self.cache.restore(saved.get("cache"), view)
             return view, upto, dict(saved.get("state") or {}), chains[len(record)]
         return list(record[:start]), start, {}, chains[len(record)]
+
+
+USAGE_FIELDS = (
+    "counted",
+    "calibrated",
+    "reported",
+    "reusable_prefix_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+)
+"""The fields of a :func:`usage_record` (the last two only when the provider reports them)."""
+
+
+def usage_record(
+    counted: int,
+    ratio: float,
+    reusable: int,
+    reported: Any = None,
+    *,
+    cached: Any = None,
+    written: Any = None,
+) -> dict[str, Any]:
+    """The usage of one model call, as every entry point records it (the runner, the
+    adapters through :meth:`Conversation.observe`, an execution's record): ``counted``,
+    ctxmgmt's count of the request sent; ``calibrated``, that count times the calibration
+    ratio it was sent with; ``reported``, the provider's input tokens (None when it reported
+    none, or no count); ``reusable_prefix_tokens``; and ``cached_tokens`` /
+    ``cache_write_tokens`` when the provider reports them."""
+    record: dict[str, Any] = {
+        "counted": counted,
+        "calibrated": round(counted * ratio),
+        "reported": reported if _count(reported) and reported > 0 else None,
+        "reusable_prefix_tokens": reusable,
+    }
+    for key, value in (("cached_tokens", cached), ("cache_write_tokens", written)):
+        if _count(value):
+            record[key] = value
+    return record
+
+
+def _count(value: Any) -> bool:
+    """Whether a reported figure is a token count (an int from 0 to MAX_REPORTED)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED
 
 
 def _send(
