@@ -4,3 +4,4 @@ one release)."""
 from ._deprecated import moved
 
 __getattr__ = moved(__name__, "ctxmgmt.agents.tools")
+__dir__ = __getattr__.dir

@@ -18,3 +18,4 @@ __all__ = [
 
 # The private names of the former module ctxmgmt/llm.py, for one release.
 __getattr__ = moved(__name__, "ctxmgmt.llm.client", "ctxmgmt.llm.config")
+__dir__ = __getattr__.dir
