@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import logging
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -52,6 +53,12 @@ DefinitionSource = Any
 
 log = logging.getLogger("ctxmgmt.adapters")
 
+_ASYNC_CLIENT = (
+    "the definition's registry client is an async one (AsyncClient), and this model call is "
+    "synchronous: run the agent asynchronously (ainvoke, Runner.run, run()), which fetches "
+    "it with Source.aget, or give the definition as (ctxmgmt.Client(url), name)"
+)
+
 
 class Source:
     """A definition given in any form. One stored on a registry server is fetched at every
@@ -82,20 +89,34 @@ class Source:
         )
 
     def get(self) -> Definition:
+        """The definition, fetched again when it is a registry server's (with a
+        :class:`~ctxmgmt.Client`: an :class:`~ctxmgmt.AsyncClient` is for :meth:`aget`)."""
         if self._remote is None:
             assert self._definition is not None
             return self._definition
         client, name = self._remote
-        return self._built(client.get(name))
+        if inspect.iscoroutinefunction(client.get):
+            raise TypeError(_ASYNC_CLIENT)
+        stored = client.get(name)
+        if inspect.isawaitable(stored):
+            if inspect.iscoroutine(stored):
+                stored.close()  # never awaited: closed here rather than warned about later
+            raise TypeError(_ASYNC_CLIENT)
+        return self._built(stored)
 
     async def aget(self) -> Definition:
+        """:meth:`get` for async frameworks: an :class:`~ctxmgmt.AsyncClient`'s request is
+        awaited, a :class:`~ctxmgmt.Client`'s (which blocks) runs in a worker thread."""
         if self._remote is None:
             assert self._definition is not None
             return self._definition
         client, name = self._remote
-        stored = client.get(name)
-        if hasattr(stored, "__await__"):
-            stored = await stored
+        if inspect.iscoroutinefunction(client.get):
+            stored = await client.get(name)
+        else:
+            stored = await asyncio.to_thread(client.get, name)
+            if inspect.isawaitable(stored):
+                stored = await stored
         return self._built(stored)
 
     def _built(self, stored: Mapping[str, Any]) -> Definition:

@@ -193,3 +193,70 @@ def test_a_restored_conversation_translates_and_fingerprints_each_message_once(d
         turn = restored.prepare(record, translate=translate)
         assert seen == record and len(keyed) == len(record) and turn.fresh
         assert [m["content"] for m in turn.messages][-1] == record[-1][1]
+
+
+def _registry_transport(wait=None):
+    """A registry server's GET /definitions/<name> answer (version 1), after ``wait()``."""
+    import httpx
+
+    def handler(request):
+        if wait is not None and not wait():
+            return httpx.Response(500, json={"error": {"reason": "the event loop never ran"}})
+        return httpx.Response(200, json={"name": "quiet", "version": 1, **QUIET})
+
+    return handler
+
+
+def test_a_sync_registry_client_does_not_block_the_event_loop():
+    """Source.aget with a sync Client fetches in a worker thread: the event loop runs other
+    work while the request waits (here the very work that lets the request answer)."""
+    import asyncio
+    import threading
+
+    import httpx
+
+    from ctxmgmt import Client
+    from ctxmgmt.agents.conversation import Source
+
+    released = threading.Event()
+    client = Client(
+        "http://registry", transport=httpx.MockTransport(_registry_transport(lambda: released.wait(5)))
+    )
+    source = Source((client, "quiet"))
+
+    async def main():
+        async def release():
+            released.set()
+
+        fetched, _ = await asyncio.gather(source.aget(), release())
+        return fetched
+
+    assert asyncio.run(main()).name == "quiet"
+    client.close()
+
+
+def test_an_async_registry_client_in_a_sync_call_is_a_clear_error():
+    """Source.get (a synchronous model call) with an AsyncClient says to run asynchronously or
+    pass a Client, and leaves no coroutine unawaited; aget fetches with it."""
+    import asyncio
+
+    import httpx
+
+    from ctxmgmt import AsyncClient
+    from ctxmgmt.agents.conversation import Source
+
+    client = AsyncClient("http://registry", transport=httpx.MockTransport(_registry_transport()))
+    source = Source((client, "quiet"))
+    with pytest.raises(TypeError, match=r"AsyncClient.*ainvoke.*Source.aget.*ctxmgmt.Client"):
+        source.get()
+    conversation = Conversation(source)
+    with pytest.raises(TypeError, match="AsyncClient"):
+        conversation.prepare([{"role": "user", "content": "hi"}])
+
+    async def main():
+        try:
+            return await source.aget()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()).name == "quiet"
