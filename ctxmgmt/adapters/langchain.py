@@ -115,7 +115,7 @@ class ContextManagementMiddleware(AgentMiddleware):
             profile.get("max_input_tokens") if isinstance(profile, Mapping) else None
         )
         options = {
-            "system_prompt": _text(system.content) if system is not None else None,
+            "system_prompt": text_of(system.content) if system is not None else None,
             "tools": [t if isinstance(t, dict) else convert_to_openai_tool(t) for t in request.tools],
             "model": getattr(model, "model_name", None) or getattr(model, "model", None),
             "context_window": window if isinstance(window, int) else None,
@@ -292,10 +292,6 @@ def _event(source: Source, turn: Turn) -> dict[str, Any]:
         "trace": list(turn.trace),
         "reusable_prefix_tokens": turn.reusable_prefix_tokens,
     }
-
-
-def _text(content: Any) -> str:
-    return text_of(content)
 
 
 def _thread_id() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import json
 import logging
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,7 +28,6 @@ from ..formats import internal, is_tool_result
 from ..history import same_start
 from ..managers.base import Environment
 from ..messages import call_ids, check_messages, is_summary, text_of
-from ..summaries import message_key
 from ..tokens import TokenCounter, get_counter
 from ..types import Hook, TraceEntry
 
@@ -494,10 +494,17 @@ _CHAIN_START = ""
 
 def _chain(chain: str, messages: Iterable[Mapping[str, Any]]) -> str:
     """The fingerprint chain ``chain`` extended by ``messages``: one hash of every message a
-    saved view covers, grown as messages are added (each is hashed once)."""
+    saved view covers, each whole (an edit anywhere in a long message changes it), grown as
+    messages are added (each is hashed once)."""
     for m in messages:
-        chain = hashlib.sha256(f"{chain}:{message_key(m)}".encode()).hexdigest()[:32]
+        data = f"{chain}:{_fingerprint(m)}".encode("utf-8", "surrogatepass")
+        chain = hashlib.sha256(data).hexdigest()[:32]
     return chain
+
+
+def _fingerprint(m: Mapping[str, Any]) -> str:
+    """A message as the chain hashes it: all of it, in a canonical form."""
+    return json.dumps(m, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _chains(messages: Sequence[Mapping[str, Any]], points: Iterable[int]) -> dict[int, str]:

@@ -175,8 +175,8 @@ def test_a_restored_conversation_translates_and_fingerprints_each_message_once(d
     import ctxmgmt.agents.conversation as engine
 
     keyed: list[object] = []
-    key = engine.message_key
-    monkeypatch.setattr(engine, "message_key", lambda m: keyed.append(m) or key(m))
+    key = engine._fingerprint
+    monkeypatch.setattr(engine, "_fingerprint", lambda m: keyed.append(m) or key(m))
     seen: list[tuple[str, str]] = []
 
     def translate(m):
@@ -260,3 +260,20 @@ def test_an_async_registry_client_in_a_sync_call_is_a_clear_error():
             await client.aclose()
 
     assert asyncio.run(main()).name == "quiet"
+
+
+def test_an_edit_inside_a_long_earlier_message_starts_a_new_view_when_restored():
+    """A restored conversation whose record has an earlier long message edited in its middle
+    (the start and the end as they were) is managed afresh: the model sees the edit."""
+    long = "a" * 6000 + " the secret is 42 " + "z" * 6000
+    record = _chat(9)
+    record[7] = {"role": "assistant", "content": long}
+    conversation = Conversation(WINDOWED)
+    first = conversation.prepare(record)
+    assert "view" in conversation.saved and long in [m["content"] for m in first.messages]
+    edited = [*record[:7], {"role": "assistant", "content": long.replace("42", "--")}, record[8]]
+    edited.append({"role": "assistant", "content": "ok"})  # the edit keeps the length
+    restored = Conversation(WINDOWED)
+    restored.load(conversation.saved)
+    turn = restored.prepare(edited)
+    assert turn.fresh and not any("secret is 42" in str(m["content"]) for m in turn.messages)
