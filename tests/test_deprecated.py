@@ -20,6 +20,7 @@ ROOT = Path(ctxmgmt.__file__).parent
     [
         ("ctxmgmt.runner", "Runner", "ctxmgmt.agents.runner"),
         ("ctxmgmt.llm", "ANTHROPIC_VERSION", "ctxmgmt.llm.config"),
+        ("ctxmgmt.llm", "_tls", "ctxmgmt.llm.client"),  # a private name of the old module too
         ("ctxmgmt.managers.truncate", "OFFLOADED", "ctxmgmt.marks"),
         ("ctxmgmt.offload.base", "Batch", "ctxmgmt.archive"),
     ],
@@ -162,3 +163,14 @@ def test_import_star_from_a_moved_module_gives_what_its_new_home_gives(old, new)
     bound = {k: v for k, v in bound.items() if not k.startswith("__")}  # __builtins__, __warningregistry__
     assert sorted(bound) == sorted(home.__all__)
     assert all(bound[name] is getattr(home, name) for name in home.__all__)
+
+
+@pytest.mark.parametrize("old", SHIMS)
+def test_a_name_no_new_home_has_is_an_attribute_error_without_a_warning(old):
+    """An old path hands out only names its new homes have: any other is an AttributeError,
+    and no warning is given for it."""
+    module = importlib.import_module(old)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+            module.no_such_name  # noqa: B018

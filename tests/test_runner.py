@@ -631,34 +631,6 @@ def test_a_summariser_model_call_is_priced_as_fresh_input_and_listed_apart(
     assert result.cache["estimated_cost"] == pytest.approx(agents_own + fresh)
 
 
-@pytest.mark.parametrize(
-    ("old", "name", "new"),
-    [
-        ("ctxmgmt.runner", "Runner", "ctxmgmt.agents.runner"),
-        ("ctxmgmt.tools", "register_tool", "ctxmgmt.agents.tools"),
-        ("ctxmgmt.adapters._core", "Conversation", "ctxmgmt.agents.conversation"),
-        ("ctxmgmt.llm", "_tls", "ctxmgmt.llm.client"),
-        ("ctxmgmt.llm", "ANTHROPIC_VERSION", "ctxmgmt.llm.config"),
-    ],
-)
-def test_a_moved_module_keeps_its_old_path_with_a_deprecation_warning(old, name, new):
-    """A name imported from a moved module's old path is the new module's, with a DeprecationWarning."""
-    import importlib
-
-    module = importlib.import_module(old)
-    with pytest.warns(DeprecationWarning, match=f"import {name} from {new}"):
-        value = getattr(module, name)
-    assert value is getattr(importlib.import_module(new), name)
-
-
-def test_a_name_no_moved_module_has_is_an_attribute_error_without_a_warning():
-    """An old path hands out only names its new modules have: any other is an AttributeError."""
-    import ctxmgmt.llm
-
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        ctxmgmt.llm.no_such_name  # noqa: B018
-
-
 def test_the_runner_and_an_adapter_record_the_same_usage_for_the_same_exchange(
     runner, chat_server, store, monkeypatch
 ):

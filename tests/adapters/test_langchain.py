@@ -82,6 +82,22 @@ def agent_with(model):
     )
 
 
+@pytest.fixture
+def translated(monkeypatch):
+    """The types of the LangChain messages the middleware translates, in order."""
+    import ctxmgmt.adapters.langchain as adapter
+
+    seen: list[str] = []
+    group = adapter._group
+
+    def spy(m):
+        seen.append(m.type)
+        return group(m)
+
+    monkeypatch.setattr(adapter, "_group", spy)
+    return seen
+
+
 def assert_valid(seen):
     for call in seen:
         chat = convert_to_openai_messages(call)
@@ -291,20 +307,10 @@ def test_a_history_the_model_would_refuse_is_refused_before_the_model_call(histo
     assert refused.value.problems[0].pointer == pointer and not model.seen
 
 
-def test_a_checkpointed_thread_continues_its_live_view_and_translates_only_new_messages(monkeypatch):
+def test_a_checkpointed_thread_continues_its_live_view_and_translates_only_new_messages(translated):
     """Across invocations of one thread, the middleware continues the conversation it kept live
     (the checkpointed state holds what it saved): each model call translates only the messages
     new since the last; another thread starts its own view, managed as the first."""
-    import ctxmgmt.adapters.langchain as adapter
-
-    translated: list[str] = []
-    group = adapter._group
-
-    def spy(m):
-        translated.append(m.type)
-        return group(m)
-
-    monkeypatch.setattr(adapter, "_group", spy)
     model = RecordingModel(messages=iter([AIMessage("a1"), AIMessage("a2"), AIMessage("b1")]))
     agent = create_agent(
         model, [], middleware=[ContextManagementMiddleware(QUIET_LC)], checkpointer=InMemorySaver()
@@ -363,20 +369,10 @@ def test_langchains_context_editing_before_ours_reaches_the_model(live):
     assert conversation.last_counted is not None and conversation.last_counted < 3000
 
 
-def test_a_manager_firing_at_every_call_translates_only_what_is_new(monkeypatch):
+def test_a_manager_firing_at_every_call_translates_only_what_is_new(translated):
     """With a window that cuts the view at every call, each call after the first translates
     only the record's new messages, and the model gets the framework's own messages (their
     ids kept) for all it sees of the record."""
-    import ctxmgmt.adapters.langchain as adapter
-
-    translated: list[str] = []
-    group = adapter._group
-
-    def spy(m):
-        translated.append(m.type)
-        return group(m)
-
-    monkeypatch.setattr(adapter, "_group", spy)
     window = {
         "name": "w",
         "hooks": {
