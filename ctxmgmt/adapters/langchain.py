@@ -166,20 +166,22 @@ def _group(m: BaseMessage) -> list[dict[str, Any]]:
     return sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
 
 
-_Original = tuple[BaseMessage, list[dict[str, Any]], int]
-"""A framework message, its chat messages (the same objects the view holds) and its place
+_Original = tuple[list[dict[str, Any]], int]
+"""The chat messages of a record message (the very objects the view holds), and its place
 in the record."""
 
 
 class _Translation:
     """A thread's LangChain messages as chat messages (:func:`_group`) and back.
 
-    Each record message is translated when it is new to the view (once per call). The
-    originals of the view's chat messages are kept (by the identity of their first chat
-    message, and by LangChain id for a view restored from the agent's state), so a managed
-    view is translated back at the cost of the view: an unchanged message is the framework's
-    own object, at its place in the record; only what a manager made (a summary, a cut result)
-    is converted."""
+    Each record message is translated when it is new to the view (once per call). Where the
+    view's chat messages came from is kept (by the identity of each message's first chat
+    message, and by LangChain id for a view restored from the agent's state): a place in the
+    record, which holds the same message at every later call (a turn continues the view only
+    when the record starts with the messages it covers; else the view is made anew). So a
+    managed view is translated back at the cost of the view: an unchanged message is the
+    framework's own object, from the record at hand; only what a manager made (a summary, a
+    cut result) is converted."""
 
     def __init__(self) -> None:
         self._call: dict[int, tuple[BaseMessage, list[dict[str, Any]]]] = {}
@@ -204,44 +206,42 @@ class _Translation:
         if turn.fresh:
             self._by_object, self._by_id = {}, {}
         for at in range(0 if turn.fresh else turn.start, len(record)):
-            self._note((record[at], self(record[at]), at))
+            self._note((self(record[at]), at))
         return conversation.framework_messages(turn, record, lambda t: self._back(t.messages, record))
 
     def _note(self, original: _Original) -> None:
-        group = original[1]
+        group = original[0]
         if group:
             self._by_object[id(group[0])] = original
             if group[0].get("id"):
                 self._by_id[group[0]["id"]] = original
 
     def _original(self, managed: Sequence[Any], i: int, record: Sequence[BaseMessage]) -> _Original | None:
-        """The record message whose chat messages are ``managed[i:...]`` all there, unchanged and
-        together: by identity (a live view), else by LangChain id and equality (a restored one)."""
+        """Where the record message is whose chat messages are ``managed[i:...]``, all there,
+        unchanged and together: by identity (a live view), else by LangChain id and equality
+        (a restored one)."""
         d = managed[i]
         found = self._by_object.get(id(d))
-        if found is not None and found[1][0] is d:
-            same = all(a is b for a, b in zip(managed[i : i + len(found[1])], found[1], strict=False))
+        if found is not None and found[0][0] is d:
+            same = all(a is b for a, b in zip(managed[i : i + len(found[0])], found[0], strict=False))
         else:
             found = self._by_id.get(d.get("id")) if isinstance(d.get("id"), str) else None
-            same = found is not None and managed[i : i + len(found[1])] == found[1]
-        if found is None or not same or len(managed) - i < len(found[1]):
+            same = found is not None and managed[i : i + len(found[0])] == found[0]
+        if found is None or not same or len(managed) - i < len(found[0]) or found[1] >= len(record):
             return None
-        m, group, at = found
-        if at >= len(record) or not (record[at] is m or record[at] == m):
-            return None
-        return record[at], group, at
+        return found
 
     def _back(self, managed: Sequence[Any], record: Sequence[BaseMessage]) -> list[Any]:
-        """LangChain messages for the managed view; the originals kept are those it holds."""
+        """LangChain messages for the managed view; the places kept are those it holds."""
         out: list[Any] = []
         kept: list[_Original] = []
         i = 0
         while i < len(managed):
             original = self._original(managed, i, record)
             if original is not None:
-                out.append(original[0])
+                out.append(record[original[1]])
                 kept.append(original)
-                i += len(original[1])
+                i += len(original[0])
                 continue
             out.extend(convert_to_messages([{k: v for k, v in managed[i].items() if k != "id"}]))
             i += 1
