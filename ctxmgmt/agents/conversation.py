@@ -176,6 +176,9 @@ class _Live:
     chain: str
     turn: int = 0
     """Calls compared so far (turns the samples of a long record's comparison)."""
+    handed: list[Any] | None = None
+    """The framework's messages handed back for the view, when the framework may keep them
+    as its record (``keep_view=False``): a next record may start with them instead."""
 
 
 class Conversation:
@@ -270,7 +273,7 @@ class Conversation:
         that ``translate`` turns into it. ``request``: ``system_prompt``, ``tools``,
         ``model``, ``context_window``."""
         definition = self.source.get()
-        steps = self._steps(definition, record, translate, request, self._continues(record))
+        steps = self._steps(definition, record, translate, request, self._covered(record))
         result: ApplyResult | None = None
         try:
             while True:
@@ -285,11 +288,11 @@ class Conversation:
     ) -> Turn:
         """:meth:`prepare` for async frameworks: model calls do not block the event loop."""
         definition = await self.source.aget()
-        continued = self._continues(record)
-        steps = self._steps(definition, record, translate, request, continued)
+        covered = self._covered(record)
+        steps = self._steps(definition, record, translate, request, covered)
         # A new view translates, checks and counts the whole record: CPU work that would stall
         # the event loop, so it runs in a worker thread. A continued one costs what is new.
-        cold = not continued
+        cold = covered is None
         result: ApplyResult | None = None
         while True:
             step = await asyncio.to_thread(_send, steps, result) if cold else _send(steps, result)
@@ -314,25 +317,24 @@ class Conversation:
         # would free them here, at the next turn, rather than where the framework drops them.
         self._out = None if turn.whole else out
         if not self.keep_view and self._live is not None:
-            # The framework keeps these as its record: the next turn continues after them.
-            self._live.prefix = list(out)
+            # The framework may keep these as its record: the next turn may continue after them.
+            self._live.handed = list(out)
         return out
 
-    def _continues(self, record: Sequence[Any]) -> bool:
-        """Whether ``record`` continues the one the live view was made from: it starts with
-        the messages the view covers (compared as :meth:`History.of` compares a list handed
-        again: the same objects, or equal ones)."""
+    def _covered(self, record: Sequence[Any]) -> int | None:
+        """How many of ``record``'s messages the live view covers when the record continues the
+        one it was made from (it starts with it: the same objects, or equal ones, compared as
+        :meth:`History.of` compares a list handed again), or the messages handed back for it
+        (a framework that keeps those as its record); None when it continues neither."""
         live = self._live
         if live is None:
-            return False
-        prefix, n = live.prefix, len(live.prefix)
-        if not 0 < n <= len(record):
-            return False
+            return None
         seq = record if isinstance(record, list) else list(record)
         live.turn += 1
-        if seq[0] is prefix[0] and seq[n - 1] is prefix[n - 1]:
-            return same_start(prefix, n, seq, live.turn)
-        return prefix == seq[:n]  # copies (a checkpointer's): equal ones continue it
+        for prefix in (live.prefix, live.handed):
+            if prefix is not None and _starts_with(seq, prefix, live.turn):
+                return len(prefix)
+        return None
 
     def _steps(
         self,
@@ -340,14 +342,15 @@ class Conversation:
         record: Sequence[Any],
         translate: Translate | None,
         request: Mapping[str, Any],
-        continued: bool,
+        covered: int | None,
     ) -> Generator[tuple[str, Context], ApplyResult, Turn]:
         """The hook runs of one turn, as a step machine that a sync or an async driver runs
-        (``continued``: the record continues the live view)."""
+        (``covered``: the record messages the live view covers, when the record continues it)."""
         live = self._live
-        if continued:
+        continued = covered is not None
+        if covered is not None:
             assert live is not None
-            start = len(live.prefix)
+            start = covered
             new = _translated(record[start:], translate)
             if self.format == "openai_chat":  # the view was checked when it was made
                 refuse_invalid(live.context.messages, new, checked=True)
@@ -394,7 +397,7 @@ class Conversation:
         reusable = self.cache.measure(inner, counter)
         self._last = (out.model, counted, reusable)
         whole = whole and not changed
-        self._live = _Live(out, list(record), whole, upto, chain)
+        self._live = _Live(out, list(record), whole=whole, upto=upto, chain=chain)
         if self.keep_view:
             # A view that is the record is saved as such: the framework persists the record
             # already, and a copy would double what it writes at every call.
@@ -475,6 +478,15 @@ def usage_record(
 def _count(value: Any) -> bool:
     """Whether a reported figure is a token count (an int from 0 to MAX_REPORTED)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED
+
+
+def _starts_with(seq: list[Any], prefix: list[Any], turn: int) -> bool:
+    n = len(prefix)
+    if not 0 < n <= len(seq):
+        return False
+    if seq[0] is prefix[0] and seq[n - 1] is prefix[n - 1]:
+        return same_start(prefix, n, seq, turn)
+    return prefix == seq[:n]  # copies (a checkpointer's): equal ones continue it
 
 
 def _send(
