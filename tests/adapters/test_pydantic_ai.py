@@ -216,7 +216,7 @@ def test_a_caller_keeping_the_whole_history_costs_what_is_new_while_a_window_fir
     history: list[ModelMessage] = []
     for k in range(6):
         translated.clear()
-        result = agent.run_sync(f"question {k}", message_history=history)
+        result = asyncio.run(agent.run(f"question {k}", message_history=history))
         history = [*history, *result.new_messages()]  # the caller's own record, whole
         if k > 0:  # the answer before and the new question
             assert len(translated) == 2, [type(m).__name__ for m in translated]
