@@ -156,6 +156,12 @@ def _same_start(items: list[Any], k: int, seq: list[Any], turn: int) -> bool:
     return items[start:k:stride] == seq[start:k:stride]
 
 
+same_start = _same_start
+"""Public: whether a list starts with the messages a caller kept (``items``, ``k`` of them),
+by the rule :meth:`History.of` uses; ``turn`` turns the samples, a counter the caller bumps
+each call (the conversation engine's check that a record continues its view)."""
+
+
 class History(Sequence[Mapping[str, Any]]):
     """An immutable sequence of messages; ``append`` returns a longer one in O(1).
 

@@ -631,29 +631,48 @@ def test_a_summariser_model_call_is_priced_as_fresh_input_and_listed_apart(
     assert result.cache["estimated_cost"] == pytest.approx(agents_own + fresh)
 
 
-@pytest.mark.parametrize(
-    ("old", "name", "new"),
-    [
-        ("ctxmgmt.runner", "Runner", "ctxmgmt.agents.runner"),
-        ("ctxmgmt.tools", "register_tool", "ctxmgmt.agents.tools"),
-        ("ctxmgmt.adapters._core", "Conversation", "ctxmgmt.agents.conversation"),
-        ("ctxmgmt.llm", "_tls", "ctxmgmt.llm.client"),
-        ("ctxmgmt.llm", "ANTHROPIC_VERSION", "ctxmgmt.llm.config"),
-    ],
-)
-def test_a_moved_module_keeps_its_old_path_with_a_deprecation_warning(old, name, new):
-    """A name imported from a moved module's old path is the new module's, with a DeprecationWarning."""
-    import importlib
+def test_the_runner_and_an_adapter_record_the_same_usage_for_the_same_exchange(
+    runner, chat_server, store, monkeypatch
+):
+    """One question to the same model, answered with the same usage report (input tokens and
+    cached tokens), is recorded alike by the runner and by the LangChain middleware: counted,
+    calibrated, reported, reusable prefix and cache figures."""
+    from langchain.agents import create_agent
+    from langchain_openai import ChatOpenAI
 
-    module = importlib.import_module(old)
-    with pytest.warns(DeprecationWarning, match=f"import {name} from {new}"):
-        value = getattr(module, name)
-    assert value is getattr(importlib.import_module(new), name)
+    import ctxmgmt.adapters.langchain as adapter
+    from ctxmgmt.agents.conversation import USAGE_FIELDS
 
+    quiet = {"hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 100}}]}}
+    store.create("quiet", quiet)
+    agent_id = runner.register(
+        {
+            "name": "plain",
+            "type": "conversational",
+            "llm": {"model_id": "chat"},
+            "system_prompt": "Be brief.",
+            "context_management_name": "quiet",
+        }
+    )
+    recorded = []
+    extended = adapter._extended
 
-def test_a_name_no_moved_module_has_is_an_attribute_error_without_a_warning():
-    """An old path hands out only names its new modules have: any other is an AttributeError."""
-    import ctxmgmt.llm
+    def spy(response, conversation, turn):
+        out = extended(response, conversation, turn)
+        recorded.append(turn.usage)
+        return out
 
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        ctxmgmt.llm.no_such_name  # noqa: B018
+    monkeypatch.setattr(adapter, "_extended", spy)
+    report = {"prompt_tokens": 31, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 12}}
+    for reported in (report, {"completion_tokens": 2}):  # with a report, and without one
+        chat_server.reply("ok", usage=reported)
+        (ran,) = runner.execute(agent_id, "Why does the build fail?").usage
+        recorded.clear()
+        chat_server.reply("ok", usage=reported)
+        model = ChatOpenAI(model="fake-model", base_url=chat_server.base_url, api_key="k", max_retries=0)
+        middleware = adapter.ContextManagementMiddleware({"name": "quiet", **quiet})
+        create_agent(model, [], system_prompt="Be brief.", middleware=[middleware]).invoke(
+            {"messages": [("user", "Why does the build fail?")]}
+        )
+        assert recorded and recorded[0] == {k: ran[k] for k in USAGE_FIELDS if k in ran}
+        assert ran["reported"] == reported.get("prompt_tokens")

@@ -77,22 +77,23 @@ class ContextManagementMiddleware(AgentMiddleware):
         self.offloader = offloader
         self.context_window = context_window
         self.pricing = pricing
-        self._threads: OrderedDict[str, Conversation] = OrderedDict()
+        self._threads: OrderedDict[str, tuple[Conversation, _Translation]] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
         return "ContextManagementMiddleware"
 
-    def _conversation(self, request: ModelRequest) -> tuple[Conversation, dict[str, Any]]:
+    def _conversation(self, request: ModelRequest) -> tuple[Conversation, _Translation, dict[str, Any]]:
         """This thread's conversation, live in this process when the agent's state holds what
-        it saved last (so a call costs what is new), else restored from the state."""
+        it saved last (so a call costs what is new), else restored from the state; and the
+        translation of its messages."""
         thread = _thread_id()
         saved = request.state.get(STATE_KEY)
         saved = saved if isinstance(saved, Mapping) else None
         with self._lock:
-            conversation = self._threads.get(thread)
-            if conversation is not None and saved is not None and _same_state(conversation.saved, saved):
+            live = self._threads.get(thread)
+            if live is not None and saved is not None and _same_state(live[0].saved, saved):
                 self._threads.move_to_end(thread)
             else:
                 conversation = Conversation(
@@ -104,7 +105,7 @@ class ContextManagementMiddleware(AgentMiddleware):
                     pricing=self.pricing,
                 )
                 conversation.load(saved)
-                self._threads[thread] = conversation
+                live = self._threads[thread] = (conversation, _Translation())
                 while len(self._threads) > LIVE_THREADS:
                     self._threads.popitem(last=False)
         system = request.system_message
@@ -114,31 +115,31 @@ class ContextManagementMiddleware(AgentMiddleware):
             profile.get("max_input_tokens") if isinstance(profile, Mapping) else None
         )
         options = {
-            "system_prompt": _text(system.content) if system is not None else None,
+            "system_prompt": text_of(system.content) if system is not None else None,
             "tools": [t if isinstance(t, dict) else convert_to_openai_tool(t) for t in request.tools],
             "model": getattr(model, "model_name", None) or getattr(model, "model", None),
             "context_window": window if isinstance(window, int) else None,
         }
-        return conversation, options
+        live[1].begin()
+        return live[0], live[1], options
 
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ExtendedModelResponse:
-        conversation, options = self._conversation(request)
-        group = _Groups()
-        turn = conversation.prepare(request.messages, translate=group, **options)
+        conversation, translation, options = self._conversation(request)
+        turn = conversation.prepare(request.messages, translate=translation, **options)
         dispatch_custom_event(STATE_KEY, _event(self.source, turn))
-        response = handler(request.override(messages=_managed(conversation, turn, request.messages, group)))
+        managed = translation.framework_messages(conversation, turn, request.messages)
+        response = handler(request.override(messages=managed))
         return _extended(response, conversation, turn)
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ExtendedModelResponse:
-        conversation, options = self._conversation(request)
-        group = _Groups()
-        turn = await conversation.aprepare(request.messages, translate=group, **options)
+        conversation, translation, options = self._conversation(request)
+        turn = await conversation.aprepare(request.messages, translate=translation, **options)
         await adispatch_custom_event(STATE_KEY, _event(self.source, turn))
-        managed = _managed(conversation, turn, request.messages, group)
+        managed = translation.framework_messages(conversation, turn, request.messages)
         response = await handler(request.override(messages=managed))
         return _extended(response, conversation, turn)
 
@@ -149,14 +150,14 @@ LIVE_THREADS = 256
 
 def _same_state(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
     """Whether the agent's state holds what this conversation saved last (as the checkpointer
-    gave it back): the same record length, last message and view (or the record as the view)."""
+    gave it back): the same record length, fingerprint chain and view (or the record as the view)."""
     view, other = mine.get("view"), theirs.get("view")
     same_view = (
         len(view) == len(other)
         if isinstance(view, list) and isinstance(other, list)
         else view is other is None and mine.get("whole") is theirs.get("whole") is True
     )
-    return same_view and mine.get("upto") == theirs.get("upto") and mine.get("last") == theirs.get("last")
+    return same_view and mine.get("upto") == theirs.get("upto") and mine.get("chain") == theirs.get("chain")
 
 
 def _group(m: BaseMessage) -> list[dict[str, Any]]:
@@ -165,26 +166,89 @@ def _group(m: BaseMessage) -> list[dict[str, Any]]:
     return sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
 
 
-class _Groups:
-    """:func:`_group` for one model call, each message translated once (a new view translates
-    the whole record, and translating the managed view back needs it again)."""
+_Original = tuple[list[dict[str, Any]], int]
+"""The chat messages of a record message (the very objects the view holds), and its place
+in the record."""
+
+
+class _Translation:
+    """A thread's LangChain messages as chat messages (:func:`_group`) and back.
+
+    Each record message is translated when it is new to the view (once per call). Where the
+    view's chat messages came from is kept (by the identity of each message's first chat
+    message, and by LangChain id for a view restored from the agent's state): a place in the
+    record, which holds the same message at every later call (a turn continues the view only
+    when the record starts with the messages it covers; else the view is made anew). So a
+    managed view is translated back at the cost of the view: an unchanged message is the
+    framework's own object, from the record at hand; only what a manager made (a summary, a
+    cut result) is converted."""
 
     def __init__(self) -> None:
-        self._done: dict[int, tuple[BaseMessage, list[dict[str, Any]]]] = {}
+        self._call: dict[int, tuple[BaseMessage, list[dict[str, Any]]]] = {}
+        self._by_object: dict[int, _Original] = {}
+        self._by_id: dict[str, _Original] = {}
+
+    def begin(self) -> None:
+        """A new model call: the translations of the last one are not kept past it."""
+        self._call = {}
 
     def __call__(self, m: BaseMessage) -> list[dict[str, Any]]:
-        done = self._done.get(id(m))
+        done = self._call.get(id(m))
         if done is None or done[0] is not m:
-            done = self._done[id(m)] = (m, _group(m))
+            done = self._call[id(m)] = (m, _group(m))
         return done[1]
 
+    def framework_messages(
+        self, conversation: Conversation, turn: Turn, record: Sequence[BaseMessage]
+    ) -> list[Any]:
+        """The LangChain messages for a prepared turn: the record's messages new to the view
+        are noted first (all of them for a new view), then the view is translated back."""
+        if turn.fresh:
+            self._by_object, self._by_id = {}, {}
+        for at in range(0 if turn.fresh else turn.start, len(record)):
+            self._note((self(record[at]), at))
+        return conversation.framework_messages(turn, record, lambda t: self._back(t.messages, record))
 
-def _managed(
-    conversation: Conversation, turn: Turn, originals: Sequence[BaseMessage], group: _Groups
-) -> list[Any]:
-    return conversation.framework_messages(
-        turn, originals, lambda t: _messages(t, originals, [group(m) for m in originals])
-    )
+    def _note(self, original: _Original) -> None:
+        group = original[0]
+        if group:
+            self._by_object[id(group[0])] = original
+            if group[0].get("id"):
+                self._by_id[group[0]["id"]] = original
+
+    def _original(self, managed: Sequence[Any], i: int, record: Sequence[BaseMessage]) -> _Original | None:
+        """Where the record message is whose chat messages are ``managed[i:...]``, all there,
+        unchanged and together: by identity (a live view), else by LangChain id and equality
+        (a restored one)."""
+        d = managed[i]
+        found = self._by_object.get(id(d))
+        if found is not None and found[0][0] is d:
+            same = all(a is b for a, b in zip(managed[i : i + len(found[0])], found[0], strict=False))
+        else:
+            found = self._by_id.get(d.get("id")) if isinstance(d.get("id"), str) else None
+            same = found is not None and managed[i : i + len(found[0])] == found[0]
+        if found is None or not same or len(managed) - i < len(found[0]) or found[1] >= len(record):
+            return None
+        return found
+
+    def _back(self, managed: Sequence[Any], record: Sequence[BaseMessage]) -> list[Any]:
+        """LangChain messages for the managed view; the places kept are those it holds."""
+        out: list[Any] = []
+        kept: list[_Original] = []
+        i = 0
+        while i < len(managed):
+            original = self._original(managed, i, record)
+            if original is not None:
+                out.append(record[original[1]])
+                kept.append(original)
+                i += len(original[0])
+                continue
+            out.extend(convert_to_messages([{k: v for k, v in managed[i].items() if k != "id"}]))
+            i += 1
+        self._by_object, self._by_id = {}, {}
+        for original in kept:
+            self._note(original)
+        return out
 
 
 def _extended(response: Any, conversation: Conversation, turn: Turn) -> ExtendedModelResponse:
@@ -201,30 +265,6 @@ def _extended(response: Any, conversation: Conversation, turn: Turn) -> Extended
     return ExtendedModelResponse(
         model_response=response, command=Command(update={STATE_KEY: conversation.saved})
     )
-
-
-def _messages(turn: Turn, originals: Sequence[BaseMessage], converted: Sequence[Sequence[Any]]) -> list[Any]:
-    """LangChain messages for the managed list: the framework's own message object where its
-    chat messages are all there, unchanged and together; new ones otherwise (a summary, a cut
-    result)."""
-    known = {
-        group[0]["id"]: (m, group)
-        for m, group in zip(originals, converted, strict=True)
-        if group and group[0].get("id")
-    }
-    out: list[Any] = []
-    managed = turn.messages
-    i = 0
-    while i < len(managed):
-        d = managed[i]
-        original, group = known.get(d.get("id"), (None, ()))
-        if original is not None and list(managed[i : i + len(group)]) == list(group):
-            out.append(original)
-            i += len(group)
-            continue
-        out.extend(convert_to_messages([{k: v for k, v in d.items() if k != "id"}]))
-        i += 1
-    return out
 
 
 def _not_tool(d: Mapping[str, Any]) -> bool:
@@ -252,10 +292,6 @@ def _event(source: Source, turn: Turn) -> dict[str, Any]:
         "trace": list(turn.trace),
         "reusable_prefix_tokens": turn.reusable_prefix_tokens,
     }
-
-
-def _text(content: Any) -> str:
-    return text_of(content)
 
 
 def _thread_id() -> str:

@@ -10,21 +10,24 @@ behaves the same.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import inspect
+import json
 import logging
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..cache import Pricing, PromptCache, ratios_for
-from ..calibration import Calibration
+from ..calibration import MAX_REPORTED, Calibration
 from ..context import ApplyResult, Context
 from ..definitions import Definition, load_definition
 from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
+from ..history import same_start
 from ..managers.base import Environment
 from ..messages import call_ids, check_messages, is_summary, text_of
-from ..summaries import message_key
 from ..tokens import TokenCounter, get_counter
 from ..types import Hook, TraceEntry
 
@@ -32,13 +35,29 @@ if TYPE_CHECKING:
     from ..llm import ModelsConfig
     from ..offload import Offloader
 
-__all__ = ["Conversation", "DefinitionSource", "Source", "Translate", "Turn", "View", "refuse_invalid"]
+__all__ = [
+    "USAGE_FIELDS",
+    "Conversation",
+    "DefinitionSource",
+    "Source",
+    "Translate",
+    "Turn",
+    "View",
+    "refuse_invalid",
+    "usage_record",
+]
 
 DefinitionSource = Any
 """A :class:`~ctxmgmt.Definition`, a file path, a shipped definition's name, a dict, or
 ``(client, name)`` for a definition stored on a registry server."""
 
 log = logging.getLogger("ctxmgmt.adapters")
+
+_ASYNC_CLIENT = (
+    "the definition's registry client is an async one (AsyncClient), and this model call is "
+    "synchronous: run the agent asynchronously (ainvoke, Runner.run, run()), which fetches "
+    "it with Source.aget, or give the definition as (ctxmgmt.Client(url), name)"
+)
 
 
 class Source:
@@ -70,20 +89,34 @@ class Source:
         )
 
     def get(self) -> Definition:
+        """The definition, fetched again when it is a registry server's (with a
+        :class:`~ctxmgmt.Client`: an :class:`~ctxmgmt.AsyncClient` is for :meth:`aget`)."""
         if self._remote is None:
             assert self._definition is not None
             return self._definition
         client, name = self._remote
-        return self._built(client.get(name))
+        if inspect.iscoroutinefunction(client.get):
+            raise TypeError(_ASYNC_CLIENT)
+        stored = client.get(name)
+        if inspect.isawaitable(stored):
+            if inspect.iscoroutine(stored):
+                stored.close()  # never awaited: closed here rather than warned about later
+            raise TypeError(_ASYNC_CLIENT)
+        return self._built(stored)
 
     async def aget(self) -> Definition:
+        """:meth:`get` for async frameworks: an :class:`~ctxmgmt.AsyncClient`'s request is
+        awaited, a :class:`~ctxmgmt.Client`'s (which blocks) runs in a worker thread."""
         if self._remote is None:
             assert self._definition is not None
             return self._definition
         client, name = self._remote
-        stored = client.get(name)
-        if hasattr(stored, "__await__"):
-            stored = await stored
+        if inspect.iscoroutinefunction(client.get):
+            stored = await client.get(name)
+        else:
+            stored = await asyncio.to_thread(client.get, name)
+            if inspect.isawaitable(stored):
+                stored = await stored
         return self._built(stored)
 
     def _built(self, stored: Mapping[str, Any]) -> Definition:
@@ -109,14 +142,17 @@ class Turn:
     """The tokens of this request's prefix (tools, system prompt, messages) identical to the
     previous request's: what the provider's prompt cache can serve."""
     usage: dict[str, Any] | None = None
-    """Once the provider answered: ``{counted, calibrated, reported, reusable_prefix_tokens}``
-    input tokens, and ``cached_tokens`` / ``cache_write_tokens`` when it reports them."""
+    """Once the provider answered: the call's :func:`usage_record` (input tokens counted,
+    calibrated and reported, the reusable prefix, the provider's cache figures)."""
     start: int = 0
     """Where the record's messages new to this turn begin (in the record's own units)."""
     extends: bool = False
     """The managed messages are the previous turn's plus the new record messages, untouched."""
     whole: bool = False
     """The managed messages are the whole record, untouched."""
+    fresh: bool = False
+    """The view was made anew from the whole record (restored or started), not continued
+    from the live one: every record message was translated."""
 
 
 Translate = Callable[[Any], Sequence[Any]]
@@ -129,16 +165,20 @@ class _Live:
     the record continues the one it was made from, so a turn costs what is new."""
 
     context: Context
-    covers: int
-    """Record messages (in the record's own units) the view covers."""
-    anchor: Any
-    """The last of them."""
+    prefix: list[Any]
+    """The record messages (in the record's own units) the view covers: a next record
+    continues the view only if it starts with them (compared as :meth:`History.of` does)."""
     whole: bool
     """The view is the record, untouched."""
     upto: int
     """The record's messages in the conversation's format that the view covers (saved as
-    ``upto``), and the fingerprint of the last of them."""
-    last: str | None
+    ``upto``), and the fingerprint chain of all of them (saved as ``chain``)."""
+    chain: str
+    turn: int = 0
+    """Calls compared so far (turns the samples of a long record's comparison)."""
+    handed: list[Any] | None = None
+    """The framework's messages handed back for the view, when the framework may keep them
+    as its record (``keep_view=False``): a next record may start with them instead."""
 
 
 class Conversation:
@@ -152,11 +192,13 @@ class Conversation:
     calibrated by the provider's reports (:meth:`observe`) and measured against the previous
     one for the prompt cache.
 
-    In one process the view is kept live: a record that continues the last one (its message
-    at the covered length is the same) costs only its new messages, translated one by one
-    with ``translate`` when the record is a framework's. :attr:`saved` is JSON-able: adapters
-    persist it where the framework keeps its state, and :meth:`load` restores it. A record
-    that does not continue the saved one (another conversation) starts a new view.
+    In one process the view is kept live: a record that continues the last one (it starts
+    with the messages the view covers, the same objects or equal ones) costs only its new
+    messages, translated one by one with ``translate`` when the record is a framework's.
+    :attr:`saved` is JSON-able: adapters persist it where the framework keeps its state, and
+    :meth:`load` restores it; it holds a fingerprint chain of every covered message. A record
+    that does not continue the saved one (another conversation, or an earlier message edited,
+    replaced or removed: a redaction, another middleware's edit) starts a new view.
     """
 
     def __init__(
@@ -212,25 +254,16 @@ class Conversation:
     def observe(self, reported: Any, *, cached: Any = None, written: Any = None) -> dict[str, Any] | None:
         """The provider's reported input tokens for the last prepared request: they calibrate
         the next ones. ``cached`` and ``written``: its prompt-cache figures, when it reports
-        them. Returns ``{counted, calibrated, reported, reusable_prefix_tokens}`` (and
-        ``cached_tokens``, ``cache_write_tokens``) for the record, or None when there was no
-        request or no report."""
+        them. Returns the call's :func:`usage_record` (as the runner records it), or None when
+        no request was prepared."""
         if self._last is None:
             return None
         model, counted, reusable = self._last
-        ratio = self.calibration.ratio(model)
-        if self.calibration.observe(model, counted, reported) is None:
-            return None
-        self.saved["calibration"] = self.calibration.to_dict()
-        record = {
-            "counted": counted,
-            "calibrated": round(counted * ratio),
-            "reported": reported,
-            "reusable_prefix_tokens": reusable,
-        }
-        for key, value in (("cached_tokens", cached), ("cache_write_tokens", written)):
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                record[key] = value
+        record = usage_record(
+            counted, self.calibration.ratio(model), reusable, reported, cached=cached, written=written
+        )
+        if self.calibration.observe(model, counted, record["reported"]) is not None:
+            self.saved["calibration"] = self.calibration.to_dict()
         return record
 
     def prepare(self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any) -> Turn:
@@ -240,7 +273,7 @@ class Conversation:
         that ``translate`` turns into it. ``request``: ``system_prompt``, ``tools``,
         ``model``, ``context_window``."""
         definition = self.source.get()
-        steps = self._steps(definition, record, translate, request)
+        steps = self._steps(definition, record, translate, request, self._covered(record))
         result: ApplyResult | None = None
         try:
             while True:
@@ -255,10 +288,11 @@ class Conversation:
     ) -> Turn:
         """:meth:`prepare` for async frameworks: model calls do not block the event loop."""
         definition = await self.source.aget()
-        steps = self._steps(definition, record, translate, request)
+        covered = self._covered(record)
+        steps = self._steps(definition, record, translate, request, covered)
         # A new view translates, checks and counts the whole record: CPU work that would stall
         # the event loop, so it runs in a worker thread. A continued one costs what is new.
-        cold = self._live is None or not _continues(record, self._live)
+        cold = covered is None
         result: ApplyResult | None = None
         while True:
             step = await asyncio.to_thread(_send, steps, result) if cold else _send(steps, result)
@@ -283,9 +317,24 @@ class Conversation:
         # would free them here, at the next turn, rather than where the framework drops them.
         self._out = None if turn.whole else out
         if not self.keep_view and self._live is not None:
-            # The framework keeps these as its record: the next turn continues after them.
-            self._live.covers, self._live.anchor = len(out), (out[-1] if out else None)
+            # The framework may keep these as its record: the next turn may continue after them.
+            self._live.handed = list(out)
         return out
+
+    def _covered(self, record: Sequence[Any]) -> int | None:
+        """How many of ``record``'s messages the live view covers when the record continues the
+        one it was made from (it starts with it: the same objects, or equal ones, compared as
+        :meth:`History.of` compares a list handed again), or the messages handed back for it
+        (a framework that keeps those as its record); None when it continues neither."""
+        live = self._live
+        if live is None:
+            return None
+        seq = record if isinstance(record, list) else list(record)
+        live.turn += 1
+        for prefix in (live.prefix, live.handed):
+            if prefix is not None and _starts_with(seq, prefix, live.turn):
+                return len(prefix)
+        return None
 
     def _steps(
         self,
@@ -293,37 +342,36 @@ class Conversation:
         record: Sequence[Any],
         translate: Translate | None,
         request: Mapping[str, Any],
+        covered: int | None,
     ) -> Generator[tuple[str, Context], ApplyResult, Turn]:
-        """The hook runs of one turn, as a step machine that a sync or an async driver runs."""
+        """The hook runs of one turn, as a step machine that a sync or an async driver runs
+        (``covered``: the record messages the live view covers, when the record continues it)."""
         live = self._live
-        continued = live is not None and _continues(record, live)
-        if continued:
+        continued = covered is not None
+        if covered is not None:
             assert live is not None
-            start = live.covers
+            start = covered
             new = _translated(record[start:], translate)
             if self.format == "openai_chat":  # the view was checked when it was made
                 refuse_invalid(live.context.messages, new, checked=True)
             context = _continue(live.context, request)
             whole = live.whole
-            upto, last = live.upto + len(new), message_key(new[-1]) if new else live.last
+            upto, chain = live.upto + len(new), _chain(live.chain, new)
         else:
-            start = len(record)
-            chat = _translated(record, translate)
-            view, upto, state = self._continued(chat)
+            # A new or restored view: the whole record is translated once, each message's
+            # translations counted, so that its new messages are found in its own units.
+            chat, sizes = _translated_sized(record, translate)
+            view, upto, state, chain = self._continued(chat)
             if self.format == "openai_chat":  # the provider formats are checked whole when converted
                 refuse_invalid(view, chat[upto:], checked=view is self.saved.get("view"))
             new = chat[upto:]
-            if translate is not None and new:
-                # The new messages in the record's own units: those whose translations are new.
-                start, seen = len(record), 0
-                while start > 0 and seen < len(new):
-                    start -= 1
-                    seen += len(translate(record[start]))
-            else:
-                start = upto
+            start, seen = len(record), 0
+            while start > 0 and seen < len(new):
+                start -= 1
+                seen += sizes[start]
             context = Context(messages=view, state=state, format=self.format, **request)
             whole = upto == len(view) and view == chat[:upto]
-            upto, last = len(chat), message_key(chat[-1]) if chat else None
+            upto = len(chat)
         trace: list[TraceEntry] = []
         post_tool = bool(definition.hooks.get(Hook.POST_TOOL))
         changed = False
@@ -349,11 +397,11 @@ class Conversation:
         reusable = self.cache.measure(inner, counter)
         self._last = (out.model, counted, reusable)
         whole = whole and not changed
-        self._live = _Live(out, len(record), record[-1] if record else None, whole, upto, last)
+        self._live = _Live(out, list(record), whole=whole, upto=upto, chain=chain)
         if self.keep_view:
             # A view that is the record is saved as such: the framework persists the record
             # already, and a copy would double what it writes at every call.
-            self.saved = {"upto": upto, "last": last, "state": dict(out.state)}
+            self.saved = {"upto": upto, "chain": chain, "state": dict(out.state)}
             if whole:
                 self.saved["whole"] = True
             else:
@@ -363,37 +411,82 @@ class Conversation:
             self.saved["cache"] = self.cache.export()
         _log_changes(definition, trace)
         turn = Turn(list(out.messages), out, trace, reusable)
-        turn.start, turn.whole = start, whole
+        turn.start, turn.whole, turn.fresh = start, whole, not continued
         turn.extends = continued and not changed
         return turn
 
-    def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any]]:
-        """(view, how many record messages it covers, state): the saved view when the record
-        continues the one it was made from, else a new view of the record."""
+    def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any], str]:
+        """(view, how many record messages it covers, state, the fingerprint chain of the
+        whole record): the saved view when the record starts with every message it was made
+        from (by the chain), else a new view of the record."""
         saved = self.saved
-        upto = saved.get("upto")
-        view = saved.get("view")
-        if (
-            isinstance(upto, int)
-            and isinstance(view, list)
-            and 0 < upto <= len(record)
-            and saved.get("last") == message_key(record[upto - 1])
-        ):
-            return view, upto, dict(saved.get("state") or {})
-        if (
-            saved.get("whole") is True
-            and isinstance(upto, int)
-            and 0 < upto <= len(record)
-            and saved.get("last") == message_key(record[upto - 1])
-        ):
-            view = list(record[:upto])
-            self.cache.restore(saved.get("cache"), view)
-            return view, upto, dict(saved.get("state") or {})
-        # A new view: the record as it is; its newest tool results are new (post_tool runs).
+        upto, view, whole = saved.get("upto"), saved.get("view"), saved.get("whole") is True
+        # A new view is the record as it is, its newest tool results new (post_tool runs).
         start = len(record)
         while start > 0 and is_tool_result(record[start - 1], self.format):
             start -= 1
-        return list(record[:start]), start, {}
+        if not (isinstance(upto, int) and (isinstance(view, list) or whole) and 0 < upto <= len(record)):
+            upto = None  # nothing saved to continue
+        # One pass hashes each message once: the saved view's check, and the record's chain.
+        chains = _chains(record, (upto or 0, len(record)))
+        if upto is not None and saved.get("chain") == chains[upto]:
+            if not isinstance(view, list):
+                view = list(record[:upto])
+                self.cache.restore(saved.get("cache"), view)
+            return view, upto, dict(saved.get("state") or {}), chains[len(record)]
+        return list(record[:start]), start, {}, chains[len(record)]
+
+
+USAGE_FIELDS = (
+    "counted",
+    "calibrated",
+    "reported",
+    "reusable_prefix_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+)
+"""The fields of a :func:`usage_record` (the last two only when the provider reports them)."""
+
+
+def usage_record(
+    counted: int,
+    ratio: float,
+    reusable: int,
+    reported: Any = None,
+    *,
+    cached: Any = None,
+    written: Any = None,
+) -> dict[str, Any]:
+    """The usage of one model call, as every entry point records it (the runner, the
+    adapters through :meth:`Conversation.observe`, an execution's record): ``counted``,
+    ctxmgmt's count of the request sent; ``calibrated``, that count times the calibration
+    ratio it was sent with; ``reported``, the provider's input tokens (None when it reported
+    none, or no count); ``reusable_prefix_tokens``; and ``cached_tokens`` /
+    ``cache_write_tokens`` when the provider reports them."""
+    record: dict[str, Any] = {
+        "counted": counted,
+        "calibrated": round(counted * ratio),
+        "reported": reported if _count(reported) and reported > 0 else None,
+        "reusable_prefix_tokens": reusable,
+    }
+    for key, value in (("cached_tokens", cached), ("cache_write_tokens", written)):
+        if _count(value):
+            record[key] = value
+    return record
+
+
+def _count(value: Any) -> bool:
+    """Whether a reported figure is a token count (an int from 0 to MAX_REPORTED)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED
+
+
+def _starts_with(seq: list[Any], prefix: list[Any], turn: int) -> bool:
+    n = len(prefix)
+    if not 0 < n <= len(seq):
+        return False
+    if seq[0] is prefix[0] and seq[n - 1] is prefix[n - 1]:
+        return same_start(prefix, n, seq, turn)
+    return prefix == seq[:n]  # copies (a checkpointer's): equal ones continue it
 
 
 def _send(
@@ -408,20 +501,53 @@ def _send(
         return turn
 
 
-def _continues(record: Sequence[Any], live: _Live) -> bool:
-    """Whether ``record`` continues the one the live view was made from: its message at the
-    covered length is that record's last (the same object, or an equal one)."""
-    n = live.covers
-    if not 0 < n <= len(record):
-        return False
-    mine = record[n - 1]
-    return bool(mine is live.anchor or mine == live.anchor)
+_CHAIN_START = ""
+
+
+def _chain(chain: str, messages: Iterable[Mapping[str, Any]]) -> str:
+    """The fingerprint chain ``chain`` extended by ``messages``: one hash of every message a
+    saved view covers, each whole (an edit anywhere in a long message changes it), grown as
+    messages are added (each is hashed once)."""
+    for m in messages:
+        data = f"{chain}:{_fingerprint(m)}".encode("utf-8", "surrogatepass")
+        chain = hashlib.sha256(data).hexdigest()[:32]
+    return chain
+
+
+def _fingerprint(m: Mapping[str, Any]) -> str:
+    """A message as the chain hashes it: all of it, in a canonical form."""
+    return json.dumps(m, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _chains(messages: Sequence[Mapping[str, Any]], points: Iterable[int]) -> dict[int, str]:
+    """The fingerprint chain of ``messages[:k]`` for each ``k`` of ``points``, in one pass."""
+    wanted = set(points)
+    out = {0: _CHAIN_START}
+    chain = _CHAIN_START
+    for k, m in enumerate(messages[: max(wanted, default=0)], start=1):
+        chain = _chain(chain, (m,))
+        if k in wanted:
+            out[k] = chain
+    return out
 
 
 def _translated(messages: Sequence[Any], translate: Translate | None) -> list[Any]:
     if translate is None:
         return list(messages)
     return [d for m in messages for d in translate(m)]
+
+
+def _translated_sized(messages: Sequence[Any], translate: Translate | None) -> tuple[list[Any], list[int]]:
+    """The messages translated, and how many messages each one became."""
+    if translate is None:
+        return list(messages), [1] * len(messages)
+    out: list[Any] = []
+    sizes: list[int] = []
+    for m in messages:
+        done = translate(m)
+        out.extend(done)
+        sizes.append(len(done))
+    return out, sizes
 
 
 _REQUEST = ("system_prompt", "tools", "model", "context_window")

@@ -15,7 +15,7 @@ from ..fit import reserve_tokens
 from ..llm import ModelConfig, ModelsConfig
 from ..messages import is_summary, pinned_positions, text_of
 from ..store.repository import now_ms
-from .conversation import View
+from .conversation import USAGE_FIELDS, View, usage_record
 
 __all__ = ["ExecutionResult", "cache_summary", "execution_record"]
 
@@ -89,20 +89,22 @@ def execution_record(
     priced = {c["call"]: c for c in result.cache.get("calls", ())}
     for call, (counted, ratio, reusable) in sorted(requests.items()):  # the one that failed included
         usage = answered.get(call)
+        # The call's usage record, or, for the call that failed, the same fields without a report.
+        sent = usage if usage is not None else usage_record(counted, ratio, reusable)
         tokens_before = before.get(call, counted)
         entry = {
             "call": call,
             "tokens_before": tokens_before,
-            "tokens_after": counted,
+            "tokens_after": sent["counted"],
             "calibrated_before": round(tokens_before * ratio),
-            "calibrated": round(counted * ratio),
-            "reported": usage["reported"] if usage else None,
-            "reusable_prefix_tokens": reusable,
+            "calibrated": sent["calibrated"],
+            "reported": sent["reported"],
+            "reusable_prefix_tokens": sent["reusable_prefix_tokens"],
             "usage": {k: v for k, v in (usage or {}).items() if k not in _USAGE_KEYS},
         }
         for key in ("cached_tokens", "cache_write_tokens"):
-            if usage and key in usage:
-                entry[key] = usage[key]
+            if key in sent:
+                entry[key] = sent[key]
         if call in priced:
             entry["estimated_cost"] = priced[call]["estimated_cost"]
         if usage is None:
@@ -142,15 +144,7 @@ def execution_record(
     }
 
 
-_USAGE_KEYS = (
-    "iteration",
-    "counted",
-    "calibrated",
-    "reported",
-    "reusable_prefix_tokens",
-    "cached_tokens",
-    "cache_write_tokens",
-)
+_USAGE_KEYS = ("iteration", *USAGE_FIELDS)
 
 
 def cache_summary(

@@ -47,7 +47,7 @@ from ..store.repository import now_ms
 from ..summaries import STATE_KEY
 from ..types import Hook
 from ..validation import validate_definition
-from .conversation import View
+from .conversation import View, usage_record
 from .records import ExecutionResult, cache_summary, execution_record
 from .tools import (
     EXECUTION_ARCHIVE_BYTES,
@@ -310,19 +310,17 @@ class Runner:
                     extra = {"tools": list(run.view.tools)} if run.view.tools else {}
                     response = await client.acomplete(request, **extra)
                     # This one request's report (never a sum across calls) calibrates the next.
-                    reported = reported_input_tokens(response.usage)
-                    calibration.observe(model.model, counted, reported)
-                    result.usage.append(
-                        {
-                            "iteration": iteration,
-                            **clean_usage(response.usage),
-                            "counted": counted,
-                            "calibrated": round(counted * ratio),
-                            "reported": reported,
-                            "reusable_prefix_tokens": reusable,
-                            **cache_figures(response.usage),
-                        }
+                    figures = cache_figures(response.usage)
+                    usage = usage_record(
+                        counted,
+                        ratio,
+                        reusable,
+                        reported_input_tokens(response.usage),
+                        cached=figures.get("cached_tokens"),
+                        written=figures.get("cache_write_tokens"),
                     )
+                    calibration.observe(model.model, counted, usage["reported"])
+                    result.usage.append({"iteration": iteration, **clean_usage(response.usage), **usage})
                     message = _assistant(response.message)
                     run.add(message)
                     calls = message.get("tool_calls")

@@ -1,7 +1,7 @@
 """LLM access: the models configuration, kept-alive connections, and one chat client
 (OpenAI-compatible chat completions or Anthropic's Messages API) over httpx."""
 
-from .._moved import moved
+from .._deprecated import moved
 from .client import ChatClient, ChatResponse, HTTPPool, parse_json_object
 from .config import CONFIG_ENV, ModelConfig, ModelsConfig, load_models
 
@@ -18,3 +18,4 @@ __all__ = [
 
 # The private names of the former module ctxmgmt/llm.py, for one release.
 __getattr__ = moved(__name__, "ctxmgmt.llm.client", "ctxmgmt.llm.config")
+__dir__ = __getattr__.dir

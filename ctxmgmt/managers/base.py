@@ -45,4 +45,4 @@ def builtin_schema(type_name: str) -> Mapping[str, Any]:
     return schema(f"managers/{type_name}.schema.json")  # type: ignore[no-any-return]
 
 
-__getattr__ = moved(__name__, dict.fromkeys(("DEFAULT_ENVIRONMENT", "with_defaults"), _manager))
+__getattr__ = moved(__name__, _manager.__name__, names=("DEFAULT_ENVIRONMENT", "with_defaults"))

@@ -190,4 +190,4 @@ class ToolsOutputTruncateManager(ContextManager):
 
 __all__ = ["ToolsOutputTruncateManager"]
 
-__getattr__ = moved(__name__, dict.fromkeys(("OFFLOADED", "STAMP", "offloaded"), _marks))
+__getattr__ = moved(__name__, _marks.__name__, names=("OFFLOADED", "STAMP", "offloaded"))

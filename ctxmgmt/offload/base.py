@@ -345,5 +345,7 @@ def open_stream(store: Any, session: str, *, tool_call_id: str | None = None) ->
 
 # What the engine archives through moved to ctxmgmt.archive.
 __getattr__ = moved(
-    __name__, dict.fromkeys(("Batch", "BatchWriter", "Item", "item_text", "new_ref", "slice_text"), _archive)
+    __name__,
+    _archive.__name__,
+    names=("Batch", "BatchWriter", "Item", "item_text", "new_ref", "slice_text"),
 )

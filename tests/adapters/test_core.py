@@ -1,7 +1,10 @@
 """What every adapter shares: the conversation's reusable prefix and its cache figures."""
 
+import pytest
+
 from ctxmgmt.agents.conversation import Conversation
-from ctxmgmt.tokens import REPLY_PRIMING
+from ctxmgmt.context import Context
+from ctxmgmt.tokens import REPLY_PRIMING, get_counter
 
 DEFINITION = {
     "name": "d",
@@ -119,3 +122,158 @@ def test_a_view_that_is_the_record_is_saved_as_such_and_restored():
     restored.load(conversation.saved)
     turn = restored.prepare([*record, {"role": "user", "content": "c"}])
     assert turn.start == 2 and [m["content"] for m in turn.messages] == ["a", "b", "c"]
+
+
+def _chat(n: int) -> list[dict[str, str]]:
+    return [{"role": role, "content": text} for role, text in _framework(n)]
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_an_earlier_message_edited_starts_a_new_view(restored):
+    """A record whose message before the covered length was edited (a redaction, another
+    middleware's edit), the last covered one equal, is managed afresh, live and restored from
+    the saved view: the model sees the edit, never the stale copy."""
+    conversation = Conversation(WINDOWED)
+    record = _chat(9)
+    first = conversation.prepare(record)
+    assert "view" in conversation.saved and "message 6" in [m["content"] for m in first.messages]
+    edited = [*record[:6], {"role": "user", "content": "[redacted]"}, *(dict(m) for m in record[7:])]
+    edited.append({"role": "assistant", "content": "ok"})
+    if restored:
+        saved, conversation = conversation.saved, Conversation(WINDOWED)
+        conversation.load(saved)
+    turn = conversation.prepare(edited)
+    contents = [m["content"] for m in turn.messages]
+    assert "[redacted]" in contents and "message 6" not in contents
+    assert not turn.extends
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_a_request_never_exceeds_its_window_when_an_earlier_message_grew(restored):
+    """A first message replaced by a long one, the later ones unchanged, is counted and fitted:
+    the request counted and the messages handed to the framework stay within the window."""
+    fitted = {**QUIET, "settings": {"fit": True}}
+    conversation = Conversation(fitted)
+    record = [{"role": "user", "content": "short"}, {"role": "assistant", "content": "ok"}]
+    record.append({"role": "user", "content": "go"})
+    conversation.prepare(record, model="gpt-4o", context_window=2000)
+    if restored:
+        saved, conversation = conversation.saved, Conversation(fitted)
+        conversation.load(saved)
+    grown = [{"role": "user", "content": "word " * 5000}, *record[1:], {"role": "assistant", "content": "a"}]
+    turn = conversation.prepare(grown, model="gpt-4o", context_window=2000)
+    out = conversation.framework_messages(turn, grown, lambda t: t.messages)
+    sent = get_counter("gpt-4o").context(Context(messages=out, model="gpt-4o"))[0]
+    assert conversation.last_counted is not None and conversation.last_counted <= 2000
+    assert sent <= 2000
+
+
+@pytest.mark.parametrize("definition", [QUIET, WINDOWED])
+def test_a_restored_conversation_translates_and_fingerprints_each_message_once(definition, monkeypatch):
+    """A conversation restored from a state saved many messages ago translates each record
+    message once and fingerprints each once, whether the saved view still fits or not."""
+    import ctxmgmt.agents.conversation as engine
+
+    keyed: list[object] = []
+    key = engine._fingerprint
+    monkeypatch.setattr(engine, "_fingerprint", lambda m: keyed.append(m) or key(m))
+    seen: list[tuple[str, str]] = []
+
+    def translate(m):
+        seen.append(m)
+        return [{"role": m[0], "content": m[1]}]
+
+    saved_from = Conversation(definition)
+    saved_from.prepare(_framework(5), translate=translate)
+    for record in (_framework(41), [("user", "another task"), *_framework(41)[1:]]):
+        restored = Conversation(definition)
+        restored.load(saved_from.saved)
+        seen.clear()
+        keyed.clear()
+        turn = restored.prepare(record, translate=translate)
+        assert seen == record and len(keyed) == len(record) and turn.fresh
+        assert [m["content"] for m in turn.messages][-1] == record[-1][1]
+
+
+def _registry_transport(wait=None):
+    """A registry server's GET /definitions/<name> answer (version 1), after ``wait()``."""
+    import httpx
+
+    def handler(request):
+        if wait is not None and not wait():
+            return httpx.Response(500, json={"error": {"reason": "the event loop never ran"}})
+        return httpx.Response(200, json={"name": "quiet", "version": 1, **QUIET})
+
+    return handler
+
+
+def test_a_sync_registry_client_does_not_block_the_event_loop():
+    """Source.aget with a sync Client fetches in a worker thread: the event loop runs other
+    work while the request waits (here the very work that lets the request answer)."""
+    import asyncio
+    import threading
+
+    import httpx
+
+    from ctxmgmt import Client
+    from ctxmgmt.agents.conversation import Source
+
+    released = threading.Event()
+    client = Client(
+        "http://registry", transport=httpx.MockTransport(_registry_transport(lambda: released.wait(5)))
+    )
+    source = Source((client, "quiet"))
+
+    async def main():
+        async def release():
+            released.set()
+
+        fetched, _ = await asyncio.gather(source.aget(), release())
+        return fetched
+
+    assert asyncio.run(main()).name == "quiet"
+    client.close()
+
+
+def test_an_async_registry_client_in_a_sync_call_is_a_clear_error():
+    """Source.get (a synchronous model call) with an AsyncClient says to run asynchronously or
+    pass a Client, and leaves no coroutine unawaited; aget fetches with it."""
+    import asyncio
+
+    import httpx
+
+    from ctxmgmt import AsyncClient
+    from ctxmgmt.agents.conversation import Source
+
+    client = AsyncClient("http://registry", transport=httpx.MockTransport(_registry_transport()))
+    source = Source((client, "quiet"))
+    with pytest.raises(TypeError, match=r"AsyncClient.*ainvoke.*Source.aget.*ctxmgmt.Client"):
+        source.get()
+    conversation = Conversation(source)
+    with pytest.raises(TypeError, match="AsyncClient"):
+        conversation.prepare([{"role": "user", "content": "hi"}])
+
+    async def main():
+        try:
+            return await source.aget()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()).name == "quiet"
+
+
+def test_an_edit_inside_a_long_earlier_message_starts_a_new_view_when_restored():
+    """A restored conversation whose record has an earlier long message edited in its middle
+    (the start and the end as they were) is managed afresh: the model sees the edit."""
+    long = "a" * 6000 + " the secret is 42 " + "z" * 6000
+    record = _chat(9)
+    record[7] = {"role": "assistant", "content": long}
+    conversation = Conversation(WINDOWED)
+    first = conversation.prepare(record)
+    assert "view" in conversation.saved and long in [m["content"] for m in first.messages]
+    edited = [*record[:7], {"role": "assistant", "content": long.replace("42", "--")}, record[8]]
+    edited.append({"role": "assistant", "content": "ok"})  # the edit keeps the length
+    restored = Conversation(WINDOWED)
+    restored.load(conversation.saved)
+    turn = restored.prepare(edited)
+    assert turn.fresh and not any("secret is 42" in str(m["content"]) for m in turn.messages)

@@ -82,6 +82,22 @@ def agent_with(model):
     )
 
 
+@pytest.fixture
+def translated(monkeypatch):
+    """The types of the LangChain messages the middleware translates, in order."""
+    import ctxmgmt.adapters.langchain as adapter
+
+    seen: list[str] = []
+    group = adapter._group
+
+    def spy(m):
+        seen.append(m.type)
+        return group(m)
+
+    monkeypatch.setattr(adapter, "_group", spy)
+    return seen
+
+
 def assert_valid(seen):
     for call in seen:
         chat = convert_to_openai_messages(call)
@@ -189,7 +205,7 @@ def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():
 def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
     """A HumanMessage holding Anthropic tool_result blocks and text becomes a tool result and a
     user message, in that order; every message reaches the model once, in order."""
-    from ctxmgmt.adapters.langchain import _chat, _messages, _not_tool
+    from ctxmgmt.adapters.langchain import _Translation
     from ctxmgmt.agents.conversation import Conversation
 
     originals = [
@@ -205,26 +221,18 @@ def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
         AIMessage("I fixed it.", id="a2"),
         HumanMessage("now the tests", id="h3"),
     ]
-    converted = [
-        sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
-        for m in originals
-    ]
-    record = [d for group in converted for d in group]
-    assert not check_messages(record)
-    turn = Conversation(
+    conversation = Conversation(
         {
             "name": "n",
             "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 50}}]},
         }
-    ).prepare(record)
-    sent = _messages(turn, originals, converted)
-    assert [m.content for m in sent if isinstance(m, AIMessage)] == ["", "I fixed it."]
-    assert (
-        sent[0] is originals[0]
-        and sent[1] is originals[1]
-        and sent[-2] is originals[3]
-        and sent[-1] is originals[4]
     )
+    translation = _Translation()
+    turn = conversation.prepare(originals, translate=translation)
+    assert [m["role"] for m in turn.messages] == ["user", "assistant", "tool", "user", "assistant", "user"]
+    assert not check_messages(turn.messages)
+    sent = translation.framework_messages(conversation, turn, originals)
+    assert sent == originals and all(a is b for a, b in zip(sent, originals, strict=True))
 
 
 def test_each_model_call_measures_what_it_reuses_of_the_previous_one():
@@ -299,20 +307,10 @@ def test_a_history_the_model_would_refuse_is_refused_before_the_model_call(histo
     assert refused.value.problems[0].pointer == pointer and not model.seen
 
 
-def test_a_checkpointed_thread_continues_its_live_view_and_translates_only_new_messages(monkeypatch):
+def test_a_checkpointed_thread_continues_its_live_view_and_translates_only_new_messages(translated):
     """Across invocations of one thread, the middleware continues the conversation it kept live
     (the checkpointed state holds what it saved): each model call translates only the messages
     new since the last; another thread starts its own view, managed as the first."""
-    import ctxmgmt.adapters.langchain as adapter
-
-    translated: list[str] = []
-    group = adapter._group
-
-    def spy(m):
-        translated.append(m.type)
-        return group(m)
-
-    monkeypatch.setattr(adapter, "_group", spy)
     model = RecordingModel(messages=iter([AIMessage("a1"), AIMessage("a2"), AIMessage("b1")]))
     agent = create_agent(
         model, [], middleware=[ContextManagementMiddleware(QUIET_LC)], checkpointer=InMemorySaver()
@@ -333,3 +331,68 @@ QUIET_LC = {
     "name": "quiet",
     "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 100}}]},
 }
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_langchains_context_editing_before_ours_reaches_the_model(live):
+    """LangChain's ContextEditingMiddleware clearing earlier tool results before ours (a deep
+    copy of every message, the newest equal) makes a new view, live or restored from the
+    checkpoint: the model sees the cleared results, never the earlier view's copies."""
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+
+    keep = {
+        "name": "q",
+        "hooks": {
+            "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 7000}}]
+        },
+    }
+    saver, config = InMemorySaver(), {"configurable": {"thread_id": "t"}}
+    ours = ContextManagementMiddleware(keep)
+    calls = [
+        AIMessage(content="", tool_calls=[{"name": "read_log", "args": {"name": f"f{k}"}, "id": f"c{k}"}])
+        for k in range(3)
+    ]
+    first = RecordingModel(messages=iter([*calls, AIMessage("done")]))
+    create_agent(first, [read_log], middleware=[ours], checkpointer=saver).invoke(
+        {"messages": [("user", "go")]}, config
+    )
+    if not live:
+        ours._threads.clear()  # another worker: restored from the checkpoint
+    model = RecordingModel(messages=iter([AIMessage("ok")]))
+    editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=100, keep=1)])
+    create_agent(model, [read_log], middleware=[editing, ours], checkpointer=saver).invoke(
+        {"messages": [("user", "again")]}, config
+    )
+    sizes = [len(m.content) for m in model.seen[-1] if isinstance(m, ToolMessage)]
+    assert sizes[:2] == [len("[cleared]")] * 2 and sizes[2] > 1000
+    conversation = ours._threads["t"][0]
+    assert conversation.last_counted is not None and conversation.last_counted < 3000
+
+
+def test_a_manager_firing_at_every_call_translates_only_what_is_new(translated):
+    """With a window that cuts the view at every call, each call after the first translates
+    only the record's new messages, and the model gets the framework's own messages (their
+    ids kept) for all it sees of the record."""
+    window = {
+        "name": "w",
+        "hooks": {
+            "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4, "pin": "none"}}]
+        },
+    }
+    model = RecordingModel(messages=iter([AIMessage(f"a{k}", id=f"a{k}") for k in range(5)]))
+    agent = create_agent(
+        model, [], middleware=[ContextManagementMiddleware(window)], checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "w"}}
+    history = [
+        m for k in range(20) for m in (HumanMessage(f"q{k}", id=f"q{k}"), AIMessage(f"r{k}", id=f"r{k}"))
+    ]
+    agent.invoke({"messages": [*history, HumanMessage("go", id="go")]}, config)
+    assert len(translated) == 41
+    for k in range(4):
+        translated.clear()
+        record = agent.invoke({"messages": [HumanMessage(f"more {k}", id=f"m{k}")]}, config)["messages"]
+        assert translated == ["ai", "human"]  # the answer before, and the new question
+        seen = model.seen[-1]
+        kept = record[-1 - len(seen) : -1]  # the newest messages, the answer to this call aside
+        assert 2 <= len(seen) <= 4 and [m.id for m in seen] == [m.id for m in kept] and seen == kept

@@ -189,3 +189,35 @@ def test_a_history_the_model_would_refuse_is_refused_before_the_model_call(dropp
     with pytest.raises(ContextError) as refused:
         asyncio.run(agent.run("why?"))
     assert refused.value.problems[0].pointer == pointer and len(calls) == 1
+
+
+def test_a_caller_keeping_the_whole_history_costs_what_is_new_while_a_window_fires(monkeypatch):
+    """A caller that passes its own complete history to every run (not the managed one) with
+    a window cutting the view at every request: each request translates only the messages
+    new since the last, and the model sees the newest ones."""
+    import ctxmgmt.adapters.pydantic_ai as adapter
+
+    translated: list[ModelMessage] = []
+    chat_of = adapter._chat_of
+    monkeypatch.setattr(adapter, "_chat_of", lambda m: translated.append(m) or chat_of(m))
+    window = {
+        "name": "w",
+        "hooks": {
+            "pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4, "pin": "none"}}]
+        },
+    }
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=[TextPart(f"answer {len(seen)}")])
+
+    agent = Agent(FunctionModel(model), capabilities=[ProcessHistory(ContextManagementProcessor(window))])
+    history: list[ModelMessage] = []
+    for k in range(6):
+        translated.clear()
+        result = asyncio.run(agent.run(f"question {k}", message_history=history))
+        history = [*history, *result.new_messages()]  # the caller's own record, whole
+        if k > 0:  # the answer before and the new question
+            assert len(translated) == 2, [type(m).__name__ for m in translated]
+        assert len(seen[-1]) <= 4 and seen[-1][-1].parts[-1].content == f"question {k}"
