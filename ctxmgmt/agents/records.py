@@ -17,7 +17,7 @@ from ..messages import is_summary, pinned_positions, text_of
 from ..store.repository import now_ms
 from .conversation import USAGE_FIELDS, View, usage_record
 
-__all__ = ["ExecutionResult", "cache_summary", "execution_record"]
+__all__ = ["ExecutionResult", "cache_summary", "call_entry", "execution_record"]
 
 
 @dataclass(slots=True)
@@ -91,20 +91,7 @@ def execution_record(
         usage = answered.get(call)
         # The call's usage record, or, for the call that failed, the same fields without a report.
         sent = usage if usage is not None else usage_record(counted, ratio, reusable)
-        tokens_before = before.get(call, counted)
-        entry = {
-            "call": call,
-            "tokens_before": tokens_before,
-            "tokens_after": sent["counted"],
-            "calibrated_before": round(tokens_before * ratio),
-            "calibrated": sent["calibrated"],
-            "reported": sent["reported"],
-            "reusable_prefix_tokens": sent["reusable_prefix_tokens"],
-            "usage": {k: v for k, v in (usage or {}).items() if k not in _USAGE_KEYS},
-        }
-        for key in ("cached_tokens", "cache_write_tokens"):
-            if key in sent:
-                entry[key] = sent[key]
+        entry = call_entry(call, before.get(call, counted), ratio, sent, usage)
         if call in priced:
             entry["estimated_cost"] = priced[call]["estimated_cost"]
         if usage is None:
@@ -145,6 +132,33 @@ def execution_record(
 
 
 _USAGE_KEYS = ("iteration", *USAGE_FIELDS)
+
+
+def call_entry(
+    call: int,
+    tokens_before: int,
+    ratio: float,
+    sent: Mapping[str, Any],
+    usage: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One LLM call in an execution's record, as every entry point writes it (the runner, the
+    proxy): the view's tokens before the managers and the request's after (``sent``, the
+    call's :func:`~ctxmgmt.agents.conversation.usage_record`), both calibrated at ``ratio``
+    as sent, and the provider's own usage figures (``usage``) beside them."""
+    entry = {
+        "call": call,
+        "tokens_before": tokens_before,
+        "tokens_after": sent["counted"],
+        "calibrated_before": round(tokens_before * ratio),
+        "calibrated": sent["calibrated"],
+        "reported": sent["reported"],
+        "reusable_prefix_tokens": sent["reusable_prefix_tokens"],
+        "usage": {k: v for k, v in (usage or {}).items() if k not in _USAGE_KEYS},
+    }
+    for key in ("cached_tokens", "cache_write_tokens"):
+        if key in sent:
+            entry[key] = sent[key]
+    return entry
 
 
 def cache_summary(

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import time
+from typing import Any
 
 import anthropic
 import httpx
@@ -18,7 +20,7 @@ from ctxmgmt.store import ExecutionStore
 
 from ..conftest import LiveServer
 from .conftest import models_for
-from .upstream import Reply
+from .upstream import Reply, input_tokens
 
 SYSTEM = "You are a careful coding agent. Keep the user's constraints."
 TASK = "Fix the failing test in src/app/parser.py; run pytest -x tests/test_parser.py after each change."
@@ -326,3 +328,36 @@ def test_a_bad_json_body_is_refused_by_the_proxy_as_by_the_api(proxy, text):
     proxied = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", content=text, headers=headers)
     assert (api.status_code, proxied.status_code) == (400, 400), (api.text, proxied.text)
     assert proxied.json()["error"]["message"] == api.json()["error"]["reason"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_proxied_call_is_recorded_with_the_fields_the_runner_writes(store, proxy, upstream, stream):
+    """A proxied call's entry in its execution record is the runner's (one call_entry): the
+    tokens before and after, calibrated, the upstream's report, its cache figures and the
+    reusable prefix."""
+    from ctxmgmt.agents.conversation import usage_record
+    from ctxmgmt.agents.records import call_entry
+
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    messages: Any = [{"role": "user", "content": TASK}]
+    if stream:
+        for _ in client.chat.completions.create(
+            model="gpt-test", messages=messages, stream=True, stream_options={"include_usage": True}
+        ):
+            pass
+    else:
+        client.chat.completions.create(model="gpt-test", messages=messages)
+    client.close()
+    executions = ExecutionStore(store.engine)
+    for _ in range(200):  # a stream's record is stored once its last event went out
+        total, listed = executions.list("proxy-default")
+        if total:
+            break
+        time.sleep(0.05)
+    entry = executions.get(listed[0]["execution_id"])["calls"][0]
+    optional = {"cached_tokens", "cache_write_tokens"}  # when the upstream reports them
+    assert set(entry) - optional == set(call_entry(1, 0, 1.0, usage_record(0, 1.0, 0), {}))
+    assert entry["reported"] == input_tokens(upstream.seen[0].body) > 0
+    assert 0 < entry["tokens_after"] <= entry["tokens_before"] and entry["calibrated"] > 0
+    assert entry["usage"]["input"] == entry["reported"]
+    assert entry["cached_tokens"] == entry["usage"]["cached"]  # as the runner lifts the cache figures

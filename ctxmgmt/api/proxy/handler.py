@@ -24,7 +24,8 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ...agents.conversation import Conversation
+from ...agents.conversation import Conversation, usage_record
+from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
 from ...errors import NotFound, ToolError
 from ...formats import internal
@@ -287,16 +288,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         "context_window": config.context_window,
         "model": config.model,
         "api": api.name,
-        "calls": [
-            {
-                "call": 1,
-                "tokens_before": before,
-                "tokens_after": counted,
-                "calibrated_before": round(before * ratio),
-                "calibrated": round(counted * ratio),
-                "reusable_prefix_tokens": turn.reusable_prefix_tokens,
-            }
-        ],
+        "calls": [call_entry(1, before, ratio, usage_record(counted, ratio, turn.reusable_prefix_tokens))],
         "hooks": [{"hook": e["hook"], "iteration": 1, "call": 1, "entries": [e]} for e in turn.trace],
     }
     exchange = _Exchange(
@@ -640,24 +632,22 @@ async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure:
     once the answer went out, a failure to store is only logged."""
     st = state(exchange.request)
     conversation, record = exchange.conversation, exchange.record
-    call = record["calls"][0]
-    observed_any = False
+    calibrated = conversation.calibration.to_dict()
     if usage and "input" in usage:
-        observed = conversation.observe(
-            usage["input"], cached=usage.get("cached"), written=usage.get("written")
-        )
-        call["reported"] = usage["input"]
-        call["usage"] = dict(usage)
-        if observed:
-            observed_any = True
-            call["calibrated"] = observed["calibrated"]
+        call = record["calls"][0]
+        ratio = conversation.calibration.ratio(exchange.config.model)  # as the request was sent
+        sent = conversation.observe(usage["input"], cached=usage.get("cached"), written=usage.get("written"))
+        if sent is not None:
+            record["calls"][0] = call_entry(1, call["tokens_before"], ratio, sent, usage)
+    # The state is stored again after a stream only when the report moved the calibration.
+    recalibrated = conversation.calibration.to_dict() != calibrated
     record["status"] = "error" if failure else "finished"
     record["error"] = failure
     record["ended_time"] = now_ms()
     record["llm_calls"] = len(record["calls"])
     record["max_request_tokens"] = max(c["calibrated"] for c in record["calls"])
     try:
-        if observed_any or not exchange.stream:
+        if recalibrated or not exchange.stream:
             await _store(st, exchange.request.app.state.proxy_live, conversation, exchange.kept, record)
         else:
             await asyncio.to_thread(st.runner.executions.save, record)
