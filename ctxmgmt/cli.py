@@ -574,7 +574,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
     print(
         f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json; "
-        f"web page: /ui)",
+        f"proxy: /proxy/{{definition}}/v1; web page: /ui)",
         flush=True,
     )
     exposed = _exposed(sock, server.auth_enabled, models)
