@@ -24,7 +24,6 @@ from ..store import DefinitionStore
 from . import errors
 from .config import ServerConfig
 from .origins import OriginGuard, parse_hosts
-from .proxy.apis import APIS
 from .proxy.body import Bodies
 from .proxy.state import Live
 from .requests import State, resource
@@ -73,12 +72,8 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
         if exc.status_code in (404, 405)
         else str(exc.detail)
     )
-    if request.url.path.startswith("/proxy/"):  # a provider's client: the provider's shape
-        api = APIS["messages"] if request.url.path.endswith("/messages") else APIS["chat"]
-        return JSONResponse(api.error(exc.status_code, kind, reason), exc.status_code, headers=exc.headers)
-    return JSONResponse(
-        errors.error_body(exc.status_code, kind, reason), exc.status_code, headers=exc.headers
-    )
+    body = errors.error_body_at(request.url.path, exc.status_code, kind, reason)
+    return JSONResponse(body, exc.status_code, headers=exc.headers)
 
 
 class _Faults:

@@ -66,6 +66,61 @@ def error_body(
     return {"error": error, "status": status}
 
 
+def provider_error_body(provider: str, status: int, type: str, message: str) -> dict[str, Any]:
+    """An error in a provider's own shape (``anthropic`` or ``openai``), with the provider's
+    type for the status, so that its SDK raises its own error class with the message."""
+    if provider == "anthropic":
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, type), "message": message}}
+    return {
+        "error": {"message": message, "type": _OPENAI_TYPES.get(status, type), "param": None, "code": type}
+    }
+
+
+def error_body_at(
+    path: str, status: int, type: str, reason: str, problems: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The error body a client of ``path`` reads: under ``/proxy/`` its provider's shape
+    (Anthropic's for ``.../messages``, else OpenAI's), elsewhere the REST API's."""
+    if path.startswith("/proxy/"):
+        listed = "; ".join(f"{p.get('pointer', '')}: {p.get('message', '')}" for p in problems or ())
+        provider = "anthropic" if path.endswith("/messages") else "openai"
+        return provider_error_body(provider, status, type, listed or reason)
+    return error_body(status, type, reason, problems)
+
+
+# The providers' own error types by status, so that a client's error classes match.
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    507: "api_error",
+}
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "server_error",
+    503: "server_error",
+    504: "timeout_error",
+    507: "server_error",
+}
+
+
 # What databases and file systems say when they are out of space.
 _FULL = re.compile(r"disk is full|no space left|could not extend file|diskfull|\b53100\b", re.IGNORECASE)
 
@@ -132,5 +187,5 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     elif found.status in (503, 507):
         log.warning("%s on %s %s: %s", found.type, request.method, request.url.path, found.reason)
     listed = [p.to_dict() for p in found.problems] or None
-    body = error_body(found.status, found.type, found.reason, listed)
+    body = error_body_at(request.url.path, found.status, found.type, found.reason, listed)
     return JSONResponse(body, found.status, headers=found.headers)

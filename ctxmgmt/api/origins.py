@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ConfigError, Problem
-from .errors import error_body
+from .errors import error_body_at
 
 __all__ = ["OriginGuard", "parse_hosts"]
 
@@ -143,7 +143,9 @@ class OriginGuard:
         reason = self.refusal(scope)
         if reason is not None:
             status, kind, text = reason
-            await JSONResponse(error_body(status, kind, text), status)(scope, receive, send)
+            await JSONResponse(error_body_at(scope.get("path", ""), status, kind, text), status)(
+                scope, receive, send
+            )
             return
         headers = Headers(scope=scope)
         origin = headers.get("origin", "").strip().lower()

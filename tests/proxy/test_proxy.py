@@ -361,3 +361,29 @@ def test_a_proxied_call_is_recorded_with_the_fields_the_runner_writes(store, pro
     assert 0 < entry["tokens_after"] <= entry["tokens_before"] and entry["calibrated"] > 0
     assert entry["usage"]["input"] == entry["reported"]
     assert entry["cached_tokens"] == entry["usage"]["cached"]  # as the runner lifts the cache figures
+
+
+@pytest.mark.parametrize("header", ["origin", "host"])
+def test_the_host_and_origin_guard_answers_a_providers_client_in_its_shape(proxy, upstream, header):
+    """A page of another origin, or a Host this server is not, is refused under /proxy/ in the
+    provider's shape: each SDK raises its own PermissionDeniedError with the guard's reason,
+    and nothing goes upstream."""
+    value = "https://evil.example" if header == "origin" else "evil.example"
+    said = "cross-origin" if header == "origin" else "DNS rebinding"
+    claude = anthropic.Anthropic(
+        base_url=f"{proxy.url}/proxy/default", api_key="k", default_headers={header: value}, max_retries=0
+    )
+    with pytest.raises(anthropic.PermissionDeniedError, match=said):
+        claude.messages.create(
+            model="claude-test", max_tokens=10, messages=[{"role": "user", "content": TASK}]
+        )
+    gpt = openai.OpenAI(
+        base_url=f"{proxy.url}/proxy/default/v1", api_key="k", default_headers={header: value}, max_retries=0
+    )
+    with pytest.raises(openai.PermissionDeniedError, match=said):
+        gpt.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": TASK}])
+    claude.close()
+    gpt.close()
+    assert upstream.seen == []
+    r = httpx.get(f"{proxy.url}/_plugins/_ml/context_management/default", headers={header: value})
+    assert r.status_code == 403 and r.json()["error"]["type"] == "security_exception"  # the API's own

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...formats.anthropic import system_text
+from ..errors import provider_error_body
 
 __all__ = ["APIS", "Api", "Parts"]
 
@@ -87,52 +88,8 @@ class Api:
 
     def error(self, status: int, kind: str, message: str) -> dict[str, Any]:
         """An error the proxy itself raises, in the provider's own shape."""
-        if self.provider == "anthropic":
-            return {
-                "type": "error",
-                "error": {"type": _ANTHROPIC_TYPES.get(status, kind), "message": message},
-            }
-        return {
-            "error": {
-                "message": message,
-                "type": _OPENAI_TYPES.get(status, kind),
-                "param": None,
-                "code": kind,
-            }
-        }
+        return provider_error_body(self.provider, status, kind, message)
 
-
-# The providers' own error types by status, so that a client's error classes match.
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    413: "request_too_large",
-    415: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "api_error",
-    502: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    507: "api_error",
-}
-_OPENAI_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "server_error",
-    502: "server_error",
-    503: "server_error",
-    504: "timeout_error",
-    507: "server_error",
-}
 
 APIS: dict[str, Api] = {
     api.name: api
