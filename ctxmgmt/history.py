@@ -159,7 +159,7 @@ def _same_start(items: list[Any], k: int, seq: list[Any], turn: int) -> bool:
 same_start = _same_start
 """Public: whether a list starts with the messages a caller kept (``items``, ``k`` of them),
 by the rule :meth:`History.of` uses; ``turn`` turns the samples, a counter the caller bumps
-each call (the conversation engine's check that a record continues its view)."""
+each call (the conversation engine's check that a record of dicts continues its view)."""
 
 
 class History(Sequence[Mapping[str, Any]]):

@@ -86,14 +86,16 @@ class ContextManagementMiddleware(AgentMiddleware):
 
     def _conversation(self, request: ModelRequest) -> tuple[Conversation, _Translation, dict[str, Any]]:
         """This thread's conversation, live in this process when the agent's state holds what
-        it saved last (so a call costs what is new), else restored from the state; and the
-        translation of its messages."""
+        it saved last or nothing of ctxmgmt's (no checkpointer: the caller hands the record
+        again; the conversation continues its view only if the record continues it), so a
+        call costs what is new; else restored from the state. And the translation of its
+        messages."""
         thread = _thread_id()
         saved = request.state.get(STATE_KEY)
-        saved = saved if isinstance(saved, Mapping) else None
+        saved = saved if isinstance(saved, Mapping) and saved else None  # LangGraph gives {} for none
         with self._lock:
             live = self._threads.get(thread)
-            if live is not None and saved is not None and _same_state(live[0].saved, saved):
+            if live is not None and (saved is None or _same_state(live[0].saved, saved)):
                 self._threads.move_to_end(thread)
             else:
                 conversation = Conversation(

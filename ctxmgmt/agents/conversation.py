@@ -14,6 +14,8 @@ import hashlib
 import inspect
 import json
 import logging
+import operator
+import weakref
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +27,7 @@ from ..context import ApplyResult, Context
 from ..definitions import Definition, load_definition
 from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
-from ..history import same_start
+from ..history import EDGE, EXACT_UP_TO, SAMPLES, same_start
 from ..managers.base import Environment
 from ..messages import call_ids, check_messages, is_summary, text_of
 from ..tokens import TokenCounter, get_counter
@@ -165,9 +167,9 @@ class _Live:
     the record continues the one it was made from, so a turn costs what is new."""
 
     context: Context
-    prefix: list[Any]
+    covered: _Covered
     """The record messages (in the record's own units) the view covers: a next record
-    continues the view only if it starts with them (compared as :meth:`History.of` does)."""
+    continues the view only if it starts with them."""
     whole: bool
     """The view is the record, untouched."""
     upto: int
@@ -176,9 +178,136 @@ class _Live:
     chain: str
     turn: int = 0
     """Calls compared so far (turns the samples of a long record's comparison)."""
-    handed: list[Any] | None = None
+    handed: _Covered | None = None
     """The framework's messages handed back for the view, when the framework may keep them
-    as its record (``keep_view=False``): a next record may start with them instead."""
+    as its record (``keep_view=False``) and they are not the record: a next record may
+    start with them instead."""
+
+
+VALUES_EXACT_UP_TO = 256
+"""Covered messages that a record of copies is compared with whole, by value; beyond, the
+first and last :data:`~ctxmgmt.history.EDGE` and :data:`~ctxmgmt.history.SAMPLES` more
+spread evenly, their offset turning each call (as :meth:`History.of` samples a list)."""
+
+
+class _Covered:
+    """The record messages a live view covers, kept so that a next record is checked against
+    them at the cost of what is new, without keeping the framework's objects alive.
+
+    A framework may hand the same objects again (LangGraph within one invoke, pydantic-ai's
+    responses) or copies of the whole record (a checkpointer's, at each invoke; a
+    middleware's deep copy). So two things are kept:
+
+    - *values*: each message's fields (its ``__dict__``; a dict message itself), grown as
+      messages are added and kept while records continue. Holding the fields rather than the
+      objects lets a framework free its copies where it drops them (a 10,000-message record
+      of LangChain messages freed here cost 10 ms a call), and a copy that continues the
+      record is not kept, so nothing is freed here either.
+    - *watched*: weak references to the objects, so that the same objects handed again are
+      told by identity: every one (from a new view, grown by each new message), or, once a
+      record of copies continued, the copies at the positions History compares (all up to
+      :data:`~ctxmgmt.history.EXACT_UP_TO`, else both ends and a sample drawn then). Dicts
+      cannot be weakly referenced: their values are the objects, compared as
+      :meth:`History.of` compares a list handed again.
+
+    A record continues when the watched objects are the very ones (History's rule), else when
+    its messages equal the values, in C-level comparisons of their fields: every one up to
+    :data:`VALUES_EXACT_UP_TO`, beyond that both ends and a sample turning each call. The
+    trade-off is History's: a copy whose one message in the middle of a long record changed
+    is found within ``covered // SAMPLES`` calls, one among the newest at once (an edit
+    replacing many, as ContextEditingMiddleware's clearing, is found at once in practice).
+    """
+
+    __slots__ = ("at", "refs", "values")
+
+    def __init__(self, values: list[Any], at: list[int] | None, refs: list[Any]) -> None:
+        self.values = values
+        self.at = at
+        """The positions watched, ``refs[i]`` at ``at[i]``; None: ``refs[i]`` at ``i``, all."""
+        self.refs = refs
+
+    @classmethod
+    def of(cls, messages: Sequence[Any]) -> _Covered:
+        seq = messages if isinstance(messages, list) else list(messages)
+        return cls(_values(seq), None, _refs(seq))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def identical(self, seq: list[Any], turn: int) -> bool:
+        """Whether ``seq`` holds the watched objects where they were (identity only)."""
+        k, values, refs = len(self.values), self.values, self.refs
+        if not 0 < k <= len(seq):
+            return False
+        if not refs:  # dicts: the values are the objects
+            return values[0] is seq[0] and same_start(values, k, seq, turn)
+        if self.at is not None:
+            return all(map(operator.is_, map(operator.call, refs), map(seq.__getitem__, self.at)))
+        if k <= EXACT_UP_TO:
+            return all(map(operator.is_, map(operator.call, refs), seq))
+        at = _positions(k, turn)
+        return all(map(operator.is_, map(operator.call, map(refs.__getitem__, at)), map(seq.__getitem__, at)))
+
+    def equal(self, seq: list[Any], turn: int) -> bool:
+        """Whether ``seq`` starts with messages equal to the values (sampled past
+        :data:`VALUES_EXACT_UP_TO`)."""
+        k, values = len(self.values), self.values
+        if not 0 < k <= len(seq):
+            return False
+        if k <= VALUES_EXACT_UP_TO:
+            return values == _values(seq[:k])
+        if values[:EDGE] != _values(seq[:EDGE]) or values[k - EDGE :] != _values(seq[k - EDGE : k]):
+            return False
+        stride = k // SAMPLES
+        start = turn % stride
+        return values[start:k:stride] == _values(seq[start:k:stride])
+
+    def grown(self, seq: list[Any], start: int, same: bool, turn: int) -> _Covered:
+        """These covered messages continued by ``seq[start:]``: the values kept and grown;
+        the watch grown too when ``seq`` held the very objects (``same``), else renewed on
+        ``seq``'s own objects."""
+        # Grown in place (a live view's covered messages are its own): a call costs what is new.
+        values, new = self.values, seq[start:]
+        del values[start:]
+        values.extend(_values(new))
+        if not seq or isinstance(seq[0], dict):
+            return _Covered(values, None, [])  # dicts: the values are the objects
+        if same and (self.at is not None or len(self.refs) == start):
+            if self.at is not None:
+                self.at.extend(range(start, len(seq)))
+            self.refs.extend(_refs(new))
+            return self
+        if len(seq) <= EXACT_UP_TO:
+            return _Covered(values, None, _refs(seq))
+        at = _positions(len(seq), turn)
+        return _Covered(values, at, _refs(list(map(seq.__getitem__, at))))
+
+
+def _values(messages: list[Any]) -> list[Any]:
+    """Each message's fields, compared by value in C: a dict message itself, an object's
+    ``__dict__`` (a pydantic model's or a dataclass's fields), else the object."""
+    if not messages or isinstance(messages[0], dict):
+        return list(messages)
+    try:
+        return list(map(vars, messages))
+    except TypeError:  # a mixed record, or objects without a __dict__
+        return [getattr(m, "__dict__", m) for m in messages]
+
+
+def _refs(messages: list[Any]) -> list[Any]:
+    """Weak references to the messages; none when they cannot be weakly referenced (dicts:
+    the values are the objects themselves)."""
+    try:
+        return list(map(weakref.ref, messages))
+    except TypeError:
+        return []
+
+
+def _positions(k: int, turn: int) -> list[int]:
+    """Both ends of ``k`` covered messages and a sample between, its offset turning with
+    ``turn``: the positions History compares in a list longer than EXACT_UP_TO."""
+    stride = k // SAMPLES
+    return sorted({*range(EDGE), *range(turn % stride, k, stride), *range(k - EDGE, k)})
 
 
 class Conversation:
@@ -316,24 +445,33 @@ class Conversation:
         # the record is the record then too); holding the framework's old messages otherwise
         # would free them here, at the next turn, rather than where the framework drops them.
         self._out = None if turn.whole else out
-        if not self.keep_view and self._live is not None:
+        live = self._live
+        if not self.keep_view and live is not None:
             # The framework may keep these as its record: the next turn may continue after them.
-            self._live.handed = list(out)
+            if turn.whole:
+                live.handed = None  # they are the record, which the live view covers
+            elif turn.extends and live.handed is not None and len(live.handed) <= len(out):
+                live.handed = live.handed.grown(out, len(live.handed), True, live.turn)
+            else:
+                live.handed = _Covered.of(out)
         return out
 
-    def _covered(self, record: Sequence[Any]) -> int | None:
-        """How many of ``record``'s messages the live view covers when the record continues the
-        one it was made from (it starts with it: the same objects, or equal ones, compared as
-        :meth:`History.of` compares a list handed again), or the messages handed back for it
-        (a framework that keeps those as its record); None when it continues neither."""
+    def _covered(self, record: Sequence[Any]) -> tuple[_Covered, bool] | None:
+        """(the messages of ``record`` that the live view covers, whether they are the very
+        objects) when the record continues the one it was made from (it starts with it: see
+        :class:`_Covered`), or the messages handed back for it (a framework that keeps those
+        as its record); None when it continues neither."""
         live = self._live
         if live is None:
             return None
         seq = record if isinstance(record, list) else list(record)
         live.turn += 1
-        for prefix in (live.prefix, live.handed):
-            if prefix is not None and _starts_with(seq, prefix, live.turn):
-                return len(prefix)
+        for covered in (live.covered, live.handed):
+            if covered is not None and covered.identical(seq, live.turn):
+                return covered, True
+        for covered in (live.covered, live.handed):
+            if covered is not None and covered.equal(seq, live.turn):
+                return covered, False
         return None
 
     def _steps(
@@ -342,15 +480,16 @@ class Conversation:
         record: Sequence[Any],
         translate: Translate | None,
         request: Mapping[str, Any],
-        covered: int | None,
+        covered: tuple[_Covered, bool] | None,
     ) -> Generator[tuple[str, Context], ApplyResult, Turn]:
         """The hook runs of one turn, as a step machine that a sync or an async driver runs
-        (``covered``: the record messages the live view covers, when the record continues it)."""
+        (``covered``: the record messages the live view covers, and whether they are the very
+        objects, when the record continues it)."""
         live = self._live
         continued = covered is not None
         if covered is not None:
             assert live is not None
-            start = covered
+            start = len(covered[0])
             new = _translated(record[start:], translate)
             if self.format == "openai_chat":  # the view was checked when it was made
                 refuse_invalid(live.context.messages, new, checked=True)
@@ -397,7 +536,13 @@ class Conversation:
         reusable = self.cache.measure(inner, counter)
         self._last = (out.model, counted, reusable)
         whole = whole and not changed
-        self._live = _Live(out, list(record), whole=whole, upto=upto, chain=chain)
+        seq = record if isinstance(record, list) else list(record)
+        turns = live.turn if live is not None else 0
+        if covered is not None:
+            now = covered[0].grown(seq, len(covered[0]), covered[1], turns)
+        else:
+            now = _Covered.of(seq)
+        self._live = _Live(out, now, whole=whole, upto=upto, chain=chain, turn=turns)
         if self.keep_view:
             # A view that is the record is saved as such: the framework persists the record
             # already, and a copy would double what it writes at every call.
@@ -478,15 +623,6 @@ def usage_record(
 def _count(value: Any) -> bool:
     """Whether a reported figure is a token count (an int from 0 to MAX_REPORTED)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED
-
-
-def _starts_with(seq: list[Any], prefix: list[Any], turn: int) -> bool:
-    n = len(prefix)
-    if not 0 < n <= len(seq):
-        return False
-    if seq[0] is prefix[0] and seq[n - 1] is prefix[n - 1]:
-        return same_start(prefix, n, seq, turn)
-    return prefix == seq[:n]  # copies (a checkpointer's): equal ones continue it
 
 
 def _send(

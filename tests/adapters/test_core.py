@@ -277,3 +277,109 @@ def test_an_edit_inside_a_long_earlier_message_starts_a_new_view_when_restored()
     restored.load(conversation.saved)
     turn = restored.prepare(edited)
     assert turn.fresh and not any("secret is 42" in str(m["content"]) for m in turn.messages)
+
+
+class _Message:
+    """A framework's message object (fields in a ``__dict__``, weakly referable), as
+    LangChain's and pydantic-ai's are."""
+
+    def __init__(self, role: str, content: str) -> None:
+        self.role, self.content = role, content
+
+    def copy(self) -> "_Message":
+        """An equal copy, its text a new object (as a checkpointer's)."""
+        return _Message(self.role, type(self.content)((self.content + "x")[:-1]))
+
+
+class _Text(str):
+    """A message text that counts how often it is compared by value."""
+
+    compared = 0
+
+    def __eq__(self, other):
+        _Text.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def _objects(n: int, text=str) -> list[_Message]:
+    return [_Message(role, text(content)) for role, content in _framework(n)]
+
+
+def _to_chat(m: _Message) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": str(m.content)}]
+
+
+def _recording(seen: list[_Message]):
+    def translate(m: _Message) -> list[dict[str, str]]:
+        seen.append(m)
+        return _to_chat(m)
+
+    return translate
+
+
+def test_copies_of_the_record_continue_the_view_and_are_not_kept_alive():
+    """A record of equal copies (a checkpointer's, at each invoke) continues the live view,
+    translating only its new messages, and the conversation keeps no framework message alive:
+    the copies a framework drops are freed where it drops them."""
+    import gc
+    import weakref
+
+    conversation = Conversation(QUIET)
+    record = _objects(9)
+    conversation.prepare(record, translate=_to_chat)
+    dropped = [weakref.ref(m) for m in record]
+    for k in range(3):
+        record = [*(m.copy() for m in record), _Message("assistant", f"new {k}")]
+        seen: list[_Message] = []
+        turn = conversation.prepare(record, translate=_recording(seen))
+        assert not turn.fresh and seen == record[-1:]
+        gc.collect()
+        assert all(ref() is None for ref in dropped)
+        dropped = [weakref.ref(m) for m in record]
+
+
+def test_the_same_objects_handed_again_are_told_by_identity():
+    """The very objects handed again (LangGraph within one invoke) continue the view with no
+    message compared by value, also once a record of copies renewed what is watched; copies
+    are compared by value."""
+    conversation = Conversation(QUIET)
+    record = _objects(9, _Text)
+    conversation.prepare(record, translate=_to_chat)
+    _Text.compared = 0
+    record = [*record, _Message("assistant", _Text("a"))]
+    assert not conversation.prepare(record, translate=_to_chat).fresh
+    assert _Text.compared == 0
+    record = [*(m.copy() for m in record), _Message("user", _Text("b"))]
+    assert not conversation.prepare(record, translate=_to_chat).fresh
+    assert _Text.compared >= 10  # the copies, by value
+    _Text.compared = 0
+    record = [*record, _Message("assistant", _Text("c"))]
+    assert not conversation.prepare(record, translate=_to_chat).fresh
+    assert _Text.compared == 0
+
+
+@pytest.mark.parametrize("at", [5, 300])
+def test_a_long_record_of_copies_with_one_message_changed_starts_a_new_view(at):
+    """A record of copies longer than what is compared whole, one earlier message changed,
+    is managed afresh: at once when the change is among the newest covered messages, within
+    covered // SAMPLES calls in the middle (the sample turns each call); the view then holds
+    the change."""
+    from ctxmgmt.agents.conversation import VALUES_EXACT_UP_TO
+    from ctxmgmt.history import SAMPLES
+
+    n = 600
+    assert n > VALUES_EXACT_UP_TO
+    conversation = Conversation(QUIET)
+    record = _objects(n)
+    conversation.prepare(record, translate=_to_chat)
+    changed = n - at
+    for call in range(n // SAMPLES + 1):
+        record = [*(m.copy() for m in record), _Message("user", f"more {call}")]
+        record[changed] = _Message(record[changed].role, "[redacted]")
+        turn = conversation.prepare(record, translate=_to_chat)
+        if turn.fresh:
+            break
+    assert turn.fresh and (call == 0 or at > 32)
+    assert turn.messages[changed]["content"] == "[redacted]"

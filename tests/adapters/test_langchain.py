@@ -396,3 +396,42 @@ def test_a_manager_firing_at_every_call_translates_only_what_is_new(translated):
         seen = model.seen[-1]
         kept = record[-1 - len(seen) : -1]  # the newest messages, the answer to this call aside
         assert 2 <= len(seen) <= 4 and [m.id for m in seen] == [m.id for m in kept] and seen == kept
+
+
+def test_an_earlier_message_edited_in_the_checkpointed_state_is_seen():
+    """An earlier message replaced in the checkpointed state (same id, new content: the
+    checkpointer hands back copies of every message, the edited one among them) makes a new
+    view in the live conversation: the request is counted with the edit, and the model sees it."""
+    model = RecordingModel(messages=iter([AIMessage("a1", id="a1"), AIMessage("a2", id="a2")]))
+    ours = ContextManagementMiddleware(QUIET_LC)
+    agent = create_agent(model, [], middleware=[ours], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "e"}}
+    history = [
+        m for k in range(6) for m in (HumanMessage(f"q{k}", id=f"q{k}"), AIMessage(f"r{k}", id=f"r{k}"))
+    ]
+    agent.invoke({"messages": [*history, HumanMessage("go", id="go")]}, config)
+    conversation = ours._threads["e"][0]
+    before = conversation.last_counted
+    assert before is not None and before < 500
+    agent.update_state(config, {"messages": [HumanMessage("word " * 2000, id="q2")]})
+    agent.invoke({"messages": [HumanMessage("again", id="again")]}, config)
+    assert ours._threads["e"][0] is conversation  # the live conversation, not a restored one
+    assert conversation.last_counted is not None and conversation.last_counted > 2000
+    assert model.seen[-1][4].content == "word " * 2000
+
+
+def test_without_a_checkpointer_the_record_handed_again_continues_the_live_view(translated):
+    """With no checkpointer (LangGraph's state holds ``{}`` for ctxmgmt), a caller handing the
+    whole record again each call continues the thread's live view: each call translates only
+    the messages new since the last; a record that does not continue it is managed afresh."""
+    model = RecordingModel(messages=iter([AIMessage("a1"), AIMessage("a2"), AIMessage("b1")]))
+    agent = create_agent(model, [], middleware=[ContextManagementMiddleware(QUIET_LC)])
+    record = agent.invoke({"messages": [HumanMessage("first question")]})["messages"]
+    translated.clear()
+    record = agent.invoke({"messages": [*record, HumanMessage("second question")]})["messages"]
+    assert translated == ["ai", "human"]  # the answer before, and the new question
+    translated.clear()
+    agent.invoke({"messages": [HumanMessage("another conversation")]})
+    assert translated == ["human"]
+    assert [m.content for m in model.seen[1]] == ["first question", "a1", "second question"]
+    assert [m.content for m in model.seen[2]] == ["another conversation"]

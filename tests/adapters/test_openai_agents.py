@@ -3,7 +3,7 @@
 import asyncio
 import json
 
-from agents import Agent, RunConfig, Runner, function_tool, set_trace_processors
+from agents import Agent, RunConfig, Runner, function_tool, set_trace_processors, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tracing import TracingProcessor
 
@@ -60,6 +60,7 @@ def test_the_filter_manages_every_model_call_and_the_history_stays_whole():
     the task pinned); the SDK's history keeps every output whole; the trace is a span."""
     spans = Spans()
     set_trace_processors([spans])
+    set_tracing_disabled(False)  # another test (tests/proxy/test_clients.py) may have turned it off
     model = ScriptedModel([*steps(1), *steps(2)])
     agent = Agent(name="logs", instructions="You read logs.", model=model, tools=[read_log])
     managed = ContextManagementFilter(DEFINITION)
