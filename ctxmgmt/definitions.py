@@ -7,7 +7,8 @@ import copy
 import difflib
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ from .validation import validate_definition
 if TYPE_CHECKING:
     from .archive import Archive
 
-__all__ = ["Definition", "ManagerSpec", "load_definition", "parse_hook"]
+__all__ = ["Definition", "ManagerSpec", "Resolver", "load_definition", "parse_hook"]
 
 
 def parse_hook(hook: str | Hook) -> Hook:
@@ -211,6 +212,62 @@ class _Same:
 
 
 _SAME = _Same()
+
+
+RESOLVED_KEPT = 1024
+RESOLVED_BYTES = 8 << 20
+"""A :class:`Resolver`'s bounds: definitions kept built, and bytes of their keys."""
+
+
+class Resolver:
+    """Definitions built from their documents, each rebuilt only when its version changes:
+    the one resolver under the store (by name and stored version), a registry server's
+    definition in the adapters (by its version) and the runner's inline definitions (by
+    their text). Thread-safe; at most ``kept`` definitions and ``max_bytes`` of keys, the
+    least recently used forgotten first."""
+
+    def __init__(
+        self,
+        registry: ManagerRegistry | None = None,
+        *,
+        kept: int = RESOLVED_KEPT,
+        max_bytes: int = RESOLVED_BYTES,
+    ) -> None:
+        self.registry = registry
+        self.kept = kept
+        self.max_bytes = max_bytes
+        self._built: OrderedDict[str, tuple[Hashable, Definition]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def resolve(
+        self, key: str, version: Hashable, load: Callable[[], tuple[Mapping[str, Any], Hashable]]
+    ) -> tuple[Definition, Hashable]:
+        """The definition under ``key`` at ``version``: the one built before when its version
+        is that, else built from ``load()`` (the document and the version it is at, which
+        may be newer than the one asked for: it is the one kept and returned)."""
+        with self._lock:
+            hit = self._built.get(key)
+            if hit is not None and hit[0] == version:
+                self._built.move_to_end(key)
+                return hit[1], hit[0]
+        document, loaded = load()
+        definition = Definition.from_dict(document, registry=self.registry)  # outside the lock
+        with self._lock:
+            if key not in self._built:
+                self._bytes += len(key)
+            self._built[key] = (loaded, definition)
+            self._built.move_to_end(key)
+            while len(self._built) > self.kept or self._bytes > self.max_bytes:
+                gone, _ = self._built.popitem(last=False)
+                self._bytes -= len(gone)
+        return definition, loaded
+
+    def forget(self, key: str) -> None:
+        """Drop what was built under ``key`` (its definition was deleted)."""
+        with self._lock:
+            if self._built.pop(key, None) is not None:
+                self._bytes -= len(key)
 
 
 def _environment(

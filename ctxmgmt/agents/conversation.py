@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..cache import Pricing, PromptCache, ratios_for
 from ..calibration import MAX_REPORTED, Calibration
 from ..context import ApplyResult, Context
-from ..definitions import Definition, load_definition
+from ..definitions import Definition, Resolver, load_definition
 from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
 from ..history import EDGE, EXACT_UP_TO, SAMPLES, same_start
@@ -69,7 +69,7 @@ class Source:
     def __init__(self, definition: DefinitionSource) -> None:
         self._definition: Definition | None = None
         self._remote: tuple[Any, str] | None = None
-        self._version: Any = None
+        self._resolver = Resolver(kept=1)  # the registry's definition, by its version
         if isinstance(definition, Definition):
             self._definition = definition
         elif isinstance(definition, tuple):
@@ -123,10 +123,10 @@ class Source:
 
     def _built(self, stored: Mapping[str, Any]) -> Definition:
         version = stored.get("version")
-        if self._definition is None or version is None or version != self._version:
-            body = {k: v for k, v in stored.items() if k in ("name", "description", "settings", "hooks")}
-            self._definition = Definition.from_dict(body)
-            self._version = version
+        body = {k: v for k, v in stored.items() if k in ("name", "description", "settings", "hooks")}
+        if version is None:  # no version to tell a change by: built each time
+            self._resolver.forget("")
+        self._definition, _ = self._resolver.resolve("", version, lambda: (body, version))
         return self._definition
 
 

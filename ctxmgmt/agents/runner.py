@@ -19,7 +19,6 @@ import functools
 import json
 import logging
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -28,7 +27,7 @@ import httpx
 from ..cache import PromptCache, cache_figures, clean_usage, ratios_for
 from ..calibration import Calibration, reported_input_tokens
 from ..context import Context
-from ..definitions import Definition
+from ..definitions import RESOLVED_BYTES, RESOLVED_KEPT, Definition
 from ..errors import (
     AgentError,
     ExecutionTimeoutError,
@@ -65,9 +64,8 @@ log = logging.getLogger("ctxmgmt.runner")
 DEFAULT_MAX_ITERATION = 10
 DEFAULT_EXECUTION_TIMEOUT = 600.0
 """Seconds one execution may take, whole (``llm.parameters.execution_timeout``)."""
-INLINE_KEPT = 256
-INLINE_BYTES = 8 * 1024 * 1024
-"""Inline definitions kept built: at most this many, and this many bytes of their JSON."""
+INLINE_KEPT, INLINE_BYTES = RESOLVED_KEPT, RESOLVED_BYTES
+"""Inline definitions are built by the store's resolver: its bounds (shared with stored ones)."""
 VIEW_KEY = "_view"
 """Memory state key of the managed view: what the model saw at the end of the last
 execution, and how many stored messages it covers. The record itself stays complete."""
@@ -97,10 +95,6 @@ class Runner:
         self.models = models
         self.tools = tools or default_tools
         self._transport = transport
-        self._inline: OrderedDict[str, Definition] = OrderedDict()
-        """Built inline definitions by their JSON: an agent replaced (by any process) brings
-        new JSON, so an execution never runs a definition its agent no longer has."""
-        self._inline_bytes = 0
 
     # -- registration ------------------------------------------------------------------
     def register(self, body: Mapping[str, Any]) -> str:
@@ -521,14 +515,11 @@ class Runner:
         inline = agent.get("context_management")
         if inline is not None:
             key = json.dumps(inline, sort_keys=True, default=str)
-            built = self._inline.get(key)
-            if built is None:
-                built = Definition.from_dict({"name": "inline", **inline}, registry=self.definitions.registry)
-                self._inline[key] = built
-                self._inline_bytes += len(key)
-                while len(self._inline) > INLINE_KEPT or self._inline_bytes > INLINE_BYTES:
-                    gone, _ = self._inline.popitem(last=False)
-                    self._inline_bytes -= len(gone)
+            # Built by the store's resolver, by its JSON: an agent replaced (by any process)
+            # brings new JSON, so an execution never runs a definition its agent no longer has.
+            built, _ = self.definitions.resolver.resolve(
+                key, None, lambda: ({"name": "inline", **inline}, None)
+            )
             return built, "inline", None
         return None, "none", None
 

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import difflib
 import functools
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, case, create_engine, event, func, literal, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from ..definitions import Definition
+from ..definitions import Definition, Resolver
 from ..errors import ConfigError, Conflict, DefinitionError, NotFound, Problem
 from ..registry import ManagerRegistry
 from ..validation import validate_definition
@@ -137,15 +136,21 @@ class DefinitionStore:
 
     def __init__(self, engine: Engine, *, registry: ManagerRegistry | None = None) -> None:
         self.engine = engine
-        self.registry = registry
-        self._cache: dict[str, Definition] = {}
-        self._cache_versions: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self.resolver = Resolver(registry)
         self._byte_order = table.c.name.collate("C") if engine.dialect.name == "postgresql" else table.c.name
         # The cached resolve's one query, as the driver's own SQL: building and compiling a
         # statement each call cost as much as the round trip. Constant text; the name is bound.
         marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
         self._version_sql = f"SELECT version FROM {table.name} WHERE name = {marker}"
+
+    @property
+    def registry(self) -> ManagerRegistry | None:
+        """The managers definitions are built with (None: the default registry)."""
+        return self.resolver.registry
+
+    @registry.setter
+    def registry(self, registry: ManagerRegistry | None) -> None:
+        self.resolver = Resolver(registry)  # what was built with the old one is not used
 
     @classmethod
     def open(cls, url: str | None = None, *, upgrade: bool = True) -> DefinitionStore:
@@ -268,9 +273,7 @@ class DefinitionStore:
                 conn.execute(retired_versions.insert().values(name=name, version=version))
         if version is None:
             raise self.missing(name)
-        with self._lock:
-            self._cache.pop(name, None)
-            self._cache_versions.pop(name, None)
+        self.resolver.forget(name)
 
     # -- reads -----------------------------------------------------------------------
     def missing(self, name: str) -> NotFound:
@@ -330,15 +333,12 @@ class DefinitionStore:
         with self.engine.connect() as conn:
             version = conn.exec_driver_sql(self._version_sql, (name,)).scalar()
         if version is None:
-            with self._lock:
-                self._cache.pop(name, None)
+            self.resolver.forget(name)
             raise self.missing(name)
-        cached = self._cache.get(name)
-        if cached is not None and self._cache_versions.get(name) == version:
-            return cached, int(version)
-        stored = self.get(name)
-        definition = Definition.from_dict(stored.document(), registry=self.registry)
-        with self._lock:
-            self._cache[name] = definition
-            self._cache_versions[name] = stored.version
-        return definition, stored.version
+
+        def load() -> tuple[dict[str, Any], int]:
+            stored = self.get(name)
+            return stored.document(), stored.version
+
+        definition, resolved = self.resolver.resolve(name, version, load)
+        return definition, int(cast(int, resolved))
