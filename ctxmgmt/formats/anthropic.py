@@ -454,6 +454,18 @@ def back(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
     i, n = 0, len(messages)
     while i < n:
         m = messages[i]
+        origin = m.get(ORIGIN)
+        # The common case inline (a provider message made of this one message, as it was
+        # made, whose turn gathers nothing after it): one dict lookup and an id.
+        if (
+            isinstance(origin, Origin)
+            and len(origin.made) == 1
+            and origin.made[0] == id(m)
+            and (m.get("role") != "tool" or i + 1 == n or messages[i + 1].get("role") != "tool")
+        ):
+            out.append(origin.message)  # the very message
+            i += 1
+            continue
         k = _unchanged_run(messages, i)
         if k:
             out.append(origin_of(m).message)  # type: ignore[union-attr]  # the very message
