@@ -395,7 +395,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 """How a JSON text writes a surrogate (strict UTF-8 decoding lets no raw one through)."""
 # What is not a bracket: a string (brackets in it do not count), or a run of anything else.
 _NOT_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^"\[\]{}]+', re.DOTALL)
-_ONE_KIND = str.maketrans("{}", "[]")
+_ONE_KIND = str.maketrans({"{": "[", "}": "]", '"': None})  # a stray quote (invalid JSON) is no bracket
 
 
 def json_depth(text: str) -> int:

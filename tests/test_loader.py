@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -36,3 +37,14 @@ def test_the_depth_of_a_json_text_is_its_values_nesting(value):
     value gives, whatever brackets, quotes and escapes its strings hold."""
     for text in (json.dumps(value), json.dumps(value, ensure_ascii=False, indent=1)):
         assert json_depth(text) == _walked(value)
+
+
+def test_a_stray_quote_in_invalid_json_counts_as_no_bracket():
+    """Invalid JSON with unmatched quotes nests as deep as its brackets, so a malformed model
+    reply is named as not JSON, never as nested too deep."""
+    from ctxmgmt._reply import ReplyError, parse
+
+    text = '"' + '\\"' * 100
+    assert json_depth(text) == 0 and json_depth('["x"" ]') == 1
+    with pytest.raises(ReplyError, match="is not JSON"):
+        parse(text, "/reply")
