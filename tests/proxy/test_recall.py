@@ -313,3 +313,15 @@ def test_a_streamed_client_call_without_recall_reaches_the_client_whole(archivin
     assert calls == ["get_weather"]
     assert text.strip() == "Let me look."
     assert len(upstream.seen) == 1
+
+
+def test_an_answer_holding_anything_where_its_calls_go_has_no_recall_calls():
+    """An upstream answer whose output, content, choices or message hold anything but a list
+    or an object is read as calling no recall tool (never a failed stream)."""
+    from ctxmgmt.api.proxy.recall import calls_of
+
+    for bad in (1, "x", {"a": 1}, None, True):
+        assert calls_of("responses", {"output": bad}) == []
+        assert calls_of("messages", {"content": bad}) == []
+        assert calls_of("chat", {"choices": [{"message": bad}]}) == []
+        assert calls_of("chat", {"choices": [{"message": {"tool_calls": bad}}]}) == []

@@ -58,6 +58,11 @@ def _tool_name(api: str, tool: Any) -> Any:
     return tool.get("name")
 
 
+def _list(value: Any) -> list[Any]:
+    """A list an upstream's answer holds, or none (it may hold anything there)."""
+    return value if isinstance(value, list) else []
+
+
 def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
     """The recall calls of an answer: ``(call id, tool name, arguments)``."""
     out: list[tuple[str, str, dict[str, Any]]] = []
@@ -70,12 +75,12 @@ def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
             if isinstance(choices, list) and choices and isinstance(choices[0], Mapping)
             else None
         )
-        for call in (message or {}).get("tool_calls") or ():
+        for call in _list(message.get("tool_calls") if isinstance(message, Mapping) else None):
             fn = call.get("function") if isinstance(call, Mapping) else None
             if isinstance(fn, Mapping) and fn.get("name") in RECALL_TOOLS:
                 out.append((str(call.get("id")), fn["name"], _arguments(fn.get("arguments"))))
     elif api == "responses":
-        for item in answer.get("output") or ():
+        for item in _list(answer.get("output")):
             if (
                 isinstance(item, Mapping)
                 and item.get("type") == "function_call"
@@ -83,7 +88,7 @@ def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
             ):
                 out.append((str(item.get("call_id")), item["name"], _arguments(item.get("arguments"))))
     else:
-        for block in answer.get("content") or ():
+        for block in _list(answer.get("content")):
             if (
                 isinstance(block, Mapping)
                 and block.get("type") == "tool_use"
@@ -125,7 +130,7 @@ def continued(
         history.append(message)
         history += [{"role": "tool", "tool_call_id": call_id, "content": text} for call_id, text in results]
     elif api == "responses":
-        for item in answer.get("output") or ():
+        for item in _list(answer.get("output")):
             if isinstance(item, Mapping) and (
                 item.get("type") != "function_call" or item.get("call_id") in ids
             ):
