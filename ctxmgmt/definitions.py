@@ -238,6 +238,7 @@ class Resolver:
         self.max_bytes = max_bytes
         self._built: OrderedDict[str, tuple[Hashable, Definition]] = OrderedDict()
         self._bytes = 0
+        self._forgotten = 0  # forgets so far: a build that began before one is not kept
         self._lock = threading.Lock()
 
     def resolve(
@@ -251,9 +252,12 @@ class Resolver:
             if hit is not None and hit[0] == version:
                 self._built.move_to_end(key)
                 return hit[1], hit[0]
+            forgotten = self._forgotten
         document, loaded = load()
         definition = Definition.from_dict(document, registry=self.registry)  # outside the lock
         with self._lock:
+            if self._forgotten != forgotten:  # deleted meanwhile: its build is not kept
+                return definition, loaded
             if key not in self._built:
                 self._bytes += len(key)
             self._built[key] = (loaded, definition)
@@ -266,6 +270,7 @@ class Resolver:
     def forget(self, key: str) -> None:
         """Drop what was built under ``key`` (its definition was deleted)."""
         with self._lock:
+            self._forgotten += 1
             if self._built.pop(key, None) is not None:
                 self._bytes -= len(key)
 

@@ -76,12 +76,16 @@ def test_the_runner_builds_an_inline_definition_once_per_text(
     """An agent's inline definition is built once while its text stands, by the store's
     resolver, whichever execution runs it; another text is another definition."""
     runner = Runner(store, agent_models, tools)
+    store.create("w", WINDOW)
+    store.resolver.kept = 1  # one stored definition kept: an inline one must not push it out
+    stored, _ = store.resolve_version("w")
     body = {"name": "a", "type": "conversational", "llm": {"model_id": "chat"}, "context_management": WINDOW}
     agent_id = runner.register(body)
     for _ in range(3):
         chat_server.reply("done")
         runner.execute(agent_id, "go")
     assert builds.count("inline") == 1
+    assert store.resolve_version("w")[0] is stored
     seven = {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 7}}]}
     other = runner.register({**body, "context_management": {"hooks": seven}})
     chat_server.reply("done")
@@ -116,3 +120,17 @@ def test_a_resolver_keeps_what_a_newer_load_returned_and_its_bounds():
     for t in threads:
         t.join()
     assert resolver.resolve("t", 1, lambda: pytest.fail("built again"))[0] in results
+
+
+def test_a_definition_forgotten_while_it_was_built_is_not_kept():
+    """A delete (forget) that lands while a definition is being built: the build is returned
+    to its caller but not kept, so the deleted definition is never served from the cache."""
+    resolver = Resolver()
+    doc = {"name": "n", **WINDOW}
+
+    def load() -> tuple[dict[str, Any], int]:
+        resolver.forget("k")  # the delete, from another thread, meanwhile
+        return doc, 1
+
+    built, _ = resolver.resolve("k", 1, load)
+    assert resolver.resolve("k", 1, lambda: (doc, 1))[0] is not built

@@ -125,8 +125,9 @@ class Source:
         version = stored.get("version")
         body = {k: v for k, v in stored.items() if k in ("name", "description", "settings", "hooks")}
         if version is None:  # no version to tell a change by: built each time
-            self._resolver.forget("")
-        self._definition, _ = self._resolver.resolve("", version, lambda: (body, version))
+            self._definition = Definition.from_dict(body)
+        else:
+            self._definition, _ = self._resolver.resolve("", version, lambda: (body, version))
         return self._definition
 
 

@@ -27,7 +27,7 @@ import httpx
 from ..cache import PromptCache, cache_figures, clean_usage, ratios_for
 from ..calibration import Calibration, reported_input_tokens
 from ..context import Context
-from ..definitions import RESOLVED_BYTES, RESOLVED_KEPT, Definition
+from ..definitions import Definition, Resolver
 from ..errors import (
     AgentError,
     ExecutionTimeoutError,
@@ -64,8 +64,9 @@ log = logging.getLogger("ctxmgmt.runner")
 DEFAULT_MAX_ITERATION = 10
 DEFAULT_EXECUTION_TIMEOUT = 600.0
 """Seconds one execution may take, whole (``llm.parameters.execution_timeout``)."""
-INLINE_KEPT, INLINE_BYTES = RESOLVED_KEPT, RESOLVED_BYTES
-"""Inline definitions are built by the store's resolver: its bounds (shared with stored ones)."""
+INLINE_KEPT = 256
+INLINE_BYTES = 8 * 1024 * 1024
+"""Inline definitions kept built: at most this many, and this many bytes of their JSON."""
 VIEW_KEY = "_view"
 """Memory state key of the managed view: what the model saw at the end of the last
 execution, and how many stored messages it covers. The record itself stays complete."""
@@ -95,6 +96,7 @@ class Runner:
         self.models = models
         self.tools = tools or default_tools
         self._transport = transport
+        self._inline = Resolver(store.registry, kept=INLINE_KEPT, max_bytes=INLINE_BYTES)
 
     # -- registration ------------------------------------------------------------------
     def register(self, body: Mapping[str, Any]) -> str:
@@ -515,11 +517,12 @@ class Runner:
         inline = agent.get("context_management")
         if inline is not None:
             key = json.dumps(inline, sort_keys=True, default=str)
-            # Built by the store's resolver, by its JSON: an agent replaced (by any process)
-            # brings new JSON, so an execution never runs a definition its agent no longer has.
-            built, _ = self.definitions.resolver.resolve(
-                key, None, lambda: ({"name": "inline", **inline}, None)
-            )
+            # Built by their own resolver, by their JSON (so they never push out stored ones):
+            # an agent replaced (by any process) brings new JSON, so an execution never runs
+            # a definition its agent no longer has.
+            if self._inline.registry is not self.definitions.registry:
+                self._inline = Resolver(self.definitions.registry, kept=INLINE_KEPT, max_bytes=INLINE_BYTES)
+            built, _ = self._inline.resolve(key, None, lambda: ({"name": "inline", **inline}, None))
             return built, "inline", None
         return None, "none", None
 
