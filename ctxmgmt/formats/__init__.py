@@ -207,9 +207,11 @@ def internal(context: Context) -> Internal | None:
         if known is None
         else module.check_system(context.system_prompt)
     )
-    if problems or known is None:
+    if problems:
         raise ContextError(problems)
+    # The step check refused what the full one accepts (it should not): converted whole.
+    converted = known.inner if known is not None else History.own(module.to_internal(messages))
     inner = context._derive(
-        system_prompt=module.system_text(context.system_prompt), messages=known.inner, format=openai_chat.NAME
+        system_prompt=module.system_text(context.system_prompt), messages=converted, format=openai_chat.NAME
     )
     return Internal(inner, context, module)
