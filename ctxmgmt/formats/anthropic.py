@@ -456,7 +456,9 @@ def back(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
         m = messages[i]
         origin = m.get(ORIGIN)
         # The common case inline (a provider message made of this one message, as it was
-        # made, whose turn gathers nothing after it): one dict lookup and an id.
+        # made, whose turn gathers nothing after it): one dict lookup and an id. It is
+        # _unchanged_run's k == 1 case, inlined for the firing path (a call per kept message
+        # cost 0.5 ms at 10,000): keep the two in step.
         if (
             isinstance(origin, Origin)
             and len(origin.made) == 1
