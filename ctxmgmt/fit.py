@@ -202,7 +202,7 @@ class Fit:
             target = max(_MIN_RESULT_TOKENS, content_tokens - need - 8)
             if target >= content_tokens:
                 continue
-            new = _shrink(m, target, runtime, content_tokens)
+            new = _shrink(m, target, runtime)
             need -= counter.message(m, i) - counter.message(new)
             changed[i] = new
         runtime.details["cut"] = len(changed)
@@ -250,11 +250,10 @@ def _removable(msgs: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
     return [u for u in units(msgs) if not (u[1] - u[0] == 1 and u[0] in pinned)]
 
 
-def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime, counted: int | None) -> dict[str, Any]:
+def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, Any]:
     """A tool result cut to ``tokens`` tokens of content. Its whole text is archived first
     with a store; an output cut before is cut again from its archived original when there
-    is one, and its notice keeps the original's size either way. ``counted`` is its text's
-    count (the notice gives it, not a second count)."""
+    is one, and its notice keeps the original's size either way."""
     text = text_of(m.get("content"))
     bound = binding(m)
     source, ref, original = text, None, stamp(text, bound)
@@ -268,7 +267,7 @@ def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime, counted: int | 
                 if len(archived) != original[0]:  # a quoted notice, not ctxmgmt's own
                     original = None
                     raise CtxmgmtError("not the archive this notice states")
-                source, original, counted = archived, None, None  # cut() counts the original
+                source, original = archived, None
         except CtxmgmtError:  # not this session's archive: store what is here instead
             ref = None
         if ref is None:
@@ -282,7 +281,6 @@ def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime, counted: int | 
         max_tokens=tokens,
         ref=ref,
         original=original,
-        tokens=counted,
     )
     return with_text(m, cut_text)
 

@@ -40,18 +40,16 @@ def cut(
     mode: str = "head_tail",
     ref: str | None = None,
     original: tuple[int, str | None] | None = None,
-    tokens: int | None = None,
 ) -> str:
     """``text`` cut to ``max_chars`` characters and ``max_tokens`` tokens, keeping its
     head, its tail or both (``mode``), with a notice signed for the message it goes into
     (``bound``, its :func:`~ctxmgmt.marks.binding`); the result is within both limits.
     With ``ref``, the notice says which characters are stored there and how to read them.
     ``original`` is the size an earlier cut recorded (see :func:`~ctxmgmt.marks.stamp`): the notice
-    keeps it, so that re-cutting never loses the real size. ``tokens`` is ``text``'s count when
-    the caller has it (checking it against the limit counted it): the notice gives it."""
+    keeps it, so that re-cutting never loses the real size."""
     n = len(text)
     with_tokens = max_tokens is not None
-    size = _size(text, counter, with_tokens, original, tokens)
+    size = _size(text, counter, with_tokens, original)
     # Size the pieces against the longest notice this text can get.
     longest = _marker(size, ref, (n, n))
     chars = max_chars - len(longest)
@@ -108,16 +106,16 @@ def _size(
     counter: TokenCounter,
     with_tokens: bool,
     original: tuple[int, str | None] | None,
-    tokens: int | None,
 ) -> str:
-    """The original's size as the notice gives it."""
+    """The original's size as the notice gives it (a long text's count is memoised by its
+    content: the caller's check counted it already)."""
     if original is not None:
         chars, stated = original
         return f"{chars:,} chars" + (f", {stated} tokens" if stated else "")
     size = f"{len(text):,} chars"
     if with_tokens:
         approx = "~" if counter.is_estimate(text) else ""
-        size += f", {approx}{counter.text(text) if tokens is None else tokens:,} tokens"
+        size += f", {approx}{counter.text(text):,} tokens"
     return size
 
 

@@ -81,16 +81,13 @@ class ToolsOutputTruncateManager(ContextManager):
         names: dict[str, str] | None = None
         for i in range(start, len(msgs)):
             m = msgs[i]
-            if m.get("role") != "tool":
-                continue
-            fits, tokens = self._measure(m, runtime.counter, i)
-            if fits:
+            if m.get("role") != "tool" or self.fits(m, runtime.counter, i):
                 continue
             names = tool_names(msgs, start) if names is None else names
             # What the model recalled is cut like any result, but not archived again: the
             # archive it came from holds it (its first line names the reference).
             recalled = names.get(str(m.get("tool_call_id"))) in RECALL_TOOLS
-            changed[i] = self._truncate(m, runtime, tokens, archive=not recalled)
+            changed[i] = self._truncate(m, runtime, archive=not recalled)
         runtime.details["truncated"] = len(changed)
         if not changed:
             return context
@@ -111,11 +108,9 @@ class ToolsOutputTruncateManager(ContextManager):
             new: list[Mapping[str, Any]] = []
             for i in range(done, n):
                 m = msgs[i]
-                if m.get("role") == "tool":
-                    fits, tokens = self._measure(m, runtime.counter, i)
-                    if not fits:
-                        m = self._truncate(m, runtime, tokens)
-                        truncated += 1
+                if m.get("role") == "tool" and not self.fits(m, runtime.counter, i):
+                    m = self._truncate(m, runtime)
+                    truncated += 1
                 new.append(m)
             if out is None and truncated:
                 out = History.own([*msgs[:done], *new])
@@ -128,25 +123,21 @@ class ToolsOutputTruncateManager(ContextManager):
             return context
         return context.with_messages(out)
 
-    def _measure(self, m: Mapping[str, Any], counter: TokenCounter, index: int) -> tuple[bool, int | None]:
-        """(whether a tool result is within the limits or was already cut with its notice, its
-        text's tokens when they were counted): the count goes on to the cut and its notice."""
+    def fits(self, m: Mapping[str, Any], counter: TokenCounter, index: int | None = None) -> bool:
+        """Whether a tool result is within the limits, or was already cut with its notice."""
         text = text_of(m.get("content"))
         if len(text) > self.config["max_output_length"]:
-            return stamp(text, binding(m)) is not None, None
+            return stamp(text, binding(m)) is not None
         limit = self.config.get("max_output_tokens")
         # Cheap sufficient checks first: every token is at least one byte, and a message
         # counts at least its content's tokens (its count is memoised per message).
         if limit is None or (text.isascii() and len(text) <= limit) or counter.message(m, index) <= limit:
-            return True, None
-        tokens = counter.text(text)  # memoised by content: counting the message encoded it
-        return tokens <= int(limit) or stamp(text, binding(m)) is not None, tokens
+            return True
+        # Memoised by content: counting the message encoded it, and the cut's notice reads it.
+        return counter.text(text) <= int(limit) or stamp(text, binding(m)) is not None
 
-    def _truncate(
-        self, m: Mapping[str, Any], runtime: Runtime, tokens: int | None = None, *, archive: bool = True
-    ) -> dict[str, Any]:
-        """The result cut to the limits (archived first with offload); ``tokens`` is its text's
-        count when it was counted. It must not fit."""
+    def _truncate(self, m: Mapping[str, Any], runtime: Runtime, *, archive: bool = True) -> dict[str, Any]:
+        """The result cut to the limits (archived first with offload). It must not fit."""
         text = text_of(m.get("content"))
         counter = runtime.counter
         ref = None
@@ -162,7 +153,7 @@ class ToolsOutputTruncateManager(ContextManager):
             # Archive first: nothing is cut unless the whole output is safely stored.
             ref = store.store_tool_result(runtime.session, text, tool_call_id=m.get("tool_call_id"))
             runtime.details.setdefault("offloaded", []).append(ref)
-        return with_text(m, self.cut(text, counter, binding(m), ref, tokens=tokens))
+        return with_text(m, self.cut(text, counter, binding(m), ref))
 
     def cut(
         self,
@@ -171,8 +162,6 @@ class ToolsOutputTruncateManager(ContextManager):
         bound: Sequence[str],
         ref: str | None = None,
         original: tuple[int, str | None] | None = None,
-        *,
-        tokens: int | None = None,
     ) -> str:
         """``text`` cut to this entry's limits (see :func:`ctxmgmt.truncation.cut`)."""
         return cut(
@@ -184,7 +173,6 @@ class ToolsOutputTruncateManager(ContextManager):
             mode=self.config["mode"],
             ref=ref,
             original=original,
-            tokens=tokens,
         )
 
 

@@ -278,9 +278,10 @@ def test_a_long_tool_result_is_tokenised_once(monkeypatch, as_parts):
     assert len(encoded) == 1
 
 
-def test_a_cut_gives_the_count_its_caller_made_without_counting_again(monkeypatch):
-    """cut() takes the text's token count from the caller that checked it (the notice gives
-    that count) and never encodes the whole text again."""
+def test_a_cut_after_its_caller_counted_the_text_never_encodes_it_again(monkeypatch):
+    """cut() after the caller's check counted the text gives that count in its notice and
+    never encodes the whole text again (the counter remembers a long text by its content)."""
+    from ctxmgmt.tokens import clear_caches
     from ctxmgmt.truncation import cut
 
     counter = get_counter(None)
@@ -295,6 +296,9 @@ def test_a_cut_gives_the_count_its_caller_made_without_counting_again(monkeypatc
         return real(s)
 
     monkeypatch.setattr(counter, "_encode", encode)
-    out = cut(text, counter, (), max_chars=2000, max_tokens=200, tokens=12_345)
-    assert "12,345 tokens" in out
-    assert whole == []
+    clear_caches()  # counted by no earlier test
+    counted = counter.text(text)  # the caller's check
+    assert whole == [text]
+    out = cut(text, counter, (), max_chars=2000, max_tokens=200)
+    assert f"{counted:,} tokens" in out
+    assert whole == [text]
