@@ -44,7 +44,6 @@ __all__ = [
     "Source",
     "Translate",
     "Turn",
-    "View",
     "refuse_invalid",
     "usage_record",
 ]
@@ -156,6 +155,19 @@ class Turn:
     fresh: bool = False
     """The view was made anew from the whole record (restored or started), not continued
     from the live one: every record message was translated."""
+    counted: int = 0
+    """The request's tokens as ctxmgmt counts them (system prompt, tools, messages)."""
+    ratio: float = 1.0
+    """The calibration ratio the request was counted with."""
+    tokens_before: int = 0
+    """The request's counted tokens before ``pre_llm`` ran (with the recall tools when this
+    turn showed them): what the managers had to work with."""
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """With ``Conversation(runs=True)``: this turn's hook runs that traced something, each
+    with its hook, the model call it belongs to (``iteration``: 0 for ``post_memory``, the
+    call for ``pre_llm``, the call whose tool calls the results answer for ``post_tool``),
+    its trace entries, and what it removed from the view and added (with previews), per
+    entry where they can be told."""
 
 
 Translate = Callable[[Any], Sequence[Any]]
@@ -238,8 +250,10 @@ class _Covered:
     def identical(self, seq: list[Any], turn: int) -> bool:
         """Whether ``seq`` holds the watched objects where they were (identity only)."""
         k, values, refs = len(self.values), self.values, self.refs
-        if not 0 < k <= len(seq):
+        if not k <= len(seq):
             return False
+        if k == 0:  # every record starts with none (a view the caller began: Conversation.begin)
+            return True
         if not refs:  # dicts: the values are the objects
             return values[0] is seq[0] and same_start(values, k, seq, turn)
         if self.at is not None:
@@ -253,7 +267,7 @@ class _Covered:
         """Whether ``seq`` starts with messages equal to the values (sampled past
         :data:`VALUES_EXACT_UP_TO`)."""
         k, values = len(self.values), self.values
-        if not 0 < k <= len(seq):
+        if not k <= len(seq):
             return False
         if k <= VALUES_EXACT_UP_TO:
             return values == _values(seq[:k])
@@ -342,6 +356,11 @@ class Conversation:
         keep_view: bool = True,
         user_first: bool = False,
         pricing: Pricing | None = None,
+        pool: object | None = None,
+        execution: str | None = None,
+        runs: bool | list[dict[str, Any]] = False,
+        window_check: bool = False,
+        persist: bool = True,
     ) -> None:
         self.source = definition if isinstance(definition, Source) else Source(definition)
         self.calibration = Calibration()
@@ -353,6 +372,8 @@ class Conversation:
             models,
             offloader,
             session,
+            execution=execution,
+            pool=pool,
             user_first=user_first,
             calibration=self.calibration,
             cache=self.cache,
@@ -361,9 +382,70 @@ class Conversation:
         self.keep_view = keep_view
         """False when the framework keeps the managed messages as its record (pydantic-ai)."""
         self.saved: dict[str, Any] = {}
+        """The state to persist (see the class docstring); kept up to date unless ``persist``
+        is False (the runner, which stores its view itself)."""
+        self.persist = persist
+        self.window_check = window_check
+        """Refuse (ContextError) a request whose calibrated count exceeds its window, rather
+        than return it: the runner never calls its model with one."""
+        self.runs = runs is not False
+        """Describe each hook run (:attr:`Turn.runs`; :meth:`advance` returns its own)."""
+        self.sink: list[dict[str, Any]] | None = runs if isinstance(runs, list) else None
+        """Given a list as ``runs``: each hook run described is appended to it as soon as it
+        is done (a turn that then fails keeps its record of what ran)."""
+        self.calls = 0
+        """The requests prepared so far."""
+        self.changed = False
+        """Whether a hook run changed the view since the conversation began."""
+        self.archived = False
+        """Whether something of this conversation was archived (a manager's trace says so, or
+        the caller set it for a tool output it archived): the recall tools are shown then."""
+        self.recall: list[Any] = []
+        """Recall tools' schemas offered (:meth:`offer_recall`), not yet shown to the model."""
+        self._shown: list[Any] = []  # recall tools' schemas shown: in every request from then on
+        self._post_memory = False  # post_memory runs once the next messages are in
         self._last: tuple[str | None, int, int] | None = None  # (model, counted, reusable) last sent
         self._live: _Live | None = None
         self._out: list[Any] | None = None  # the framework's messages handed back last
+
+    @property
+    def context(self) -> Context | None:
+        """The live managed view (the one the last turn ended with), or None before one."""
+        return None if self._live is None else self._live.context
+
+    @property
+    def covered(self) -> int:
+        """How many record messages (in the record's own units) the live view covers."""
+        return 0 if self._live is None else len(self._live.covered)
+
+    def begin(
+        self,
+        messages: Sequence[Any] = (),
+        *,
+        state: Mapping[str, Any] | None = None,
+        calibration: Mapping[str, Any] | None = None,
+        post_memory: bool = False,
+        **request: Any,
+    ) -> None:
+        """Start from a view the caller kept (the runner's memory: the view saved by its last
+        execution plus what was stored after it) that covers none of the record to come:
+        every record the conversation is then given is new to it. With ``post_memory``, the
+        next turn runs ``post_memory`` once its new messages (the question) are in.
+        ``calibration``: the ratios saved with that view (:meth:`Calibration.to_dict`)."""
+        self.calibration = Calibration(calibration)
+        self.environment = replace(self.environment, calibration=self.calibration)
+        context = Context(messages=list(messages), state=dict(state or {}), format=self.format, **request)
+        self._live = _Live(context, _Covered([], None, []), whole=False, upto=0, chain=_CHAIN_START)
+        self._post_memory = post_memory
+
+    def offer_recall(self, schemas: Sequence[Any], *, now: bool = False) -> None:
+        """The recall tools' schemas (context_read, context_search), shown to the model from
+        the first turn after something was archived (:attr:`archived`), or ``now``; once
+        shown they stay in every request (a tool list that changes voids the cached prefix)."""
+        if now:
+            self._shown.extend(schemas)
+        else:
+            self.recall.extend(schemas)
 
     @property
     def last_counted(self) -> int | None:
@@ -404,14 +486,9 @@ class Conversation:
         ``model``, ``context_window``."""
         definition = self.source.get()
         steps = self._steps(definition, record, translate, request, self._covered(record))
-        result: ApplyResult | None = None
-        try:
-            while True:
-                hook, context = steps.send(result)  # type: ignore[arg-type]
-                result = definition.apply(hook, context, environment=self.environment)
-        except StopIteration as done:
-            turn: Turn = done.value
-            return turn
+        turn, _ = self._drive(definition, steps)
+        assert turn is not None
+        return turn
 
     async def aprepare(
         self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any
@@ -420,15 +497,66 @@ class Conversation:
         definition = await self.source.aget()
         covered = self._covered(record)
         steps = self._steps(definition, record, translate, request, covered)
-        # A new view translates, checks and counts the whole record: CPU work that would stall
-        # the event loop, so it runs in a worker thread. A continued one costs what is new.
-        cold = covered is None
+        turn, _ = await self._adrive(definition, steps, cold=covered is None)
+        assert turn is not None
+        return turn
+
+    def advance(
+        self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any
+    ) -> list[dict[str, Any]]:
+        """Add the record's new messages to the view now, ``post_tool`` running after each new
+        group of tool results, without preparing a request (the runner, once a round of tool
+        calls is in: the results are managed before anything else happens). Returns the hook
+        runs, described as :attr:`Turn.runs` (with ``runs=True``)."""
+        definition = self.source.get()
+        covered = self._covered(record)
+        steps = self._steps(definition, record, translate, request, covered, llm=False)
+        return self._drive(definition, steps)[1]
+
+    async def aadvance(
+        self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any
+    ) -> list[dict[str, Any]]:
+        """:meth:`advance` for async callers."""
+        definition = await self.source.aget()
+        covered = self._covered(record)
+        steps = self._steps(definition, record, translate, request, covered, llm=False)
+        return (await self._adrive(definition, steps, cold=covered is None))[1]
+
+    def _drive(self, definition: Definition, steps: _Steps) -> tuple[Turn | None, list[dict[str, Any]]]:
+        """Run a turn's step machine with sync hook runs: (the turn, its runs described)."""
         result: ApplyResult | None = None
+        runs: list[dict[str, Any]] = []
+        while True:
+            step = _send(steps, result)
+            if not isinstance(step, tuple):
+                return _done(step, runs)
+            hook, context, iteration = step
+            result = definition.apply(hook, context, environment=self.environment)
+            if self.runs and result.trace:
+                self._described(runs, _run_record(definition, hook, iteration, context, result))
+
+    async def _adrive(
+        self, definition: Definition, steps: _Steps, *, cold: bool
+    ) -> tuple[Turn | None, list[dict[str, Any]]]:
+        """Run a turn's step machine with async hook runs. A new view translates, checks and
+        counts the whole record (``cold``): CPU work that would stall the event loop, so its
+        steps run in a worker thread; a continued one costs what is new."""
+        result: ApplyResult | None = None
+        runs: list[dict[str, Any]] = []
         while True:
             step = await asyncio.to_thread(_send, steps, result) if cold else _send(steps, result)
-            if isinstance(step, Turn):
-                return step
-            result = await definition.aapply(*step, environment=self.environment)
+            if not isinstance(step, tuple):
+                return _done(step, runs)
+            hook, context, iteration = step
+            result = await definition.aapply(hook, context, environment=self.environment)
+            if self.runs and result.trace:
+                if result.context is context:
+                    record = _run_record(definition, hook, iteration, context, result)
+                else:  # comparing the two views: off the loop
+                    record = await asyncio.to_thread(
+                        _run_record, definition, hook, iteration, context, result
+                    )
+                self._described(runs, record)
 
     def framework_messages(
         self, turn: Turn, record: Sequence[Any], rebuild: Callable[[Turn], list[Any]]
@@ -475,6 +603,11 @@ class Conversation:
                 return covered, False
         return None
 
+    def _described(self, runs: list[dict[str, Any]], run: dict[str, Any]) -> None:
+        runs.append(run)
+        if self.sink is not None:
+            self.sink.append(run)
+
     def _steps(
         self,
         definition: Definition,
@@ -482,12 +615,17 @@ class Conversation:
         translate: Translate | None,
         request: Mapping[str, Any],
         covered: tuple[_Covered, bool] | None,
-    ) -> Generator[tuple[str, Context], ApplyResult, Turn]:
+        *,
+        llm: bool = True,
+    ) -> _Steps:
         """The hook runs of one turn, as a step machine that a sync or an async driver runs
         (``covered``: the record messages the live view covers, and whether they are the very
-        objects, when the record continues it)."""
+        objects, when the record continues it). Without ``llm``, the new messages are added
+        (and ``post_tool`` run) and no request is prepared."""
         live = self._live
         continued = covered is not None
+        if self._shown:  # the recall tools, once shown, stay
+            request = {**request, "tools": [*(request.get("tools") or ()), *self._shown]}
         if covered is not None:
             assert live is not None
             start = len(covered[0])
@@ -496,7 +634,8 @@ class Conversation:
                 refuse_invalid(live.context.messages, new, checked=True)
             context = _continue(live.context, request)
             whole = live.whole
-            upto, chain = live.upto + len(new), _chain(live.chain, new)
+            upto = live.upto + len(new)
+            chain = _chain(live.chain, new) if self.persist else live.chain
         else:
             # A new or restored view: the whole record is translated once, each message's
             # translations counted, so that its new messages are found in its own units.
@@ -513,29 +652,56 @@ class Conversation:
             whole = upto == len(view) and view == chat[:upto]
             upto = len(chat)
         trace: list[TraceEntry] = []
-        post_tool = bool(definition.hooks.get(Hook.POST_TOOL))
         changed = False
+
+        def took(result: ApplyResult, given: Context) -> Context:
+            nonlocal changed
+            changed = changed or result.context is not given
+            trace.extend(result.trace)
+            if not self.archived and any(e["details"].get("offloaded") for e in result.trace):
+                self.archived = True
+            return result.context
+
+        hooks = definition.hooks
+        post_tool = bool(hooks.get(Hook.POST_TOOL))
         for i, m in enumerate(new):
             context = context.append(m)
             # Once a group of tool results is all in, as the runner does: the newest results
             # are each seen once (a run per result would look at the whole group each time).
             last_of_group = i + 1 == len(new) or not is_tool_result(new[i + 1], self.format)
             if post_tool and last_of_group and is_tool_result(m, self.format):
-                result = yield "post_tool", context
-                changed = changed or result.context is not context
-                context = result.context
-                trace.extend(result.trace)
-        result = yield "pre_llm", context
-        changed = changed or result.context is not context
-        trace.extend(result.trace)
-        out = result.context
-        # The request as counted (memoised: the hooks counted it), and what it reuses.
-        way = internal(out)
-        inner = way.context if way is not None else out
-        counter = get_counter(inner.model, definition.tokenizer)
-        counted = counter.context(inner)[0]
-        reusable = self.cache.measure(inner, counter)
-        self._last = (out.model, counted, reusable)
+                context = took((yield "post_tool", context, self.calls), context)
+        if self._post_memory and new:  # the memory loaded and the question in
+            self._post_memory = False
+            if hooks.get(Hook.POST_MEMORY):
+                context = took((yield "post_memory", context, 0), context)
+        turn: Turn | None = None
+        if llm:
+            self.calls += 1
+            counter = get_counter(context.model, definition.tokenizer)
+            before = self._counted(context, counter) if self.runs else 0
+            out = took((yield "pre_llm", context, self.calls), context)
+            if self.recall and self.archived:  # archived just now: the model needs the tools
+                pending, self.recall = self.recall, []
+                self._shown.extend(pending)
+                shown = replace(out, tools=(*out.tools, *pending))
+                if self.runs:
+                    before += self._counted(shown, counter) - self._counted(out, counter)
+                out = took((yield "pre_llm", shown, self.calls), shown)
+            # The request as counted (memoised: the hooks counted it), and what it reuses.
+            way = internal(out)
+            inner = way.context if way is not None else out
+            counter = get_counter(inner.model, definition.tokenizer)
+            counted = counter.context(inner)[0]
+            if self.window_check:
+                _check_window(definition, inner, counted, self.environment, counter)
+            reusable = self.cache.measure(inner, counter)
+            self._last = (out.model, counted, reusable)
+            turn = Turn(list(out.messages), out, trace, reusable)
+            turn.counted, turn.ratio, turn.tokens_before = counted, self.environment.ratio(out.model), before
+        else:
+            out, way = context, None
+        self.changed = self.changed or changed
         whole = whole and not changed
         seq = record if isinstance(record, list) else list(record)
         turns = live.turn if live is not None else 0
@@ -544,22 +710,29 @@ class Conversation:
         else:
             now = _Covered.of(seq)
         self._live = _Live(out, now, whole=whole, upto=upto, chain=chain, turn=turns)
-        if self.keep_view:
-            # A view that is the record is saved as such: the framework persists the record
-            # already, and a copy would double what it writes at every call.
-            self.saved = {"upto": upto, "chain": chain, "state": dict(out.state)}
-            if whole:
-                self.saved["whole"] = True
-            else:
-                self.saved["view"] = list(out.messages)
-        self.saved["calibration"] = self.calibration.to_dict()
-        if self.keep_view and way is None:  # the saved view is the request's messages
-            self.saved["cache"] = self.cache.export()
+        if self.persist:
+            if self.keep_view:
+                # A view that is the record is saved as such: the framework persists the record
+                # already, and a copy would double what it writes at every call.
+                self.saved = {"upto": upto, "chain": chain, "state": dict(out.state)}
+                if whole:
+                    self.saved["whole"] = True
+                else:
+                    self.saved["view"] = list(out.messages)
+            self.saved["calibration"] = self.calibration.to_dict()
+            if llm and self.keep_view and way is None:  # the saved view is the request's messages
+                self.saved["cache"] = self.cache.export()
         _log_changes(definition, trace)
-        turn = Turn(list(out.messages), out, trace, reusable)
-        turn.start, turn.whole, turn.fresh = start, whole, not continued
-        turn.extends = continued and not changed
+        if turn is not None:
+            turn.start, turn.whole, turn.fresh = start, whole, not continued
+            turn.extends = continued and not changed
         return turn
+
+    @staticmethod
+    def _counted(context: Context, counter: TokenCounter) -> int:
+        """A view's counted tokens, in the internal form (memoised: the hooks count it too)."""
+        way = internal(context)
+        return counter.context(way.context if way is not None else context)[0]
 
     def _continued(self, record: Sequence[Any]) -> tuple[list[Any], int, dict[str, Any], str]:
         """(view, how many record messages it covers, state, the fingerprint chain of the
@@ -626,16 +799,65 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED
 
 
-def _send(
-    steps: Generator[tuple[str, Context], ApplyResult, Turn], result: ApplyResult | None
-) -> tuple[str, Context] | Turn:
+_Steps = Generator[tuple[str, Context, int], ApplyResult, "Turn | None"]
+"""A turn's step machine: it yields (hook, context, the call it belongs to) for each hook
+run, is sent the run's result, and returns the turn (None when no request was prepared)."""
+
+
+def _send(steps: _Steps, result: ApplyResult | None) -> tuple[str, Context, int] | Turn | None:
     """The step machine's next hook run, or its turn once done (a StopIteration cannot cross
     a thread's future)."""
     try:
         return steps.send(result)  # type: ignore[arg-type]
     except StopIteration as done:
-        turn: Turn = done.value
+        turn: Turn | None = done.value
         return turn
+
+
+def _done(turn: Turn | None, runs: list[dict[str, Any]]) -> tuple[Turn | None, list[dict[str, Any]]]:
+    if turn is not None:
+        turn.runs = runs
+    return turn, runs
+
+
+def _check_window(
+    definition: Definition, context: Context, counted: int, environment: Environment, counter: TokenCounter
+) -> None:
+    """Raise ContextError when a request's calibrated count exceeds its window (with fit off,
+    or with no definition, nothing made it fit): the model is never called with it."""
+    window = context.context_window
+    tokens = round(counted * environment.window_ratio(context.model))
+    if window and tokens > window:
+        fix = (
+            f"turn on the fit step of {definition.name!r} (settings.fit)"
+            if any(definition.hooks.values())
+            else "give the agent a context management definition"
+        )
+        raise ContextError(
+            [
+                Problem(
+                    "/context_window",
+                    f"the request has {tokens:,} tokens ({counter.tokenizer}) and the model's window "
+                    f"is {window:,}; {fix}",
+                )
+            ]
+        )
+
+
+def _run_record(
+    definition: Definition, hook: str, iteration: int, before: Context, applied: ApplyResult
+) -> dict[str, Any]:
+    """A hook run as the execution record shows it: its hook, call and trace entries, and
+    when it changed the view, what it removed and added, per entry where they can be told."""
+    run: dict[str, Any] = {"hook": hook, "iteration": iteration, "entries": list(applied.trace)}
+    if applied.context is not before:
+        run.update(_changes(before, applied.context))
+        if internal(before) is None:  # per entry: the entries' counts are of this form
+            counter = get_counter(before.model, definition.tokenizer)
+            credits = _credits(before, applied.context, applied.trace, counter)
+            if credits is not None:
+                run["changes"] = credits
+    return run
 
 
 _CHAIN_START = ""
@@ -721,92 +943,6 @@ def _log_changes(definition: Definition, trace: Sequence[TraceEntry]) -> None:
                 entry["messages_after"],
                 f" (error: {entry['error']})" if entry["error"] else "",
             )
-
-
-@dataclass
-class View:
-    """An agent loop's conversation: the model's managed view, the record of what happened,
-    and the hook runs (with what each removed and added, for the record and the page)."""
-
-    definition: Definition | None
-    environment: Environment
-    record: list[dict[str, Any]]
-    view: Context
-    recall: list[dict[str, Any]] = field(default_factory=list)
-    """The recall tools' schemas, until they are shown to the model."""
-    archived: bool = False
-    """Whether a manager archived something in this execution, or a tool output was."""
-    outputs: list[str] = field(default_factory=list)
-    """The references of the tool outputs archived whole when they were cut."""
-    trace: list[dict[str, Any]] = field(default_factory=list)
-    changed: bool = False
-    """Whether a hook changed the view (otherwise it is what was loaded, plus the record)."""
-
-    def show_recall(self) -> None:
-        """Give the model context_read and context_search from now on."""
-        self.view = replace(self.view, tools=[*self.view.tools, *self.recall])
-        self.recall = []
-
-    def check_window(self) -> tuple[int, float]:
-        """(the request's counted tokens, the calibration ratio). The LLM is never called
-        with a request whose calibrated count exceeds its window (with fit: false, or with no
-        definition, nothing made it fit)."""
-        counter = self.counter()
-        counted = counter.context(self.view)[0]
-        ratio = self.environment.ratio(self.view.model)
-        window = self.view.context_window
-        tokens = round(counted * self.environment.window_ratio(self.view.model))
-        if not window:
-            return counted, ratio
-        if tokens > window:
-            fix = (
-                "give the agent a context management definition"
-                if self.definition is None
-                else f"turn on the fit step of {self.definition.name!r} (settings.fit)"
-            )
-            raise ContextError(
-                [
-                    Problem(
-                        "/context_window",
-                        f"the request has {tokens:,} tokens ({counter.tokenizer}) and the model's window "
-                        f"is {window:,}; {fix}",
-                    )
-                ]
-            )
-        return counted, ratio
-
-    def counter(self) -> TokenCounter:
-        setting = self.definition.tokenizer if self.definition is not None else "auto"
-        return get_counter(self.view.model, setting)
-
-    def tokens(self) -> int:
-        """The view's counted tokens now (memoised: the counter keeps running totals)."""
-        return self.counter().context(self.view)[0]
-
-    def add(self, message: dict[str, Any]) -> None:
-        self.record.append(message)
-        self.view = self.view.append(message)  # O(1), and its token counts carry over
-
-    def _changes(self, applied: ApplyResult) -> dict[str, Any]:
-        """What a hook run changed, and what each entry changed (for the page): off the loop."""
-        out = _changes(self.view, applied.context)
-        credits = _credits(self.view, applied.context, applied.trace, self.counter())
-        if credits is not None:
-            out["changes"] = credits
-        return out
-
-    async def hook(self, hook: Hook, iteration: int) -> None:
-        if self.definition is None:
-            return
-        applied = await self.definition.aapply(hook, self.view, environment=self.environment)
-        run: dict[str, Any] = {"hook": hook.value, "iteration": iteration, "entries": list(applied.trace)}
-        if applied.context is not self.view:
-            self.changed = True
-            run.update(await asyncio.to_thread(self._changes, applied))
-        self.view = applied.context
-        self.archived = self.archived or any(e["details"].get("offloaded") for e in applied.trace)
-        if applied.trace:
-            self.trace.append(run)
 
 
 PREVIEWS = 20

@@ -10,14 +10,30 @@ from typing import Any
 
 from ..cache import output_tokens
 from ..calibration import MAX_RATIO, MIN_RATIO, reported_input_tokens
+from ..context import Context
 from ..definitions import Definition
 from ..fit import reserve_tokens
 from ..llm import ModelConfig, ModelsConfig
 from ..messages import is_summary, pinned_positions, text_of
 from ..store.repository import now_ms
-from .conversation import USAGE_FIELDS, View, usage_record
+from .conversation import USAGE_FIELDS, usage_record
 
-__all__ = ["ExecutionResult", "cache_summary", "call_entry", "execution_record"]
+__all__ = ["ExecutionResult", "Ran", "cache_summary", "call_entry", "execution_record"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What an execution's conversation went through, for its record."""
+
+    definition: Definition | None
+    view: Context
+    """The managed view it ended with."""
+    record: list[dict[str, Any]]
+    """What happened, from the question on."""
+    trace: list[dict[str, Any]]
+    """The hook runs (:attr:`~ctxmgmt.agents.conversation.Conversation.runs`)."""
+    outputs: list[str]
+    """The references of the tool outputs archived whole when they were cut."""
 
 
 @dataclass(slots=True)
@@ -72,7 +88,7 @@ MAX_ERROR_CHARS = 2000
 def execution_record(
     agent_id: str,
     result: ExecutionResult,
-    run: View,
+    run: Ran,
     version: int | None,
     started: int,
     before: Mapping[int, int],

@@ -24,8 +24,8 @@ from typing import Any, cast
 
 import httpx
 
-from ..cache import PromptCache, cache_figures, clean_usage, ratios_for
-from ..calibration import Calibration, reported_input_tokens
+from ..cache import cache_figures, clean_usage, ratios_for
+from ..calibration import reported_input_tokens
 from ..context import Context
 from ..definitions import Definition, Resolver
 from ..errors import (
@@ -44,10 +44,9 @@ from ..registry import default_registry
 from ..store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
 from ..store.repository import now_ms
 from ..summaries import STATE_KEY
-from ..types import Hook
 from ..validation import validate_definition
-from .conversation import View, usage_record
-from .records import ExecutionResult, cache_summary, execution_record
+from .conversation import Conversation
+from .records import ExecutionResult, Ran, cache_summary, execution_record
 from .tools import (
     EXECUTION_ARCHIVE_BYTES,
     TURN_OUTPUT_BYTES,
@@ -67,6 +66,8 @@ DEFAULT_EXECUTION_TIMEOUT = 600.0
 INLINE_KEPT = 256
 INLINE_BYTES = 8 * 1024 * 1024
 """Inline definitions kept built: at most this many, and this many bytes of their JSON."""
+_UNMANAGED = Definition("none", "", {}, {"fit": False})
+"""An agent without a definition: no hook runs, no fit step; the window is still checked."""
 VIEW_KEY = "_view"
 """Memory state key of the managed view: what the model saw at the end of the last
 execution, and how many stored messages it covers. The record itself stays complete."""
@@ -220,12 +221,11 @@ class Runner:
             base: list[dict[str, Any]] = []
             state: dict[str, Any] = {}
             length = 0
-            calibration = Calibration()
+            ratios: dict[str, Any] | None = None
         else:
-            base, state, length, saved_ratios, modified = await asyncio.to_thread(
+            base, state, length, ratios, modified = await asyncio.to_thread(
                 self._continue, memory_id, agent_id
             )
-            calibration = Calibration(saved_ratios)
         schemas = [t.schema() for t in tools.values()]
         recall: list[dict[str, Any]] = []
         archive: Callable[[str], Any] | None = None
@@ -238,48 +238,48 @@ class Runner:
                     recall.append(tool.schema())
 
         pool = self.pool or HTTPPool()
-        cache = PromptCache(model.pricing or ratios_for(model.provider))
-        run = View(
-            definition=definition,
-            environment=Environment(
-                self.models,
-                self.offloader,
-                memory_id,
-                uuid.uuid4().hex,
-                pool,
-                calibration=calibration,
-                cache=cache,
-                user_first=model.provider == "anthropic",  # the Messages API wants a user turn first
-            ),
-            record=[{"role": "user", "content": question}],
-            view=Context(
-                system_prompt=agent.get("system_prompt") or params.get("system_prompt"),
-                messages=[*base, {"role": "user", "content": question}],
-                tools=schemas,
-                model=model.model,
-                context_window=model.context_window,
-                state=state,
-            ),
-            recall=recall,
+        runs: list[dict[str, Any]] = []  # the hook runs that traced something
+        conversation = Conversation(
+            definition if definition is not None else _UNMANAGED,
+            models=self.models,
+            offloader=self.offloader,
+            session=memory_id,
+            user_first=model.provider == "anthropic",  # the Messages API wants a user turn first
+            pricing=model.pricing or ratios_for(model.provider),
+            pool=pool,
+            execution=uuid.uuid4().hex,
+            runs=runs,  # each hook run described, kept as soon as it is done
+            window_check=True,
+            persist=False,  # the memory keeps the record, and the view when a manager changed it
         )
+        request: dict[str, Any] = {
+            "system_prompt": agent.get("system_prompt") or params.get("system_prompt"),
+            "tools": schemas,
+            "model": model.model,
+            "context_window": model.context_window,
+        }
+        conversation.begin(base, state=state, calibration=ratios, post_memory=True, **request)
+        found = False
         if recall:
             # With cache: aware the tools never change mid-conversation (a new tool list would
             # void the whole cached prefix): the recall tools are there from the first call.
             aware = definition is not None and definition.settings.get("cache") == "aware"
-            found: bool = aware or await asyncio.to_thread(self._archived, memory_id, base)
-            if found:
-                run.show_recall()
+            found = aware or await asyncio.to_thread(self._archived, memory_id, base)
+            conversation.offer_recall(recall, now=found)
         # The previous execution's last request: what it sent ends before its last model turn,
         # about when the memory was last written (the cache may have expired since).
         last_turn = next(
             (i for i in range(len(base) - 1, -1, -1) if base[i].get("role") == "assistant"), None
         )
         if last_turn is not None and modified is not None:
-            cache.seed(run.view.tools or None, run.view.system_prompt, base[:last_turn], at=modified / 1000)
+            offered = [*schemas, *(recall if found else ())] or None
+            conversation.cache.seed(offered, request["system_prompt"], base[:last_turn], at=modified / 1000)
         result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
-        result.execution_id = run.environment.execution or ""
+        result.execution_id = conversation.environment.execution or ""
         client = ChatClient(model, async_transport=self._transport, pool=pool)
         started = now_ms()
+        record: list[dict[str, Any]] = [{"role": "user", "content": question}]
+        outputs: list[str] = []  # the references of the tool outputs archived whole when cut
         before: dict[int, int] = {}  # LLM call -> the view's tokens before pre_llm ran
         requests: dict[int, tuple[int, float, int]] = {}  # LLM call -> (counted, ratio, reusable) as sent
         failure: BaseException | None = None
@@ -287,40 +287,31 @@ class Runner:
         deadline = asyncio.timeout(float(params.get("execution_timeout", DEFAULT_EXECUTION_TIMEOUT)))
         try:
             async with deadline:  # the whole execution: model calls, tools and hooks
-                await run.hook(Hook.POST_MEMORY, 0)
                 for iteration in range(1, int(params.get("max_iteration", DEFAULT_MAX_ITERATION)) + 1):
-                    before[iteration] = run.tokens()
-                    await run.hook(Hook.PRE_LLM, iteration)
-                    if run.archived and run.recall:  # archived just now: the model needs the tools
-                        shown = run.tokens()
-                        run.show_recall()
-                        before[iteration] += run.tokens() - shown  # what the recall tools' schemas add
-                        await run.hook(Hook.PRE_LLM, iteration)
-                    counted, ratio = run.check_window()
-                    reusable = cache.measure(run.view, run.counter())
-                    requests[iteration] = (counted, ratio, reusable)
+                    # The question and the memory: post_memory (first), then pre_llm.
+                    turn = await conversation.aprepare(record, **request)
+                    before[iteration] = turn.tokens_before
+                    requests[iteration] = (turn.counted, turn.ratio, turn.reusable_prefix_tokens)
                     # Messages are immutable values: hand them over without copying.
-                    request = cast(list[dict[str, Any]], list(run.view.messages))
-                    if run.view.system_prompt:
-                        request.insert(0, {"role": "system", "content": run.view.system_prompt})
-                    extra = {"tools": list(run.view.tools)} if run.view.tools else {}
-                    response = await client.acomplete(request, **extra)
+                    sent = cast(list[dict[str, Any]], turn.messages)
+                    if turn.context.system_prompt:
+                        sent.insert(0, {"role": "system", "content": turn.context.system_prompt})
+                    extra = {"tools": list(turn.context.tools)} if turn.context.tools else {}
+                    response = await client.acomplete(sent, **extra)
                     # This one request's report (never a sum across calls) calibrates the next.
                     figures = cache_figures(response.usage)
-                    usage = usage_record(
-                        counted,
-                        ratio,
-                        reusable,
+                    usage = conversation.observe(
                         reported_input_tokens(response.usage),
                         cached=figures.get("cached_tokens"),
                         written=figures.get("cache_write_tokens"),
                     )
-                    calibration.observe(model.model, counted, usage["reported"])
+                    assert usage is not None
                     result.usage.append({"iteration": iteration, **clean_usage(response.usage), **usage})
                     message = _assistant(response.message)
-                    run.add(message)
+                    record.append(message)
                     calls = message.get("tool_calls")
                     if not calls:
+                        await conversation.aadvance(record, **request)
                         result.response = response.content
                         result.finished = True
                         break
@@ -329,14 +320,12 @@ class Runner:
                         content, ref, archived = await call_tool(tools, call, archive, budget, archive_left)
                         archive_left -= archived
                         budget -= len(content)  # characters: a lower bound of the bytes
-                        run.add({"role": "tool", "tool_call_id": call["id"], "content": content})
+                        record.append({"role": "tool", "tool_call_id": call["id"], "content": content})
                         if ref is not None:
-                            run.outputs.append(ref)
-                            run.archived = True
-                    # Once the group's results are all in: the newest results are the tool messages
-                    # after the last assistant turn, each seen once (a hook run per result would
-                    # look at the whole group each time: quadratic in a large parallel group).
-                    await run.hook(Hook.POST_TOOL, iteration)
+                            outputs.append(ref)
+                            conversation.archived = True
+                    # Once the group's results are all in: post_tool, each result seen once.
+                    await conversation.aadvance(record, **request)
                 else:
                     result.response = (
                         f"stopped after max_iteration={params.get('max_iteration', DEFAULT_MAX_ITERATION)} "
@@ -355,26 +344,26 @@ class Runner:
             failure = exc
             raise
         finally:
+            result.trace = runs
+            result.cache = cache_summary(result.usage, runs, model, self.models)
             # Only whole rounds are recorded, so the memory stays consistent even when
             # the model fails midway: the question and every complete call/result group.
-            result.trace = run.trace
-            result.cache = cache_summary(result.usage, run.trace, model, self.models)
+            # A round the deadline (or a cancellation) cut short, calls without all their
+            # results, is left out.
+            kept = record[: len(record) - _unfinished(record)]
             # The stored view (the managed messages) is written again only when a manager
             # changed something: otherwise the view stored before plus the stored record
             # since then is this view already, and writing it would cost O(memory) per execution.
-            # A round the deadline (or a cancellation) cut short, calls without all their
-            # results, is left out of both.
-            cut = _unfinished(run.record)
-            kept = run.record[: len(run.record) - cut]
+            # It covers the record messages the conversation took in (a hook run cut short
+            # took in nothing); the memory's messages after those continue it.
+            view = conversation.context
+            assert view is not None  # begun above
             saved = (
                 {
-                    **run.view.state,
-                    VIEW_KEY: {
-                        "upto": length + len(kept),
-                        "messages": list(run.view.messages)[: len(run.view.messages) - cut],
-                    },
+                    **view.state,
+                    VIEW_KEY: {"upto": length + conversation.covered, "messages": list(view.messages)},
                 }
-                if run.changed
+                if conversation.changed
                 else None
             )
             try:
@@ -384,7 +373,7 @@ class Runner:
                     kept,
                     saved,
                     expected_length=length,
-                    calibration=calibration.to_dict(),
+                    calibration=conversation.calibration.to_dict(),
                 )
             except BaseException as exc:  # nothing was stored (a Conflict): the record says so
                 failure = failure or exc
@@ -392,10 +381,10 @@ class Runner:
             finally:
                 if pool is not self.pool:
                     await pool.aclose()
-                record = execution_record(
+                entry = execution_record(
                     agent_id,
                     result,
-                    run,
+                    Ran(definition, view, record, runs, outputs),
                     version,
                     started,
                     before,
@@ -404,7 +393,7 @@ class Runner:
                     self.offloader is not None,
                 )
                 try:
-                    await asyncio.to_thread(self.executions.save, record)
+                    await asyncio.to_thread(self.executions.save, entry)
                 except Exception:  # the execution's own outcome stands; the record is lost
                     log.exception("the record of execution %s could not be stored", result.execution_id)
         return result

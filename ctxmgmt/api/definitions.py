@@ -32,7 +32,7 @@ async def create(request: Request) -> JSONResponse:
 
 
 async def get(request: Request) -> JSONResponse:
-    authorize(request, "read")
+    authorize(request, "definitions")
     name = name_param(request)
     stored = await run_in_threadpool(state(request).store.get, name)
     return JSONResponse(stored.to_dict(), headers={"etag": f'"{stored.version}"'})
@@ -59,14 +59,14 @@ async def delete(request: Request) -> JSONResponse:
 
 
 async def list_(request: Request) -> JSONResponse:
-    authorize(request, "read")
+    authorize(request, "definitions")
     offset, size, q = FROM.read(request), SIZE.read(request), Q.read(request)
     total, rows = await run_in_threadpool(state(request).store.list, offset=offset, limit=size, q=q)
     return JSONResponse({"total": total, "context_management": [r.to_dict() for r in rows]})
 
 
 async def simulate(request: Request) -> JSONResponse:
-    key = authorize(request, "read")
+    key = authorize(request, "definitions")
     name = name_param(request)
     body = await json_body(request, nul=False)  # a dry run stores nothing
     current = state(request)
@@ -75,7 +75,7 @@ async def simulate(request: Request) -> JSONResponse:
 
 
 async def simulate_inline(request: Request) -> JSONResponse:
-    key = authorize(request, "read")
+    key = authorize(request, "definitions")
     body = await json_body(request, nul=False)  # a dry run stores nothing
     document = body.get("definition", body.get("context_management"))
     if not isinstance(document, dict):
@@ -184,7 +184,7 @@ def _check_text(text: str, registry: Any, models: list[str]) -> tuple[Any, list[
 async def validate(request: Request) -> JSONResponse:
     """Check a definition's YAML or JSON text as an editor holds it: every problem with its
     pointer and line, and the parsed document when there is none (to save it)."""
-    authorize(request, "read")
+    authorize(request, "definitions")
     body = await json_body(request)
     text = body.get("text")
     if not isinstance(text, str):

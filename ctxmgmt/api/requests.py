@@ -53,7 +53,9 @@ def presented_key(request: Request) -> str:
 
 def authorize(request: Request, scope: str) -> ApiKey | None:
     """Check the API key, when keys are configured: 401 without a valid one, 403 for a
-    read key on a write. The key (None without keys). Keys are never logged or echoed."""
+    read key on a write, and for a proxy key on anything but reading definitions (``scope``
+    ``"definitions"``): an agent given a proxy key reads no other conversation's records,
+    memory or archives. The key (None without keys). Keys are never logged or echoed."""
     config = state(request).config
     if not config.auth_enabled:
         return None
@@ -62,6 +64,13 @@ def authorize(request: Request, scope: str) -> ApiKey | None:
     if key is None:
         raise HTTPProblem(
             401, "a valid API key is required (Authorization: Bearer KEY)", "security_exception"
+        )
+    if key.scope == "proxy" and scope != "definitions":
+        raise HTTPProblem(
+            403,
+            f"the key {key.name!r} is a proxy key: it calls the proxy (/proxy/...) and reads "
+            "definitions; records, memory, archives and agents need a read or write key",
+            "security_exception",
         )
     if scope == "write" and key.scope != "write":
         raise HTTPProblem(

@@ -258,6 +258,32 @@ def _keys(store, upstream):
     return app, LiveServer(app)
 
 
+def test_a_proxy_key_reads_definitions_and_nothing_of_the_conversations(store, upstream):
+    """A proxy key (handed to an agent) lists and reads definitions, and is refused with a 403
+    that says what it may do on records, memory, archives and agents: one agent's key reads
+    no other conversation."""
+    headers = {"authorization": "Bearer p-key"}
+    _, live = _keys(store, upstream)
+    with live as server:
+        base = f"{server.url}/_plugins/_ml"
+        allowed = [
+            httpx.get(f"{base}/context_management", headers=headers),
+            httpx.get(f"{base}/context_management/default", headers=headers),
+        ]
+        refused = [
+            httpx.get(f"{base}/executions/_search", headers=headers),
+            httpx.get(f"{base}/executions/{'a' * 32}", headers=headers),
+            httpx.get(f"{base}/memory/{'a' * 32}/messages", headers=headers),
+            httpx.get(f"{base}/offload", params={"session": "s"}, headers=headers),
+            httpx.get(f"{base}/agents/{'a' * 32}", headers=headers),
+            httpx.post(f"{base}/agents/_register", json={"name": "x"}, headers=headers),
+        ]
+    assert [r.status_code for r in allowed] == [200, 200], [r.text for r in allowed]
+    for r in refused:
+        assert r.status_code == 403, (r.request.url, r.status_code, r.text)
+        assert "proxy key" in r.text and "read or write key" in r.text
+
+
 @pytest.mark.parametrize(
     "headers",
     [

@@ -248,6 +248,7 @@ async def _proxy(request: Request, api: Api) -> Response:
             session=conversation_id,
             format=api.format,
             pricing=config.pricing,
+            runs=True,
         )
         conversation.load(unpack(stored, parts.record) if stored else None)
     turn = await conversation.aprepare(
@@ -272,9 +273,6 @@ async def _proxy(request: Request, api: Api) -> Response:
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
     first = upstream_text(parsed, turn.messages, changes)  # the client's own bytes where unchanged
-    counted = conversation.last_counted or 0
-    before = turn.trace[0]["tokens_before"] if turn.trace else counted
-    ratio = conversation.calibration.ratio(config.model)
     record = {
         "execution_id": uuid.uuid4().hex,
         "agent_id": f"proxy-{name}",
@@ -288,8 +286,16 @@ async def _proxy(request: Request, api: Api) -> Response:
         "context_window": config.context_window,
         "model": config.model,
         "api": api.name,
-        "calls": [call_entry(1, before, ratio, usage_record(counted, ratio, turn.reusable_prefix_tokens))],
-        "hooks": [{"hook": e["hook"], "iteration": 1, "call": 1, "entries": [e]} for e in turn.trace],
+        "calls": [
+            call_entry(
+                1,
+                turn.tokens_before,
+                turn.ratio,
+                usage_record(turn.counted, turn.ratio, turn.reusable_prefix_tokens),
+            )
+        ],
+        # The hook runs of this request (post_tool for the client's new results, then pre_llm).
+        "hooks": [{**run, "iteration": 1, "call": 1} for run in turn.runs],
     }
     exchange = _Exchange(
         request, api, config, headers, conversation, record, exchange_state, recall, parts.stream

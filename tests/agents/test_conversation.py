@@ -1,0 +1,119 @@
+"""The conversation engine as the runner drives it: a view begun from memory, post_memory once,
+post_tool as soon as a round is in, the window refused, the recall tools shown once needed."""
+
+import pytest
+
+from ctxmgmt.agents.conversation import Conversation
+from ctxmgmt.definitions import Definition
+from ctxmgmt.errors import ContextError
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+RECALL = [{"type": "function", "function": {"name": "context_read", "parameters": {"type": "object"}}}]
+TRIM = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 100}}
+WINDOW4 = {"type": "SlidingWindowManager", "config": {"max_messages": 4}}
+UNMANAGED = Definition("none", "", {}, {"fit": False})  # as the runner runs an agent without one
+
+
+def _memory(n: int) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(n)]
+
+
+def _round(record: list[dict], output: str) -> None:
+    record += [
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": output},
+    ]
+
+
+def test_a_begun_view_runs_post_memory_once_with_the_question_in():
+    """post_memory runs on the memory plus the question, as call 0, and never again."""
+    conv = Conversation({"name": "m", "hooks": {"post_memory": [WINDOW4]}}, runs=True)
+    conv.begin(_memory(10), post_memory=True, model="gpt-4o")
+    record = [{"role": "user", "content": "the question"}]
+    turn = conv.prepare(record, model="gpt-4o")
+    assert [m["content"] for m in turn.messages][-1] == "the question"
+    assert len(turn.messages) == 4
+    assert [(r["hook"], r["iteration"]) for r in turn.runs] == [("post_memory", 0)]
+    assert turn.runs[0]["removed"] == 7 and conv.changed
+    record.append({"role": "assistant", "content": "an answer"})
+    conv.advance(record, model="gpt-4o")
+    again = conv.prepare([*record, {"role": "user", "content": "more"}], model="gpt-4o")
+    assert again.runs == [] and len(again.messages) == 6  # the window is post_memory's only
+    assert conv.covered == 3
+
+
+def test_advance_manages_a_round_at_once_and_the_next_turn_does_not_again():
+    """The results of call 1 are cut by post_tool when the round is in (described as call 1);
+    the next prepare sends them cut and runs only pre_llm."""
+    conv = Conversation({"name": "t", "hooks": {"post_tool": [TRIM]}}, runs=True)
+    conv.begin([], model="gpt-4o")
+    record = [{"role": "user", "content": "find it"}]
+    first = conv.prepare(record, model="gpt-4o")
+    assert first.tokens_before == first.counted > 0
+    _round(record, "x " * 5000)
+    runs = conv.advance(record, model="gpt-4o")
+    assert [(r["hook"], r["iteration"]) for r in runs] == [("post_tool", 1)]
+    assert runs[0]["changes"][0]["index"] == 0  # per entry: what the truncation removed and added
+    second = conv.prepare(record, model="gpt-4o")
+    assert second.runs == [] and second.messages[-1]["content"] != record[-1]["content"]
+    assert record[-1]["content"] == "x " * 5000  # the record is never changed
+    assert conv.covered == len(record) == 3
+
+
+def test_a_request_over_its_window_is_refused_and_the_view_stays():
+    """With window_check, a request whose count exceeds its window raises ContextError naming
+    /context_window, after its pre_llm run was kept in the sink; the live view covers what it did."""
+    sink: list[dict] = []
+    unfit = {"name": "w", "settings": {"fit": False}, "hooks": {"pre_llm": [WINDOW4]}}
+    conv = Conversation(unfit, runs=sink, window_check=True)
+    conv.begin([], model="gpt-4o", context_window=200)
+    record = [{"role": "user", "content": "short"}]
+    conv.prepare(record, model="gpt-4o", context_window=200)
+    conv.advance(record, model="gpt-4o", context_window=200)
+    record.append({"role": "assistant", "content": "word " * 400})
+    with pytest.raises(ContextError) as caught:
+        conv.prepare(record, model="gpt-4o", context_window=200)
+    assert caught.value.problems[0].pointer == "/context_window"
+    assert "settings.fit" in caught.value.problems[0].message
+    assert [r["hook"] for r in sink] == ["pre_llm", "pre_llm"]
+    assert conv.covered == 1
+
+
+def test_an_unmanaged_request_over_its_window_says_to_give_a_definition():
+    """Without hooks nothing could have made it fit: the error says to give one."""
+    conv = Conversation(UNMANAGED, window_check=True)
+    conv.begin([], model="gpt-4o", context_window=50)
+    with pytest.raises(ContextError, match="give the agent a context management definition"):
+        conv.prepare([{"role": "user", "content": "word " * 100}], model="gpt-4o", context_window=50)
+
+
+def test_recall_tools_are_shown_once_something_was_archived_and_then_stay():
+    """Offered recall tools are not in the request until the conversation archived something;
+    from then on every request has them, after the caller's own tools."""
+    mine = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
+    conv = Conversation(UNMANAGED)
+    conv.begin([], model="gpt-4o", tools=mine)
+    conv.offer_recall(RECALL)
+    record = [{"role": "user", "content": "go"}]
+    assert list(conv.prepare(record, model="gpt-4o", tools=mine).context.tools) == mine
+    _round(record, "a large output, archived whole")
+    conv.advance(record, model="gpt-4o", tools=mine)
+    conv.archived = True  # the caller archived a tool output
+    shown = conv.prepare(record, model="gpt-4o", tools=mine)
+    assert list(shown.context.tools) == [*mine, *RECALL]
+    assert shown.tokens_before == 0  # without runs=True nothing is described
+    record.append({"role": "assistant", "content": "done"})
+    conv.advance(record, model="gpt-4o", tools=mine)
+    record.append({"role": "user", "content": "and?"})
+    assert list(conv.prepare(record, model="gpt-4o", tools=mine).context.tools) == [*mine, *RECALL]
+
+
+def test_recall_offered_now_is_in_the_first_request_and_counted_before_management():
+    """offer_recall(now=True): the tools are there from the first call (a cache-aware
+    definition never changes its tool list), and in the tokens before pre_llm."""
+    conv = Conversation(UNMANAGED, runs=True)
+    conv.begin([], model="gpt-4o")
+    conv.offer_recall(RECALL, now=True)
+    turn = conv.prepare([{"role": "user", "content": "go"}], model="gpt-4o")
+    assert list(turn.context.tools) == RECALL
+    assert turn.tokens_before == turn.counted
