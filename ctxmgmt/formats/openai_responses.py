@@ -274,6 +274,37 @@ def advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
     """What is known of ``items`` that start with ``grown``'s (None: nothing is known): only
     the items after them are checked, and converted from the start of the last turn, which
     new items may join. None when those break a rule (the full check names the problems)."""
+    if grown is not None and len(items) == grown.k + 1 and not grown.pending:
+        # The common case: a user's (or a system or developer) message after a closed turn, or
+        # after the model's answer with no call (which it closes). It checks and converts by
+        # itself, and no later item can join it. _advance does the same, slower.
+        item, open_ = items[-1], grown.k - grown.restart
+        if (
+            type(item) is dict
+            and item.get("type", "message") == "message"
+            and item.get("role") in _OWN_TURN
+            and type(item.get("content")) is str
+            and "tool_calls" not in item
+            and grown.inner_restart == len(grown.inner) - open_
+            and (open_ == 0 or (open_ == 1 and _is_answer(items[grown.restart])))
+        ):
+            internal, size = _converted((item,))
+            inner = grown.inner.append(internal)
+            return Grown(len(items), inner, len(items), len(inner), {}, grown.bytes + 2 * size)
+    return _advance(items, grown)
+
+
+_OWN_TURN = frozenset(("user", "system", "developer"))
+"""The roles of a message that is a turn of its own (a user's, a system or developer note)."""
+
+
+def _is_answer(item: Any) -> bool:
+    """The model's message, by itself in its turn so far (calls may still join it)."""
+    return _kind(item) == "message" and item.get("role") == "assistant"
+
+
+def _advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
+    """:func:`advance`, every case."""
     k, restart = (grown.k, grown.restart) if grown is not None else (0, 0)
     problems: list[Problem] = []
     _check_items(items, k, problems)

@@ -296,3 +296,50 @@ def test_every_split_of_a_conversation_grows_as_from_scratch():
                         at += len(more)
                         ctx = ctx.append(*more) if by_append else Context(messages=items[:at], format=fmt)
                         _assert_as_from_scratch(fmt, ctx)
+
+
+ROLES = st.sampled_from(["user", "system", "developer", "assistant"])
+
+
+@FAST
+@given(conversations(format="openai_responses"), ROLES)
+def test_a_responses_message_of_its_own_grows_as_every_case_does(pool, role):
+    """The fast path of a single new message after a closed turn (a user's, a system or
+    developer note) gives what the general step gives, field for field, at every point of a
+    conversation, and takes no other message (an assistant's, which calls may join)."""
+    for k in range(len(pool) + 1):
+        known = openai_responses._advance(pool[:k], None)
+        if known is None:
+            break
+        items = [*pool[:k], {"role": role, "content": f"note {k}"}]
+        fast = openai_responses.advance(items, known)
+        general = openai_responses._advance(items, known)
+        assert (fast is None) == (general is None)
+        if fast is not None and general is not None:
+            assert (fast.k, fast.restart, fast.inner_restart, dict(fast.pending), fast.bytes) == (
+                general.k,
+                general.restart,
+                general.inner_restart,
+                dict(general.pending),
+                general.bytes,
+            )
+            assert _strip(list(fast.inner)) == _strip(list(general.inner))
+
+
+def test_a_user_message_after_an_answer_takes_the_fast_path(monkeypatch):
+    """The common step of a chat in Responses items (a user message after the model's answer)
+    does not go through the general step, and its conversion is the message's own."""
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
+    ]
+    known = openai_responses.advance(items, None)
+    assert known is not None
+
+    def general(*args):
+        raise AssertionError("the general step ran")
+
+    monkeypatch.setattr(openai_responses, "_advance", general)
+    grown_ = openai_responses.advance([*items, {"role": "user", "content": "and?"}], known)
+    assert grown_ is not None and grown_.k == grown_.restart == 3
+    assert _strip([grown_.inner[-1]]) == [{"role": "user", "content": "and?"}]
