@@ -134,9 +134,8 @@ class Source:
 class Turn:
     """What the model sees for one call, and what the managers did to get there."""
 
-    messages: list[Any]
-    """The managed messages, in the conversation's format."""
     context: Context
+    """The managed view: its messages (:attr:`messages`), system prompt, tools and model."""
     trace: list[TraceEntry] = field(default_factory=list)
     """The trace entries of every hook run of this turn: post_tool for each new group of tool
     results, then pre_llm."""
@@ -168,6 +167,15 @@ class Turn:
     call for ``pre_llm``, the call whose tool calls the results answer for ``post_tool``),
     its trace entries, and what it removed from the view and added (with previews), per
     entry where they can be told."""
+    _messages: list[Any] | None = field(default=None, repr=False)
+
+    @property
+    def messages(self) -> list[Any]:
+        """The managed messages, in the conversation's format: a list made when first asked
+        for (an adapter whose view is the record never needs it: a copy per call saved)."""
+        if self._messages is None:
+            self._messages = list(self.context.messages)
+        return self._messages
 
 
 Translate = Callable[[Any], Sequence[Any]]
@@ -190,12 +198,20 @@ class _Live:
     ``upto``), and the fingerprint chain of all of them (saved as ``chain``)."""
     chain: str
     turn: int = 0
+    copies: int = 0
+    """Calls in a row whose record continued the view as copies (equal, not the same
+    objects): from :data:`COPIES_UNWATCHED` on, the objects are no longer watched."""
     """Calls compared so far (turns the samples of a long record's comparison)."""
     handed: _Covered | None = None
     """The framework's messages handed back for the view, when the framework may keep them
     as its record (``keep_view=False``) and they are not the record: a next record may
     start with them instead."""
 
+
+COPIES_UNWATCHED = 2
+"""A framework that hands copies of its record at this many calls in a row (pydantic-ai, at
+every call) is not watched for the very objects any more: renewing the watch at each call
+made a weak reference per covered message (up to 4,096) that the next call never used."""
 
 VALUES_EXACT_UP_TO = 256
 """Covered messages that a record of copies is compared with whole, by value; beyond, the
@@ -277,10 +293,11 @@ class _Covered:
         start = turn % stride
         return values[start:k:stride] == _values(seq[start:k:stride])
 
-    def grown(self, seq: list[Any], start: int, same: bool, turn: int) -> _Covered:
+    def grown(self, seq: list[Any], start: int, same: bool, turn: int, watch: bool = True) -> _Covered:
         """These covered messages continued by ``seq[start:]``: the values kept and grown;
         the watch grown too when ``seq`` held the very objects (``same``), else renewed on
-        ``seq``'s own objects."""
+        ``seq``'s own objects, or with ``watch`` False (copies again and again) dropped: the
+        next record is compared by its values, and no weak reference is made for it."""
         # Grown in place (a live view's covered messages are its own): a call costs what is new.
         values, new = self.values, seq[start:]
         del values[start:]
@@ -292,6 +309,8 @@ class _Covered:
                 self.at.extend(range(start, len(seq)))
             self.refs.extend(_refs(new))
             return self
+        if not same and not watch:
+            return _Covered(values, None, [])
         if len(seq) <= EXACT_UP_TO:
             return _Covered(values, None, _refs(seq))
         at = _positions(len(seq), turn)
@@ -697,7 +716,7 @@ class Conversation:
                 _check_window(definition, inner, counted, self.environment, counter)
             reusable = self.cache.measure(inner, counter)
             self._last = (out.model, counted, reusable)
-            turn = Turn(list(out.messages), out, trace, reusable)
+            turn = Turn(out, trace, reusable)
             turn.counted, turn.ratio, turn.tokens_before = counted, self.environment.ratio(out.model), before
         else:
             out, way = context, None
@@ -706,10 +725,11 @@ class Conversation:
         seq = record if isinstance(record, list) else list(record)
         turns = live.turn if live is not None else 0
         if covered is not None:
-            now = covered[0].grown(seq, len(covered[0]), covered[1], turns)
+            copies = 0 if covered[1] else (live.copies + 1 if live is not None else 1)
+            now = covered[0].grown(seq, len(covered[0]), covered[1], turns, copies < COPIES_UNWATCHED)
         else:
-            now = _Covered.of(seq)
-        self._live = _Live(out, now, whole=whole, upto=upto, chain=chain, turn=turns)
+            now, copies = _Covered.of(seq), 0
+        self._live = _Live(out, now, whole=whole, upto=upto, chain=chain, turn=turns, copies=copies)
         if self.persist:
             if self.keep_view:
                 # A view that is the record is saved as such: the framework persists the record

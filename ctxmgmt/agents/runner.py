@@ -293,7 +293,7 @@ class Runner:
                     before[iteration] = turn.tokens_before
                     requests[iteration] = (turn.counted, turn.ratio, turn.reusable_prefix_tokens)
                     # Messages are immutable values: hand them over without copying.
-                    sent = cast(list[dict[str, Any]], turn.messages)
+                    sent = cast(list[dict[str, Any]], list(turn.context.messages))
                     if turn.context.system_prompt:
                         sent.insert(0, {"role": "system", "content": turn.context.system_prompt})
                     extra = {"tools": list(turn.context.tools)} if turn.context.tools else {}

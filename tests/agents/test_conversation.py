@@ -117,3 +117,35 @@ def test_recall_offered_now_is_in_the_first_request_and_counted_before_managemen
     turn = conv.prepare([{"role": "user", "content": "go"}], model="gpt-4o")
     assert list(turn.context.tools) == RECALL
     assert turn.tokens_before == turn.counted
+
+
+class _Msg:
+    """A framework's message object: fields in its __dict__, weakly referenceable."""
+
+    def __init__(self, role: str, content: str) -> None:
+        self.role, self.content = role, content
+
+
+def _chat(m: _Msg) -> list[dict]:
+    return [{"role": m.role, "content": m.content}]
+
+
+def test_a_framework_handing_copies_every_call_is_compared_by_value_without_watching():
+    """Copies of the record at every call (pydantic-ai's way) continue the view by their values;
+    from the second such call no weak reference is made, and an edited copy still starts a
+    new view while the same objects handed again still continue it."""
+    from ctxmgmt.agents.conversation import COPIES_UNWATCHED
+
+    conv = Conversation({"name": "q", "hooks": {"pre_llm": [WINDOW4]}, "settings": {"fit": False}})
+    record = [_Msg("user" if i % 2 == 0 else "assistant", f"turn {i}") for i in range(300)]
+    conv.prepare(record, translate=_chat, model="gpt-4o")
+    for i in range(COPIES_UNWATCHED + 1):
+        record = [_Msg(m.role, m.content) for m in record] + [_Msg("user", f"more {i}")]
+        turn = conv.prepare(record, translate=_chat, model="gpt-4o")
+        assert not turn.fresh  # continued: only the new message was translated
+    assert conv._live.covered.refs == []  # no longer watched
+    record = [*record, _Msg("assistant", "same objects, grown")]
+    assert not conv.prepare(record, translate=_chat, model="gpt-4o").fresh
+    edited = [_Msg(m.role, m.content) for m in record]
+    edited[150].content = "edited"
+    assert conv.prepare(edited, translate=_chat, model="gpt-4o").fresh  # a new view
