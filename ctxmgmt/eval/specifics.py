@@ -232,6 +232,13 @@ def _is_file_name(name: str, before: str) -> bool:
     return not (ext == "js" and "." not in stem and first[:1].isupper() and first[1:].islower())
 
 
+def _in_diff_header(text: str, at: int) -> bool:
+    """Whether ``at`` is a path's place in a diff's header line (``--- a/x``, ``+++ b/x``,
+    ``diff --git a/x b/x``)."""
+    line = text[text.rfind("\n", 0, at) + 1 : at]
+    return line in ("--- ", "+++ ") or (line.startswith("diff --git ") and line.count(" ") <= 3)
+
+
 def paths(text: str) -> list[str]:
     """POSIX and Windows paths and file names (``src/app.py``, ``/etc/hosts``,
     ``C:\\x\\y.txt``, ``setup.cfg``); not the paths inside URLs, not a bare word with
@@ -244,6 +251,8 @@ def paths(text: str) -> list[str]:
         if m.group("url"):
             continue
         found = m.group(0).rstrip(".,:;")
+        if found.startswith(("a/", "b/")) and _in_diff_header(scanned, m.start()):
+            found = found[2:]  # a diff's notation for the file's two sides: the path is the file's
         if m.group("posix"):
             last = found.rstrip("/").rsplit("/", 1)[-1]
             if found.startswith(("/", "~", "./", "../")):

@@ -78,6 +78,15 @@ def test_a_slash_makes_a_path_whatever_the_extension():
     assert paths("run dist/index.js and lib/x.main") == ["dist/index.js", "lib/x.main"]
 
 
+def test_a_diff_header_names_the_file_not_its_side():
+    """``--- a/x`` and ``+++ b/x`` (and ``diff --git a/x b/x``) name the file ``x``: the same
+    path the agent writes elsewhere, not two others; a path that starts with ``a/`` elsewhere
+    keeps it."""
+    patch = "diff --git a/web/src/x.ts b/web/src/x.ts\n--- a/web/src/x.ts\n+++ b/web/src/x.ts\n@@ -1 +1 @@"
+    assert paths(patch) == ["web/src/x.ts"]
+    assert paths("see a/b/c.py") == ["a/b/c.py"]
+
+
 def test_error_lines_are_reports_not_code():
     """Code that names an error (raise, except, a logging call, an assignment, a comment) is no error line."""
     code = (
