@@ -81,6 +81,23 @@ def test_memory_keeps_the_original_and_continues(runner, chat_server, store):
     assert runner.memory.load(first.memory_id, agent_id)[2] == 6
 
 
+def test_an_answer_without_text_finishes_and_the_memory_stays_a_valid_history(runner, chat_server, store):
+    """A final answer with null content (a refusal, a reply cut at its length) finishes the
+    execution; the memory keeps it as an empty answer, and the next execution sends it."""
+    store.create("every-hook", EVERY_HOOK)
+    agent_id = agent(runner, context_management_name="every-hook")
+    chat_server.reply(tool_call(("big", {"size": 4000})))
+    chat_server.reply({"role": "assistant", "content": None})
+    first = runner.execute(agent_id, "question one")
+    assert first.finished
+    messages, _, length = runner.memory.load(first.memory_id, agent_id)
+    assert length == 4 and messages[-1] == {"role": "assistant", "content": ""}
+    chat_server.reply("second answer")
+    second = runner.execute(agent_id, "question two", memory_id=first.memory_id)
+    assert second.finished and second.response == "second answer"
+    assert {"role": "assistant", "content": ""} in chat_server.requests[-1]["messages"]
+
+
 def test_tool_errors_become_results_the_model_reads(runner, chat_server):
     """A failing tool, an unknown tool and bad JSON arguments become readable tool results."""
     agent_id = agent(runner)

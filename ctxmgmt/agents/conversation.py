@@ -198,10 +198,13 @@ class _Live:
     ``upto``), and the fingerprint chain of all of them (saved as ``chain``)."""
     chain: str
     turn: int = 0
+    """Calls compared so far (turns the samples of a long record's comparison)."""
     copies: int = 0
     """Calls in a row whose record continued the view as copies (equal, not the same
     objects): from :data:`COPIES_UNWATCHED` on, the objects are no longer watched."""
-    """Calls compared so far (turns the samples of a long record's comparison)."""
+    begun: bool = False
+    """The view was begun by the caller (:meth:`Conversation.begin`) and covers no record
+    yet: every record continues it."""
     handed: _Covered | None = None
     """The framework's messages handed back for the view, when the framework may keep them
     as its record (``keep_view=False``) and they are not the record: a next record may
@@ -266,10 +269,8 @@ class _Covered:
     def identical(self, seq: list[Any], turn: int) -> bool:
         """Whether ``seq`` holds the watched objects where they were (identity only)."""
         k, values, refs = len(self.values), self.values, self.refs
-        if not k <= len(seq):
+        if not 0 < k <= len(seq):
             return False
-        if k == 0:  # every record starts with none (a view the caller began: Conversation.begin)
-            return True
         if not refs:  # dicts: the values are the objects
             return values[0] is seq[0] and same_start(values, k, seq, turn)
         if self.at is not None:
@@ -283,7 +284,7 @@ class _Covered:
         """Whether ``seq`` starts with messages equal to the values (sampled past
         :data:`VALUES_EXACT_UP_TO`)."""
         k, values = len(self.values), self.values
-        if not k <= len(seq):
+        if not 0 < k <= len(seq):
             return False
         if k <= VALUES_EXACT_UP_TO:
             return values == _values(seq[:k])
@@ -454,7 +455,9 @@ class Conversation:
         self.calibration = Calibration(calibration)
         self.environment = replace(self.environment, calibration=self.calibration)
         context = Context(messages=list(messages), state=dict(state or {}), format=self.format, **request)
-        self._live = _Live(context, _Covered([], None, []), whole=False, upto=0, chain=_CHAIN_START)
+        self._live = _Live(
+            context, _Covered([], None, []), whole=False, upto=0, chain=_CHAIN_START, begun=True
+        )
         self._post_memory = post_memory
 
     def offer_recall(self, schemas: Sequence[Any], *, now: bool = False) -> None:
@@ -612,6 +615,8 @@ class Conversation:
         live = self._live
         if live is None:
             return None
+        if live.begun:  # covers no record yet: every record continues it
+            return live.covered, True
         seq = record if isinstance(record, list) else list(record)
         live.turn += 1
         for covered in (live.covered, live.handed):
@@ -694,30 +699,25 @@ class Conversation:
             self._post_memory = False
             if hooks.get(Hook.POST_MEMORY):
                 context = took((yield "post_memory", context, 0), context)
-        turn: Turn | None = None
         if llm:
             self.calls += 1
             counter = get_counter(context.model, definition.tokenizer)
             before = self._counted(context, counter) if self.runs else 0
-            out = took((yield "pre_llm", context, self.calls), context)
+            # No pre_llm entry and no fit step (an unmanaged agent): nothing to run, nor trace.
+            managed = bool(hooks.get(Hook.PRE_LLM)) or definition.settings.get("fit", True) is not False
+            out = took((yield "pre_llm", context, self.calls), context) if managed else context
             if self.recall and self.archived:  # archived just now: the model needs the tools
                 pending, self.recall = self.recall, []
                 self._shown.extend(pending)
                 shown = replace(out, tools=(*out.tools, *pending))
                 if self.runs:
                     before += self._counted(shown, counter) - self._counted(out, counter)
-                out = took((yield "pre_llm", shown, self.calls), shown)
-            # The request as counted (memoised: the hooks counted it), and what it reuses.
+                out = took((yield "pre_llm", shown, self.calls), shown) if managed else shown
+            # The request as counted (memoised: the hooks counted it).
             way = internal(out)
             inner = way.context if way is not None else out
             counter = get_counter(inner.model, definition.tokenizer)
             counted = counter.context(inner)[0]
-            if self.window_check:
-                _check_window(definition, inner, counted, self.environment, counter)
-            reusable = self.cache.measure(inner, counter)
-            self._last = (out.model, counted, reusable)
-            turn = Turn(out, trace, reusable)
-            turn.counted, turn.ratio, turn.tokens_before = counted, self.environment.ratio(out.model), before
         else:
             out, way = context, None
         self.changed = self.changed or changed
@@ -740,12 +740,20 @@ class Conversation:
                 else:
                     self.saved["view"] = list(out.messages)
             self.saved["calibration"] = self.calibration.to_dict()
-            if llm and self.keep_view and way is None:  # the saved view is the request's messages
-                self.saved["cache"] = self.cache.export()
         _log_changes(definition, trace)
-        if turn is not None:
-            turn.start, turn.whole, turn.fresh = start, whole, not continued
-            turn.extends = continued and not changed
+        if not llm:
+            return None
+        if self.window_check:  # after the view was kept: what the managers did stands
+            _check_window(definition, inner, counted, self.environment, counter)
+        # What the request reuses of the previous one: it is sent now.
+        reusable = self.cache.measure(inner, counter)
+        self._last = (out.model, counted, reusable)
+        if self.persist and self.keep_view and way is None:  # the saved view is the request's messages
+            self.saved["cache"] = self.cache.export()
+        turn = Turn(out, trace, reusable)
+        turn.counted, turn.ratio, turn.tokens_before = counted, self.environment.ratio(out.model), before
+        turn.start, turn.whole, turn.fresh = start, whole, not continued
+        turn.extends = continued and not changed
         return turn
 
     @staticmethod
@@ -870,11 +878,17 @@ def _run_record(
     """A hook run as the execution record shows it: its hook, call and trace entries, and
     when it changed the view, what it removed and added, per entry where they can be told."""
     run: dict[str, Any] = {"hook": hook, "iteration": iteration, "entries": list(applied.trace)}
-    if applied.context is not before:
-        run.update(_changes(before, applied.context))
-        if internal(before) is None:  # per entry: the entries' counts are of this form
+    after = applied.context
+    if after is not before:
+        # A provider format's run is described in the internal (chat) form the managers saw:
+        # its previews read the same fields, and the entries' counts are of that form.
+        ways = internal(before), internal(after)
+        if ways[0] is not None and ways[1] is not None:
+            before, after = ways[0].context, ways[1].context
+        run.update(_changes(before, after))
+        if internal(before) is None:
             counter = get_counter(before.model, definition.tokenizer)
-            credits = _credits(before, applied.context, applied.trace, counter)
+            credits = _credits(before, after, applied.trace, counter)
             if credits is not None:
                 run["changes"] = credits
     return run

@@ -520,8 +520,11 @@ def _assistant(message: Mapping[str, Any]) -> dict[str, Any]:
     """The assistant message as it goes back into the conversation. The client checked the
     reply (:mod:`ctxmgmt._reply`): its content is a string or null, its calls are well formed
     and their ids unique in the turn, so every tool result answers one call."""
-    out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     calls = message.get("tool_calls")
+    # An answer without text (a refusal, a reply cut at its length) is kept as "": a null
+    # content is valid only beside calls, and the memory must stay a valid history.
+    content = message.get("content")
+    out: dict[str, Any] = {"role": "assistant", "content": "" if content is None and not calls else content}
     if calls:
         out["tool_calls"] = [
             {

@@ -282,7 +282,8 @@ def advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
         if (
             type(item) is dict
             and item.get("type", "message") == "message"
-            and item.get("role") in _OWN_TURN
+            and isinstance(role := item.get("role"), str)
+            and role in _OWN_TURN
             and type(item.get("content")) is str
             and "tool_calls" not in item
             and grown.inner_restart == len(grown.inner) - open_

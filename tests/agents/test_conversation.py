@@ -76,7 +76,8 @@ def test_a_request_over_its_window_is_refused_and_the_view_stays():
     assert caught.value.problems[0].pointer == "/context_window"
     assert "settings.fit" in caught.value.problems[0].message
     assert [r["hook"] for r in sink] == ["pre_llm", "pre_llm"]
-    assert conv.covered == 1
+    assert conv.covered == 2  # the refused turn's view is kept: what the managers did stands
+    assert conv.context is not None and len(conv.context.messages) == 2 and not conv.changed
 
 
 def test_an_unmanaged_request_over_its_window_says_to_give_a_definition():
@@ -149,3 +150,52 @@ def test_a_framework_handing_copies_every_call_is_compared_by_value_without_watc
     edited = [_Msg(m.role, m.content) for m in record]
     edited[150].content = "edited"
     assert conv.prepare(edited, translate=_chat, model="gpt-4o").fresh  # a new view
+
+
+def test_an_unmanaged_conversation_runs_no_hook(monkeypatch):
+    """No pre_llm entry and no fit step: no hook run at all (no trace, no span), only the
+    window check."""
+    from ctxmgmt.definitions import Definition as D
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a hook ran")
+
+    monkeypatch.setattr(D, "apply", refuse)
+    conv = Conversation(UNMANAGED, runs=True, window_check=True)
+    conv.begin([], model="gpt-4o", context_window=1000)
+    turn = conv.prepare([{"role": "user", "content": "hi"}], model="gpt-4o", context_window=1000)
+    assert turn.runs == [] and turn.counted > 0
+
+
+def test_a_view_of_an_empty_record_is_not_continued_by_a_long_one():
+    """Only a begun view covers no record and is continued by any: a view made of an empty
+    record (a framework's first call with nothing) is not, so a long record then is a new
+    view whose older tool results are not managed again."""
+    conv = Conversation({"name": "t", "hooks": {"post_tool": [TRIM]}}, runs=True)
+    conv.prepare([], model="gpt-4o")
+    record = [{"role": "user", "content": "go"}]
+    _round(record, "x " * 5000)
+    record.append({"role": "assistant", "content": "again"})
+    record.append({"role": "user", "content": "more"})
+    _round(record, "y " * 5000)
+    turn = conv.prepare(record, model="gpt-4o")
+    assert turn.fresh and [r["hook"] for r in turn.runs] == ["post_tool"]
+    assert turn.messages[2]["content"] == "x " * 5000  # the older result, as it was
+
+
+def test_a_provider_format_run_is_described_in_the_form_the_managers_saw():
+    """A Responses conversation's hook runs show what was removed and added with their roles
+    and text (the internal chat form the managers saw), as a chat conversation's do."""
+    record: list[dict] = [{"role": "user", "content": "the task"}]
+    for i in range(5):
+        record += [
+            {"type": "function_call", "call_id": f"c{i}", "name": "grep", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{i}", "output": f"result {i}"},
+        ]
+    record.append({"role": "user", "content": "and?"})
+    conv = Conversation({"name": "w", "hooks": {"pre_llm": [WINDOW4]}}, format="openai_responses", runs=True)
+    turn = conv.prepare(record, model="gpt-4o")
+    (run,) = turn.runs
+    previews = run["removed_preview"]
+    assert previews and all(p["role"] in ("user", "assistant", "tool") for p in previews)
+    assert {"role": "tool", "text": "result 0", "chars": 8} in previews

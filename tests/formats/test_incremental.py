@@ -343,3 +343,14 @@ def test_a_user_message_after_an_answer_takes_the_fast_path(monkeypatch):
     grown_ = openai_responses.advance([*items, {"role": "user", "content": "and?"}], known)
     assert grown_ is not None and grown_.k == grown_.restart == 3
     assert _strip([grown_.inner[-1]]) == [{"role": "user", "content": "and?"}]
+
+
+def test_a_message_whose_role_is_not_a_string_is_refused_as_the_general_step_refuses_it():
+    """A role that is a list or an object is a problem the check names, on the fast path too
+    (not a TypeError)."""
+    items = [{"role": "user", "content": "hi"}]
+    known = openai_responses.advance(items, None)
+    for role in (["user"], {"user": 1}):
+        grown_items = [*items, {"role": role, "content": "x"}]
+        assert openai_responses.advance(grown_items, known) is None
+        assert openai_responses._advance(grown_items, known) is None
