@@ -389,6 +389,30 @@ def test_a_proxied_call_is_recorded_with_the_fields_the_runner_writes(store, pro
     assert entry["cached_tokens"] == entry["usage"]["cached"]  # as the runner lifts the cache figures
 
 
+def test_a_stream_whose_client_leaves_after_its_last_event_is_still_recorded(store, proxy, upstream):
+    """A client that closes as soon as it has read [DONE], while the upstream is slow to end its
+    stream, cancels the proxy's stream: the record is stored all the same, with its call."""
+    upstream.linger = 1.0
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": TASK}], "stream": True}
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{proxy.url}/proxy/default/v1/chat/completions", json=body) as r,
+    ):
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.strip() == "data: [DONE]":
+                break  # and close at once, while the upstream still holds its stream open
+    executions = ExecutionStore(store.engine)
+    for _ in range(200):
+        total, listed = executions.list("proxy-default")
+        if total:
+            break
+        time.sleep(0.05)
+    assert total == 1, "the record was not stored"
+    record = executions.get(listed[0]["execution_id"])
+    assert record["status"] == "finished" and record["calls"][0]["tokens_before"] > 0
+
+
 @pytest.mark.parametrize("header", ["origin", "host"])
 def test_the_host_and_origin_guard_answers_a_providers_client_in_its_shape(proxy, upstream, header):
     """A page of another origin, or a Host this server is not, is refused under /proxy/ in the

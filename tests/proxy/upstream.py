@@ -46,6 +46,8 @@ class Upstream:
         self.sent: list[bytes] = []
         """The bytes of each answer as written (the body, or the whole event stream)."""
         self.status: int | None = None
+        self.linger = 0.0
+        """Seconds a stream stays open after its last event (an upstream slow to close)."""
         self.rewrite: Any = None
         """A function of the next whole answer's bytes: what goes out instead."""
         self._ids = itertools.count(1)
@@ -90,6 +92,8 @@ class Upstream:
                     for event in events:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                         self.wfile.flush()
+                    if upstream.linger:
+                        time.sleep(upstream.linger)
                     self.wfile.write(b"0\r\n\r\n")
                     return
                 data = json.dumps(_WHOLE[kind](reply, n, tokens, body)).encode()

@@ -16,11 +16,12 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -418,7 +419,12 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
     if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
         events = _events(exchange, response, deadline, body)
-        return StreamingResponse(events, response.status_code, headers=returned)
+        # A client that goes away cancels the stream: its generator may be left where it was
+        # (after its last event, the record not yet stored). Closing it afterwards runs what
+        # is left: the upstream's response closed, the record stored.
+        return StreamingResponse(
+            events, response.status_code, headers=returned, background=BackgroundTask(events.aclose)
+        )
     try:
         data = await _read(response, deadline, config)
     finally:
@@ -487,7 +493,7 @@ async def _recall_rounds(
 
 async def _events(
     exchange: _Exchange, response: httpx.Response, deadline: float, body: dict[str, Any]
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The upstream's events as they arrive, then the record. With recall offered, until one
     starts a tool call; the rest is held to the stream's end: passed on as it came when the
     answer calls no recall tool, else the recall rounds (whole answers) and the final answer
@@ -569,7 +575,20 @@ async def _events(
         if failure is not None:
             yield _stream_error(api, failure)
     finally:
-        await _finish(exchange, usage or None, failure)
+        await _finish_shielded(exchange, usage or None, failure)
+
+
+_FINISHING: set[asyncio.Task[None]] = set()
+"""Records being stored for streams whose client went away (a reference keeps each task)."""
+
+
+async def _finish_shielded(exchange: _Exchange, usage: Mapping[str, int] | None, failure: str | None) -> None:
+    """:func:`_finish`, run to its end even when the stream's task is cancelled (the client
+    disconnected while it ran): the record is stored either way."""
+    task = asyncio.ensure_future(_finish(exchange, usage, failure))
+    _FINISHING.add(task)
+    task.add_done_callback(_FINISHING.discard)
+    await asyncio.shield(task)
 
 
 def _json(data: bytes) -> Any:
