@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..offload import Offloader
 
 __all__ = [
+    "UNMANAGED",
     "USAGE_FIELDS",
     "Conversation",
     "DefinitionSource",
@@ -122,11 +123,14 @@ class Source:
 
     def _built(self, stored: Mapping[str, Any]) -> Definition:
         version = stored.get("version")
-        body = {k: v for k, v in stored.items() if k in ("name", "description", "settings", "hooks")}
+
+        def body() -> dict[str, Any]:
+            return {k: v for k, v in stored.items() if k in ("name", "description", "settings", "hooks")}
+
         if version is None:  # no version to tell a change by: built each time
-            self._definition = Definition.from_dict(body)
-        else:
-            self._definition, _ = self._resolver.resolve("", version, lambda: (body, version))
+            self._definition = Definition.from_dict(body())
+        else:  # built only when the version changed
+            self._definition, _ = self._resolver.resolve("", version, lambda: (body(), version))
         return self._definition
 
 
@@ -160,7 +164,7 @@ class Turn:
     """The calibration ratio the request was counted with."""
     tokens_before: int = 0
     """The request's counted tokens before ``pre_llm`` ran (with the recall tools when this
-    turn showed them): what the managers had to work with."""
+    turn showed them): what the managers had to work with (memoised: the hook counts it)."""
     runs: list[dict[str, Any]] = field(default_factory=list)
     """With ``Conversation(runs=True)``: this turn's hook runs that traced something, each
     with its hook, the model call it belongs to (``iteration``: 0 for ``post_memory``, the
@@ -210,6 +214,10 @@ class _Live:
     as its record (``keep_view=False``) and they are not the record: a next record may
     start with them instead."""
 
+
+UNMANAGED = Definition("none", "", {}, {"fit": False})
+"""No definition (an agent without one): no hook runs, no fit step; the window is still
+checked with ``window_check``."""
 
 COPIES_UNWATCHED = 2
 """A framework that hands copies of its record at this many calls in a row (pydantic-ai, at
@@ -432,6 +440,11 @@ class Conversation:
     def context(self) -> Context | None:
         """The live managed view (the one the last turn ended with), or None before one."""
         return None if self._live is None else self._live.context
+
+    @property
+    def shown(self) -> list[Any]:
+        """The recall tools' schemas shown to the model (in every request from then on)."""
+        return list(self._shown)
 
     @property
     def covered(self) -> int:
@@ -702,7 +715,7 @@ class Conversation:
         if llm:
             self.calls += 1
             counter = get_counter(context.model, definition.tokenizer)
-            before = self._counted(context, counter) if self.runs else 0
+            before = self._counted(context, counter)  # memoised: the hook counts it too
             # No pre_llm entry and no fit step (an unmanaged agent): nothing to run, nor trace.
             managed = bool(hooks.get(Hook.PRE_LLM)) or definition.settings.get("fit", True) is not False
             out = took((yield "pre_llm", context, self.calls), context) if managed else context
@@ -710,13 +723,11 @@ class Conversation:
                 pending, self.recall = self.recall, []
                 self._shown.extend(pending)
                 shown = replace(out, tools=(*out.tools, *pending))
-                if self.runs:
-                    before += self._counted(shown, counter) - self._counted(out, counter)
+                before += self._counted(shown, counter) - self._counted(out, counter)
                 out = took((yield "pre_llm", shown, self.calls), shown) if managed else shown
             # The request as counted (memoised: the hooks counted it).
             way = internal(out)
             inner = way.context if way is not None else out
-            counter = get_counter(inner.model, definition.tokenizer)
             counted = counter.context(inner)[0]
         else:
             out, way = context, None
@@ -886,7 +897,7 @@ def _run_record(
         if ways[0] is not None and ways[1] is not None:
             before, after = ways[0].context, ways[1].context
         run.update(_changes(before, after))
-        if internal(before) is None:
+        if ways[0] is None or ways[1] is not None:  # the entries' counts are of this form
             counter = get_counter(before.model, definition.tokenizer)
             credits = _credits(before, after, applied.trace, counter)
             if credits is not None:

@@ -45,7 +45,7 @@ from ..store import AgentStore, DefinitionStore, ExecutionStore, MemoryStore
 from ..store.repository import now_ms
 from ..summaries import STATE_KEY
 from ..validation import validate_definition
-from .conversation import Conversation
+from .conversation import UNMANAGED, Conversation
 from .records import ExecutionResult, Ran, cache_summary, execution_record
 from .tools import (
     EXECUTION_ARCHIVE_BYTES,
@@ -66,8 +66,6 @@ DEFAULT_EXECUTION_TIMEOUT = 600.0
 INLINE_KEPT = 256
 INLINE_BYTES = 8 * 1024 * 1024
 """Inline definitions kept built: at most this many, and this many bytes of their JSON."""
-_UNMANAGED = Definition("none", "", {}, {"fit": False})
-"""An agent without a definition: no hook runs, no fit step; the window is still checked."""
 VIEW_KEY = "_view"
 """Memory state key of the managed view: what the model saw at the end of the last
 execution, and how many stored messages it covers. The record itself stays complete."""
@@ -240,7 +238,7 @@ class Runner:
         pool = self.pool or HTTPPool()
         runs: list[dict[str, Any]] = []  # the hook runs that traced something
         conversation = Conversation(
-            definition if definition is not None else _UNMANAGED,
+            definition if definition is not None else UNMANAGED,
             models=self.models,
             offloader=self.offloader,
             session=memory_id,
@@ -272,7 +270,7 @@ class Runner:
             (i for i in range(len(base) - 1, -1, -1) if base[i].get("role") == "assistant"), None
         )
         if last_turn is not None and modified is not None:
-            offered = [*schemas, *(recall if found else ())] or None
+            offered = [*schemas, *conversation.shown] or None  # as the first request offers them
             conversation.cache.seed(offered, request["system_prompt"], base[:last_turn], at=modified / 1000)
         result = ExecutionResult(memory_id, "", False, definition.name if definition else None, source)
         result.execution_id = conversation.environment.execution or ""

@@ -3,15 +3,13 @@ post_tool as soon as a round is in, the window refused, the recall tools shown o
 
 import pytest
 
-from ctxmgmt.agents.conversation import Conversation
-from ctxmgmt.definitions import Definition
+from ctxmgmt.agents.conversation import UNMANAGED, Conversation
 from ctxmgmt.errors import ContextError
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
 RECALL = [{"type": "function", "function": {"name": "context_read", "parameters": {"type": "object"}}}]
 TRIM = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 100}}
 WINDOW4 = {"type": "SlidingWindowManager", "config": {"max_messages": 4}}
-UNMANAGED = Definition("none", "", {}, {"fit": False})  # as the runner runs an agent without one
 
 
 def _memory(n: int) -> list[dict]:
@@ -102,7 +100,7 @@ def test_recall_tools_are_shown_once_something_was_archived_and_then_stay():
     conv.archived = True  # the caller archived a tool output
     shown = conv.prepare(record, model="gpt-4o", tools=mine)
     assert list(shown.context.tools) == [*mine, *RECALL]
-    assert shown.tokens_before == 0  # without runs=True nothing is described
+    assert shown.tokens_before == shown.counted  # the recall tools included, nothing cut
     record.append({"role": "assistant", "content": "done"})
     conv.advance(record, model="gpt-4o", tools=mine)
     record.append({"role": "user", "content": "and?"})

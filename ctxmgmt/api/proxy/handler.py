@@ -587,8 +587,15 @@ async def _finish_shielded(exchange: _Exchange, usage: Mapping[str, int] | None,
     disconnected while it ran): the record is stored either way."""
     task = asyncio.ensure_future(_finish(exchange, usage, failure))
     _FINISHING.add(task)
-    task.add_done_callback(_FINISHING.discard)
+    task.add_done_callback(_finished)
     await asyncio.shield(task)
+
+
+def _finished(task: asyncio.Task[None]) -> None:
+    """A record's write is over: its failure logged (its stream may be gone, with no one to read it)."""
+    _FINISHING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("the proxy's record could not be finished", exc_info=task.exception())
 
 
 def _json(data: bytes) -> Any:
