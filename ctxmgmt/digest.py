@@ -561,6 +561,8 @@ _LEDGER_ITEM = re.compile(
     r"^(?:`(?P<call>.+)` → (?P<outcome>ok|failed|exit -?\d+)|(?P<path>\S+): (?P<done>[a-z, ]+)|(?P<id>\S+))$"
 )
 _ACTIONS = ("created", "edited", "deleted", "ran", "read", "seen")
+_IMPLIED = frozenset({"read", "seen"})
+"""Actions a path's item leaves out when it says a stronger one."""
 
 
 def _action(tool: str, args: Mapping[str, Any], command: str | None) -> str:
@@ -709,9 +711,11 @@ def _ledger_item(kind: str, key: str, notes: list[str], count: int) -> str:
     if kind == "call":
         line = f"`{key}` → {notes[-1] if notes else 'ok'}"
     elif kind == "path":
+        # What was done to it, most telling first; a path also changed or run was read too,
+        # and one acted on was seen too. No count: a path is worth more than how often.
         done = [a for a in _ACTIONS if a in notes]
-        done = [a for a in done if a != "seen"] or done  # a path also acted on was not just seen
-        line = f"{key}: {', '.join(done[:3])}"
+        done = [a for a in done if a not in _IMPLIED] or done[:1]
+        return f"{key}: {', '.join(done[:2])}"
     else:
         line = key
     return line if count < 2 else f"{line} (×{count})"
@@ -754,7 +758,7 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
     ranked = sorted(entries.items(), key=lambda kv: -(kv[1]["score"] + 0.05 * min(kv[1]["count"], 8)))
     return [
         (key if kind == "raw" else _ledger_item(kind, key, e["notes"], 1))
-        + (f" (×{e['count']})" if e["count"] > 1 else "")
+        + (f" (×{e['count']})" if e["count"] > 1 and kind != "path" else "")
         for (kind, key), e in ranked
     ][:LEDGER_ITEMS]
 

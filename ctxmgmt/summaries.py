@@ -166,18 +166,17 @@ def render(
             lines.append(f"## {_title(key)}")
             lines += [f"- {item}" for item in items]
     if archives:
-        lines.append("## Archived messages")
-        lines += [
-            f'- {a["ref"]}: {a["count"]} messages; context_read(ref="{a["ref"]}") returns them'
-            for a in list(archives)[-MAX_GUIDE:]
-        ]
+        # How to read one, said once: a line per archive costs half the tokens.
+        lines += ["## Archived messages", 'context_read(ref="m-…") returns an archive\'s messages:']
+        lines += [f"- {a['ref']}: {a['count']} messages" for a in list(archives)[-MAX_GUIDE:]]
     return "\n".join(lines)
 
 
 _COUNT = re.compile(r"Summary of (\d+) earlier messages")
 
 
-_GUIDE = re.compile(r"^- (m-[0-9a-f]{32}): (\d+) messages; ")
+_GUIDE = re.compile(r"^- (m-[0-9a-f]{32}): (\d+) messages(?:;|$)")
+"""A guide's line: as rendered now, or as before with how to read it on every line."""
 
 
 def parse_rendered(text: str) -> tuple[Sections, int, list[dict[str, Any]]]:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from ctxmgmt import Context, get_counter, load_definition
 from ctxmgmt.digest import digest, error_lines, fold_errors, outcome
 from ctxmgmt.messages import text_of
-from ctxmgmt.summaries import bound, merge, render, summarize_offline
+from ctxmgmt.summaries import bound, merge, parse_rendered, render, summarize_offline
 from tests.agent_runs import agent_run
 
 MODEL = "gpt-4o-mini"
@@ -285,6 +285,41 @@ def test_the_archive_guide_survives_a_client_that_sends_only_messages(tmp_path):
     assert ref in next(
         m["content"] for m in second.context.messages if m["content"].startswith("[ctxmgmt:summary]")
     )
+
+
+def test_the_archive_guide_says_how_to_read_once_and_reads_back_both_shapes():
+    """The guide says once how to read an archive, then one short line per archive; a
+    summary rendered the older way (how to read on every line) is read back the same."""
+    refs = [{"ref": f"m-{i:032x}", "count": 10 + i} for i in range(5)]
+    text = render({"goal": ["task"]}, 60, refs)
+    guide = text.split("## Archived messages\n", 1)[1].splitlines()
+    assert guide[0].startswith('context_read(ref="m-') and len(guide) == 6
+    assert guide[1:] == [f"- {a['ref']}: {a['count']} messages" for a in refs]
+    older = (
+        text.split("## Archived messages", 1)[0]
+        + "## Archived messages\n"
+        + "\n".join(
+            f'- {a["ref"]}: {a["count"]} messages; context_read(ref="{a["ref"]}") returns them' for a in refs
+        )
+    )
+    assert parse_rendered(text)[2] == parse_rendered(older)[2] == refs
+    counter = get_counter(MODEL)
+    assert counter.text(text) < counter.text(older) - 5 * 15
+
+
+def test_a_paths_item_says_its_strongest_actions_and_no_count():
+    """A path's ledger item names what was done to it beyond reading (a path changed was read
+    too) and carries no count, in a stretch and across a merge: it costs a third less."""
+    run = _tool_run(
+        "bash",
+        lambda i: json.dumps({"cmd": ["cat src/app.py", "sed -i s/a/b/ src/app.py", "cat docs/a.md"][i % 3]}),
+        ["x = 1", "", "# a"] * 3,
+    )
+    one = summarize_offline(run)
+    assert "src/app.py: edited" in one["specifics"] and "docs/a.md: read" in one["specifics"]
+    assert not any(i.startswith(("src/app.py", "docs/a.md")) and "×" in i for i in one["specifics"])
+    merged = summarize_offline(run, one)
+    assert "src/app.py: edited" in merged["specifics"] and "docs/a.md: read" in merged["specifics"]
 
 
 def _tool_run(name, args, results):
