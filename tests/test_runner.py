@@ -393,6 +393,72 @@ def test_an_execution_that_changes_nothing_leaves_the_stored_view_and_loses_noth
     assert base == [*seen, {"role": "assistant", "content": "second done"}]
 
 
+@pytest.mark.parametrize("fires", [False, True])
+def test_continuing_a_memory_nobody_wrote_since_reads_no_stored_message(
+    runner, chat_server, store, agent_models, tools, monkeypatch, fires
+):
+    """A runner continues a memory its last execution left, unwritten since, from what it
+    kept: no stored message or view is read again, and the model is sent what a runner that
+    reads it all back sends (whether a manager changed the view or not)."""
+    window = {"type": "SlidingWindowManager", "config": {"max_messages": 4}}
+    activation = {"activation": {"message_count_exceed": 4 if fires else 99}}
+    store.create("window", {"hooks": {"pre_llm": [{**window, **activation}]}})
+    agent_id = agent(runner, context_management_name="window")
+    memories = []
+    for _ in range(2):  # two memories, the same conversation
+        for i in range(3):
+            chat_server.reply(tool_call(("echo", {"i": i})))
+        chat_server.reply("first done")
+        memories.append(runner.execute(agent_id, "first question").memory_id)
+    reads = []
+    for name in ("head", "messages"):
+        original = getattr(runner.memory, name)
+        monkeypatch.setattr(
+            runner.memory, name, lambda *a, _o=original, _n=name, **k: reads.append(_n) or _o(*a, **k)
+        )
+    sent = []
+    for who, memory_id in ((runner, memories[0]), (Runner(store, agent_models, tools), memories[1])):
+        chat_server.reply(tool_call(("echo", {"i": 9})))
+        chat_server.reply("second done")
+        who.execute(agent_id, "second question", memory_id=memory_id)
+        sent.append(chat_server.requests[-2:])
+    assert reads == []
+    assert sent[0] == sent[1]
+    assert runner.memory.load(memories[0], agent_id)[:2] == runner.memory.load(memories[1], agent_id)[:2]
+
+
+def test_a_memory_written_elsewhere_is_read_back_not_continued_from_what_was_kept(
+    runner, chat_server, store, agent_models, tools
+):
+    """When another runner (another process) wrote the memory after this runner's last
+    execution of it, this runner reads it back: the model sees what the other one added."""
+    agent_id = agent(runner)
+    chat_server.reply("one")
+    memory_id = runner.execute(agent_id, "first").memory_id
+    other = Runner(store, agent_models, tools)
+    chat_server.reply("two")
+    other.execute(agent_id, "second", memory_id=memory_id)
+    chat_server.reply("three")
+    runner.execute(agent_id, "third", memory_id=memory_id)
+    said = [m["content"] for m in chat_server.requests[-1]["messages"] if m["role"] != "system"]
+    assert said == ["first", "one", "second", "two", "third"]
+
+
+def test_two_writes_in_one_millisecond_give_a_memory_two_versions(store, monkeypatch):
+    """Every write changes a memory's (length, last modified), even two in one millisecond
+    that keep its length (a compaction): a runner never mistakes the second for the first."""
+    from ctxmgmt.store import MemoryStore, agents
+
+    memory = MemoryStore(store.engine)
+    store_agents = __import__("ctxmgmt.store", fromlist=["AgentStore"]).AgentStore(store.engine)
+    agent_id = store_agents.register({"name": "a", "type": "conversational", "llm": {"model_id": "chat"}})
+    memory_id = memory.create(agent_id)
+    monkeypatch.setattr(agents, "now_ms", lambda: 1_000)
+    first = memory.append(memory_id, [{"role": "user", "content": "q"}], {}, expected_length=0)
+    second = memory.append(memory_id, [], {"x": 1}, expected_length=1)
+    assert second > first and memory.version(memory_id, agent_id) == (1, second)
+
+
 def test_manual_compact_with_an_instruction(runner, chat_server, store, tmp_path):
     """compact summarises now, passes the extra instruction, archives, and the next run continues from it."""
     from ctxmgmt.offload import LocalOffloader

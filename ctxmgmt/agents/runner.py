@@ -15,6 +15,7 @@ For one execution:
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import json
 import logging
@@ -24,6 +25,7 @@ from typing import Any, cast
 
 import httpx
 
+from .._memo import BY_CONTENT, Memo, rough_size
 from ..cache import cache_figures, clean_usage, ratios_for
 from ..calibration import reported_input_tokens
 from ..context import Context
@@ -71,6 +73,36 @@ VIEW_KEY = "_view"
 execution, and how many stored messages it covers. The record itself stays complete."""
 
 
+ENDED_BYTES = 64 * 1024 * 1024
+"""Bytes of memories the runner keeps as their last execution here left them (see _Ended)."""
+
+
+class _Ended:
+    """A memory as an execution here left it: where the next one continues from, kept while
+    the memory's (length, last modified) says nobody wrote it since, so that continuing a
+    long conversation costs what is new, not reading and counting it all again."""
+
+    __slots__ = ("calibration", "length", "messages", "modified", "size", "state")
+
+    def __init__(
+        self,
+        length: int,
+        modified: int,
+        messages: Sequence[Mapping[str, Any]],
+        state: dict[str, Any],
+        calibration: dict[str, Any],
+        size: int | None = None,
+    ) -> None:
+        self.length, self.modified = length, modified
+        self.messages = tuple(messages)  # the messages themselves are values, never changed
+        self.state, self.calibration = copy.deepcopy(state), copy.deepcopy(calibration)
+        self.size = rough_size(self.messages) if size is None else size
+        """About the bytes its messages keep alive (counted once, then what was added)."""
+
+    def current(self, length: int, modified: int) -> bool:
+        return (self.length, self.modified) == (length, modified)
+
+
 class Runner:
     """Registers and executes agents over a store, a models configuration and tools."""
 
@@ -96,6 +128,7 @@ class Runner:
         self.tools = tools or default_tools
         self._transport = transport
         self._inline = Resolver(store.registry, kept=INLINE_KEPT, max_bytes=INLINE_BYTES)
+        self._ended: Memo[_Ended] = Memo(ENDED_BYTES)
 
     # -- registration ------------------------------------------------------------------
     def register(self, body: Mapping[str, Any]) -> str:
@@ -364,18 +397,29 @@ class Runner:
                 if conversation.changed
                 else None
             )
+            calibrated = conversation.calibration.to_dict()
             try:
-                await asyncio.to_thread(
+                stamp = await asyncio.to_thread(
                     self.memory.append,
                     memory_id,
                     kept,
                     saved,
                     expected_length=length,
-                    calibration=conversation.calibration.to_dict(),
+                    calibration=calibrated,
                 )
             except BaseException as exc:  # nothing was stored (a Conflict): the record says so
                 failure = failure or exc
                 raise
+            else:  # where the next execution continues from, as _continue would read it back
+                if saved is not None:
+                    after = [*view.messages, *kept[conversation.covered :]]
+                    ended = _Ended(length + len(kept), stamp, after, dict(view.state), calibrated)
+                else:
+                    prior = self._ended.get(memory_id, BY_CONTENT)
+                    current = prior is not None and modified is not None and prior.current(length, modified)
+                    known = prior.size + rough_size(kept) if prior is not None and current else None
+                    ended = _Ended(length + len(kept), stamp, [*base, *kept], state, calibrated, known)
+                self._ended.put(memory_id, BY_CONTENT, ended, ended.size)
             finally:
                 if pool is not self.pool:
                     await pool.aclose()
@@ -471,6 +515,12 @@ class Runner:
         """(messages to continue from, state, stored length, calibration, last modified in ms):
         the managed view saved by the last execution plus what was stored after it, reading
         only those rows."""
+        ended = self._ended.get(memory_id, BY_CONTENT)
+        if ended is not None and ended.current(*self.memory.version(memory_id, agent_id)):
+            # Nobody wrote the memory since this runner's last execution of it.
+            state = copy.deepcopy(ended.state)
+            messages = cast(list[dict[str, Any]], list(ended.messages))
+            return messages, state, ended.length, copy.deepcopy(ended.calibration), ended.modified
         state, length, calibration, modified = self.memory.head(memory_id, agent_id)
         view = state.pop(VIEW_KEY, None)
         if isinstance(view, dict) and isinstance(view.get("messages"), list):

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, case, func, select
 
 from .. import _resources
 from ..errors import AgentError, Conflict, NotFound, Problem
@@ -139,6 +139,19 @@ class MemoryStore:
         calibration = row.calibration if isinstance(row.calibration, dict) else {}
         return dict(row.state), row.length, calibration, row.last_modified
 
+    def version(self, memory_id: str, agent_id: str) -> tuple[int, int]:
+        """(length, last modified in ms) of a memory of this agent: every write changes the
+        pair (the stamp grows at each write, even two in one millisecond)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(memories.c.length, memories.c.last_modified).where(
+                    memories.c.memory_id == memory_id, memories.c.agent_id == agent_id
+                )
+            ).first()
+        if row is None:
+            raise NotFound(f"no memory {memory_id!r} for agent {agent_id!r}")
+        return row.length, row.last_modified
+
     def messages(self, memory_id: str, *, since: int = 0, until: int | None = None) -> list[dict[str, Any]]:
         """The stored messages from position ``since`` (up to ``until``), in order."""
         query = select(memory_messages.c.message).where(
@@ -162,11 +175,14 @@ class MemoryStore:
         *,
         expected_length: int,
         calibration: Mapping[str, Any] | None = None,
-    ) -> None:
+    ) -> int:
         """Add messages after the ``expected_length`` first ones, and save the state and the
         calibration (None keeps the stored one). A concurrent append to the same memory is a
-        Conflict, never an interleaving."""
-        values: dict[str, Any] = {"length": expected_length + len(messages), "last_modified": now_ms()}
+        Conflict, never an interleaving. Returns the memory's new last-modified stamp, which
+        is later than the one before (see :meth:`version`)."""
+        now = now_ms()
+        stamp = case((memories.c.last_modified >= now, memories.c.last_modified + 1), else_=now)
+        values: dict[str, Any] = {"length": expected_length + len(messages), "last_modified": stamp}
         if state is not None:
             values["state"] = dict(state)
         if calibration is not None:
@@ -176,8 +192,9 @@ class MemoryStore:
                 memories.update()
                 .where(memories.c.memory_id == memory_id, memories.c.length == expected_length)
                 .values(**values)
-            ).rowcount
-            if not updated:
+                .returning(memories.c.last_modified)
+            ).first()
+            if updated is None:
                 raise Conflict(f"memory {memory_id!r} changed during this execution; execute again")
             if messages:
                 conn.execute(
@@ -187,3 +204,4 @@ class MemoryStore:
                         for i, m in enumerate(messages)
                     ],
                 )
+        return int(updated.last_modified)
