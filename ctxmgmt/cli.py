@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -505,7 +506,9 @@ def _describe(entry: TraceEntry) -> str:
 def _reason(reason: dict[str, Any]) -> str:
     parts = []
     for rule, value in reason.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value.get("value") is None:  # nothing to compare with
+            parts.append(f"{rule}: the context window is unknown (give --context-window)")
+        elif isinstance(value, dict):
             op = ">" if value.get("met") else "<="
             parts.append(f"{rule}: {value.get('value')} {op} {value.get('limit')}")
         elif rule == "any_of":
@@ -1038,7 +1041,7 @@ def _definitions(args: argparse.Namespace) -> int:
             except ApiError as exc:
                 if exc.status != 404:
                     raise
-                raise _UsageError(_one_line(exc) + _close_name(client, args.name)) from None
+                raise _not_found(client, exc, args.name) from None
     _print_json(result)
     return EXIT_OK
 
@@ -1063,13 +1066,36 @@ def _store_file(client: Any, args: argparse.Namespace) -> Any:
         return client.update(name, doc.data, if_version=args.if_version)
     except ApiError as exc:
         if exc.status == 404:
-            raise _UsageError(_one_line(exc) + _close_name(client, name)) from None
+            raise _not_found(client, exc, name) from None
+        if exc.status == 409 and args.action == "create":
+            hint = f"; to replace it: ctxmgmt definitions update {shlex.quote(str(args.file))}"
+            raise _UsageError(_one_line(exc).replace("; use PUT to replace it", "") + hint) from None
+        if exc.status == 400 and not exc.problems:
+            # Refused before its body was read (the name): every problem of the file, checked
+            # by the server (its plugins' types included), rather than the first one alone.
+            checked = client.validate(path.read_text(encoding="utf-8"))
+            found = checked.get("problems") if isinstance(checked, dict) else None
+            errors = [
+                Problem(str(p.get("pointer", "")), str(p.get("message", "")), p.get("line"), str(path))
+                for p in (found if isinstance(found, list) else [])[:1000]
+                if isinstance(p, dict)
+                and p.get("severity", "error") == "error"
+                and (p.get("line") is None or isinstance(p.get("line"), int))
+            ]
+            if errors:
+                raise DefinitionError(errors) from None
         if not exc.problems:
             raise
         located = tuple(
             dataclasses.replace(p, source=str(path), line=doc.line_of(p.pointer)) for p in exc.problems
         )
         raise ApiError(exc.status, exc.type, exc.reason, located) from None
+
+
+def _not_found(client: Any, exc: ApiError, name: str) -> _UsageError:
+    """A 404 on one line, with the closest stored name (once: a server may name it itself)."""
+    line = _one_line(exc)
+    return _UsageError(line if "did you mean" in line else line + _close_name(client, name))
 
 
 def _close_name(client: Any, name: str) -> str:

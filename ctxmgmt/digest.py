@@ -616,9 +616,10 @@ _WORD_CHARS = 300
 _SPECIFICS: Memo[tuple[list[str], list[str]]] = Memo(8 * 1024 * 1024, shared=True)
 
 
-_OWN = re.compile(r"#k=[0-9a-f]{16}|\b[tm]-[0-9a-f]{32}\b")
-"""ctxmgmt's own marks: tags and archive references are not the agent's specifics (the
-summary's guide lists the references)."""
+_OWN = re.compile(r"\[[^\[\]\n]{0,600}#k=[0-9a-f]{16}\]|#k=[0-9a-f]{16}|\b[tm]-[0-9a-f]{32}\b")
+"""ctxmgmt's own marks: its notices (``[truncated: original 55,012 chars; … offset=1220,
+limit=20000) returns them #k=…]``, their sizes and offsets), tags and archive references are
+not the agent's specifics (the summary's guide lists the references)."""
 
 
 def _specifics_of(text: str) -> tuple[list[str], list[str]]:

@@ -293,13 +293,16 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) ->
     tools = round(counter.tools(context.tools) * ratio)
     kept = round(counter.messages(context.messages)[0] * ratio)
     need = round(counter.context(context)[0] * ratio) + reserve
+    # What the parts leave out: the reply's priming, and rounding once the sum is calibrated.
+    priming = max(0, need - prompt - tools - kept - reserve)
     return ContextError(
         [
             Problem(
                 "/context_window",
                 f"the request cannot fit: the system prompt ({prompt:,} tokens), the tool schemas "
                 f"({tools:,}), the messages that must stay (the task and system messages: "
-                f"{kept:,}) and the reserve for the reply ({reserve:,}) need {need:,} tokens, "
+                f"{kept:,}), the reply's priming ({priming:,}) and the reserve for the reply "
+                f"({reserve:,}) need {need:,} tokens, "
                 f"and the window is {window:,}; shorten the system prompt or the task, send fewer "
                 "tools, lower settings.reserve_output_tokens, or use a model with a larger window",
             )

@@ -27,7 +27,11 @@ def report(n: int) -> str:
 
 
 def main() -> None:
-    tmp = Path(tempfile.mkdtemp())
+    with tempfile.TemporaryDirectory(prefix="ctxmgmt-demo-") as tmp:  # removed when done
+        run(Path(tmp))
+
+
+def run(tmp: Path) -> None:
     store = DefinitionStore.open(f"sqlite:///{tmp}/demo.db")
     store.create(
         "long-running-agent",

@@ -94,6 +94,17 @@ def test_apply_reads_stdin_and_a_plain_list(tmp_path):
     assert set(json.loads(run.stdout)["context"]) == {"messages"}
 
 
+def test_a_rule_that_needs_the_window_says_how_to_give_it_not_none():
+    """Without a window, the summary of why a ratio rule did not fire names the flag to give,
+    never a bare None."""
+    run = ctxmgmt(
+        "apply", "default", "--hook", "pre_llm", "--input", "-", stdin='[{"role":"user","content":"hi"}]'
+    )
+    assert run.returncode == 0, run.stderr
+    assert "tokens_ratio_exceed: the context window is unknown (give --context-window)" in run.stderr
+    assert "None" not in run.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "reason"),
     [

@@ -54,6 +54,31 @@ def test_definitions_create_lists_every_parse_problem_of_the_file(live, tmp_path
     ]
 
 
+def test_a_file_refused_for_its_name_shows_every_problem_with_its_line(live, tmp_path):
+    """A file whose name the server refuses before reading its body is checked whole by the
+    server: every problem is shown with its line, not the name's alone."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "name: Bad Name\nhooks:\n  pre_llm:\n    - type: NoSuchManager\n"
+        "    - type: SlidingWindowManager\n      config:\n        max_messages: -3\n"
+    )
+    run = ctxmgmt(live.url, "definitions", "create", str(path))
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert lines[0] == "ctxmgmt: error: invalid definition: 3 problems:", run.stderr
+    assert [line.split(": ")[0].strip() for line in lines[1:]] == [f"{path}:1", f"{path}:4", f"{path}:7"]
+
+
+def test_creating_a_name_that_exists_says_the_command_that_replaces_it(live, tmp_path):
+    """create of a stored name is exit 2 naming the CLI command to use, not an HTTP verb."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nhooks:\n  pre_llm:\n    - type: SlidingWindowManager\n")
+    assert ctxmgmt(live.url, "definitions", "create", str(path)).returncode == 0
+    run = ctxmgmt(live.url, "definitions", "create", str(path))
+    assert run.returncode == 2 and "PUT" not in run.stderr
+    assert run.stderr.strip().endswith(f"exists already; to replace it: ctxmgmt definitions update {path}")
+
+
 def test_a_mistyped_definition_name_gets_did_you_mean(live):
     """get, delete and update of a name the server lacks suggest the closest stored name."""
     with Client(live.url) as client:
@@ -62,8 +87,9 @@ def test_a_mistyped_definition_name_gets_did_you_mean(live):
         run = ctxmgmt(live.url, "definitions", *args)
         assert run.returncode == 2
         assert run.stderr.strip().endswith("; did you mean 'long-conversation'?"), run.stderr
+        assert run.stderr.count("did you mean") == 1, run.stderr  # the server's and the CLI's: once
     run = ctxmgmt(live.url, "definitions", "update", "default", "--name", "long-conversatio")
-    assert run.returncode == 2 and "did you mean 'long-conversation'?" in run.stderr
+    assert run.returncode == 2 and run.stderr.count("did you mean 'long-conversation'?") == 1
 
 
 @pytest.mark.parametrize(

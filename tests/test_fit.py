@@ -3,6 +3,7 @@
 import json
 import math
 import random
+import re
 import tempfile
 from pathlib import Path
 
@@ -165,7 +166,7 @@ def test_fit_archives_first_with_a_store(tmp_path):
     )
     summary = result.context.messages[1]["content"]
     [ref] = result.trace[0]["details"]["offloaded"]
-    assert f'context_read(ref="{ref}")' in summary
+    assert 'context_read(ref="m-…") returns' in summary and f"\n- {ref}: " in summary
     archived = json.loads(store.read("s", ref).text)
     kept = result.context.messages
     assert [m for m in msgs if not any(m is k for k in kept)] == archived
@@ -234,6 +235,15 @@ def test_a_request_that_cannot_fit_is_a_context_error_naming_the_numbers():
     message = str(raised.value)
     assert "/context_window" in message and "the window is 8,000" in message
     assert "system prompt (5,005 tokens)" in message and "reserve for the reply (2,000)" in message
+    # The parts named add up to what they need.
+    parts = re.search(
+        r"\(([\d,]+) tokens\), the tool schemas \(([\d,]+)\).*messages: ([\d,]+)\), the reply's "
+        r"priming \(([\d,]+)\) and the reserve for the reply \(([\d,]+)\) need ([\d,]+) tokens",
+        message,
+    )
+    assert parts, message
+    *named, need = (int(n.replace(",", "")) for n in parts.groups())
+    assert sum(named) == need
 
 
 def test_fit_can_be_turned_off_and_the_reserve_set():

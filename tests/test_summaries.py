@@ -599,6 +599,22 @@ def test_ctxmgmts_own_tags_and_references_are_no_specifics():
     assert not any(ref in i or tag in i or "5e5e5e" in i or "a1a1a1" in i for i in items), items
 
 
+def test_the_sizes_and_offsets_in_ctxmgmts_notices_are_no_specifics():
+    """A cut result's notice (its original size, the offsets and limit to read it back) says
+    nothing the agent chose: none of its numbers enters the ledger; the result's own do."""
+    from ctxmgmt.truncation import _marker
+
+    notice = _marker("55,012 chars", "t-" + "5e" * 16, (1220, 54012))  # its tag a placeholder
+    run = _tool_run(
+        "build",
+        lambda i: json.dumps({"service": i}),
+        [f"build 7781 of service-{i} done{notice}tail of the log: took 6069 ms" for i in range(3)],
+    )
+    items = summarize_offline(run)["specifics"]
+    assert "7781 (×3)" in items and "6069 (×3)" in items, items
+    assert not any(n in i for i in items for n in ("1220", "20000", "55,012", "54012", "52792")), items
+
+
 def test_paths_named_inside_a_written_files_content_enter_the_ledger():
     """The paths a written file's content names (``"main": "dist/index.js"`` in a package.json)
     are in the ledger: the agent builds, runs or opens them next."""
