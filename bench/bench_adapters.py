@@ -452,12 +452,16 @@ def first_calls(frameworks: Sequence[Framework], n: int) -> None:
     raw = time.perf_counter() - started
     print(f"one raw tiktoken pass over {n:,} messages: {raw * 1000:.0f} ms")
     for fw in frameworks:
-        _, bare = seeded(fw, history, "bare", None)
         clear_caches()  # fresh: no token count of these messages is memoised yet
-        _, first = seeded(fw, history, "ctxmgmt", "default")
+        INSIDE.clear()
+        seeded(fw, history, "ctxmgmt", "default")
+        # The time inside ctxmgmt's hook: the framework's own work shrinks with the history
+        # ctxmgmt hands it (a call with 150 messages, not 10,000), so "with minus without"
+        # would understate it.
+        first = INSIDE.get("ctxmgmt", 0.0)
         print(
             f"{fw.name:18} first call with default on a fresh {n:,}-message history: "
-            f"+{(first - bare) * 1000:.0f} ms = {(first - bare) / raw:.2f}x a raw pass (goal <= 2)"
+            f"{first * 1000:.0f} ms in ctxmgmt = {first / raw:.2f}x a raw pass (goal <= 2)"
         )
 
 
