@@ -58,19 +58,18 @@ class Memo(Generic[V]):
         return hit[1] if hit is not None and hit[0] is obj else None
 
     def put(self, key: Any, obj: object, value: V, size: int) -> None:
-        if size <= self.max_bytes:  # larger than the whole memo: not worth keeping
-            self.put_many(((key, obj, value, size),))
+        self.put_many(((key, obj, value, size),))
 
     def put_many(self, entries: Iterable[tuple[Any, object, V, int]]) -> None:
         """``put`` each ``(key, obj, value, size)``, under one lock (a list counted whole)."""
         with self._lock:
             data = self._data
             for key, obj, value, size in entries:
-                if size > self.max_bytes:
-                    continue  # larger than the whole memo: not worth keeping
-                old = data.pop(key, None)
+                old = data.pop(key, None)  # stale once the key has a new value, kept or not
                 if old is not None:
                     self.bytes -= old[2]
+                if size > self.max_bytes:
+                    continue  # larger than the whole memo: not worth keeping
                 data[key] = (obj, value, size)
                 self.bytes += size
             while self.bytes > self.max_bytes:

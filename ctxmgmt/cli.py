@@ -1068,12 +1068,16 @@ def _store_file(client: Any, args: argparse.Namespace) -> Any:
         if exc.status == 404:
             raise _not_found(client, exc, name) from None
         if exc.status == 409 and args.action == "create":
-            hint = f"; to replace it: ctxmgmt definitions update {shlex.quote(str(args.file))}"
+            again = ["update", str(args.file), *(["--name", args.name] if args.name else [])]
+            hint = f"; to replace it: ctxmgmt definitions {shlex.join(again)}"
             raise _UsageError(_one_line(exc).replace("; use PUT to replace it", "") + hint) from None
-        if exc.status == 400 and not exc.problems:
-            # Refused before its body was read (the name): every problem of the file, checked
-            # by the server (its plugins' types included), rather than the first one alone.
-            checked = client.validate(path.read_text(encoding="utf-8"))
+        if exc.status == 400 and not exc.problems and args.name is None:
+            # The file's name refused before its body was read: every problem of the file,
+            # checked by the server (its plugins' types included), not the first one alone.
+            try:
+                checked = client.validate(path.read_text(encoding="utf-8"))
+            except ApiError:
+                raise exc from None  # the refusal stands as it was
             found = checked.get("problems") if isinstance(checked, dict) else None
             errors = [
                 Problem(str(p.get("pointer", "")), str(p.get("message", "")), p.get("line"), str(path))

@@ -616,10 +616,13 @@ _WORD_CHARS = 300
 _SPECIFICS: Memo[tuple[list[str], list[str]]] = Memo(8 * 1024 * 1024, shared=True)
 
 
-_OWN = re.compile(r"\[[^\[\]\n]{0,600}#k=[0-9a-f]{16}\]|#k=[0-9a-f]{16}|\b[tm]-[0-9a-f]{32}\b")
-"""ctxmgmt's own marks: its notices (``[truncated: original 55,012 chars; … offset=1220,
-limit=20000) returns them #k=…]``, their sizes and offsets), tags and archive references are
-not the agent's specifics (the summary's guide lists the references)."""
+_OWN = re.compile(
+    r"\[truncated: original [^\[\]\n]{0,600}#k=[0-9a-f]{16}\]|#k=[0-9a-f]{16}|\b[tm]-[0-9a-f]{32}\b"
+)
+"""ctxmgmt's own marks: a cut result's notice (``[truncated: original 55,012 chars; …
+offset=1220, limit=20000) returns them #k=…]``: its sizes and offsets), tags and archive
+references are not the agent's specifics (the summary's guide lists the references). A
+cleared result's notice stays: its trace holds the specifics of what was cleared."""
 
 
 def _specifics_of(text: str) -> tuple[list[str], list[str]]:
@@ -716,7 +719,8 @@ def _ledger_item(kind: str, key: str, notes: list[str], count: int) -> str:
         # and one acted on was seen too. No count: a path is worth more than how often.
         done = [a for a in _ACTIONS if a in notes]
         done = [a for a in done if a not in _IMPLIED] or done[:1]
-        return f"{key}: {', '.join(done[:2])}"
+        shown = done[:2] if "deleted" not in done[2:] else [done[0], "deleted"]  # never hidden
+        return f"{key}: {', '.join(shown)}"
     else:
         line = key
     return line if count < 2 else f"{line} (×{count})"

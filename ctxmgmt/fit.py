@@ -289,12 +289,11 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) ->
     """The error for a context that cannot fit, in the provider's tokens (calibrated)."""
     counter = runtime.counter
     ratio = runtime.environment.window_ratio(context.model)
-    prompt = round(counter.system_prompt(context.system_prompt) * ratio)
-    tools = round(counter.tools(context.tools) * ratio)
-    kept = round(counter.messages(context.messages)[0] * ratio)
-    need = round(counter.context(context)[0] * ratio) + reserve
-    # What the parts leave out: the reply's priming, and rounding once the sum is calibrated.
-    priming = max(0, need - prompt - tools - kept - reserve)
+    parts = [counter.system_prompt(context.system_prompt), counter.tools(context.tools)]
+    parts.append(counter.messages(context.messages)[0])
+    parts.append(counter.context(context)[0] - sum(parts))  # the reply's priming
+    prompt, tools, kept, priming = (round(n * ratio) for n in parts)
+    need = prompt + tools + kept + priming + reserve  # the parts, as named, add up
     return ContextError(
         [
             Problem(

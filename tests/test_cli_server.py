@@ -77,6 +77,9 @@ def test_creating_a_name_that_exists_says_the_command_that_replaces_it(live, tmp
     run = ctxmgmt(live.url, "definitions", "create", str(path))
     assert run.returncode == 2 and "PUT" not in run.stderr
     assert run.stderr.strip().endswith(f"exists already; to replace it: ctxmgmt definitions update {path}")
+    for _ in range(2):
+        run = ctxmgmt(live.url, "definitions", "create", str(path), "--name", "copy")
+    assert run.stderr.strip().endswith(f"to replace it: ctxmgmt definitions update {path} --name copy")
 
 
 def test_a_mistyped_definition_name_gets_did_you_mean(live):

@@ -447,16 +447,39 @@ def test_a_memory_written_elsewhere_is_read_back_not_continued_from_what_was_kep
 def test_two_writes_in_one_millisecond_give_a_memory_two_versions(store, monkeypatch):
     """Every write changes a memory's (length, last modified), even two in one millisecond
     that keep its length (a compaction): a runner never mistakes the second for the first."""
-    from ctxmgmt.store import MemoryStore, agents
+    from ctxmgmt.store import AgentStore, MemoryStore, agents
 
     memory = MemoryStore(store.engine)
-    store_agents = __import__("ctxmgmt.store", fromlist=["AgentStore"]).AgentStore(store.engine)
-    agent_id = store_agents.register({"name": "a", "type": "conversational", "llm": {"model_id": "chat"}})
+    agent_id = AgentStore(store.engine).register(
+        {"name": "a", "type": "conversational", "llm": {"model_id": "chat"}}
+    )
     memory_id = memory.create(agent_id)
-    monkeypatch.setattr(agents, "now_ms", lambda: 1_000)
+    later = agents.now_ms() + 60_000  # one millisecond, after the memory's creation
+    monkeypatch.setattr(agents, "now_ms", lambda: later)
     first = memory.append(memory_id, [{"role": "user", "content": "q"}], {}, expected_length=0)
     second = memory.append(memory_id, [], {"x": 1}, expected_length=1)
-    assert second > first and memory.version(memory_id, agent_id) == (1, second)
+    assert (first, second) == (later, later + 1) and memory.version(memory_id, agent_id) == (1, second)
+
+
+def test_a_write_since_a_memory_was_read_is_a_conflict_though_its_length_is_the_same(store):
+    """An execution's write names the version it read: a compaction in between (same length)
+    makes it a Conflict, and nothing of it is stored."""
+    from ctxmgmt import Conflict
+    from ctxmgmt.store import AgentStore, MemoryStore
+
+    memory = MemoryStore(store.engine)
+    agent_id = AgentStore(store.engine).register(
+        {"name": "a", "type": "conversational", "llm": {"model_id": "chat"}}
+    )
+    memory_id = memory.create(agent_id)
+    read = memory.append(memory_id, [{"role": "user", "content": "q"}], {}, expected_length=0)
+    memory.append(memory_id, [], {"compacted": True}, expected_length=1)  # same length
+    with pytest.raises(Conflict):
+        memory.append(
+            memory_id, [{"role": "user", "content": "late"}], {}, expected_length=1, expected_modified=read
+        )
+    messages, state, length = memory.load(memory_id, agent_id)
+    assert (len(messages), state, length) == (1, {"compacted": True}, 1)
 
 
 def test_manual_compact_with_an_instruction(runner, chat_server, store, tmp_path):

@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, get_counter, load_definition
-from ctxmgmt.digest import digest, error_lines, fold_errors, outcome
+from ctxmgmt.digest import digest, error_lines, fold_errors, merge_ledger, outcome
 from ctxmgmt.messages import text_of
 from ctxmgmt.summaries import bound, merge, parse_rendered, render, summarize_offline
 from tests.agent_runs import agent_run
@@ -613,6 +613,32 @@ def test_the_sizes_and_offsets_in_ctxmgmts_notices_are_no_specifics():
     items = summarize_offline(run)["specifics"]
     assert "7781 (×3)" in items and "6069 (×3)" in items, items
     assert not any(n in i for i in items for n in ("1220", "20000", "55,012", "54012", "52792")), items
+
+
+def test_a_deleted_path_says_so_whatever_else_was_done_to_it():
+    """A path created, edited and then deleted says deleted, in a stretch and after a merge."""
+    assert (
+        merge_ledger(["tmp/x.py: created, edited"], ["tmp/x.py: deleted"])[0] == "tmp/x.py: created, deleted"
+    )
+    run = _tool_run(
+        "bash",
+        lambda i: json.dumps({"cmd": ["touch tmp/x.py", "sed -i s/a/b/ tmp/x.py", "rm tmp/x.py"][i]}),
+        ["", "", ""],
+    )
+    assert any(i.startswith("tmp/x.py:") and "deleted" in i for i in summarize_offline(run)["specifics"])
+
+
+def test_a_cleared_results_trace_keeps_its_specifics():
+    """The trace in a cleared result's notice is what is left of it: its paths and ids still
+    reach the ledger (only a cut result's sizes and offsets are ctxmgmt's own)."""
+    notice = (
+        "[cleared: original 9,000 chars; bash `make` → exit 2; src/app/main.py, build_7781 #k="
+        + "a1" * 8
+        + "]"
+    )
+    run = _tool_run("bash", lambda i: json.dumps({"cmd": "make"}), [notice])
+    items = summarize_offline(run)["specifics"]
+    assert any("src/app/main.py" in i for i in items) and "build_7781" in items, items
 
 
 def test_paths_named_inside_a_written_files_content_enter_the_ledger():

@@ -306,3 +306,14 @@ def test_a_rough_size_counts_what_a_value_keeps_alive_or_its_text():
     for _ in range(40):
         deep = [deep]
     assert rough_size(deep, text=True) == 0 and rough_size(deep) == 17 * 64 + 64
+
+
+def test_a_value_too_large_to_keep_drops_the_keys_older_one():
+    """A memo that cannot keep a key's new value (larger than the whole memo) forgets its old
+    one too: a lookup never answers a value the key no longer has."""
+    from ctxmgmt._memo import BY_CONTENT, Memo
+
+    memo: Memo[str] = Memo(100)
+    memo.put("k", BY_CONTENT, "old", 10)
+    memo.put("k", BY_CONTENT, "new", 1_000)
+    assert memo.get("k", BY_CONTENT) is None and memo.bytes == 0

@@ -143,7 +143,8 @@ class Runner:
         """A memory's state and the managed messages the model saw last."""
         agent_id = self.memory.owner(memory_id)
         messages, state, *_ = self._continue(memory_id, agent_id)
-        return {"memory_id": memory_id, "agent_id": agent_id, "state": state, "view": messages}
+        view = copy.deepcopy(messages)  # the caller's own: the runner may keep these messages
+        return {"memory_id": memory_id, "agent_id": agent_id, "state": state, "view": view}
 
     def _checks(self, body: Mapping[str, Any]) -> list[Problem]:
         problems: list[Problem] = []
@@ -405,6 +406,9 @@ class Runner:
                     kept,
                     saved,
                     expected_length=length,
+                    # Any write since this execution read the memory (a compaction keeps its
+                    # length) is a Conflict: the kept view would go stale, or overwrite it.
+                    expected_modified=modified,
                     calibration=calibrated,
                 )
             except BaseException as exc:  # nothing was stored (a Conflict): the record says so
@@ -450,7 +454,7 @@ class Runner:
         view that the next execution continues from is replaced."""
         agent = await asyncio.to_thread(self.agents.get, agent_id)
         definition, _, _ = await asyncio.to_thread(self._resolve, agent, None)
-        base, state, length, *_ = await asyncio.to_thread(self._continue, memory_id, agent_id)
+        base, state, length, _, modified = await asyncio.to_thread(self._continue, memory_id, agent_id)
         running = state.get(STATE_KEY)
         if isinstance(running, dict):  # asked for now: summarise even with no new message
             state[STATE_KEY] = {k: v for k, v in running.items() if k != "upto"}
@@ -489,7 +493,9 @@ class Runner:
             **result.context.state,
             VIEW_KEY: {"upto": length, "messages": list(result.context.messages)},
         }
-        await asyncio.to_thread(self.memory.append, memory_id, [], saved, expected_length=length)
+        await asyncio.to_thread(
+            self.memory.append, memory_id, [], saved, expected_length=length, expected_modified=modified
+        )
         entry = result.trace[0]
         summary = next((m.get("content") for m in result.context.messages if is_summary(m)), None)
         return {

@@ -174,12 +174,14 @@ class MemoryStore:
         state: Mapping[str, Any] | None,
         *,
         expected_length: int,
+        expected_modified: int | None = None,
         calibration: Mapping[str, Any] | None = None,
     ) -> int:
         """Add messages after the ``expected_length`` first ones, and save the state and the
         calibration (None keeps the stored one). A concurrent append to the same memory is a
-        Conflict, never an interleaving. Returns the memory's new last-modified stamp, which
-        is later than the one before (see :meth:`version`)."""
+        Conflict, never an interleaving; with ``expected_modified``, so is any other write
+        since (a compaction keeps the length). Returns the memory's new last-modified stamp,
+        which is later than the one before (see :meth:`version`)."""
         now = now_ms()
         stamp = case((memories.c.last_modified >= now, memories.c.last_modified + 1), else_=now)
         values: dict[str, Any] = {"length": expected_length + len(messages), "last_modified": stamp}
@@ -188,11 +190,11 @@ class MemoryStore:
         if calibration is not None:
             values["calibration"] = dict(calibration)
         with self.engine.begin() as conn:
+            where = [memories.c.memory_id == memory_id, memories.c.length == expected_length]
+            if expected_modified is not None:
+                where.append(memories.c.last_modified == expected_modified)
             updated = conn.execute(
-                memories.update()
-                .where(memories.c.memory_id == memory_id, memories.c.length == expected_length)
-                .values(**values)
-                .returning(memories.c.last_modified)
+                memories.update().where(*where).values(**values).returning(memories.c.last_modified)
             ).first()
             if updated is None:
                 raise Conflict(f"memory {memory_id!r} changed during this execution; execute again")
