@@ -315,6 +315,24 @@ def test_a_streamed_client_call_without_recall_reaches_the_client_whole(archivin
     assert len(upstream.seen) == 1
 
 
+@pytest.mark.parametrize("tool", ["get_weather", "context_read"])
+def test_a_stream_broken_off_while_holding_passes_on_the_clients_call_then_an_error(
+    archiving, upstream, tool
+):
+    """With recall offered, a stream that breaks off after a tool call started: the client's
+    own call reaches the client as it came, then an error event; a recall call never does."""
+    upstream.replies.append(Reply(preface="Let me look.", calls=[(tool, {"city": "Oslo"})]))
+    upstream.break_after = 4  # the role, the preface, the call's start and its arguments
+    body = {"model": "gpt-test", "messages": _history(), "tools": [_weather("chat")], "stream": True}
+    url = f"{archiving.url}/proxy/long-running-agent/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, timeout=30) as r:
+        got = b"".join(r.iter_bytes())
+    assert b"Let me look." in got
+    assert (b'"get_weather"' in got and b"Oslo" in got) == (tool == "get_weather")
+    assert b'"context_read"' not in got
+    assert b'"error"' in got.rsplit(b"data: ", 1)[-1]
+
+
 def test_an_answer_holding_anything_where_its_calls_go_has_no_recall_calls():
     """An upstream answer whose output, content, choices or message hold anything but a list
     or an object is read as calling no recall tool (never a failed stream)."""

@@ -48,6 +48,8 @@ class Upstream:
         self.status: int | None = None
         self.linger = 0.0
         """Seconds a stream stays open after its last event (an upstream slow to close)."""
+        self.break_after: int | None = None
+        """A stream's events sent before the connection drops (an upstream that breaks off)."""
         self.rewrite: Any = None
         """A function of the next whole answer's bytes: what goes out instead."""
         self._ids = itertools.count(1)
@@ -89,7 +91,10 @@ class Upstream:
                     self.send_header("x-request-id", f"req_{n}")
                     self.send_header("transfer-encoding", "chunked")
                     self.end_headers()
-                    for event in events:
+                    for k, event in enumerate(events):
+                        if upstream.break_after is not None and k >= upstream.break_after:
+                            self.close_connection = True  # no last chunk: the stream breaks off
+                            return
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                         self.wfile.flush()
                     if upstream.linger:

@@ -31,7 +31,7 @@ from ...agents.tools import Tool, recall_tools
 from ...errors import NotFound, ToolError
 from ...formats import internal
 from ...llm import ModelConfig
-from ...messages import mentions_archive
+from ...messages import RECALL_TOOLS, mentions_archive
 from ...store.repository import now_ms
 from ...store.sessions import SessionStore
 from ...summaries import message_key
@@ -573,9 +573,18 @@ async def _events(
                     for event in ending:
                         yield event
         if failure is not None:
+            if held and holding and not _may_be_recall(acc.started()):
+                # Broken off while holding the client's own calls: what came, as it came.
+                yield b"".join(held)
             yield _stream_error(api, failure)
     finally:
         await _finish_shielded(exchange, usage or None, failure)
+
+
+def _may_be_recall(names: list[str]) -> bool:
+    """Whether a call among those started may be a recall call: its name, as far as it has
+    arrived, begins one (a name cut short is one too)."""
+    return any(tool.startswith(name) for name in names for tool in RECALL_TOOLS)
 
 
 _FINISHING: set[asyncio.Task[None]] = set()

@@ -212,6 +212,18 @@ class Accumulator:
             self.completed = dict(data["response"])
         return False
 
+    def started(self) -> list[str]:
+        """The names of the tool calls started so far (as far as they have arrived)."""
+        if self.api == "chat":
+            return [c["name"] for c in self.calls.values()]
+        if self.api == "messages":
+            return [str(b.get("name") or "") for b in self.blocks.values() if b.get("type") not in _SAID]
+        return [
+            str(i.get("name") or "")
+            for i in self.items.values()
+            if isinstance(i, Mapping) and i.get("type") not in _SAID
+        ]
+
     def answer(self) -> dict[str, Any]:
         """The whole answer, as the API's unstreamed answer holds it."""
         if self.api == "chat":
