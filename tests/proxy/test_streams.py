@@ -76,22 +76,72 @@ def test_a_long_event_in_small_chunks_is_searched_once(monkeypatch):
     assert scanned[0] <= 2 * len(stream)
 
 
-@pytest.mark.parametrize(
-    ("path", "model"), [("/v1/chat/completions", "gpt-test"), ("/v1/messages", "claude-test")]
-)
-def test_an_oversized_event_through_the_proxy_ends_with_an_error_event(store, monkeypatch, path, model):
-    """An upstream event over the bound ends the client's stream with the provider's error
-    event (a 502 llm_exception naming the bound), after the events before it."""
+def _oversized(store, monkeypatch, path, model, *, recall, tmp_path=None):
+    """A stream with an event over a lowered bound, through the proxy: (what the upstream sent,
+    what the client got). ``recall``: the proxy watches the events for recall calls."""
+    from ctxmgmt.offload import LocalOffloader
+
+    from ..conftest import shipped
+
     monkeypatch.setattr(streams, "MAX_EVENT_BYTES", 4096)
     first = b'data: {"id": "c", "object": "chat.completion.chunk", "choices": []}\n\n'
     body = first + b'data: {"text": "' + b"x" * 20_000 + b'"}\n\ndata: [DONE]\n\n'
-    with RawServer() as raw, LiveServer(create_app(store, models=models_for(raw))) as server:
-        raw.answer(body, headers={"content-type": "text/event-stream"})
-        request = {"model": model, "max_tokens": 10, "stream": True}
-        request["messages"] = [{"role": "user", "content": "hi"}]
-        with httpx.stream("POST", f"{server.url}/proxy/default{path}", json=request, timeout=30) as r:
-            got = b"".join(r.iter_bytes())
-    assert got.startswith(first)
+    definition, offloader, messages = "default", None, [{"role": "user", "content": "hi"}]
+    if recall:  # an archiving definition, and a history with something archived
+        store.seed("long-running-agent", shipped("long-running-agent"))
+        definition, offloader = "long-running-agent", LocalOffloader(tmp_path)
+        big = "\n".join(f"line {i}: build log entry {i:05d}" for i in range(6000))
+        if model == "claude-test":
+            messages = [
+                {"role": "user", "content": "Build it."},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "c1", "name": "bash", "input": {}}],
+                },
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": big}]},
+            ]
+        else:
+            call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+            messages = [
+                {"role": "user", "content": "Build it."},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": big},
+            ]
+    app = create_app(store, models=models_for(raw_up := RawServer().__enter__()), offloader=offloader)
+    try:
+        with LiveServer(app) as server:
+            raw_up.answer(body, headers={"content-type": "text/event-stream"})
+            request = {"model": model, "max_tokens": 10, "stream": True, "messages": messages}
+            url = f"{server.url}/proxy/{definition}{path}"
+            with httpx.stream("POST", url, json=request, timeout=30) as r:
+                got = b"".join(r.iter_bytes())
+    finally:
+        raw_up.__exit__(None, None, None)
+    return body, got
+
+
+PATHS = [("/v1/chat/completions", "gpt-test"), ("/v1/messages", "claude-test")]
+
+
+@pytest.mark.parametrize(("path", "model"), PATHS)
+def test_an_oversized_event_is_passed_on_unread_when_nothing_watches_the_stream(
+    store, monkeypatch, path, model
+):
+    """With no recall to watch for, an event over the bound reaches the client as it came,
+    and so does the rest of the stream: only its usage goes unread."""
+    body, got = _oversized(store, monkeypatch, path, model, recall=False)
+    assert got == body, got[-300:]
+
+
+@pytest.mark.parametrize(("path", "model"), PATHS)
+def test_an_oversized_event_ends_a_watched_stream_with_an_error_event(
+    store, monkeypatch, tmp_path, path, model
+):
+    """With recall offered, an upstream event over the bound (it cannot be read, and may hide
+    a call) ends the client's stream with the provider's error event (a 502 llm_exception
+    naming the bound), after the events before it."""
+    body, got = _oversized(store, monkeypatch, path, model, recall=True, tmp_path=tmp_path)
+    assert got.startswith(body[: body.index(b"\n\n") + 2]) and got != body
     last = Events().feed(got)[-1]
     error = last[1]["error"]
     assert "over 4096 bytes" in error["message"]

@@ -16,7 +16,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -506,6 +506,8 @@ async def _events(
     failure: str | None = None
     total = 0
     holding = False
+    watching = True
+    """Whether the events are read (for their usage) when only passed on."""
     held: list[bytes] = []
     """The events from the first tool call on (within max_response_bytes, as the stream)."""
 
@@ -531,14 +533,19 @@ async def _events(
                         limit = config.max_response_bytes
                         failure = f"the upstream's stream is over {limit} bytes (max_response_bytes)"
                         break
-                    passed = read(events.feed(chunk))
                     if not exchange.recall:  # nothing to watch for: passed on as it came
                         yield chunk
-                    elif passed:
+                        watching = watching and _usage_read(read, events.feed, chunk)
+                        continue
+                    passed = read(events.feed(chunk))
+                    if passed:
                         yield passed
-                if failure is None:
+                if failure is None and not exchange.recall:
+                    if watching:  # the last event, when no empty line ended it
+                        _usage_read(read, lambda _: events.finish(), b"")
+                elif failure is None:
                     passed = read(events.finish())
-                    if exchange.recall and passed:
+                    if passed:
                         yield passed
         except (TimeoutError, httpx.HTTPError) as exc:
             failure = _fault(config, exc, "broke off").message
@@ -579,6 +586,20 @@ async def _events(
             yield _stream_error(api, failure)
     finally:
         await _finish_shielded(exchange, usage or None, failure)
+
+
+def _usage_read(
+    read: Callable[[list[tuple[bytes, Any]]], bytes],
+    split: Callable[[bytes], list[tuple[bytes, Any]]],
+    chunk: bytes,
+) -> bool:
+    """Read the events of a stream only passed on (for their usage); False once one is over
+    the bound: the stream goes on unread, its usage from there on lost."""
+    try:
+        read(split(chunk))
+    except streams.EventTooLong:
+        return False
+    return True
 
 
 def _may_be_recall(names: list[str]) -> bool:

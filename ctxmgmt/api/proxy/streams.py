@@ -21,7 +21,8 @@ __all__ = ["MAX_EVENT_BYTES", "Accumulator", "EventTooLong", "Events", "continua
 
 MAX_EVENT_BYTES = 8 << 20
 """One event's bytes at most: a delta, or a whole response with its echoed instructions and
-tools. A longer one ends the stream with an error (it cannot be read, and may hide a call)."""
+tools. A longer one ends a stream the proxy watches for recall calls with an error (it cannot
+be read, and may hide a call); one the proxy only passes on goes on, unread from there."""
 
 # An event ends at an empty line: a line's end followed by another, each CRLF, LF or CR (the
 # LF of a CRLF never ends a second line).
