@@ -433,6 +433,7 @@ class Conversation:
         self._shown: list[Any] = []  # recall tools' schemas shown: in every request from then on
         self._post_memory = False  # post_memory runs once the next messages are in
         self._last: tuple[str | None, int, int] | None = None  # (model, counted, reusable) last sent
+        self._observed: dict[str, Any] | None = None  # its usage record, once observed
         self._live: _Live | None = None
         self._out: list[Any] | None = None  # the framework's messages handed back last
 
@@ -502,16 +503,19 @@ class Conversation:
         """The provider's reported input tokens for the last prepared request: they calibrate
         the next ones. ``cached`` and ``written``: its prompt-cache figures, when it reports
         them. Returns the call's :func:`usage_record` (as the runner records it), or None when
-        no request was prepared."""
+        no request was prepared. A call is observed once: told again, the same record."""
         if self._last is None:
             return None
+        if self._observed is not None:  # told twice of one call (two hooks of a framework)
+            return dict(self._observed)
         model, counted, reusable = self._last
         record = usage_record(
             counted, self.calibration.ratio(model), reusable, reported, cached=cached, written=written
         )
         if self.calibration.observe(model, counted, record["reported"]) is not None:
             self.saved["calibration"] = self.calibration.to_dict()
-        return record
+        self._observed = record
+        return dict(record)
 
     def prepare(self, record: Sequence[Any], *, translate: Translate | None = None, **request: Any) -> Turn:
         """The managed messages for the next model call (see the class docstring).
@@ -758,7 +762,7 @@ class Conversation:
             _check_window(definition, inner, counted, self.environment, counter)
         # What the request reuses of the previous one: it is sent now.
         reusable = self.cache.measure(inner, counter)
-        self._last = (out.model, counted, reusable)
+        self._last, self._observed = (out.model, counted, reusable), None
         if self.persist and self.keep_view and way is None:  # the saved view is the request's messages
             self.saved["cache"] = self.cache.export()
         turn = Turn(out, trace, reusable)

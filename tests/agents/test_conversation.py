@@ -197,3 +197,16 @@ def test_a_provider_format_run_is_described_in_the_form_the_managers_saw():
     previews = run["removed_preview"]
     assert previews and all(p["role"] in ("user", "assistant", "tool") for p in previews)
     assert {"role": "tool", "text": "result 0", "chars": 8} in previews
+
+
+def test_a_call_observed_twice_calibrates_once():
+    """A framework that reports one call's usage from two hooks calibrates the next request
+    once, and is given the same usage record both times."""
+    twice, once = Conversation(UNMANAGED), Conversation(UNMANAGED)
+    for conv, times in ((twice, 2), (once, 1)):
+        conv.begin([], model="gpt-4o")
+        turn = conv.prepare([{"role": "user", "content": "hello there " * 50}], model="gpt-4o")
+        records = [conv.observe(round(turn.counted * 1.3)) for _ in range(times)]
+        assert all(r == records[0] for r in records)
+    assert twice.calibration.to_dict() == once.calibration.to_dict()
+    assert twice.calibration.ratio("gpt-4o") != 1.0  # calibrated, once
