@@ -686,3 +686,24 @@ def test_the_sizing_reference_takes_the_most_tokens_any_reference_can(hexa, kind
     drawn = f"{new_ref(kind)[0]}-{hexa}"
     for shape in ("{0}", "stored as {0} #k=", '- {0}: 12 messages; context_read(ref="{0}") returns them'):
         assert counter.text(shape.format(drawn)) <= counter.text(shape.format(sizing_ref(kind)))
+
+
+def test_default_summarises_a_long_run_of_short_messages_rather_than_dropping_them():
+    """Past 150 short messages in a large window, default summarises all but the newest 100:
+    what the oldest said (a path, a ticket) is in the summary, not dropped by the last-resort
+    window; and the summariser alone never keeps more than 100 of them."""
+    msgs = [{"role": "user", "content": "Fix TICKET-4242 in the parser."}]
+    for i in range(110):
+        args = json.dumps({"path": f"src/step_{i}.py"})
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": args}}
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i}"},
+        ]
+    ctx = Context("You are a coding agent.", msgs, (), MODEL, 128_000)
+    result = load_definition("default").apply("pre_llm", ctx)
+    fired = [(e["type"], e["messages_after"]) for e in result.trace if e["activated"]]
+    assert [t for t, _ in fired] == ["SummarizationManager"], result.trace
+    out = context_text(result.context)
+    assert "src/step_0.py" in out and "TICKET-4242" in out
+    assert len(result.context.messages) <= 100 + 2  # the task and the summary besides

@@ -178,14 +178,18 @@ class SummarizationManager(ContextManager):
         wanted = int(len(countable) * self.config["summary_ratio"])
         reserve = self._reserve(context, runtime, skip - summaries)
         if reserve is not None:
-            # Keep by tokens: the newest whole units within the reserve; summarise the rest.
-            kept_tokens = 0
+            # Keep by tokens: the newest whole units within the reserve (and within
+            # reserve_messages, when given); summarise the rest.
+            kept_tokens = kept = 0
+            most = self.config.get("reserve_messages")
             tokens_of = runtime.counter.message
             for start, end in reversed(units(msgs)):
                 cost = sum(tokens_of(msgs[i], i) for i in range(start, end) if i not in skip)
-                if kept_tokens + cost > reserve:
+                size = sum(1 for i in range(start, end) if i not in skip)
+                if kept_tokens + cost > reserve or (most is not None and kept + size > most):
                     break
                 kept_tokens += cost
+                kept += size
                 limit = min(limit, start)
             wanted = len(countable)
         removed: list[int] = []
