@@ -688,8 +688,9 @@ def test_the_sizing_reference_takes_the_most_tokens_any_reference_can(hexa, kind
         assert counter.text(shape.format(drawn)) <= counter.text(shape.format(sizing_ref(kind)))
 
 
-def test_default_summarises_a_long_run_of_short_messages_rather_than_dropping_them():
-    """Past 150 short messages in a large window, default summarises all but the newest 100:
+@pytest.mark.parametrize("name", ["default", "cache-aware"])
+def test_a_long_run_of_short_messages_is_summarised_rather_than_dropped(name):
+    """Past 150 short messages in a large window, the definition summarises all but the newest 100:
     what the oldest said (a path, a ticket) is in the summary, not dropped by the last-resort
     window; and the summariser alone never keeps more than 100 of them."""
     msgs = [{"role": "user", "content": "Fix TICKET-4242 in the parser."}]
@@ -701,7 +702,7 @@ def test_default_summarises_a_long_run_of_short_messages_rather_than_dropping_th
             {"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i}"},
         ]
     ctx = Context("You are a coding agent.", msgs, (), MODEL, 128_000)
-    result = load_definition("default").apply("pre_llm", ctx)
+    result = load_definition(name).apply("pre_llm", ctx)
     fired = [(e["type"], e["messages_after"]) for e in result.trace if e["activated"]]
     assert [t for t, _ in fired] == ["SummarizationManager"], result.trace
     out = context_text(result.context)
