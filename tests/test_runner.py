@@ -427,6 +427,34 @@ def test_continuing_a_memory_nobody_wrote_since_reads_no_stored_message(
     assert runner.memory.load(memories[0], agent_id)[:2] == runner.memory.load(memories[1], agent_id)[:2]
 
 
+@pytest.mark.parametrize("fires", [False, True])
+def test_after_a_failed_execution_what_was_kept_is_what_the_store_reads_back(
+    runner, chat_server, store, agent_models, tools, fires
+):
+    """An execution that failed midway (its model erred after a tool round) leaves this
+    runner's kept memory equal to what another runner reads back from the store: the next
+    execution sends the same requests either way."""
+    window = {"type": "SlidingWindowManager", "config": {"max_messages": 4}}
+    activation = {"activation": {"message_count_exceed": 4 if fires else 99}}
+    store.create("window", {"hooks": {"pre_llm": [{**window, **activation}]}})
+    agent_id = agent(runner, context_management_name="window")
+    memories = []
+    for _ in range(2):
+        chat_server.reply("first done")
+        memory_id = runner.execute(agent_id, "first question").memory_id
+        chat_server.reply(tool_call(("echo", {"i": 1})))
+        chat_server.fail(500)
+        with pytest.raises(LLMError):
+            runner.execute(agent_id, "second question", memory_id=memory_id)
+        memories.append(memory_id)
+    sent = []
+    for who, memory_id in ((runner, memories[0]), (Runner(store, agent_models, tools), memories[1])):
+        chat_server.reply("third done")
+        who.execute(agent_id, "third question", memory_id=memory_id)
+        sent.append(chat_server.requests[-1])
+    assert sent[0] == sent[1]
+
+
 def test_a_memory_written_elsewhere_is_read_back_not_continued_from_what_was_kept(
     runner, chat_server, store, agent_models, tools
 ):
