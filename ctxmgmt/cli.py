@@ -28,7 +28,7 @@ from ._resources import data_dir
 from ._version import __version__
 from .api.config import load_config, open_offloader
 from .cache import Pricing, ratios_for
-from .client import INVALID_ANSWER
+from .client import INVALID_ANSWER, problems_of
 from .context import Context
 from .definitions import Definition, check_definition, load_definition, parse_hook
 from .errors import ApiError, ContextError, CtxmgmtError, DefinitionError, ManagerError, Problem
@@ -506,8 +506,8 @@ def _describe(entry: TraceEntry) -> str:
 def _reason(reason: dict[str, Any]) -> str:
     parts = []
     for rule, value in reason.items():
-        if isinstance(value, dict) and value.get("value") is None:  # nothing to compare with
-            parts.append(f"{rule}: the context window is unknown (give --context-window)")
+        if isinstance(value, dict) and value.get("note"):  # nothing to compare with: what is missing
+            parts.append(f"{rule}: {value['note']} (--context-window)")
         elif isinstance(value, dict):
             op = ">" if value.get("met") else "<="
             parts.append(f"{rule}: {value.get('value')} {op} {value.get('limit')}")
@@ -1076,16 +1076,10 @@ def _store_file(client: Any, args: argparse.Namespace) -> Any:
             # checked by the server (its plugins' types included), not the first one alone.
             try:
                 checked = client.validate(path.read_text(encoding="utf-8"))
-            except ApiError:
+            except (ApiError, OSError, httpx.HTTPError):
                 raise exc from None  # the refusal stands as it was
             found = checked.get("problems") if isinstance(checked, dict) else None
-            errors = [
-                Problem(str(p.get("pointer", "")), str(p.get("message", "")), p.get("line"), str(path))
-                for p in (found if isinstance(found, list) else [])[:1000]
-                if isinstance(p, dict)
-                and p.get("severity", "error") == "error"
-                and (p.get("line") is None or isinstance(p.get("line"), int))
-            ]
+            errors = [dataclasses.replace(p, source=str(path)) for p in problems_of(found, errors_only=True)]
             if errors:
                 raise DefinitionError(errors) from None
         if not exc.problems:

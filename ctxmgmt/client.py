@@ -86,8 +86,15 @@ def _raise_for(response: httpx.Response, body: bytes) -> Any:
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, dict):
         raise ApiError(status, "http_error", _gist(text) or response.reason_phrase)
-    raw = error.get("problems")
-    problems = tuple(
+    problems = problems_of(error.get("problems"))
+    reason = str(error.get("reason"))
+    raise ApiError(status, str(error.get("type"))[:100], reason[:2000], problems)
+
+
+def problems_of(raw: Any, *, errors_only: bool = False) -> tuple[Problem, ...]:
+    """The problems a server's answer lists (at most 1,000), each field checked; with
+    ``errors_only``, not its warnings."""
+    return tuple(
         Problem(
             str(p.get("pointer", "")),
             str(p.get("message", "")),
@@ -95,10 +102,8 @@ def _raise_for(response: httpx.Response, body: bytes) -> Any:
             p.get("source") if isinstance(p.get("source"), str) else None,
         )
         for p in (raw if isinstance(raw, list) else [])[:1000]
-        if isinstance(p, dict)
+        if isinstance(p, dict) and not (errors_only and p.get("severity", "error") != "error")
     )
-    reason = str(error.get("reason"))
-    raise ApiError(status, str(error.get("type"))[:100], reason[:2000], problems)
 
 
 _TAG = re.compile(r"<[^<>]{0,2000}>")

@@ -101,7 +101,10 @@ def test_a_rule_that_needs_the_window_says_how_to_give_it_not_none():
         "apply", "default", "--hook", "pre_llm", "--input", "-", stdin='[{"role":"user","content":"hi"}]'
     )
     assert run.returncode == 0, run.stderr
-    assert "tokens_ratio_exceed: the context window is unknown (give --context-window)" in run.stderr
+    assert (
+        "tokens_ratio_exceed: the context window is unknown; set context_window (--context-window)"
+        in run.stderr
+    )
     assert "None" not in run.stderr
 
 

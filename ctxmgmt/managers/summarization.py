@@ -184,8 +184,8 @@ class SummarizationManager(ContextManager):
             most = self.config.get("reserve_messages")
             tokens_of = runtime.counter.message
             for start, end in reversed(units(msgs)):
-                cost = sum(tokens_of(msgs[i], i) for i in range(start, end) if i not in skip)
-                size = sum(1 for i in range(start, end) if i not in skip)
+                counted = [i for i in range(start, end) if i not in skip]
+                cost, size = sum(tokens_of(msgs[i], i) for i in counted), len(counted)
                 if kept_tokens + cost > reserve or (most is not None and kept + size > most):
                     break
                 kept_tokens += cost

@@ -147,3 +147,19 @@ def test_an_oversized_event_ends_a_watched_stream_with_an_error_event(
     assert "over 4096 bytes" in error["message"]
     assert error["type"] == "api_error" if model == "claude-test" else error["code"] == "llm_exception"
     assert (b"event: error" in last[0]) == (model == "claude-test")
+
+
+def test_a_hosted_tools_nameless_call_is_no_recall_call():
+    """A Responses stream that starts a hosted tool's call (no name) and then the client's own
+    function: neither may be a recall call, so a broken stream passes the client's call on;
+    a function call whose name has not arrived, or begins a recall tool's, may be one."""
+    from ctxmgmt.api.proxy.handler import _may_be_recall
+    from ctxmgmt.api.proxy.streams import Accumulator
+
+    acc = Accumulator("responses")
+    for index, item in enumerate(
+        [{"type": "web_search_call", "id": "ws"}, {"type": "function_call", "name": "get_weather"}]
+    ):
+        acc.event({"type": "response.output_item.added", "output_index": index, "item": item})
+    assert acc.started() == ["get_weather"] and not _may_be_recall(acc.started())
+    assert _may_be_recall(["context_r"]) and _may_be_recall([""]) and not _may_be_recall(["get_weather"])

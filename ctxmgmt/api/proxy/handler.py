@@ -11,12 +11,13 @@ stored, logged or recorded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -535,14 +536,19 @@ async def _events(
                         break
                     if not exchange.recall:  # nothing to watch for: passed on as it came
                         yield chunk
-                        watching = watching and _usage_read(read, events.feed, chunk)
+                        if watching:
+                            try:
+                                read(events.feed(chunk))
+                            except streams.EventTooLong:  # passed on unread: its usage lost
+                                watching = False
                         continue
                     passed = read(events.feed(chunk))
                     if passed:
                         yield passed
                 if failure is None and not exchange.recall:
-                    if watching:  # the last event, when no empty line ended it
-                        _usage_read(read, lambda _: events.finish(), b"")
+                    if watching:
+                        with contextlib.suppress(streams.EventTooLong):  # an unended last event
+                            read(events.finish())
                 elif failure is None:
                     passed = read(events.finish())
                     if passed:
@@ -586,20 +592,6 @@ async def _events(
             yield _stream_error(api, failure)
     finally:
         await _finish_shielded(exchange, usage or None, failure)
-
-
-def _usage_read(
-    read: Callable[[list[tuple[bytes, Any]]], bytes],
-    split: Callable[[bytes], list[tuple[bytes, Any]]],
-    chunk: bytes,
-) -> bool:
-    """Read the events of a stream only passed on (for their usage); False once one is over
-    the bound: the stream goes on unread, its usage from there on lost."""
-    try:
-        read(split(chunk))
-    except streams.EventTooLong:
-        return False
-    return True
 
 
 def _may_be_recall(names: list[str]) -> bool:

@@ -214,15 +214,16 @@ class Accumulator:
         return False
 
     def started(self) -> list[str]:
-        """The names of the tool calls started so far (as far as they have arrived)."""
+        """The names of the function calls started so far (as far as they have arrived): a
+        recall call is one of them (a hosted tool's call, nameless, never is)."""
         if self.api == "chat":
             return [c["name"] for c in self.calls.values()]
         if self.api == "messages":
-            return [str(b.get("name") or "") for b in self.blocks.values() if b.get("type") not in _SAID]
+            return [str(b.get("name") or "") for b in self.blocks.values() if b.get("type") == "tool_use"]
         return [
             str(i.get("name") or "")
             for i in self.items.values()
-            if isinstance(i, Mapping) and i.get("type") not in _SAID
+            if isinstance(i, Mapping) and i.get("type") == "function_call"
         ]
 
     def answer(self) -> dict[str, Any]:
