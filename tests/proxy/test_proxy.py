@@ -389,19 +389,39 @@ def test_a_proxied_call_is_recorded_with_the_fields_the_runner_writes(store, pro
     assert entry["cached_tokens"] == entry["usage"]["cached"]  # as the runner lifts the cache figures
 
 
-def test_a_stream_whose_client_leaves_after_its_last_event_is_still_recorded(store, proxy, upstream):
-    """A client that closes as soon as it has read [DONE], while the upstream is slow to end its
-    stream, cancels the proxy's stream: the record is stored all the same, with its call."""
-    upstream.linger = 1.0
-    body = {"model": "gpt-test", "messages": [{"role": "user", "content": TASK}], "stream": True}
+_STREAMED = {
+    "chat": (
+        "v1/chat/completions",
+        {"model": "gpt-test", "messages": [{"role": "user", "content": TASK}]},
+        b"data: [DONE]",
+    ),
+    "messages": (
+        "v1/messages",
+        {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": TASK}]},
+        b"event: message_stop",
+    ),
+    "responses": ("v1/responses", {"model": "gpt-test", "input": TASK}, b"event: response.completed"),
+}
+"""Per API: the path, a streamed request's body, and the line of the event that ends the answer."""
+
+
+def _leave(proxy: LiveServer, api: str, after: bytes | None) -> None:
+    """Stream one request of ``api`` through the proxy and close the connection as soon as a
+    line starting with ``after`` arrived (None: after the first event)."""
+    path, body, _ = _STREAMED[api]
     with (
         httpx.Client(timeout=30) as client,
-        client.stream("POST", f"{proxy.url}/proxy/default/v1/chat/completions", json=body) as r,
+        client.stream("POST", f"{proxy.url}/proxy/default/{path}", json={**body, "stream": True}) as r,
     ):
         assert r.status_code == 200
         for line in r.iter_lines():
-            if line.strip() == "data: [DONE]":
+            if (after is None and not line.strip()) or (
+                after is not None and line.startswith(after.decode())
+            ):
                 break  # and close at once, while the upstream still holds its stream open
+
+
+def _record(store) -> dict:
     executions = ExecutionStore(store.engine)
     for _ in range(200):
         total, listed = executions.list("proxy-default")
@@ -409,8 +429,30 @@ def test_a_stream_whose_client_leaves_after_its_last_event_is_still_recorded(sto
             break
         time.sleep(0.05)
     assert total == 1, "the record was not stored"
-    record = executions.get(listed[0]["execution_id"])
+    return executions.get(listed[0]["execution_id"])
+
+
+@pytest.mark.parametrize("api", sorted(_STREAMED))
+def test_a_stream_whose_client_leaves_after_its_last_event_is_still_recorded(store, proxy, upstream, api):
+    """A client that closes as soon as it has read the answer's last event, while the upstream
+    is slow to end its stream, cancels the proxy's stream: the record is stored all the same,
+    finished, with its call."""
+    upstream.linger = 1.0
+    _leave(proxy, api, _STREAMED[api][2])
+    record = _record(store)
     assert record["status"] == "finished" and record["calls"][0]["tokens_before"] > 0
+
+
+@pytest.mark.parametrize("api", sorted(_STREAMED))
+def test_a_stream_whose_client_leaves_mid_answer_is_recorded_as_cut_short(store, proxy, upstream, api):
+    """A client that closes after the first event, while the model is slow to go on, is recorded
+    as an error that says the client went away before the answer's end (not "finished")."""
+    upstream.linger, upstream.pause_after = 1.0, 1
+    _leave(proxy, api, None)
+    record = _record(store)
+    assert record["status"] == "error", record
+    assert record["error"] == "the client went away before the answer's end"
+    assert record["calls"][0]["tokens_before"] > 0
 
 
 @pytest.mark.parametrize("header", ["origin", "host"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -34,6 +35,14 @@ class Seen:
     raw: bytes = b""
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed its connection mid-answer (the proxy, for one that left) is not
+        an error of the upstream's: anything else is printed as the base class does."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class Upstream:
     """``with Upstream() as up:`` serves on ``up.base_url`` (``http://127.0.0.1:PORT/v1``)."""
 
@@ -50,6 +59,8 @@ class Upstream:
         """Seconds a stream stays open after its last event (an upstream slow to close)."""
         self.break_after: int | None = None
         """A stream's events sent before the connection drops (an upstream that breaks off)."""
+        self.pause_after: int | None = None
+        """A stream's events sent before it pauses for ``linger`` seconds (a model slow mid-answer)."""
         self.rewrite: Any = None
         """A function of the next whole answer's bytes: what goes out instead."""
         self._ids = itertools.count(1)
@@ -95,9 +106,11 @@ class Upstream:
                         if upstream.break_after is not None and k >= upstream.break_after:
                             self.close_connection = True  # no last chunk: the stream breaks off
                             return
+                        if k == upstream.pause_after:
+                            time.sleep(upstream.linger)
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                         self.wfile.flush()
-                    if upstream.linger:
+                    if upstream.linger and upstream.pause_after is None:
                         time.sleep(upstream.linger)
                     self.wfile.write(b"0\r\n\r\n")
                     return
@@ -119,7 +132,7 @@ class Upstream:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def reset(self) -> None:

@@ -511,19 +511,28 @@ async def _events(
     """Whether the events are read (for their usage) when only passed on."""
     held: list[bytes] = []
     """The events from the first tool call on (within max_response_bytes, as the stream)."""
+    delivered = False
+    """Whether the client has had the answer's end: the stream is over, or the event that ends
+    the answer went out (a client may leave then, while the upstream is slow to close)."""
 
-    def read(split: list[tuple[bytes, Any]]) -> bytes:
-        """The events' usage kept and recall watched for; the bytes to pass on."""
+    def read(split: list[tuple[bytes, Any]]) -> tuple[bytes, bool]:
+        """The events' usage kept and recall watched for; the bytes to pass on, and whether
+        they end the answer."""
         nonlocal holding
         out: list[bytes] = []
+        last = False
         for event, data in split:
             found = usage_of(api.name, data)
             if found:
                 usage.update(found)
             if exchange.recall:
                 holding = acc.event(data) or holding
-                (held if holding else out).append(event)
-        return b"".join(out)
+                if holding:
+                    held.append(event)
+                    continue
+                out.append(event)
+            last = last or streams.ends(api.name, event, data)
+        return b"".join(out), last
 
     try:
         try:
@@ -538,19 +547,20 @@ async def _events(
                         yield chunk
                         if watching:
                             try:
-                                read(events.feed(chunk))
+                                delivered = read(events.feed(chunk))[1] or delivered
                             except streams.EventTooLong:  # passed on unread: its usage lost
                                 watching = False
                         continue
-                    passed = read(events.feed(chunk))
+                    passed, last = read(events.feed(chunk))
                     if passed:
                         yield passed
+                        delivered = last or delivered
                 if failure is None and not exchange.recall:
                     if watching:
                         with contextlib.suppress(streams.EventTooLong):  # an unended last event
                             read(events.finish())
                 elif failure is None:
-                    passed = read(events.finish())
+                    passed, _ = read(events.finish())
                     if passed:
                         yield passed
         except (TimeoutError, httpx.HTTPError) as exc:
@@ -590,7 +600,10 @@ async def _events(
                 # Broken off while holding the client's own calls: what came, as it came.
                 yield b"".join(held)
             yield _stream_error(api, failure)
+        delivered = True
     finally:
+        if failure is None and not delivered:  # closed at a yield, or cancelled while it waited
+            failure = "the client went away before the answer's end"
         await _finish_shielded(exchange, usage or None, failure)
 
 

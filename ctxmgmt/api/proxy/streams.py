@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_EVENT_BYTES", "Accumulator", "EventTooLong", "Events", "continuation"]
+__all__ = ["MAX_EVENT_BYTES", "Accumulator", "EventTooLong", "Events", "continuation", "ends"]
 
 
 MAX_EVENT_BYTES = 8 << 20
@@ -97,6 +97,25 @@ class Events:
             return event, json.loads(data)
         except ValueError:
             return event, None
+
+
+_DONE = re.compile(rb"^data: ?\[DONE\][ \t]*(?:\r\n|\n|\r)?", re.MULTILINE)
+_LAST = frozenset({"message_stop", "response.completed", "response.incomplete", "response.failed"})
+"""The events that end an Anthropic message or a response."""
+
+
+def ends(api: str, event: bytes, data: Any) -> bool:
+    """Whether an event (its bytes, its data as :class:`Events` reads it) ends the answer: a
+    chat stream's ``[DONE]`` or a choice's ``finish_reason``, ``message_stop``, a response's
+    last event. A client that leaves once it has it has had the whole answer."""
+    if not isinstance(data, Mapping):
+        return api == "chat" and _DONE.search(event) is not None
+    if api != "chat":
+        return data.get("type") in _LAST
+    choices = data.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(choice, Mapping) and choice.get("finish_reason") for choice in choices
+    )
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
