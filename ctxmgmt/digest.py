@@ -28,6 +28,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
+from . import marks
 from ._memo import BY_CONTENT, Memo, content_key
 from .messages import is_shell_call, is_summary, shell_keys, text_of
 
@@ -616,9 +617,7 @@ _WORD_CHARS = 300
 _SPECIFICS: Memo[tuple[list[str], list[str]]] = Memo(8 * 1024 * 1024, shared=True)
 
 
-_OWN = re.compile(
-    r"\[truncated: original [^\[\]\n]{0,600}#k=[0-9a-f]{16}\]|#k=[0-9a-f]{16}|\b[tm]-[0-9a-f]{32}\b"
-)
+_OWN = re.compile("|".join((marks.STAMP.pattern, marks.TAG.pattern, r"\b[tm]-[0-9a-f]{32}\b")))
 """ctxmgmt's own marks: a cut result's notice (``[truncated: original 55,012 chars; …
 offset=1220, limit=20000) returns them #k=…]``: its sizes and offsets), tags and archive
 references are not the agent's specifics (the summary's guide lists the references). A
@@ -761,11 +760,7 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
             recency = 0.3 * age + 0.3 * (1 - rank / max(1, len(items)))
             entry["score"] = max(entry["score"], tier + recency)
     ranked = sorted(entries.items(), key=lambda kv: -(kv[1]["score"] + 0.05 * min(kv[1]["count"], 8)))
-    return [
-        (key if kind == "raw" else _ledger_item(kind, key, e["notes"], 1))
-        + (f" (×{e['count']})" if e["count"] > 1 and kind != "path" else "")
-        for (kind, key), e in ranked
-    ][:LEDGER_ITEMS]
+    return [_ledger_item(kind, key, e["notes"], e["count"]) for (kind, key), e in ranked][:LEDGER_ITEMS]
 
 
 _TRACE_SPECIFICS = 6

@@ -21,7 +21,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import httpx
 
@@ -103,6 +103,19 @@ class _Ended:
         return (self.length, self.modified) == (length, modified)
 
 
+class _Start(NamedTuple):
+    """Where an execution continues from: the messages, the state, the stored length, the
+    calibration, the last-modified stamp, and the memory kept here it came from (None: read
+    from the store, the caller's own)."""
+
+    messages: list[dict[str, Any]]
+    state: dict[str, Any]
+    length: int
+    calibration: dict[str, Any]
+    modified: int
+    kept: _Ended | None = None
+
+
 class Runner:
     """Registers and executes agents over a store, a models configuration and tools."""
 
@@ -142,9 +155,10 @@ class Runner:
     def view(self, memory_id: str) -> dict[str, Any]:
         """A memory's state and the managed messages the model saw last."""
         agent_id = self.memory.owner(memory_id)
-        messages, state, *_ = self._continue(memory_id, agent_id)
-        view = copy.deepcopy(messages)  # the caller's own: the runner may keep these messages
-        return {"memory_id": memory_id, "agent_id": agent_id, "state": state, "view": view}
+        start = self._continue(memory_id, agent_id)
+        # The caller's own: the runner keeps those it continues from, never to be changed.
+        view = copy.deepcopy(start.messages) if start.kept is not None else start.messages
+        return {"memory_id": memory_id, "agent_id": agent_id, "state": start.state, "view": view}
 
     def _checks(self, body: Mapping[str, Any]) -> list[Problem]:
         problems: list[Problem] = []
@@ -247,7 +261,7 @@ class Runner:
         reserved = [_reserved(i, name) for i, name in enumerate(tools) if name in RECALL_TOOLS]
         if reserved:  # stored before the names were reserved
             raise AgentError(reserved)
-        modified = None
+        modified = prior = None
         if memory_id is None:
             memory_id = await asyncio.to_thread(self.memory.create, agent_id)
             base: list[dict[str, Any]] = []
@@ -255,7 +269,7 @@ class Runner:
             length = 0
             ratios: dict[str, Any] | None = None
         else:
-            base, state, length, ratios, modified = await asyncio.to_thread(
+            base, state, length, ratios, modified, prior = await asyncio.to_thread(
                 self._continue, memory_id, agent_id
             )
         schemas = [t.schema() for t in tools.values()]
@@ -419,9 +433,8 @@ class Runner:
                     after = [*view.messages, *kept[conversation.covered :]]
                     ended = _Ended(length + len(kept), stamp, after, dict(view.state), calibrated)
                 else:
-                    prior = self._ended.get(memory_id, BY_CONTENT)
-                    current = prior is not None and modified is not None and prior.current(length, modified)
-                    known = prior.size + rough_size(kept) if prior is not None and current else None
+                    # Continued from the memory kept here: its size grows by what was added.
+                    known = prior.size + rough_size(kept) if prior is not None else None
                     ended = _Ended(length + len(kept), stamp, [*base, *kept], state, calibrated, known)
                 self._ended.put(memory_id, BY_CONTENT, ended, ended.size)
             finally:
@@ -454,7 +467,7 @@ class Runner:
         view that the next execution continues from is replaced."""
         agent = await asyncio.to_thread(self.agents.get, agent_id)
         definition, _, _ = await asyncio.to_thread(self._resolve, agent, None)
-        base, state, length, _, modified = await asyncio.to_thread(self._continue, memory_id, agent_id)
+        base, state, length, _, modified, _ = await asyncio.to_thread(self._continue, memory_id, agent_id)
         running = state.get(STATE_KEY)
         if isinstance(running, dict):  # asked for now: summarise even with no new message
             state[STATE_KEY] = {k: v for k, v in running.items() if k != "upto"}
@@ -515,26 +528,26 @@ class Runner:
         assert self.offloader is not None
         return bool(self.offloader.list(memory_id))
 
-    def _continue(
-        self, memory_id: str, agent_id: str
-    ) -> tuple[list[dict[str, Any]], dict[str, Any], int, dict[str, Any], int]:
-        """(messages to continue from, state, stored length, calibration, last modified in ms):
-        the managed view saved by the last execution plus what was stored after it, reading
-        only those rows."""
+    def _continue(self, memory_id: str, agent_id: str) -> _Start:
+        """Where an execution of a memory starts: the memory as this runner's last execution
+        of it left it, while nobody wrote it since; else the managed view saved by the last
+        execution plus what was stored after it, reading only those rows."""
         ended = self._ended.get(memory_id, BY_CONTENT)
         if ended is not None and ended.current(*self.memory.version(memory_id, agent_id)):
             # Nobody wrote the memory since this runner's last execution of it.
             state = copy.deepcopy(ended.state)
             messages = cast(list[dict[str, Any]], list(ended.messages))
-            return messages, state, ended.length, copy.deepcopy(ended.calibration), ended.modified
+            return _Start(
+                messages, state, ended.length, copy.deepcopy(ended.calibration), ended.modified, ended
+            )
         state, length, calibration, modified = self.memory.head(memory_id, agent_id)
         view = state.pop(VIEW_KEY, None)
         if isinstance(view, dict) and isinstance(view.get("messages"), list):
             upto = view.get("upto")
             if isinstance(upto, int) and 0 <= upto <= length:
                 newer = self.memory.messages(memory_id, since=upto, until=length)
-                return [*view["messages"], *newer], state, length, calibration, modified
-        return self.memory.messages(memory_id, until=length), state, length, calibration, modified
+                return _Start([*view["messages"], *newer], state, length, calibration, modified)
+        return _Start(self.memory.messages(memory_id, until=length), state, length, calibration, modified)
 
     def _resolve(
         self, agent: Mapping[str, Any], requested: str | None

@@ -128,29 +128,27 @@ class MemoryStore:
 
     def head(self, memory_id: str, agent_id: str) -> tuple[dict[str, Any], int, dict[str, Any], int]:
         """(state, length, calibration, last modified in ms) of a memory of this agent."""
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                select(
-                    memories.c.state, memories.c.length, memories.c.calibration, memories.c.last_modified
-                ).where(memories.c.memory_id == memory_id, memories.c.agent_id == agent_id)
-            ).first()
-        if row is None:
-            raise NotFound(f"no memory {memory_id!r} for agent {agent_id!r}")
+        row = self._row(memory_id, agent_id, memories.c.state, memories.c.calibration)
         calibration = row.calibration if isinstance(row.calibration, dict) else {}
         return dict(row.state), row.length, calibration, row.last_modified
 
     def version(self, memory_id: str, agent_id: str) -> tuple[int, int]:
         """(length, last modified in ms) of a memory of this agent: every write changes the
         pair (the stamp grows at each write, even two in one millisecond)."""
+        row = self._row(memory_id, agent_id)
+        return row.length, row.last_modified
+
+    def _row(self, memory_id: str, agent_id: str, *columns: Any) -> Any:
+        """A memory's row of this agent: ``columns``, its length and its last-modified stamp."""
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(memories.c.length, memories.c.last_modified).where(
+                select(*columns, memories.c.length, memories.c.last_modified).where(
                     memories.c.memory_id == memory_id, memories.c.agent_id == agent_id
                 )
             ).first()
         if row is None:
             raise NotFound(f"no memory {memory_id!r} for agent {agent_id!r}")
-        return row.length, row.last_modified
+        return row
 
     def messages(self, memory_id: str, *, since: int = 0, until: int | None = None) -> list[dict[str, Any]]:
         """The stored messages from position ``since`` (up to ``until``), in order."""
