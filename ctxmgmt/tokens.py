@@ -31,7 +31,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -104,6 +104,41 @@ def _pop_oldest(data: dict[Any, Any]) -> tuple[Any, Any]:
 
 def _where(index: int | None) -> str:
     return f"/messages/{index}" if index is not None else "/message"
+
+
+def _unencodable(ctx: Context) -> Problem:
+    """Where a context holds a text no encoder can write (a lone surrogate such as ``\\ud800``,
+    which only an escape in JSON makes): the first such string or key, as a JSON pointer."""
+    pending: list[tuple[Any, str]] = [
+        (ctx.tools, "/tools"),
+        (list(ctx.messages), "/messages"),
+        (ctx.system_prompt, "/system_prompt"),
+    ]
+    while pending:
+        value, at = pending.pop()
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                code, at_char = ord(value[exc.start]), exc.start
+                return Problem(
+                    at,
+                    f"holds a lone surrogate (\\u{code:04x} at character {at_char}), which is no "
+                    "character: replace it with valid Unicode "
+                    "(e.g. text.encode('utf-8', 'replace').decode())",
+                )
+        elif isinstance(value, Mapping):
+            items = [(v, f"{at}/{_token(str(k))}") for k, v in value.items()]
+            items += [(k, at) for k in value if isinstance(k, str)]
+            pending.extend(reversed(items))
+        elif isinstance(value, (list, tuple)):
+            pending.extend(reversed([(v, f"{at}/{i}") for i, v in enumerate(value)]))
+    return Problem("", "holds a text the tokenizer cannot encode as UTF-8")
+
+
+def _token(key: str) -> str:
+    """A key as a JSON pointer's token (its own surrogates written as escapes)."""
+    return key.replace("~", "~0").replace("/", "~1").encode("utf-8", "backslashreplace").decode()
 
 
 def _size(m: Any) -> int:
@@ -382,13 +417,16 @@ class TokenCounter:
         if cached is not None:
             return cached
         edit, messages = ctx._edit, ctx.messages
-        if edit is not None and isinstance(edit.source.messages, History):
-            tokens, count = self._edited(edit)
-        elif type(messages) is History:
-            tokens, count = self._history(messages)
-        else:
-            tokens, count = self.messages(messages)
-        total = tokens + self.system_prompt(ctx.system_prompt) + self.tools(ctx.tools) + REPLY_PRIMING
+        try:
+            if edit is not None and isinstance(edit.source.messages, History):
+                tokens, count = self._edited(edit)
+            elif type(messages) is History:
+                tokens, count = self._history(messages)
+            else:
+                tokens, count = self.messages(messages)
+            total = tokens + self.system_prompt(ctx.system_prompt) + self.tools(ctx.tools) + REPLY_PRIMING
+        except UnicodeEncodeError:  # the encoder takes UTF-8 only: said where, not a traceback
+            raise ContextError([_unencodable(ctx)]) from None
         ctx._counts[self.tokenizer.name] = (total, count)
         return total, count
 

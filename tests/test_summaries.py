@@ -118,6 +118,39 @@ def test_picking_lines_by_their_words_finds_what_searching_everything_finds(part
     assert error_lines(text) == _error_lines_searching_everything(text)
 
 
+PATH_FRAGMENTS = [
+    "src/a.py", "./b/c.txt", "../up/x.md", "~/home.rc", "/etc/hosts", "a.py", "pkg/__init__.py",
+    "x@y.com/a.js", "a+b/c-d.ts", "v1.2.3", "0.05s", "end.", ".", "..", "/", "//", "./", "~", ":", "@",
+    "+", "-", "_", "(", ")", "[", "]", "'", '"', "`", ",", ";", "=", "|", "\\", "é/ü.py", "e\u0301/x.py",
+    "日本/語.rs", "\u00a0", "\v", "\u2003", "\ud800", "x" * 260, "a" * 256 + "/b.py", "file:src/a.py",
+    "https://h.io/p/q.py", "a.b.c.d.e.f.g/h.py", "1/2", "x.\u0663", "\u0663.py", "Makefile", "a/b/c",
+]  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(PATH_FRAGMENTS), st.text(max_size=12)),
+        max_size=24,
+    ),
+    st.lists(st.sampled_from(["", " ", "\n", "\t", ":", "/", ".", "@"]), max_size=24),
+)
+@example(["file:src/a.py"], [""])
+@example(["a" * 256 + "/b.py"], [" "])
+@example(["x", "\ud800", "src/a.py"], ["", ""])
+@example(["e\u0301/x.py"], [""])
+def test_paths_searched_run_by_run_are_those_a_whole_search_finds(parts, seps):
+    """Searching for paths only within the runs of characters a path may hold finds what
+    searching the whole text finds, in the same order (lookbehinds, word ends, non-ASCII,
+    lone surrogates)."""
+    from ctxmgmt.digest import _PATH, _paths, _paths_by_runs
+
+    text = "".join(p + (seps[i] if i < len(seps) else " ") for i, p in enumerate(parts))
+    assert _paths_by_runs(text) == _PATH.findall(text)
+    sparse = text + " plain words" * (len(text) * 5 + 1)  # dots and slashes are rare: run by run
+    assert _paths(sparse) == _PATH.findall(sparse)
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     st.lists(
@@ -708,3 +741,37 @@ def test_a_long_run_of_short_messages_is_summarised_rather_than_dropped(name):
     out = context_text(result.context)
     assert "src/step_0.py" in out and "TICKET-4242" in out
     assert len(result.context.messages) <= 100 + 2  # the task and the summary besides
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    '[truncated: original 55,012 chars; call context_read(ref="t-',
+                    "0123456789abcdef0123456789abcdef",
+                    '") #k=0a1b2c3d4e5f6a7b]',
+                    "#k=",
+                    "0a1b2c3d4e5f6a7b",
+                    "t-",
+                    "m-",
+                    "]",
+                    "\ud800",
+                    " ",
+                ]
+            ),
+            st.text(max_size=8),
+        ),
+        max_size=16,
+    )
+)
+@example(["t-", "0123456789abcdef0123456789abcdef"])
+@example(["\ud800", "#k=", "0a1b2c3d4e5f6a7b"])
+def test_a_text_the_own_marks_prefilter_passes_over_holds_none_of_them(parts):
+    """Whatever ctxmgmt's own-marks pattern finds in a text, the RE2 prefilter finds something
+    too, so that a text it passes over is left as it was."""
+    from ctxmgmt.digest import _OWN, _owned
+
+    text = "".join(parts)
+    assert _owned(text) or _OWN.search(text) is None

@@ -4,7 +4,7 @@ import logging
 import pytest
 import tiktoken
 
-from ctxmgmt import Context, tokens
+from ctxmgmt import Context, ContextError, tokens
 from ctxmgmt.testing import make_conversation
 from ctxmgmt.tokens import TokenCounter, _resolve, get_counter
 
@@ -317,3 +317,40 @@ def test_a_value_too_large_to_keep_drops_the_keys_older_one():
     memo.put("k", BY_CONTENT, "old", 10)
     memo.put("k", BY_CONTENT, "new", 1_000)
     assert memo.get("k", BY_CONTENT) is None and memo.bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("where", "pointer"),
+    [
+        ("message", "/messages/3/content"),
+        ("call", "/messages/1/tool_calls/0/function/arguments"),
+        ("system", "/system_prompt"),
+        ("tool", "/tools/0/function/description"),
+    ],
+)
+def test_a_lone_surrogate_is_a_context_error_that_points_at_it(where, pointer):
+    """A text no encoder can write (a lone surrogate, which a JSON escape can make) is refused
+    with the JSON pointer of the first one, not tiktoken's UnicodeEncodeError."""
+    bad = "before \ud800 after"
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
+    messages: list[dict] = [{"role": "user", "content": "task"}]
+    messages += [{"role": "assistant", "content": None, "tool_calls": [call]}]
+    messages += [
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        {"role": "assistant", "content": "x"},
+    ]
+    tools = [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {}}}]
+    system = "be brief"
+    if where == "message":
+        messages[3]["content"] = bad
+    elif where == "call":
+        messages[1]["tool_calls"][0]["function"]["arguments"] = bad
+    elif where == "system":
+        system = bad
+    else:
+        tools[0]["function"]["description"] = bad
+    counter = get_counter("gpt-4o")
+    with pytest.raises(ContextError) as caught:
+        counter.context(Context(messages=messages, system_prompt=system, tools=tools, model="gpt-4o"))
+    (problem,) = caught.value.problems
+    assert problem.pointer == pointer and "lone surrogate (\\ud800 at character 7)" in problem.message
