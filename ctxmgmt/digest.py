@@ -538,7 +538,7 @@ def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # -- the ledger of specifics -----------------------------------------------------------------------
-LEDGER_ITEMS = 200
+LEDGER_ITEMS = 120
 """Ledger items kept before the summary's budget ranks them out."""
 _LEDGER_SCAN = 8_000
 """Characters of a tool result read for paths and ids (the ledger is about what was used)."""
