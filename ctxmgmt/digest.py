@@ -80,9 +80,8 @@ _PATH = re.compile(
     r"|(?<![\w/.-])[\w-]+\.(?:py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|sql|sh"
     r"|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|html|css|xml|lock|env|tf|proto|gradle)\b"
     # Without an extension: from the root, home or here (``/testbed``, ``~/.config/app``,
-    # ``/v1/users/``), or two slashes deep (``src/query_service/``); not a closing tag.
+    # ``/v1/users/``), not a closing tag; a bare ``a/b/c`` may be prose (``TCP/IP/UDP``).
     r"|(?<![\w/.:@+<-])(?:~/|\.{1,2}/|/)(?:[\w@.+-]{1,255}/){0,63}[\w@.+-]{1,255}/?"
-    r"|(?<![\w/.:@+<-])(?:[\w@.+-]{1,255}/){2,64}[\w@.+-]{0,255}"
 )
 _DIFF_FILE = re.compile(r"^(?:\+\+\+ b/|\*\*\* (?:Update|Add|Delete) File: )(\S+)", re.MULTILINE)
 _BACKTICK = re.compile(r"`([^`\n]{2,120})`")
@@ -144,7 +143,7 @@ def error_lines(text: str) -> list[str]:
             continue
         stop = text.find("\n", line_start)
         stop = len(text) if stop < 0 else stop + 1
-        if _FAILURE_SUPERSET.search(text[line_start:stop]) is None:
+        if not _may_fail(text[line_start:stop]):
             continue
         match = _FAILURE.search(text, line_start, stop)
         if match is None:
@@ -192,6 +191,15 @@ _FAILURE_SUPERSET = re2.compile(
     rf"|[45]{_D}{_D} (?:Bad|Unauthorized|Forbidden|Not Found|Internal|Service|Gateway|Conflict|Too Many"
     r"|Unprocessable)|exit (?:code|status)|exited with|assert [^\n]{0,200} ==|FAILED"
 )
+
+
+def _may_fail(line: str) -> bool:
+    """Whether RE2's superset of _FAILURE finds something in a line (one it cannot read, with a
+    lone surrogate that UTF-8 cannot hold, is searched by _FAILURE itself)."""
+    try:
+        return _FAILURE_SUPERSET.search(line) is not None
+    except UnicodeEncodeError:
+        return True
 
 
 def _candidate_lines(text: str) -> list[int]:

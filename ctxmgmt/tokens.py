@@ -114,8 +114,13 @@ def _unencodable(ctx: Context) -> Problem:
         (list(ctx.messages), "/messages"),
         (ctx.system_prompt, "/system_prompt"),
     ]
+    seen: set[int] = set()  # a value shared or holding itself is walked once
     while pending:
         value, at = pending.pop()
+        if isinstance(value, (Mapping, list, tuple)):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
         if isinstance(value, str) and not value.isascii():
             try:
                 value.encode("utf-8")

@@ -776,3 +776,15 @@ def test_a_text_the_own_marks_prefilter_passes_over_holds_none_of_them(parts):
 
     text = "".join(parts)
     assert _owned(text) or _OWN.search(text) is None
+
+
+def test_a_result_with_a_lone_surrogate_is_summarised_with_its_failure_and_paths():
+    """A tool result holding a lone surrogate (which the token counter only samples in a text
+    over 200,000 characters, and RE2's UTF-8 cannot hold) is read by the exact patterns: its
+    failure line and its paths are in the summary, and nothing raises."""
+    bad = "ValueError: bad \ud800 value in /srv/app/config.py\n"
+    result = "ok line\n" * 300 + bad + "ok line\n" * 30_000
+    assert error_lines(bad) == [bad.strip()]
+    sections = summarize_offline(_tool_run("read_log", lambda i: '{"path": "svc.log"}', [result]))
+    assert bad.strip() in sections["errors"]
+    assert any("/srv/app/config.py" in item for item in sections["specifics"])

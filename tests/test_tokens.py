@@ -354,3 +354,20 @@ def test_a_lone_surrogate_is_a_context_error_that_points_at_it(where, pointer):
         counter.context(Context(messages=messages, system_prompt=system, tools=tools, model="gpt-4o"))
     (problem,) = caught.value.problems
     assert problem.pointer == pointer and "lone surrogate (\\ud800 at character 7)" in problem.message
+
+
+def test_a_lone_surrogate_is_found_past_a_value_that_holds_itself():
+    """The search for a lone surrogate walks a value shared or holding itself once: it ends, and
+    points at the surrogate."""
+    loop: list = []
+    loop.append(loop)
+    shared: list = ["a"]
+    for _ in range(60):  # a value that doubles at each level: 2**60 paths, 60 values
+        shared = [shared, shared]
+    messages = [
+        {"role": "user", "content": "a", "extra": loop, "more": shared},
+        {"role": "user", "content": "x\ud800"},
+    ]
+    with pytest.raises(ContextError) as caught:
+        get_counter("gpt-4o").context(Context(messages=messages, model="gpt-4o"))
+    assert [p.pointer for p in caught.value.problems] == ["/messages/1/content"]

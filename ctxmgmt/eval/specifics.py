@@ -100,7 +100,12 @@ _GENERIC_LINES = frozenset({"Traceback (most recent call last):", "During handli
 
 
 def _scan(text: str) -> str:
-    return text[:MAX_SCAN] if len(text) > MAX_SCAN else text
+    """The start of a text that is searched, as RE2 can read it (a lone surrogate, which UTF-8
+    cannot hold, as ``?``)."""
+    text = text[:MAX_SCAN] if len(text) > MAX_SCAN else text
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _flat(text: str) -> str:

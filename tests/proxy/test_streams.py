@@ -163,3 +163,46 @@ def test_a_hosted_tools_nameless_call_is_no_recall_call():
         acc.event({"type": "response.output_item.added", "output_index": index, "item": item})
     assert acc.started() == ["get_weather"] and not _may_be_recall(acc.started())
     assert _may_be_recall(["context_r"]) and _may_be_recall([""]) and not _may_be_recall(["get_weather"])
+
+
+def _chunk(*choices: tuple[int, str | None]) -> bytes:
+    data = {"choices": [{"index": i, "delta": {"content": "x"}, "finish_reason": f} for i, f in choices]}
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+@pytest.mark.parametrize(
+    ("api", "events", "ends_at"),
+    [
+        # n=2: the first choice's finish_reason does not end the answer; the second's does.
+        ("chat", [_chunk((0, None), (1, None)), _chunk((0, "stop")), _chunk((1, "stop"))], 2),
+        ("chat", [_chunk((0, None)), _chunk((0, "stop"))], 1),
+        ("chat", [_chunk((0, None)), b"data: [DONE]\n\n"], 1),
+        # [DONE] on a line that ends with a bare CR, after another line of the event.
+        ("chat", [_chunk((0, None)), b"event: done\rdata: [DONE]\r\r"], 1),
+        ("chat", [_chunk((0, None)), b'data: "[DONE] is a word"\n\n'], None),
+        (
+            "messages",
+            [
+                b'event: message_delta\ndata: {"type": "message_delta", "delta": {"stop_reason": "x"}}\n\n',
+                b'event: message_stop\ndata: {"type": "message_stop"}\n\n',
+            ],
+            1,
+        ),
+        (
+            "responses",
+            [
+                b'data: {"type": "response.output_text.delta", "delta": "x"}\n\n',
+                b'data: {"type": "response.completed", "response": {}}\n\n',
+            ],
+            1,
+        ),
+    ],
+)
+def test_the_event_that_ends_an_answer_is_told_in_each_api(api, events, ends_at):
+    """The answer ends at chat's [DONE] (whatever its line ends) or when every choice begun has
+    its finish_reason, at message_stop, at a response's last event; not before."""
+    ending = streams.Ending(api)
+    split = Events()
+    read = [event for chunk in events for event in split.feed(chunk)] + split.finish()
+    told = [ending.event(*event) for event in read]
+    assert told == [k == ends_at for k in range(len(events))]

@@ -504,6 +504,7 @@ async def _events(
     events = streams.Events(streams.MAX_EVENT_BYTES)  # read at call time: a test may lower it
     usage: dict[str, int] = {}
     acc = Accumulator(api.name)
+    answer_end = streams.Ending(api.name)
     failure: str | None = None
     total = 0
     holding = False
@@ -531,7 +532,7 @@ async def _events(
                     held.append(event)
                     continue
                 out.append(event)
-            last = last or streams.ends(api.name, event, data)
+            last = answer_end.event(event, data) or last
         return b"".join(out), last
 
     try:

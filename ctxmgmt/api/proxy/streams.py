@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_EVENT_BYTES", "Accumulator", "EventTooLong", "Events", "continuation", "ends"]
+__all__ = ["MAX_EVENT_BYTES", "Accumulator", "Ending", "EventTooLong", "Events", "continuation"]
 
 
 MAX_EVENT_BYTES = 8 << 20
@@ -99,23 +99,44 @@ class Events:
             return event, None
 
 
-_DONE = re.compile(rb"^data: ?\[DONE\][ \t]*(?:\r\n|\n|\r)?", re.MULTILINE)
 _LAST = frozenset({"message_stop", "response.completed", "response.incomplete", "response.failed"})
 """The events that end an Anthropic message or a response."""
 
 
-def ends(api: str, event: bytes, data: Any) -> bool:
-    """Whether an event (its bytes, its data as :class:`Events` reads it) ends the answer: a
-    chat stream's ``[DONE]`` or a choice's ``finish_reason``, ``message_stop``, a response's
-    last event. A client that leaves once it has it has had the whole answer."""
-    if not isinstance(data, Mapping):
-        return api == "chat" and _DONE.search(event) is not None
-    if api != "chat":
-        return data.get("type") in _LAST
-    choices = data.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(choice, Mapping) and choice.get("finish_reason") for choice in choices
-    )
+class Ending:
+    """Whether the events so far end the answer: a chat stream's ``[DONE]``, or a
+    ``finish_reason`` for every choice it has begun (``n`` > 1 finishes each on its own);
+    ``message_stop``; a response's last event. A client that leaves once it has them has had
+    the whole answer."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self._open: set[Any] = set()
+        """The chat choices begun and not finished."""
+        self._finished = False
+
+    def event(self, event: bytes, data: Any) -> bool:
+        """Take one event (its bytes, its data as :class:`Events` reads it); True when the
+        answer has ended with it."""
+        if not isinstance(data, Mapping):
+            return self.api == "chat" and any(
+                line.strip() in (b"data: [DONE]", b"data:[DONE]") for line in _LINE.split(event)
+            )
+        if self.api != "chat":
+            return data.get("type") in _LAST
+        choices = data.get("choices")
+        if not isinstance(choices, list):
+            return False
+        for choice in choices:
+            if isinstance(choice, Mapping):
+                index = choice.get("index", 0)
+                index = index if isinstance(index, int) else repr(index)
+                if choice.get("finish_reason"):
+                    self._open.discard(index)
+                    self._finished = True
+                else:
+                    self._open.add(index)
+        return self._finished and not self._open
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
