@@ -788,3 +788,18 @@ def test_a_result_with_a_lone_surrogate_is_summarised_with_its_failure_and_paths
     sections = summarize_offline(_tool_run("read_log", lambda i: '{"path": "svc.log"}', [result]))
     assert bad.strip() in sections["errors"]
     assert any("/srv/app/config.py" in item for item in sections["specifics"])
+
+
+def test_a_path_seen_in_two_outputs_ranks_above_one_seen_once_and_keeps_its_count():
+    """A path that comes up in two tool outputs is listed with its count, above the paths seen
+    in one output however recent, and a merge with a later ledger keeps it above them."""
+    results = [
+        f"src/central.py\nsrc/once_{i}.py\n" if i in (0, 1) else f"src/once_{i}.py\n" for i in range(6)
+    ]
+    sections = summarize_offline(_tool_run("list_files", lambda i: f'{{"dir": "d{i}"}}', results))
+    paths = [item for item in sections["specifics"] if item.startswith("src/")]
+    assert paths[0] == "src/central.py: seen (×2)", paths
+    assert "src/once_5.py: seen" in paths
+    merged = merge_ledger(sections["specifics"], [f"src/later_{i}.py: seen" for i in range(5)])
+    later = [item for item in merged if item.startswith("src/")]
+    assert later[0] == "src/central.py: seen (×2)", later
