@@ -80,8 +80,9 @@ _PATH = re.compile(
     r"|(?<![\w/.-])[\w-]+\.(?:py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|sql|sh"
     r"|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|html|css|xml|lock|env|tf|proto|gradle)\b"
     # Without an extension: from the root, home or here (``/testbed``, ``~/.config/app``,
-    # ``/v1/users/``), not a closing tag; a bare ``a/b/c`` may be prose (``TCP/IP/UDP``).
-    r"|(?<![\w/.:@+<-])(?:~/|\.{1,2}/|/)(?:[\w@.+-]{1,255}/){0,63}[\w@.+-]{1,255}/?"
+    # ``/v1/users/``; one part of three characters at least, not ``/s``), not a closing tag;
+    # a bare ``a/b/c`` may be prose (``TCP/IP/UDP``).
+    r"|(?<![\w/.:@+<-])(?:~/|\.{1,2}/|/)(?:(?:[\w@.+-]{1,255}/){1,63}[\w@.+-]{1,255}/?|[\w@.+-]{3,255}/?)"
 )
 _DIFF_FILE = re.compile(r"^(?:\+\+\+ b/|\*\*\* (?:Update|Add|Delete) File: )(\S+)", re.MULTILINE)
 _BACKTICK = re.compile(r"`([^`\n]{2,120})`")
@@ -573,14 +574,16 @@ _CREATE = re.compile(r"create|write|new|mkdir|touch|save", re.IGNORECASE)
 _LEDGER_ITEM = re.compile(
     r"^(?:`(?P<call>.+)` → (?P<outcome>ok|failed|exit -?\d+)|(?P<path>\S+): (?P<done>[a-z, ]+)|(?P<id>\S+))$"
 )
-_ACTIONS = ("created", "edited", "deleted", "ran", "read", "seen")
-_IMPLIED = frozenset({"read", "seen"})
+_ACTIONS = ("created", "edited", "deleted", "ran", "read", "named", "seen")
+"""What was done to a path, most telling first: ``named`` by the user or the agent (in a
+message, a command, a file it wrote), ``seen`` in an output only."""
+_IMPLIED = frozenset({"read", "named", "seen"})
+"""Actions a path's item leaves out when it says a stronger one."""
 _OFTEN = 2
-"""Outputs a path is seen in for it to rank with what the agent typed (tier 1): one that comes
-up again (a listing, then grep hits, a traceback) is one the task turns on. Measured on
+"""Outputs a path only seen is seen in for it to rank with what was named (tier 1): one that
+comes up again (a listing, then grep hits, a traceback) is one the task turns on. Measured on
 generated 300-call runs: 2 keeps more of the paths the agent used again than 3 or 4, and
 nothing less of the rest."""
-"""Actions a path's item leaves out when it says a stronger one."""
 
 
 def _action(tool: str, args: Mapping[str, Any], command: str | None) -> str:
@@ -757,11 +760,13 @@ class _Ledger:
         """The items, most needed first (see the class docstring)."""
         total = max(1, self.seen)
 
-        def score(entry: dict[str, Any]) -> float:
-            tier = max(entry["tier"], 1) if entry["count"] >= _OFTEN else entry["tier"]
+        def score(kind: str, entry: dict[str, Any]) -> float:
+            tier = entry["tier"]
+            if kind == "path" and entry["count"] >= _OFTEN:  # a path seen again (see _OFTEN)
+                tier = max(tier, 1)
             return float(tier + 0.6 * entry["order"] / total + 0.05 * min(entry["count"], 8))
 
-        ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[1]))
+        ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[0][0], kv[1]))
         named = "\n".join(key for (kind, key) in self.entries if kind != "id")
         out = []
         families: Counter[str] = Counter()
@@ -803,7 +808,9 @@ def _tier(kind: str, key: str, notes: list[str], count: int) -> int:
     if kind == "call":
         return 1 if _TOOL_CALL.match(key) else 3
     if kind == "path":
-        return (1 if count >= _OFTEN else 0) if notes == ["seen"] else 2
+        if notes == ["seen"]:
+            return 1 if count >= _OFTEN else 0
+        return 1 if set(notes) <= {"named", "seen"} else 2
     return 1
 
 
@@ -823,13 +830,20 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
                 kind, key, notes = "path", found["path"], [a.strip() for a in found["done"].split(",")]
             else:
                 kind, key, notes = "id", found["id"], []
-            entry = entries.setdefault((kind, key), {"count": 0, "notes": [], "score": 0.0})
+            entry = entries.setdefault((kind, key), {"count": 0, "notes": [], "score": 0.0, "tier": 0})
             entry["count"] += n
             entry["notes"] = notes if kind == "call" else list(dict.fromkeys([*entry["notes"], *notes]))
             tier = _tier(kind, key, notes, n)
             recency = 0.3 * age + 0.3 * (1 - rank / max(1, len(items)))
             entry["score"] = max(entry["score"], tier + recency)
-    ranked = sorted(entries.items(), key=lambda kv: -(kv[1]["score"] + 0.05 * min(kv[1]["count"], 8)))
+            entry["tier"] = max(entry["tier"], tier)
+
+    def score(kind: str, entry: dict[str, Any]) -> float:
+        # A path only seen, in outputs of both stretches: its tier from the counts together.
+        seen_again = entry["tier"] == 0 and _tier(kind, "", entry["notes"], entry["count"]) == 1
+        return float(entry["score"] + seen_again + 0.05 * min(entry["count"], 8))
+
+    ranked = sorted(entries.items(), key=lambda kv: -score(kv[0][0], kv[1]))
     return [_ledger_item(kind, key, e["notes"], e["count"]) for (kind, key), e in ranked][:LEDGER_ITEMS]
 
 
@@ -914,7 +928,7 @@ class _Reader:
         self._identifiers(facts)
         self.ledger.ids(text, 1)
         for path in facts.paths:
-            self.ledger.see("path", _clip(path, 200), "seen", 1)
+            self.ledger.see("path", _clip(path, 200), "named", 1)
 
     def call(
         self, call: Mapping[str, Any], result: str | None, message: Mapping[str, Any] | None = None
@@ -983,8 +997,10 @@ class _Reader:
         if shell is not None:
             for line in lines:
                 act = _action(name, args, line)
+                # A path in the command that it does not act on was named by the agent.
+                note, tier = ("named", 1) if act == "seen" else (act, 2)
                 for path in _paths(_URL.sub(" ", line)):
-                    ledger.see("path", _clip(path.rstrip(".,;:"), 200), act, 2 if act != "seen" else 1)
+                    ledger.see("path", _clip(path.rstrip(".,;:"), 200), note, tier)
         for key, value in args.items():  # ids the agent typed; not those of a file's new content
             if (
                 isinstance(value, (str, int))
@@ -996,7 +1012,7 @@ class _Reader:
                 # The paths a file's new content or a patch names (``"main": "dist/index.js"``)
                 # are the ones the agent builds, runs or opens next.
                 for path in _specifics_of(value)[0]:
-                    ledger.see("path", path, "seen", 1)
+                    ledger.see("path", path, "named", 1)
         if result:
             for path in _specifics_of(result)[0]:
                 ledger.see("path", path, "seen", 0)

@@ -803,3 +803,27 @@ def test_a_path_seen_in_two_outputs_ranks_above_one_seen_once_and_keeps_its_coun
     merged = merge_ledger(sections["specifics"], [f"src/later_{i}.py: seen" for i in range(5)])
     later = [item for item in merged if item.startswith("src/")]
     assert later[0] == "src/central.py: seen (×2)", later
+
+
+def test_a_path_the_agent_named_is_read_back_as_named_and_ranks_above_one_seen_once():
+    """A path the agent wrote in a message is listed as named, and after a merge it still ranks
+    with what the agent typed, above a path an output held once."""
+    messages = [
+        {"role": "user", "content": "Fix the failing test."},
+        {"role": "assistant", "content": "The bug is probably in /testbed/src/core/engine; I will look."},
+        *_tool_run("list_files", lambda i: '{"dir": "."}', ["src/once.py\n" + "x" * 2100])[1:],
+    ]
+    specifics = summarize_offline(messages)["specifics"]
+    assert "/testbed/src/core/engine: named" in specifics
+    merged = [i for i in merge_ledger(specifics, []) if i.startswith(("/testbed", "src/"))]
+    assert merged == ["/testbed/src/core/engine: named", "src/once.py: seen"]
+
+
+def test_a_merge_ranks_a_path_seen_in_both_stretches_by_its_counts_together():
+    """A path seen once before and once since is seen twice: the merge lists it with its count
+    and ranks it first at once, and merging the result again changes nothing."""
+    merged = merge_ledger(
+        ["/a/x: seen", "/p/x: seen"], ["/r/x: seen", "/s/x: seen", "/t/x: seen", "/p/x: seen"]
+    )
+    assert merged[0] == "/p/x: seen (×2)", merged
+    assert merge_ledger(merged, []) == merged
