@@ -23,6 +23,7 @@ import operator
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import replace
 from itertools import accumulate, count
 from pathlib import Path
@@ -41,6 +42,7 @@ __all__ = [
     "Document",
     "load_document",
     "load_json",
+    "lone_surrogate",
     "parse_document",
     "parse_json",
 ]
@@ -81,8 +83,10 @@ class Document:
 
 
 def escape(token: object) -> str:
-    """One JSON-pointer reference token (RFC 6901)."""
-    return str(token).replace("~", "~0").replace("/", "~1")
+    """One JSON-pointer reference token (RFC 6901); a lone surrogate in it as its escape, so
+    that the pointer itself can be written."""
+    text = str(token).replace("~", "~0").replace("/", "~1")
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
 
 
 def _failed(message: str, source: str | None, line: int | None = None, pointer: str = "") -> Document:
@@ -301,7 +305,7 @@ def _check_values(
     """Nesting deeper than ``max_depth`` and lone surrogates in keys or texts: the first of
     each, with its pointer. Iterative; only containers are stacked."""
     deep = _find(data, lambda value, depth: depth > max_depth and isinstance(value, (dict, list)))
-    lone = _find(data, lambda value, depth: isinstance(value, str) and _SURROGATE.search(value) is not None)
+    lone = lone_surrogate(data)
     problems = []
     if deep is not None:
         problems.append(_at(deep, f"nests deeper than {max_depth} levels; flatten it", source, lines))
@@ -310,25 +314,37 @@ def _check_values(
     return problems
 
 
+def lone_surrogate(data: Any) -> str | None:
+    """The pointer of the first text (or key: its mapping's pointer) that holds a lone
+    surrogate, which no encoder can write, or None. Python values too: tuples and mappings
+    are walked, and a value shared or holding itself once."""
+    return _find(data, lambda value, depth: isinstance(value, str) and _SURROGATE.search(value) is not None)
+
+
 def _find(data: Any, bad: Any) -> str | None:
     """The pointer of the first value (or key: its mapping's pointer) for which
-    ``bad(value, depth)`` holds, depth first."""
+    ``bad(value, depth)`` holds, depth first; each container once."""
     stack: list[tuple[Any, str, int]] = [(data, "", 1)]
+    walked: set[int] = set()
     while stack:
         value, pointer, depth = stack.pop()
         if bad(value, depth):
             return pointer
-        if isinstance(value, dict):
+        if isinstance(value, (Mapping, list, tuple)):
+            if id(value) in walked:
+                continue
+            walked.add(id(value))
+        if isinstance(value, Mapping):
             for key, item in value.items():
                 if bad(key, depth):
                     return pointer or "/"
-                if isinstance(item, (dict, list)):
+                if isinstance(item, (Mapping, list, tuple)):
                     stack.append((item, f"{pointer}/{escape(key)}", depth + 1))
                 elif bad(item, depth + 1):
                     return f"{pointer}/{escape(key)}"
-        elif isinstance(value, list):
+        elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
-                if isinstance(item, (dict, list)):
+                if isinstance(item, (Mapping, list, tuple)):
                     stack.append((item, f"{pointer}/{i}", depth + 1))
                 elif bad(item, depth + 1):
                     return f"{pointer}/{i}"

@@ -31,7 +31,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,6 +39,7 @@ from ._memo import BY_CONTENT, Memo, clear_shared, rough_size
 from ._o200k import SOURCE as _o200k_source
 from .errors import ContextError, Problem
 from .history import History, forget_handed, items
+from .loader import lone_surrogate
 
 if TYPE_CHECKING:
     from .context import Context, Edit
@@ -108,42 +109,13 @@ def _where(index: int | None) -> str:
 
 def _unencodable(ctx: Context) -> Problem:
     """Where a context holds a text no encoder can write (a lone surrogate such as ``\\ud800``,
-    which only an escape in JSON makes): the first such string or key, as a JSON pointer."""
-    pending: list[tuple[Any, str]] = [
-        (ctx.tools, "/tools"),
-        (list(ctx.messages), "/messages"),
-        (ctx.system_prompt, "/system_prompt"),
-    ]
-    seen: set[int] = set()  # a value shared or holding itself is walked once
-    while pending:
-        value, at = pending.pop()
-        if isinstance(value, (Mapping, list, tuple)):
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
-        if isinstance(value, str) and not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                code, at_char = ord(value[exc.start]), exc.start
-                return Problem(
-                    at,
-                    f"holds a lone surrogate (\\u{code:04x} at character {at_char}), which is no "
-                    "character: replace it with valid Unicode "
-                    "(e.g. text.encode('utf-8', 'replace').decode())",
-                )
-        elif isinstance(value, Mapping):
-            items = [(v, f"{at}/{_token(str(k))}") for k, v in value.items()]
-            items += [(k, at) for k in value if isinstance(k, str)]
-            pending.extend(reversed(items))
-        elif isinstance(value, (list, tuple)):
-            pending.extend(reversed([(v, f"{at}/{i}") for i, v in enumerate(value)]))
-    return Problem("", "holds a text the tokenizer cannot encode as UTF-8")
-
-
-def _token(key: str) -> str:
-    """A key as a JSON pointer's token (its own surrogates written as escapes)."""
-    return key.replace("~", "~0").replace("/", "~1").encode("utf-8", "backslashreplace").decode()
+    which only an escape in JSON makes): the first one, by its JSON pointer."""
+    whole = {"system_prompt": ctx.system_prompt, "messages": list(ctx.messages), "tools": ctx.tools}
+    return Problem(
+        lone_surrogate(whole) or "",
+        "holds a lone surrogate (such as \\ud800), which is no character and no encoder writes: "
+        "replace it with valid Unicode (e.g. text.encode('utf-8', 'replace').decode())",
+    )
 
 
 def _size(m: Any) -> int:

@@ -48,3 +48,17 @@ def test_a_stray_quote_in_invalid_json_counts_as_no_bracket():
     assert json_depth(text) == 0 and json_depth('["x"" ]') == 1
     with pytest.raises(ReplyError, match="is not JSON"):
         parse(text, "/reply")
+
+
+def test_a_lone_surrogate_is_found_in_python_values_and_its_pointer_can_be_written():
+    """The finder walks tuples and mappings, a value holding itself once, and writes a key's
+    own lone surrogate in the pointer as its escape."""
+    from ctxmgmt.loader import escape, lone_surrogate
+
+    loop: list = []
+    loop.append(loop)
+    assert lone_surrogate({"a": loop, "b": ("ok", {"k\ud800": "x"})}) == "/b/1"
+    assert lone_surrogate({"a": loop, "b": ("ok", {"k": "x\ud800"})}) == "/b/1/k"
+    assert lone_surrogate({"a": {"k\udc00y": 1}}) == "/a"  # the key itself
+    assert escape("k\udc00y/z") == "k\\udc00y~1z"
+    assert lone_surrogate({"a": loop, "b": ("ok",)}) is None

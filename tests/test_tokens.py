@@ -353,7 +353,7 @@ def test_a_lone_surrogate_is_a_context_error_that_points_at_it(where, pointer):
     with pytest.raises(ContextError) as caught:
         counter.context(Context(messages=messages, system_prompt=system, tools=tools, model="gpt-4o"))
     (problem,) = caught.value.problems
-    assert problem.pointer == pointer and "lone surrogate (\\ud800 at character 7)" in problem.message
+    assert problem.pointer == pointer and "lone surrogate" in problem.message
 
 
 def test_a_lone_surrogate_is_found_past_a_value_that_holds_itself():
