@@ -144,7 +144,7 @@ def error_lines(text: str) -> list[str]:
             continue
         stop = text.find("\n", line_start)
         stop = len(text) if stop < 0 else stop + 1
-        if not _may_fail(text[line_start:stop]):
+        if not _may_hold(_FAILURE_SUPERSET, text[line_start:stop]):
             continue
         match = _FAILURE.search(text, line_start, stop)
         if match is None:
@@ -194,11 +194,12 @@ _FAILURE_SUPERSET = re2.compile(
 )
 
 
-def _may_fail(line: str) -> bool:
-    """Whether RE2's superset of _FAILURE finds something in a line (one it cannot read, with a
-    lone surrogate that UTF-8 cannot hold, is searched by _FAILURE itself)."""
+def _may_hold(superset: Any, text: str) -> bool:
+    """Whether an RE2 prefilter finds something in a text, so that the exact pattern it stands
+    for must look: True also for a text RE2 cannot read (a lone surrogate, which UTF-8 cannot
+    hold), which the exact pattern reads instead."""
     try:
-        return _FAILURE_SUPERSET.search(line) is not None
+        return superset.search(text) is not None
     except UnicodeEncodeError:
         return True
 
@@ -657,14 +658,6 @@ _OWN_SUPERSET = re2.compile(r"#k=|[tm]-[0-9a-f]{32}")
 """What every match of _OWN holds: a text without it is not searched by _OWN (RE2: ~1 GB/s)."""
 
 
-def _owned(text: str) -> bool:
-    """Whether a text may hold one of ctxmgmt's own marks (see ``_OWN``)."""
-    try:
-        return _OWN_SUPERSET.search(text) is not None
-    except UnicodeEncodeError:  # a lone surrogate, which RE2's UTF-8 cannot hold
-        return True
-
-
 def _paths(text: str) -> list[str]:
     """The paths in a text, in order: what ``_PATH`` finds that holds a letter (not ``1/2/3``).
     When dots and slashes are rare (a log with a path here and there), searched only within
@@ -704,7 +697,7 @@ def _specifics_of(text: str) -> tuple[list[str], list[str]]:
     if hit is not None:
         return hit
     scanned = _URL.sub(" ", text[:_LEDGER_SCAN])
-    if _owned(scanned):
+    if _may_hold(_OWN_SUPERSET, scanned):
         scanned = _OWN.sub(" ", scanned)
     paths = list(dict.fromkeys(_clip(p.rstrip(".,;:"), 200) for p in _paths(scanned)))[:_MAX_ITEMS]
     ids: dict[str, None] = {}
@@ -761,9 +754,7 @@ class _Ledger:
         total = max(1, self.seen)
 
         def score(kind: str, entry: dict[str, Any]) -> float:
-            tier = entry["tier"]
-            if kind == "path" and entry["count"] >= _OFTEN:  # a path seen again (see _OFTEN)
-                tier = max(tier, 1)
+            tier = max(entry["tier"], _seen_often(kind, entry["notes"], entry["count"]))
             return float(tier + 0.6 * entry["order"] / total + 0.05 * min(entry["count"], 8))
 
         ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[0][0], kv[1]))
@@ -794,7 +785,7 @@ def _ledger_item(kind: str, key: str, notes: list[str], count: int) -> str:
         done = [a for a in done if a not in _IMPLIED] or done[:1]
         shown = done[:2] if "deleted" not in done[2:] else [done[0], "deleted"]  # never hidden
         line = f"{key}: {', '.join(shown)}"
-        return line if shown != ["seen"] or count < _OFTEN else f"{line} (×{count})"
+        return f"{line} (×{count})" if _seen_often(kind, shown, count) else line
     else:
         line = key
     return line if count < 2 else f"{line} (×{count})"
@@ -809,9 +800,15 @@ def _tier(kind: str, key: str, notes: list[str], count: int) -> int:
         return 1 if _TOOL_CALL.match(key) else 3
     if kind == "path":
         if notes == ["seen"]:
-            return 1 if count >= _OFTEN else 0
+            return int(_seen_often(kind, notes, count))
         return 1 if set(notes) <= {"named", "seen"} else 2
     return 1
+
+
+def _seen_often(kind: str, notes: list[str], count: int) -> bool:
+    """Whether an item is a path only seen, in _OFTEN outputs or more: it ranks with what was
+    named (tier 1), and its item shows the count."""
+    return kind == "path" and notes == ["seen"] and count >= _OFTEN
 
 
 def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
@@ -840,7 +837,7 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
 
     def score(kind: str, entry: dict[str, Any]) -> float:
         # A path only seen, in outputs of both stretches: its tier from the counts together.
-        seen_again = entry["tier"] == 0 and _tier(kind, "", entry["notes"], entry["count"]) == 1
+        seen_again = entry["tier"] == 0 and _seen_often(kind, entry["notes"], entry["count"])
         return float(entry["score"] + seen_again + 0.05 * min(entry["count"], 8))
 
     ranked = sorted(entries.items(), key=lambda kv: -score(kv[0][0], kv[1]))
