@@ -906,7 +906,8 @@ class _Reader:
 
     def user(self, text: str) -> None:
         limit = 1000 if not self.asks else _ITEM_CHARS
-        self.asks.append(_clip(text, limit))
+        ask = _clip(text, limit)
+        self.asks.append(ask)
         facts = _text_facts(text, user=True)
         for s in facts.constraints:
             self.constraints.setdefault(s, None)
@@ -915,6 +916,9 @@ class _Reader:
                 self._error(line)
         self._identifiers(facts)
         self.ledger.ids(text, 1)
+        for path in facts.paths:  # the ones its ask, cut short, does not hold
+            if path not in ask:
+                self.ledger.see("path", _clip(path, 200), "named", 1)
 
     def assistant(self, text: str, last: bool) -> None:
         facts = _text_facts(text, user=False)

@@ -322,32 +322,26 @@ def lone_surrogate(data: Any) -> str | None:
 
 
 def _find(data: Any, bad: Any) -> str | None:
-    """The pointer of the first value (or key: its mapping's pointer) for which
-    ``bad(value, depth)`` holds, depth first; each container once."""
+    """The pointer of the first value in document order (or key: its mapping's pointer) for
+    which ``bad(value, depth)`` holds; each container once."""
     stack: list[tuple[Any, str, int]] = [(data, "", 1)]
     walked: set[int] = set()
     while stack:
         value, pointer, depth = stack.pop()
         if bad(value, depth):
             return pointer
-        if isinstance(value, (Mapping, list, tuple)):
-            if id(value) in walked:
-                continue
-            walked.add(id(value))
+        if not isinstance(value, (Mapping, list, tuple)) or id(value) in walked:
+            continue
+        walked.add(id(value))
         if isinstance(value, Mapping):
+            children = []
             for key, item in value.items():
                 if bad(key, depth):
                     return pointer or "/"
-                if isinstance(item, (Mapping, list, tuple)):
-                    stack.append((item, f"{pointer}/{escape(key)}", depth + 1))
-                elif bad(item, depth + 1):
-                    return f"{pointer}/{escape(key)}"
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                if isinstance(item, (Mapping, list, tuple)):
-                    stack.append((item, f"{pointer}/{i}", depth + 1))
-                elif bad(item, depth + 1):
-                    return f"{pointer}/{i}"
+                children.append((item, f"{pointer}/{escape(key)}", depth + 1))
+        else:
+            children = [(item, f"{pointer}/{i}", depth + 1) for i, item in enumerate(value)]
+        stack.extend(reversed(children))  # the first child is looked at first
     return None
 
 

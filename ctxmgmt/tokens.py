@@ -107,12 +107,11 @@ def _where(index: int | None) -> str:
     return f"/messages/{index}" if index is not None else "/message"
 
 
-def _unencodable(ctx: Context) -> Problem:
-    """Where a context holds a text no encoder can write (a lone surrogate such as ``\\ud800``,
-    which only an escape in JSON makes): the first one, by its JSON pointer."""
-    whole = {"system_prompt": ctx.system_prompt, "messages": list(ctx.messages), "tools": ctx.tools}
+def _unencodable(value: Any, at: str = "") -> Problem:
+    """Where ``value`` (at the pointer ``at``) holds a text no encoder can write (a lone
+    surrogate such as ``\\ud800``, which only an escape in JSON makes): the first one."""
     return Problem(
-        lone_surrogate(whole) or "",
+        at + (lone_surrogate(value) or ""),
         "holds a lone surrogate (such as \\ud800), which is no character and no encoder writes: "
         "replace it with valid Unicode (e.g. text.encode('utf-8', 'replace').decode())",
     )
@@ -235,7 +234,10 @@ class TokenCounter:
         hit = self._memo.get(id(m), m)
         if hit is not None:
             return hit
-        n, size = self._measured(m, index)
+        try:
+            n, size = self._measured(m, index)
+        except UnicodeEncodeError:
+            raise ContextError([_unencodable(m, _where(index))]) from None
         self._memo.put(id(m), m, n, size)
         return n
 
@@ -403,7 +405,8 @@ class TokenCounter:
                 tokens, count = self.messages(messages)
             total = tokens + self.system_prompt(ctx.system_prompt) + self.tools(ctx.tools) + REPLY_PRIMING
         except UnicodeEncodeError:  # the encoder takes UTF-8 only: said where, not a traceback
-            raise ContextError([_unencodable(ctx)]) from None
+            whole = {"system_prompt": ctx.system_prompt, "messages": list(ctx.messages), "tools": ctx.tools}
+            raise ContextError([_unencodable(whole)]) from None
         ctx._counts[self.tokenizer.name] = (total, count)
         return total, count
 

@@ -51,14 +51,27 @@ def test_a_stray_quote_in_invalid_json_counts_as_no_bracket():
 
 
 def test_a_lone_surrogate_is_found_in_python_values_and_its_pointer_can_be_written():
-    """The finder walks tuples and mappings, a value holding itself once, and writes a key's
-    own lone surrogate in the pointer as its escape."""
-    from ctxmgmt.loader import escape, lone_surrogate
+    """The finder looks in document order (the first of two surrogates), walks tuples and
+    mappings and each shared or self-holding value once (a bounded walk), and writes a key's own
+    lone surrogate in a pointer as its escape."""
+    from ctxmgmt.loader import _SURROGATE, _find, escape, lone_surrogate
 
     loop: list = []
     loop.append(loop)
-    assert lone_surrogate({"a": loop, "b": ("ok", {"k\ud800": "x"})}) == "/b/1"
-    assert lone_surrogate({"a": loop, "b": ("ok", {"k": "x\ud800"})}) == "/b/1/k"
+    shared: list = ["a"]
+    for _ in range(60):  # 2**60 paths through 60 values
+        shared = [shared, shared]
+    looked = 0
+
+    def bad(value, depth):
+        nonlocal looked
+        looked += 1
+        assert looked < 10_000, "the walk does not end"
+        return isinstance(value, str) and _SURROGATE.search(value) is not None
+
+    data = {"a": [loop, shared], "b": ("ok", {"k": "x\ud800"}), "c": "y\ud800"}
+    assert _find(data, bad) == "/b/1/k"
+    assert lone_surrogate(data) == "/b/1/k"
+    assert lone_surrogate({"a": loop, "b": ("ok",)}) is None
     assert lone_surrogate({"a": {"k\udc00y": 1}}) == "/a"  # the key itself
     assert escape("k\udc00y/z") == "k\\udc00y~1z"
-    assert lone_surrogate({"a": loop, "b": ("ok",)}) is None

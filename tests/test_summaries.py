@@ -827,3 +827,19 @@ def test_a_merge_ranks_a_path_seen_in_both_stretches_by_its_counts_together():
     )
     assert merged[0] == "/p/x: seen (×2)", merged
     assert merge_ledger(merged, []) == merged
+
+
+def test_a_path_a_user_named_past_the_start_of_a_long_message_is_in_the_ledger():
+    """A path in a later user message, past the part its ask keeps, is listed as named; one the
+    ask holds is not listed twice."""
+    messages = [
+        {"role": "user", "content": "Fix the failing test in src/app/main.py."},
+        {"role": "assistant", "content": "ok"},
+        {
+            "role": "user",
+            "content": "Some background. " * 30 + "The config is in /srv/app/config/settings.py.",
+        },
+    ]
+    sections = summarize_offline(messages)
+    assert "/srv/app/config/settings.py: named" in sections["specifics"]
+    assert not any(item.startswith("src/app/main.py") for item in sections["specifics"])

@@ -371,3 +371,11 @@ def test_a_lone_surrogate_is_found_past_a_value_that_holds_itself():
     with pytest.raises(ContextError) as caught:
         get_counter("gpt-4o").context(Context(messages=messages, model="gpt-4o"))
     assert [p.pointer for p in caught.value.problems] == ["/messages/1/content"]
+
+
+@pytest.mark.parametrize(("index", "pointer"), [(None, "/message/content"), (5, "/messages/5/content")])
+def test_a_message_counted_alone_with_a_lone_surrogate_is_a_context_error(index, pointer):
+    """TokenCounter.message, public, says where the lone surrogate is, as context() does."""
+    with pytest.raises(ContextError) as caught:
+        get_counter("gpt-4o").message({"role": "user", "content": "a\ud800"}, index)
+    assert [p.pointer for p in caught.value.problems] == [pointer]
