@@ -470,9 +470,11 @@ _HOLE = "\ue000"
 def fold_errors(items: list[str]) -> list[str]:
     """Near-identical lines folded into one: three or more lines the same but for one number
     that counts (see :func:`_counter`), shown as its range: ``connection refused (attempt
-    1\u201330) (×30)`` (an en dash); a range folded earlier widens. In order of each group's first line."""
+    1\u201330) (×30)`` (an en dash); two or more the same but for how long they took, as that
+    range: ``✕ parses dates (3\u201335 ms) (×7)``. A range folded earlier widens. In order of each
+    group's first line."""
     groups: dict[str, list[tuple[str, int]]] = {}
-    for k, item in enumerate(items):
+    for k, item in enumerate(_fold_durations(items)):
         line, n = split_count(item)
         text = _STAMP.sub("", line, count=1)
         # A number's place is a character no line holds (a line's own '#' stays itself); a
@@ -498,6 +500,36 @@ def fold_errors(items: list[str]) -> list[str]:
     return out
 
 
+def _fold_durations(items: list[str]) -> list[str]:
+    """Lines the same but for the one duration they hold, in one unit, folded into one with
+    the durations' range (a test runner's timing says nothing about the failure)."""
+    groups: dict[str, list[tuple[str, int, str]]] = {}
+    for k, item in enumerate(items):
+        line, n = split_count(item)
+        found = _DURATION.findall(line)
+        if len(found) == 1 and _HOLE not in line:
+            key = f"{found[0][1]}{_HOLE}{_DURATION.sub(_HOLE, line)}"
+        else:
+            key = f"{k}{_HOLE}{line}"  # a group of its own
+        groups.setdefault(key, []).append((line, n, found[0][0] if found else ""))
+    out = []
+    for members in groups.values():
+        if len(members) < 2:
+            out += [line if n < 2 else f"{line} (×{n})" for line, n, _ in members]
+            continue
+        values = [v for _, _, value in members for v in value.split("\u2013")]
+        low, high = min(values, key=float), max(values, key=float)
+        span = low if low == high else f"{low}\u2013{high}"
+        line = members[0][0]
+        text = _DURATION.sub(lambda m: f"{span}{m.group(0)[len(m.group(1)) :]}", line, count=1)  # noqa: B023
+        out.append(f"{text} (×{sum(n for _, n, _ in members)})")
+    return out
+
+
+_AMOUNT = r"\d{1,9}(?:\.\d{1,9})?"
+_DURATION = re.compile(rf"(?<![\w.])({_AMOUNT}(?:\u2013{_AMOUNT})?) ?(ms|µs|us|ns|s|secs?|seconds|min)\b")
+
+
 def _counter(varying: list[int], spans: list[list[tuple[int, int]]]) -> bool:
     """Whether the lines differ in one number only, and it counts (attempt 1, 2, … 30: its
     values cover at least half of their range): a port, an index or a file name in each of
@@ -517,16 +549,22 @@ def _span(value: str) -> tuple[int, int]:
     return int(low), int(high or low)
 
 
-def _uncontained(items: list[str]) -> list[str]:
-    """Items without those another item contains verbatim (``KeyError: 'x'`` in
-    ``E   KeyError: 'x'``), in their order; a dropped item's count goes to its container."""
+def uncontained(items: list[str]) -> list[str]:
+    """Error items without those another item contains verbatim (``KeyError: 'x'`` in
+    ``E   KeyError: 'x'``), or contains but for pytest's ``E`` margin (``E   KeyError: 'x'`` in
+    ``FAILED t.py::test_a - KeyError: 'x'``: the same failure, its summary line says more), in
+    their order."""
     keys = [split_count(i)[0] for i in items]
+    cores = [_MARGIN.sub("", k, count=1) for k in keys]
     longest = sorted(range(len(items)), key=lambda i: -len(keys[i]))
     kept: list[int] = []
     for i in longest:
-        if not any(keys[i] in keys[j] for j in kept):
+        if not any(cores[i] in keys[j] for j in kept):
             kept.append(i)
     return [items[i] for i in sorted(kept)]
+
+
+_MARGIN = re.compile(r"^E\s+(?=\S)")
 
 
 def split_count(item: str) -> tuple[str, int]:
@@ -844,6 +882,23 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
     return [_ledger_item(kind, key, e["notes"], e["count"]) for (kind, key), e in ranked][:LEDGER_ITEMS]
 
 
+def unchanged_elsewhere(ledger: list[str], changed: set[str]) -> list[str]:
+    """The ledger without the items of paths that were only changed (and read, named or seen),
+    when the summary's files-changed section lists them already: one line each, not two. A
+    path deleted or run keeps its item, which says so."""
+    out = []
+    for item in ledger:
+        found = _LEDGER_ITEM.match(split_count(item)[0])
+        if (
+            found is not None
+            and found["path"] in changed
+            and {a.strip() for a in found["done"].split(",")} <= {"created", "edited", *_IMPLIED}
+        ):
+            continue
+        out.append(item)
+    return out
+
+
 _TRACE_SPECIFICS = 6
 _UNSAFE = re.compile(r"[\]\[\n\r]|#k=")
 
@@ -1046,7 +1101,7 @@ class _Reader:
             "goal": self.asks[:1] + self.asks[: -_ASKS_KEPT - 1 : -1][: len(self.asks) - 1],
             "constraints": list(self.constraints)[-_MAX_ITEMS:],
             "errors": [
-                *fold_errors(_uncontained(_counted(self.errors, order, specific=True))),
+                *fold_errors(uncontained(_counted(self.errors, order, specific=True))),
                 *_failed_commands(list(self.failed)),
             ],
             "specifics": self.ledger.items(),

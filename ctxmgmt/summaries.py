@@ -26,7 +26,10 @@ from .digest import (
     merge_failed_commands,
     merge_ledger,
     merge_tool_lines,
+    specificity,
     split_count,
+    unchanged_elsewhere,
+    uncontained,
 )
 from .messages import is_summary, summary_line, summary_message, text_of
 
@@ -95,8 +98,9 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
             old_rest, old_failed = _split_failed(old)
             fresh_rest, fresh_failed = _split_failed(fresh)
             counted = _add_counts(old_rest, fresh_rest)
-            if key == "errors":  # near-identical lines of both stretches fold into one
-                counted = fold_errors(counted)
+            if key == "errors":  # the telling lines first; near-identical ones fold into one
+                telling = sorted(counted, key=lambda i: -specificity(split_count(i)[0]))
+                counted = fold_errors(uncontained(telling))
             out[key] = merge_failed_commands([*counted, *old_failed, *fresh_failed])
         elif key == "specifics":
             out[key] = merge_ledger(old, fresh)
@@ -109,6 +113,9 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
             out[key] = _dedupe([old[0], *fresh[1:], *fresh[:1], *old[1:]])[:_GOAL_ITEMS]
         else:
             out[key] = _dedupe([*old, *fresh])
+    if out.get("files_changed") and out.get("specifics"):
+        changed = {split_count(f)[0] for f in out["files_changed"]}
+        out["specifics"] = unchanged_elsewhere(out["specifics"], changed)
     return out
 
 

@@ -425,9 +425,56 @@ def test_folding_lines_that_hold_a_hash_sign():
     assert fold_errors(odd) == ["a#1", "a#1", "a1#", "\ue000 1", "\ue000 2", "\ue000 3"]
 
 
+def test_lines_that_differ_only_in_their_timing_fold_into_their_range():
+    """A test runner's lines that differ only in how long they took are one failure: folded,
+    with the durations' range and the count; other numbers or units keep lines apart."""
+    runs = [f"× ranking computes ranking with unicode {t}ms" for t in (29, 3, 35)]
+    assert fold_errors([*runs, "× ranking computes ranking with unicode 11ms (×2)"]) == [
+        "× ranking computes ranking with unicode 3\u201335ms (×5)"
+    ]
+    assert fold_errors(["FAILED in 0.12s", "FAILED in 1.5s"]) == ["FAILED in 0.12\u20131.5s (×2)"]
+    apart = ["✕ parses dates (3 ms)", "✕ parses dates (4 s)", "✕ parses times (5 ms)", "took 3s and 4s"]
+    assert fold_errors(apart) == apart
+
+
+def test_pytests_margin_line_goes_when_its_summary_line_says_it():
+    """``E   TypeError: x`` is the same failure as ``FAILED t.py::test_a - TypeError: x``: the
+    summary keeps the line that says more, once; other error lines stay."""
+    log = (
+        "E       TypeError: prune_query() got an unexpected keyword argument 'metadata'\n"
+        "tests/test_document.py:130: TypeError\n"
+        "FAILED tests/test_document.py::test_dry_run - TypeError: prune_query() got an unexpected "
+        "keyword argument 'metadata'\n"
+        "E       assert 204 == 500\n"
+    )
+    run = _tool_run("bash", lambda i: json.dumps({"cmd": "pytest -q"}), [log + "[exit code: 1]"])
+    errors = summarize_offline(run)["errors"]
+    assert not any(e.startswith("E       TypeError") for e in errors), errors
+    assert any(e.startswith("FAILED tests/test_document.py::test_dry_run") for e in errors)
+    assert "tests/test_document.py:130: TypeError" in errors and "E       assert 204 == 500" in errors
+
+
+def test_a_merge_ranks_the_telling_error_lines_before_bare_labels():
+    """Merged, an error line that says something particular comes before a frequent bare
+    label (``[exit code: 1]``), which a tight budget then drops first."""
+    telling = "FAILED t.py::test_a - KeyError: 'order_id' (×2)"
+    merged = merge({"errors": ["[exit code: 1] (×41)"]}, {"errors": [telling]})
+    assert merged["errors"] == [telling, "[exit code: 1] (×41)"]
+
+
+def test_a_path_the_files_changed_section_lists_is_not_in_the_ledger_twice():
+    """A path only edited (and read) is one line, in Files changed; a path deleted or run
+    keeps its ledger item, which says so."""
+    kept = ["`make` → ok", "src/b.py: edited, deleted", "src/c.py: ran", "src/d.py: read"]
+    changed = {"files_changed": ["src/a.py (×2)", "src/b.py", "src/c.py"]}
+    merged = merge(changed, {"specifics": ["src/a.py: edited", *kept]})
+    assert sorted(merged["specifics"]) == kept
+
+
 @settings(max_examples=200, derandomize=True, deadline=None)
-@given(st.lists(st.text(alphabet="#12 -\u2013ab\ue000:", max_size=12), max_size=8))
+@given(st.lists(st.text(alphabet="#12 -\u2013ab\ue000:.ms", max_size=12), max_size=8))
 @example(["x #1 2", "x #1 3", "x #1 4"])
+@example(["a 1ms", "a 2ms (×3)", "a 1.5\u20132ms"])
 def test_folding_never_fails_and_keeps_every_count(items):
     """On any lines, folding gives lines whose counts add up to the lines given."""
     from ctxmgmt.digest import split_count
@@ -682,8 +729,9 @@ def test_paths_named_inside_a_written_files_content_enter_the_ledger():
     content = json.dumps({"name": "app", "main": "dist/index.js", "dependencies": deps}, indent=2)
     assert len(content) > 300  # a file's content, not a short argument
     run = _tool_run("write_file", lambda i: json.dumps({"path": "package.json", "content": content}), ["ok"])
-    items = summarize_offline(run)["specifics"]
-    assert any(i.startswith("package.json: ") for i in items), items
+    summary = summarize_offline(run)
+    items = summary["specifics"]
+    assert "package.json" in summary["files_changed"]  # listed there, so not twice
     assert any(i.split(":")[0] == "dist/index.js" or i == "dist/index.js" for i in items), items
 
 
