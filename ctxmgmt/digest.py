@@ -607,7 +607,11 @@ _READ_CMD = re.compile(
     r"^\s*(?:cat|head|tail|less|more|grep|rg|wc|file|strings|xxd|hexdump|diff|ls|stat|sed -n)\b"
 )
 _RUN_CMD = re.compile(r"^\s*(?:python\d?|node|bash|sh|\./|go run|cargo run|ruby|perl|java|pytest|npx)\b")
-_WRITE_CMD = re.compile(r"(?:^|\s)(?:sed -i|tee|cp|mv|touch|mkdir|chmod|patch)\b|>{1,2}\s*\S")
+# A redirect writes a file; not one to /dev/null, a device or another descriptor (2>&1).
+_WRITE_CMD = re.compile(
+    r"(?:^|\s)(?:sed -i|tee|cp|mv|touch|mkdir|chmod|patch)\b"
+    r"|(?<![-=])>{1,2}(?!&)\s*(?!/dev/(?:null|stdout|stderr|tty)\b)[^\s&|;>]"
+)
 _DELETE = re.compile(r"delete|remove|\brm\b", re.IGNORECASE)
 _CREATE = re.compile(r"create|write|new|mkdir|touch|save", re.IGNORECASE)
 _LEDGER_ITEM = re.compile(

@@ -356,6 +356,23 @@ def test_a_paths_item_says_its_strongest_actions_and_no_count():
     assert "src/app.py: edited" in merged["specifics"] and "docs/a.md: read" in merged["specifics"]
 
 
+@pytest.mark.parametrize(
+    ("command", "action"),
+    [
+        ("ls src/x.py 2>/dev/null", "read"),
+        ("cat src/x.py 2>&1 | head", "read"),
+        ("grep -n main src/x.py > /dev/null 2>&1", "read"),
+        ("cat src/x.py > out/x.txt", "edited"),
+        ("python gen.py >> src/x.py", "edited"),
+    ],
+)
+def test_a_redirect_to_a_file_is_a_write_and_one_to_dev_null_is_not(command, action):
+    """A shell command that redirects into a file edits it; one that sends its output or its
+    errors to /dev/null or to another descriptor only reads the paths it names."""
+    run = _tool_run("bash", lambda i: json.dumps({"cmd": command}), ["ok"])
+    assert f"src/x.py: {action}" in summarize_offline(run)["specifics"]
+
+
 def _tool_run(name, args, results):
     """Calls of one tool with the given results, as OpenAI chat messages."""
     out = [{"role": "user", "content": "Look at the service logs and find why it fails."}]
