@@ -112,9 +112,23 @@ def _unencodable(value: Any, at: str = "") -> Problem:
     surrogate such as ``\\ud800``, which only an escape in JSON makes): the first one."""
     return Problem(
         at + (lone_surrogate(value) or ""),
-        "holds a lone surrogate (such as \\ud800), which is no character and no encoder writes: "
-        "replace it with valid Unicode (e.g. text.encode('utf-8', 'replace').decode())",
+        f"holds a lone surrogate (such as \\ud800), {_UNENCODABLE}",
     )
+
+
+class _Unencodable(ContextError):
+    """A text counted alone holds a lone surrogate: said at which character. A caller that
+    knows where the text is (a message, a context) says it by its JSON pointer instead."""
+
+    def __init__(self, text: str, at: int) -> None:
+        found = f"\\u{ord(text[at]):04x} at character {at}"
+        super().__init__([Problem("", f"the text holds a lone surrogate ({found}), {_UNENCODABLE}")])
+
+
+_UNENCODABLE = (
+    "which is no character and no encoder writes: replace it with valid Unicode "
+    "(e.g. text.encode('utf-8', 'replace').decode())"
+)
 
 
 def _size(m: Any) -> int:
@@ -169,16 +183,19 @@ class TokenCounter:
         encode = self._encode
         if encode is None:
             return -(-len(s) // CHARS_PER_TOKEN)
-        if len(s) < _KEYED_TEXT:
-            return len(encode(s)) if s else 0
-        if len(s) > LARGE_TEXT:
-            return self._estimate(s)  # from samples: cheaper than keeping the text
-        # Keyed by the text itself: exact (no digest to collide), and a str caches its hash.
-        n = self._texts.get(s, BY_CONTENT)
-        if n is None:
-            n = len(encode(s))
-            self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
-        return n
+        try:
+            if len(s) < _KEYED_TEXT:
+                return len(encode(s)) if s else 0
+            if len(s) > LARGE_TEXT:
+                return self._estimate(s)  # from samples: cheaper than keeping the text
+            # Keyed by the text itself: exact (no digest to collide), and a str caches its hash.
+            n = self._texts.get(s, BY_CONTENT)
+            if n is None:
+                n = len(encode(s))
+                self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
+            return n
+        except UnicodeEncodeError as exc:  # said where in the text, not tiktoken's traceback
+            raise _Unencodable(s, exc.start) from None
 
     def is_estimate(self, s: str) -> bool:
         """Whether ``text(s)`` is an estimate rather than an exact count."""
@@ -236,7 +253,7 @@ class TokenCounter:
             return hit
         try:
             n, size = self._measured(m, index)
-        except UnicodeEncodeError:
+        except (UnicodeEncodeError, _Unencodable):
             raise ContextError([_unencodable(m, _where(index))]) from None
         self._memo.put(id(m), m, n, size)
         return n
@@ -404,7 +421,7 @@ class TokenCounter:
             else:
                 tokens, count = self.messages(messages)
             total = tokens + self.system_prompt(ctx.system_prompt) + self.tools(ctx.tools) + REPLY_PRIMING
-        except UnicodeEncodeError:  # the encoder takes UTF-8 only: said where, not a traceback
+        except (UnicodeEncodeError, _Unencodable):  # UTF-8 only: said where, not a traceback
             whole = {"system_prompt": ctx.system_prompt, "messages": list(ctx.messages), "tools": ctx.tools}
             raise ContextError([_unencodable(whole)]) from None
         ctx._counts[self.tokenizer.name] = (total, count)

@@ -379,3 +379,15 @@ def test_a_message_counted_alone_with_a_lone_surrogate_is_a_context_error(index,
     with pytest.raises(ContextError) as caught:
         get_counter("gpt-4o").message({"role": "user", "content": "a\ud800"}, index)
     assert [p.pointer for p in caught.value.problems] == [pointer]
+
+
+def test_a_text_counted_alone_with_a_lone_surrogate_is_a_context_error():
+    """TokenCounter.text, public, refuses a lone surrogate with a ContextError that says at
+    which character it is, whatever the text's size, not with the encoder's traceback."""
+    counter = get_counter("gpt-4o")
+    for text in ("ab\ud800cd", "x" * 5_000 + "\udfff"):
+        with pytest.raises(ContextError) as caught:
+            counter.text(text)
+        (problem,) = caught.value.problems
+        assert f"at character {text.index(text[-1] if len(text) > 10 else chr(0xD800))}" in problem.message
+        assert "lone surrogate" in problem.message
