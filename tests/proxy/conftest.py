@@ -4,6 +4,7 @@ holds the shipped definitions."""
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterator
 
 import anthropic
@@ -13,6 +14,7 @@ import pytest
 from ctxmgmt.api import create_app
 from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.offload import LocalOffloader
+from ctxmgmt.store import ExecutionStore
 
 from ..conftest import LiveServer, shipped
 from .upstream import Upstream
@@ -22,6 +24,18 @@ from .upstream import Upstream
 def upstream() -> Iterator[Upstream]:
     with Upstream() as up:
         yield up
+
+
+def stored_record(store, agent: str = "proxy-default") -> dict:
+    """The one execution record of ``agent`` (a stream's is stored once its last event went out)."""
+    executions = ExecutionStore(store.engine)
+    for _ in range(200):
+        total, listed = executions.list(agent)
+        if total:
+            break
+        time.sleep(0.05)
+    assert total == 1, "the record was not stored"
+    return executions.get(listed[0]["execution_id"])
 
 
 def models_for(up: Upstream, window: int = 16_000) -> ModelsConfig:

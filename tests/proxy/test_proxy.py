@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import anthropic
@@ -19,7 +18,7 @@ from ctxmgmt.messages import check_messages
 from ctxmgmt.store import ExecutionStore
 
 from ..conftest import LiveServer
-from .conftest import models_for
+from .conftest import models_for, stored_record
 from .upstream import Reply, input_tokens
 
 SYSTEM = "You are a careful coding agent. Keep the user's constraints."
@@ -374,13 +373,7 @@ def test_a_proxied_call_is_recorded_with_the_fields_the_runner_writes(store, pro
     else:
         client.chat.completions.create(model="gpt-test", messages=messages)
     client.close()
-    executions = ExecutionStore(store.engine)
-    for _ in range(200):  # a stream's record is stored once its last event went out
-        total, listed = executions.list("proxy-default")
-        if total:
-            break
-        time.sleep(0.05)
-    entry = executions.get(listed[0]["execution_id"])["calls"][0]
+    entry = stored_record(store)["calls"][0]
     optional = {"cached_tokens", "cache_write_tokens"}  # when the upstream reports them
     assert set(entry) - optional == set(call_entry(1, 0, 1.0, usage_record(0, 1.0, 0), {}))
     assert entry["reported"] == input_tokens(upstream.seen[0].body) > 0
@@ -421,17 +414,6 @@ def _leave(proxy: LiveServer, api: str, after: bytes | None) -> None:
                 break  # and close at once, while the upstream still holds its stream open
 
 
-def _record(store) -> dict:
-    executions = ExecutionStore(store.engine)
-    for _ in range(200):
-        total, listed = executions.list("proxy-default")
-        if total:
-            break
-        time.sleep(0.05)
-    assert total == 1, "the record was not stored"
-    return executions.get(listed[0]["execution_id"])
-
-
 @pytest.mark.parametrize("api", sorted(_STREAMED))
 def test_a_stream_whose_client_leaves_after_its_last_event_is_still_recorded(store, proxy, upstream, api):
     """A client that closes as soon as it has read the answer's last event, while the upstream
@@ -439,7 +421,7 @@ def test_a_stream_whose_client_leaves_after_its_last_event_is_still_recorded(sto
     finished, with its call."""
     upstream.linger = 1.0
     _leave(proxy, api, _STREAMED[api][2])
-    record = _record(store)
+    record = stored_record(store)
     assert record["status"] == "finished" and record["calls"][0]["tokens_before"] > 0
 
 
@@ -449,7 +431,7 @@ def test_a_stream_whose_client_leaves_mid_answer_is_recorded_as_cut_short(store,
     as an error that says the client went away before the answer's end (not "finished")."""
     upstream.linger, upstream.pause_after = 1.0, 1
     _leave(proxy, api, None)
-    record = _record(store)
+    record = stored_record(store)
     assert record["status"] == "error", record
     assert record["error"] == "the client went away before the answer's end"
     assert record["calls"][0]["tokens_before"] > 0

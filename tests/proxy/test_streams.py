@@ -13,7 +13,7 @@ from ctxmgmt.api.proxy.streams import Events, EventTooLong
 from ctxmgmt.testing import RawServer
 
 from ..conftest import LiveServer
-from .conftest import models_for
+from .conftest import models_for, stored_record
 
 STREAM = b'data: {"a": 1}\n\nevent: x\r\ndata: {"b": 2}\r\n\r\ndata: {"c": 3}\r\rdata: [DONE]\n\n'
 
@@ -47,6 +47,42 @@ def test_an_event_over_the_bound_is_refused_however_it_arrives(size):
             assert len(events._buffer) <= 1024 + size
         events.finish()
     assert [d for _, d in got] == [{"usage": 1}]
+
+
+@pytest.mark.parametrize("size", [1, 3, 100, 4096, 10_000])
+def test_after_an_event_over_the_bound_is_skipped_the_next_ones_are_read(size):
+    """A stream only passed on skips an event over the bound (never held whole, whichever
+    separator ends it, however the bytes arrive) and reads the events after it: the usage and
+    the end of the answer are not lost."""
+    for separator in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        big = b'data: {"text": "' + b"x" * 5000 + b'"}' + separator
+        stream = b'data: {"usage": 1}\n\n' + big + big + b'data: {"usage": 2}\n\ndata: [DONE]\n\n'
+        events = Events(max_bytes=1024)
+        got = []
+        for at in range(0, len(stream), size):
+            try:
+                got += events.feed(stream[at : at + size])
+            except EventTooLong:
+                while True:
+                    try:
+                        got += events.skip()
+                        break
+                    except EventTooLong:
+                        continue
+            assert len(events._buffer) <= 1024 + size
+        got += events.finish()
+        assert [d for _, d in got if d is not None] == [{"usage": 1}, {"usage": 2}], (separator, size)
+        assert got[-1][0].strip() == b"data: [DONE]"
+
+
+def test_a_stream_that_ends_inside_a_skipped_event_gives_no_event_of_it():
+    """A stream that ends while an overlong event is being skipped ends with no event: the
+    skipped bytes are never read as one."""
+    events = Events(max_bytes=64)
+    with pytest.raises(EventTooLong):
+        events.feed(b"data: " + b"y" * 200)
+    assert events.skip() == [] and events.feed(b"y" * 100) == []
+    assert events.finish() == []
 
 
 def test_a_trailing_event_without_its_blank_line_is_read_at_the_end():
@@ -85,7 +121,15 @@ def _oversized(store, monkeypatch, path, model, *, recall, tmp_path=None):
 
     monkeypatch.setattr(streams, "MAX_EVENT_BYTES", 4096)
     first = b'data: {"id": "c", "object": "chat.completion.chunk", "choices": []}\n\n'
-    body = first + b'data: {"text": "' + b"x" * 20_000 + b'"}\n\ndata: [DONE]\n\n'
+    # After the oversized event: the usage, as chat and as Anthropic report it (each API's
+    # reader takes its own), then the answer's end.
+    usage = (
+        b'data: {"id": "c", "object": "chat.completion.chunk", "choices": [], '
+        b'"usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}}\n\n'
+        b'event: message_delta\ndata: {"type": "message_delta", '
+        b'"usage": {"input_tokens": 11, "output_tokens": 3}}\n\n'
+    )
+    body = first + b'data: {"text": "' + b"x" * 20_000 + b'"}\n\n' + usage + b"data: [DONE]\n\n"
     definition, offloader, messages = "default", None, [{"role": "user", "content": "hi"}]
     if recall:  # an archiving definition, and a history with something archived
         store.seed("long-running-agent", shipped("long-running-agent"))
@@ -128,9 +172,13 @@ def test_an_oversized_event_is_passed_on_unread_when_nothing_watches_the_stream(
     store, monkeypatch, path, model
 ):
     """With no recall to watch for, an event over the bound reaches the client as it came,
-    and so does the rest of the stream: only its usage goes unread."""
+    and so does the rest of the stream; the events after it are read: the record has the
+    usage the upstream reported after it, and is finished."""
     body, got = _oversized(store, monkeypatch, path, model, recall=False)
     assert got == body, got[-300:]
+    record = stored_record(store)
+    assert record["status"] == "finished", record
+    assert record["calls"][0]["usage"]["output"] == 3, record["calls"][0]
 
 
 @pytest.mark.parametrize(("path", "model"), PATHS)

@@ -508,8 +508,6 @@ async def _events(
     failure: str | None = None
     total = 0
     holding = False
-    watching = True
-    """Whether the events are read (for their usage) when only passed on."""
     held: list[bytes] = []
     """The events from the first tool call on (within max_response_bytes, as the stream)."""
     delivered = False
@@ -546,20 +544,19 @@ async def _events(
                         break
                     if not exchange.recall:  # nothing to watch for: passed on as it came
                         yield chunk
-                        if watching:
-                            try:
-                                delivered = read(events.feed(chunk))[1] or delivered
-                            except streams.EventTooLong:  # passed on unread: its usage lost
-                                watching = False
+                        delivered = read(_passed_on(events, chunk))[1] or delivered
                         continue
                     passed, last = read(events.feed(chunk))
                     if passed:
                         yield passed
                         delivered = last or delivered
                 if failure is None and not exchange.recall:
-                    if watching:
-                        with contextlib.suppress(streams.EventTooLong):  # an unended last event
-                            read(events.finish())
+                    # What the last chunk held after an overlong event (it waits for the next
+                    # chunk), then an unended last event.
+                    while split := _passed_on(events, b""):
+                        delivered = read(split)[1] or delivered
+                    with contextlib.suppress(streams.EventTooLong):
+                        delivered = read(events.finish())[1] or delivered
                 elif failure is None:
                     passed, _ = read(events.finish())
                     if passed:
@@ -606,6 +603,20 @@ async def _events(
         if failure is None and not delivered:  # closed at a yield, or cancelled while it waited
             failure = "the client went away before the answer's end"
         await _finish_shielded(exchange, usage or None, failure)
+
+
+def _passed_on(events: streams.Events, chunk: bytes) -> list[tuple[bytes, Any]]:
+    """The events a chunk of a stream only passed on completes, for their usage and the
+    answer's end: an event over the bound goes unread (its usage lost), not the ones after it."""
+    try:
+        return events.feed(chunk)
+    except streams.EventTooLong:
+        pass
+    while True:  # each skip drops an overlong event, or all the bytes held: it ends
+        try:
+            return events.skip()
+        except streams.EventTooLong:
+            continue
 
 
 def _may_be_recall(names: list[str]) -> bool:

@@ -22,7 +22,8 @@ __all__ = ["MAX_EVENT_BYTES", "Accumulator", "Ending", "EventTooLong", "Events",
 MAX_EVENT_BYTES = 8 << 20
 """One event's bytes at most: a delta, or a whole response with its echoed instructions and
 tools. A longer one ends a stream the proxy watches for recall calls with an error (it cannot
-be read, and may hide a call); one the proxy only passes on goes on, unread from there."""
+be read, and may hide a call); in one the proxy only passes on it goes on unread (its usage,
+if it held any, is lost) and the events after it are read (:meth:`Events.skip`)."""
 
 # An event ends at an empty line: a line's end followed by another, each CRLF, LF or CR (the
 # LF of a CRLF never ends a second line).
@@ -48,11 +49,24 @@ class Events:
         self._buffer = bytearray()
         self._scan = 0
         """Where the search for the next separator resumes."""
+        self._skipping = False
+        """Whether the bytes up to the next separator are an overlong event's, dropped."""
 
     def feed(self, chunk: bytes) -> list[tuple[bytes, Any]]:
         """The events ``chunk`` completes."""
         buffer = self._buffer
         buffer += chunk
+        if self._skipping:
+            found = _SEPARATOR.search(buffer, self._scan)
+            if found is None:  # the overlong event goes on: only a separator's start is kept
+                del buffer[: max(0, len(buffer) - (_LONGEST - 1))]
+                self._scan = 0
+                return []
+            # (A CR ending the buffer may have its LF in the next chunk: that LF then only makes
+            # an empty line before the next event, which no reader of it minds.)
+            del buffer[: found.end()]
+            self._skipping = False
+            self._scan = 0
         out: list[tuple[bytes, Any]] = []
         start = 0
         pos = self._scan
@@ -76,12 +90,25 @@ class Events:
         self._scan = pos - start
         return out
 
+    def skip(self) -> list[tuple[bytes, Any]]:
+        """After :class:`EventTooLong`: the overlong event dropped to its end (which may come
+        with later chunks), and the events after it that the bytes held so far complete."""
+        self._skipping = True
+        self._scan = 0
+        return self.feed(b"")
+
     def finish(self) -> list[tuple[bytes, Any]]:
-        """The last event, when the stream ended without an empty line after it."""
-        rest = bytes(self._buffer)
+        """The events the bytes held still complete (a chunk's events after an overlong one
+        wait for the next chunk), and the last event, when the stream ended without an empty
+        line after it."""
+        out: list[tuple[bytes, Any]] = []
+        while got := self.feed(b""):
+            out += got
+        rest = b"" if self._skipping else bytes(self._buffer)
         self._buffer.clear()
         self._scan = 0
-        return [self._event(rest)] if rest else []
+        self._skipping = False
+        return [*out, self._event(rest)] if rest else out
 
     def _event(self, event: bytes) -> tuple[bytes, Any]:
         if len(event) > self.max_bytes:
