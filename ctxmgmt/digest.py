@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -463,16 +463,16 @@ _STAMP = re.compile(
     r"^\[?\d{4}-\d\d-\d\d[T ][0-9:.,]{1,20}(?:Z|[+-]\d\d:?\d\d)?\]?\s*"
     r"|^\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?\s*"
 )
-_DIGITS = re.compile(r"\d{1,18}(?:\u2013\d{1,18})?")
+_DIGITS = re.compile(r"\d{1,18}(?:\.\d{1,18})?(?:\u2013\d{1,18}(?:\.\d{1,18})?)?")
 _HOLE = "\ue000"
 
 
 def fold_errors(items: list[str]) -> list[str]:
-    """Near-identical lines folded into one: three or more lines the same but for one number
-    that counts (see :func:`_counter`), shown as its range: ``connection refused (attempt
-    1\u201330) (×30)`` (an en dash); two or more the same but for how long they took, as that
-    range: ``✕ parses dates (3\u201335 ms) (×7)``. A range folded earlier widens. In order of each
-    group's first line."""
+    """Near-identical lines folded into one: three or more lines the same but for one whole
+    number that counts (see :func:`_counter`), shown as its range: ``connection refused
+    (attempt 1\u201330) (×30)`` (an en dash); two or more the same but for how long they
+    took, as that range: ``✕ parses dates (3\u201335 ms) (×7)``. A range folded earlier widens.
+    In order of each group's first line; a folded line without its leading timestamp."""
     groups: dict[str, list[tuple[str, int]]] = {}
     for k, item in enumerate(_fold_durations(items)):
         line, n = split_count(item)
@@ -483,85 +483,95 @@ def fold_errors(items: list[str]) -> list[str]:
         groups.setdefault(key, []).append((line, n))
     out = []
     for template, members in groups.items():
-        if len(members) < _FOLD_AT:
+        values = [_DIGITS.findall(_STAMP.sub("", line, count=1)) for line, _ in members]
+        varying = [k for k in range(len(values[0])) if len({v[k] for v in values}) > 1]
+        spans = [_span(v[varying[0]]) for v in values] if len(varying) == 1 else []
+        if len(members) < _FOLD_AT or not _counter(spans):
             out += [line if n < 2 else f"{line} (×{n})" for line, n in members]
             continue
-        spans = [[_span(v) for v in _DIGITS.findall(_STAMP.sub("", line, count=1))] for line, _ in members]
-        varying = [k for k in range(template.count(_HOLE)) if len({v[k] for v in spans}) > 1]
-        if not _counter(varying, spans):
-            out += [line if n < 2 else f"{line} (×{n})" for line, n in members]
-            continue
+        low, high = min(s[0] for s in spans if s), max(s[1] for s in spans if s)
+        numbers = list(values[0])  # the numbers that do not vary, as the lines say them
+        numbers[varying[0]] = str(low) if low == high else f"{low}\u2013{high}"
         parts = template.split(_HOLE)
-        text = parts[0]
-        for k, part in enumerate(parts[1:]):
-            low, high = min(v[k][0] for v in spans), max(v[k][1] for v in spans)
-            text += (str(low) if low == high else f"{low}\u2013{high}") + part
+        text = parts[0] + "".join(number + part for number, part in zip(numbers, parts[1:], strict=True))
         out.append(f"{text} (×{sum(n for _, n in members)})")
     return out
 
 
+def _counter(spans: list[tuple[int, int] | None]) -> bool:
+    """Whether the one number the lines differ in counts (attempt 1, 2, … 30: its values cover
+    at least half of their range): a port, an index or a file name in each of several lines
+    says something different every time, and is not folded; nor is a decimal (a measure)."""
+    if not spans or None in spans:
+        return False
+    values = {n for v in spans if v for n in range(v[0], min(v[1], v[0] + 10_000) + 1)}
+    return max(values) - min(values) + 1 <= 2 * len(values)
+
+
+def _span(value: str) -> tuple[int, int] | None:
+    """A whole number or a range of them (either way round), low first; None for a decimal."""
+    if "." in value:
+        return None
+    low, _, high = value.partition("\u2013")
+    a, b = int(low), int(high or low)
+    return (a, b) if a <= b else (b, a)
+
+
 def _fold_durations(items: list[str]) -> list[str]:
     """Lines the same but for the one duration they hold, in one unit, folded into one with
-    the durations' range (a test runner's timing says nothing about the failure)."""
-    groups: dict[str, list[tuple[str, int, str]]] = {}
+    the durations' range, without a leading timestamp: how long a test took says nothing about
+    its failure. Not a duration that is set rather than measured (a timeout, a wait, a limit:
+    ``timed out after 30s`` and ``after 60s`` say different things)."""
+    groups: dict[str, list[tuple[str, int, re.Match[str] | None]]] = {}
     for k, item in enumerate(items):
         line, n = split_count(item)
-        found = _DURATION.findall(line)
-        if len(found) == 1 and _HOLE not in line:
-            key = f"{found[0][1]}{_HOLE}{_DURATION.sub(_HOLE, line)}"
+        text = _STAMP.sub("", line, count=1)
+        found = list(_DURATION.finditer(text))
+        if len(found) == 1 and _HOLE not in text and not _SET_TIME.search(text, 0, found[0].start()):
+            key = f"{found[0][2]}{_HOLE}{text[: found[0].start()]}{_HOLE}{text[found[0].end() :]}"
+            groups.setdefault(key, []).append((text, n, found[0]))
         else:
-            key = f"{k}{_HOLE}{line}"  # a group of its own
-        groups.setdefault(key, []).append((line, n, found[0][0] if found else ""))
+            groups.setdefault(f"{k}{_HOLE}{line}", []).append((line, n, None))  # a group of its own
     out = []
     for members in groups.values():
-        if len(members) < 2:
+        first = members[0][2]
+        if len(members) < 2 or first is None:
             out += [line if n < 2 else f"{line} (×{n})" for line, n, _ in members]
             continue
-        values = [v for _, _, value in members for v in value.split("\u2013")]
+        values = [v for _, _, m in members if m for v in m[1].split("\u2013")]
         low, high = min(values, key=float), max(values, key=float)
         span = low if low == high else f"{low}\u2013{high}"
-        line = members[0][0]
-        text = _DURATION.sub(lambda m: f"{span}{m.group(0)[len(m.group(1)) :]}", line, count=1)  # noqa: B023
-        out.append(f"{text} (×{sum(n for _, n, _ in members)})")
+        text = members[0][0]
+        out.append(f"{text[: first.start(1)]}{span}{text[first.end(1) :]} (×{sum(n for _, n, _ in members)})")
     return out
 
 
 _AMOUNT = r"\d{1,9}(?:\.\d{1,9})?"
-_DURATION = re.compile(rf"(?<![\w.])({_AMOUNT}(?:\u2013{_AMOUNT})?) ?(ms|µs|us|ns|s|secs?|seconds|min)\b")
-
-
-def _counter(varying: list[int], spans: list[list[tuple[int, int]]]) -> bool:
-    """Whether the lines differ in one number only, and it counts (attempt 1, 2, … 30: its
-    values cover at least half of their range): a port, an index or a file name in each of
-    several lines says something different every time, and is not folded."""
-    if len(varying) != 1:
-        return False
-    values = {
-        n
-        for v in spans
-        for n in range(v[varying[0]][0], min(v[varying[0]][1], v[varying[0]][0] + 10_000) + 1)
-    }
-    return max(values) - min(values) + 1 <= 2 * len(values)
-
-
-def _span(value: str) -> tuple[int, int]:
-    low, _, high = value.partition("\u2013")
-    return int(low), int(high or low)
+_DURATION = re.compile(
+    rf"(?<![\w.])({_AMOUNT}(?:\u2013{_AMOUNT})?) ?(ms|[µμ]s|us|ns|s|secs?|seconds|min)(?![\w-])"
+)
+_SET_TIME = re.compile(r"time ?out|timed out|after|every|within|limit|deadline|wait|retry in", re.IGNORECASE)
 
 
 def uncontained(items: list[str]) -> list[str]:
     """Error items without those another item contains verbatim (``KeyError: 'x'`` in
-    ``E   KeyError: 'x'``), or contains but for pytest's ``E`` margin (``E   KeyError: 'x'`` in
-    ``FAILED t.py::test_a - KeyError: 'x'``: the same failure, its summary line says more), in
-    their order."""
-    keys = [split_count(i)[0] for i in items]
-    cores = [_MARGIN.sub("", k, count=1) for k in keys]
+    ``E   KeyError: 'x'``), or says as the message of a test's failure but for pytest's ``E``
+    margin (``E   KeyError: 'x'`` and ``FAILED t.py::test_a - KeyError: 'x'``: the same failure,
+    the line that names the test says more), in their order. The line kept has the larger
+    count of the two (the failure was seen at least that often)."""
+    split = [split_count(i) for i in items]
+    keys, counts = [k for k, _ in split], [n for _, n in split]
+    said = [k.partition(" - ")[2] if k.startswith("FAILED ") else "" for k in keys]
     longest = sorted(range(len(items)), key=lambda i: -len(keys[i]))
     kept: list[int] = []
     for i in longest:
-        if not any(cores[i] in keys[j] for j in kept):
+        core = _MARGIN.sub("", keys[i], count=1)
+        holder = next((j for j in kept if keys[i] in keys[j] or (core != keys[i] and core == said[j])), None)
+        if holder is None:
             kept.append(i)
-    return [items[i] for i in sorted(kept)]
+        else:
+            counts[holder] = max(counts[holder], counts[i])
+    return [keys[i] if counts[i] < 2 else f"{keys[i]} (×{counts[i]})" for i in sorted(kept)]
 
 
 _MARGIN = re.compile(r"^E\s+(?=\S)")
@@ -607,11 +617,29 @@ _READ_CMD = re.compile(
     r"^\s*(?:cat|head|tail|less|more|grep|rg|wc|file|strings|xxd|hexdump|diff|ls|stat|sed -n)\b"
 )
 _RUN_CMD = re.compile(r"^\s*(?:python\d?|node|bash|sh|\./|go run|cargo run|ruby|perl|java|pytest|npx)\b")
-# A redirect writes a file; not one to /dev/null, a device or another descriptor (2>&1).
-_WRITE_CMD = re.compile(
-    r"(?:^|\s)(?:sed -i|tee|cp|mv|touch|mkdir|chmod|patch)\b"
-    r"|(?<![-=])>{1,2}(?!&)\s*(?!/dev/(?:null|stdout|stderr|tty)\b)[^\s&|;>]"
+_WRITE_CMD = re.compile(r"(?:^|\s)(?:sed -i|tee|cp|mv|touch|mkdir|chmod|patch)\b")
+# A redirect that writes a file (> f, >> f, 2> f, &> f, >| f, >& f): its target. Not one to
+# /dev/null, a device or another descriptor (2>&1, >&2, >&-).
+_REDIRECT = re.compile(
+    r"(?<![-=<>])(?:\d|&)?>>?(?:\||&(?![\d-]))?\s*(?!/dev/(?:null|stdout|stderr|tty|fd/\d)\b)"
+    r"(?P<target>[^\s&|;<>()'\"`]+)"
 )
+_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _redirects(command: str) -> tuple[str, set[str]]:
+    """A shell command without the redirects that write files, and their targets; what is
+    quoted is no redirect (``python -c "print(1>0)"``, ``awk '$1 > 5'``)."""
+    targets: set[str] = set()
+
+    def cut(found: re.Match[str]) -> str:
+        targets.add(found["target"])
+        return " "
+
+    bare = _REDIRECT.sub(cut, _QUOTED.sub(lambda q: "_" * len(q[0]), command))
+    return bare, targets
+
+
 _DELETE = re.compile(r"delete|remove|\brm\b", re.IGNORECASE)
 _CREATE = re.compile(r"create|write|new|mkdir|touch|save", re.IGNORECASE)
 _LEDGER_ITEM = re.compile(
@@ -853,9 +881,11 @@ def _seen_often(kind: str, notes: list[str], count: int) -> bool:
     return kind == "path" and notes == ["seen"] and count >= _OFTEN
 
 
-def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
+def merge_ledger(old: list[str], fresh: list[str], changed: Collection[str] = ()) -> list[str]:
     """The ledgers of two stretches as one: counts added, a call's outcome the newer one, a
-    path's actions joined, ranked again by recency (the newer stretch first) and use."""
+    path's actions joined, ranked again by recency (the newer stretch first) and use. Without
+    the items of the paths in ``changed`` (the summary's Files changed) that were only changed
+    (and read, named or seen): one line each, not two; one deleted or run keeps its item."""
     entries: dict[tuple[str, str], dict[str, Any]] = {}
     for age, items in ((0.0, old), (1.0, fresh)):
         for rank, item in enumerate(items):
@@ -882,25 +912,16 @@ def merge_ledger(old: list[str], fresh: list[str]) -> list[str]:
         seen_again = entry["tier"] == 0 and _seen_often(kind, entry["notes"], entry["count"])
         return float(entry["score"] + seen_again + 0.05 * min(entry["count"], 8))
 
-    ranked = sorted(entries.items(), key=lambda kv: -score(kv[0][0], kv[1]))
+    listed = {"created", "edited", *_IMPLIED}
+    ranked = sorted(
+        (
+            (kind_key, e)
+            for kind_key, e in entries.items()
+            if not (kind_key[0] == "path" and kind_key[1] in changed and set(e["notes"]) <= listed)
+        ),
+        key=lambda kv: -score(kv[0][0], kv[1]),
+    )
     return [_ledger_item(kind, key, e["notes"], e["count"]) for (kind, key), e in ranked][:LEDGER_ITEMS]
-
-
-def unchanged_elsewhere(ledger: list[str], changed: set[str]) -> list[str]:
-    """The ledger without the items of paths that were only changed (and read, named or seen),
-    when the summary's files-changed section lists them already: one line each, not two. A
-    path deleted or run keeps its item, which says so."""
-    out = []
-    for item in ledger:
-        found = _LEDGER_ITEM.match(split_count(item)[0])
-        if (
-            found is not None
-            and found["path"] in changed
-            and {a.strip() for a in found["done"].split(",")} <= {"created", "edited", *_IMPLIED}
-        ):
-            continue
-        out.append(item)
-    return out
 
 
 _TRACE_SPECIFICS = 6
@@ -1056,11 +1077,14 @@ class _Reader:
                 ledger.see("call", line, done, 3 if shell is not None else 1)
         if shell is not None:
             for line in lines:
-                act = _action(name, args, line)
-                # A path in the command that it does not act on was named by the agent.
+                plain, written = _redirects(line)
+                act = _action(name, args, plain)
+                # A path in the command that it does not act on was named by the agent; the
+                # file a redirect writes was edited.
                 note, tier = ("named", 1) if act == "seen" else (act, 2)
                 for path in _paths(_URL.sub(" ", line)):
-                    ledger.see("path", _clip(path.rstrip(".,;:"), 200), note, tier)
+                    key = _clip(path.rstrip(".,;:"), 200)
+                    ledger.see("path", key, *(("edited", 2) if path in written else (note, tier)))
         for key, value in args.items():  # ids the agent typed; not those of a file's new content
             if (
                 isinstance(value, (str, int))

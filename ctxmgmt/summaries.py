@@ -28,7 +28,6 @@ from .digest import (
     merge_tool_lines,
     specificity,
     split_count,
-    unchanged_elsewhere,
     uncontained,
 )
 from .messages import is_summary, summary_line, summary_message, text_of
@@ -102,8 +101,9 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
                 telling = sorted(counted, key=lambda i: -specificity(split_count(i)[0]))
                 counted = fold_errors(uncontained(telling))
             out[key] = merge_failed_commands([*counted, *old_failed, *fresh_failed])
-        elif key == "specifics":
-            out[key] = merge_ledger(old, fresh)
+        elif key == "specifics":  # a path Files changed lists is not listed twice
+            changed = [*_items(previous.get("files_changed", ())), *_items(new.get("files_changed", ()))]
+            out[key] = merge_ledger(old, fresh, {split_count(f)[0] for f in changed})
         elif key == "progress":
             out[key] = merge_tool_lines(old, fresh)
         elif key == "key_decisions":
@@ -113,9 +113,6 @@ def merge(previous: Mapping[str, Sequence[str]] | None, new: Mapping[str, Sequen
             out[key] = _dedupe([old[0], *fresh[1:], *fresh[:1], *old[1:]])[:_GOAL_ITEMS]
         else:
             out[key] = _dedupe([*old, *fresh])
-    if out.get("files_changed") and out.get("specifics"):
-        changed = {split_count(f)[0] for f in out["files_changed"]}
-        out["specifics"] = unchanged_elsewhere(out["specifics"], changed)
     return out
 
 

@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -116,6 +117,9 @@ def _unencodable(value: Any, at: str = "") -> Problem:
     )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 class _Unencodable(ContextError):
     """A text counted alone holds a lone surrogate: said at which character. A caller that
     knows where the text is (a message, a context) says it by its JSON pointer instead."""
@@ -187,6 +191,8 @@ class TokenCounter:
             if len(s) < _KEYED_TEXT:
                 return len(encode(s)) if s else 0
             if len(s) > LARGE_TEXT:
+                if not s.isascii() and _SURROGATE.search(s):  # the samples may miss it
+                    s.encode()  # raises, saying where
                 return self._estimate(s)  # from samples: cheaper than keeping the text
             # Keyed by the text itself: exact (no digest to collide), and a str caches its hash.
             n = self._texts.get(s, BY_CONTENT)
@@ -194,8 +200,9 @@ class TokenCounter:
                 n = len(encode(s))
                 self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
             return n
-        except UnicodeEncodeError as exc:  # said where in the text, not tiktoken's traceback
-            raise _Unencodable(s, exc.start) from None
+        except UnicodeEncodeError:  # said where in the text, not tiktoken's traceback
+            found = _SURROGATE.search(s)
+            raise _Unencodable(s, found.start() if found else 0) from None
 
     def is_estimate(self, s: str) -> bool:
         """Whether ``text(s)`` is an estimate rather than an exact count."""
@@ -395,7 +402,10 @@ class TokenCounter:
         if hit is not None:
             return hit
         texts = [json.dumps(t, ensure_ascii=False, sort_keys=True, default=str) for t in tools]
-        n = sum(TOOL_SCHEMA_OVERHEAD + self.text(t) for t in texts)
+        try:
+            n = sum(TOOL_SCHEMA_OVERHEAD + self.text(t) for t in texts)
+        except _Unencodable:  # said where in the tools, not in their JSON text
+            raise ContextError([_unencodable(list(tools), "/tools")]) from None
         self._memo.put(id(tools), tools, n, sum(map(len, texts)) + 64)
         return n
 
@@ -405,7 +415,10 @@ class TokenCounter:
             prompt = "\n".join(
                 b["text"] for b in prompt if isinstance(b, dict) and isinstance(b.get("text"), str)
             )
-        return MESSAGE_OVERHEAD + self._short(prompt) if prompt else 0
+        try:
+            return MESSAGE_OVERHEAD + self._short(prompt) if prompt else 0
+        except _Unencodable:
+            raise ContextError([_unencodable(prompt, "/system_prompt")]) from None
 
     def context(self, ctx: Context) -> tuple[int, int]:
         """(tokens, message count) of a whole context, as sent: system prompt, tools, messages."""

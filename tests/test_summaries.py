@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt import Context, get_counter, load_definition
-from ctxmgmt.digest import LEDGER_ITEMS, digest, error_lines, fold_errors, merge_ledger, outcome
+from ctxmgmt.digest import LEDGER_ITEMS, digest, error_lines, fold_errors, merge_ledger, outcome, uncontained
 from ctxmgmt.messages import text_of
 from ctxmgmt.summaries import bound, merge, parse_rendered, render, summarize_offline
 from tests.agent_runs import agent_run
@@ -357,20 +357,26 @@ def test_a_paths_item_says_its_strongest_actions_and_no_count():
 
 
 @pytest.mark.parametrize(
-    ("command", "action"),
+    ("command", "expected"),
     [
-        ("ls src/x.py 2>/dev/null", "read"),
-        ("cat src/x.py 2>&1 | head", "read"),
-        ("grep -n main src/x.py > /dev/null 2>&1", "read"),
-        ("cat src/x.py > out/x.txt", "edited"),
-        ("python gen.py >> src/x.py", "edited"),
+        ("ls src/x.py 2>/dev/null", ["src/x.py: read"]),
+        ("cat src/x.py 2>&1 | head", ["src/x.py: read"]),
+        ("grep -n main src/x.py > /dev/null 2>&1", ["src/x.py: read"]),
+        ("cat src/x.py > out/x.txt", ["src/x.py: read", "out/x.txt: edited"]),
+        ("cat src/x.py >| out/x.txt", ["src/x.py: read", "out/x.txt: edited"]),
+        ("cat src/x.py >& out/x.log 2>&1", ["src/x.py: read", "out/x.log: edited"]),
+        ("python gen.py >> src/x.py", ["gen.py: ran", "src/x.py: edited"]),
+        ('python -c "print(1>0)" src/x.py', ["src/x.py: ran"]),
+        ("awk '$1 > 5' src/x.py", ["src/x.py: named"]),
     ],
 )
-def test_a_redirect_to_a_file_is_a_write_and_one_to_dev_null_is_not(command, action):
-    """A shell command that redirects into a file edits it; one that sends its output or its
-    errors to /dev/null or to another descriptor only reads the paths it names."""
+def test_a_redirect_edits_its_target_only_and_one_to_dev_null_is_no_write(command, expected):
+    """A shell command that redirects into a file edits that file, and does to the others what
+    it does without the redirect; a redirect to /dev/null or to another descriptor writes
+    nothing, and a '>' inside quotes is no redirect."""
     run = _tool_run("bash", lambda i: json.dumps({"cmd": command}), ["ok"])
-    assert f"src/x.py: {action}" in summarize_offline(run)["specifics"]
+    specifics = summarize_offline(run)["specifics"]
+    assert all(item in specifics for item in expected), specifics
 
 
 def _tool_run(name, args, results):
@@ -452,6 +458,24 @@ def test_lines_that_differ_only_in_their_timing_fold_into_their_range():
     assert fold_errors(["FAILED in 0.12s", "FAILED in 1.5s"]) == ["FAILED in 0.12\u20131.5s (×2)"]
     apart = ["✕ parses dates (3 ms)", "✕ parses dates (4 s)", "✕ parses times (5 ms)", "took 3s and 4s"]
     assert fold_errors(apart) == apart
+    # A duration that is set, not measured, says something: a timeout, a wait.
+    assert fold_errors(["Timeout: 30s", "Timeout: 300s", "timed out after 5s", "timed out after 9s"]) == [
+        "Timeout: 30s",
+        "Timeout: 300s",
+        "timed out after 5s",
+        "timed out after 9s",
+    ]
+    assert fold_errors(["deployed 3 us-east", "deployed 4 us-east"]) == [
+        "deployed 3 us-east",
+        "deployed 4 us-east",
+    ]
+    # Timestamped lines fold by their timing, stamps left out; a folded decimal range widens.
+    stamped = [
+        "[12:00:01] took 0.9\u20131.1s (×2)",
+        "[12:00:02] took 0.8\u20131.1s (×2)",
+        "[12:00:03] took 0.7s",
+    ]
+    assert fold_errors(stamped) == ["took 0.7\u20131.1s (×5)"]
 
 
 def test_pytests_margin_line_goes_when_its_summary_line_says_it():
@@ -469,6 +493,11 @@ def test_pytests_margin_line_goes_when_its_summary_line_says_it():
     assert not any(e.startswith("E       TypeError") for e in errors), errors
     assert any(e.startswith("FAILED tests/test_document.py::test_dry_run") for e in errors)
     assert "tests/test_document.py:130: TypeError" in errors and "E       assert 204 == 500" in errors
+    # Only the message of a failed test's line says an E line again; the larger count stays.
+    assert uncontained(["E   1", "FAILED t.py::test_b - exit 1"]) == ["E   1", "FAILED t.py::test_b - exit 1"]
+    assert uncontained(["E   KeyError: 'x' (×5)", "FAILED t.py::test_a - KeyError: 'x'"]) == [
+        "FAILED t.py::test_a - KeyError: 'x' (×5)"
+    ]
 
 
 def test_a_merge_ranks_the_telling_error_lines_before_bare_labels():
@@ -492,6 +521,14 @@ def test_a_path_the_files_changed_section_lists_is_not_in_the_ledger_twice():
 @given(st.lists(st.text(alphabet="#12 -\u2013ab\ue000:.ms", max_size=12), max_size=8))
 @example(["x #1 2", "x #1 3", "x #1 4"])
 @example(["a 1ms", "a 2ms (×3)", "a 1.5\u20132ms"])
+@example(
+    [
+        "[12:00:01] took 0.9\u20131.1s (×2)",
+        "[12:00:02] took 0.8\u20131.1s (×2)",
+        "[12:00:03] took 0.7\u20131.1s",
+    ]
+)
+@example(["a 9\u20131 b", "a 8\u20131 b", "a 7\u20131 b"])
 def test_folding_never_fails_and_keeps_every_count(items):
     """On any lines, folding gives lines whose counts add up to the lines given."""
     from ctxmgmt.digest import split_count

@@ -381,13 +381,34 @@ def test_a_message_counted_alone_with_a_lone_surrogate_is_a_context_error(index,
     assert [p.pointer for p in caught.value.problems] == [pointer]
 
 
-def test_a_text_counted_alone_with_a_lone_surrogate_is_a_context_error():
+@pytest.mark.parametrize(
+    ("text", "at"),
+    [
+        ("ab\ud800cd", 2),
+        ("x" * 5_000 + "\udfff", 5_000),
+        ("x" * 300_000 + "\ud800", 300_000),  # counted from samples: the end is one
+        ("x" * 100_000 + "\ud800" + "x" * 200_000, 100_000),  # in no sample: found all the same
+    ],
+)
+def test_a_text_counted_alone_with_a_lone_surrogate_is_a_context_error(text, at):
     """TokenCounter.text, public, refuses a lone surrogate with a ContextError that says at
-    which character it is, whatever the text's size, not with the encoder's traceback."""
+    which character of the whole text it is, whatever the text's size and wherever it sits,
+    not with the encoder's traceback."""
+    with pytest.raises(ContextError) as caught:
+        get_counter("gpt-4o").text(text)
+    (problem,) = caught.value.problems
+    assert f"lone surrogate (\\u{ord(text[at]):04x} at character {at})" in problem.message
+
+
+def test_a_system_prompt_or_tools_counted_alone_with_a_lone_surrogate_say_where():
+    """TokenCounter.system_prompt and .tools say where the lone surrogate is, by its JSON
+    pointer in what they were given (not a character of the tools' JSON text)."""
     counter = get_counter("gpt-4o")
-    for text in ("ab\ud800cd", "x" * 5_000 + "\udfff"):
+    tool = {"type": "function", "function": {"name": "x", "description": "d\ud800"}}
+    for count, pointer in (
+        (lambda: counter.system_prompt("a\ud800"), "/system_prompt"),
+        (lambda: counter.tools([tool]), "/tools/0/function/description"),
+    ):
         with pytest.raises(ContextError) as caught:
-            counter.text(text)
-        (problem,) = caught.value.problems
-        assert f"at character {text.index(text[-1] if len(text) > 10 else chr(0xD800))}" in problem.message
-        assert "lone surrogate" in problem.message
+            count()
+        assert [p.pointer for p in caught.value.problems] == [pointer]

@@ -42,7 +42,8 @@ class Events:
     """A server-sent event stream split into events as its bytes arrive, once for every reader
     of it (usage, recall): each event's bytes as received and its data's JSON (None when it has
     none, or none that parses). Every byte is searched once (the last three again with the next
-    chunk), and one event is bounded by ``max_bytes`` (:class:`EventTooLong`)."""
+    chunk; an overlong event's held bytes once more when it is skipped), and one event is
+    bounded by ``max_bytes`` (:class:`EventTooLong`)."""
 
     def __init__(self, max_bytes: int = MAX_EVENT_BYTES) -> None:
         self.max_bytes = max_bytes
