@@ -15,6 +15,12 @@ It reads the messages for the kind of content an agent produces and keeps, verba
 
 Items come most important first within a section; :func:`ctxmgmt.summaries.bound`
 drops the least important sections' last items first.
+
+A stretch longer than ``_READ_CHARS`` (a first call on a long history) is read in full from
+its newest message back to that size; the older messages for what counts most: every user
+message, each call with its arguments and outcome (commands, the paths they acted on, files
+changed, what failed) and the error lines and URLs of its result; not the paths and ids that
+results show, nor the assistant's text (decisions, the names it wrote).
 """
 
 from __future__ import annotations
@@ -722,6 +728,8 @@ cleared result's notice stays: its trace holds the specifics of what was cleared
 _RUN = re2.compile(r"[^\s!\"#$%&'()*,:;<=>?\[\\\]^`{|}./]*[./][^\s!\"#$%&'()*,:;<=>?\[\\\]^`{|}]*")
 _SPARSE = 60
 """A text with fewer dots and slashes than one in this many characters is searched run by run."""
+_RUNS_FROM = 2000
+"""Characters from which searching run by run pays (RE2's call costs ~10 us)."""
 
 
 _OWN_SUPERSET = re2.compile(r"#k=|[tm]-[0-9a-f]{32}")
@@ -733,7 +741,10 @@ def _paths(text: str) -> list[str]:
     When dots and slashes are rare (a log with a path here and there), searched only within
     the runs that may hold one: _PATH costs ~80 ns a character it looks at, RE2 finds the
     runs at ~1 GB/s, and a run costs ~3 us."""
-    if (text.count("/") + text.count(".")) * _SPARSE > len(text):
+    signs = text.count("/") + text.count(".")
+    if not signs:  # every path holds one
+        return []
+    if signs * _SPARSE > len(text) or len(text) < _RUNS_FROM:
         found = _PATH.findall(text)
     else:
         found = _paths_by_runs(text)
@@ -1012,8 +1023,15 @@ class _Reader:
             self.ledger.see("path", _clip(path, 200), "named", 1)
 
     def call(
-        self, call: Mapping[str, Any], result: str | None, message: Mapping[str, Any] | None = None
+        self,
+        call: Mapping[str, Any],
+        result: str | None,
+        message: Mapping[str, Any] | None = None,
+        *,
+        skim: bool = False,
     ) -> None:
+        """A call and its result; skimmed, the result is read for its outcome, error lines and
+        URLs only (not for the paths and ids it shows)."""
         fn = call.get("function") or {}
         name = str(fn.get("name") or "tool")
         args = _arguments(call)
@@ -1043,10 +1061,13 @@ class _Reader:
             self._see(self.urls, url.rstrip(".,;:"))
         for url in urls:
             self._see(self.urls, url)
-        self._ledger(name, args, done, result)
+        self._ledger(name, args, done, None if skim else result, skim)
 
-    def _ledger(self, name: str, args: Mapping[str, Any], done: str | None, result: str | None) -> None:
-        """The call, the paths it named with what it did to them, and the ids it used or got."""
+    def _ledger(
+        self, name: str, args: Mapping[str, Any], done: str | None, result: str | None, skim: bool
+    ) -> None:
+        """The call, the paths it named with what it did to them, and the ids it used or got;
+        skimmed, not the paths a file's new content names."""
         ledger = self.ledger
         lines = _call_text(name, args)
         shells = shell_keys(name, args)
@@ -1092,7 +1113,7 @@ class _Reader:
                 and len(str(value)) <= _ARG_CHARS
             ):
                 ledger.ids(str(value), 1)
-            elif isinstance(value, str) and key not in shells:
+            elif isinstance(value, str) and key not in shells and not skim:
                 # The paths a file's new content or a patch names (``"main": "dist/index.js"``)
                 # are the ones the agent builds, runs or opens next.
                 for path in _specifics_of(value)[0]:
@@ -1141,26 +1162,50 @@ class _Reader:
         }
 
 
+_READ_CHARS = 600_000
+"""Characters of assistant text and tool results, newest first, that a digest reads in full
+(~150k tokens: many times what a summary keeps); older messages are skimmed (see the module
+docstring). Reading costs ~150 ns a character, against ~25 for a tokenizer pass: a first call
+on a 10,000-message history would otherwise cost 6x the pass its counting does."""
+
+
 def digest(messages: Sequence[Mapping[str, Any]]) -> Sections:
     """The ranked sections of a stretch of conversation (see the module docstring)."""
     reader = _Reader()
     results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    read_from = _read_from(messages)
     for i, m in enumerate(messages):
         if is_summary(m):
             continue
         role = m.get("role")
-        text = text_of(m.get("content"))
         if role == "user":
-            reader.user(text)
+            reader.user(text_of(m.get("content")))
         elif role == "assistant":
-            reader.assistant(text, i == last)
+            skim = i < read_from
+            if not skim:
+                reader.assistant(text_of(m.get("content")), i == last)
             for call in m.get("tool_calls") or ():
                 if isinstance(call, dict):
                     answer = results.get(call.get("id"))
-                    reader.call(call, None if answer is None else text_of(answer.get("content")), answer)
+                    result = None if answer is None else text_of(answer.get("content"))
+                    reader.call(call, result, answer, skim=skim)
     sections = reader.sections()
     # No item repeats another section's: the goal holds the user's words already.
     goal = "\n".join(sections["goal"])
     sections["constraints"] = [c for c in sections["constraints"] if c not in goal]
     return sections
+
+
+def _read_from(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The index from which the messages are read in full: the newest back to ``_READ_CHARS``
+    characters of assistant text and tool results (0 when the whole stretch is within it)."""
+    size = 0
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.get("role") in ("assistant", "tool"):
+            content = m.get("content")
+            size += len(content) if isinstance(content, str) else len(text_of(content))
+            if size > _READ_CHARS:
+                return i + 1
+    return 0

@@ -945,3 +945,40 @@ def test_a_path_a_user_named_past_the_start_of_a_long_message_is_in_the_ledger()
     sections = summarize_offline(messages)
     assert "/srv/app/config/settings.py: named" in sections["specifics"]
     assert not any(item.startswith("src/app/main.py") for item in sections["specifics"])
+
+
+def test_a_long_stretch_is_read_in_full_from_its_newest_message_and_skimmed_before(monkeypatch):
+    """Past its reading budget (a first call on a long history), a digest reads the oldest
+    messages for what counts most: the user's asks, each call with its outcome, the paths it
+    acted on, the files it changed and the error lines of its result; the paths and ids a
+    result shows only in the newest part, which it reads in full."""
+    import ctxmgmt.digest as digest_module
+
+    def stretch(tag: str, error: str) -> list[dict]:
+        run = _tool_run(
+            "bash",
+            lambda i: json.dumps({"cmd": f"pytest tests/test_{tag}.py"}),
+            [f"FAILED tests/test_{tag}.py::test_a - {error}\nsee docs/{tag}_notes.md\n" + "log line\n" * 300],
+        )
+        run[0]["content"] = f"Fix the {tag} module."
+        run[1]["tool_calls"][0]["id"] = run[2]["tool_call_id"] = f"t-{tag}"
+        write = {"id": f"w-{tag}", "type": "function", "function": {"name": "write_file", "arguments": "{}"}}
+        write["function"]["arguments"] = json.dumps({"path": f"src/{tag}.py", "content": "x = 1"})
+        return [
+            *run,
+            {"role": "assistant", "content": None, "tool_calls": [write]},
+            {"role": "tool", "tool_call_id": f"w-{tag}", "content": "ok"},
+        ]
+
+    messages = stretch("old", "KeyError: 'old_key'") + stretch("new", "KeyError: 'new_key'")
+    whole = digest(messages)
+    monkeypatch.setattr(digest_module, "_READ_CHARS", 4000)  # the newest stretch only
+    skimmed = digest(messages)
+    assert {"docs/old_notes.md: seen", "docs/new_notes.md: seen"} <= set(whole["specifics"])
+    assert "docs/old_notes.md: seen" not in skimmed["specifics"], skimmed["specifics"]
+    assert "docs/new_notes.md: seen" in skimmed["specifics"]
+    assert any("old_key" in e for e in skimmed["errors"]) and any("new_key" in e for e in skimmed["errors"])
+    assert "Fix the old module." in skimmed["goal"]
+    assert "`pytest tests/test_old.py` → failed" in skimmed["specifics"]
+    assert "tests/test_old.py: ran" in skimmed["specifics"]
+    assert {"src/old.py", "src/new.py"} <= set(skimmed["files_changed"])
