@@ -121,7 +121,15 @@ class _Run:
         store: Any = self.environment.offloader
         if self._batches:
             store = Batch(store)
-        runtime = Runtime(self.hook, self.counter, self.definition, self.environment, store, self.constraints)
+        runtime = Runtime(
+            self.hook,
+            self.counter,
+            self.definition,
+            self.environment,
+            store,
+            self.constraints,
+            room=self._limit(),
+        )
         if self._telemetry is not None:
             self._telemetry.entry_started(entry.type, entry.index)
         return runtime, time.perf_counter(), tokens, reason

@@ -91,6 +91,10 @@ class Runtime:
     """What the provider asks of the list beyond the chat rules (``user_first``)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
+    room: int | None = None
+    """The counted tokens a request may have (the window less the reply's reserve, as the fit
+    step reckons it), or None when the window is unknown: what a manager adds (a summary)
+    should leave the rest within it."""
 
     @property
     def models(self) -> Mapping[str, Any] | None:

@@ -222,6 +222,27 @@ def test_summary_size_is_bounded():
     assert get_counter(None).text(text) <= 300
 
 
+def test_a_summary_is_sized_to_the_room_the_request_has_beside_what_it_keeps():
+    """A summary takes at most a sixth of the window, and no more than what the request has
+    room for beside the messages it keeps and the reply's reserve: the fit step then has
+    nothing to cut (before, a summary sized to the window alone made it cut the newest
+    messages, and the error lines they held)."""
+    from ctxmgmt import get_counter
+    from tests.agent_runs import agent_run
+
+    messages, _ = agent_run(40, seed=1)
+    counter = get_counter("gpt-4o-mini")
+    window = counter.messages(messages)[0] // 3
+    result = load_definition("default").apply(
+        "pre_llm", Context("You are a coding agent.", messages, (), "gpt-4o-mini", window)
+    )
+    summarized, fit = result.trace[0], result.trace[-1]
+    assert summarized["activated"] and summarized["details"]["summary_tokens"] > window // 8
+    assert summarized["details"]["summary_tokens"] <= window // 6
+    assert not fit["activated"], fit["reason"]
+    assert counter.context(result.context)[0] + min(8192, window // 4) <= window
+
+
 def test_an_invalid_answer_is_retried_once_with_the_reason(chat_server, models):
     """An off-schema answer gets one retry that says what was wrong; a valid retry is used."""
     chat_server.reply(json.dumps({"goal": "not a list"}))
