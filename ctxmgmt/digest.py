@@ -506,8 +506,9 @@ def fold_errors(items: list[str]) -> list[str]:
 
 def _counter(spans: list[tuple[int, int] | None]) -> bool:
     """Whether the one number the lines differ in counts (attempt 1, 2, … 30: its values cover
-    at least half of their range): a port, an index or a file name in each of several lines
-    says something different every time, and is not folded; nor is a decimal (a measure)."""
+    at least half of their range): scattered ports, ids or line numbers say something
+    different every time, and are not folded (a run of them, ports 8000-8004, is); nor is a
+    decimal (a measure)."""
     if not spans or None in spans:
         return False
     values = {n for v in spans if v for n in range(v[0], min(v[1], v[0] + 10_000) + 1)}
@@ -633,17 +634,26 @@ _REDIRECT = re.compile(
 _QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")
 
 
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*['\"]?(\w+)['\"]?")
+"""A here-document's start (not a here-string, ``<<<``): its terminator (quotes taken off)."""
+
+
 def _redirects(command: str) -> tuple[str, set[str]]:
-    """A shell command without the redirects that write files, and their targets; what is
-    quoted is no redirect (``python -c "print(1>0)"``, ``awk '$1 > 5'``)."""
+    """A shell command without the redirects that write files, and their targets (as written,
+    quotes taken off, and the paths they hold); a '>' that is quoted is no redirect (``python
+    -c "print(1>0)"``, ``awk '$1 > 5'``), a quoted target is one (``> "$out/a.txt"``)."""
+    masked = _QUOTED.sub(lambda q: "_" * len(q[0]), command)  # same length: spans carry over
     targets: set[str] = set()
-
-    def cut(found: re.Match[str]) -> str:
-        targets.add(found["target"])
-        return " "
-
-    bare = _REDIRECT.sub(cut, _QUOTED.sub(lambda q: "_" * len(q[0]), command))
-    return bare, targets
+    spans = []
+    for found in _REDIRECT.finditer(masked):
+        target = command[found.start("target") : found.end("target")].replace('"', "").replace("'", "")
+        if target.isdigit() or target == "-":  # >& 2: a descriptor
+            continue
+        targets.update([target, *_paths(target)])
+        spans.append(found.span())
+    for start, end in reversed(spans):
+        masked = f"{masked[:start]} {masked[end:]}"
+    return masked, targets
 
 
 _DELETE = re.compile(r"delete|remove|\brm\b", re.IGNORECASE)
@@ -687,12 +697,19 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
         if isinstance(value, list):
             value = " ".join(str(v) for v in value)
         if isinstance(value, str) and value.strip():
-            lines = [
-                " ".join(ln.split())
-                for ln in value.splitlines()
-                if ln.strip() and not ln.strip().startswith("#")
-            ]
-            return [_clip(ln, _CALL_CHARS) for ln in lines[:4]]
+            lines: list[str] = []
+            body = None  # a here-document's terminator while its body is read: no command
+            for ln in value.splitlines():
+                stripped = ln.strip()
+                if body is not None:
+                    body = None if stripped == body else body
+                elif stripped and not stripped.startswith("#"):
+                    lines.append(_clip(" ".join(stripped.split()), _CALL_CHARS))
+                    if len(lines) == 4:
+                        break
+                    heredoc = _HEREDOC.search(stripped)
+                    body = heredoc[1] if heredoc else None
+            return lines
     # Short values verbatim (ids, names, flags); a long one (a file's content, a patch) by
     # its key only: what it held is in the ledger's paths and ids.
     shown = ", ".join(
@@ -1174,7 +1191,7 @@ def digest(messages: Sequence[Mapping[str, Any]]) -> Sections:
     reader = _Reader()
     results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    read_from = _read_from(messages)
+    read_from = min(_read_from(messages), max(last, 0))  # the last call is read in full
     for i, m in enumerate(messages):
         if is_summary(m):
             continue

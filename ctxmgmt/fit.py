@@ -45,7 +45,7 @@ from .messages import (
     units,
 )
 from .rules import Facts
-from .summaries import fitted, previous, summarize_offline, with_summary
+from .summaries import fit_room, fitted, previous, summarize_offline, with_summary
 from .tokens import MESSAGE_OVERHEAD
 from .truncation import cut, with_text
 
@@ -54,8 +54,6 @@ __all__ = ["DEFAULT_RESERVE_CAP", "Fit", "reserve_tokens"]
 DEFAULT_RESERVE_CAP = 8192
 CACHE_TARGET = 0.75
 """With cache: aware, step 1 removes old units down to this share of the room."""
-SUMMARY_CAP = 8000
-"""At most this many tokens of summary, and at most an eighth of the room for the input."""
 _MIN_RESULT_TOKENS = 48
 """A tool result is not cut below this many tokens of content (its notice needs ~30)."""
 _NOTICE_TOKENS = 80
@@ -104,7 +102,7 @@ class Fit:
         budget = int((window - reserve_tokens(window, self.settings)) / ratio)
         counter = runtime.counter
         spans = _removable(context.messages)
-        summary_room = min(SUMMARY_CAP, max(64, budget // 8))
+        summary_room = fit_room(budget)
         runtime.details["removed"] = 0
         # 1. The oldest whole units; not yet the newest unit and the newest tool-call group,
         #    whose results step 2 cuts rather than removes.

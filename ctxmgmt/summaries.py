@@ -296,6 +296,16 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
     return out
 
 
+SUMMARY_CAP = 8000
+"""The fit step's summary: at most this many tokens, and at most an eighth of the room."""
+
+
+def fit_room(room: int) -> int:
+    """The tokens the fit step gives its own summary in a request with ``room`` tokens for
+    its input: a summariser never squeezes one below it (see SummarizationManager)."""
+    return min(SUMMARY_CAP, max(64, room // 8))
+
+
 def _sizing_ref(ref: str) -> str:
     """The worst-case reference of the same kind, for a reference shaped like one ctxmgmt draws."""
     kind, _, hexa = ref.partition("-")

@@ -29,7 +29,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -117,14 +116,16 @@ def _unencodable(value: Any, at: str = "") -> Problem:
     )
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 class _Unencodable(ContextError):
     """A text counted alone holds a lone surrogate: said at which character. A caller that
     knows where the text is (a message, a context) says it by its JSON pointer instead."""
 
-    def __init__(self, text: str, at: int) -> None:
+    def __init__(self, text: str) -> None:
+        try:
+            text.encode()
+            at = 0
+        except UnicodeEncodeError as exc:  # the first one, wherever it sits
+            at = exc.start
         found = f"\\u{ord(text[at]):04x} at character {at}"
         super().__init__([Problem("", f"the text holds a lone surrogate ({found}), {_UNENCODABLE}")])
 
@@ -191,8 +192,8 @@ class TokenCounter:
             if len(s) < _KEYED_TEXT:
                 return len(encode(s)) if s else 0
             if len(s) > LARGE_TEXT:
-                if not s.isascii() and _SURROGATE.search(s):  # the samples may miss it
-                    s.encode()  # raises, saying where
+                if not s.isascii():
+                    s.encode()  # a lone surrogate the samples may miss raises here
                 return self._estimate(s)  # from samples: cheaper than keeping the text
             # Keyed by the text itself: exact (no digest to collide), and a str caches its hash.
             n = self._texts.get(s, BY_CONTENT)
@@ -201,8 +202,7 @@ class TokenCounter:
                 self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
             return n
         except UnicodeEncodeError:  # said where in the text, not tiktoken's traceback
-            found = _SURROGATE.search(s)
-            raise _Unencodable(s, found.start() if found else 0) from None
+            raise _Unencodable(s) from None
 
     def is_estimate(self, s: str) -> bool:
         """Whether ``text(s)`` is an estimate rather than an exact count."""
@@ -411,14 +411,15 @@ class TokenCounter:
 
     def system_prompt(self, prompt: str | Sequence[Any] | None) -> int:
         """Tokens of a system prompt: a string, or Anthropic's text blocks."""
+        given = prompt
         if prompt is not None and not isinstance(prompt, str):
             prompt = "\n".join(
                 b["text"] for b in prompt if isinstance(b, dict) and isinstance(b.get("text"), str)
             )
         try:
             return MESSAGE_OVERHEAD + self._short(prompt) if prompt else 0
-        except _Unencodable:
-            raise ContextError([_unencodable(prompt, "/system_prompt")]) from None
+        except _Unencodable:  # said where in what was given (a block's text)
+            raise ContextError([_unencodable(given, "/system_prompt")]) from None
 
     def context(self, ctx: Context) -> tuple[int, int]:
         """(tokens, message count) of a whole context, as sent: system prompt, tools, messages."""

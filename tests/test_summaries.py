@@ -368,15 +368,20 @@ def test_a_paths_item_says_its_strongest_actions_and_no_count():
         ("python gen.py >> src/x.py", ["gen.py: ran", "src/x.py: edited"]),
         ('python -c "print(1>0)" src/x.py', ["src/x.py: ran"]),
         ("awk '$1 > 5' src/x.py", ["src/x.py: named"]),
+        ('cat src/x.py > "out/x.txt"', ["src/x.py: read", "out/x.txt: edited"]),
+        ("cat > out/x.md <<'EOF'\nsee docs > out/api.md\nEOF", ["out/x.md: edited"]),
+        ("ls src/x.py >& 2", ["src/x.py: read"]),
     ],
 )
 def test_a_redirect_edits_its_target_only_and_one_to_dev_null_is_no_write(command, expected):
-    """A shell command that redirects into a file edits that file, and does to the others what
-    it does without the redirect; a redirect to /dev/null or to another descriptor writes
-    nothing, and a '>' inside quotes is no redirect."""
+    """A shell command that redirects into a file edits that file (its name quoted or not), and
+    does to the others what it does without the redirect; a redirect to /dev/null or to
+    another descriptor writes nothing, a '>' inside quotes is no redirect, and a here-document's
+    body is no command."""
     run = _tool_run("bash", lambda i: json.dumps({"cmd": command}), ["ok"])
     specifics = summarize_offline(run)["specifics"]
     assert all(item in specifics for item in expected), specifics
+    assert not any("api.md" in item for item in specifics), specifics
 
 
 def _tool_run(name, args, results):
@@ -982,3 +987,6 @@ def test_a_long_stretch_is_read_in_full_from_its_newest_message_and_skimmed_befo
     assert "`pytest tests/test_old.py` → failed" in skimmed["specifics"]
     assert "tests/test_old.py: ran" in skimmed["specifics"]
     assert {"src/old.py", "src/new.py"} <= set(skimmed["files_changed"])
+    # A newest result over the budget alone: the last call is still read in full.
+    monkeypatch.setattr(digest_module, "_READ_CHARS", 100)
+    assert "docs/old_notes.md: seen" in digest(messages[:3])["specifics"]

@@ -22,6 +22,7 @@ from ..summaries import (
     SECTIONS,
     STATE_KEY,
     Sections,
+    fit_room,
     fitted,
     last_message_key,
     merge,
@@ -317,7 +318,10 @@ class SummarizationManager(ContextManager):
             limit = min(limit, max(64, context.context_window // _WINDOW_SHARE))
         if runtime.room is not None:  # and what the request has room for, beside what it keeps
             kept = runtime.counter.context(context)[0] - replaced
-            limit = min(limit, max(64, runtime.room - kept - _SUMMARY_OVERHEAD))
+            # Not below what the fit step gives its own summary when the kept part alone is
+            # over the room: it cuts then anyway, and a summary squeezed to a line would lose
+            # its sections for good (later runs merge what it kept).
+            limit = min(limit, max(fit_room(runtime.room), runtime.room - kept - _SUMMARY_OVERHEAD))
         # A role user_first providers accept; the summary's room counts its guide to the archives.
         role = "user" if runtime.constraints.user_first else self.config["summary_role"]
         bare = render({}, summarized)

@@ -243,6 +243,27 @@ def test_a_summary_is_sized_to_the_room_the_request_has_beside_what_it_keeps():
     assert counter.context(result.context)[0] + min(8192, window // 4) <= window
 
 
+def test_a_request_whose_kept_part_is_over_its_room_still_gets_a_whole_summary():
+    """When what a request keeps is over its room already (a long system prompt), the summary
+    is not squeezed to a line: it keeps the room the fit step would give its own, and its state
+    keeps the sections later runs merge into."""
+    from ctxmgmt import get_counter
+    from tests.agent_runs import agent_run
+
+    messages, _ = agent_run(40, seed=1)
+    counter = get_counter("gpt-4o-mini")
+    window = counter.messages(messages)[0] // 3
+    system = " ".join(f"rule{i} applies to every change." for i in range(800))
+    assert counter.text(system) > window // 3
+    result = load_definition("default").apply("pre_llm", Context(system, messages, (), "gpt-4o-mini", window))
+    summarized = result.trace[0]
+    assert summarized["activated"]
+    room = window - min(8192, window // 4)
+    assert summarized["details"]["summary_tokens"] > min(8000, room // 8) // 2  # the fit step's room
+    sections = result.context.state["summary"]["sections"]
+    assert sections.get("errors") and sections.get("specifics"), sections.keys()
+
+
 def test_an_invalid_answer_is_retried_once_with_the_reason(chat_server, models):
     """An off-schema answer gets one retry that says what was wrong; a valid retry is used."""
     chat_server.reply(json.dumps({"goal": "not a list"}))
