@@ -120,12 +120,7 @@ class _Unencodable(ContextError):
     """A text counted alone holds a lone surrogate: said at which character. A caller that
     knows where the text is (a message, a context) says it by its JSON pointer instead."""
 
-    def __init__(self, text: str) -> None:
-        try:
-            text.encode()
-            at = 0
-        except UnicodeEncodeError as exc:  # the first one, wherever it sits
-            at = exc.start
+    def __init__(self, text: str, at: int) -> None:
         found = f"\\u{ord(text[at]):04x} at character {at}"
         super().__init__([Problem("", f"the text holds a lone surrogate ({found}), {_UNENCODABLE}")])
 
@@ -201,8 +196,8 @@ class TokenCounter:
                 n = len(encode(s))
                 self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
             return n
-        except UnicodeEncodeError:  # said where in the text, not tiktoken's traceback
-            raise _Unencodable(s) from None
+        except UnicodeEncodeError as exc:  # said where in the text, not tiktoken's traceback
+            raise _Unencodable(s, exc.start) from None
 
     def is_estimate(self, s: str) -> bool:
         """Whether ``text(s)`` is an estimate rather than an exact count."""

@@ -316,12 +316,13 @@ class SummarizationManager(ContextManager):
         limit = min(self.config["max_summary_tokens"], max(64, replaced // 2))
         if context.context_window:  # and at most a sixth of the window
             limit = min(limit, max(64, context.context_window // _WINDOW_SHARE))
+        before = runtime.counter.context(context)[0]
         if runtime.room is not None:  # and what the request has room for, beside what it keeps
-            kept = runtime.counter.context(context)[0] - replaced
+            staying = before - replaced
             # Not below what the fit step gives its own summary when the kept part alone is
             # over the room: it cuts then anyway, and a summary squeezed to a line would lose
             # its sections for good (later runs merge what it kept).
-            limit = min(limit, max(fit_room(runtime.room), runtime.room - kept - _SUMMARY_OVERHEAD))
+            limit = min(limit, max(fit_room(runtime.room), runtime.room - staying - _SUMMARY_OVERHEAD))
         # A role user_first providers accept; the summary's room counts its guide to the archives.
         role = "user" if runtime.constraints.user_first else self.config["summary_role"]
         bare = render({}, summarized)
@@ -338,7 +339,6 @@ class SummarizationManager(ContextManager):
             return with_summary(context, plan.removed, plan.cut, summary, state)
 
         new = build(pending)
-        before = runtime.counter.context(context)[0]
         after = runtime.counter.context(new)[0]
         if after >= before:
             runtime.details["note"] = (
