@@ -4,11 +4,11 @@ A recording upstream on 127.0.0.1 answers each request after ``--delay`` seconds
 default: a fast model's time to answer). A tool loop of ``--calls`` requests runs from a
 history of N messages, growing by an assistant call and its tool result per request, once
 straight to the upstream and once through ``/proxy/default`` (the ``default`` definition at a
-window where it does not fire, a SQLite store, in-process uvicorn), with one kept-alive
-httpx client each. Prints the median time per request of each and their ratio, at several N
-(goal: within 10% of a direct call's time at 2,000 messages).
+window where it does not fire, a SQLite store, in-process uvicorn), their requests in turn,
+with one kept-alive httpx client. Prints the median time per request of each and their
+ratio, at several N (goal: within 10% of a direct call's time at 2,000 messages).
 
-    python bench/bench_proxy.py [--delay 0.02] [--calls 30]
+    python bench/bench_proxy.py [--delay 0.02] [--calls 40]
 """
 
 from __future__ import annotations
@@ -57,28 +57,41 @@ def history(n: int) -> list[dict[str, Any]]:
     return out
 
 
-def loop(client: httpx.Client, url: str, n: int, calls: int, upstream: Upstream) -> list[float]:
-    messages = history(n)
-    times = []
-    for step in range(calls):
-        upstream.replies.append(Reply(calls=[("bash", {"cmd": f"pytest -k s{step}"})]))
+class Loop:
+    """A client's tool loop from a history of ``n`` messages, one request a step."""
+
+    def __init__(self, client: httpx.Client, url: str, n: int, upstream: Upstream) -> None:
+        self.client, self.url, self.upstream = client, url, upstream
+        self.messages = history(n)
+        self.times: list[float] = []
+
+    def step(self) -> None:
+        step = len(self.times)
+        self.upstream.replies.append(Reply(calls=[("bash", {"cmd": f"pytest -k s{step}"})]))
         started = time.perf_counter()
-        r = client.post(url, json={"model": "m", "messages": messages})
-        times.append(time.perf_counter() - started)
+        r = self.client.post(self.url, json={"model": "m", "messages": self.messages})
+        self.times.append(time.perf_counter() - started)
         r.raise_for_status()
         message = {k: v for k, v in r.json()["choices"][0]["message"].items() if v is not None}
-        messages = [
-            *messages,
+        self.messages = [
+            *self.messages,
             message,
             {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "ok " * 40},
         ]
-    return times
+
+
+def loop(client: httpx.Client, url: str, n: int, calls: int, upstream: Upstream) -> list[float]:
+    """The times of ``calls`` requests of one loop."""
+    one = Loop(client, url, n, upstream)
+    for _ in range(calls):
+        one.step()
+    return one.times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--delay", type=float, default=0.02)
-    parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--calls", type=int, default=40)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, Upstream(delay=args.delay) as upstream:
         store = DefinitionStore.open(f"sqlite:///{tmp}/bench.db")
@@ -95,11 +108,13 @@ def main() -> None:
             print(f"upstream delay {args.delay * 1000:.0f} ms, {args.calls} requests per size, medians")
             print(f"{'messages':>9} {'direct':>10} {'proxy':>10} {'ratio':>7}")
             for n in SIZES:
-                direct = loop(client, f"{upstream.base_url}/chat/completions", n, args.calls, upstream)
-                proxied = loop(
-                    client, f"{proxy.url}/proxy/default/v1/chat/completions", n, args.calls, upstream
-                )
-                d, p = statistics.median(direct), statistics.median(proxied)
+                # Step by step, in turn: both loops see the same moments of a noisy machine.
+                direct = Loop(client, f"{upstream.base_url}/chat/completions", n, upstream)
+                proxied = Loop(client, f"{proxy.url}/proxy/default/v1/chat/completions", n, upstream)
+                for _ in range(args.calls):
+                    direct.step()
+                    proxied.step()
+                d, p = statistics.median(direct.times), statistics.median(proxied.times)
                 print(f"{n:>9,} {d * 1000:>8.1f}ms {p * 1000:>8.1f}ms {p / d:>6.2f}x")
 
 

@@ -17,7 +17,7 @@ from ._resources import data_dir
 from .context import ApplyResult, Context
 from .errors import ContextError, DefinitionError, Problem
 from .formats import CHAT, Internal, internal
-from .hooks import Entry, arun_hook, run_hook
+from .hooks import Entry, arun_hook, awaits, run_hook
 from .loader import Document, load_document
 from .manager import DEFAULT_ENVIRONMENT, Environment, with_defaults
 from .registry import ManagerRegistry, default_registry
@@ -170,9 +170,17 @@ class Definition:
         conversions, the managers' work and the archive writes run in worker threads; a
         summariser's model calls are awaited)."""
         env = _environment(environment, models, offloader, session, execution)
+        if not self.awaits_in(hook):  # CPU work only: one worker thread for all of it
+            return await asyncio.to_thread(self.apply, hook, context, environment=env)
         run, back = await asyncio.to_thread(self._run, hook, context)
         result = await arun_hook(*run, env, self.settings, constraints=back.constraints)
         return back(result) if back is _SAME else await asyncio.to_thread(back, result)
+
+    def awaits_in(self, hook: str | Hook | None = None) -> bool:
+        """Whether a manager of the hook (of any hook, with None) awaits I/O with its config
+        (a summary by a model): otherwise an async run is CPU work from end to end."""
+        hooks = self.hooks if hook is None else (parse_hook(hook),)
+        return any(awaits(entry.manager) for h in hooks for entry in self._plan(h))
 
     def _run(
         self, hook: str | Hook, context: Context

@@ -414,7 +414,7 @@ async def arun_hook(
     checks, the archive writes and their fsyncs); otherwise each step does, and a manager
     with its own ``aapply`` (one that awaits a model) is awaited on the loop."""
     args = (definition, hook, entries, context, counter, environment, settings)
-    if not any(_awaits(entry.manager) for entry in entries):
+    if not any(awaits(entry.manager) for entry in entries):
         return await asyncio.to_thread(functools.partial(run_hook, *args, constraints=constraints))
     run = await asyncio.to_thread(
         _Run, definition, hook, context, counter, environment, settings, constraints
@@ -423,7 +423,7 @@ async def arun_hook(
         steps = run.steps(entries)
         while (step := await asyncio.to_thread(next, steps, None)) is not None:
             entry, runtime = step
-            if _awaits(entry.manager):
+            if awaits(entry.manager):
                 outcome = await _acall(entry.manager, run.context, runtime)
                 await asyncio.to_thread(run.done, outcome)
             else:
@@ -431,8 +431,13 @@ async def arun_hook(
         return await asyncio.to_thread(run.end, len(entries))
 
 
-def _awaits(manager: Any) -> bool:
-    """Whether a manager has an ``aapply`` of its own (the base class's only calls apply)."""
+def awaits(manager: Any) -> bool:
+    """Whether a manager is awaited on the event loop: its ``awaits`` (see
+    :class:`~ctxmgmt.ContextManager`), or for a duck-typed plugin, whether it has an
+    ``aapply`` other than the base class's."""
+    declared = getattr(manager, "awaits", None)
+    if isinstance(declared, bool):
+        return declared
     aapply = getattr(type(manager), "aapply", None)
     return aapply is not None and aapply is not ContextManager.aapply
 

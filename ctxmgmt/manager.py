@@ -144,6 +144,13 @@ class ContextManager:
         """The async form; override only when the manager does I/O."""
         return self.apply(context, runtime)
 
+    @property
+    def awaits(self) -> bool:
+        """Whether :meth:`aapply` awaits I/O with this config (a model call): such a manager
+        is awaited on the event loop, the others run in a worker thread with the rest of the
+        hook. By default, whether the class has an ``aapply`` of its own."""
+        return type(self).aapply is not ContextManager.aapply
+
 
 def with_defaults(schema: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
     """The config with the schema's top-level defaults filled in, and its whole-number floats

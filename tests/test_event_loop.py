@@ -280,7 +280,8 @@ def test_the_conversation_engine_runs_hooks_and_archive_writes_off_the_event_loo
 
 def test_a_new_view_of_a_long_record_is_built_off_the_event_loop():
     """The engine translates and counts a record it has not seen (a new view) in a worker
-    thread; a record that continues the live view costs its new messages, on the loop."""
+    thread; a record that continues the live view costs its new messages (off the loop too,
+    with no manager that awaits a model)."""
     import asyncio
 
     from ctxmgmt.agents.conversation import Conversation
@@ -310,4 +311,77 @@ def test_a_new_view_of_a_long_record_is_built_off_the_event_loop():
 
     cold = asyncio.run(main())
     assert len(cold) >= 101 and not any(cold)
-    assert threads == [True]
+    assert threads == [False]
+
+
+def test_a_hook_of_cpu_work_runs_whole_in_one_worker_thread(monkeypatch):
+    """A hook whose managers await nothing with their config (an offline summary) runs its
+    managers, the fit step and the checks in one worker thread: one hop off the loop, not
+    one per step; a summary by a model is awaited on the loop."""
+    import asyncio
+
+    from ctxmgmt import Context, ContextManager, Definition
+    from ctxmgmt.hooks import awaits
+    from ctxmgmt.managers.autocompact import AutoCompactManager
+    from ctxmgmt.managers.summarization import SummarizationManager
+
+    hops: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counting(func, /, *args, **kwargs):
+        hops.append(getattr(func, "__name__", type(func).__name__))
+        return await to_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    offline = {"type": "SummarizationManager", "config": {"preserve_recent_messages": 2}}
+    definition = Definition.from_dict(
+        {
+            "name": "cpu",
+            "hooks": {"pre_llm": [offline, {"type": "SlidingWindowManager", "config": {"max_messages": 6}}]},
+        }
+    )
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i} of src/m{i}.py"}
+        for i in range(40)
+    ]
+    context = Context("sys", messages, (), "gpt-4o", 100_000)
+    loop_thread: list[threading.Thread] = []
+    seen: set[bool] = set()
+    apply = SummarizationManager.apply
+
+    def spy(self, context, runtime):
+        seen.add(threading.current_thread() in loop_thread)
+        return apply(self, context, runtime)
+
+    monkeypatch.setattr(SummarizationManager, "apply", spy)
+
+    async def main():
+        loop_thread.append(threading.current_thread())
+        return await definition.aapply("pre_llm", context)
+
+    result = asyncio.run(main())
+    assert hops == ["apply"] and seen == {False}
+    assert len(result.context.messages) < len(messages)
+    assert [t["type"] for t in result.trace if t["activated"]][:1] == ["SummarizationManager"]
+
+    with_model = SummarizationManager({**offline["config"], "summarization_model_id": "m"})
+    assert not awaits(SummarizationManager(offline["config"])) and awaits(with_model)
+    remote = AutoCompactManager({"summarization": {"summarization_model_id": "m"}})
+    assert not awaits(AutoCompactManager({})) and awaits(remote)
+
+    class Plain(ContextManager):
+        type_name = "Plain"
+        config_schema = {"type": "object"}
+
+        def apply(self, context, runtime):
+            return context
+
+    class Remote(Plain):
+        async def aapply(self, context, runtime):
+            return context
+
+    class Duck:
+        async def aapply(self, context, runtime):
+            return context
+
+    assert not awaits(Plain({})) and awaits(Remote({})) and awaits(Duck())

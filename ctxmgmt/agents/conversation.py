@@ -577,9 +577,13 @@ class Conversation:
     async def _adrive(
         self, definition: Definition, steps: _Steps, *, cold: bool
     ) -> tuple[Turn | None, list[dict[str, Any]]]:
-        """Run a turn's step machine with async hook runs. A new view translates, checks and
-        counts the whole record (``cold``): CPU work that would stall the event loop, so its
-        steps run in a worker thread; a continued one costs what is new."""
+        """Run a turn's step machine with async hook runs. Without a manager that awaits (a
+        summary by a model), the whole turn is CPU work, run in one worker thread. Otherwise
+        a new view translates, checks and counts the whole record (``cold``): CPU work that
+        would stall the event loop, so its steps run in a worker thread; a continued one
+        costs what is new."""
+        if not definition.awaits_in():  # CPU work only: the whole turn in one worker thread
+            return await asyncio.to_thread(self._drive, definition, steps)
         result: ApplyResult | None = None
         runs: list[dict[str, Any]] = []
         while True:

@@ -65,6 +65,11 @@ class AutoCompactManager(ContextManager):
             runtime.details["summary_error"] = f"{type(exc).__name__}: {exc}"
             return compacted
 
+    @property
+    def awaits(self) -> bool:
+        """As its summariser."""
+        return self._summarize.awaits
+
     async def aapply(self, context: Context, runtime: Runtime) -> Context:
         compacted, more = self._compacted(context, runtime)
         if not more:

@@ -116,6 +116,11 @@ class SummarizationManager(ContextManager):
             sections, archive = self._fallback(plan, removed, exc, runtime)
         return self._finish(context, plan, sections, runtime, removed, archive)
 
+    @property
+    def awaits(self) -> bool:
+        """Only a summary by a model awaits (the offline one is CPU work)."""
+        return self.config.get("summarization_model_id") is not None
+
     async def aapply(self, context: Context, runtime: Runtime) -> Context:
         plan = self._plan(context, runtime)
         model_id = self.config.get("summarization_model_id")

@@ -28,6 +28,8 @@ SUMMARY_FIELDS = (
     "context_window",
 )
 """What a listing shows of each record (the columns; the whole record is one more)."""
+_INSERT = executions.insert()
+"""Built once: each save only binds its values (the statement is compiled once per engine)."""
 
 
 class ExecutionStore:
@@ -39,15 +41,13 @@ class ExecutionStore:
     def save(self, record: Mapping[str, Any], *, conn: Connection | None = None) -> None:
         """Store a record (built by the runner: the summary fields and the rest), in
         ``conn``'s transaction when given."""
-        insert = executions.insert().values(
-            **{k: record.get(k) for k in SUMMARY_FIELDS},
-            record={k: v for k, v in record.items() if k not in SUMMARY_FIELDS},
-        )
+        values = {k: record.get(k) for k in SUMMARY_FIELDS}
+        values["record"] = {k: v for k, v in record.items() if k not in SUMMARY_FIELDS}
         if conn is not None:
-            conn.execute(insert)
+            conn.execute(_INSERT, values)
             return
         with self.engine.begin() as own:
-            own.execute(insert)
+            own.execute(_INSERT, values)
 
     def get(self, execution_id: str) -> dict[str, Any]:
         """The whole record of an execution."""

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import JSON, Connection, Engine, Text, cast, delete, select, type_coerce
+from sqlalchemy import JSON, Connection, Engine, Text, bindparam, cast, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -19,6 +19,23 @@ __all__ = ["MAX_SESSION_BYTES", "SessionStore"]
 MAX_SESSION_BYTES = 16 << 20
 """A larger state is not kept: the next request of that conversation starts a new view (as
 a new conversation would), which costs the prompt cache one rewrite, never correctness."""
+
+
+def _upsert(insert: Any, postgres: bool) -> Any:
+    """Insert or replace a state; it is bound as the JSON text dumped once (never dumped again
+    by the column's type)."""
+    written = bindparam("state", type_=Text)
+    values = {"updated_time": bindparam("updated"), "state": cast(written, JSON) if postgres else written}
+    return (
+        insert(proxy_sessions)
+        .values(session_key=bindparam("key"), **values)
+        .on_conflict_do_update(index_elements=[proxy_sessions.c.session_key], set_=values)
+    )
+
+
+# Built once: each call only binds its values (each is compiled once per engine).
+_UPSERT = {"postgresql": _upsert(pg_insert, True), "sqlite": _upsert(sqlite_insert, False)}
+_GET = select(proxy_sessions.c.state).where(proxy_sessions.c.session_key == bindparam("key"))
 
 
 class SessionStore:
@@ -38,9 +55,7 @@ class SessionStore:
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(proxy_sessions.c.state).where(proxy_sessions.c.session_key == key)
-            ).first()
+            row = conn.execute(_GET, {"key": key}).first()
         return dict(row.state) if row is not None and isinstance(row.state, Mapping) else None
 
     def put(self, key: str, state: Mapping[str, Any], *, conn: Connection | None = None) -> bool:
@@ -52,15 +67,8 @@ class SessionStore:
             if len(text.encode()) > MAX_SESSION_BYTES:
                 tx.execute(delete(proxy_sessions).where(proxy_sessions.c.session_key == key))
                 return False
-            postgres = self.engine.dialect.name == "postgresql"
-            written = type_coerce(text, Text)  # the text as it is, not dumped again by the JSON type
-            values = {"updated_time": now_ms(), "state": cast(written, JSON) if postgres else written}
-            insert = (pg_insert if postgres else sqlite_insert)(proxy_sessions)
-            tx.execute(
-                insert.values(session_key=key, **values).on_conflict_do_update(
-                    index_elements=[proxy_sessions.c.session_key], set_=values
-                )
-            )
+            upsert = _UPSERT["postgresql" if self.engine.dialect.name == "postgresql" else "sqlite"]
+            tx.execute(upsert, {"key": key, "updated": now_ms(), "state": text})
         return True
 
     def drop(self, key: str) -> None:

@@ -56,9 +56,9 @@ class Api:
                 else "a non-empty list of messages"
             )
             return f"/{self.field}: must be {kind}"
-        for i, item in enumerate(raw):
-            if not isinstance(item, Mapping):
-                return f"/{self.field}/{i}: must be an object (a message or an input item)"
+        if not all(type(item) is dict for item in raw):  # a JSON body's objects are dicts
+            i = next(i for i, item in enumerate(raw) if type(item) is not dict)
+            return f"/{self.field}/{i}: must be an object (a message or an input item)"
         tools = body.get("tools", [])
         if not isinstance(tools, list):
             return "/tools: must be a list of tool definitions"

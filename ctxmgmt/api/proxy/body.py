@@ -14,6 +14,7 @@ change. Untouched messages go upstream byte for byte as the client sent them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -25,7 +26,7 @@ from typing import Any
 from ..errors import HTTPProblem
 from ..requests import DECODER, check_values, json_problem
 
-__all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "size_of", "upstream_text"]
+__all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "positions", "size_of", "upstream_text"]
 
 BODIES_BYTES = 256 << 20
 """The previous bodies a process keeps to read the next ones from, by their text's size."""
@@ -49,6 +50,9 @@ class Body:
     """Where ``data[member]``'s array is, brackets included."""
     values: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Where each other top-level value is."""
+    hashed: list[tuple[int, Any]] = field(default_factory=list)
+    """SHA-256 states of the text from the first element's start to an offset (taken by
+    :meth:`digest`, kept by the next body while its text starts the same)."""
 
     @property
     def prefix(self) -> str:
@@ -57,6 +61,24 @@ class Body:
             return ""
         end = self.spans[-1][1] if self.spans else self.array[0] + 1
         return self.text[:end]
+
+    def digest(self, upto: Any) -> str | None:
+        """A fingerprint of the client's own text of its first ``upto`` elements (None when it
+        has not as many). It costs the text since the longest fingerprint this body or the
+        bodies it grew from took, not the whole."""
+        if self.array is None or not isinstance(upto, int) or not 0 < upto <= len(self.spans):
+            return None
+        start, end = self.spans[0][0], self.spans[upto - 1][1]
+        at, state = max(((e, h) for e, h in self.hashed if e <= end), default=(start, None), key=_first)
+        state = hashlib.sha256() if state is None else state.copy()  # a kept state never changes
+        state.update(self.text[at:end].encode("utf-8", "surrogatepass"))
+        if at < end:
+            self.hashed = [*self.hashed[-1:], (end, state)]
+        return str(state.hexdigest())
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
 
 
 def _error(text: str, at: int, message: str) -> HTTPProblem:
@@ -90,6 +112,7 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
     if reuse and prefix and text.startswith(prefix):
         assert previous is not None and previous.array is not None
         body = Body(text, {}, field, list(previous.spans), previous.array, {})
+        body.hashed = [(e, h) for e, h in previous.hashed if e <= len(prefix)]
         body.data = {
             k: v for k, v in previous.data.items() if previous.values.get(k, (0, 0))[0] < previous.array[0]
         }
@@ -207,16 +230,11 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
     rest) and the top-level ``changes`` (``model``, ``tools``) written in."""
     if body.array is None:  # the conversation is not an array of elements: written whole
         return json.dumps({**body.data, body.member: list(messages), **changes}, ensure_ascii=False)
-    elements = body.data[body.member]
-    where = {id(m): k for k, m in enumerate(elements)}
-    parts = []
-    for m in messages:
-        k = where.get(id(m))
-        if k is not None and elements[k] is m:
-            start, end = body.spans[k]
-            parts.append(body.text[start:end])
-        else:
-            parts.append(json.dumps(m, ensure_ascii=False))
+    spans, text = body.spans, body.text
+    parts = [
+        json.dumps(m, ensure_ascii=False) if k is None else text[spans[k][0] : spans[k][1]]
+        for m, k in zip(messages, positions(messages, body.data[body.member]), strict=True)
+    ]
     edits: list[tuple[int, int, str]] = [(*body.array, "[" + ", ".join(parts) + "]")]
     added = []
     for key, value in changes.items():
@@ -236,6 +254,28 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
         close = tail.rstrip().rfind("}")
         tail = tail[:close] + ", " + ", ".join(added) + tail[close:]
     return "".join(out) + tail
+
+
+def positions(view: Sequence[Any], items: Sequence[Any]) -> list[int | None]:
+    """Where each of ``view``'s objects is in ``items`` (the very object), or None (a
+    message ctxmgmt wrote). A view keeps the items' order, so each is looked for after the
+    last one found, and the next item is tried first: it costs the view, not the items (an
+    object out of order is not found, and is written whole)."""
+    ids = list(map(id, items))
+    out: list[int | None] = []
+    at = 0  # where the next item of the view is looked for
+    for m in view:
+        if at < len(items) and items[at] is m:
+            k: int | None = at
+        else:
+            try:
+                k = ids.index(id(m), at)
+            except ValueError:
+                k = None
+        out.append(k)
+        if k is not None:
+            at = k + 1
+    return out
 
 
 class Bodies:

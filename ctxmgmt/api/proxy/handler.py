@@ -162,19 +162,11 @@ def _model(request: Request, body: Mapping[str, Any], api: Api) -> ModelConfig:
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
-def _digest(body: Body, upto: Any) -> str | None:
-    """A fingerprint of the client's own text of its first ``upto`` messages."""
-    if body.array is None or not isinstance(upto, int) or not 0 < upto <= len(body.spans):
-        return None
-    start, end = body.spans[0][0], body.spans[upto - 1][1]
-    return hashlib.sha256(body.text[start:end].encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def _covers(stored: Mapping[str, Any], body: Body) -> bool:
     """Whether a stored state was made from the very messages this body starts with (by the
     client's own text of them), not from a look-alike that ends the same way."""
     covered = stored.get("covered")
-    return isinstance(covered, str) and covered == _digest(body, stored.get("upto"))
+    return isinstance(covered, str) and covered == body.digest(stored.get("upto"))
 
 
 def session_key(request: Request, api: Api, name: str, model: str, parts: Parts) -> str:
@@ -221,16 +213,14 @@ async def _proxy(request: Request, api: Api) -> Response:
     parts = api.parts(body)
     if isinstance(parts, str):
         raise _Refused(400, "illegal_argument_exception", parts)
+    key = session_key(request, api, name, str(body["model"]), parts)
     try:
-        definition, version = await asyncio.to_thread(st.store.resolve_version, name)
+        definition, version, stored = await asyncio.to_thread(_resolved, st.store, name, key)
     except NotFound:
         hint = await asyncio.to_thread(st.store.suggest, name)
         raise _Refused(
             404, "resource_not_found_exception", f"context management {name!r} not found{hint}"
         ) from None
-    sessions = SessionStore(st.store.engine)
-    key = session_key(request, api, name, str(body["model"]), parts)
-    stored = await asyncio.to_thread(sessions.get, key)
     if stored is not None and not _covers(stored, parsed):
         # Another conversation with the same start, or this one with an earlier message
         # changed: its state is not this request's (a new view, a new archive namespace).
@@ -305,6 +295,12 @@ async def _proxy(request: Request, api: Api) -> Response:
     return await _upstream(exchange, outgoing, parts.stream, first)
 
 
+def _resolved(store: Any, name: str, key: str) -> tuple[Any, Any, dict[str, Any] | None]:
+    """The definition, its version and the conversation's stored state (one worker thread)."""
+    definition, version = store.resolve_version(name)
+    return definition, version, SessionStore(store.engine).get(key)
+
+
 def _headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, str]:
     headers = {"content-type": "application/json", "accept-encoding": "identity"}
     for name in _FORWARDED:
@@ -351,7 +347,7 @@ async def _store(
     transaction, and keep the conversation here too."""
     packed = pack(conversation.saved, kept.record)
     packed["conversation"] = kept.conversation
-    packed["covered"] = _digest(kept.body, conversation.saved.get("upto"))
+    packed["covered"] = kept.body.digest(conversation.saved.get("upto"))
 
     def write() -> None:
         with st.store.engine.begin() as conn:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...agents.conversation import Conversation
+from .body import positions
 
 __all__ = ["LIVE_BYTES", "Live", "pack", "unpack"]
 
@@ -32,18 +33,15 @@ def pack(saved: Mapping[str, Any], record: Sequence[Any]) -> dict[str, Any]:
     view = saved.get("view")
     if not isinstance(view, list):
         return out
-    where = {id(m): i for i, m in enumerate(record)}
     parts: list[Any] = []
-    for m in view:
-        i = where.get(id(m))
-        if i is not None and record[i] is m:
-            last = parts[-1] if parts else None
-            if isinstance(last, list) and last[1] == i:
-                last[1] = i + 1
-            else:
-                parts.append([i, i + 1])
+    for m, i in zip(view, positions(view, record), strict=True):
+        last = parts[-1] if parts else None
+        if i is None:
+            parts.append({"m": m})  # a message the managers wrote
+        elif isinstance(last, list) and last[1] == i:
+            last[1] = i + 1
         else:
-            parts.append({"m": m})
+            parts.append([i, i + 1])
     out["packed"] = parts
     return out
 

@@ -1,0 +1,88 @@
+"""A proxied conversation's state between requests: its fingerprint and its packed view."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxmgmt.api.proxy.body import parse
+from ctxmgmt.api.proxy.state import pack, unpack
+
+_TEXTS = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30)
+
+
+def _text(messages: list[dict]) -> str:
+    return json.dumps({"model": "m", "messages": messages}, ensure_ascii=False)
+
+
+def _whole(body, upto: int) -> str:
+    start, end = body.spans[0][0], body.spans[upto - 1][1]
+    return hashlib.sha256(body.text[start:end].encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@given(
+    st.lists(_TEXTS, min_size=1, max_size=6),
+    st.lists(st.lists(_TEXTS, min_size=1, max_size=4), min_size=1, max_size=4),
+    st.data(),
+)
+def test_a_grown_body_fingerprints_as_a_fresh_one(first, growths, data):
+    """The fingerprint of a body's first N messages is the hash of their text, whichever
+    fingerprints it or the bodies it grew from took before (it hashes only what is new)."""
+    messages = [{"role": "user", "content": c} for c in first]
+    body = parse(_text(messages), "messages")
+    for growth in growths:
+        upto = data.draw(st.integers(1, len(body.spans)))
+        assert body.digest(upto) == _whole(body, upto)
+        messages = [*messages, *({"role": "tool", "content": c} for c in growth)]
+        body = parse(_text(messages), "messages", body)
+    for upto in range(len(body.spans), 0, -1):
+        assert body.digest(upto) == _whole(body, upto)
+    assert body.digest(0) is None and body.digest(len(body.spans) + 1) is None
+    assert body.digest("3") is None
+
+
+def test_a_fingerprint_hashes_only_the_text_since_the_last_one(monkeypatch):
+    """A body that grew from one whose fingerprint was taken hashes only its new messages."""
+    messages = [{"role": "user", "content": "x" * 1000} for _ in range(50)]
+    body = parse(_text(messages), "messages")
+    body.digest(50)
+    grown = parse(_text([*messages, {"role": "user", "content": "new"}]), "messages", body)
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    class Counting:
+        def __init__(self, state=None):
+            self.state = state or real()
+
+        def copy(self):
+            return Counting(self.state.copy())
+
+        def update(self, data):
+            hashed.append(len(data))
+            self.state.update(data)
+
+        def hexdigest(self):
+            return self.state.hexdigest()
+
+    expected = _whole(grown, 51)
+    grown.hashed = [(e, Counting(h)) for e, h in grown.hashed]
+    monkeypatch.setattr(hashlib, "sha256", Counting)
+    assert grown.digest(51) == expected
+    assert sum(hashed) < 100
+
+
+def test_a_packed_view_unpacks_to_the_same_messages():
+    """The view is stored as runs of the request's messages and the messages the managers
+    wrote, in order (one out of the record's order stored whole), and rebuilt from the next
+    request's messages."""
+    record = [{"role": "user", "content": str(i)} for i in range(10)]
+    summary = {"role": "user", "content": "[summary]"}
+    view = [record[0], summary, *record[5:8], {"role": "tool", "content": "cut"}, record[9], record[2]]
+    packed = pack({"view": view, "upto": 10}, record)
+    assert packed["packed"] == [[0, 1], {"m": summary}, [5, 8], {"m": view[5]}, [9, 10], {"m": record[2]}]
+    state = unpack(json.loads(json.dumps(packed)), record)
+    assert state is not None and state["view"] == view and state["upto"] == 10
+    assert [m is r for m, r in zip(state["view"], view, strict=True)] == [1, 0, 1, 1, 1, 0, 1, 0]
