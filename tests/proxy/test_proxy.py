@@ -437,6 +437,25 @@ def test_a_stream_whose_client_leaves_mid_answer_is_recorded_as_cut_short(store,
     assert record["calls"][0]["tokens_before"] > 0
 
 
+def test_a_stream_of_n_choices_left_after_the_first_is_recorded_as_cut_short(store, proxy, upstream):
+    """A chat stream of two choices sent one after another, whose client leaves once the first
+    has finished (the model slow to begin the second), is recorded as cut short."""
+    upstream.linger, upstream.pause_after = 1.0, 4  # its role, two words, the first finish
+    upstream.replies.append(Reply(text="hello there"))
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": TASK}], "n": 2, "stream": True}
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{proxy.url}/proxy/default/v1/chat/completions", json=body) as r,
+    ):
+        for line in r.iter_lines():
+            if '"finish_reason": "stop"' in line:
+                assert '"index": 0' in line
+                break
+    record = stored_record(store)
+    assert record["status"] == "error", record
+    assert record["error"] == "the client went away before the answer's end"
+
+
 @pytest.mark.parametrize("header", ["origin", "host"])
 def test_the_host_and_origin_guard_answers_a_providers_client_in_its_shape(proxy, upstream, header):
     """A page of another origin, or a Host this server is not, is refused under /proxy/ in the

@@ -254,3 +254,18 @@ def test_the_event_that_ends_an_answer_is_told_in_each_api(api, events, ends_at)
     read = [event for chunk in events for event in split.feed(chunk)] + split.finish()
     told = [ending.event(*event) for event in read]
     assert told == [k == ends_at for k in range(len(events))]
+
+
+def test_a_chat_answer_of_n_choices_ends_when_each_has_finished():
+    """With n choices sent one after another, the answer has not ended when the first has
+    finished (a client leaving then has not had it all); it has when the n-th finishes,
+    and a finished choice's later chunk does not open it again."""
+
+    def chunk(index: int, finish: str | None = None) -> tuple[bytes, dict]:
+        data = {"choices": [{"index": index, "delta": {"content": "x"}, "finish_reason": finish}]}
+        return b"", data
+
+    ending = streams.Ending("chat", 2)
+    told = [ending.event(*e) for e in (chunk(0), chunk(0, "stop"), chunk(0), chunk(1), chunk(1, "stop"))]
+    assert told == [False, False, False, False, True]
+    assert [streams.Ending("chat").event(*e) for e in (chunk(0), chunk(0, "stop"))] == [False, True]

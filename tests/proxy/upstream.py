@@ -250,6 +250,9 @@ def _chat_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Ite
             "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if reply.calls else "stop"}],
         }
     )
+    for index in range(1, body.get("n") or 1):  # more choices, one after another
+        for delta, finish in (({"role": "assistant", "content": reply.text}, None), ({}, "stop")):
+            yield _sse({**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
     if (body.get("stream_options") or {}).get("include_usage"):
         usage = {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5}
         yield _sse({**base, "choices": [], "usage": usage})

@@ -500,7 +500,8 @@ async def _events(
     events = streams.Events(streams.MAX_EVENT_BYTES)  # read at call time: a test may lower it
     usage: dict[str, int] = {}
     acc = Accumulator(api.name)
-    answer_end = streams.Ending(api.name)
+    n = body.get("n")  # chat's choices: each one's end is awaited
+    answer_end = streams.Ending(api.name, n if type(n) is int and 1 <= n <= streams.MAX_CHOICES else 1)
     failure: str | None = None
     total = 0
     holding = False

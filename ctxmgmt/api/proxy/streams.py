@@ -16,7 +16,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_EVENT_BYTES", "Accumulator", "Ending", "EventTooLong", "Events", "continuation"]
+__all__ = [
+    "MAX_CHOICES",
+    "MAX_EVENT_BYTES",
+    "Accumulator",
+    "Ending",
+    "EventTooLong",
+    "Events",
+    "continuation",
+]
 
 
 MAX_EVENT_BYTES = 8 << 20
@@ -131,17 +139,23 @@ _LAST = frozenset({"message_stop", "response.completed", "response.incomplete", 
 """The events that end an Anthropic message or a response."""
 
 
+MAX_CHOICES = 128
+"""The most choices a chat request asks for (OpenAI's bound for ``n``)."""
+
+
 class Ending:
     """Whether the events so far end the answer: a chat stream's ``[DONE]``, or a
     ``finish_reason`` for every choice it has begun (``n`` > 1 finishes each on its own);
     ``message_stop``; a response's last event. A client that leaves once it has them has had
-    the whole answer."""
+    the whole answer. With ``choices`` (a chat request's ``n``), that many must have finished:
+    an upstream may send its choices one after another."""
 
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: str, choices: int = 1) -> None:
         self.api = api
+        self.choices = choices
         self._open: set[Any] = set()
         """The chat choices begun and not finished."""
-        self._finished = False
+        self._finished: set[Any] = set()
 
     def event(self, event: bytes, data: Any) -> bool:
         """Take one event (its bytes, its data as :class:`Events` reads it); True when the
@@ -161,10 +175,10 @@ class Ending:
                 index = index if isinstance(index, int) else repr(index)
                 if choice.get("finish_reason"):
                     self._open.discard(index)
-                    self._finished = True
-                else:
+                    self._finished.add(index)
+                elif index not in self._finished:
                     self._open.add(index)
-        return self._finished and not self._open
+        return len(self._finished) >= self.choices and not self._open
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
