@@ -325,7 +325,7 @@ def _counted(counts: Counter[str], order: Mapping[str, int], *, specific: bool =
     """Items with their counts, most frequent first, then the most recent. With ``specific``,
     items that say something particular (see :func:`specificity`) come before generic ones."""
     ranked = sorted(counts, key=lambda k: (-specificity(k) if specific else 0, -counts[k], -order[k]))
-    return [k if counts[k] < 2 else f"{k} (×{counts[k]})" for k in ranked[:_MAX_ITEMS]]
+    return [with_count(k, counts[k]) for k in ranked[:_MAX_ITEMS]]
 
 
 _SPECIFIC = re.compile(
@@ -493,7 +493,7 @@ def fold_errors(items: list[str]) -> list[str]:
         varying = [k for k in range(len(values[0])) if len({v[k] for v in values}) > 1]
         spans = [_span(v[varying[0]]) for v in values] if len(varying) == 1 else []
         if len(members) < _FOLD_AT or not _counter(spans):
-            out += [line if n < 2 else f"{line} (×{n})" for line, n in members]
+            out += [with_count(line, n) for line, n in members]
             continue
         low, high = min(s[0] for s in spans if s), max(s[1] for s in spans if s)
         numbers = list(values[0])  # the numbers that do not vary, as the lines say them
@@ -543,7 +543,7 @@ def _fold_durations(items: list[str]) -> list[str]:
     for members in groups.values():
         first = members[0][2]
         if len(members) < 2 or first is None:
-            out += [line if n < 2 else f"{line} (×{n})" for line, n, _ in members]
+            out += [with_count(line, n) for line, n, _ in members]
             continue
         values = [v for _, _, m in members if m for v in m[1].split("\u2013")]
         low, high = min(values, key=float), max(values, key=float)
@@ -578,10 +578,15 @@ def uncontained(items: list[str]) -> list[str]:
             kept.append(i)
         else:
             counts[holder] = max(counts[holder], counts[i])
-    return [keys[i] if counts[i] < 2 else f"{keys[i]} (×{counts[i]})" for i in sorted(kept)]
+    return [with_count(keys[i], counts[i]) for i in sorted(kept)]
 
 
 _MARGIN = re.compile(r"^E\s+(?=\S)")
+
+
+def with_count(item: str, n: int) -> str:
+    """An item with its ``(×N)`` suffix when it was seen more than once (see :func:`split_count`)."""
+    return item if n < 2 else f"{item} (×{n})"
 
 
 def split_count(item: str) -> tuple[str, int]:
@@ -886,7 +891,7 @@ def _ledger_item(kind: str, key: str, notes: list[str], count: int) -> str:
         return f"{line} (×{count})" if _seen_often(kind, shown, count) else line
     else:
         line = key
-    return line if count < 2 else f"{line} (×{count})"
+    return with_count(line, count)
 
 
 _TOOL_CALL = re.compile(r"^[\w.-]{1,100}\(.*\)$")

@@ -29,6 +29,7 @@ from .digest import (
     specificity,
     split_count,
     uncontained,
+    with_count,
 )
 from .messages import is_summary, summary_line, summary_message, text_of
 
@@ -134,7 +135,7 @@ def _add_counts(old: list[str], fresh: list[str]) -> list[str]:
         counts[key] = counts.get(key, 0) + n
         recency[key] = rank
     ranked = sorted(counts, key=lambda k: (-counts[k], -recency[k]))
-    return [k if counts[k] < 2 else f"{k} (×{counts[k]})" for k in ranked]
+    return [with_count(k, counts[k]) for k in ranked]
 
 
 MAX_GUIDE = 20

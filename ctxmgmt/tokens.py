@@ -148,7 +148,9 @@ def _size(m: Any) -> int:
         size += 200 + (len(args) if isinstance(args, str) else 0)
     origin = m.get(HIDDEN)
     if origin is not None:  # the provider's message (or items) it holds, once
-        size += rough_size(getattr(origin, "group", None) or getattr(origin, "message", None))
+        known = getattr(origin, "size", -1)  # measured by the conversion
+        source = getattr(origin, "group", None) or getattr(origin, "message", None)
+        size += known if isinstance(known, int) and known >= 0 else rough_size(source)
     return size
 
 

@@ -40,7 +40,7 @@ class Origin(dict[str, Any]):
     (Responses), and the block it was made of. As JSON (an archive of the internal
     message) it is only its few plain items, never the provider's content twice."""
 
-    __slots__ = ("block", "blocks", "group", "made", "message")
+    __slots__ = ("block", "blocks", "group", "made", "message", "size")
 
     def __init__(
         self,
@@ -64,6 +64,9 @@ class Origin(dict[str, Any]):
         """The ids of the internal messages the conversion made of ``message``, in order (set
         once they are made): an internal message whose id is here is unchanged. They are
         alive while it is (an edited copy is made from a live one), so no id is reused."""
+        self.size = -1
+        """About how many bytes the source keeps alive, once the conversion has measured it
+        (-1: not measured)."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Origin:
         return self  # an origin is a reference, and the provider message is immutable

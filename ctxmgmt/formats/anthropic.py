@@ -302,6 +302,8 @@ def _converted(m: Any) -> tuple[tuple[dict[str, Any], ...], int]:
     hit = _MEMO.get(id(m), m)
     if hit is None:
         hit = (_convert(m), rough_size(m))
+        for internal in hit[0]:  # the token counter sizes its memo by it, without a walk
+            internal[ORIGIN].size = hit[1]
         _MEMO.put(id(m), m, hit, hit[1])
     return hit
 

@@ -266,6 +266,7 @@ def _converted(group: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
     internal = _convert(group)
     made(internal[ORIGIN], (internal,))
     size = sum(rough_size(x) for x in group)
+    internal[ORIGIN].size = size  # the token counter sizes its memo by it, without a walk
     _MEMO.put(id(key), key, (group, internal, size), size)
     return internal, size
 

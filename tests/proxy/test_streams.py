@@ -60,17 +60,9 @@ def test_after_an_event_over_the_bound_is_skipped_the_next_ones_are_read(size):
         events = Events(max_bytes=1024)
         got = []
         for at in range(0, len(stream), size):
-            try:
-                got += events.feed(stream[at : at + size])
-            except EventTooLong:
-                while True:
-                    try:
-                        got += events.skip()
-                        break
-                    except EventTooLong:
-                        continue
+            got += events.feed(stream[at : at + size], skip=True)
             assert len(events._buffer) <= 1024 + size
-        got += events.finish()
+        got += events.finish(skip=True)
         assert [d for _, d in got if d is not None] == [{"usage": 1}, {"usage": 2}], (separator, size)
         assert got[-1][0].strip() == b"data: [DONE]"
 
@@ -83,6 +75,19 @@ def test_a_stream_that_ends_inside_a_skipped_event_gives_no_event_of_it():
         events.feed(b"data: " + b"y" * 200)
     assert events.skip() == [] and events.feed(b"y" * 100) == []
     assert events.finish() == []
+
+
+def test_a_trailing_overlong_event_is_dropped_when_skipping_and_refused_otherwise():
+    """At a stream's end, the events held are read and an unended last event over the bound
+    is dropped (with skip) or refused; the events before it are never lost with it."""
+    tail = b'data: {"usage": 3}\n\ndata: ' + b"z" * 200
+    events = Events(max_bytes=64)
+    assert events.feed(tail, skip=True) == [(b'data: {"usage": 3}\n\n', {"usage": 3})]
+    assert events.finish(skip=True) == []
+    events = Events(max_bytes=64)
+    assert len(events.feed(tail)) == 1
+    with pytest.raises(EventTooLong):
+        events.finish()
 
 
 def test_a_trailing_event_without_its_blank_line_is_read_at_the_end():

@@ -11,7 +11,6 @@ stored, logged or recorded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -541,7 +540,9 @@ async def _events(
                         break
                     if not exchange.recall:  # nothing to watch for: passed on as it came
                         yield chunk
-                        delivered = read(_passed_on(events, chunk))[1] or delivered
+                        # Read for its usage and the answer's end: an event over the bound
+                        # goes unread (its usage lost), not the ones after it.
+                        delivered = read(events.feed(chunk, skip=True))[1] or delivered
                         continue
                     passed, last = read(events.feed(chunk))
                     if passed:
@@ -550,10 +551,7 @@ async def _events(
                 if failure is None and not exchange.recall:
                     # What the last chunk held after an overlong event (it waits for the next
                     # chunk), then an unended last event.
-                    while split := _passed_on(events, b""):
-                        delivered = read(split)[1] or delivered
-                    with contextlib.suppress(streams.EventTooLong):
-                        delivered = read(events.finish())[1] or delivered
+                    delivered = read(events.finish(skip=True))[1] or delivered
                 elif failure is None:
                     passed, _ = read(events.finish())
                     if passed:
@@ -600,20 +598,6 @@ async def _events(
         if failure is None and not delivered:  # closed at a yield, or cancelled while it waited
             failure = "the client went away before the answer's end"
         await _finish_shielded(exchange, usage or None, failure)
-
-
-def _passed_on(events: streams.Events, chunk: bytes) -> list[tuple[bytes, Any]]:
-    """The events a chunk of a stream only passed on completes, for their usage and the
-    answer's end: an event over the bound goes unread (its usage lost), not the ones after it."""
-    try:
-        return events.feed(chunk)
-    except streams.EventTooLong:
-        pass
-    while True:  # each skip drops an overlong event, or all the bytes held: it ends
-        try:
-            return events.skip()
-        except streams.EventTooLong:
-            continue
 
 
 def _may_be_recall(names: list[str]) -> bool:

@@ -61,8 +61,21 @@ class Events:
         self._skipping = False
         """Whether the bytes up to the next separator are an overlong event's, dropped."""
 
-    def feed(self, chunk: bytes) -> list[tuple[bytes, Any]]:
-        """The events ``chunk`` completes."""
+    def feed(self, chunk: bytes, *, skip: bool = False) -> list[tuple[bytes, Any]]:
+        """The events ``chunk`` completes. An event over the bound raises
+        :class:`EventTooLong`, or with ``skip`` is dropped unread (see :meth:`skip`)."""
+        try:
+            return self._feed(chunk)
+        except EventTooLong:
+            if not skip:
+                raise
+        while True:  # each skip drops an overlong event, or all the bytes held: it ends
+            try:
+                return self.skip()
+            except EventTooLong:
+                continue
+
+    def _feed(self, chunk: bytes) -> list[tuple[bytes, Any]]:
         buffer = self._buffer
         buffer += chunk
         if self._skipping:
@@ -104,19 +117,21 @@ class Events:
         with later chunks), and the events after it that the bytes held so far complete."""
         self._skipping = True
         self._scan = 0
-        return self.feed(b"")
+        return self._feed(b"")
 
-    def finish(self) -> list[tuple[bytes, Any]]:
+    def finish(self, *, skip: bool = False) -> list[tuple[bytes, Any]]:
         """The events the bytes held still complete (a chunk's events after an overlong one
         wait for the next chunk), and the last event, when the stream ended without an empty
-        line after it."""
+        line after it. With ``skip``, an overlong one is dropped, not refused."""
         out: list[tuple[bytes, Any]] = []
-        while got := self.feed(b""):
+        while got := self.feed(b"", skip=skip):
             out += got
         rest = b"" if self._skipping else bytes(self._buffer)
         self._buffer.clear()
         self._scan = 0
         self._skipping = False
+        if skip and len(rest) > self.max_bytes:
+            return out
         return [*out, self._event(rest)] if rest else out
 
     def _event(self, event: bytes) -> tuple[bytes, Any]:
