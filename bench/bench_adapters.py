@@ -64,13 +64,35 @@ of the whole record at each invoke), or the caller hands the whole record each t
 INSIDE: dict[str, float] = {}
 """Seconds spent inside each variant's hook (the middleware, filter or processor itself)."""
 INSIDE_CPU: dict[str, float] = {}
-"""The same, in CPU time of the hook's thread: LangGraph writes the previous step's
-checkpoint in a background thread (its default ``durability="async"``), which takes the GIL
-from whatever runs meanwhile, so the wall time inside a hook holds some of that write."""
+"""The same, in CPU time of the hook's thread and the worker threads it awaits: LangGraph
+writes the previous step's checkpoint in a background thread (its default
+``durability="async"``), which takes the GIL from whatever runs meanwhile, so the wall time
+inside a hook holds some of that write."""
+
+
+_WORKER_CPU = [0.0]
+"""CPU time spent in ``asyncio.to_thread`` workers so far: an async adapter's hook runs its
+CPU work in one (the event loop is not blocked), which its own thread's clock does not see."""
+_TO_THREAD = asyncio.to_thread
+
+
+async def _to_thread_counted(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    def run() -> Any:
+        started = time.thread_time()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _WORKER_CPU[0] += time.thread_time() - started
+
+    return await _TO_THREAD(run)
+
+
+asyncio.to_thread = _to_thread_counted  # ctxmgmt looks it up at each call
 
 
 def _clock() -> tuple[float, float]:
-    return time.perf_counter(), time.thread_time()
+    """Wall time, and CPU time of this thread and of the worker threads it waited for."""
+    return time.perf_counter(), time.thread_time() + _WORKER_CPU[0]
 
 
 def _timed(variant: str, started: tuple[float, float], inner: tuple[float, float] = (0.0, 0.0)) -> None:
