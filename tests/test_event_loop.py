@@ -359,8 +359,20 @@ def test_a_hook_of_cpu_work_runs_whole_in_one_worker_thread(monkeypatch):
         loop_thread.append(threading.current_thread())
         return await definition.aapply("pre_llm", context)
 
+    built: list[bool] = []
+    init = SummarizationManager.__init__
+
+    def spy_init(self, config):
+        built.append(threading.current_thread() in loop_thread)
+        init(self, config)
+
+    monkeypatch.setattr(SummarizationManager, "__init__", spy_init)
     result = asyncio.run(main())
-    assert hops == ["apply"] and seen == {False}
+    # The first run builds the managers off the loop to ask whether any awaits; then one hop.
+    assert hops == ["awaits_in", "apply"] and seen == {False} and built == [False]
+    hops.clear()
+    asyncio.run(main())
+    assert hops == ["apply"] and built == [False]
     assert len(result.context.messages) < len(messages)
     assert [t["type"] for t in result.trace if t["activated"]][:1] == ["SummarizationManager"]
 
@@ -384,4 +396,13 @@ def test_a_hook_of_cpu_work_runs_whole_in_one_worker_thread(monkeypatch):
         async def aapply(self, context, runtime):
             return context
 
+    class OwnService(SummarizationManager):  # a plugin's summary by its own service
+        async def aapply(self, context, runtime):
+            return context
+
+    class OwnCompact(AutoCompactManager):
+        async def aapply(self, context, runtime):
+            return context
+
     assert not awaits(Plain({})) and awaits(Remote({})) and awaits(Duck())
+    assert awaits(OwnService(offline["config"])) and awaits(OwnCompact({}))

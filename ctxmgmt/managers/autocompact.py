@@ -67,8 +67,8 @@ class AutoCompactManager(ContextManager):
 
     @property
     def awaits(self) -> bool:
-        """As its summariser."""
-        return self._summarize.awaits
+        """As its summariser, or a subclass's own ``aapply``."""
+        return type(self).aapply is not AutoCompactManager.aapply or self._summarize.awaits
 
     async def aapply(self, context: Context, runtime: Runtime) -> Context:
         compacted, more = self._compacted(context, runtime)

@@ -118,7 +118,10 @@ class SummarizationManager(ContextManager):
 
     @property
     def awaits(self) -> bool:
-        """Only a summary by a model awaits (the offline one is CPU work)."""
+        """Only a summary by a model awaits (the offline one is CPU work), or a subclass's
+        own ``aapply``."""
+        if type(self).aapply is not SummarizationManager.aapply:
+            return True
         return self.config.get("summarization_model_id") is not None
 
     async def aapply(self, context: Context, runtime: Runtime) -> Context:

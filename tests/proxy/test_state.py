@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxmgmt.api.proxy.body import parse
+from ctxmgmt.api.proxy.body import parse, positions
 from ctxmgmt.api.proxy.state import pack, unpack
 
 _TEXTS = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30)
@@ -82,7 +82,17 @@ def test_a_packed_view_unpacks_to_the_same_messages():
     summary = {"role": "user", "content": "[summary]"}
     view = [record[0], summary, *record[5:8], {"role": "tool", "content": "cut"}, record[9], record[2]]
     packed = pack({"view": view, "upto": 10}, record)
-    assert packed["packed"] == [[0, 1], {"m": summary}, [5, 8], {"m": view[5]}, [9, 10], {"m": record[2]}]
+    assert packed["packed"] == [[0, 1], {"m": summary}, [5, 8], {"m": view[5]}, [9, 10], [2, 3]]
     state = unpack(json.loads(json.dumps(packed)), record)
     assert state is not None and state["view"] == view and state["upto"] == 10
-    assert [m is r for m, r in zip(state["view"], view, strict=True)] == [1, 0, 1, 1, 1, 0, 1, 0]
+    assert [m is r for m, r in zip(state["view"], view, strict=True)] == [1, 0, 1, 1, 1, 0, 1, 1]
+
+
+def test_positions_find_every_message_of_the_request_in_any_order():
+    """A view's messages are found in the request however they are ordered (one moved to the
+    front does not hide the ones after it), twice if twice; a look-alike copy is not one."""
+    items = [{"role": "user", "content": str(i)} for i in range(6)]
+    copy = dict(items[3])
+    assert positions([items[5], *items[:5]], items) == [5, 0, 1, 2, 3, 4]
+    assert positions([items[1], items[1], copy, items[4]], items) == [1, 1, None, 4]
+    assert positions([], items) == [] and positions([copy], []) == [None]

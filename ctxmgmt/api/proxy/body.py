@@ -258,19 +258,20 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
 
 def positions(view: Sequence[Any], items: Sequence[Any]) -> list[int | None]:
     """Where each of ``view``'s objects is in ``items`` (the very object), or None (a
-    message ctxmgmt wrote). A view keeps the items' order, so each is looked for after the
-    last one found, and the next item is tried first: it costs the view, not the items (an
-    object out of order is not found, and is written whole)."""
-    ids = list(map(id, items))
+    message ctxmgmt wrote). A view mostly keeps runs of the items in order, so the item after
+    the last one found is tried first; any other is looked up in a map of the items made at
+    the first such message (in any order, twice or not at all)."""
+    where: dict[int, int] | None = None
     out: list[int | None] = []
-    at = 0  # where the next item of the view is looked for
+    at = 0  # the item after the last one found
     for m in view:
         if at < len(items) and items[at] is m:
             k: int | None = at
         else:
-            try:
-                k = ids.index(id(m), at)
-            except ValueError:
+            if where is None:
+                where = dict(zip(map(id, items), range(len(items)), strict=True))
+            k = where.get(id(m))
+            if k is not None and items[k] is not m:
                 k = None
         out.append(k)
         if k is not None:

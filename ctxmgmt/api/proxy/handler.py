@@ -500,7 +500,7 @@ async def _events(
     usage: dict[str, int] = {}
     acc = Accumulator(api.name)
     n = body.get("n")  # chat's choices: each one's end is awaited
-    answer_end = streams.Ending(api.name, n if type(n) is int and 1 <= n <= streams.MAX_CHOICES else 1)
+    answer_end = streams.Ending(api.name, min(n, streams.MAX_CHOICES) if type(n) is int and n >= 1 else 1)
     failure: str | None = None
     total = 0
     holding = False
