@@ -170,26 +170,22 @@ class Definition:
         conversions, the managers' work and the archive writes run in worker threads; a
         summariser's model calls are awaited)."""
         env = _environment(environment, models, offloader, session, execution)
-        # Asked off the loop until the hook's managers are built (a constructor may be slow).
-        cpu = not (
-            self.awaits_in(hook) if self.planned(hook) else await asyncio.to_thread(self.awaits_in, hook)
-        )
-        if cpu:  # CPU work only: one worker thread for all of it
+        if not await self.aawaits_in(hook):  # CPU work only: one worker thread for all of it
             return await asyncio.to_thread(self.apply, hook, context, environment=env)
         run, back = await asyncio.to_thread(self._run, hook, context)
         result = await arun_hook(*run, env, self.settings, constraints=back.constraints)
         return back(result) if back is _SAME else await asyncio.to_thread(back, result)
 
-    def planned(self, hook: str | Hook | None = None) -> bool:
-        """Whether the hook's managers (every hook's, with None) are built: asking
-        :meth:`awaits_in` then costs no constructor."""
-        return all(h in self._plans for h in (self.hooks if hook is None else (parse_hook(hook),)))
-
-    def awaits_in(self, hook: str | Hook | None = None) -> bool:
+    async def aawaits_in(self, hook: str | Hook | None = None) -> bool:
         """Whether a manager of the hook (of any hook, with None) awaits I/O with its config
-        (a summary by a model): otherwise an async run is CPU work from end to end."""
+        (a summary by a model): otherwise an async run is CPU work from end to end. The
+        managers are built off the event loop the first time (a constructor may be slow)."""
         hooks = self.hooks if hook is None else (parse_hook(hook),)
-        return any(awaits(entry.manager) for h in hooks for entry in self._plan(h))
+
+        def ask() -> bool:
+            return any(awaits(entry.manager) for h in hooks for entry in self._plan(h))
+
+        return ask() if all(h in self._plans for h in hooks) else await asyncio.to_thread(ask)
 
     def _run(
         self, hook: str | Hook, context: Context

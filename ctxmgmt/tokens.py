@@ -149,8 +149,9 @@ def _size(m: Any) -> int:
     origin = m.get(HIDDEN)
     if origin is not None:  # the provider's message (or items) it holds, once
         known = getattr(origin, "size", -1)  # measured by the conversion
-        source = getattr(origin, "group", None) or getattr(origin, "message", None)
-        size += known if isinstance(known, int) and known >= 0 else rough_size(source)
+        if not isinstance(known, int) or known < 0:
+            known = rough_size(getattr(origin, "group", None) or getattr(origin, "message", None))
+        size += known
     return size
 
 

@@ -369,7 +369,7 @@ def test_a_hook_of_cpu_work_runs_whole_in_one_worker_thread(monkeypatch):
     monkeypatch.setattr(SummarizationManager, "__init__", spy_init)
     result = asyncio.run(main())
     # The first run builds the managers off the loop to ask whether any awaits; then one hop.
-    assert hops == ["awaits_in", "apply"] and seen == {False} and built == [False]
+    assert hops == ["ask", "apply"] and seen == {False} and built == [False]
     hops.clear()
     asyncio.run(main())
     assert hops == ["apply"] and built == [False]

@@ -582,11 +582,7 @@ class Conversation:
         a new view translates, checks and counts the whole record (``cold``): CPU work that
         would stall the event loop, so its steps run in a worker thread; a continued one
         costs what is new."""
-        # Asked off the loop until the managers are built (a constructor may be slow).
-        awaits = (
-            definition.awaits_in() if definition.planned() else await asyncio.to_thread(definition.awaits_in)
-        )
-        if not awaits:  # CPU work only: the whole turn in one worker thread
+        if not await definition.aawaits_in():  # CPU work only: the whole turn in one worker thread
             return await asyncio.to_thread(self._drive, definition, steps)
         result: ApplyResult | None = None
         runs: list[dict[str, Any]] = []

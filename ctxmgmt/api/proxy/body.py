@@ -21,6 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from ..errors import HTTPProblem
@@ -69,16 +70,14 @@ class Body:
         if self.array is None or not isinstance(upto, int) or not 0 < upto <= len(self.spans):
             return None
         start, end = self.spans[0][0], self.spans[upto - 1][1]
-        at, state = max(((e, h) for e, h in self.hashed if e <= end), default=(start, None), key=_first)
+        at, state = max(
+            ((e, h) for e, h in self.hashed if e <= end), default=(start, None), key=itemgetter(0)
+        )
         state = hashlib.sha256() if state is None else state.copy()  # a kept state never changes
         state.update(self.text[at:end].encode("utf-8", "surrogatepass"))
         if at < end:
             self.hashed = [*self.hashed[-1:], (end, state)]
         return str(state.hexdigest())
-
-
-def _first(pair: tuple[int, Any]) -> int:
-    return pair[0]
 
 
 def _error(text: str, at: int, message: str) -> HTTPProblem:

@@ -122,7 +122,8 @@ class Events:
     def finish(self, *, skip: bool = False) -> list[tuple[bytes, Any]]:
         """The events the bytes held still complete (a chunk's events after an overlong one
         wait for the next chunk), and the last event, when the stream ended without an empty
-        line after it. With ``skip``, an overlong one is dropped, not refused."""
+        line after it. With ``skip``, an overlong one is dropped, not refused (with it, the
+        bytes held are never over the bound: :meth:`feed` skips them first)."""
         out: list[tuple[bytes, Any]] = []
         while got := self.feed(b"", skip=skip):
             out += got
@@ -130,8 +131,6 @@ class Events:
         self._buffer.clear()
         self._scan = 0
         self._skipping = False
-        if skip and len(rest) > self.max_bytes:
-            return out
         return [*out, self._event(rest)] if rest else out
 
     def _event(self, event: bytes) -> tuple[bytes, Any]:
