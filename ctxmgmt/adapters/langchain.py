@@ -14,6 +14,7 @@ custom event named ``ctxmgmt`` and to the ``ctxmgmt.adapters`` logger.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -22,7 +23,15 @@ from typing import Annotated, Any, NotRequired
 from langchain.agents import AgentState
 from langchain.agents.middleware import AgentMiddleware, ExtendedModelResponse, ModelRequest, ModelResponse
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages, convert_to_openai_messages
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 
@@ -165,7 +174,48 @@ def _same_state(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
 def _group(m: BaseMessage) -> list[dict[str, Any]]:
     """The chat messages of one LangChain message: a HumanMessage with tool_result blocks is
     several, the results first, as after their call."""
+    plain = _plain(m)
+    if plain is not None:
+        return [plain]
     return sorted((_chat(d) for d in convert_to_openai_messages([m], include_id=True)), key=_not_tool)
+
+
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(args, ensure_ascii=False)``, as LangChain writes a call's arguments, without
+building an encoder each call."""
+_ROLES = {HumanMessage: "user", AIMessage: "assistant", ToolMessage: "tool", SystemMessage: "system"}
+
+
+def _plain(m: BaseMessage) -> dict[str, Any] | None:
+    """The chat message of a message of one of the four core classes with text content, as
+    ``convert_to_openai_messages(include_id=True)`` makes it (a test holds the two equal), at a
+    fraction of its cost (it is a tokenizer pass over again on a first call); None for any
+    other message (content blocks, a subclass, a system message with another role)."""
+    role = _ROLES.get(type(m))
+    content = m.content
+    extra = m.additional_kwargs
+    if role is None or not isinstance(content, str) or (extra and "__openai_role__" in extra):
+        return None
+    out: dict[str, Any] = {"role": role}
+    if m.name:
+        out["name"] = m.name
+    if role == "assistant" and m.tool_calls:  # type: ignore[attr-defined]
+        out["tool_calls"] = [
+            {
+                "type": "function",
+                "id": c["id"],
+                "function": {"name": c["name"], "arguments": _ARGUMENTS(c["args"])},
+            }
+            for c in m.tool_calls  # type: ignore[attr-defined]
+        ]
+    if extra and extra.get("refusal"):
+        out["refusal"] = extra["refusal"]
+    if role == "tool":
+        out["tool_call_id"] = m.tool_call_id  # type: ignore[attr-defined]
+    if m.id:
+        out["id"] = m.id
+    out["content"] = content
+    return out
 
 
 _Original = tuple[list[dict[str, Any]], int]

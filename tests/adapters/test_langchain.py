@@ -3,10 +3,18 @@
 import asyncio
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_openai_messages
+from langchain_core.messages import (
+    AIMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
@@ -435,3 +443,49 @@ def test_without_a_checkpointer_the_record_handed_again_continues_the_live_view(
     assert translated == ["human"]
     assert [m.content for m in model.seen[1]] == ["first question", "a1", "second question"]
     assert [m.content for m in model.seen[2]] == ["another conversation"]
+
+
+_TEXT = st.text(max_size=8)
+_ARGS = st.dictionaries(
+    st.text(max_size=4), st.one_of(st.integers(), st.text(max_size=6), st.lists(st.booleans()))
+)
+_CALLS = st.lists(
+    st.builds(lambda n, a, i: {"name": n, "args": a, "id": i}, _TEXT, _ARGS, st.text(min_size=1, max_size=4)),
+    max_size=3,
+)
+_KWARGS = st.one_of(
+    st.just({}),
+    st.fixed_dictionaries({"refusal": _TEXT}),
+    st.fixed_dictionaries({"__openai_role__": st.sampled_from(["developer", "system"])}),
+    st.fixed_dictionaries({"other": _TEXT}),
+)
+_CONTENT = st.one_of(
+    _TEXT, st.lists(st.one_of(_TEXT, st.builds(lambda t: {"type": "text", "text": t}, _TEXT)))
+)
+_COMMON = {
+    "content": _CONTENT,
+    "name": st.none() | _TEXT,
+    "id": st.none() | _TEXT,
+    "additional_kwargs": _KWARGS,
+}
+_MESSAGES = st.one_of(
+    st.builds(HumanMessage, **_COMMON),
+    st.builds(SystemMessage, **_COMMON),
+    st.builds(AIMessage, tool_calls=_CALLS, **_COMMON),
+    st.builds(ToolMessage, tool_call_id=_TEXT, status=st.sampled_from(["success", "error"]), **_COMMON),
+)
+
+
+@example(AIMessage(content="", tool_calls=[{"name": "run", "args": {"q": "é"}, "id": "c1"}]))
+@example(SystemMessage(content="s", additional_kwargs={"__openai_role__": "developer"}))
+@example(ToolMessage(content="out", tool_call_id="c1", name="run", id="t1"))
+@given(_MESSAGES)
+def test_a_plain_message_translates_as_langchains_own_converter_does(message):
+    """A message of the four core classes with text content is translated by the fast path to
+    the very dict (keys in order too) that ``convert_to_openai_messages`` gives."""
+    from ctxmgmt.adapters.langchain import _chat, _group, _not_tool
+
+    theirs = sorted((_chat(d) for d in convert_to_openai_messages([message], include_id=True)), key=_not_tool)
+    ours = _group(message)
+    assert ours == theirs
+    assert [list(d) for d in ours] == [list(d) for d in theirs]
