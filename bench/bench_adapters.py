@@ -427,6 +427,9 @@ def main() -> None:
     CHECKPOINTER = not args.no_checkpointer
     sizes = [int(s) for s in args.sizes.split(",")]
     chosen = {"langchain": LangChain(), "agents": AgentsSDK(), "pydantic": PydanticAI()}
+    unknown = [f for f in args.frameworks.split(",") if f not in chosen]
+    if unknown:
+        parser.error(f"--frameworks: unknown {', '.join(unknown)} (choose from {', '.join(chosen)})")
     frameworks = [chosen[f] for f in args.frameworks.split(",")]
     print(
         f"time per model call inside each hook, wall / CPU of its thread (ms; end to end over the "

@@ -19,7 +19,7 @@ or ``Agent.instrument_all()``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -39,6 +39,7 @@ from pydantic_ai.messages import (
 from ..agents.conversation import Conversation, DefinitionSource, Turn
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin, origin_of
+from ..messages import tool_names
 
 __all__ = ["ContextManagementProcessor"]
 
@@ -197,13 +198,27 @@ def _response(m: ModelResponse) -> dict[str, Any]:
 def from_chat(managed: Sequence[Mapping[str, Any]], originals: Sequence[ModelMessage]) -> list[ModelMessage]:
     """pydantic-ai messages for the managed chat messages: unchanged ones are the very
     objects that came in, edited tool returns keep their part's other fields."""
-    names = {
-        c.tool_call_id: c.tool_name
-        for m in originals
-        if isinstance(m, ModelResponse)
-        for c in m.parts
-        if isinstance(c, ToolCallPart)
-    }
+    names: dict[str, str] = {}
+
+    def name_of(call_id: str) -> str:
+        """The tool a result made anew answers: its call is in the view (pairs stay
+        together), read once the first such result needs it; the record's calls if not."""
+        if not names:
+            names.update(tool_names(managed))
+        found = names.get(call_id)
+        if found is None:
+            found = next(
+                (
+                    c.tool_name
+                    for m in reversed(originals)
+                    if isinstance(m, ModelResponse)
+                    for c in m.parts
+                    if isinstance(c, ToolCallPart) and c.tool_call_id == call_id
+                ),
+                "",
+            )
+        return found
+
     out: list[ModelMessage] = []
     parts: list[Any] = []
     source: Any = None
@@ -225,7 +240,7 @@ def from_chat(managed: Sequence[Mapping[str, Any]], originals: Sequence[ModelMes
             flush()
             out.append(_response_back(d, origin))
             continue
-        part, owner = _part_back(d, origin, names)
+        part, owner = _part_back(d, origin, name_of)
         if parts and owner is not source:
             flush()
         source = owner
@@ -242,7 +257,7 @@ def _unrendered(m: ModelRequest) -> list[Any]:
     return [p for p in m.parts if _request_part(p) is None]
 
 
-def _part_back(d: Mapping[str, Any], origin: Origin | None, names: Mapping[str, str]) -> tuple[Any, Any]:
+def _part_back(d: Mapping[str, Any], origin: Origin | None, name_of: Callable[[str], str]) -> tuple[Any, Any]:
     """(the request part, the request it came from or None)."""
     if origin is not None and origin.block is not None:
         part = origin.block
@@ -257,7 +272,7 @@ def _part_back(d: Mapping[str, Any], origin: Origin | None, names: Mapping[str, 
         return SystemPromptPart(text), None
     if role == "tool":
         call_id = str(d.get("tool_call_id"))
-        return ToolReturnPart(names.get(call_id, ""), content, tool_call_id=call_id), None
+        return ToolReturnPart(name_of(call_id), content, tool_call_id=call_id), None
     return UserPromptPart(text if isinstance(content, str) else _texts(content)), None
 
 

@@ -221,3 +221,34 @@ def test_a_caller_keeping_the_whole_history_costs_what_is_new_while_a_window_fir
         if k > 0:  # the answer before and the new question
             assert len(translated) == 2, [type(m).__name__ for m in translated]
         assert len(seen[-1]) <= 4 and seen[-1][-1].parts[-1].content == f"question {k}"
+
+
+def test_a_tool_result_made_anew_is_named_after_its_call_in_the_view_or_the_record():
+    """A tool message with no pydantic-ai origin (made by a manager) becomes a ToolReturnPart
+    named after its call: the one in the managed view, else the record's."""
+    record: list[ModelMessage] = [
+        ModelRequest.user_text_prompt("go"),
+        ModelResponse(parts=[ToolCallPart("old_tool", {}, tool_call_id="r1")]),
+    ]
+    managed = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "v1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "v1", "content": "found"},
+        {"role": "tool", "tool_call_id": "r1", "content": "older"},
+        {"role": "tool", "tool_call_id": "nowhere", "content": "?"},
+    ]
+    out = from_chat(managed, record)
+    returns = [
+        p for m in out if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)
+    ]
+    assert [(p.tool_name, p.tool_call_id, p.content) for p in returns] == [
+        ("lookup", "v1", "found"),
+        ("old_tool", "r1", "older"),
+        ("", "nowhere", "?"),
+    ]
