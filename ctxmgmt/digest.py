@@ -30,13 +30,14 @@ import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
 from . import marks
 from ._memo import BY_CONTENT, Memo, content_key
-from .messages import is_shell_call, is_summary, shell_keys, text_of
+from .messages import command_lines, is_shell_call, is_summary, shell_keys, text_of
 
 __all__ = ["digest", "error_lines", "fold_errors", "merge_ledger", "outcome", "trace_line"]
 
@@ -639,10 +640,6 @@ _REDIRECT = re.compile(
 _QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")
 
 
-_HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*['\"]?(\w+)['\"]?")
-"""A here-document's start (not a here-string, ``<<<``): its terminator (quotes taken off)."""
-
-
 def _redirects(command: str) -> tuple[str, set[str]]:
     """A shell command without the redirects that write files, and their targets (as written,
     quotes taken off, and the paths they hold); a '>' that is quoted is no redirect (``python
@@ -702,19 +699,7 @@ def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
         if isinstance(value, list):
             value = " ".join(str(v) for v in value)
         if isinstance(value, str) and value.strip():
-            lines: list[str] = []
-            body = None  # a here-document's terminator while its body is read: no command
-            for ln in value.splitlines():
-                stripped = ln.strip()
-                if body is not None:
-                    body = None if stripped == body else body
-                elif stripped and not stripped.startswith("#"):
-                    lines.append(_clip(" ".join(stripped.split()), _CALL_CHARS))
-                    if len(lines) == 4:
-                        break
-                    heredoc = _HEREDOC.search(stripped)
-                    body = heredoc[1] if heredoc else None
-            return lines
+            return [_clip(" ".join(line.split()), _CALL_CHARS) for line in islice(command_lines(value), 4)]
     # Short values verbatim (ids, names, flags); a long one (a file's content, a patch) by
     # its key only: what it held is in the ledger's paths and ids.
     shown = ", ".join(
@@ -1119,6 +1104,7 @@ class _Reader:
             for line in lines:
                 ledger.see("call", line, done, 3 if shell is not None else 1)
         if shell is not None:
+            acted: set[str] = set()
             for line in lines:
                 plain, written = _redirects(line)
                 act = _action(name, args, plain)
@@ -1127,7 +1113,17 @@ class _Reader:
                 note, tier = ("named", 1) if act == "seen" else (act, 2)
                 for path in _paths(_URL.sub(" ", line)):
                     key = _clip(path.rstrip(".,;:"), 200)
+                    acted.add(key)
                     ledger.see("path", key, *(("edited", 2) if path in written else (note, tier)))
+            if not skim:
+                # The paths of the program a command reads (a here-document's, ``python3 -c
+                # "…"``'s lines) and of the lines past the first four: named by the agent.
+                for k in shells:
+                    value = args.get(k)
+                    for path in _specifics_of(value)[0] if isinstance(value, str) else ():
+                        if path not in acted:
+                            acted.add(path)
+                            ledger.see("path", path, "named", 1)
         for key, value in args.items():  # ids the agent typed; not those of a file's new content
             if (
                 isinstance(value, (str, int))

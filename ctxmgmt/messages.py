@@ -79,6 +79,52 @@ def shell_keys(name: str, args: Mapping[str, Any]) -> list[str]:
     return found
 
 
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*['\"]?(\w+)['\"]?")
+"""A here-document's start (not a here-string, ``<<<``): its terminator (quotes taken off)."""
+
+
+def command_lines(script: str) -> Iterator[str]:
+    """The command lines of a shell script, stripped: not blank lines, comments, the body and
+    terminator of a here-document (``python3 - <<'EOF'`` … ``EOF``), nor the lines of a
+    quoted argument that spans lines (``python3 -c "`` … ``"``): those are a program's lines,
+    which a command reads, not commands."""
+    body = None  # a here-document's terminator while its body is read
+    quote = None  # the quote a quoted argument spanning lines is open with
+    for ln in script.splitlines():
+        stripped = ln.strip()
+        if body is not None:
+            body = None if stripped == body else body
+            continue
+        inside = quote is not None
+        quote = _quote_after(ln, quote)
+        if inside or not stripped or stripped.startswith("#"):
+            continue
+        yield stripped
+        heredoc = _HEREDOC.search(stripped) if quote is None else None
+        body = heredoc[1] if heredoc else None
+
+
+_QUOTING = re.compile(r"""\\.|["']|(?:^|(?<=\s))#""")
+
+
+def _quote_after(line: str, quote: str | None) -> str | None:
+    """The quote still open at the end of a shell line that starts with ``quote`` open (None:
+    none): a backslash escapes outside single quotes, ``#`` after a blank starts a comment."""
+    for found in _QUOTING.finditer(line):
+        token = found[0]
+        if quote is None:
+            if token == "#":
+                return None
+            if token in ("'", '"'):
+                quote = token
+        elif quote == "'":
+            if token == "'" or token.endswith("'"):  # no escape inside single quotes
+                quote = None
+        elif token == '"':
+            quote = None
+    return quote
+
+
 def is_shell_call(name: str, args: Mapping[str, Any]) -> bool:
     """Whether a call to tool ``name`` with ``args`` runs a shell command (:func:`shell_keys`)."""
     return bool(shell_keys(name, args))

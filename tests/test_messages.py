@@ -1,7 +1,7 @@
 import pytest
 
 from ctxmgmt import Context, ContextError
-from ctxmgmt.messages import check_messages, last_task_index, summary_message, units
+from ctxmgmt.messages import check_messages, command_lines, last_task_index, summary_message, units
 from ctxmgmt.summaries import render
 
 
@@ -139,3 +139,31 @@ def test_a_list_handed_again_with_messages_added_is_detected_from_where_it_was()
     assert detect(Context(messages=history).messages) == "openai_chat"
     history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "r"}]})
     assert detect(Context(messages=history).messages) == "anthropic"
+
+
+@pytest.mark.parametrize(
+    ("script", "lines"),
+    [
+        (
+            "cd /tmp && python3 - <<'EOF'\nimport re\nprint(1)\nEOF\npytest -q",
+            ["cd /tmp && python3 - <<'EOF'", "pytest -q"],
+        ),
+        (
+            'cd /tmp && python3 -c "\nimport openpyxl\nprint(wb)\n"\nls -la',
+            ['cd /tmp && python3 -c "', "ls -la"],
+        ),
+        ("echo \"it's fine\"\nls  # don't\ngit status", ['echo "it\'s fine"', "ls  # don't", "git status"]),
+        (
+            "awk '{print $1}' f.txt\ncat <<EOF > out.txt\nhello 'x\nEOF\nnext",
+            ["awk '{print $1}' f.txt", "cat <<EOF > out.txt", "next"],
+        ),
+        ('echo "a \\" b"\nnext', ['echo "a \\" b"', "next"]),
+        ("grep -n 'def \\' x.py\nafter", ["grep -n 'def \\' x.py", "after"]),
+        ("# comment\n\n  ls -la  \n", ["ls -la"]),
+    ],
+)
+def test_command_lines_are_the_scripts_commands_not_the_programs_they_read(script, lines):
+    """A here-document's body and a quoted argument spanning lines (``python3 -c "…"``) are a
+    program's lines, not commands; quotes inside the other kind, escaped quotes and an
+    apostrophe in a comment open nothing."""
+    assert list(command_lines(script)) == lines

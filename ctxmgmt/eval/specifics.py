@@ -17,7 +17,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
-from ..messages import SHELL_KEYS, shell_keys, text_of
+from ..messages import SHELL_KEYS, command_lines, shell_keys, text_of
 
 __all__ = [
     "CATEGORIES",
@@ -275,10 +275,9 @@ def paths(text: str) -> list[str]:
 
 
 def _command_lines(script: str) -> Iterable[str]:
-    for line in script.splitlines():
-        line = _flat(line)
-        if line and not line.startswith("#"):
-            yield line
+    """The script's command lines (:func:`ctxmgmt.messages.command_lines`: not a
+    here-document's body), whitespace collapsed."""
+    return map(_flat, command_lines(script))
 
 
 def commands(message: Mapping[str, Any]) -> list[str]:
