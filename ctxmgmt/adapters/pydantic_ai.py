@@ -198,25 +198,24 @@ def _response(m: ModelResponse) -> dict[str, Any]:
 def from_chat(managed: Sequence[Mapping[str, Any]], originals: Sequence[ModelMessage]) -> list[ModelMessage]:
     """pydantic-ai messages for the managed chat messages: unchanged ones are the very
     objects that came in, edited tool returns keep their part's other fields."""
-    names: dict[str, str] = {}
+    names: dict[str, str] = {}  # the view's calls so far: the nearest earlier one wins
+    recorded: dict[str, str] | None = None  # the record's, mapped once if the view lacks one
 
     def name_of(call_id: str) -> str:
-        """The tool a result made anew answers: its call is in the view (pairs stay
-        together), read once the first such result needs it; the record's calls if not."""
-        if not names:
-            names.update(tool_names(managed))
+        """The tool a result made anew answers: its call before it in the view (pairs stay
+        together), else the record's (mapped the first time one is needed), else none."""
+        nonlocal recorded
         found = names.get(call_id)
         if found is None:
-            found = next(
-                (
-                    c.tool_name
-                    for m in reversed(originals)
+            if recorded is None:
+                recorded = {
+                    c.tool_call_id: c.tool_name
+                    for m in originals
                     if isinstance(m, ModelResponse)
                     for c in m.parts
-                    if isinstance(c, ToolCallPart) and c.tool_call_id == call_id
-                ),
-                "",
-            )
+                    if isinstance(c, ToolCallPart)
+                }
+            found = recorded.get(call_id, "")
         return found
 
     out: list[ModelMessage] = []
@@ -239,6 +238,7 @@ def from_chat(managed: Sequence[Mapping[str, Any]], originals: Sequence[ModelMes
         if d.get("role") == "assistant":
             flush()
             out.append(_response_back(d, origin))
+            names.update(tool_names([d]))
             continue
         part, owner = _part_back(d, origin, name_of)
         if parts and owner is not source:

@@ -225,7 +225,8 @@ def test_a_caller_keeping_the_whole_history_costs_what_is_new_while_a_window_fir
 
 def test_a_tool_result_made_anew_is_named_after_its_call_in_the_view_or_the_record():
     """A tool message with no pydantic-ai origin (made by a manager) becomes a ToolReturnPart
-    named after its call: the one in the managed view, else the record's."""
+    named after its call: the nearest one before it in the managed view (a call id used
+    twice names each result after its own call), else the record's."""
     record: list[ModelMessage] = [
         ModelRequest.user_text_prompt("go"),
         ModelResponse(parts=[ToolCallPart("old_tool", {}, tool_call_id="r1")]),
@@ -242,6 +243,14 @@ def test_a_tool_result_made_anew_is_named_after_its_call_in_the_view_or_the_reco
         {"role": "tool", "tool_call_id": "v1", "content": "found"},
         {"role": "tool", "tool_call_id": "r1", "content": "older"},
         {"role": "tool", "tool_call_id": "nowhere", "content": "?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "v1", "type": "function", "function": {"name": "again", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "v1", "content": "second"},
     ]
     out = from_chat(managed, record)
     returns = [
@@ -251,4 +260,5 @@ def test_a_tool_result_made_anew_is_named_after_its_call_in_the_view_or_the_reco
         ("lookup", "v1", "found"),
         ("old_tool", "r1", "older"),
         ("", "nowhere", "?"),
+        ("again", "v1", "second"),
     ]
