@@ -11,6 +11,8 @@ bounded by the largest conversation, never by the number of files):
   ``samples/{id}_epoch_{n}/`` layout; deflate or zstd entries) and ``.json`` logs
   (``{"samples": [...]}``), and Inspect message lists (an agent state dump);
 - tau-bench results (``{"traj": [...]}``: OpenAI chat messages);
+- NeMo Gym rollouts (``*rollouts.jsonl``: ``{"responses_create_params", "response"}``, the
+  request's input items then the run's output items, in the Responses format);
 - Claude Code session JSONL (``~/.claude/projects/*/*.jsonl``).
 
 :func:`read_memories` reads conversations an agent had through ctxmgmt's runner, from a
@@ -95,7 +97,7 @@ class Conversation:
     """Where it came from: the file, and the sample and epoch (``log.eval#86_epoch_1``) or line."""
     source: str
     """The format read: openai_chat, anthropic, openai_responses, inspect_eval, inspect_json,
-    inspect_messages, tau_bench, claude_code or memory."""
+    inspect_messages, tau_bench, nemo_gym, claude_code or memory."""
     messages: tuple[dict[str, Any], ...]
     """OpenAI chat messages (no leading system message: that is ``system_prompt``)."""
     system_prompt: str | None = None
@@ -262,6 +264,10 @@ def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
             name, cid, data["traj"], None, (), info.get("model"), meta, source="tau_bench", at="/traj"
         )
         return
+    rollout = _nemo_gym_rollout(name, cid, data)
+    if rollout is not None:
+        yield rollout
+        return
     for key in ("messages", "input"):
         if isinstance(data.get(key), list):
             _check_request_fields(cid, data)
@@ -277,6 +283,40 @@ def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
         name,
         "no conversation found: expected a message list, {messages: [...]}, {input: [...]}, "
         "an Inspect log {samples: [...]} or a tau-bench result {traj: [...]}",
+    )
+
+
+def _nemo_gym_rollout(name: str, cid: str, data: Mapping[str, Any]) -> Conversation | None:
+    """A NeMo Gym rollout (``{"responses_create_params": {"input", "instructions", "tools"},
+    "response": {"output": [...]}}``, one a line of its ``*rollouts.jsonl``): the request's
+    input items then the run's output items, in the Responses format; None for another shape."""
+    params, response = data.get("responses_create_params"), data.get("response")
+    if not isinstance(params, dict) or not isinstance(response, dict):
+        return None
+    given, output = params.get("input"), response.get("output")
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    lists: list[list[Any]] = []
+    for pointer, value in (("/responses_create_params/input", items), ("/response/output", output)):
+        if not isinstance(value, list):
+            raise _error(cid, "must be a list of Responses items", pointer)
+        bad = next((k for k, item in enumerate(value) if not isinstance(item, dict)), None)
+        if bad is not None:
+            raise _error(cid, "an item must be an object", f"{pointer}/{bad}")
+        lists.append(value)
+    _check_request_fields(cid, {k: params.get(k) for k in ("model", "tools", "instructions")})
+    meta = {k: data[k] for k in ("task_id", "reward") if k in data and _plain(data[k])}
+    model = params.get("model") or response.get("model")
+    return _provider(
+        name,
+        cid,
+        [*lists[0], *lists[1]],
+        params.get("instructions"),
+        params.get("tools") or [],
+        model,
+        meta,
+        source="nemo_gym",
+        fmt="openai_responses",
+        at="",
     )
 
 
@@ -364,6 +404,7 @@ def _provider(
         system_text = anthropic.system_text(system)
         reasoning = sum(_thinking_chars(m) for m in messages)
     elif fmt == "openai_responses":
+        messages = _repair_responses(messages, repairs)
         problems = openai_responses.check(messages, None, partial_tail=True)
         if problems:
             raise ReaderError([Problem(p.pointer, p.message, p.line, cid) for p in problems])
@@ -660,6 +701,58 @@ def _repair(messages: list[dict[str, Any]], repairs: dict[str, int]) -> list[dic
             pending.update(c.get("id") for c in m["tool_calls"])
         else:
             out.append(m)
+    close()
+    return out
+
+
+def _repair_responses(items: list[Any], repairs: dict[str, int]) -> list[Any]:
+    """Responses items repaired as :func:`_repair` repairs chat: an output that answers no
+    call of the turn before it is dropped (``orphan_results``), and a second one for a call
+    (``duplicate_results``); a call that gets no output before the next turn (a message, or
+    a call after outputs) is dropped (``unanswered_calls``), and a repeated call id within a
+    turn (``duplicate_calls``). Real logs hold all of these: a harness that recorded one of
+    eleven parallel outputs, a run stopped mid-turn."""
+
+    def count(kind: str, n: int = 1) -> None:
+        if n:
+            repairs[kind] = repairs.get(kind, 0) + n
+
+    out: list[Any] = []
+    waiting: dict[str, int] = {}  # the turn's calls without their output: call id -> index in out
+    answered: set[str] = set()
+    outputs = False  # outputs came since the turn's calls: a call now begins a new turn
+
+    def close() -> None:
+        nonlocal outputs
+        for at in sorted(waiting.values(), reverse=True):
+            del out[at]
+        count("unanswered_calls", len(waiting))
+        waiting.clear()
+        answered.clear()
+        outputs = False
+
+    for item in items:
+        if openai_responses.is_output(item):
+            call_id = openai_responses.answers(item)
+            if call_id in waiting:
+                del waiting[call_id]
+                answered.add(call_id)
+                out.append(item)
+                outputs = True
+            else:
+                count("duplicate_results" if call_id in answered else "orphan_results")
+        elif openai_responses.is_call(item):
+            if outputs:
+                close()
+            if item["call_id"] in waiting or item["call_id"] in answered:
+                count("duplicate_calls")
+                continue
+            waiting[item["call_id"]] = len(out)
+            out.append(item)
+        else:  # a message (or reasoning after outputs) begins the next turn
+            if outputs or not (isinstance(item, dict) and item.get("type") == "reasoning"):
+                close()
+            out.append(item)
     close()
     return out
 

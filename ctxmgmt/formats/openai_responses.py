@@ -119,7 +119,7 @@ def _check_group(group: Sequence[Any], first: int, pending: dict[str, int], prob
         return
     _unanswered(pending, problems)
     for i, x in main:
-        if _is_call(x):
+        if is_call(x):
             if x["call_id"] in pending:
                 problems.append(
                     Problem(
@@ -140,7 +140,7 @@ def _kind(item: Any) -> str | None:
     return kind if isinstance(kind, str) and kind else None
 
 
-def _is_call(item: Any) -> bool:
+def is_call(item: Any) -> bool:
     """A call that an output answers: ``*_call`` with a ``call_id``."""
     kind = _kind(item)
     return kind is not None and kind.endswith("_call") and isinstance(item.get("call_id"), str)
@@ -235,7 +235,7 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
         kind = _kind(item)
         if kind == "reasoning":
             pending.append(item)
-        elif _is_call(item) and groups and _opens_calls(groups[-1][-1]):
+        elif is_call(item) and groups and _opens_calls(groups[-1][-1]):
             groups[-1] = (*groups[-1], *pending, item)
             pending = []
         else:
@@ -248,7 +248,7 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 def _opens_calls(item: Any) -> bool:
     """Whether calls after this item belong to its group: a call, or the assistant's text."""
-    return _is_call(item) or (_kind(item) == "message" and item.get("role") == "assistant")
+    return is_call(item) or (_kind(item) == "message" and item.get("role") == "assistant")
 
 
 def to_internal(items: Sequence[Any]) -> list[dict[str, Any]]:
@@ -352,10 +352,10 @@ def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
     if not main:  # reasoning with nothing after it yet
         return {"role": "assistant", "content": "", ORIGIN: Origin(first, group=group)}
     kind = _kind(first)
-    calls = [_call(x) for x in main if _is_call(x)]
+    calls = [_call(x) for x in main if is_call(x)]
     if calls:
         text = _text(_content(first["content"])[0]) if kind == "message" else None
-        hidden = [x for x in main if _is_call(x) and _kind(x) not in CALL_INPUTS]
+        hidden = [x for x in main if is_call(x) and _kind(x) not in CALL_INPUTS]
         return {
             "role": "assistant",
             "content": text or None,
@@ -491,7 +491,7 @@ def _rebuild_turn(m: Mapping[str, Any], originals: Sequence[Any], calls: Sequenc
                 same = _text(_content(x.get("content"))[0]) == text
                 out.append(x if same else {**x, "content": _parts_back(text, x.get("content"), "output")})
             text = ""
-        elif _is_call(x):
+        elif is_call(x):
             call = by_id.pop(x.get("call_id"), None)
             if call is not None:
                 field = CALL_INPUTS.get(kind or "")

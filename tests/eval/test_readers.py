@@ -534,6 +534,105 @@ def test_repairs_orphans_and_unanswered_calls(tmp_path: Path) -> None:
     assert [m["role"] for m in c.messages] == ["user", "assistant", "tool", "user"]
 
 
+def test_responses_repairs(tmp_path: Path) -> None:
+    """Responses items get the same repairs, before they are converted: one output of three
+    parallel calls recorded, an orphan and a repeated output, a call answered by no output
+    before the next message, a call id given twice in a turn, reasoning kept with its turn;
+    extra fields of a recorded output item (id, status, null namespace) are no problem."""
+    call = lambda i: {  # noqa: E731
+        "type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}",
+        "id": f"fc{i}", "status": "completed", "namespace": None,
+    }  # fmt: skip
+    out = lambda i: {"type": "function_call_output", "call_id": f"c{i}", "output": f"r{i}"}  # noqa: E731
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs1", "summary": []},
+        call(1), call(2), call(3),
+        out(2),
+        out(2),
+        out(9),
+        {"role": "assistant", "content": "checking"},
+        call(4), call(4),
+        {"role": "assistant", "content": "no output came"},
+        call(5),
+        out(5),
+        call(6),
+    ]  # fmt: skip
+    c = one(write(tmp_path / "r.json", {"input": items, "instructions": "s"}))
+    valid(c)
+    assert c.source == "openai_responses"
+    assert c.metadata["repairs"] == {
+        "unanswered_calls": 4,
+        "duplicate_results": 1,
+        "orphan_results": 1,
+        "duplicate_calls": 1,
+    }
+    kept = [
+        (m["role"], [t["id"] for t in m.get("tool_calls") or ()], m.get("tool_call_id")) for m in c.messages
+    ]
+    assert kept == [
+        ("user", [], None),
+        ("assistant", ["c2"], None),
+        ("tool", [], "c2"),
+        ("assistant", [], None),
+        ("assistant", ["c5"], None),  # the message and the call after it: one model turn
+        ("tool", [], "c5"),
+    ]
+
+
+def _rollout(output: Any, given: Any = "Summarise data.csv") -> dict[str, Any]:
+    tool = {"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}
+    return {
+        "responses_create_params": {"input": given, "instructions": "You are careful.", "tools": [tool]},
+        "response": {"model": "gpt-4.1", "output": output},
+        "task_id": "t-7",
+        "reward": 1.0,
+        "rubrics": [{"big": "ignored"}],
+    }
+
+
+def test_a_nemo_gym_rollout_is_its_input_then_its_output(tmp_path: Path) -> None:
+    """A NeMo Gym rollouts file (one run a line): the request's input (a string, or items) then
+    the run's output items, read as Responses items; its instructions are the system prompt,
+    the response's model the model, the task id and reward metadata."""
+    output = [
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "bash",
+            "arguments": '{"command": "wc -l data.csv"}',
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": "42 data.csv"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "42 rows."}]},
+    ]
+    given = [{"role": "user", "content": [{"type": "input_text", "text": "Count the rows"}]}]
+    path = tmp_path / "example_rollouts.jsonl"
+    path.write_text(json.dumps(_rollout(output)) + "\n" + json.dumps(_rollout(output, given)) + "\n")
+    first, second = read_conversations(path)
+    for c in (first, second):
+        valid(c)
+        assert c.source == "nemo_gym" and c.model == "gpt-4.1" and c.system_prompt == "You are careful."
+        assert [m["role"] for m in c.messages] == ["user", "assistant", "tool", "assistant"]
+        assert c.messages[2]["content"] == "42 data.csv" and c.tools[0]["function"]["name"] == "bash"
+        assert c.metadata["task_id"] == "t-7" and c.metadata["reward"] == 1.0
+    assert first.messages[0]["content"] == "Summarise data.csv"
+
+
+@pytest.mark.parametrize(
+    ("record", "pointer"),
+    [
+        (_rollout({"not": "a list"}), "/response/output"),
+        (_rollout([{"type": "message", "role": "assistant", "content": "x"}, 3]), "/response/output/1"),
+        (_rollout([], given=7), "/responses_create_params/input"),
+    ],
+)
+def test_a_malformed_nemo_gym_rollout_names_its_place(tmp_path: Path, record: Any, pointer: str) -> None:
+    """A rollout whose input or output is no list of items is a clear error at its pointer."""
+    with pytest.raises(ReaderError) as caught:
+        list(read_conversations(write(tmp_path / "r.json", record)))
+    assert pointer in str(caught.value)
+
+
 def test_anthropic_repairs(tmp_path: Path) -> None:
     """Anthropic lists get the same repairs: a leading assistant turn, an orphan result, a call left
     unanswered mid-run and at the end, blank text; what stays converts to valid chat."""
