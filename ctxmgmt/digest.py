@@ -843,6 +843,8 @@ class _Ledger:
 
         def score(kind: str, entry: dict[str, Any]) -> float:
             tier = max(entry["tier"], _seen_often(kind, entry["notes"], entry["count"]))
+            if _used_often(kind, entry["notes"], entry["count"]):
+                tier = 3
             return float(tier + 0.6 * entry["order"] / total + 0.05 * min(entry["count"], 8))
 
         ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[0][0], kv[1]))
@@ -873,7 +875,8 @@ def _ledger_item(kind: str, key: str, notes: list[str], count: int) -> str:
         done = [a for a in done if a not in _IMPLIED] or done[:1]
         shown = done[:2] if "deleted" not in done[2:] else [done[0], "deleted"]  # never hidden
         line = f"{key}: {', '.join(shown)}"
-        return f"{line} (×{count})" if _seen_often(kind, shown, count) else line
+        often = _seen_often(kind, shown, count) or _used_often(kind, notes, count)
+        return f"{line} (×{count})" if often else line
     else:
         line = key
     return with_count(line, count)
@@ -889,8 +892,22 @@ def _tier(kind: str, key: str, notes: list[str], count: int) -> int:
     if kind == "path":
         if notes == ["seen"]:
             return int(_seen_often(kind, notes, count))
+        if _used_often(kind, notes, count):
+            return 3
         return 1 if set(notes) <= {"named", "seen"} else 2
     return 1
+
+
+_USED_OFTEN = 3
+"""Uses of a path the agent acted on or named (calls and messages) for it to rank with its
+commands (tier 3), its item showing the count (so that a later summary ranks it so too): a
+data file read at the start and loaded in program after program is needed as much as any
+one command."""
+
+
+def _used_often(kind: str, notes: Collection[str], count: int) -> bool:
+    """Whether an item is a path the agent acted on or named in _USED_OFTEN uses or more."""
+    return kind == "path" and count >= _USED_OFTEN and any(note != "seen" for note in notes)
 
 
 def _seen_often(kind: str, notes: list[str], count: int) -> bool:

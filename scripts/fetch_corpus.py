@@ -63,8 +63,12 @@ class Source:
     metadata: str
     """The member that holds the package metadata (licence)."""
     files: tuple[LogFile, ...]
+    python: str | None = None
+    """The Python version pip downloads for (``--python-version``), for a package whose
+    ``Requires-Python`` excludes this one (nothing of it is installed or run)."""
 
 
+_NG = "nemo_gym-0.7.0"
 _TS = "src/inspect_ai/_view/ts-mono/apps/inspect/src/log_data/chunked/fixtures/logs"
 SOURCES = (
     Source(
@@ -145,6 +149,80 @@ SOURCES = (
                 "Inspect .json log: web browser tools",
             ),
         ),
+    ),
+    Source(
+        "nemo-gym",
+        "0.7.0",
+        "nemo_gym-0.7.0.tar.gz",
+        "5e926964daf827520e68d8281be886c231bd26d86c2a0432fdda1ab41893862e",
+        False,
+        "nemo_gym-0.7.0/PKG-INFO",
+        (
+            LogFile(
+                f"{_NG}/resources_servers/job_bench/data/example_rollouts.jsonl",
+                "job-bench.jsonl",
+                5,
+                912,
+                "NeMo Gym rollouts: office and analysis tasks in a bash sandbox (68-142 calls a run)",
+            ),
+            LogFile(
+                f"{_NG}/resources_servers/workspace_bench/data/example_rollouts.jsonl",
+                "workspace-bench.jsonl",
+                5,
+                317,
+                "NeMo Gym rollouts: workspace tasks (8-90 calls)",
+            ),
+            LogFile(
+                f"{_NG}/resources_servers/vibench/data/example_rollouts.jsonl",
+                "vibench.jsonl",
+                5,
+                288,
+                "NeMo Gym rollouts: vibench tasks (19-41 calls)",
+            ),
+            LogFile(
+                f"{_NG}/responses_api_agents/mini_swe_agent_2/data/example_rollouts.jsonl",
+                "mini-swe-agent-qwen3.jsonl",
+                5,
+                191,
+                "NeMo Gym rollouts: SWE-bench under mini-swe-agent, Qwen3-30B-A3B",
+            ),
+            LogFile(
+                f"{_NG}/benchmarks/automationbench/data/example_rollouts.jsonl",
+                "automationbench.jsonl",
+                5,
+                191,
+                "NeMo Gym rollouts: automation tasks over app APIs",
+            ),
+            LogFile(
+                f"{_NG}/responses_api_agents/harbor_agent/example/example_output.jsonl",
+                "harbor-terminal.jsonl",
+                3,
+                88,
+                "NeMo Gym rollouts: terminal tasks under Harbor (outputs missing in the log: repaired)",
+            ),
+            LogFile(
+                f"{_NG}/responses_api_agents/anyterminal_agent/data/example_rollouts_hermes.jsonl",
+                "anyterminal-nemotron.jsonl",
+                5,
+                294,
+                "NeMo Gym rollouts: terminal tasks, nemotron-3-super",
+            ),
+            LogFile(
+                f"{_NG}/responses_api_agents/anyswe_agent/data/example_rollouts_hermes.jsonl",
+                "anyswe-qwen3-coder.jsonl",
+                5,
+                141,
+                "NeMo Gym rollouts: SWE tasks, Qwen3-Coder-30B",
+            ),
+            LogFile(
+                f"{_NG}/resources_servers/legal_agent_bench/data/example_rollouts.jsonl",
+                "legal-agent-bench.jsonl",
+                5,
+                142,
+                "NeMo Gym rollouts: legal research tasks, nemotron-3-ultra",
+            ),
+        ),
+        python="3.13.14",
     ),
 )
 
@@ -265,6 +343,7 @@ def _archive(source: Source, folder: Path, archives: Path | None, log) -> Path:
                 f"{source.package}=={source.version}",
             ]
             cmd += ["--only-binary", ":all:"] if source.binary else ["--no-binary", source.package]
+            cmd += ["--python-version", source.python] if source.python else []
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT, check=False)
             except subprocess.TimeoutExpired:

@@ -341,19 +341,29 @@ def test_the_archive_guide_says_how_to_read_once_and_reads_back_both_shapes():
     assert counter.text(text) < counter.text(older) - 5 * 15
 
 
-def test_a_paths_item_says_its_strongest_actions_and_no_count():
+def test_a_paths_item_says_its_strongest_actions_and_its_count_only_when_used_often():
     """A path's ledger item names what was done to it beyond reading (a path changed was read
-    too) and carries no count, in a stretch and across a merge: it costs a third less."""
+    too); it carries no count when used once or twice (it costs a third less), its count when
+    the agent came back to it three times or more: that count ranks it with the commands, in
+    the stretch and, read back from the item, after a merge."""
+    commands = [
+        "cat src/app.py",
+        "sed -i s/a/b/ src/app.py",
+        "cat docs/a.md",
+        "cat README.md",
+        "cat README.md",
+    ]
     run = _tool_run(
-        "bash",
-        lambda i: json.dumps({"cmd": ["cat src/app.py", "sed -i s/a/b/ src/app.py", "cat docs/a.md"][i % 3]}),
-        ["x = 1", "", "# a"] * 3,
+        "bash", lambda i: json.dumps({"cmd": commands[i % 5]}), ["x = 1", "", "# a", "b", "b"] * 2
     )
-    one = summarize_offline(run)
-    assert "src/app.py: edited" in one["specifics"] and "docs/a.md: read" in one["specifics"]
-    assert not any(i.startswith(("src/app.py", "docs/a.md")) and "×" in i for i in one["specifics"])
-    merged = summarize_offline(run, one)
-    assert "src/app.py: edited" in merged["specifics"] and "docs/a.md: read" in merged["specifics"]
+    one = summarize_offline(run)["specifics"]
+    assert "src/app.py: edited (×4)" in one and "docs/a.md: read" in one
+    assert not any(i.startswith("docs/a.md") and "×" in i for i in one)
+    assert one.index("src/app.py: edited (×4)") < one.index("docs/a.md: read")
+    merged = summarize_offline(run, summarize_offline(run))["specifics"]
+    assert "src/app.py: edited (×8)" in merged and "docs/a.md: read" in merged
+    calls = [i for i in merged if i.startswith("`")]
+    assert merged.index("src/app.py: edited (×8)") < merged.index(calls[-1])
 
 
 @pytest.mark.parametrize(

@@ -305,7 +305,7 @@ def _nemo_gym_rollout(name: str, cid: str, data: Mapping[str, Any]) -> Conversat
         lists.append(value)
     _check_request_fields(cid, {k: params.get(k) for k in ("model", "tools", "instructions")})
     meta = {k: data[k] for k in ("task_id", "reward") if k in data and _plain(data[k])}
-    model = params.get("model") or response.get("model")
+    model = params.get("model") or response.get("model") or None
     return _provider(
         name,
         cid,
