@@ -244,10 +244,26 @@ def _in_diff_header(text: str, at: int) -> bool:
     return line in ("--- ", "+++ ") or (line.startswith("diff --git ") and line.count(" ") <= 3)
 
 
+_DEVICES = frozenset(
+    [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/stdin",
+        "/dev/stdout",
+        "/dev/stderr",
+        "/dev/tty",
+    ]
+)
+"""Devices a shell line names for its streams (``2>/dev/null``): no file an agent works on."""
+
+
 def paths(text: str) -> list[str]:
     """POSIX and Windows paths and file names (``src/app.py``, ``/etc/hosts``,
     ``C:\\x\\y.txt``, ``setup.cfg``); not the paths inside URLs, not a bare word with
-    slashes (``and/or``): a path starts at ``/``, ``~`` or ``.``, or its last part has an
+    slashes (``and/or``), not a stream device (``/dev/null``) nor numbers with slashes
+    (``3.5/4.4``): a path starts at ``/``, ``~`` or ``.``, or its last part has an
     extension; and a bare name without a slash only when it is shaped like a file
     (:func:`_is_file_name`: not ``example.com``, ``require.main`` or ``Node.js``)."""
     out: dict[str, None] = {}
@@ -259,6 +275,8 @@ def paths(text: str) -> list[str]:
         if found.startswith(("a/", "b/")) and _in_diff_header(scanned, m.start()):
             found = found[2:]  # a diff's notation for the file's two sides: the path is the file's
         if m.group("posix"):
+            if found in _DEVICES or found.startswith("/dev/fd/") or not any(map(str.isalpha, found)):
+                continue  # a device every command line names, or numbers with slashes (3.5/4.4)
             last = found.rstrip("/").rsplit("/", 1)[-1]
             if found.startswith(("/", "~", "./", "../")):
                 if len(found) < 2 or found.strip("/.~") == "":

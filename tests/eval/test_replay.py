@@ -49,6 +49,13 @@ def test_paths_skip_numbers_and_trailing_punctuation():
     assert paths("pi is 3.14 and the file is notes.md.") == ["notes.md"]
 
 
+def test_stream_devices_and_numbers_with_slashes_are_not_paths():
+    """``/dev/null`` and the other stream devices a shell line names, and ratios written with
+    slashes, are no paths an agent needs again; a file under /dev that is none of them is."""
+    text = "ls x 2>/dev/null >/dev/stderr; cat /dev/fd/3 and /dev/sda1; ratio 3.5/4.4 or 0.50/0.75/1.00"
+    assert paths(text) == ["/dev/sda1"]
+
+
 @pytest.mark.parametrize(
     "text",
     [
