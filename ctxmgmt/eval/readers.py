@@ -282,7 +282,8 @@ def _from_document(name: str, data: Any, cid: str) -> Iterator[Conversation]:
     raise _error(
         name,
         "no conversation found: expected a message list, {messages: [...]}, {input: [...]}, "
-        "an Inspect log {samples: [...]} or a tau-bench result {traj: [...]}",
+        "an Inspect log {samples: [...]}, a tau-bench result {traj: [...]} or a NeMo Gym "
+        "rollout {responses_create_params: {input}, response: {output}}",
     )
 
 
@@ -291,8 +292,10 @@ def _nemo_gym_rollout(name: str, cid: str, data: Mapping[str, Any]) -> Conversat
     "response": {"output": [...]}}``, one a line of its ``*rollouts.jsonl``): the request's
     input items then the run's output items, in the Responses format; None for another shape."""
     params, response = data.get("responses_create_params"), data.get("response")
-    if not isinstance(params, dict) or not isinstance(response, dict):
+    if not isinstance(params, dict):
         return None
+    if not isinstance(response, dict):
+        raise _error(cid, "a NeMo Gym rollout holds its run as {output: [...]} here", "/response")
     given, output = params.get("input"), response.get("output")
     items = [{"role": "user", "content": given}] if isinstance(given, str) else given
     lists: list[list[Any]] = []
@@ -631,15 +634,17 @@ def _text_parts(content: Any) -> str:
     return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
 
 
+def _tally(repairs: dict[str, int], kind: str, n: int = 1) -> None:
+    """Counts ``n`` repairs of a kind (none: nothing is written)."""
+    if n:
+        repairs[kind] = repairs.get(kind, 0) + n
+
+
 def _repair(messages: list[dict[str, Any]], repairs: dict[str, int]) -> list[dict[str, Any]]:
     """What a provider would refuse, repaired: a tool result that answers no call of the
     assistant message right before it is dropped (``orphan_results``); a call that gets no
     result is dropped from its message (``unanswered_calls``), and a message left empty
     with it (``empty_messages``); a repeated result for a call is dropped (``duplicate_results``)."""
-
-    def count(kind: str, n: int = 1) -> None:
-        if n:
-            repairs[kind] = repairs.get(kind, 0) + n
 
     out: list[dict[str, Any]] = []
     asking: int | None = None  # index in out of the assistant message whose calls are open
@@ -651,14 +656,14 @@ def _repair(messages: list[dict[str, Any]], repairs: dict[str, int]) -> list[dic
         if asking is not None and pending:
             m = out[asking]
             calls = [c for c in m["tool_calls"] if c.get("id") not in pending]
-            count("unanswered_calls", len(m["tool_calls"]) - len(calls))
+            _tally(repairs, "unanswered_calls", len(m["tool_calls"]) - len(calls))
             if calls:
                 out[asking] = {**m, "tool_calls": calls}
             else:
                 rest = {k: v for k, v in m.items() if k != "tool_calls"}
                 if rest.get("content") in (None, ""):
                     del out[asking]
-                    count("empty_messages")
+                    _tally(repairs, "empty_messages")
                 else:
                     out[asking] = rest
         asking = None
@@ -674,9 +679,9 @@ def _repair(messages: list[dict[str, Any]], repairs: dict[str, int]) -> list[dic
                 answered.add(call_id)
                 out.append(m)
             elif call_id in answered:
-                count("duplicate_results")
+                _tally(repairs, "duplicate_results")
             else:
-                count("orphan_results")
+                _tally(repairs, "orphan_results")
             continue
         close()
         calls_given = m.get("tool_calls")
@@ -694,7 +699,7 @@ def _repair(messages: list[dict[str, Any]], repairs: dict[str, int]) -> list[dic
                     if c.get("id") not in seen:
                         seen.add(c.get("id"))
                         calls.append(c)
-                count("duplicate_calls", len(ids) - len(calls))
+                _tally(repairs, "duplicate_calls", len(ids) - len(calls))
                 m = {**m, "tool_calls": calls}
             out.append(m)
             asking = len(out) - 1
@@ -713,10 +718,6 @@ def _repair_responses(items: list[Any], repairs: dict[str, int]) -> list[Any]:
     turn (``duplicate_calls``). Real logs hold all of these: a harness that recorded one of
     eleven parallel outputs, a run stopped mid-turn."""
 
-    def count(kind: str, n: int = 1) -> None:
-        if n:
-            repairs[kind] = repairs.get(kind, 0) + n
-
     out: list[Any] = []
     waiting: dict[str, int] = {}  # the turn's calls without their output: call id -> index in out
     answered: set[str] = set()
@@ -726,7 +727,7 @@ def _repair_responses(items: list[Any], repairs: dict[str, int]) -> list[Any]:
         nonlocal outputs
         for at in sorted(waiting.values(), reverse=True):
             del out[at]
-        count("unanswered_calls", len(waiting))
+        _tally(repairs, "unanswered_calls", len(waiting))
         waiting.clear()
         answered.clear()
         outputs = False
@@ -740,12 +741,12 @@ def _repair_responses(items: list[Any], repairs: dict[str, int]) -> list[Any]:
                 out.append(item)
                 outputs = True
             else:
-                count("duplicate_results" if call_id in answered else "orphan_results")
+                _tally(repairs, "duplicate_results" if call_id in answered else "orphan_results")
         elif openai_responses.is_call(item):
             if outputs:
                 close()
             if item["call_id"] in waiting or item["call_id"] in answered:
-                count("duplicate_calls")
+                _tally(repairs, "duplicate_calls")
                 continue
             waiting[item["call_id"]] = len(out)
             out.append(item)
@@ -1148,10 +1149,6 @@ def _repair_anthropic(turns: list[dict[str, Any]], repairs: dict[str, int]) -> l
     turns of one role in a row are merged. A turn whose content is not a block list is left
     for the check to name."""
 
-    def count(kind: str, n: int = 1) -> None:
-        if n:
-            repairs[kind] = repairs.get(kind, 0) + n
-
     def blocks(turn: dict[str, Any] | None, role: str) -> list[dict[str, Any]]:
         ok = turn is not None and turn["role"] == role and isinstance(turn["content"], list)
         return turn["content"] if ok and turn is not None else []
@@ -1165,7 +1162,7 @@ def _repair_anthropic(turns: list[dict[str, Any]], repairs: dict[str, int]) -> l
             if b.get("type") == "tool_use"
         }
         kept = [b for b in turn["content"] if b.get("type") != "tool_result" or b.get("tool_use_id") in asked]
-        count("orphan_results", len(turn["content"]) - len(kept))
+        _tally(repairs, "orphan_results", len(turn["content"]) - len(kept))
         # the results first, as Anthropic asks; the turn's text after them
         turn["content"] = [b for b in kept if b.get("type") == "tool_result"] + [
             b for b in kept if b.get("type") != "tool_result"
@@ -1176,25 +1173,25 @@ def _repair_anthropic(turns: list[dict[str, Any]], repairs: dict[str, int]) -> l
         nxt = turns[i + 1] if i + 1 < len(turns) else None
         got = {b.get("tool_use_id") for b in blocks(nxt, "user") if b.get("type") == "tool_result"}
         kept = [b for b in turn["content"] if b.get("type") != "tool_use" or b.get("id") in got]
-        count("unanswered_calls", len(turn["content"]) - len(kept))
+        _tally(repairs, "unanswered_calls", len(turn["content"]) - len(kept))
         turn["content"] = kept
     out: list[dict[str, Any]] = []
     for turn in turns:
         content = turn["content"]
         if isinstance(content, str) and not content.strip():
-            count("empty_messages")
+            _tally(repairs, "empty_messages")
             continue
         if isinstance(content, list):
             content = [
                 b for b in content if not (b.get("type") == "text" and not str(b.get("text") or "").strip())
             ]
             if all(b.get("type") in ("thinking", "redacted_thinking") for b in content):
-                count("empty_messages")
+                _tally(repairs, "empty_messages")
                 continue
         if out and out[-1]["role"] == turn["role"] and _blocks(out[-1]["content"]) and _blocks(content):
             out[-1]["content"] = [*_blocks(out[-1]["content"]), *_blocks(content)]
         elif not out and turn["role"] == "assistant":
-            count("leading_assistant")
+            _tally(repairs, "leading_assistant")
         else:
             out.append({"role": turn["role"], "content": content})
     return out

@@ -624,6 +624,7 @@ def test_a_nemo_gym_rollout_is_its_input_then_its_output(tmp_path: Path) -> None
         (_rollout({"not": "a list"}), "/response/output"),
         (_rollout([{"type": "message", "role": "assistant", "content": "x"}, 3]), "/response/output/1"),
         (_rollout([], given=7), "/responses_create_params/input"),
+        ({"responses_create_params": {"input": "go"}}, "/response"),
     ],
 )
 def test_a_malformed_nemo_gym_rollout_names_its_place(tmp_path: Path, record: Any, pointer: str) -> None:
