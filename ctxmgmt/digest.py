@@ -153,18 +153,62 @@ def error_lines(text: str) -> list[str]:
         stop = len(text) if stop < 0 else stop + 1
         if not _may_hold(_FAILURE_SUPERSET, text[line_start:stop]):
             continue
-        match = _FAILURE.search(text, line_start, stop)
+        match = _reported(text, line_start, stop)
         if match is None:
             continue
-        start = text.rfind("\n", max(line_start, match.start() - 2000), match.start()) + 1
-        start = start or max(line_start, match.start() - 2000)
-        end = text.find("\n", match.end(), match.end() + 2000)
-        line = text[start : match.end() + 2000 if end < 0 else end].strip()
-        if len(line) > 3 and not _NOT_FAILURE.search(line):
-            found.setdefault(line if len(line) <= _ITEM_CHARS else line[: _ITEM_CHARS - 1] + "…", None)
+        line = _error_item(text, match)
+        if line is not None:
+            found.setdefault(line, None)
         following = text.find("\n", match.end())
         pos = len(text) if following < 0 else following + 1
     return list(found)
+
+
+_PROSE = re.compile(
+    r"not found|[Cc]ould not|[Uu]nable to|no such|timed out|[Cc]annot find|(?:does not|doesn't) exist"
+    r"|is not defined|[Ff]ailed to|[45]\d\d [A-Z][a-z]+"
+)
+"""The failure phrases that prose says too (a web page's text: "I could not find a good
+calculator", "Page not found"): one of them reports a failure only near its line's start."""
+_PROSE_AT = 160
+"""Characters into a line a prose failure phrase may be found at: tools, logs and shells put
+a failure at the start of their line, after a time, a level, a name or a path."""
+_MARKUP = re.compile(
+    r"[ \t]*<(?:!DOCTYPE|!--|/?[A-Za-z][\w:-]{0,30}(?:[ \t][^>\n]{0,500})?/?>)", re.IGNORECASE
+)
+"""A line that opens with an HTML or XML tag: a page's markup (``<title>Page not found``)."""
+
+
+def _reported(text: str, line_start: int, stop: int) -> re.Match[str] | None:
+    """The first match of _FAILURE in a line that reports a failure: not a prose phrase of a
+    web page's text (:data:`_PROSE`) far into its line or in its markup."""
+    match = _FAILURE.search(text, line_start, stop)
+    while (
+        match is not None
+        and _PROSE.fullmatch(match.group())
+        and (match.start() - line_start > _PROSE_AT or _MARKUP.match(text, line_start, stop))
+    ):
+        match = _FAILURE.search(text, match.end(), stop)
+    return match
+
+
+def _error_item(text: str, match: re.Match[str]) -> str | None:
+    """The line of a failure, as the summary shows it: whole up to _ITEM_CHARS, else clipped
+    around the failure (a long line's start, when the failure is further in, does not say it).
+    None for a line that merely mentions a failure (see _NOT_FAILURE)."""
+    start = text.rfind("\n", max(0, match.start() - 2000), match.start()) + 1
+    start = start or max(0, match.start() - 2000)
+    end = text.find("\n", match.end(), match.end() + 2000)
+    raw = text[start : match.end() + 2000 if end < 0 else end]
+    line = raw.strip()
+    if len(line) <= 3 or _NOT_FAILURE.search(line):
+        return None
+    if len(line) <= _ITEM_CHARS:
+        return line
+    at = match.start() - start - (len(raw) - len(raw.lstrip()))
+    if at + len(match.group().rstrip()) > _ITEM_CHARS - 1:
+        line = "…" + line[max(0, at - _ITEM_CHARS // 3) :].lstrip()
+    return line[: _ITEM_CHARS - 1] + "…" if len(line) > _ITEM_CHARS else line
 
 
 # Every alternative of _FAILURE holds one of these words (compared in lower case) or matches

@@ -74,21 +74,51 @@ def test_error_lines_of_many_toolchains_are_found_and_code_is_not():
     assert found == log.splitlines()[:11]
 
 
+def test_a_web_pages_prose_and_markup_are_not_error_lines():
+    """A failure phrase that prose says too ("could not", "not found") far into a page's long
+    line, or in its markup, is no error line; the same phrase at a line's start, or a failure a
+    tool reports anywhere, is."""
+    page = "Sample size calculators. " * 30 + "I could not find a good calculator for this design."
+    text = "\n".join(
+        [
+            page,
+            "<title>Page not found &middot; GitHub Pages</title>",
+            "<h1>403 Forbidden</h1>",
+            "bash: jq: command not found",
+            "curl: (6) Could not resolve host: example.invalid",
+            "x" * 400 + " ValueError: bad input",
+        ]
+    )
+    assert error_lines(text) == [
+        "bash: jq: command not found",
+        "curl: (6) Could not resolve host: example.invalid",
+        "…" + "x" * 99 + " ValueError: bad input",
+    ]
+
+
+def test_a_long_lines_error_item_shows_its_failure():
+    """A failure far into a long line is shown with the text around it, not the line's start."""
+    line = "step " * 200 + "TypeError: unsupported operand type(s) for +: 'int' and 'str' " + "tail " * 100
+    (item,) = error_lines(line)
+    assert item.startswith("…") and "TypeError: unsupported operand" in item and len(item) <= 300
+
+
 def _error_lines_searching_everything(text):
     """error_lines as it was before lines were picked by their words: every line searched."""
-    from ctxmgmt.digest import _FAILURE, _ITEM_CHARS, _NOT_FAILURE
+    from ctxmgmt.digest import _error_item, _reported
 
     found, pos = {}, 0
     while True:
-        match = _FAILURE.search(text, pos)
+        following = text.find("\n", pos)
+        match = _reported(text, pos, len(text) if following < 0 else following + 1)
         if match is None:
-            return list(found)
-        start = text.rfind("\n", max(pos, match.start() - 2000), match.start()) + 1
-        start = start or max(pos, match.start() - 2000)
-        end = text.find("\n", match.end(), match.end() + 2000)
-        line = text[start : match.end() + 2000 if end < 0 else end].strip()
-        if len(line) > 3 and not _NOT_FAILURE.search(line):
-            found.setdefault(line if len(line) <= _ITEM_CHARS else line[: _ITEM_CHARS - 1] + "…", None)
+            if following < 0:
+                return list(found)
+            pos = following + 1
+            continue
+        line = _error_item(text, match)
+        if line is not None:
+            found.setdefault(line, None)
         following = text.find("\n", match.end())
         pos = len(text) if following < 0 else following + 1
 

@@ -262,10 +262,11 @@ _DEVICES = frozenset(
 def paths(text: str) -> list[str]:
     """POSIX and Windows paths and file names (``src/app.py``, ``/etc/hosts``,
     ``C:\\x\\y.txt``, ``setup.cfg``); not the paths inside URLs, not a bare word with
-    slashes (``and/or``), not a stream device (``/dev/null``) nor numbers with slashes
-    (``3.5/4.4``): a path starts at ``/``, ``~`` or ``.``, or its last part has an
-    extension; and a bare name without a slash only when it is shaped like a file
-    (:func:`_is_file_name`: not ``example.com``, ``require.main`` or ``Node.js``)."""
+    slashes (``and/or``), not a stream device (``/dev/null``), numbers with slashes
+    (``3.5/4.4``) nor an attribute chain or a call (``df.Amount.sum()``): a path starts at
+    ``/``, ``~`` or ``.``, or its last part has an extension; and a bare name without a slash
+    only when it is shaped like a file (:func:`_is_file_name`: not ``example.com``,
+    ``require.main`` or ``Node.js``)."""
     out: dict[str, None] = {}
     scanned = _scan(text)
     for m in _PATHS.finditer(scanned):
@@ -284,8 +285,11 @@ def paths(text: str) -> list[str]:
             elif "." not in last.strip("."):
                 continue
         elif m.group("file"):
-            start = m.start()
-            if not _is_file_name(found, scanned[start - 1 : start] if start else ""):
+            start, end = m.span()
+            before = scanned[start - 1 : start] if start else ""
+            if before == "." or scanned[end : end + 1] == "(":
+                continue  # an attribute chain or a method call (df[m].Amount.sum(), x.log())
+            if not _is_file_name(found, before):
                 continue
         if not _add(out, found):
             break

@@ -64,6 +64,8 @@ def test_stream_devices_and_numbers_with_slashes_are_not_paths():
         "mail user@example.com",  # an email's domain
         "see example.com and api.github.com",  # hosts
         "call obj.method and self.value",  # attributes
+        "print(elig.TenYearCHD.sum(), df[m].Amount.sum())",  # attribute chains ending in a call
+        "logger.log('x'); np.load(buf)",  # method calls named like a file type
     ],
 )
 def test_identifiers_and_hosts_are_not_paths(text):
