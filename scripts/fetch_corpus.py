@@ -32,6 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows: one process at a time is up to the caller
+    fcntl = None  # type: ignore[assignment]
+
 MANIFEST = "manifest.json"
 MAX_MEMBER_BYTES = 64 << 20
 """A log file taken out of an archive is at most this large (the real ones are < 1.3 MiB)."""
@@ -254,8 +259,18 @@ def sha256_of(path: Path) -> str:
 
 
 def fetch(dest: Path | None = None, archives: Path | None = None, *, log=print) -> dict:
-    """Make the corpus complete in ``dest`` and return its manifest."""
+    """Make the corpus complete in ``dest`` and return its manifest. Processes that fetch into
+    one folder at once (parallel test workers) take turns: one downloads, the others find
+    the corpus complete."""
     dest = Path(dest or default_dest())
+    dest.mkdir(parents=True, exist_ok=True)
+    with open(dest / ".lock", "a+b") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fetch(dest, archives, log)
+
+
+def _fetch(dest: Path, archives: Path | None, log) -> dict:
     manifest_path = dest / MANIFEST
     if manifest_path.is_file():
         try:

@@ -66,16 +66,47 @@ def shipped(name: str) -> dict:
     return yaml.safe_load((ROOT / "definitions" / f"{name}.yaml").read_text())
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def database_url(request, tmp_path) -> str:
-    """An empty database: a SQLite file, or a reset PostgreSQL schema."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/ctxmgmt.db"
+_worker_urls: dict[str, str] = {}
+
+
+def postgres_url() -> str:
+    """The URL of this test process's own PostgreSQL database: $CTXMGMT_TEST_POSTGRES_URL's,
+    or, under pytest-xdist, a database of the same server named after the worker
+    (``ctxmgmt_test_gw1``), created the first time; skips (fails under
+    CTXMGMT_REQUIRE_POSTGRES) without a server. Workers never share a database: a test resets
+    its schema and may end every other session of its database."""
     url = os.environ.get(PG_ENV)
     if not url:
         if os.environ.get(REQUIRE_PG_ENV):
             pytest.fail(f"{REQUIRE_PG_ENV} is set but {PG_ENV} is not")
         pytest.skip(f"PostgreSQL tests need {PG_ENV} (see .ci/postgres.sh)")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return url
+    if worker not in _worker_urls:
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.engine import make_url
+
+        base = make_url(url)
+        name = f"{base.database}_{worker}"
+        admin = create_engine(base, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                found = text("SELECT 1 FROM pg_database WHERE datname = :n")
+                if conn.execute(found, {"n": name}).first() is None:
+                    conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        finally:
+            admin.dispose()
+        _worker_urls[worker] = base.set(database=name).render_as_string(hide_password=False)
+    return _worker_urls[worker]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path) -> str:
+    """An empty database: a SQLite file, or a reset PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/ctxmgmt.db"
+    url = postgres_url()
     from sqlalchemy import create_engine
 
     engine = create_engine(url)
@@ -106,23 +137,32 @@ def serve(folder: Path, db_url: str, *extra: str, pids: list[int] | None = None)
     (and puts its process id in ``pids``)."""
     import subprocess
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "ctxmgmt.cli", "serve", "--port", str(port), "--db", db_url, *extra]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder)
+    for attempt in range(3):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "ctxmgmt.cli", "serve", "--port", str(port), "--db", db_url, *extra]
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/_health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                out = proc.stdout.read()  # type: ignore[union-attr]
+                # Another test process took the free port before this server bound it.
+                if "already in use" in out and attempt < 2:
+                    break
+                raise RuntimeError(out)
+            time.sleep(0.1)
+        if proc.poll() is None:
+            break
     if pids is not None:
         pids.append(proc.pid)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/_health").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(proc.stdout.read())  # type: ignore[union-attr]
-        time.sleep(0.1)
     try:
         yield url
     finally:
@@ -139,13 +179,17 @@ class LiveServer:
 
         from ctxmgmt.api.server import uvicorn_config
 
-        self.port = free_port()
+        # The socket is bound here and handed to uvicorn: no other test process can take
+        # its port between choosing it and listening on it.
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn_config(
             app, app.state.ctxmgmt.config, host="127.0.0.1", port=self.port, log_level="error"
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
@@ -159,6 +203,7 @@ class LiveServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+        self.socket.close()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from ctxmgmt.api import ServerConfig, create_app
 from tests.api.test_bad_input import read_response
-from tests.conftest import LiveServer, shipped
+from tests.conftest import LiveServer, postgres_url, shipped
 
 BASE = "/_plugins/_ml/context_management"
 GOOD = shipped("default")
@@ -194,18 +194,13 @@ def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(small_disk
     """With PostgreSQL's tables on a full file system (a tablespace on the small tmpfs),
     writes answer 507 storage_full with no reset and no 500, reads still work, and once
     space is freed writes succeed again; nothing acknowledged is lost."""
-    import os
     import shutil
 
     from sqlalchemy import create_engine
 
     from ctxmgmt.store import DefinitionStore
 
-    url = os.environ.get("CTXMGMT_TEST_POSTGRES_URL")
-    if not url:
-        if os.environ.get("CTXMGMT_REQUIRE_POSTGRES"):
-            pytest.fail("CTXMGMT_REQUIRE_POSTGRES is set but CTXMGMT_TEST_POSTGRES_URL is not")
-        pytest.skip("needs CTXMGMT_TEST_POSTGRES_URL")
+    url = postgres_url()
     space = small_disk / "pg"
     space.mkdir()
     shutil.chown(space, "postgres")

@@ -44,9 +44,22 @@ def config_from(document: dict, into: Path) -> Path:
 @pytest.mark.skipif(
     shutil.which("st", path=str(Path(sys.executable).parent)) is None, reason="needs schemathesis"
 )
-def test_schemathesis_finds_nothing_against_a_live_server(tmp_path, database_url):
-    """A bounded schemathesis run (fixed seed, every check) finds no failure and no error,
-    on SQLite and on PostgreSQL."""
+@pytest.mark.parametrize(
+    ("database_url", "phase"),
+    [
+        ("sqlite", "coverage"),
+        ("sqlite", "fuzzing"),
+        ("sqlite", "stateful"),
+        pytest.param("postgresql", "coverage", marks=pytest.mark.postgres),
+        pytest.param("postgresql", "fuzzing", marks=pytest.mark.postgres),
+    ],
+    indirect=["database_url"],
+)
+def test_schemathesis_finds_nothing_against_a_live_server(tmp_path, database_url, phase):
+    """A bounded schemathesis phase (fixed seed, every check) finds no failure and no error:
+    each phase on SQLite, and the phases that send every operation its edge and random
+    values on PostgreSQL (the stateful sequences test the API's logic, the same on both).
+    One test per phase, so that parallel test workers share them out."""
     st = str(Path(sys.executable).parent / "st")
     with serve(tmp_path, database_url) as url:
         config = config_from(httpx.get(f"{url}/openapi.json").json(), tmp_path / "schemathesis.toml")
@@ -57,6 +70,8 @@ def test_schemathesis_finds_nothing_against_a_live_server(tmp_path, database_url
                 str(config),
                 "run",
                 f"{url}/openapi.json",
+                "--phases",
+                phase,
                 "--checks",
                 "all",
                 "--max-examples",

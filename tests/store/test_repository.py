@@ -2,7 +2,7 @@ import pytest
 
 from ctxmgmt import Conflict, DefinitionError, NotFound
 from ctxmgmt.store import DefinitionStore
-from tests.conftest import shipped
+from tests.conftest import postgres_url, shipped
 
 
 def test_create_get_round_trip(store):
@@ -140,13 +140,8 @@ def test_reads_survive_a_dropped_connection(tmp_path):
     """When PostgreSQL drops the pooled connections (a restart, a firewall), the next resolve
     and get still answer: the read runs again on a new connection, with no ping before
     every checkout."""
-    import os
 
-    database_url = os.environ.get("CTXMGMT_TEST_POSTGRES_URL")
-    if not database_url:
-        if os.environ.get("CTXMGMT_REQUIRE_POSTGRES"):
-            pytest.fail("CTXMGMT_REQUIRE_POSTGRES is set but CTXMGMT_TEST_POSTGRES_URL is not")
-        pytest.skip("PostgreSQL tests need CTXMGMT_TEST_POSTGRES_URL (see .ci/postgres.sh)")
+    database_url = postgres_url()
     store = DefinitionStore.open(database_url)
     try:
         if store.exists("mine"):
