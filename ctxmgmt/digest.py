@@ -166,36 +166,46 @@ def error_lines(text: str) -> list[str]:
 
 _PROSE = re.compile(
     r"not found|[Cc]ould not|[Uu]nable to|no such|timed out|[Cc]annot find|(?:does not|doesn't) exist"
-    r"|is not defined|[Ff]ailed to|[45]\d\d [A-Z][a-z]+"
+    r"|is not defined|[Ff]ailed to|[45]\d\d [A-Z][a-z]+(?: [A-Z][a-z]+)?"
 )
 """The failure phrases that prose says too (a web page's text: "I could not find a good
-calculator", "Page not found"): one of them reports a failure only near its line's start."""
+calculator", "Page not found"): one of them reports a failure only where a tool, a log or a
+shell would write it (see :func:`_reported`)."""
 _PROSE_AT = 160
-"""Characters into a line a prose failure phrase may be found at: tools, logs and shells put
-a failure at the start of their line, after a time, a level, a name or a path."""
+_PROSE_LINE = 1000
+"""A prose failure phrase more than _PROSE_AT characters into a line of more than
+_PROSE_LINE characters is a page's text, not a report: a log line that ends with a status
+(an access log's long URL, then ``404 Not Found``) is shorter."""
 _MARKUP = re.compile(
-    r"[ \t]*<(?:!DOCTYPE|!--|/?[A-Za-z][\w:-]{0,30}(?:[ \t][^>\n]{0,500})?/?>)", re.IGNORECASE
+    r"[ \t]*<(?:!DOCTYPE|!--|/?(?:html|head|title|body|div|span|p|h[1-6]|a|center|meta|link|script|style"
+    r"|ul|ol|li|table|tr|td|th|br|hr|img|pre|section|article|nav|header|footer|main|form|button|label"
+    r"|strong|em|b|i)(?:[ \t][^>\n]{0,500})?/?>)",
+    re.IGNORECASE,
 )
-"""A line that opens with an HTML or XML tag: a page's markup (``<title>Page not found``)."""
+"""A line that opens with an HTML element's tag: a page's markup (``<title>Page not found``,
+``<h1>404 Not Found</h1>``); not ``<urlopen error timed out>`` nor an XML report's tags."""
 
 
 def _reported(text: str, line_start: int, stop: int) -> re.Match[str] | None:
     """The first match of _FAILURE in a line that reports a failure: not a prose phrase of a
-    web page's text (:data:`_PROSE`) far into its line or in its markup."""
+    web page's text (:data:`_PROSE`) far into a long line or in its markup."""
     match = _FAILURE.search(text, line_start, stop)
     while (
         match is not None
         and _PROSE.fullmatch(match.group())
-        and (match.start() - line_start > _PROSE_AT or _MARKUP.match(text, line_start, stop))
+        and (
+            (match.start() - line_start > _PROSE_AT and stop - line_start > _PROSE_LINE)
+            or _MARKUP.match(text, line_start, stop)
+        )
     ):
         match = _FAILURE.search(text, match.end(), stop)
     return match
 
 
 def _error_item(text: str, match: re.Match[str]) -> str | None:
-    """The line of a failure, as the summary shows it: whole up to _ITEM_CHARS, else clipped
-    around the failure (a long line's start, when the failure is further in, does not say it).
-    None for a line that merely mentions a failure (see _NOT_FAILURE)."""
+    """The line of a failure, as the summary shows it: whole up to _ITEM_CHARS, else clipped;
+    from a third of the item before the failure when it is further in (a long line's start
+    does not say it). None for a line that merely mentions a failure (see _NOT_FAILURE)."""
     start = text.rfind("\n", max(0, match.start() - 2000), match.start()) + 1
     start = start or max(0, match.start() - 2000)
     end = text.find("\n", match.end(), match.end() + 2000)
@@ -206,8 +216,8 @@ def _error_item(text: str, match: re.Match[str]) -> str | None:
     if len(line) <= _ITEM_CHARS:
         return line
     at = match.start() - start - (len(raw) - len(raw.lstrip()))
-    if at + len(match.group().rstrip()) > _ITEM_CHARS - 1:
-        line = "…" + line[max(0, at - _ITEM_CHARS // 3) :].lstrip()
+    if at > _ITEM_CHARS // 3:
+        line = "…" + line[at - _ITEM_CHARS // 3 :].lstrip()
     return line[: _ITEM_CHARS - 1] + "…" if len(line) > _ITEM_CHARS else line
 
 

@@ -263,22 +263,27 @@ def fetch(dest: Path | None = None, archives: Path | None = None, *, log=print) 
     one folder at once (parallel test workers) take turns: one downloads, the others find
     the corpus complete."""
     dest = Path(dest or default_dest())
+    manifest = _verified(dest)
+    if manifest is not None:  # complete: nothing written (the folder may be read-only)
+        return manifest
     dest.mkdir(parents=True, exist_ok=True)
     with open(dest / ".lock", "a+b") as lock:
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)
-        return _fetch(dest, archives, log)
+        return _verified(dest) or _fetch(dest, archives, log)
+
+
+def _verified(dest: Path) -> dict | None:
+    """The manifest of a complete corpus in ``dest``, else None."""
+    try:
+        manifest = json.loads((dest / MANIFEST).read_text("utf-8"))
+        return manifest if _complete(dest, manifest) else None
+    except (ValueError, OSError, KeyError, TypeError):
+        return None
 
 
 def _fetch(dest: Path, archives: Path | None, log) -> dict:
     manifest_path = dest / MANIFEST
-    if manifest_path.is_file():
-        try:
-            manifest = json.loads(manifest_path.read_text("utf-8"))
-            if _complete(dest, manifest):
-                return manifest
-        except (ValueError, OSError, KeyError, TypeError):
-            pass  # rebuilt below
     (dest / "archives").mkdir(parents=True, exist_ok=True)
     entries = []
     for source in SOURCES:

@@ -44,6 +44,7 @@ def models(chat_server: ChatServer) -> ModelsConfig:
 
 # -- databases and servers ------------------------------------------------------------
 import contextlib  # noqa: E402
+import itertools  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
@@ -88,7 +89,7 @@ def postgres_url() -> str:
         from sqlalchemy.engine import make_url
 
         base = make_url(url)
-        name = f"{base.database}_{worker}"
+        name = f"{base.database or 'postgres'}_{worker}"
         admin = create_engine(base, isolation_level="AUTOCOMMIT")
         try:
             with admin.connect() as conn:
@@ -125,10 +126,26 @@ def store(database_url) -> Iterator[DefinitionStore]:
     s.engine.dispose()
 
 
+_PORTS = 1000
+_picked = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port that is free now, for a server this test starts: taken from this test process's
+    own range below the kernel's ephemeral ports (20000 + 1000 x the xdist worker's number),
+    so that neither another worker nor a socket bound to port 0 takes it before the server
+    binds it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = 20_000 + _PORTS * (int(worker) % 12 if worker.isdigit() else 0)
+    for _ in range(_PORTS):
+        port = base + next(_picked) % _PORTS
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {base}-{base + _PORTS - 1}")
 
 
 @contextlib.contextmanager

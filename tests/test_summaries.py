@@ -78,22 +78,20 @@ def test_a_web_pages_prose_and_markup_are_not_error_lines():
     """A failure phrase that prose says too ("could not", "not found") far into a page's long
     line, or in its markup, is no error line; the same phrase at a line's start, or a failure a
     tool reports anywhere, is."""
-    page = "Sample size calculators. " * 30 + "I could not find a good calculator for this design."
-    text = "\n".join(
-        [
-            page,
-            "<title>Page not found &middot; GitHub Pages</title>",
-            "<h1>403 Forbidden</h1>",
-            "bash: jq: command not found",
-            "curl: (6) Could not resolve host: example.invalid",
-            "x" * 400 + " ValueError: bad input",
-        ]
-    )
-    assert error_lines(text) == [
+    page = "Sample size calculators. " * 60 + "I could not find a good calculator for this design."
+    reports = [
         "bash: jq: command not found",
         "curl: (6) Could not resolve host: example.invalid",
-        "…" + "x" * 99 + " ValueError: bad input",
+        '127.0.0.1 - "GET /search?' + "q=x&" * 40 + ' HTTP/1.1" 403 Forbidden',
+        "2024/01/01 12:00:00 main.go:42: open /srv/" + "a/" * 60 + "x.json: no such file or directory",
+        "<urlopen error timed out>",
+        '<failure message="Expected file not found"/>',
     ]
+    markup = [
+        "<title>Page not found &middot; GitHub Pages</title>",
+        "<center><h1>404 Not Found</h1></center>",
+    ]
+    assert error_lines("\n".join([page, *markup, *reports])) == reports
 
 
 def test_a_long_lines_error_item_shows_its_failure():
@@ -101,6 +99,8 @@ def test_a_long_lines_error_item_shows_its_failure():
     line = "step " * 200 + "TypeError: unsupported operand type(s) for +: 'int' and 'str' " + "tail " * 100
     (item,) = error_lines(line)
     assert item.startswith("…") and "TypeError: unsupported operand" in item and len(item) <= 300
+    (item,) = error_lines("x" * 288 + " ValueError: the message says what went wrong")
+    assert item.endswith("ValueError: the message says what went wrong")
 
 
 def _error_lines_searching_everything(text):

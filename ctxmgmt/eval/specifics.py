@@ -96,6 +96,9 @@ _NUMBERS = re2.compile(
     r"|(?P<hex>\b(?:0x)?[0-9a-fA-F]{7,64}\b)"
     r"|(?P<long>\b\d{4,}\b)"
 )
+_LOCATION = re2.compile(r"\(\d+(?:,\d+)?\)[:<]")
+"""A file's line (and column) after its name, as compilers and debuggers write it:
+``main.cpp(12):``, ``Program.cs(10,5):``, ``main.py(5)<module>()``."""
 _GENERIC_LINES = frozenset({"Traceback (most recent call last):", "During handling of the above exception"})
 
 
@@ -287,10 +290,14 @@ def paths(text: str) -> list[str]:
         elif m.group("file"):
             start, end = m.span()
             before = scanned[start - 1 : start] if start else ""
-            if before == "." or scanned[end : end + 1] == "(":
-                continue  # an attribute chain or a method call (df[m].Amount.sum(), x.log())
+            if before == "." and start >= 2 and (scanned[start - 2].isalnum() or scanned[start - 2] in "_)]"):
+                continue  # an attribute chain (df[m].Amount.sum)
+            if scanned[end : end + 1] == "(" and not _LOCATION.match(scanned, end):
+                continue  # a method call (x.log(1)); main.cpp(12): is a file's line
             if not _is_file_name(found, before):
                 continue
+            if before == ".":
+                found = "." + found  # a dotfile (.eslintrc.json)
         if not _add(out, found):
             break
     return list(out)

@@ -194,6 +194,7 @@ def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(small_disk
     """With PostgreSQL's tables on a full file system (a tablespace on the small tmpfs),
     writes answer 507 storage_full with no reset and no 500, reads still work, and once
     space is freed writes succeed again; nothing acknowledged is lost."""
+    import os
     import shutil
 
     from sqlalchemy import create_engine
@@ -201,6 +202,8 @@ def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(small_disk
     from ctxmgmt.store import DefinitionStore
 
     url = postgres_url()
+    # A tablespace belongs to the whole server: one per test process (the worker's database).
+    tablespace = f"ctxmgmt_full_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
     space = small_disk / "pg"
     space.mkdir()
     shutil.chown(space, "postgres")
@@ -208,10 +211,10 @@ def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(small_disk
     with admin.connect() as conn:
         conn.exec_driver_sql("DROP SCHEMA public CASCADE")
         conn.exec_driver_sql("CREATE SCHEMA public")
-        conn.exec_driver_sql("DROP TABLESPACE IF EXISTS ctxmgmt_full")
-        conn.exec_driver_sql(f"CREATE TABLESPACE ctxmgmt_full LOCATION '{space}'")
+        conn.exec_driver_sql(f"DROP TABLESPACE IF EXISTS {tablespace}")
+        conn.exec_driver_sql(f"CREATE TABLESPACE {tablespace} LOCATION '{space}'")
     sep = "&" if "?" in url else "?"
-    store = DefinitionStore.open(f"{url}{sep}options=-c%20default_tablespace%3Dctxmgmt_full")
+    store = DefinitionStore.open(f"{url}{sep}options=-c%20default_tablespace%3D{tablespace}")
     try:
         store.create("default", GOOD)
         app = create_app(store, config=ServerConfig(max_body_bytes=1 << 20))
@@ -234,7 +237,7 @@ def test_a_full_postgresql_disk_is_a_clear_507_and_recovers_by_itself(small_disk
         with admin.connect() as conn:
             conn.exec_driver_sql("DROP SCHEMA public CASCADE")
             conn.exec_driver_sql("CREATE SCHEMA public")
-            conn.exec_driver_sql("DROP TABLESPACE IF EXISTS ctxmgmt_full")
+            conn.exec_driver_sql(f"DROP TABLESPACE IF EXISTS {tablespace}")
         admin.dispose()
 
 

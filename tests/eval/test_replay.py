@@ -73,6 +73,16 @@ def test_identifiers_and_hosts_are_not_paths(text):
     assert paths(text) == []
 
 
+def test_file_locations_and_dotfiles_are_paths():
+    """A file named with its line as compilers and debuggers write it, and a dotfile with its
+    dot, are paths; a method call with a number is not."""
+    text = (
+        "main.cpp(12): error C2065; Program.cs(10,5): error CS1002; > main.py(5)<module>(); "
+        "edit .pre-commit-config.yaml; logger.log(1);"
+    )
+    assert paths(text) == ["main.cpp", "Program.cs", "main.py", ".pre-commit-config.yaml"]
+
+
 @pytest.mark.parametrize(
     "name",
     ["setup.cfg", "package.json", "App.tsx", "Cargo.toml", "data.csv", "README.md", "index.js", "a.tar.gz"],
