@@ -1098,8 +1098,8 @@ def fetch_module(monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_fetch_verifies_extracts_and_caches(
     tmp_path: Path, fetch_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A verified archive gives a manifest with licence, sha256 and counts; a second fetch reuses it; a
-    tampered log file is extracted again."""
+    """A verified archive gives a manifest with licence, sha256 and counts; a second fetch reuses it
+    without writing anything; a tampered log file is extracted again, under the folder's lock."""
     archives = tmp_path / "given"
     archives.mkdir()
     monkeypatch.setattr(fetch_module, "SOURCES", (fake_source(fetch_module, fake_wheel(archives)),))
@@ -1108,9 +1108,12 @@ def test_fetch_verifies_extracts_and_caches(
     (entry,) = manifest["files"]
     assert entry["licence"] == "MIT" and (entry["runs"], entry["messages"]) == (1, 2)
     assert entry["sha256"] == fetch_module.sha256_of(dest / "fake" / "log.json")
+    (dest / ".lock").unlink()
     assert fetch_module.fetch(dest, log=lambda *_: None) == manifest  # the archive is cached too
+    assert not (dest / ".lock").exists()  # a complete corpus is read, nothing written
     (dest / "fake" / "log.json").write_text("[]")
     assert fetch_module.fetch(dest, log=lambda *_: None) == manifest
+    assert (dest / ".lock").exists()  # one to fetch takes the folder's lock
 
 
 @pytest.mark.parametrize(
