@@ -770,6 +770,8 @@ _ID_LIMIT = 40
 _FAMILY = 3
 """Ids the same but for their numbers (``handler_1`` … ``handler_49``) the ledger keeps."""
 _HAS_DIGIT = re.compile(r"\d").search
+_NUMERIC = re.compile(r"[vV]?[\d.,:-]+").fullmatch
+"""A number, a version, a date: the family rule (a name the same but for its numbers) is not for it."""
 _WORD_CHARS = 300
 """An id is looked for in the words (split at white space) that hold a digit, each's start."""
 _SPECIFICS: Memo[tuple[list[str], list[str]]] = Memo(8 * 1024 * 1024, shared=True)
@@ -908,8 +910,8 @@ class _Ledger:
         for (kind, key), entry in ranked:
             if kind == "id" and key in named:
                 continue  # a path or a call holds it already
-            if kind == "id":  # handler_1 … handler_49: the family's first few stand for it
-                families[_DIGITS.sub("#", key)] += 1
+            if kind == "id" and not _NUMERIC(key):  # handler_1 … handler_49: the family's first
+                families[_DIGITS.sub("#", key)] += 1  # few stand for it (a number, a version: none)
                 if families[_DIGITS.sub("#", key)] > _FAMILY:
                     continue
             out.append(_ledger_item(kind, key, entry["notes"], entry["count"]))

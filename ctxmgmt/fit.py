@@ -45,7 +45,7 @@ from .messages import (
     units,
 )
 from .rules import Facts
-from .summaries import fit_room, fitted, previous, summarize_offline, with_summary
+from .summaries import fit_room, fitted, fold, previous
 from .tokens import MESSAGE_OVERHEAD
 from .truncation import cut, with_text
 
@@ -157,21 +157,12 @@ class Fit:
             cut = end
         if not removed:
             return context
-        gone = [msgs[i] for i in removed]
-        sections, summarized, archives = previous(context)
-        if runtime.offloader is not None:
-            ref = runtime.offloader.store_messages(runtime.session, [dict(m) for m in gone])
-            archives.append({"ref": ref, "count": len(gone)})
+        out, ref = fold(context, removed, cut, summary_room, runtime)
+        assert out is not None  # not strict: always a summary
+        if ref is not None:
             runtime.details.setdefault("offloaded", []).append(ref)
-        summarized += len(gone)
-        sections = summarize_offline(gone, sections)
-        role = next((str(m.get("role")) for m in msgs if is_summary(m)), "user")
-        if runtime.constraints.user_first:
-            role = "user"
-        summary, sections = fitted(sections, summarized, archives, summary_room, role, counter)
-        state = {"sections": sections, "summarized": summarized, "archives": archives}
-        runtime.details["removed"] += len(gone)
-        return with_summary(context, removed, cut, summary, state)
+        runtime.details["removed"] += len(removed)
+        return out
 
     def _cut(self, context: Context, budget: int, runtime: Runtime) -> Context:
         """Cut the largest kept tool results until the context fits (recalled ones last)."""

@@ -35,6 +35,7 @@ from .messages import is_summary, summary_line, summary_message, text_of
 
 if TYPE_CHECKING:
     from .context import Context
+    from .manager import Runtime
     from .tokens import TokenCounter
 
 __all__ = ["DEFAULT_PROMPT", "SECTIONS", "merge", "parse_rendered", "render", "summarize_offline"]
@@ -298,12 +299,22 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
 
 
 SUMMARY_CAP = 8000
-"""The fit step's summary: at most this many tokens, and at most an eighth of the room."""
+"""The fit step's summary: at most this many tokens, and at most a fifth of the room.
+Measured on the real-run corpus (``bench/bench_retention.py``): a fifth keeps more of the
+needed paths than an eighth or a sixth at every window (16k: 88% -> 91%; a sliding window of 6
+messages that summarises what it removes: 86% -> 90%); a quarter keeps fewer at 16k (90%)."""
 
 
 def fit_room(room: int) -> int:
     """The tokens the fit step gives its own summary in a request with ``room`` tokens for
-    its input: a summariser never squeezes one below it (see SummarizationManager)."""
+    its input."""
+    return min(SUMMARY_CAP, max(64, room // 5))
+
+
+def floor_room(room: int) -> int:
+    """The fewest tokens a summariser squeezes a summary to, in a request with ``room`` tokens
+    for its input, when what it keeps leaves less (see SummarizationManager): an eighth, so that
+    what it keeps beside the summary usually still fits and the fit step has nothing to do."""
     return min(SUMMARY_CAP, max(64, room // 8))
 
 
@@ -389,12 +400,18 @@ def _state(state: Any) -> tuple[Sections, int, list[dict[str, Any]]] | None:
 
 
 def with_summary(
-    context: Context, removed: Iterable[int], cut: int, summary: Mapping[str, Any], state: Mapping[str, Any]
+    context: Context,
+    removed: Iterable[int],
+    cut: int,
+    summary: Mapping[str, Any],
+    state: Mapping[str, Any],
+    *,
+    seen: bool = True,
 ) -> Context:
     """The context with the ``removed`` messages (all before ``cut``) and every earlier
     summary replaced by ``summary``, placed after the kept messages before ``cut``
     (the system messages and the pinned task); ``state`` becomes the running summary,
-    which also records the newest message it has seen."""
+    which also records the newest message it has seen (with ``seen``; else the record stays)."""
     msgs = context.messages
     gone = set(removed)
     gone.update(i for i, m in enumerate(msgs) if is_summary(m))
@@ -409,9 +426,59 @@ def with_summary(
     changes.extend((start, end, ()) for start, end in runs(i for i in gone if i >= cut))
     old = context.state.get(STATE_KEY)
     merged = {**(old if isinstance(old, dict) else {}), **state}
-    newest = next((msgs[i] for i in range(len(msgs) - 1, cut - 1, -1) if i not in gone), summary)
-    merged["upto"] = message_key(newest)
+    if seen:
+        newest = next((msgs[i] for i in range(len(msgs) - 1, cut - 1, -1) if i not in gone), summary)
+        merged["upto"] = message_key(newest)
     return context.splice(changes, state={**context.state, STATE_KEY: merged})
+
+
+def fold(
+    context: Context,
+    removed: Sequence[int],
+    cut: int,
+    room: int,
+    runtime: Runtime,
+    *,
+    seen: bool = True,
+    strict: bool = False,
+    keep: int | None = None,
+) -> tuple[Context | None, str | None]:
+    """The context with the ``removed`` messages (all before ``cut``) merged into the running
+    summary by the offline summariser, the summary within ``room`` tokens, and the reference of
+    their archive (written first when the runtime has a store: the summary's guide names it).
+    What the fit step and a sliding window with ``summarize_removed`` do with what they remove:
+    nothing goes without a trace.
+
+    ``seen``: the summary records the newest message as seen (a summariser does not run again
+    before a new one arrives); a window that summarises on its way leaves the mark as it was.
+    ``strict``: (None, None), with nothing archived, when not even the summary's first line fits
+    ``room``. ``keep``: the room the running summary's items are kept for, when larger than
+    ``room`` (a later summary with more room shows them again)."""
+    msgs = context.messages
+    gone = [msgs[i] for i in removed]
+    sections, summarized, archives = previous(context)
+    summarized += len(gone)
+    sections = summarize_offline(gone, sections)
+    role = next((str(m.get("role")) for m in msgs if is_summary(m)), "user")
+    if runtime.constraints.user_first:
+        role = "user"
+    counter = runtime.counter
+    if strict:  # sized with the archive's reference before anything is written
+        entry = {"ref": sizing_ref("messages"), "count": len(gone)}
+        pending = [*archives, entry] if runtime.offloader is not None else archives
+        trial, _ = fitted(sections, summarized, pending, room, role, counter)
+        if counter.message(trial) > room:
+            return None, None
+    ref = None
+    if runtime.offloader is not None:
+        ref = runtime.offloader.store_messages(runtime.session, [dict(m) for m in gone])
+        archives.append({"ref": ref, "count": len(gone)})
+    if keep is not None and keep > room:
+        sections = fitted(sections, summarized, archives, keep, role, counter)[1]
+    summary, shown = fitted(sections, summarized, archives, room, role, counter)
+    running = sections if keep is not None and keep > room else shown
+    state = {"sections": running, "summarized": summarized, "archives": archives}
+    return with_summary(context, removed, cut, summary, state, seen=seen), ref
 
 
 def last_message_key(context: Context) -> str | None:

@@ -71,8 +71,10 @@ def test_apply_prints_context_and_trace(conversation):
     run = ctxmgmt("apply", "long-conversation", "--hook", "PRE_LLM", "--input", str(conversation))
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    assert set(out["context"]) == {"system_prompt", "messages"}
+    # The input's fields, and the running summary's state for a later apply to go on from.
+    assert set(out["context"]) == {"system_prompt", "messages", "state"}
     assert len(out["context"]["messages"]) == 6
+    assert "summary" in out["context"]["state"]
     [entry] = out["trace"]
     assert entry["activated"] and entry["messages_before"] == 80
     assert "SlidingWindowManager: activated" in run.stderr
@@ -91,7 +93,7 @@ def test_apply_reads_stdin_and_a_plain_list(tmp_path):
         stdin=json.dumps(msgs),
     )
     assert run.returncode == 0, run.stderr
-    assert set(json.loads(run.stdout)["context"]) == {"messages"}
+    assert set(json.loads(run.stdout)["context"]) == {"messages", "state"}
 
 
 def test_a_rule_that_needs_the_window_says_how_to_give_it_not_none():

@@ -683,6 +683,24 @@ def test_a_lookups_ids_reach_the_ledger_and_a_family_of_ids_does_not_flood_it():
     assert sum(item.startswith("handler_") for item in ledger) == 3
 
 
+def test_numbers_and_versions_are_no_family():
+    """Numbers and versions of a short answer all reach the ledger: the family rule (ids the same
+    but for a number) is for names with numbers, and every plain number has the same shape."""
+    result = (
+        "rows: 48213\nmean: 59120.5\nmax: 61007\nseed 20240611, pandas 2.2.1, numpy 1.26.4, scipy 1.13.0\n"
+        "releases v2.2.1 v2.3.1 v2.4.0 v3.0.2"
+    )
+    call = {"id": "c", "type": "function", "function": {"name": "python", "arguments": '{"code": "stats()"}'}}
+    messages = [
+        {"role": "user", "content": "Describe the data set."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": result},
+    ]
+    ledger = summarize_offline(messages)["specifics"]
+    for value in ("48213", "61007", "20240611", "2.2.1", "1.26.4", "1.13.0", "v2.3.1", "v3.0.2"):
+        assert value in ledger
+
+
 def test_a_hostile_output_gives_a_bounded_ledger_and_a_plain_outcome():
     """A megabyte of id-shaped words, paths and error words on one line gives at most the
     ledger's bound of items, a one-line outcome, and no failure without a failure's shape."""

@@ -17,7 +17,8 @@ from ..messages import (
     pinned_positions,
     units_from_end,
 )
-from ..tokens import REPLY_PRIMING
+from ..summaries import fit_room, fold
+from ..tokens import MESSAGE_OVERHEAD, REPLY_PRIMING
 from .base import builtin_schema, target_tokens
 
 
@@ -32,7 +33,12 @@ class SlidingWindowManager(ContextManager):
     start inside a group, the window starts after it and keeps fewer; for a provider that
     wants a user message first (Anthropic), it likewise starts at a user message (and, when
     that would leave none, keeps from the newest user message on). With an
-    offload store, what it removes is archived first (``context_search`` finds it).
+    offload store, what it removes is archived first (``context_search`` finds it). With
+    ``summarize_removed`` what it removes is merged into ctxmgmt's running summary (offline,
+    without a model call, as the fit step does): the paths, commands, errors and ids of the
+    removed messages stay in the request, in at most a fifth of the room; the summary takes a
+    place under ``max_messages``, and when it would cost more than what it replaces (or has no
+    place beside the newest unit) the window removes as a plain one does.
     ``target_tokens`` / ``target_ratio`` cut the request further when it fires, so that
     it stays quiet for many calls (and the prompt cache is rewritten seldom). Under a token
     budget the newest unit is always kept.
@@ -53,7 +59,7 @@ class SlidingWindowManager(ContextManager):
         pinned = self._pinned(context.messages, msgs)
         count = runtime.counter.message
 
-        used = sum(1 for i in pinned if msgs[i].get("role") not in SYSTEM_ROLES)
+        places = max_messages - sum(1 for i in pinned if msgs[i].get("role") not in SYSTEM_ROLES)
         budget = None
         if max_tokens is not None:
             budget = max_tokens - (
@@ -62,23 +68,16 @@ class SlidingWindowManager(ContextManager):
                 + REPLY_PRIMING
                 + sum(count(msgs[i], i) for i in pinned)
             )
-        # Newest units first, until the cap: only what is kept (and one unit more) is looked at.
-        boundary = len(msgs)
-        for start, end in units_from_end(msgs):
-            if start in pinned and end - start == 1:
-                continue
-            size = end - start
-            if used + size > max_messages:
-                break
-            if budget is not None:
-                cost = sum(count(msgs[i], i) for i in range(start, end))
-                # The newest unit stays whatever the budget (the results the model has not
-                # read yet, or its newest turn): the fit step cuts it if the window needs it.
-                if cost > budget and boundary < len(msgs):
-                    break
-                budget -= cost
-            used += size
-            boundary = start
+            if budget < 0:
+                runtime.details["note"] = "the pinned messages alone exceed max_tokens"
+        boundary = _boundary(msgs, pinned, count, places, budget)
+        if boundary == 0 or not gaps(boundary, sorted(pinned)):
+            runtime.details["removed"] = 0
+            return context
+        if self.config["summarize_removed"]:
+            out = self._fold(context, msgs, pinned, places, budget, max_tokens, runtime)
+            if out is not None:
+                return out
         if runtime.constraints.user_first:
             wanted = boundary
             boundary = _user_first(msgs, boundary, pinned)
@@ -99,19 +98,98 @@ class SlidingWindowManager(ContextManager):
             runtime.details["offloaded"] = runtime.offloader.store_messages(runtime.session, archived)
         runtime.details["removed"] = removed
         runtime.details["kept"] = len(msgs) - removed
-        if budget is not None and budget < 0:
-            runtime.details["note"] = "the pinned messages alone exceed max_tokens"
         return context.splice((start, end, ()) for start, end in gone)
+
+    def _fold(
+        self,
+        context: Context,
+        msgs: Sequence[Mapping[str, Any]],
+        pinned: set[int],
+        places: int,
+        budget: int | None,
+        max_tokens: int | None,
+        runtime: Runtime,
+    ) -> Context | None:
+        """The window drawn again with a place and room for the running summary, and what it
+        removes merged into that summary; None when there is no place for one beside the newest
+        unit, or when the summary would cost more than what it replaces (a window never grows
+        the request): the plain window applies then."""
+        count = runtime.counter.message
+        held = sum(count(msgs[i], i) for i in pinned if is_summary(msgs[i]))
+        room = full = _summary_room(runtime.room, max_tokens)
+        # The summary may grow to its room, and it takes a place when there is none yet.
+        reserved = None if budget is None else budget - max(0, room + MESSAGE_OVERHEAD - held)
+        boundary = _boundary(msgs, pinned, count, places - (0 if held else 1), reserved)
+        if boundary == len(msgs):
+            return None  # no place for the summary beside the newest unit
+        dropped = [i for start, end in gaps(boundary, sorted(pinned)) for i in range(start, end)]
+        # At most what it replaces (the old summary and the removed messages), and within
+        # what max_tokens leaves beside the messages kept.
+        room = min(room, held + sum(count(msgs[i], i) for i in dropped))
+        if budget is not None:
+            kept = sum(count(msgs[i], i) for i in range(boundary, len(msgs)) if i not in pinned)
+            room = min(room, budget + held - kept)
+        out, ref = fold(context, dropped, boundary, room, runtime, seen=False, strict=True, keep=full)
+        if out is None:
+            return None
+        if ref is not None:
+            runtime.details["offloaded"] = ref
+        runtime.details["removed"] = len(dropped)
+        runtime.details["summarized"] = len(dropped)
+        runtime.details["kept"] = len(out.messages) - 1
+        return out
 
     def _pinned(self, history: Sequence[Mapping[str, Any]], msgs: Sequence[Mapping[str, Any]]) -> set[int]:
         pinned = {
-            i for i in pinned_positions(history) if self.config["keep_summary"] or not is_summary(msgs[i])
+            i
+            for i in pinned_positions(history)
+            if self.config["keep_summary"] or self.config["summarize_removed"] or not is_summary(msgs[i])
         }
         if self.config["pin"] == "task":
             task = last_task_index(msgs)
             if task is not None:
                 pinned.add(task)
         return pinned
+
+
+DEFAULT_SUMMARY_ROOM = 16_000
+"""The room a summary is sized for when neither the window nor ``max_tokens`` is known."""
+
+
+def _boundary(
+    msgs: Sequence[Mapping[str, Any]],
+    pinned: set[int],
+    count: Any,
+    places: int,
+    budget: int | None,
+) -> int:
+    """Where the window starts: the newest whole units that take at most ``places`` messages
+    and, with a ``budget``, that many tokens (the newest unit stays whatever the budget: the
+    results the model has not read yet, or its newest turn; the fit step cuts it if need be).
+    Only what is kept (and one unit more) is looked at."""
+    boundary = len(msgs)
+    used = 0
+    for start, end in units_from_end(msgs):
+        if start in pinned and end - start == 1:
+            continue
+        size = end - start
+        if used + size > places:
+            break
+        if budget is not None:
+            cost = sum(count(msgs[i], i) for i in range(start, end))
+            if cost > budget and boundary < len(msgs):
+                break
+            budget -= cost
+        used += size
+        boundary = start
+    return boundary
+
+
+def _summary_room(room: int | None, max_tokens: int | None) -> int:
+    """The tokens the running summary may take: what the fit step gives its own summary in
+    the request's room (or within ``max_tokens``, when smaller)."""
+    known = [r for r in (room, max_tokens) if r is not None]
+    return fit_room(min(known) if known else DEFAULT_SUMMARY_ROOM)
 
 
 def _user_first(msgs: Sequence[Mapping[str, Any]], boundary: int, pinned: set[int]) -> int:

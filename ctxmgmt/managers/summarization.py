@@ -22,8 +22,8 @@ from ..summaries import (
     SECTIONS,
     STATE_KEY,
     Sections,
-    fit_room,
     fitted,
+    floor_room,
     last_message_key,
     merge,
     previous,
@@ -327,10 +327,10 @@ class SummarizationManager(ContextManager):
         before = runtime.counter.context(context)[0]
         if runtime.room is not None:  # and what the request has room for, beside what it keeps
             staying = before - replaced
-            # Not below what the fit step gives its own summary when the kept part alone is
-            # over the room: it cuts then anyway, and a summary squeezed to a line would lose
-            # its sections for good (later runs merge what it kept).
-            limit = min(limit, max(fit_room(runtime.room), runtime.room - staying - _SUMMARY_OVERHEAD))
+            # Not below an eighth of the room when the kept part alone is (nearly) over it: the
+            # fit step cuts then anyway, and a summary squeezed to a line would lose its
+            # sections for good (later runs merge what it kept).
+            limit = min(limit, max(floor_room(runtime.room), runtime.room - staying - _SUMMARY_OVERHEAD))
         # A role user_first providers accept; the summary's room counts its guide to the archives.
         role = "user" if runtime.constraints.user_first else self.config["summary_role"]
         bare = render({}, summarized)

@@ -204,3 +204,165 @@ def test_a_token_budget_never_drops_the_newest_unit():
         "pre_llm", Context(messages=[*msgs, {"role": "user", "content": "and now?"}], model="gpt-4o")
     )
     assert [m["content"] for m in alone.context.messages] == ["and now?"]
+
+
+def _agent_steps(n):
+    """A task, then n shell calls that each read a file, with their results."""
+    msgs = [{"role": "user", "content": "Fix the failing test in src/app/models.py"}]
+    for i in range(n):
+        step = call(f"c{i}")
+        step["tool_calls"][0]["function"] = {
+            "name": "bash",
+            "arguments": f'{{"cmd": "cat src/app/mod_{i}.py"}}',
+        }
+        msgs += [
+            step,
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"def f_{i}():\n    return {i}\n"},
+        ]
+    return msgs
+
+
+def test_summarize_removed_leaves_a_summary_of_what_it_removes():
+    """With summarize_removed the removed messages' paths and commands stay, in one summary that
+    counts towards the cap; the kept messages are byte-identical and a second run changes nothing."""
+    from ctxmgmt.messages import is_summary
+
+    msgs = _agent_steps(12)
+    d = window(max_messages=6, summarize_removed=True)
+    result = assert_invariants(d, "pre_llm", Context(messages=msgs))
+    out = result.context.messages
+    summaries = [m for m in out if is_summary(m)]
+    assert len(summaries) == 1 and len(out) == 6
+    assert out[0] == msgs[0] and out[1] is summaries[0]
+    assert list(out[2:]) == msgs[-4:]
+    text = summaries[0]["content"]
+    assert "src/app/mod_0.py" in text and "src/app/mod_9.py" in text
+    assert "mod_10.py" not in text  # still in the kept messages
+    # A plain window leaves no trace of them.
+    plain = window(max_messages=6).apply("pre_llm", Context(messages=msgs)).context.messages
+    assert not any("mod_0.py" in str(m.get("content")) for m in plain)
+
+
+def test_summarize_removed_grows_the_running_summary():
+    """A later run merges what it removes into the summary the earlier run wrote."""
+    from ctxmgmt.messages import is_summary
+
+    d = window(max_messages=6, summarize_removed=True)
+    first = d.apply("pre_llm", Context(messages=_agent_steps(6))).context
+    grown = first
+    for m in _agent_steps(12)[13:]:
+        grown = grown.append(m)
+    out = d.apply("pre_llm", grown).context.messages
+    [summary] = [m for m in out if is_summary(m)]
+    assert "mod_0.py" in summary["content"] and "mod_9.py" in summary["content"]
+    assert "Summary of 20 earlier messages" in summary["content"]
+
+
+def test_summarize_removed_within_max_tokens_and_with_a_store(tmp_path):
+    """Under max_tokens the summary's room is counted before the window is drawn, and with a store
+    the removed messages are archived and the summary names the archive."""
+    from ctxmgmt.messages import is_summary
+    from ctxmgmt.offload import LocalOffloader
+
+    store = LocalOffloader(tmp_path)
+    msgs = make_conversation(200, seed=3)
+    d = window(max_messages=1000, max_tokens=4000, summarize_removed=True)
+    result = d.apply("pre_llm", Context(system_prompt="s", messages=msgs), offloader=store, session="s")
+    assert result.trace[0]["tokens_after"] <= 4000 < result.trace[0]["tokens_before"]
+    ref = result.trace[0]["details"]["offloaded"]
+    [summary] = [m for m in result.context.messages if is_summary(m)]
+    assert ref in summary["content"]
+    assert_valid_messages(result.context.messages)
+
+
+def test_summarize_removed_with_keep_summary_false_is_idempotent():
+    """A window that summarises keeps its own summary whatever keep_summary says: applied again
+    it changes nothing (it would fold its summary into itself)."""
+    d = window(max_messages=6, summarize_removed=True, keep_summary=False)
+    assert_invariants(d, "pre_llm", Context(messages=_agent_steps(12)))
+
+
+def test_summarize_removed_leaves_a_context_within_its_limits_alone():
+    """Nothing is removed from a context within max_messages and max_tokens: the summary's place
+    and room are taken only when the window has to remove something."""
+    msgs = make_conversation(50, seed=1)
+    context = Context(messages=msgs)
+    tokens = window(max_messages=1000).apply("pre_llm", context).trace[0]["tokens_before"]
+    for d in (
+        window(max_messages=1000, max_tokens=tokens + 10, summarize_removed=True),
+        window(max_messages=len(msgs), summarize_removed=True),
+    ):
+        result = d.apply("pre_llm", context)
+        assert result.context.messages == context.messages and result.trace[0]["details"]["removed"] == 0
+
+
+def test_summarize_removed_never_grows_the_request():
+    """When a summary would cost more than the short messages it replaces, the window removes
+    them as a plain window does: the request never grows (and a second run changes nothing)."""
+    msgs = [{"role": "user", "content": "hi"}] + [
+        {"role": r, "content": "ok"} for r in ("assistant", "user") * 4
+    ]
+    result = assert_invariants(
+        window(max_messages=6, summarize_removed=True), "pre_llm", Context(messages=msgs)
+    )
+    assert len(result.context.messages) == 6
+
+
+def test_summarize_removed_keeps_the_hard_cap_and_the_newest_unit():
+    """max_messages stays a hard cap, the summary included: with no place for a summary beside
+    the task and the newest unit, the window removes without one."""
+    from ctxmgmt.messages import is_summary
+
+    msgs = _agent_steps(6)
+    one = window(max_messages=1, summarize_removed=True).apply("pre_llm", Context(messages=msgs))
+    assert one.context.messages == (msgs[0],)
+    three = window(max_messages=3, summarize_removed=True).apply("pre_llm", Context(messages=msgs))
+    assert list(three.context.messages) == [msgs[0], *msgs[-2:]]  # the newest call and its result
+    assert not any(is_summary(m) for m in three.context.messages)
+
+
+def test_summarize_removed_stays_within_max_tokens():
+    """Under max_tokens the summary gets only the room the kept messages leave."""
+    msgs = make_conversation(120, seed=4)
+    for limit in (300, 1000, 3000):
+        plain = window(max_messages=1000, max_tokens=limit).apply("pre_llm", Context(messages=msgs))
+        folded = window(max_messages=1000, max_tokens=limit, summarize_removed=True).apply(
+            "pre_llm", Context(messages=msgs)
+        )
+        assert folded.trace[0]["tokens_after"] <= max(limit, plain.trace[0]["tokens_after"])
+
+
+def test_a_summarising_window_does_not_hold_back_a_summariser():
+    """A window that summarises on post_tool leaves the summariser of pre_llm free to run in the
+    same turn (its summary does not mark the newest message as summarised)."""
+    d = load_definition(
+        {
+            "name": "w",
+            "hooks": {
+                "post_tool": [
+                    {
+                        "type": "SlidingWindowManager",
+                        "config": {"max_messages": 30, "summarize_removed": True},
+                    }
+                ],
+                "pre_llm": [{"type": "SummarizationManager", "config": {"summary_ratio": 0.5}}],
+            },
+        }
+    )
+    after_tool = d.apply("post_tool", Context(messages=make_conversation(60, seed=5))).context
+    entry = d.apply("pre_llm", after_tool).trace[0]
+    assert entry["activated"] and entry["messages_after"] < entry["messages_before"], entry
+
+
+def test_summarize_removed_opens_with_its_summary_for_a_user_first_provider():
+    """For a provider that wants a user message first, with nothing pinned, the summary (a user
+    message) opens the list: the window keeps its cap rather than walk back to a user message."""
+    from ctxmgmt import Environment
+    from ctxmgmt.messages import is_summary
+
+    msgs = _agent_steps(10)
+    d = window(max_messages=5, pin="none", summarize_removed=True)
+    result = d.apply("pre_llm", Context(messages=msgs), environment=Environment(user_first=True))
+    out = result.context.messages
+    assert len(out) == 5 and is_summary(out[0]) and out[0]["role"] == "user"
+    assert_valid_messages(out)
