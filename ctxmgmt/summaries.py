@@ -426,6 +426,8 @@ def with_summary(
     changes.extend((start, end, ()) for start, end in runs(i for i in gone if i >= cut))
     old = context.state.get(STATE_KEY)
     merged = {**(old if isinstance(old, dict) else {}), **state}
+    if isinstance(merged.get("archives"), list):  # bounded: the guide shows the newest only
+        merged["archives"] = merged["archives"][-MAX_GUIDE:]
     if seen:
         newest = next((msgs[i] for i in range(len(msgs) - 1, cut - 1, -1) if i not in gone), summary)
         merged["upto"] = message_key(newest)
@@ -451,23 +453,17 @@ def fold(
 
     ``seen``: the summary records the newest message as seen (a summariser does not run again
     before a new one arrives); a window that summarises on its way leaves the mark as it was.
-    ``strict``: (None, None), with nothing archived, when not even the summary's first line fits
-    ``room``. ``keep``: the room the running summary's items are kept for, when larger than
-    ``room`` (a later summary with more room shows them again)."""
+    ``strict``: (None, None), with nothing archived, when the summary within ``room`` would
+    show no item (its first line alone, or not even that). ``keep``: the room the running
+    summary's items are kept for, when larger than ``room`` (a later summary with more room
+    shows them again)."""
     msgs = context.messages
     gone = [msgs[i] for i in removed]
-    sections, summarized, archives = previous(context)
-    summarized += len(gone)
-    sections = summarize_offline(gone, sections)
-    role = next((str(m.get("role")) for m in msgs if is_summary(m)), "user")
-    if runtime.constraints.user_first:
-        role = "user"
+    sections, summarized, archives, role = _draft(context, gone, runtime)
     counter = runtime.counter
-    if strict:  # sized with the archive's reference before anything is written
-        entry = {"ref": sizing_ref("messages"), "count": len(gone)}
-        pending = [*archives, entry] if runtime.offloader is not None else archives
-        trial, _ = fitted(sections, summarized, pending, room, role, counter)
-        if counter.message(trial) > room:
+    if strict:
+        tokens, shown = _trial(sections, summarized, archives, len(gone), room, role, runtime)
+        if tokens > room or not any(shown.values()):
             return None, None
     ref = None
     if runtime.offloader is not None:
@@ -479,6 +475,45 @@ def fold(
     running = sections if keep is not None and keep > room else shown
     state = {"sections": running, "summarized": summarized, "archives": archives}
     return with_summary(context, removed, cut, summary, state, seen=seen), ref
+
+
+def folded_size(context: Context, removed: Sequence[int], room: int, runtime: Runtime) -> int | None:
+    """The tokens of the summary :func:`fold` would write for ``removed`` within ``room``
+    (its archive's reference sized at its longest), without writing anything; None when it
+    would hold no item (nothing said of what was removed but its count)."""
+    gone = [context.messages[i] for i in removed]
+    sections, summarized, archives, role = _draft(context, gone, runtime)
+    if not any(sections.values()):
+        return None
+    return _trial(sections, summarized, archives, len(gone), room, role, runtime)[0]
+
+
+def _draft(
+    context: Context, gone: Sequence[Mapping[str, Any]], runtime: Runtime
+) -> tuple[Sections, int, list[dict[str, Any]], str]:
+    """The running summary with ``gone`` merged in: (sections, messages covered, archives, role)."""
+    sections, summarized, archives = previous(context)
+    role = next((str(m.get("role")) for m in context.messages if is_summary(m)), "user")
+    if runtime.constraints.user_first:
+        role = "user"
+    return summarize_offline(gone, sections), summarized + len(gone), archives, role
+
+
+def _trial(
+    sections: Sections,
+    summarized: int,
+    archives: list[dict[str, Any]],
+    count: int,
+    room: int,
+    role: str,
+    runtime: Runtime,
+) -> tuple[int, Sections]:
+    """The tokens of the summary within ``room``, its new archive's reference (when there is a
+    store) sized at its longest, and the sections it shows."""
+    entry = {"ref": sizing_ref("messages"), "count": count}
+    pending = [*archives, entry] if runtime.offloader is not None else archives
+    message, shown = fitted(sections, summarized, pending, room, role, runtime.counter)
+    return runtime.counter.message(message), shown
 
 
 def last_message_key(context: Context) -> str | None:

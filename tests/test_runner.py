@@ -126,7 +126,7 @@ def test_tool_errors_become_results_the_model_reads(runner, chat_server):
     [
         lambda s: [s.fail(500), s.fail(503)],
         lambda s: s.raw(b"not json at all"),
-        lambda s: [s.reply("slow", delay=3), s.reply("slow", delay=3)],
+        lambda s: [s.reply("slow", delay=6), s.reply("slow", delay=6)],  # past the 5 s deadline
     ],
 )
 def test_llm_errors_end_the_execution_and_keep_memory_consistent(runner, chat_server, script):

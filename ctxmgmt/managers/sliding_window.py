@@ -15,9 +15,10 @@ from ..messages import (
     is_summary,
     last_task_index,
     pinned_positions,
+    units,
     units_from_end,
 )
-from ..summaries import fit_room, fold
+from ..summaries import fit_room, fold, folded_size
 from ..tokens import MESSAGE_OVERHEAD, REPLY_PRIMING
 from .base import builtin_schema, target_tokens
 
@@ -36,9 +37,11 @@ class SlidingWindowManager(ContextManager):
     offload store, what it removes is archived first (``context_search`` finds it). With
     ``summarize_removed`` what it removes is merged into ctxmgmt's running summary (offline,
     without a model call, as the fit step does): the paths, commands, errors and ids of the
-    removed messages stay in the request, in at most a fifth of the room; the summary takes a
-    place under ``max_messages``, and when it would cost more than what it replaces (or has no
-    place beside the newest unit) the window removes as a plain one does.
+    removed messages stay in the request, in at most a fifth of the room (and at least 64
+    tokens); the summary takes a place under ``max_messages``. It never grows the request:
+    when the summary would cost more than what it replaces, older kept units go too (never the
+    newest); when it would hold no item, or has no place beside the newest unit, the window
+    removes as a plain one does.
     ``target_tokens`` / ``target_ratio`` cut the request further when it fires, so that
     it stays quiet for many calls (and the prompt cache is rewritten seldom). Under a token
     budget the newest unit is always kept.
@@ -71,10 +74,7 @@ class SlidingWindowManager(ContextManager):
             if budget < 0:
                 runtime.details["note"] = "the pinned messages alone exceed max_tokens"
         boundary = _boundary(msgs, pinned, count, places, budget)
-        if boundary == 0 or not gaps(boundary, sorted(pinned)):
-            runtime.details["removed"] = 0
-            return context
-        if self.config["summarize_removed"]:
+        if self.config["summarize_removed"] and gaps(boundary, sorted(pinned)):
             out = self._fold(context, msgs, pinned, places, budget, max_tokens, runtime)
             if out is not None:
                 return out
@@ -123,9 +123,24 @@ class SlidingWindowManager(ContextManager):
         if boundary == len(msgs):
             return None  # no place for the summary beside the newest unit
         dropped = [i for start, end in gaps(boundary, sorted(pinned)) for i in range(start, end)]
+        freed = sum(count(msgs[i], i) for i in dropped)
+        # The summary replaces the old one and the removed messages, and costs no more than
+        # they did: when it would, older kept units go too (never the newest), so that it is
+        # shown whole and the window stays quiet a while rather than show a stub.
+        want = folded_size(context, dropped, room, runtime)
+        if want is None:
+            return None  # a summary with nothing to say: the plain window
+        if held + freed < want:
+            for start, end in [u for u in units(msgs) if u[0] >= boundary][:-1]:
+                if held + freed >= want:
+                    break
+                more = [i for i in range(start, end) if i not in pinned]
+                dropped += more
+                freed += sum(count(msgs[i], i) for i in more)
+                boundary = end
         # At most what it replaces (the old summary and the removed messages), and within
         # what max_tokens leaves beside the messages kept.
-        room = min(room, held + sum(count(msgs[i], i) for i in dropped))
+        room = min(room, held + freed)
         if budget is not None:
             kept = sum(count(msgs[i], i) for i in range(boundary, len(msgs)) if i not in pinned)
             room = min(room, budget + held - kept)

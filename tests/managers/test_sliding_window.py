@@ -366,3 +366,53 @@ def test_summarize_removed_opens_with_its_summary_for_a_user_first_provider():
     out = result.context.messages
     assert len(out) == 5 and is_summary(out[0]) and out[0]["role"] == "user"
     assert_valid_messages(out)
+
+
+def test_a_window_that_fires_within_its_limits_still_starts_at_a_user_message():
+    """For a provider that wants a user message first, a window that fires on a chat opening
+    with the assistant's greeting starts at the user's message, summarising or not."""
+    from ctxmgmt import Environment
+
+    msgs = [
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": "Book a table."},
+        {"role": "assistant", "content": "Done."},
+    ]
+    for summarize in (False, True):
+        d = window(max_messages=20, pin="none", summarize_removed=summarize)
+        out = d.apply("pre_llm", Context(messages=msgs), environment=Environment(user_first=True))
+        assert [m["role"] for m in out.context.messages] == ["user", "assistant"]
+
+
+def test_the_running_summary_keeps_a_bounded_guide_to_its_archives(tmp_path):
+    """A window that summarises with a store on every few turns keeps only the newest archives
+    in the running state (those its guide shows): the state does not grow with the run."""
+    from ctxmgmt import Environment
+    from ctxmgmt.messages import is_summary
+    from ctxmgmt.offload import LocalOffloader
+    from ctxmgmt.summaries import MAX_GUIDE
+
+    d = window(max_messages=6, summarize_removed=True)
+    env = Environment(offloader=LocalOffloader(tmp_path))
+    msgs = _agent_steps(60)
+    context = Context(messages=msgs[:7])
+    for m in msgs[7:]:
+        context = d.apply("pre_llm", context.append(m), environment=env).context
+    archives = context.state["summary"]["archives"]
+    assert len(archives) == MAX_GUIDE
+    [summary] = [m for m in context.messages if is_summary(m)]
+    assert "## Specifics" in summary["content"] and "src/app/mod_" in summary["content"]
+
+
+def test_a_summary_that_costs_more_than_it_replaces_takes_older_messages_with_it():
+    """When the few messages the cap removes are shorter than their summary, older kept units go
+    too (never the newest call and its results): the summary shows whole and the request does
+    not grow."""
+    from ctxmgmt.messages import is_summary
+
+    msgs = _agent_steps(6)
+    d = window(max_messages=11, summarize_removed=True)
+    out = assert_invariants(d, "pre_llm", Context(messages=msgs)).context.messages
+    [summary] = [m for m in out if is_summary(m)]
+    assert "src/app/mod_0.py" in summary["content"] and "## Specifics" in summary["content"]
+    assert len(out) < 11 and list(out[-2:]) == msgs[-2:]
