@@ -111,9 +111,10 @@ class SlidingWindowManager(ContextManager):
         runtime: Runtime,
     ) -> Context | None:
         """The window drawn again with a place and room for the running summary, and what it
-        removes merged into that summary; None when there is no place for one beside the newest
-        unit, or when the summary would cost more than what it replaces (a window never grows
-        the request): the plain window applies then."""
+        removes merged into that summary (older kept units too while the summary would cost
+        more than what it replaces: a window never grows the request); None when there is no
+        place for one beside the newest unit, or the summary would show no item: the plain
+        window applies then."""
         count = runtime.counter.message
         held = sum(count(msgs[i], i) for i in pinned if is_summary(msgs[i]))
         room = full = _summary_room(runtime.room, max_tokens)
