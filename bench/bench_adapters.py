@@ -33,26 +33,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import tiktoken
+from _quiet import QUIET
 from pydantic_ai import RunContext  # resolved at run time by pydantic-ai (the processor's annotations)
 from pydantic_ai.messages import ModelMessage
 
 from ctxmgmt.testing import make_conversation
 from ctxmgmt.tokens import clear_caches
 
-QUIET = {  # a definition that does not fire on these histories
-    "name": "quiet",
-    "hooks": {
-        "post_tool": [{"type": "ToolsOutputTruncateManager", "config": {"max_output_tokens": 100_000}}],
-        "pre_llm": [
-            {"type": "SummarizationManager", "activation": {"tokens_exceed": 100_000_000}},
-            {
-                "type": "SlidingWindowManager",
-                "config": {"max_messages": 500_000},
-                "activation": {"message_count_exceed": 1_000_000},
-            },
-        ],
-    },
-}
 FIRING = {  # a definition that fires at every call: the view is the newest 4 messages
     "name": "firing",
     "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4, "pin": "none"}}]},

@@ -198,7 +198,10 @@ class LiveServer:
 
         # The socket is bound here and handed to uvicorn: no other test process can take
         # its port between choosing it and listening on it.
-        self.socket = socket.socket()
+        # As ``ctxmgmt serve`` listens (cli._listen): without TCP_NODELAY a small answer's
+        # body waits ~40 ms for the client's delayed ACK of its head.
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.socket.bind(("127.0.0.1", 0))
         self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"

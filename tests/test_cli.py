@@ -242,3 +242,18 @@ def test_apply_takes_an_anthropic_conversation_with_its_format(tmp_path):
     assert out["format"] == "anthropic" and out["system_prompt"] == SYSTEM
     assert out["messages"][0] == msgs[0] and out["messages"][-1] == msgs[-1]
     assert len(out["messages"]) < len(msgs) and "SummarizationManager: activated" in run.stderr
+
+
+def test_serve_answers_without_waiting_for_delayed_acks():
+    """The connections `ctxmgmt serve` accepts send small writes at once (TCP_NODELAY): a
+    response's body, written after its head, does not wait ~40 ms for the client's ACK."""
+    import socket
+
+    from ctxmgmt.cli import _listen
+
+    with _listen("127.0.0.1", 0) as listener:
+        listener.listen(1)
+        with socket.create_connection(listener.getsockname()):
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0

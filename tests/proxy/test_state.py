@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxmgmt.api.proxy.body import parse, positions
+from ctxmgmt.api.proxy.body import parse, positions, upstream_text
 from ctxmgmt.api.proxy.state import pack, unpack
 
 _TEXTS = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30)
@@ -96,3 +96,32 @@ def test_positions_find_every_message_of_the_request_in_any_order():
     assert positions([items[5], *items[:5]], items) == [5, 0, 1, 2, 3, 4]
     assert positions([items[1], items[1], copy, items[4]], items) == [1, 1, None, 4]
     assert positions([], items) == [] and positions([copy], []) == [None]
+
+
+def test_an_unchanged_request_goes_upstream_as_the_client_wrote_it():
+    """A view that is the client's messages in order is the client's own text, separators
+    and all; with a message of ctxmgmt's among them, the rest keep their text."""
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(5)]
+    text = json.dumps({"model": "m", "messages": messages}, indent=3)
+    body = parse(text, "messages")
+    items = body.data["messages"]
+    assert upstream_text(body, items, {}) == text
+    summary = {"role": "user", "content": "summary"}
+    out = upstream_text(body, [items[0], summary, *items[3:]], {"model": "up"})
+    assert json.loads(out) == {"model": "up", "messages": [messages[0], summary, *messages[3:]]}
+    assert text[body.spans[3][0] : body.spans[4][1]] in out  # the run of 3 and 4, as written
+
+
+@given(st.lists(_TEXTS, min_size=1, max_size=8), st.data())
+def test_the_upstream_text_holds_the_view_whatever_its_runs(contents, data):
+    """Whatever runs of the client's messages a view keeps, in any order, with ctxmgmt's
+    own among them, the upstream's text reads back as the view."""
+    messages = [{"role": "user", "content": c} for c in contents]
+    body = parse(
+        json.dumps({"model": "m", "messages": messages}, indent=data.draw(st.sampled_from([None, 1]))),
+        "messages",
+    )
+    items = body.data["messages"]
+    picks = data.draw(st.lists(st.one_of(st.integers(0, len(items) - 1), _TEXTS), max_size=12))
+    view = [items[p] if isinstance(p, int) else {"role": "user", "content": p} for p in picks]
+    assert json.loads(upstream_text(body, view, {}))["messages"] == view

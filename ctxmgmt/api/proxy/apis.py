@@ -56,7 +56,7 @@ class Api:
                 else "a non-empty list of messages"
             )
             return f"/{self.field}: must be {kind}"
-        if not all(type(item) is dict for item in raw):  # a JSON body's objects are dicts
+        if set(map(type, raw)) != {dict}:  # a JSON body's objects are dicts
             i = next(i for i, item in enumerate(raw) if type(item) is not dict)
             return f"/{self.field}/{i}: must be an object (a message or an input item)"
         tools = body.get("tools", [])

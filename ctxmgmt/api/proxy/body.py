@@ -230,11 +230,23 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
     if body.array is None:  # the conversation is not an array of elements: written whole
         return json.dumps({**body.data, body.member: list(messages), **changes}, ensure_ascii=False)
     spans, text = body.spans, body.text
-    parts = [
-        json.dumps(m, ensure_ascii=False) if k is None else text[spans[k][0] : spans[k][1]]
-        for m, k in zip(messages, positions(messages, body.data[body.member]), strict=True)
-    ]
-    edits: list[tuple[int, int, str]] = [(*body.array, "[" + ", ".join(parts) + "]")]
+    parts: list[str] = []
+    run: list[int] = []  # a run of the client's consecutive elements: one slice of its text
+    for m, k in zip(messages, positions(messages, body.data[body.member]), strict=True):
+        if run and k == run[1] + 1:
+            run[1] = k
+            continue
+        if run:
+            parts.append(text[spans[run[0]][0] : spans[run[1]][1]])
+            run = []
+        if k is None:
+            parts.append(json.dumps(m, ensure_ascii=False))
+        else:
+            run = [k, k]
+    whole = run == [0, len(spans) - 1] and len(parts) == 0  # the client's array as it wrote it
+    if run:
+        parts.append(text[spans[run[0]][0] : spans[run[1]][1]])
+    edits: list[tuple[int, int, str]] = [] if whole else [(*body.array, "[" + ", ".join(parts) + "]")]
     added = []
     for key, value in changes.items():
         if key in body.values:
