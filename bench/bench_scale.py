@@ -9,6 +9,9 @@ Paths (median of repeated runs):
 - encode +1: tiktoken encoding the appended message alone, the floor of any steady apply;
 - window: a sliding window that fires (keeps the newest half), vs trim_messages cutting
   the same list to the same budget;
+- window +1: a window of 150 messages applied to its previous output with one new message
+  each call (it fires at every call); "win+sum +1": the same window folding what it removes
+  into its running summary (``summarize_removed``, as the shipped windows do);
 - summary: the offline summariser firing over the oldest half, on a fresh list of messages
   it has read before ("summary cold": after clear_caches(), nothing read before);
 - truncation: a truncation that fires on every long tool result, the same list again;
@@ -104,6 +107,20 @@ def measure(n: int) -> dict[str, float]:
     ctx = Context(messages=messages)
     window.apply("pre_llm", ctx)
     out["window"] = median(lambda: window.apply("pre_llm", ctx), repeat)
+
+    # A window that fires as an agent goes on: each call one new message, applied to the
+    # previous call's output (its view), plain or folding what it removes into its summary.
+    for label, fold in (("window +1", False), ("win+sum +1", True)):
+        kept = one(
+            {"type": "SlidingWindowManager", "config": {"max_messages": 150, "summarize_removed": fold}}
+        )
+        view = kept.apply("pre_llm", Context(messages=messages)).context
+        samples = []
+        for i in range(200):
+            t0 = time.perf_counter()
+            view = kept.apply("pre_llm", view.append(appended(i))).context
+            samples.append(time.perf_counter() - t0)
+        out[label] = statistics.median(samples)
 
     summary = one(
         {

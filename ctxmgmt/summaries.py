@@ -248,6 +248,7 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
     sections over their share of the budget, then the least important sections first; within
     a section its last (least important) items."""
     out = {k: list(v) for k, v in sections.items()}
+    count = _memoised(count)  # an item is counted once, however often it is weighed
     total = count(render(out, summarized))
     for key in _trim_order(out):
         if total <= limit:
@@ -296,6 +297,19 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
             low, high = (mid, high) if count(render(out, summarized)) <= limit else (low, mid - 1)
         out["goal"] = [text[:low] + "…"] if low else []
     return out
+
+
+def _memoised(count: Callable[[str], int]) -> Callable[[str], int]:
+    """``count`` with its answers kept, for one call of :func:`bound` (its items' texts)."""
+    known: dict[str, int] = {}
+
+    def counted(text: str) -> int:
+        n = known.get(text)
+        if n is None:
+            n = known[text] = count(text)
+        return n
+
+    return counted
 
 
 SUMMARY_CAP = 8000
@@ -354,7 +368,7 @@ def fitted(
         for _ in range(4):
             if limit < counter.text(bare):
                 break
-            kept = bound(sections, summarized, limit, counter.text)
+            kept = bound(sections, summarized, limit, counter.repeated)
             message = summary_message(role, render(kept, summarized, guide))
             over = counter.message(message) - room
             if over <= 0:
@@ -434,6 +448,11 @@ def with_summary(
     return context.splice(changes, state={**context.state, STATE_KEY: merged})
 
 
+Draft = tuple[Sections, int, list[dict[str, Any]], str]
+"""The running summary with what is removed merged in: (sections, messages covered, archives,
+role), before it is fitted to a room."""
+
+
 def fold(
     context: Context,
     removed: Sequence[int],
@@ -444,6 +463,7 @@ def fold(
     seen: bool = True,
     strict: bool = False,
     keep: int | None = None,
+    draft: Draft | None = None,
 ) -> tuple[Context | None, str | None]:
     """The context with the ``removed`` messages (all before ``cut``) merged into the running
     summary by the offline summariser, the summary within ``room`` tokens, and the reference of
@@ -456,10 +476,10 @@ def fold(
     ``strict``: (None, None), with nothing archived, when the summary within ``room`` would
     show no item (its first line alone, or not even that). ``keep``: the room the running
     summary's items are kept for, when larger than ``room`` (a later summary with more room
-    shows them again)."""
+    shows them again). ``draft``: what :func:`folded_size` drew for the same ``removed``."""
     msgs = context.messages
     gone = [msgs[i] for i in removed]
-    sections, summarized, archives, role = _draft(context, gone, runtime)
+    sections, summarized, archives, role = draft or _draft(context, gone, runtime)
     counter = runtime.counter
     if strict:
         tokens, shown = _trial(sections, summarized, archives, len(gone), room, role, runtime)
@@ -477,20 +497,22 @@ def fold(
     return with_summary(context, removed, cut, summary, state, seen=seen), ref
 
 
-def folded_size(context: Context, removed: Sequence[int], room: int, runtime: Runtime) -> int | None:
+def folded_size(
+    context: Context, removed: Sequence[int], room: int, runtime: Runtime
+) -> tuple[int, Draft] | None:
     """The tokens of the summary :func:`fold` would write for ``removed`` within ``room``
-    (its archive's reference sized at its longest), without writing anything; None when it
-    would hold no item (nothing said of what was removed but its count)."""
+    (its archive's reference sized at its longest), without writing anything, and the draft
+    it was made from (for :func:`fold` of the same ``removed``); None when it would hold no
+    item (nothing said of what was removed but its count)."""
     gone = [context.messages[i] for i in removed]
-    sections, summarized, archives, role = _draft(context, gone, runtime)
+    draft = _draft(context, gone, runtime)
+    sections, summarized, archives, role = draft
     if not any(sections.values()):
         return None
-    return _trial(sections, summarized, archives, len(gone), room, role, runtime)[0]
+    return _trial(sections, summarized, archives, len(gone), room, role, runtime)[0], draft
 
 
-def _draft(
-    context: Context, gone: Sequence[Mapping[str, Any]], runtime: Runtime
-) -> tuple[Sections, int, list[dict[str, Any]], str]:
+def _draft(context: Context, gone: Sequence[Mapping[str, Any]], runtime: Runtime) -> Draft:
     """The running summary with ``gone`` merged in: (sections, messages covered, archives, role)."""
     sections, summarized, archives = previous(context)
     role = next((str(m.get("role")) for m in context.messages if is_summary(m)), "user")

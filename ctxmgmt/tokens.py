@@ -213,12 +213,13 @@ class TokenCounter:
         tokens = sum(len(self._encode(x)) for x in samples)
         return max(1, round(len(s) * tokens / (3 * _SAMPLE)))
 
-    def _short(self, s: str) -> int:
-        """Tokens of a short, often repeated string (names, roles), memoised."""
-        n = self._strings.get(s, s)
+    def repeated(self, s: str) -> int:
+        """Tokens of a short string counted again and again (names, a summary's items),
+        memoised by content (a short text is otherwise encoded at each count)."""
+        n = self._strings.get(s, BY_CONTENT)  # by the text itself: an equal string hits too
         if n is None:
             n = self.text(s)
-            self._strings.put(s, s, n, len(s) + 64)
+            self._strings.put(s, BY_CONTENT, n, len(s) + 64)
         return n
 
     def head(self, s: str, limit: int) -> str:
@@ -304,7 +305,7 @@ class TokenCounter:
                 n += more
         name = m.get("name")
         if isinstance(name, str):
-            n += NAME_OVERHEAD + self._short(name)
+            n += NAME_OVERHEAD + self.repeated(name)
         tool_call_id = m.get("tool_call_id")
         if isinstance(tool_call_id, str):
             # Ids are unique, so memoising cannot help; estimate instead of encoding.
@@ -317,7 +318,7 @@ class TokenCounter:
                 if not isinstance(args, str):
                     args = json.dumps(args, ensure_ascii=False)
                 tokens = self.text(args)
-                n += TOOL_CALL_OVERHEAD + self._short(str(fn.get("name", ""))) + tokens
+                n += TOOL_CALL_OVERHEAD + self.repeated(str(fn.get("name", ""))) + tokens
         return n, type(content) is str and not calls and hidden is None
 
     def _parts(self, parts: list[Any], where: str) -> int:
@@ -415,7 +416,7 @@ class TokenCounter:
                 b["text"] for b in prompt if isinstance(b, dict) and isinstance(b.get("text"), str)
             )
         try:
-            return MESSAGE_OVERHEAD + self._short(prompt) if prompt else 0
+            return MESSAGE_OVERHEAD + self.repeated(prompt) if prompt else 0
         except _Unencodable:  # said where in what was given (a block's text)
             raise ContextError([_unencodable(given, "/system_prompt")]) from None
 

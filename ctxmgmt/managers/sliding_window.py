@@ -18,7 +18,7 @@ from ..messages import (
     units,
     units_from_end,
 )
-from ..summaries import fit_room, fold, folded_size
+from ..summaries import Draft, fit_room, fold, folded_size
 from ..tokens import MESSAGE_OVERHEAD, REPLY_PRIMING
 from .base import builtin_schema, target_tokens
 
@@ -128,10 +128,13 @@ class SlidingWindowManager(ContextManager):
         # The summary replaces the old one and the removed messages, and costs no more than
         # they did: when it would, older kept units go too (never the newest), so that it is
         # shown whole and the window stays quiet a while rather than show a stub.
-        want = folded_size(context, dropped, room, runtime)
-        if want is None:
+        sized = folded_size(context, dropped, room, runtime)
+        if sized is None:
             return None  # a summary with nothing to say: the plain window
+        want, drawn = sized
+        draft: Draft | None = drawn
         if held + freed < want:
+            draft = None  # drawn again below, with the older units
             for start, end in [u for u in units(msgs) if u[0] >= boundary][:-1]:
                 if held + freed >= want:
                     break
@@ -145,7 +148,9 @@ class SlidingWindowManager(ContextManager):
         if budget is not None:
             kept = sum(count(msgs[i], i) for i in range(boundary, len(msgs)) if i not in pinned)
             room = min(room, budget + held - kept)
-        out, ref = fold(context, dropped, boundary, room, runtime, seen=False, strict=True, keep=full)
+        out, ref = fold(
+            context, dropped, boundary, room, runtime, seen=False, strict=True, keep=full, draft=draft
+        )
         if out is None:
             return None
         if ref is not None:
