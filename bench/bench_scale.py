@@ -10,8 +10,10 @@ Paths (median of repeated runs):
 - window: a sliding window that fires (keeps the newest half), vs trim_messages cutting
   the same list to the same budget;
 - window +1: a window of 150 messages applied to its previous output with one new message
-  each call (it fires at every call); "win+sum +1": the same window folding what it removes
-  into its running summary (``summarize_removed``, as the shipped windows do);
+  each call (it removes one at every call); "win+sum +1": the same window folding what it
+  removes into its running summary (``summarize_removed``, as the shipped windows do; when
+  the summary costs more than the message it replaces, older messages go too, and the next
+  calls find the window within its cap); "win+sum fold": its calls that fold something;
 - summary: the offline summariser firing over the oldest half, on a fresh list of messages
   it has read before ("summary cold": after clear_caches(), nothing read before);
 - truncation: a truncation that fires on every long tool result, the same list again;
@@ -115,12 +117,17 @@ def measure(n: int) -> dict[str, float]:
             {"type": "SlidingWindowManager", "config": {"max_messages": 150, "summarize_removed": fold}}
         )
         view = kept.apply("pre_llm", Context(messages=messages)).context
-        samples = []
+        samples, firing = [], []
         for i in range(200):
             t0 = time.perf_counter()
-            view = kept.apply("pre_llm", view.append(appended(i))).context
+            result = kept.apply("pre_llm", view.append(appended(i)))
             samples.append(time.perf_counter() - t0)
+            view = result.context
+            if result.trace[0]["details"].get("removed"):
+                firing.append(samples[-1])
         out[label] = statistics.median(samples)
+        if fold:  # the calls that fold something (the others find the window within its cap)
+            out["win+sum fold"] = statistics.median(firing)
 
     summary = one(
         {

@@ -616,9 +616,10 @@ def _listen(host: str, port: int) -> socket.socket:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Small writes go out at once (the connections accepted inherit it): uvicorn writes a
-        # response's head and body apart, and with Nagle's algorithm the body of a small
-        # answer would wait ~40 ms for the client's delayed ACK of the head.
+        # Small writes go out at once, however the socket is handed on (the connections
+        # accepted inherit it; asyncio sets it too, but only on sockets it knows are TCP):
+        # uvicorn writes a response's head and body apart, and with Nagle's algorithm the
+        # body of a small answer would wait ~40 ms for the client's delayed ACK of the head.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(address)
     except OSError as exc:

@@ -243,22 +243,30 @@ _SHARES = {
 _FLOORED = frozenset({"specifics", "errors"})
 
 
-def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str], int]) -> Sections:
+def bound(
+    sections: Sections,
+    summarized: int,
+    limit: int,
+    count: Callable[[str], int],
+    per_line: Callable[[str], int] | None = None,
+) -> Sections:
     """Drop items until the rendered summary is within ``limit`` tokens: first from the
     sections over their share of the budget, then the least important sections first; within
-    a section its last (least important) items."""
+    a section its last (least important) items. ``count`` counts the rendered summary,
+    ``per_line`` (``count`` by default) an item's line: a memoised count, since the same
+    items are weighed again at every fitting."""
     out = {k: list(v) for k, v in sections.items()}
-    count = _memoised(count)  # an item is counted once, however often it is weighed
+    line = per_line or count
     total = count(render(out, summarized))
     for key in _trim_order(out):
         if total <= limit:
             break
         if key == "goal":
             continue  # the task goes last, not down to a share
-        size = sum(count(f"- {item}\n") for item in out.get(key, ()))
+        size = sum(line(f"- {item}\n") for item in out.get(key, ()))
         share = int(limit * _SHARES.get(key, 0.05))
         while size > share and total > limit and out.get(key):
-            cost = count(f"- {out[key].pop()}\n")
+            cost = line(f"- {out[key].pop()}\n")
             size -= cost
             total -= cost
     # Then the least important sections first, down to a floor for the ranked lists of
@@ -267,10 +275,10 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
         for key in _trim_order(out):
             keep = 1 if key == "goal" else 0  # the task itself is shortened below, not dropped
             floor = int(limit * _SHARES[key] / 3) if floored and key in _FLOORED else 0
-            size = sum(count(f"- {item}\n") for item in out.get(key, ())) if floor else 0
+            size = sum(line(f"- {item}\n") for item in out.get(key, ())) if floor else 0
             while total > limit and len(out.get(key) or ()) > keep and (not floor or size > floor):
                 item = out[key].pop()
-                cost = count(f"- {item}\n")
+                cost = line(f"- {item}\n")
                 total -= cost
                 size -= cost
                 if not out[key]:
@@ -286,7 +294,7 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
         if key == "goal" and len(out["goal"]) == 1:
             break  # the task itself: shortened below rather than dropped
         while over > 0 and len(out[key]) > (1 if key == "goal" else 0):
-            over -= count(f"- {out[key].pop()}\n")
+            over -= line(f"- {out[key].pop()}\n")
     goal = out.get("goal")
     if goal and count(render(out, summarized)) > limit:
         text = goal[0]
@@ -297,19 +305,6 @@ def bound(sections: Sections, summarized: int, limit: int, count: Callable[[str]
             low, high = (mid, high) if count(render(out, summarized)) <= limit else (low, mid - 1)
         out["goal"] = [text[:low] + "…"] if low else []
     return out
-
-
-def _memoised(count: Callable[[str], int]) -> Callable[[str], int]:
-    """``count`` with its answers kept, for one call of :func:`bound` (its items' texts)."""
-    known: dict[str, int] = {}
-
-    def counted(text: str) -> int:
-        n = known.get(text)
-        if n is None:
-            n = known[text] = count(text)
-        return n
-
-    return counted
 
 
 SUMMARY_CAP = 8000
@@ -368,7 +363,7 @@ def fitted(
         for _ in range(4):
             if limit < counter.text(bare):
                 break
-            kept = bound(sections, summarized, limit, counter.repeated)
+            kept = bound(sections, summarized, limit, counter.text, counter.repeated)
             message = summary_message(role, render(kept, summarized, guide))
             over = counter.message(message) - room
             if over <= 0:

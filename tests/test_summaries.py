@@ -133,6 +133,8 @@ FRAGMENTS = [
     "x:\u0661:2: y", "missing \u00e9t\u00e9 entry",
     "KeyError: 'session_id'", "x is not defined", "could not", "  raise KeyError(k)", "0 errors", "ok",
     "plain words here", "value: 1", "\t", " ", "", "ERROR", "Fatal:", "a:1:2: W123 y", "no such file",
+    "2026-11-27 10:00:01", "10:00:\u0661\u0662", "CRITICAL", "[ALERT]", "app[12]:", "INFO", "level=error",
+    '"level": "fatal"', '{"severity":"ERROR"}', "E1127 10:00:01.123456", "F1127 1\u0660:00:01.123456",
 ]  # fmt: skip
 
 
@@ -434,6 +436,44 @@ def _tool_run(name, args, results):
             {"role": "tool", "tool_call_id": f"t{i}", "content": result},
         ]
     return out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2026-11-27 10:00:01 ERROR worker-3: timeout reading /var/data/in/3.csv after 30 s",
+        "2026-11-27 10:00:01.123 ERROR [main] c.f.Importer - cannot parse row 17",
+        "2026-11-27 10:00:01,123 ERROR c.f.Importer - cannot parse row 17",
+        "Nov 27 10:00:01 host app[123]: ERROR worker crashed",
+        "E1127 10:00:01.123456  1234 reader.go:42] timeout reading shard 7",
+        "2026-11-27 10:00:01 CRITICAL payment service unreachable",
+        "2026-11-27T10:00:01.123Z [FATAL] scheduler: job 42 lost its lease",
+        "ERROR worker crashed while flushing",
+        'level=error ts=2026-11-27T10:00:01Z msg="scrape failed" target=db',
+        '{"level":"error","msg":"upload rejected","file":"a.csv"}',
+        '{"severity": "ERROR", "message": "db down"}',
+    ],
+)
+def test_a_logs_lines_at_an_error_level_are_error_lines(line):
+    """A log's line at an error level (after its time and a few fields, opening the line,
+    glog's, logfmt's, a JSON record's) is an error line, whatever else it says."""
+    assert error_lines(f"2026-11-27 10:00:00 INFO starting\n{line}\n2026-11-27 10:00:02 INFO done") == [line]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2026-11-27 10:00:01 INFO no ERROR found in batch 3",
+        "2026-11-27 10:00:01 INFO alerting ALERT rules loaded",
+        "W1127 10:00:01.123456  1234 reader.go:42] slow shard 7",
+        "The ERROR code table is below.",
+        "    if level == ERROR: return",
+        "logger.setLevel(logging.ERROR)",
+    ],
+)
+def test_an_error_level_named_but_not_logged_at_is_no_error_line(line):
+    """A line at another level that names one, a warning, prose and code are not error lines."""
+    assert error_lines(line) == []
 
 
 def test_reading_logs_full_of_error_lines_is_not_a_failure():
@@ -1048,3 +1088,22 @@ def test_a_long_stretch_is_read_in_full_from_its_newest_message_and_skimmed_befo
     # A newest result over the budget alone: the last call is still read in full.
     monkeypatch.setattr(digest_module, "_READ_CHARS", 100)
     assert "docs/old_notes.md: seen" in digest(messages[:3])["specifics"]
+
+
+def test_folding_with_the_sized_draft_writes_what_folding_alone_writes():
+    """fold given the draft folded_size drew for the same messages writes the very summary
+    and state that fold draws for itself (the window reuses the draft)."""
+    from ctxmgmt.manager import Runtime
+    from ctxmgmt.summaries import fold, folded_size
+    from ctxmgmt.types import Hook
+
+    messages, _ = agent_run(30, seed=3)
+    context = Context(messages=messages)
+    removed = list(range(1, 25))
+    runtime = Runtime(Hook.PRE_LLM, get_counter(None), "test")
+    sized = folded_size(context, removed, 800, runtime)
+    assert sized is not None
+    mine, _ = fold(context, removed, 25, 600, runtime, seen=False, strict=True, keep=800, draft=sized[1])
+    own, _ = fold(context, removed, 25, 600, runtime, seen=False, strict=True, keep=800)
+    assert mine is not None and own is not None
+    assert list(mine.messages) == list(own.messages) and mine.state == own.state

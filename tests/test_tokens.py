@@ -412,3 +412,15 @@ def test_a_system_prompt_or_tools_counted_alone_with_a_lone_surrogate_say_where(
         with pytest.raises(ContextError) as caught:
             count()
         assert [p.pointer for p in caught.value.problems] == [pointer]
+
+
+def test_a_repeated_text_is_counted_once_whatever_object_holds_it(monkeypatch):
+    """TokenCounter.repeated counts an equal string built anew (a summary's item line drawn
+    again) from its memo, without encoding it again."""
+    counter = get_counter(None)
+    first = "".join(["- tests/test_session.py: ", "ran (×26)\n"])
+    n = counter.repeated(first)
+    again = "".join(["- tests/test_session.py: ", "ran (×26)\n"])
+    assert again is not first
+    monkeypatch.setattr(counter, "text", lambda s: pytest.fail("encoded again"))
+    assert counter.repeated(again) == n

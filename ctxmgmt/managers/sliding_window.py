@@ -134,7 +134,6 @@ class SlidingWindowManager(ContextManager):
         want, drawn = sized
         draft: Draft | None = drawn
         if held + freed < want:
-            draft = None  # drawn again below, with the older units
             for start, end in [u for u in units(msgs) if u[0] >= boundary][:-1]:
                 if held + freed >= want:
                     break
@@ -142,6 +141,7 @@ class SlidingWindowManager(ContextManager):
                 dropped += more
                 freed += sum(count(msgs[i], i) for i in more)
                 boundary = end
+                draft = None  # drawn again by fold, with the older units
         # At most what it replaces (the old summary and the removed messages), and within
         # what max_tokens leaves beside the messages kept.
         room = min(room, held + freed)

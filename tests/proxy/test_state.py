@@ -124,4 +124,5 @@ def test_the_upstream_text_holds_the_view_whatever_its_runs(contents, data):
     items = body.data["messages"]
     picks = data.draw(st.lists(st.one_of(st.integers(0, len(items) - 1), _TEXTS), max_size=12))
     view = [items[p] if isinstance(p, int) else {"role": "user", "content": p} for p in picks]
-    assert json.loads(upstream_text(body, view, {}))["messages"] == view
+    changes = data.draw(st.sampled_from([{}, {"model": "up"}, {"tools": [{"type": "function"}]}]))
+    assert json.loads(upstream_text(body, view, changes)) == {"model": "m", "messages": view, **changes}
