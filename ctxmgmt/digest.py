@@ -49,6 +49,10 @@ _MAX_ITEMS = 400
 
 # A line that reports a failure: exception names, error labels of compilers, test runners,
 # shells and package managers, HTTP error statuses, signals and exit codes.
+_LEVELS = "(?:ERROR|FATAL|CRITICAL|SEVERE|EMERG|ALERT|CRIT)"
+"""The error levels of logs, as loggers write them (upper case: "error" in prose is no level)."""
+_NAMED_LEVELS = "(?:error|fatal|crit|critical|emerg|alert|panic|ERROR|FATAL|CRITICAL)"
+"""An error level as a field's value (logfmt's ``level=error``, a JSON record's)."""
 _FAILURE = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception|Failure|Fault|Violation)\b(?!\w)"
     r"|\bpanicked at\b|^[ \t]*\d+:\d+[ \t]+error[ \t]|\bunbound variable\b|\bsyntax error\b|\bError \d+\b"
@@ -65,7 +69,15 @@ _FAILURE = re.compile(
     r"|\bundefined reference\b|\bis not defined\b|\bHTTP/\d(?:\.\d)? [45]\d\d\b"
     r"|\b[45]\d\d (?:Bad|Unauthorized|Forbidden|Not Found|Internal|Service|Gateway|Conflict|Too Many"
     r"|Unprocessable)|\bexit (?:code|status):? [1-9]\d*|\bexited with (?:code )?[1-9]\d*"
-    r"|\bassert [^\n]{0,200}? ==|\bFAILED[ \t]*$",
+    r"|\bassert [^\n]{0,200}? ==|\bFAILED[ \t]*$"
+    # A log's line at an error level: after its time (and up to three fields: a host, a
+    # process, a logger), or opening the line; glog's E/F lines; logfmt's and JSON's level.
+    r"|^[^\n]{0,40}?\d{1,2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?\]?[ \t]+"
+    r"(?:(?!(?:INFO|DEBUG|WARN|WARNING|TRACE|NOTICE)\b)[\w.:@/-]{1,60}(?:\[\d{1,10}\])?:?[ \t]+){0,3}?"
+    rf"\[?{_LEVELS}\]?(?=[ \t:\]|-]|$)"
+    rf"|^[ \t]*\[?{_LEVELS}\]?[ \t]+\S|^[EF]\d{{4}} \d{{2}}:\d{{2}}:\d{{2}}\.\d{{6}}\b"
+    rf"|\blevel={_NAMED_LEVELS}\b"
+    rf'|"(?:level|severity|lvl)"[ \t]?:[ \t]?"{_NAMED_LEVELS}"',
     re.MULTILINE,
 )
 # Not a failure although it matches: counts of zero, passing tests, and source code that
@@ -78,7 +90,8 @@ _NOT_FAILURE = re.compile(
     r"|^[ \t]*(?:[\w/.-]{1,255}:)?(?:\d{1,9}(?::\d{1,9})?[ \t]*[|:]?[ \t]*)?"
     r"(?:(?:raise|throw|except|catch|return|def|class|import|from|if|elif|else|for|while|func|fn|let|const"
     r"|var|pub|impl|struct|type|interface|case|assert!?)\b|#|//|/\*|\*[ \t]|@|[-+](?:[ \t]{2,}|\t))"
-    r"|[;{}(]\s*$|\b(?:new \w*Error\(|errors\.New|fmt\.Errorf|Err\(|console\.error|log(?:ger)?\.\w+\()",
+    r'|^(?![ \t]*\{")[^\n]*[;{}(]\s*$'  # a statement or a block (a JSON log record is neither)
+    r"|\b(?:new \w*Error\(|errors\.New|fmt\.Errorf|Err\(|console\.error|log(?:ger)?\.\w+\()",
     re.IGNORECASE,
 )
 _URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
@@ -230,9 +243,9 @@ _FAILURE_WORDS = (
     "core dumped", "not found", "permission denied", "connection refused", "couldn't connect",
     "timed out", "cannot find", "could not", "unable to", "undefined reference", "is not defined",
     "http/", "exit", "assert ", "bad", "unauthorized", "forbidden", "internal", "service",
-    "gateway", "conflict", "too many", "unprocessable",
+    "gateway", "conflict", "too many", "unprocessable", "crit", "severe", "emerg", "alert",
 )  # fmt: skip
-_FAILURE_SHAPES = re.compile(r":\d+:\d+: |^[ \t]*E[ \t]{2}|\bE: ", re.MULTILINE)
+_FAILURE_SHAPES = re.compile(r":\d+:\d+: |^[ \t]*E[ \t]{2}|\bE: |^[EF]\d{4} \d", re.MULTILINE)
 
 
 # _FAILURE without its assertions (\b, ^, $, lookarounds), with \w, \d and \s widened to
@@ -248,6 +261,8 @@ _FAILURE_SUPERSET = re2.compile(
     r"|(?:error|ERROR|Error|fatal|FATAL|Fatal|panic|PANIC|FAILED|FAIL|Failed|failed)"
     r"[ \t]?(?:\[[^\]\n]{1,40}\]|\([^)\n]{1,40}\))?[ \t]?[:!\-]"
     r"|error(?:\[| TS| [A-Z])|E[ \t]{2}|FAILED |FAIL |ERR!|not ok |[✗✖✕×] |panic:|Segmentation fault"
+    r"|ERROR|FATAL|CRITICAL|SEVERE|EMERG|ALERT|CRIT|level=|(?:level|severity|lvl)\"[ \t]?:"
+    rf"|[EF]{_D}{{4}} {_D}"
     r"|core dumped|not found|No such file|Permission denied|[Cc]onnection refused|[Cc]ouldn't connect"
     r"|E: |timed out|[Cc]annot find|[Cc]ould not|[Uu]nable to|undefined reference|is not defined|HTTP/"
     rf"|[45]{_D}{_D} (?:Bad|Unauthorized|Forbidden|Not Found|Internal|Service|Gateway|Conflict|Too Many"
