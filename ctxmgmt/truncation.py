@@ -4,7 +4,10 @@ The truncation manager, compaction and the fit step cut text the same way: the h
 tail or both kept, the notice in the middle giving the original's size (and, when it was
 archived, where to read the rest), the whole within a character and a token limit. The
 notice is signed for its message (see :mod:`ctxmgmt.marks`), so a second run recognises
-it and never cuts again.
+it and never cuts again. The lines of the cut part that report a failure (a log's ERROR
+line between a long head and tail, a test's traceback) follow the notice, a few of them
+within a quarter of the room: what an agent reads a long output for is rarely where its
+head and tail are.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .digest import error_lines
 from .marks import PLACEHOLDER, sign
 from .messages import RECALL_LIMIT
 
@@ -54,15 +58,21 @@ def cut(
     longest = _marker(size, ref, (n, n))
     chars = max_chars - len(longest)
     room = None if max_tokens is None else max_tokens - counter.text(longest) - 2
+    failures = _failures(text, chars, room, counter)
+    if failures:
+        chars -= len(failures)
+        room = None if room is None else room - counter.text(failures) - 1
     marker = longest
     for _ in range(8):
         head, tail = _pieces(text, chars, room, mode, counter)
         marker = _marker(size, ref, (len(head), n - len(tail)))
+        # The failures the kept pieces hold already are not said twice.
+        said = "".join(f"{line}\n" for line in failures.splitlines() if line not in head and line not in tail)
         if mode == "tail":
-            result = marker.lstrip("\n") + tail
+            result = marker.lstrip("\n") + said + tail
             at = marker.lstrip("\n").index(PLACEHOLDER)
         else:
-            result = head + marker + tail
+            result = head + marker + said + tail
             at = len(head) + marker.index(PLACEHOLDER)
         result = sign(result, bound, at)
         if len(result) <= max_chars and (max_tokens is None or counter.text(result) <= max_tokens):
@@ -73,6 +83,24 @@ def cut(
             room = max(0, room - max(2, room // 20))
     short = marker.strip()[:max_chars]  # a notice alone, signed when its tag fits
     return sign(short, bound, short.index(PLACEHOLDER)) if PLACEHOLDER in short else short
+
+
+_FAILURES_KEPT = 5
+
+
+def _failures(text: str, chars: int, tokens: int | None, counter: TokenCounter) -> str:
+    """The lines of ``text`` that report a failure, one a line (the first two and the last
+    three of more), within a quarter of ``chars`` and of ``tokens``: the ones the cut may
+    remove ("" when none fits)."""
+    found = error_lines(text)
+    if len(found) > _FAILURES_KEPT:
+        found = found[:2] + found[-(_FAILURES_KEPT - 2) :]
+    while found:
+        block = "".join(f"{line}\n" for line in found)
+        if len(block) <= chars // 4 and (tokens is None or counter.text(block) <= tokens // 4):
+            return block
+        found.pop(0 if len(found) > 1 else -1)  # the oldest goes first, the newest last
+    return ""
 
 
 def _pieces(text: str, chars: int, tokens: int | None, mode: str, counter: TokenCounter) -> tuple[str, str]:

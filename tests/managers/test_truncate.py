@@ -34,6 +34,34 @@ def test_result_with_marker_stays_within_the_character_limit(mode):
         assert out.endswith("line 4999\n")
 
 
+@pytest.mark.parametrize("mode", ["head", "tail", "head_tail"])
+def test_the_failures_of_the_cut_part_stay_after_the_notice(mode):
+    """A log's error lines that the cut removes (between a long head and tail) are kept after
+    the notice, within the limits; the rest of the cut part is not; a second run changes
+    nothing."""
+    lines = [f"2026-11-27 10:00:{i % 60:02d} INFO worker processed batch {i}" for i in range(2000)]
+    lines[900] = "2026-11-27 10:15:00 ERROR worker-3: timeout reading /var/data/in/3.csv after 30 s"
+    lines[1200] = "Traceback (most recent call last):\nValueError: row 1200 has 7 fields, expected 9"
+    text = "\n".join(lines)
+    result = run(text, max_output_length=4000, max_output_tokens=1000, mode=mode)
+    out = result.context.messages[-1]["content"]
+    assert len(out) <= 4000 and get_counter(None).text(out) <= 1000
+    assert lines[900] in out and "ValueError: row 1200 has 7 fields, expected 9" in out
+    assert "batch 1100" not in out
+    again = truncate(max_output_length=4000, max_output_tokens=1000, mode=mode).apply(
+        "post_tool", result.context
+    )
+    assert again.context.messages == result.context.messages
+
+
+def test_a_cut_without_failures_keeps_only_its_head_and_tail():
+    """Text without a failure line is cut as before: nothing is added after the notice."""
+    text = "".join(f"line {i}\n" for i in range(5000))
+    out = run(text, max_output_length=500, mode="head_tail").context.messages[-1]["content"]
+    head, _, tail = out.partition("]\n")
+    assert text.endswith(tail) and text.startswith(head[: head.index("\n[truncated")])
+
+
 def test_default_limit_is_40000():
     """max_output_length defaults to 40000 characters."""
     out = run("x" * 50_000).context.messages[-1]["content"]
