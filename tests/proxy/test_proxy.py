@@ -175,6 +175,17 @@ def test_errors_come_in_the_providers_shape(proxy, upstream, path, shape):
     assert r.status_code == 400
 
 
+def test_an_unknown_definition_is_said_before_an_unknown_model(proxy):
+    """A request whose definition and model are both unknown is told of the definition, the
+    path's (with the nearest name stored); a known definition, of the model."""
+    body = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(f"{proxy.url}/proxy/defualt/v1/chat/completions", json=body)
+    assert r.status_code == 404 and "'defualt' not found" in r.json()["error"]["message"]
+    assert "did you mean 'default'" in r.json()["error"]["message"]
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json=body)
+    assert r.status_code == 404 and "/model: 'nope'" in r.json()["error"]["message"]
+
+
 def test_an_upstream_error_comes_back_unchanged(proxy, upstream):
     """The upstream's own error status and body reach the client as they were."""
     upstream.status = 429

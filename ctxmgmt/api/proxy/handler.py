@@ -207,7 +207,15 @@ async def _proxy(request: Request, api: Api) -> Response:
     else:
         parsed = parse(text, api.field, previous)
     body = parsed.data
-    config = _model(request, body, api)
+    try:
+        config = _model(request, body, api)
+    except _Refused as exc:
+        if exc.status == 404:  # an unknown model; an unknown definition, the path's, is said first
+            try:
+                await asyncio.to_thread(st.store.resolve_version, name)
+            except NotFound:
+                raise await _no_definition(st, name) from None
+        raise
     headers = _headers(request, config, own_key)  # before anything is run, kept or recorded
     parts = api.parts(body)
     if isinstance(parts, str):
@@ -216,10 +224,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     try:
         definition, version, stored = await asyncio.to_thread(_resolved, st.store, name, key)
     except NotFound:
-        hint = await asyncio.to_thread(st.store.suggest, name)
-        raise _Refused(
-            404, "resource_not_found_exception", f"context management {name!r} not found{hint}"
-        ) from None
+        raise await _no_definition(st, name) from None
     if stored is not None and not _covers(stored, parsed):
         # Another conversation with the same start, or this one with an earlier message
         # changed: its state is not this request's (a new view, a new archive namespace).
@@ -292,6 +297,12 @@ async def _proxy(request: Request, api: Api) -> Response:
         request, api, config, headers, conversation, record, exchange_state, recall, parts.stream
     )
     return await _upstream(exchange, outgoing, parts.stream, first)
+
+
+async def _no_definition(st: Any, name: str) -> _Refused:
+    """The 404 of a definition that is not stored, with the nearest name that is."""
+    hint = await asyncio.to_thread(st.store.suggest, name)
+    return _Refused(404, "resource_not_found_exception", f"context management {name!r} not found{hint}")
 
 
 def _resolved(store: Any, name: str, key: str) -> tuple[Any, Any, dict[str, Any] | None]:
