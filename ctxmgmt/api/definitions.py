@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -11,7 +13,7 @@ from starlette.responses import JSONResponse
 
 from ..context import Context
 from ..definitions import Definition, parse_hook
-from ..errors import LLMError
+from ..errors import ContextError, DefinitionError, LLMError
 from ..llm import ModelsConfig
 from ..loader import parse_document
 from ..offload import LocalOffloader
@@ -81,8 +83,20 @@ async def simulate_inline(request: Request) -> JSONResponse:
     if not isinstance(document, dict):
         raise HTTPProblem(400, "give the definition to simulate as an object in 'definition'")
     document = {"name": "inline", **document}
-    definition = Definition.from_dict(document)
+    field = "definition" if "definition" in body else "context_management"
+    definition = _within(f"/{field}", Definition.from_dict, document)
     return await _simulate(definition, body, state(request).models, key)
+
+
+T = TypeVar("T")
+
+
+def _within(pointer: str, read: Callable[[Any], T], value: Any) -> T:
+    """``read(value)``, its problems located in the request's body (under ``pointer``)."""
+    try:
+        return read(value)
+    except (ContextError, DefinitionError) as exc:
+        raise type(exc)([dataclasses.replace(p, pointer=pointer + p.pointer) for p in exc.problems]) from None
 
 
 class _Withheld(ModelsConfig):
@@ -111,7 +125,7 @@ async def _simulate(
     hook = parse_hook(body.get("hook", "pre_llm")) if isinstance(body.get("hook", "pre_llm"), str) else None
     if hook is None:
         raise HTTPProblem(400, f"hook must be a string: {', '.join(HOOK_NAMES[:-1])} or {HOOK_NAMES[-1]}")
-    context = Context.from_dict(body.get("context", {}))
+    context = _within("/context", Context.from_dict, body.get("context", {}))
     withheld = None if may_spend(key) else _Withheld(models)
     try:
         result = await run_in_threadpool(_dry_run, definition, hook, context, withheld or models)

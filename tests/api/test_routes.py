@@ -152,4 +152,18 @@ def test_simulate_takes_anthropic_and_responses_contexts(api):
     assert out["format"] is None and len(kept) == 1 and "Summary of" in json.dumps(kept[0])
     bad = {"messages": [{"role": "assistant", "content": "x"}], "format": "anthropic"}
     r = api.post(f"{BASE}/_simulate", json={**window, "context": bad})
-    assert r.status_code == 400 and r.json()["error"]["problems"][0]["pointer"] == "/messages/0/role"
+    assert r.status_code == 400 and r.json()["error"]["problems"][0]["pointer"] == "/context/messages/0/role"
+
+
+def test_a_simulations_problems_are_located_in_its_body(api):
+    """The JSON pointers of a simulation's bad context and bad inline definition start at the
+    request's body (``/context/...``, ``/definition/...``)."""
+    context = {"messages": [{"role": "user", "content": "hi"}]}
+    bad = {"hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": -1}}]}}
+    r = api.post(f"{BASE}/_simulate", json={"definition": bad, "context": context})
+    assert r.status_code == 400
+    assert [p["pointer"] for p in r.json()["error"]["problems"]] == [
+        "/definition/hooks/pre_llm/0/config/max_messages"
+    ]
+    r = api.post(f"{BASE}/_simulate", json={"definition": shipped("default"), "context": {"messages": "hi"}})
+    assert r.status_code == 400 and r.json()["error"]["problems"][0]["pointer"] == "/context/messages"
