@@ -156,8 +156,11 @@ def main() -> None:
         offloading = one(
             {"type": "ToolsOutputTruncateManager", "config": {"max_output_tokens": 2000, "offload": True}}
         )
-        # A new list each time: truncation remembers its output for a list it has seen.
-        core = median_ms(lambda: plain.apply("pre_llm", Context(messages=list(tctx.messages))), 3)
+        # New message objects each time: truncation remembers its output for a message it has
+        # cut (by identity), so that the same list again is not a cut.
+        core = median_ms(
+            lambda: plain.apply("pre_llm", Context(messages=[dict(m) for m in tctx.messages])), 3
+        )
         with_offload = median_ms(lambda: offloading.apply("pre_llm", tctx, offloader=store, session="big"), 3)
         print(
             f"truncation of {len(big) / 1e6:.1f} MB to 2,000 tokens: core engine {core:.1f} ms, "

@@ -52,7 +52,14 @@ _MAX_ITEMS = 400
 _LEVELS = "(?:ERROR|FATAL|CRITICAL|SEVERE|EMERG|ALERT|CRIT)"
 """The error levels of logs, as loggers write them (upper case: "error" in prose is no level)."""
 _NAMED_LEVELS = "(?:error|fatal|crit|critical|emerg|alert|panic|ERROR|FATAL|CRITICAL)"
-"""An error level as a field's value (logfmt's ``level=error``, a JSON record's)."""
+_LOGGED_LEVEL = (
+    rf"(?:^|[ \t])(?:level|lvl)={_NAMED_LEVELS}\b"
+    rf'|"(?:log\.)?(?:level|severity|lvl)"[ \t]?:[ \t]?(?:"{_NAMED_LEVELS}"|[56]0\b)'
+)
+"""A record's error level as a field's value: logfmt's ``level=error`` (not a flag's
+``--log-level=error``), a JSON record's ``"level": "error"`` (ECS' ``log.level``, pino's 50
+and 60)."""
+_LOGGED = re.compile(_LOGGED_LEVEL)
 _FAILURE = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception|Failure|Fault|Violation)\b(?!\w)"
     r"|\bpanicked at\b|^[ \t]*\d+:\d+[ \t]+error[ \t]|\bunbound variable\b|\bsyntax error\b|\bError \d+\b"
@@ -71,13 +78,15 @@ _FAILURE = re.compile(
     r"|Unprocessable)|\bexit (?:code|status):? [1-9]\d*|\bexited with (?:code )?[1-9]\d*"
     r"|\bassert [^\n]{0,200}? ==|\bFAILED[ \t]*$"
     # A log's line at an error level: after its time (and up to three fields: a host, a
-    # process, a logger), or opening the line; glog's E/F lines; logfmt's and JSON's level.
-    r"|^[^\n]{0,40}?\d{1,2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?\]?[ \t]+"
-    r"(?:(?!(?:INFO|DEBUG|WARN|WARNING|TRACE|NOTICE)\b)[\w.:@/-]{1,60}(?:\[\d{1,10}\])?:?[ \t]+){0,3}?"
-    rf"\[?{_LEVELS}\]?(?=[ \t:\]|-]|$)"
-    rf"|^[ \t]*\[?{_LEVELS}\]?[ \t]+\S|^[EF]\d{{4}} \d{{2}}:\d{{2}}:\d{{2}}\.\d{{6}}\b"
-    rf"|\blevel={_NAMED_LEVELS}\b"
-    rf'|"(?:level|severity|lvl)"[ \t]?:[ \t]?"{_NAMED_LEVELS}"',
+    # process, a thread, a logger), or opening the line; glog's E/F and logrus' ERRO lines;
+    # logfmt's and JSON's level (see _LOGGED).
+    r"|^[^\n]{0,40}?\d{1,2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:[ \t]?(?:Z|[+-]\d{2}:?\d{2}))?:?\]?[ \t]+"
+    r"(?:(?!(?:INFO|DEBUG|WARN|WARNING|TRACE|NOTICE)\b)"
+    r"(?:\[[^\]\n]{1,60}\]|[\w.:@/-]{1,60}(?:\[\d{1,10}\])?):?[ \t]+)"
+    rf"{{0,3}}?(?:\[?{_LEVELS}\]?|\[(?:error|crit|alert|emerg|fatal)\]|ERR\])(?=[ \t:\]|/-]|$)"
+    rf"|^[ \t]*(?:\[{_LEVELS}\]|(?:ERROR|FATAL)\b(?![ \t]*=)|{_LEVELS}:|(?:ERRO|FATA|PANI)\[\d{{1,10}}\])"
+    r"|^[EF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\b"
+    rf"|{_LOGGED_LEVEL}",
     re.MULTILINE,
 )
 # Not a failure although it matches: counts of zero, passing tests, and source code that
@@ -90,7 +99,7 @@ _NOT_FAILURE = re.compile(
     r"|^[ \t]*(?:[\w/.-]{1,255}:)?(?:\d{1,9}(?::\d{1,9})?[ \t]*[|:]?[ \t]*)?"
     r"(?:(?:raise|throw|except|catch|return|def|class|import|from|if|elif|else|for|while|func|fn|let|const"
     r"|var|pub|impl|struct|type|interface|case|assert!?)\b|#|//|/\*|\*[ \t]|@|[-+](?:[ \t]{2,}|\t))"
-    r'|^(?![ \t]*\{")[^\n]*[;{}(]\s*$'  # a statement or a block (a JSON log record is neither)
+    r"|[;{}(]\s*$"
     r"|\b(?:new \w*Error\(|errors\.New|fmt\.Errorf|Err\(|console\.error|log(?:ger)?\.\w+\()",
     re.IGNORECASE,
 )
@@ -224,7 +233,7 @@ def _error_item(text: str, match: re.Match[str]) -> str | None:
     end = text.find("\n", match.end(), match.end() + 2000)
     raw = text[start : match.end() + 2000 if end < 0 else end]
     line = raw.strip()
-    if len(line) <= 3 or _NOT_FAILURE.search(line):
+    if len(line) <= 3 or (_NOT_FAILURE.search(line) and not _LOGGED.search(line)):  # a JSON record ends in }
         return None
     if len(line) <= _ITEM_CHARS:
         return line
@@ -244,6 +253,7 @@ _FAILURE_WORDS = (
     "timed out", "cannot find", "could not", "unable to", "undefined reference", "is not defined",
     "http/", "exit", "assert ", "bad", "unauthorized", "forbidden", "internal", "service",
     "gateway", "conflict", "too many", "unprocessable", "crit", "severe", "emerg", "alert",
+    "erro", "err]", "fata", "pani", 'level"', "lvl", "severity",
 )  # fmt: skip
 _FAILURE_SHAPES = re.compile(r":\d+:\d+: |^[ \t]*E[ \t]{2}|\bE: |^[EF]\d{4} \d", re.MULTILINE)
 
@@ -257,11 +267,12 @@ _D = r"[0-9\x{80}-\x{10FFFF}]"
 _FAILURE_SUPERSET = re2.compile(
     rf"[A-Z]{_W}*(?:Error|Exception|Failure|Fault|Violation)|panicked at|{_D}+:{_D}+[ \t]+error[ \t]"
     rf"|unbound variable|syntax error|Error {_D}|[Ff]ailed to|:{_D}+:{_D}+: |(?:does not|doesn't) exist"
-    r"|no such|missing [.0-9A-Za-z_\x{80}-\x{10FFFF}]{1,100} entry|FAIL[\s\x{80}-\x{10FFFF}]"
+    r"|no such|missing [.0-9A-Za-z_\x{80}-\x{10FFFF}]{1,100} entry|FAIL[\s\x0b\x1c-\x1f\x{80}-\x{10FFFF}]"
     r"|(?:error|ERROR|Error|fatal|FATAL|Fatal|panic|PANIC|FAILED|FAIL|Failed|failed)"
     r"[ \t]?(?:\[[^\]\n]{1,40}\]|\([^)\n]{1,40}\))?[ \t]?[:!\-]"
     r"|error(?:\[| TS| [A-Z])|E[ \t]{2}|FAILED |FAIL |ERR!|not ok |[✗✖✕×] |panic:|Segmentation fault"
-    r"|ERROR|FATAL|CRITICAL|SEVERE|EMERG|ALERT|CRIT|level=|(?:level|severity|lvl)\"[ \t]?:"
+    r"|ERROR|FATAL|CRITICAL|SEVERE|EMERG|ALERT|CRIT|ERRO|ERR\]|FATA|PANI|\[(?:error|crit|alert|emerg|fatal)\]"
+    r"|level=|lvl=|(?:level|severity|lvl)\"[ \t]?:"
     rf"|[EF]{_D}{{4}} {_D}"
     r"|core dumped|not found|No such file|Permission denied|[Cc]onnection refused|[Cc]ouldn't connect"
     r"|E: |timed out|[Cc]annot find|[Cc]ould not|[Uu]nable to|undefined reference|is not defined|HTTP/"
@@ -311,6 +322,23 @@ _FACTS: Memo[tuple[list[str], list[str]]] = Memo(16 * 1024 * 1024, shared=True)
 summaries it goes into, and equal texts of different requests share the reading. Bounded by
 the bytes of what was read (the texts themselves are not kept)."""
 _FACTS_MIN_CHARS = 512
+
+
+_FAILURES: Memo[list[str]] = Memo(4 * 1024 * 1024, shared=True)
+
+
+def failure_lines(text: str) -> list[str]:
+    """:func:`error_lines` of a text, memoised by content for a long one (a result cut again
+    and again, as compaction weighs what a cut would save at every call)."""
+    key = content_key(text) if len(text) >= _FACTS_MIN_CHARS else None
+    if key is not None:
+        hit = _FAILURES.get(key, BY_CONTENT)
+        if hit is not None:
+            return hit
+    found = error_lines(text)
+    if key is not None:
+        _FAILURES.put(key, BY_CONTENT, found, sum(map(len, found)) + 100)
+    return found
 
 
 def _result_facts(result: str) -> tuple[list[str], list[str]]:

@@ -5,9 +5,9 @@ tail or both kept, the notice in the middle giving the original's size (and, whe
 archived, where to read the rest), the whole within a character and a token limit. The
 notice is signed for its message (see :mod:`ctxmgmt.marks`), so a second run recognises
 it and never cuts again. The lines of the cut part that report a failure (a log's ERROR
-line between a long head and tail, a test's traceback) follow the notice, a few of them
-within a quarter of the room: what an agent reads a long output for is rarely where its
-head and tail are.
+line between a long head and tail, a test's traceback) follow the notice under a label, a
+few of them within a quarter of the room: what an agent reads a long output for is rarely
+where its head and tail are.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .digest import error_lines
+from .digest import failure_lines
 from .marks import PLACEHOLDER, sign
 from .messages import RECALL_LIMIT
 
@@ -58,16 +58,14 @@ def cut(
     longest = _marker(size, ref, (n, n))
     chars = max_chars - len(longest)
     room = None if max_tokens is None else max_tokens - counter.text(longest) - 2
-    failures = _failures(text, chars, room, counter)
-    if failures:
-        chars -= len(failures)
-        room = None if room is None else room - counter.text(failures) - 1
+    said = _failures(text, *_pieces(text, chars, room, mode, counter), chars, room, counter)
+    if said:  # the pieces shrink to make room: what they no longer hold was not in them before
+        chars -= len(said)
+        room = None if room is None else room - counter.text(said) - 1
     marker = longest
     for _ in range(8):
         head, tail = _pieces(text, chars, room, mode, counter)
         marker = _marker(size, ref, (len(head), n - len(tail)))
-        # The failures the kept pieces hold already are not said twice.
-        said = "".join(f"{line}\n" for line in failures.splitlines() if line not in head and line not in tail)
         if mode == "tail":
             result = marker.lstrip("\n") + said + tail
             at = marker.lstrip("\n").index(PLACEHOLDER)
@@ -86,21 +84,34 @@ def cut(
 
 
 _FAILURES_KEPT = 5
+_FAILURES_SCAN = 100_000
+"""Characters of the cut part read for failures at each of its ends (a 10 MB output is not
+read whole: ~0.1-0.8 us a character, more in code that names errors on every line)."""
+_FAILURES_LABEL = "failure lines of the cut part:\n"
 
 
-def _failures(text: str, chars: int, tokens: int | None, counter: TokenCounter) -> str:
-    """The lines of ``text`` that report a failure, one a line (the first two and the last
-    three of more), within a quarter of ``chars`` and of ``tokens``: the ones the cut may
-    remove ("" when none fits)."""
-    found = error_lines(text)
+def _failures(text: str, head: str, tail: str, chars: int, tokens: int | None, counter: TokenCounter) -> str:
+    """The lines of ``text``'s cut part (between ``head`` and ``tail``) that report a failure,
+    one a line (the first two and the last three of more) after a label, within a
+    quarter of ``chars`` and of ``tokens`` ("" when none, or none fits)."""
+    if chars < 4 * (len(_FAILURES_LABEL) + 20):
+        return ""
+    cut_part = text[len(head) : len(text) - len(tail)]
+    if len(cut_part) > 2 * _FAILURES_SCAN:  # a huge output: the cut part's ends, near the pieces
+        cut_part = f"{cut_part[:_FAILURES_SCAN]}\n{cut_part[-_FAILURES_SCAN:]}"
+    found = [line for line in failure_lines(cut_part) if not _held(line.strip("…"), head, tail)]
     if len(found) > _FAILURES_KEPT:
         found = found[:2] + found[-(_FAILURES_KEPT - 2) :]
     while found:
-        block = "".join(f"{line}\n" for line in found)
+        block = _FAILURES_LABEL + "".join(f"{line}\n" for line in found)
         if len(block) <= chars // 4 and (tokens is None or counter.text(block) <= tokens // 4):
             return block
         found.pop(0 if len(found) > 1 else -1)  # the oldest goes first, the newest last
     return ""
+
+
+def _held(core: str, head: str, tail: str) -> bool:
+    return core in head or core in tail
 
 
 def _pieces(text: str, chars: int, tokens: int | None, mode: str, counter: TokenCounter) -> tuple[str, str]:

@@ -135,6 +135,7 @@ FRAGMENTS = [
     "plain words here", "value: 1", "\t", " ", "", "ERROR", "Fatal:", "a:1:2: W123 y", "no such file",
     "2026-11-27 10:00:01", "10:00:\u0661\u0662", "CRITICAL", "[ALERT]", "app[12]:", "INFO", "level=error",
     '"level": "fatal"', '{"severity":"ERROR"}', "E1127 10:00:01.123456", "F1127 1\u0660:00:01.123456",
+    "[main]", "[crit]", "ERR]", "ERRO[0000]", '"level":50', '"log.level":"error"', "+0000]", ",123:", "/Main",
 ]  # fmt: skip
 
 
@@ -196,6 +197,8 @@ def test_paths_searched_run_by_run_are_those_a_whole_search_finds(parts, seps):
 )
 @example(["Error \u0663"])
 @example(["4\u0660\u0663 Forbidden"])
+@example(["FAIL\x0b"])
+@example(["FAIL\x1c"])
 def test_the_fast_prefilter_matches_every_line_the_failure_pattern_matches(parts):
     """Whatever the exact pattern finds on a line, the RE2 prefilter finds something too."""
     from ctxmgmt.digest import _FAILURE, _FAILURE_SUPERSET
@@ -452,6 +455,16 @@ def _tool_run(name, args, results):
         'level=error ts=2026-11-27T10:00:01Z msg="scrape failed" target=db',
         '{"level":"error","msg":"upload rejected","file":"a.csv"}',
         '{"severity": "ERROR", "message": "db down"}',
+        "12:00:00.123 [main] ERROR c.f.Bar - cannot parse row 17",
+        "2026/11/27 10:00:01 [crit] 12#0: *1 SSL_do_handshake() broke off",
+        "[2026-11-27 10:00:00 +0000] [123] [ERROR] Worker timeout (pid:124)",
+        "[2026-11-27 10:00:00,123: ERROR/MainProcess] Task import.run raised unexpectedly",
+        "SEVERE: Servlet.service() for servlet [x] threw an exception",
+        "[12:00:00 ERR] Unhandled exception in request",
+        "ERRO[0000] cannot connect to the Docker daemon",
+        '{"level":50,"time":1,"msg":"payment refused"}',
+        '{"log.level":"error","message":"queue full"}',
+        '2026-11-27T10:00:00.1Z stderr F {"level":"error","msg":"boom"}',
     ],
 )
 def test_a_logs_lines_at_an_error_level_are_error_lines(line):
@@ -469,10 +482,17 @@ def test_a_logs_lines_at_an_error_level_are_error_lines(line):
         "The ERROR code table is below.",
         "    if level == ERROR: return",
         "logger.setLevel(logging.ERROR)",
+        "ERROR = 40",
+        "CRITICAL path analysis shows the database is the bottleneck",
+        "ALERT the on-call team when p99 > 250 ms",
+        "uvicorn app:main --port 8000 --log-level=error",
+        '{"id": 1, "label": "KeyError", "count": 3}',
+        '{"url": "/x", "status": "404 Not Found"}',
     ],
 )
 def test_an_error_level_named_but_not_logged_at_is_no_error_line(line):
-    """A line at another level that names one, a warning, prose and code are not error lines."""
+    """A line at another level that names one, a warning, prose, code, a flag and a JSON
+    record of data are not error lines."""
     assert error_lines(line) == []
 
 

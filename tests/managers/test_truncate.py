@@ -54,6 +54,25 @@ def test_the_failures_of_the_cut_part_stay_after_the_notice(mode):
     assert again.context.messages == result.context.messages
 
 
+def test_the_failures_kept_are_those_of_the_cut_part():
+    """Failure lines the kept head and tail hold are not copied; those of the cut middle are,
+    under a label, however many the head and tail hold; a long one the head holds is not
+    repeated."""
+    lines = [f"2026-11-27 10:00:{i % 60:02d} INFO worker processed batch {i}" for i in range(3000)]
+    for i in (1, 2, 2997, 2998, 2999):
+        lines[i] = f"2026-11-27 10:00:00 ERROR edge failure {i}"
+    lines[1500] = "2026-11-27 10:00:00 ERROR middle failure 1500"
+    lines[1600] = "2026-11-27 10:00:00 ERROR middle failure 1600"
+    lines[3] = "2026-11-27 10:00:00 ERROR long " + "x" * 400
+    out = run("\n".join(lines), max_output_length=4000, mode="head_tail").context.messages[-1]["content"]
+    assert len(out) <= 4000
+    notice_end = out.index("]\n") + 2
+    assert out[notice_end:].startswith("failure lines of the cut part:\n")
+    assert "middle failure 1500" in out and "middle failure 1600" in out
+    assert out.count("edge failure 1\n") == 1 and out.count("edge failure 2999") == 1
+    assert out.count("x" * 250) == 1
+
+
 def test_a_cut_without_failures_keeps_only_its_head_and_tail():
     """Text without a failure line is cut as before: nothing is added after the notice."""
     text = "".join(f"line {i}\n" for i in range(5000))
