@@ -66,7 +66,7 @@ _FAILURE = re.compile(
     r"|\b[Ff]ailed to\b|^[ \t]*[\w./-]{1,255}:\d+:\d+: (?!warning|note|info)|\b(?:does not|doesn't) exist\b"
     r"|\bno such\b|\bmissing [\w.]{1,100} entry\b|:\d+:\d+: [A-Z]{1,3}\d{3,4}\b|\bFAIL\s"
     r"|\b(?:error|ERROR|Error|fatal|FATAL|Fatal|panic|PANIC|FAILED|FAIL|Failed|failed)\b"
-    r"[ \t]?(?:\[[\w-]{1,40}\]|\(\w{1,40}\))?[ \t]?[:!\-]"
+    r"[ \t]?(?:\[[\w-]{1,40}\]|\(\w{1,40}\))?[ \t]?(?:[:!]|-(?!-))"  # not a flag's --next
     r"|\berror(?:\[\w+\]| TS\d+| [A-Z]{1,3}\d{3,5})"
     r"|^[ \t]*(?:E[ \t]{2,}|FAILED |FAIL |ERR!|npm ERR!|not ok |[✗✖✕×] )"
     r"|\bnpm ERR!|\berror\[E\d+\]|\bpanic:|\bSegmentation fault|\bcore dumped"

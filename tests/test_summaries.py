@@ -486,6 +486,7 @@ def test_a_logs_lines_at_an_error_level_are_error_lines(line):
         "CRITICAL path analysis shows the database is the bottleneck",
         "ALERT the on-call team when p99 > 250 ms",
         "uvicorn app:main --port 8000 --log-level=error",
+        "uvicorn app:main --log-level=error --port 8000",
         '{"id": 1, "label": "KeyError", "count": 3}',
         '{"url": "/x", "status": "404 Not Found"}',
     ],
