@@ -58,13 +58,17 @@ def cut(
     longest = _marker(size, ref, (n, n))
     chars = max_chars - len(longest)
     room = None if max_tokens is None else max_tokens - counter.text(longest) - 2
-    said = _failures(text, *_pieces(text, chars, room, mode, counter), chars, room, counter)
+    first = _pieces(text, chars, room, mode, counter)
+    said = _failures(text, *first, chars, room, counter)
+    pieces: tuple[str, str] | None = first
     if said:  # the pieces shrink to make room: what they no longer hold was not in them before
         chars -= len(said)
         room = None if room is None else room - counter.text(said) - 1
+        pieces = None
     marker = longest
     for _ in range(8):
-        head, tail = _pieces(text, chars, room, mode, counter)
+        head, tail = pieces or _pieces(text, chars, room, mode, counter)
+        pieces = None  # drawn once: a retry draws smaller ones
         marker = _marker(size, ref, (len(head), n - len(tail)))
         if mode == "tail":
             result = marker.lstrip("\n") + said + tail
@@ -106,7 +110,7 @@ def _failures(text: str, head: str, tail: str, chars: int, tokens: int | None, c
         block = _FAILURES_LABEL + "".join(f"{line}\n" for line in found)
         if len(block) <= chars // 4 and (tokens is None or counter.text(block) <= tokens // 4):
             return block
-        found.pop(0 if len(found) > 1 else -1)  # the oldest goes first, the newest last
+        found.pop(0)  # the oldest goes first
     return ""
 
 
