@@ -160,8 +160,8 @@ _COUNT = re.compile(r" \(×(\d+)\)$")
 def error_lines(text: str) -> list[str]:
     """The lines of a text that report a failure, in order, each once. Linear in the text:
     each line is looked at once, and at most 2,000 characters either side of its match;
-    of a text over 400,000 characters, the first and last 200,000. Only lines that hold one
-    of the words every failure pattern needs are searched (see :func:`_candidate_lines`)."""
+    of a text over 400,000 characters, the first and last 200,000. Only the lines where a fast
+    superset of the failure pattern finds something are searched (see :func:`_candidate_lines`)."""
     if len(text) > 2 * _SCAN_CHARS:  # a huge output: its head and tail (the whole is archived)
         return list(dict.fromkeys([*error_lines(text[:_SCAN_CHARS]), *error_lines(text[-_SCAN_CHARS:])]))
     found: dict[str, None] = {}
@@ -173,8 +173,6 @@ def error_lines(text: str) -> list[str]:
             continue
         stop = text.find("\n", line_start)
         stop = len(text) if stop < 0 else stop + 1
-        if not _may_hold(_FAILURE_SUPERSET, text[line_start:stop]):
-            continue
         match = _reported(text, line_start, stop)
         if match is None:
             continue
@@ -243,21 +241,6 @@ def _error_item(text: str, match: re.Match[str]) -> str | None:
     return line[: _ITEM_CHARS - 1] + "…" if len(line) > _ITEM_CHARS else line
 
 
-# Every alternative of _FAILURE holds one of these words (compared in lower case) or matches
-# _FAILURE_SHAPES: a line with neither cannot match, and is not searched. The big pattern
-# costs ~0.2 us per character; finding these costs a few nanoseconds. Keep them in step.
-_FAILURE_WORDS = (
-    "error", "exception", "fail", "fault", "violation", "panic", "unbound variable", "exist",
-    "no such", "missing ", "fatal", "err!", "not ok ", "✗", "✖", "✕", "×", "segmentation fault",
-    "core dumped", "not found", "permission denied", "connection refused", "couldn't connect",
-    "timed out", "cannot find", "could not", "unable to", "undefined reference", "is not defined",
-    "http/", "exit", "assert ", "bad", "unauthorized", "forbidden", "internal", "service",
-    "gateway", "conflict", "too many", "unprocessable", "crit", "severe", "emerg", "alert",
-    "erro", "err]", "fata", "pani", 'level"', "lvl", "severity",
-)  # fmt: skip
-_FAILURE_SHAPES = re.compile(r":\d+:\d+: |^[ \t]*E[ \t]{2}|\bE: |^[EF]\d{4} \d", re.MULTILINE)
-
-
 # _FAILURE without its assertions (\b, ^, $, lookarounds), with \w, \d and \s widened to
 # every non-ASCII character: whatever _FAILURE matches, this matches too. RE2 runs it in
 # linear time at ~1 GB/s, so that a line with a failure word (a generated log with "error" on
@@ -292,22 +275,32 @@ def _may_hold(superset: Any, text: str) -> bool:
 
 
 def _candidate_lines(text: str) -> list[int]:
-    """The starts of the lines that may hold a failure, in order."""
-    low = text.lower()
-    if len(low) != len(text):  # lower-casing changed some lengths: positions would not match
+    """The starts of the lines that may hold a failure, in order: those where the RE2 superset
+    finds something, searched line after line (a line found, the search goes on at the next
+    one: however many matches a line holds, it costs one search), in UTF-8 with RE2, in time
+    linear in the text; every line, for a text RE2 cannot read (a lone surrogate)."""
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
         return _line_starts(text)
-    starts: set[int] = set()
-    for word in _FAILURE_WORDS:
-        i = low.find(word)
-        while i >= 0:
-            starts.add(text.rfind("\n", 0, i) + 1)
-            following = text.find("\n", i)
-            if following < 0:
-                break
-            i = low.find(word, following + 1)  # the next line, at the earliest
-    for shape in _FAILURE_SHAPES.finditer(text):
-        starts.add(text.rfind("\n", 0, shape.start()) + 1)
-    return sorted(starts)
+    ascii_only = len(data) == len(text)
+    starts: list[int] = []
+    pos = 0  # in bytes
+    line_b = line_c = 0  # the start of the last line found, in bytes and in characters
+    while (found := _FAILURE_SUPERSET.search(data, pos)) is not None:
+        start = data.rfind(b"\n", pos, found.start()) + 1 or pos
+        if ascii_only:
+            line_c = start
+        else:  # the same line in characters: as many newlines on from the last one found
+            for _ in range(data.count(b"\n", line_b, start)):
+                line_c = text.index("\n", line_c) + 1
+        line_b = start
+        starts.append(line_c)
+        following = data.find(b"\n", found.start())
+        if following < 0:
+            break
+        pos = following + 1
+    return starts
 
 
 def _line_starts(text: str) -> list[int]:
@@ -532,6 +525,18 @@ _FAILED_SHAPE = re.compile(
     r"|[\w.-]{1,100}(?:\[\d+\])?: \*\*\* .{0,300}Error \d+$)"
 )
 _EDGE_LINES = 3
+
+
+def _exit_status(line: str) -> re.Match[str] | None:
+    """_EXIT's match in a line; an ASCII line without its words is not searched (a search
+    ignoring case costs ~40 ns a character)."""
+    if line.isascii():
+        low = line.lower()
+        if "exit" not in low and "return" not in low:
+            return None
+    return _EXIT.search(line)
+
+
 _FLAGS = ("is_error", "error")
 
 
@@ -550,8 +555,8 @@ def outcome(result: str | None, message: Mapping[str, Any] | None = None) -> str
         return "ok"
     lines = [ln.strip() for ln in text[:4000].splitlines()[:_EDGE_LINES] if ln.strip()]
     tail = [ln.strip() for ln in text[-4000:].splitlines()[-_EDGE_LINES:] if ln.strip()]
-    for line in [*reversed(tail), *lines]:
-        found = _EXIT.search(line[:300])
+    for line in dict.fromkeys([*reversed(tail), *lines]):  # a short text's lines are both
+        found = _exit_status(line[:300])
         if found:
             code = int(found.group(1))
             return "ok" if code == 0 else f"exit {code}"
@@ -789,9 +794,10 @@ def _action(tool: str, args: Mapping[str, Any], command: str | None) -> str:
     return "read"
 
 
-def _call_text(name: str, args: Mapping[str, Any]) -> list[str]:
-    """The ledger's names of a call: each line of a shell command, else ``name(k=v, …)``."""
-    for key in shell_keys(name, args):
+def _call_text(name: str, args: Mapping[str, Any], shells: list[str] | None = None) -> list[str]:
+    """The ledger's names of a call: each line of a shell command, else ``name(k=v, …)``;
+    ``shells``: the call's :func:`~ctxmgmt.messages.shell_keys`, when known."""
+    for key in shell_keys(name, args) if shells is None else shells:
         value = args.get(key)
         if isinstance(value, list):
             value = " ".join(str(v) for v in value)
@@ -842,6 +848,12 @@ _OWN_SUPERSET = re2.compile(r"#k=|[tm]-[0-9a-f]{32}")
 """What every match of _OWN holds: a text without it is not searched by _OWN (RE2: ~1 GB/s)."""
 
 
+def _may_own(text: str) -> bool:
+    """Whether a text may hold one of ctxmgmt's own marks (:data:`_OWN_SUPERSET`); a text
+    without ``#k=``, ``t-`` or ``m-`` cannot (a substring test costs less than RE2's call)."""
+    return ("#k=" in text or "t-" in text or "m-" in text) and _may_hold(_OWN_SUPERSET, text)
+
+
 def _paths(text: str) -> list[str]:
     """The paths in a text, in order: what ``_PATH`` finds that holds a letter (not ``1/2/3``).
     When dots and slashes are rare (a log with a path here and there), searched only within
@@ -883,8 +895,10 @@ def _specifics_of(text: str) -> tuple[list[str], list[str]]:
     hit = _SPECIFICS.get(key, BY_CONTENT)
     if hit is not None:
         return hit
-    scanned = _URL.sub(" ", text[:_LEDGER_SCAN])
-    if _may_hold(_OWN_SUPERSET, scanned):
+    scanned = text[:_LEDGER_SCAN]
+    if "http" in scanned:  # every URL holds it
+        scanned = _URL.sub(" ", scanned)
+    if _may_own(scanned):
         scanned = _OWN.sub(" ", scanned)
     paths = list(dict.fromkeys(_clip(p.rstrip(".,;:"), 200) for p in _paths(scanned)))[:_MAX_ITEMS]
     ids: dict[str, None] = {}
@@ -1192,8 +1206,8 @@ class _Reader:
         """The call, the paths it named with what it did to them, and the ids it used or got;
         skimmed, not the paths a file's new content names."""
         ledger = self.ledger
-        lines = _call_text(name, args)
         shells = shell_keys(name, args)
+        lines = _call_text(name, args, shells)
         shell = shells[0] if shells else None
         named = [
             v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and ("/" in v or _PATH.fullmatch(v))

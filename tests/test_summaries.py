@@ -998,10 +998,11 @@ def test_a_long_run_of_short_messages_is_summarised_rather_than_dropped(name):
 def test_a_text_the_own_marks_prefilter_passes_over_holds_none_of_them(parts):
     """Whatever ctxmgmt's own-marks pattern finds in a text, the RE2 prefilter finds something
     too, so that a text it passes over is left as it was."""
-    from ctxmgmt.digest import _OWN, _OWN_SUPERSET, _may_hold
+    from ctxmgmt.digest import _OWN, _OWN_SUPERSET, _may_hold, _may_own
 
     text = "".join(parts)
     assert _may_hold(_OWN_SUPERSET, text) or _OWN.search(text) is None
+    assert _may_own(text) or _OWN.search(text) is None
 
 
 def test_a_result_with_a_lone_surrogate_is_summarised_with_its_failure_and_paths():
