@@ -310,14 +310,18 @@ def _line_starts(text: str) -> list[int]:
 _NEWLINE = re.compile("\n")
 
 
-_FACTS: Memo[tuple[list[str], list[str]]] = Memo(16 * 1024 * 1024, shared=True)
+_FACTS: Memo[tuple[tuple[str, ...], tuple[str, ...]]] = Memo(16 * 1024 * 1024, shared=True)
 """What was read from each long text, by a digest of it: a text is read once however many
 summaries it goes into, and equal texts of different requests share the reading. Bounded by
-the bytes of what was read (the texts themselves are not kept)."""
+the bytes of what was read (the texts themselves are not kept). What the memos keep is
+tuples, and one shared pair for a text without any: the garbage collector stops tracking a
+tuple of strings, and a first call that reads 10,000 messages into them does not set off
+full collections of its caller's whole heap (40% of that call in a LangChain agent)."""
+_NOTHING: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 _FACTS_MIN_CHARS = 512
 
 
-_FAILURES: Memo[list[str]] = Memo(4 * 1024 * 1024, shared=True)
+_FAILURES: Memo[tuple[str, ...]] = Memo(4 * 1024 * 1024, shared=True)
 
 
 def failure_lines(text: str) -> list[str]:
@@ -327,21 +331,23 @@ def failure_lines(text: str) -> list[str]:
     if key is not None:
         hit = _FAILURES.get(key, BY_CONTENT)
         if hit is not None:
-            return hit
+            return list(hit)
     found = error_lines(text)
     if key is not None:
-        _FAILURES.put(key, BY_CONTENT, found, sum(map(len, found)) + 100)
+        _FAILURES.put(key, BY_CONTENT, tuple(found), sum(map(len, found)) + 100)
     return found
 
 
-def _result_facts(result: str) -> tuple[list[str], list[str]]:
+def _result_facts(result: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A tool result's error lines and URLs."""
     key = content_key(result) if len(result) >= _FACTS_MIN_CHARS else None
     if key is not None:
         hit = _FACTS.get(key, BY_CONTENT)
         if hit is not None:
             return hit
-    facts = (error_lines(result), [u.rstrip(".,;:") for u in _URL.findall(result[:100_000])])
+    urls = [u.rstrip(".,;:") for u in _URL.findall(result[:100_000])] if "http" in result else ()
+    errors = error_lines(result)
+    facts = (tuple(errors), tuple(urls)) if errors or urls else _NOTHING
     if key is not None:
         _FACTS.put(key, BY_CONTENT, facts, sum(map(len, facts[0])) + sum(map(len, facts[1])) + 200)
     return facts
@@ -351,13 +357,13 @@ def _result_facts(result: str) -> tuple[list[str], list[str]]:
 class _TextFacts:
     """What the reader takes from a user's or an assistant's text, in order."""
 
-    constraints: list[str]
-    decisions: list[str]
-    next: list[str]
-    errors: list[str]
-    urls: list[str]
-    marked: list[str]
-    paths: list[str]
+    constraints: tuple[str, ...]
+    decisions: tuple[str, ...]
+    next: tuple[str, ...]
+    errors: tuple[str, ...]
+    urls: tuple[str, ...]
+    marked: tuple[str, ...]
+    paths: tuple[str, ...]
 
     def size(self) -> int:
         parts = (self.constraints, self.decisions, self.next, self.errors, self.urls, self.marked, self.paths)
@@ -387,13 +393,13 @@ def _text_facts(text: str, user: bool) -> _TextFacts:
             following.append(s)
     scanned = text[:_SCAN_CHARS]
     facts = _TextFacts(
-        constraints,
-        decisions,
-        following,
-        error_lines(text) if user and len(text) > _ITEM_CHARS else [],
-        [u.rstrip(".,;:") for u in _URL.findall(scanned)],
-        _BACKTICK.findall(scanned),
-        [p.rstrip(".,;:") for p in _paths(_URL.sub(" ", scanned))],
+        tuple(constraints),
+        tuple(decisions),
+        tuple(following),
+        tuple(error_lines(text)) if user and len(text) > _ITEM_CHARS else (),
+        tuple(u.rstrip(".,;:") for u in _URL.findall(scanned)),
+        tuple(_BACKTICK.findall(scanned)),
+        tuple(p.rstrip(".,;:") for p in _paths(_URL.sub(" ", scanned))),
     )
     if key is not None:
         _TEXTS.put(key, BY_CONTENT, facts, facts.size() + 200)
@@ -823,7 +829,7 @@ _NUMERIC = re.compile(r"[vV]?[\d.,:-]+").fullmatch
 """A number, a version, a date: the family rule (a name the same but for its numbers) is not for it."""
 _WORD_CHARS = 300
 """An id is looked for in the words (split at white space) that hold a digit, each's start."""
-_SPECIFICS: Memo[tuple[list[str], list[str]]] = Memo(8 * 1024 * 1024, shared=True)
+_SPECIFICS: Memo[tuple[tuple[str, ...], tuple[str, ...]]] = Memo(8 * 1024 * 1024, shared=True)
 
 
 _OWN = re.compile("|".join((marks.STAMP.pattern, marks.TAG.pattern, r"\b[tm]-[0-9a-f]{32}\b")))
@@ -884,14 +890,15 @@ def _paths_by_runs(text: str) -> list[str]:
     return found
 
 
-def _specifics_of(text: str) -> tuple[list[str], list[str]]:
+def _specifics_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The paths and the id-shaped words (at most 40) of a text's start, read once per text.
     Not a random-looking mix of cases (base64 or binary noise), nor a word with one digit
     (``py3``, ``mock-3``): no agent types those again."""
     if not text:
-        return [], []
-    # A short text (an argument, a one-line answer) is its own key.
-    key: Any = content_key(text) if len(text) >= _FACTS_MIN_CHARS else ("short", text)
+        return _NOTHING
+    # A short text (an argument, a one-line answer) is its own key (a str: no digest, bytes,
+    # is equal to it).
+    key: Any = content_key(text) if len(text) >= _FACTS_MIN_CHARS else text
     hit = _SPECIFICS.get(key, BY_CONTENT)
     if hit is not None:
         return hit
@@ -911,7 +918,7 @@ def _specifics_of(text: str) -> tuple[list[str], list[str]]:
         ids.setdefault(found, None)
         if len(ids) >= _ID_LIMIT:
             break
-    facts = (paths, list(ids)[:_ID_LIMIT])
+    facts = (tuple(paths), tuple(ids)[:_ID_LIMIT]) if paths or ids else _NOTHING
     size = (
         sum(len(x) + 60 for part in facts for x in part)
         + 200
