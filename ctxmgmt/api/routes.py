@@ -384,6 +384,24 @@ TABLE: tuple[Operation, ...] = (
             ("messages", "/v1/messages", "Anthropic Messages"),
         )
     ),
+    Operation(
+        "GET",
+        "/proxy/{definition}/v1/models",
+        "proxy.models",
+        "The configured models, as OpenAI or Anthropic lists them",
+        {},
+        documented=False,
+        raw=True,
+    ),
+    Operation(
+        "GET",
+        "/proxy/{definition}/v1/models/{model:path}",
+        "proxy.model",
+        "One configured model, as OpenAI or Anthropic describes it",
+        {},
+        documented=False,
+        raw=True,
+    ),
 )
 
 

@@ -16,8 +16,12 @@ from tests.conftest import LiveServer
 PAGE = {("GET", "/ui"), ("GET", "/ui/{file}")}
 """The web page's HTML and files: served, in the table, not documented."""
 PROXY = {
-    ("POST", f"/proxy/{{definition}}{path}")
-    for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+    *(
+        ("POST", f"/proxy/{{definition}}{path}")
+        for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+    ),
+    ("GET", "/proxy/{definition}/v1/models"),
+    ("GET", "/proxy/{definition}/v1/models/{model:path}"),
 }
 """The proxy's provider APIs: served, in the table, documented by their providers."""
 

@@ -491,3 +491,38 @@ def test_the_host_and_origin_guard_answers_a_providers_client_in_its_shape(proxy
     assert upstream.seen == []
     r = httpx.get(f"{proxy.url}/_plugins/_ml/context_management/default", headers={header: value})
     assert r.status_code == 403 and r.json()["error"]["type"] == "security_exception"  # the API's own
+
+
+def test_the_models_are_listed_as_each_sdk_reads_them(proxy):
+    """``GET .../v1/models``: the configured models of the client's provider, in its own list
+    shape, read by the real SDKs (a client that lets its user pick a model asks first)."""
+    openai_client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    listed = openai_client.models.list()
+    assert [m.id for m in listed.data] == ["gpt-test"]  # not the Anthropic endpoint's model
+    assert listed.data[0].model_extra["context_window"] == 16_000
+    assert openai_client.models.retrieve("gpt-test").id == "gpt-test"
+    refused = r"'claude-test' is not among the proxy's openai models \(configured: gpt-test\)"
+    with pytest.raises(openai.NotFoundError, match=refused):
+        openai_client.models.retrieve("claude-test")
+    anthropic_client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="k")
+    page = anthropic_client.models.list()
+    assert [m.id for m in page.data] == ["claude-test"] and page.has_more is False
+    assert anthropic_client.models.retrieve("claude-test").type == "model"
+    with pytest.raises(anthropic.NotFoundError):
+        anthropic_client.models.retrieve("gpt-test")
+    with pytest.raises(openai.NotFoundError, match=r"'defualt' not found.*did you mean 'default'"):
+        openai.OpenAI(base_url=f"{proxy.url}/proxy/defualt/v1", api_key="k").models.list()
+    r = httpx.get(f"{proxy.url}/proxy/defualt/v1/models", headers={"anthropic-version": "2023-06-01"})
+    assert r.status_code == 404 and r.json()["type"] == "error"
+
+
+def test_project_keys_protect_the_models_list(store, upstream):
+    """The models list needs the key the proxy's other routes need."""
+    import hashlib
+
+    digest = hashlib.sha256(b"p-key").hexdigest()
+    config = ServerConfig.from_dict({"api_keys": [{"name": "agent", "scope": "proxy", "key_sha256": digest}]})
+    with LiveServer(create_app(store, models=models_for(upstream), config=config)) as server:
+        url = f"{server.url}/proxy/default/v1/models"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"authorization": "Bearer p-key"}).json()["data"][0]["id"] == "gpt-test"

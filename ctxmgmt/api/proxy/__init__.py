@@ -8,13 +8,15 @@ Messages (``/v1/messages``), streamed or not. A client points its base URL at
 definition's hooks (``post_tool`` for the tool results new since the conversation's last
 request, then ``pre_llm``) at the model's window, with the conversation's managed state kept
 in the store between requests; the managed request goes to the model's upstream and its
-answer comes back as it came.
+answer comes back as it came. ``GET .../v1/models`` lists the configured models in the
+client's provider's shape (see :mod:`ctxmgmt.api.proxy.models`).
 """
 
 from __future__ import annotations
 
 from .apis import APIS, Api
 from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
+from .models import model, models
 from .routes import chat, messages, responses
 
 __all__ = [
@@ -24,6 +26,8 @@ __all__ = [
     "Api",
     "chat",
     "messages",
+    "model",
+    "models",
     "proxy_request",
     "responses",
 ]

@@ -1,0 +1,105 @@
+"""The models a proxy route serves, as the providers list them: ``GET /proxy/{definition}/v1/models``
+and ``GET /proxy/{definition}/v1/models/{model}``.
+
+Clients that let the user pick a model (IDE assistants, coding CLIs, OpenAI-compatible chat
+front ends) ask the base URL for its models before anything else. The list is the models
+configuration's, those of one provider: Anthropic's shape (``{"data": [{"type": "model",
+"id", "display_name", "created_at"}], "has_more", "first_id", "last_id"}``) for a request
+that sends ``anthropic-version`` (every Anthropic SDK does), else OpenAI's (``{"object":
+"list", "data": [{"id", "object": "model", "created", "owned_by"}]}``). Each entry also says
+its ``context_window``, the window the proxy manages a request to. The route's definition must
+be stored, and the keys protect it as they do the proxy's other routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...errors import NotFound
+from ...llm.config import ModelConfig
+from ..params import NAME
+from ..requests import state
+from .apis import APIS, Api
+from .handler import _answer, _authorize, _no_definition, _Refused
+
+__all__ = ["model", "models"]
+
+_EPOCH = "1970-01-01T00:00:00Z"
+"""Anthropic's ``created_at`` when the release date is unknown (its documented choice)."""
+
+
+def _api(request: Request) -> Api:
+    """The provider whose shape the client expects."""
+    return APIS["messages"] if "anthropic-version" in request.headers else APIS["chat"]
+
+
+async def _served(request: Request, api: Api) -> list[ModelConfig]:
+    """The configured models of ``api``'s provider, once the request may see them."""
+    _authorize(request)
+    st = state(request)
+    name = request.path_params["definition"]
+    if not NAME.fullmatch(name):
+        raise _Refused(400, "illegal_argument_exception", f"{name[:60]!r}: not a definition name")
+    try:
+        await asyncio.to_thread(st.store.resolve_version, name)
+    except NotFound:
+        raise await _no_definition(st, name) from None
+    configured = (st.models.get(model_id) for model_id in st.models)
+    return [config for config in configured if config is not None and config.provider == api.provider]
+
+
+def _entry(api: Api, config: ModelConfig) -> dict[str, Any]:
+    if api.provider == "anthropic":
+        entry: dict[str, Any] = {
+            "type": "model",
+            "id": config.id,
+            "display_name": config.id,
+            "created_at": _EPOCH,
+        }
+    else:
+        entry = {"id": config.id, "object": "model", "created": 0, "owned_by": "ctxmgmt"}
+    entry["context_window"] = config.context_window
+    return entry
+
+
+async def models(request: Request) -> Response:
+    """The models of the client's provider (see the module docstring)."""
+    api = _api(request)
+    try:
+        served = [_entry(api, config) for config in await _served(request, api)]
+    except Exception as exc:  # in the provider's shape, as the proxy's other answers
+        return _answer(api, exc)
+    if api.provider == "anthropic":
+        ids = [entry["id"] for entry in served]
+        return JSONResponse(
+            {
+                "data": served,
+                "has_more": False,
+                "first_id": ids[0] if ids else None,
+                "last_id": ids[-1] if ids else None,
+            }
+        )
+    return JSONResponse({"object": "list", "data": served})
+
+
+async def model(request: Request) -> Response:
+    """One model of the client's provider, or a 404 in its shape."""
+    api = _api(request)
+    wanted = request.path_params["model"]
+    try:
+        served = await _served(request, api)
+        found = [config for config in served if config.id == wanted]
+        if not found:
+            known = ", ".join(sorted(config.id for config in served)[:20]) or "none"
+            raise _Refused(
+                404,
+                "model_not_found",
+                f"{wanted[:100]!r} is not among the proxy's {api.provider} models (configured: {known})",
+            )
+    except Exception as exc:
+        return _answer(api, exc)
+    return JSONResponse(_entry(api, found[0]))
