@@ -146,8 +146,11 @@ FRAGMENTS = [
 )
 @example(["FAIL", "x"], ["\n"])
 @example(["\u0130", "ERROR: x"], ["\n"])
+@example(["\udcff", "FAIL", "error: x"], ["\n", "", "\n"])  # a lone surrogate: searched as "?"
+@example(["\udcff\u00e9 ok", "x.py:1:2: error", "\udcffValueError: y"], ["\n", "\n"])
 def test_picking_lines_by_their_words_finds_what_searching_everything_finds(parts, seps):
-    """Only lines with a failure word are searched, and the failure lines found are the same."""
+    """Only the lines where the RE2 superset finds something are searched (a text with a lone
+    surrogate too), and the failure lines found are the same."""
     text = "".join(p + (seps[i] if i < len(seps) else "\n") for i, p in enumerate(parts))
     assert error_lines(text) == _error_lines_searching_everything(text)
 

@@ -13,6 +13,7 @@ import pytest
 
 from ctxmgmt.api import create_app
 from ctxmgmt.api.config import ServerConfig
+from ctxmgmt.api.proxy import DEFINITION_HEADER
 from ctxmgmt.formats import anthropic as anthropic_format
 from ctxmgmt.messages import check_messages
 from ctxmgmt.store import ExecutionStore
@@ -507,6 +508,7 @@ def test_the_models_are_listed_as_each_sdk_reads_them(proxy):
     anthropic_client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="k")
     page = anthropic_client.models.list()
     assert [m.id for m in page.data] == ["claude-test"] and page.has_more is False
+    assert page.data[0].max_input_tokens == 16_000
     assert anthropic_client.models.retrieve("claude-test").type == "model"
     with pytest.raises(anthropic.NotFoundError):
         anthropic_client.models.retrieve("gpt-test")
@@ -517,12 +519,24 @@ def test_the_models_are_listed_as_each_sdk_reads_them(proxy):
 
 
 def test_project_keys_protect_the_models_list(store, upstream):
-    """The models list needs the key the proxy's other routes need."""
+    """The models list needs a project key, of any scope (a read key too: it calls no model);
+    the definition header names the definition, as for the proxy's other routes."""
     import hashlib
 
-    digest = hashlib.sha256(b"p-key").hexdigest()
-    config = ServerConfig.from_dict({"api_keys": [{"name": "agent", "scope": "proxy", "key_sha256": digest}]})
+    keys = [
+        {"name": n, "scope": scope, "key_sha256": hashlib.sha256(k.encode()).hexdigest()}
+        for n, scope, k in (("agent", "proxy", "p-key"), ("reader", "read", "r-key"))
+    ]
+    config = ServerConfig.from_dict({"api_keys": keys})
     with LiveServer(create_app(store, models=models_for(upstream), config=config)) as server:
         url = f"{server.url}/proxy/default/v1/models"
         assert httpx.get(url).status_code == 401
-        assert httpx.get(url, headers={"authorization": "Bearer p-key"}).json()["data"][0]["id"] == "gpt-test"
+        assert httpx.get(url, headers={"authorization": "Bearer nope"}).status_code == 401
+        for key in ("p-key", "r-key"):
+            r = httpx.get(url, headers={"authorization": f"Bearer {key}"})
+            assert r.json()["data"][0]["id"] == "gpt-test"
+        named = {"authorization": "Bearer r-key", DEFINITION_HEADER: "default"}
+        assert httpx.get(f"{server.url}/proxy/nope/v1/models", headers=named).status_code == 200
+        chat = f"{server.url}/proxy/default/v1/chat/completions"
+        body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(chat, json=body, headers={"x-ctxmgmt-key": "r-key"}).status_code == 403

@@ -104,9 +104,10 @@ async def proxy_request(request: Request, api: Api) -> Response:
         return _answer(api, exc)
 
 
-def _authorize(request: Request) -> bool:
+def _authorize(request: Request, *, reading: bool = False) -> bool:
     """Check the project's key, when keys are configured; True when the client's
-    ``Authorization`` / ``x-api-key`` held it (so they are not the upstream's)."""
+    ``Authorization`` / ``x-api-key`` held it (so they are not the upstream's). ``reading``:
+    a request that calls no model (the models list), which a read key may make too."""
     config = state(request).config
     if not config.auth_enabled:
         return False
@@ -120,7 +121,7 @@ def _authorize(request: Request) -> bool:
             f"a valid ctxmgmt API key is required: send it as {KEY_HEADER}, or as the client's API key "
             "when the model's upstream key is configured (api_key_env)",
         )
-    if key.scope not in ("write", "proxy"):
+    if key.scope not in ("write", "proxy") and not reading:
         raise _Refused(
             403, "security_exception", f"the key {key.name!r} may only read; the proxy calls a model"
         )

@@ -7,8 +7,9 @@ configuration's, those of one provider: Anthropic's shape (``{"data": [{"type": 
 "id", "display_name", "created_at"}], "has_more", "first_id", "last_id"}``) for a request
 that sends ``anthropic-version`` (every Anthropic SDK does), else OpenAI's (``{"object":
 "list", "data": [{"id", "object": "model", "created", "owned_by"}]}``). Each entry also says
-its ``context_window``, the window the proxy manages a request to. The route's definition must
-be stored, and the keys protect it as they do the proxy's other routes.
+its ``context_window``, the window the proxy manages a request to (Anthropic's entries also as
+``max_input_tokens``, with ``max_tokens``). The route's definition (or ``X-Ctxmgmt-Definition``'s)
+must be stored; with keys configured, any project key may list (it calls no model).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ...llm.config import ModelConfig
 from ..params import NAME
 from ..requests import state
 from .apis import APIS, Api
-from .handler import _answer, _authorize, _no_definition, _Refused
+from .handler import DEFINITION_HEADER, _answer, _authorize, _no_definition, _Refused
 
 __all__ = ["model", "models"]
 
@@ -39,9 +40,9 @@ def _api(request: Request) -> Api:
 
 async def _served(request: Request, api: Api) -> list[ModelConfig]:
     """The configured models of ``api``'s provider, once the request may see them."""
-    _authorize(request)
+    _authorize(request, reading=True)
     st = state(request)
-    name = request.path_params["definition"]
+    name = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
     if not NAME.fullmatch(name):
         raise _Refused(400, "illegal_argument_exception", f"{name[:60]!r}: not a definition name")
     try:
@@ -59,6 +60,8 @@ def _entry(api: Api, config: ModelConfig) -> dict[str, Any]:
             "id": config.id,
             "display_name": config.id,
             "created_at": _EPOCH,
+            "max_input_tokens": config.context_window,
+            "max_tokens": config.max_tokens,
         }
     else:
         entry = {"id": config.id, "object": "model", "created": 0, "owned_by": "ctxmgmt"}
