@@ -43,19 +43,28 @@ class Memo(Generic[V]):
         """``shared``: a module-level memo, which :func:`clear_shared` empties."""
         self.max_bytes = max_bytes
         self.bytes = 0
-        # An OrderedDict: evicting from the front stays O(1) however many entries went
-        # (a plain dict's next(iter()) scans the holes its deletions leave at its front).
-        self._data: OrderedDict[Any, tuple[object, V, int]] = OrderedDict()
+        # Three mappings, not a tuple per entry: a dict's entries are no objects of their own,
+        # so a memo of 10,000 entries adds no 10,000 objects for the garbage collector to
+        # track (a first call that memoises a whole history would set off full collections
+        # of its caller's heap). The values are in an OrderedDict: evicting from the front
+        # stays O(1) however many entries went (a plain dict's next(iter()) scans the holes
+        # its deletions leave at its front).
+        self._values: OrderedDict[Any, V] = OrderedDict()
+        self._objects: dict[Any, object] = {}
+        self._sizes: dict[Any, int] = {}
         self._lock = threading.Lock()
         if shared:
             _SHARED.append(self)
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._values)
 
     def get(self, key: Any, obj: object) -> V | None:
-        hit = self._data.get(key)
-        return hit[1] if hit is not None and hit[0] is obj else None
+        # Without the lock: the entry's object is ``obj`` (alive: the caller holds it, so its
+        # id is no other's), and its value is its own or gone (evicted meanwhile).
+        if self._objects.get(key) is not obj:
+            return None
+        return self._values.get(key)
 
     def put(self, key: Any, obj: object, value: V, size: int) -> None:
         self.put_many(((key, obj, value, size),))
@@ -63,22 +72,30 @@ class Memo(Generic[V]):
     def put_many(self, entries: Iterable[tuple[Any, object, V, int]]) -> None:
         """``put`` each ``(key, obj, value, size)``, under one lock (a list counted whole)."""
         with self._lock:
-            data = self._data
+            values, objects, sizes = self._values, self._objects, self._sizes
             for key, obj, value, size in entries:
-                old = data.pop(key, None)  # stale once the key has a new value, kept or not
+                old = sizes.pop(key, None)  # stale once the key has a new value, kept or not
                 if old is not None:
-                    self.bytes -= old[2]
+                    del values[key], objects[key]
+                    self.bytes -= old
                 if size > self.max_bytes:
                     continue  # larger than the whole memo: not worth keeping
-                data[key] = (obj, value, size)
+                # The object first: a reader that finds it finds its value or none, never
+                # another object's value.
+                objects[key] = obj
+                values[key] = value
+                sizes[key] = size
                 self.bytes += size
             while self.bytes > self.max_bytes:
-                _, (_, _, gone) = data.popitem(last=False)
-                self.bytes -= gone
+                key, _ = values.popitem(last=False)
+                del objects[key]
+                self.bytes -= sizes.pop(key)
 
     def clear(self) -> None:
         with self._lock:
-            self._data.clear()
+            self._values.clear()
+            self._objects.clear()
+            self._sizes.clear()
             self.bytes = 0
 
 

@@ -252,12 +252,12 @@ def test_the_memo_counts_what_a_message_keeps_alive():
     # not the memo's total before and after, which an eviction or an earlier test can move.
     counter = TokenCounter(get_counter(None).tokenizer, get_counter(None)._encoding)
     counter.message(reply)
-    assert counter._memo._data[id(reply)][2] > 400_000
+    assert counter._memo._sizes[id(reply)] > 400_000
     again = internal(Context(messages=[dict(x) for x in items], format="openai_responses"))
     listed = list(again.context.messages)
     counter.messages(listed)
-    assert counter._memo._data[id(listed[1])][2] > 400_000
-    assert counter._memo._data[id(listed[0])][2] < 1_000  # a plain message is sized by its text
+    assert counter._memo._sizes[id(listed[1])] > 400_000
+    assert counter._memo._sizes[id(listed[0])] < 1_000  # a plain message is sized by its text
 
 
 def test_a_long_text_is_encoded_once_however_it_is_counted(counter, monkeypatch):
