@@ -37,7 +37,7 @@ import re2  # type: ignore[import-untyped]
 
 from . import marks
 from ._memo import BY_CONTENT, Memo, content_key
-from .messages import command_lines, is_shell_call, is_summary, shell_keys, text_of
+from .messages import command_lines, is_shell_call, is_summary, shell_keys, text_of, without_escapes
 
 __all__ = ["digest", "error_lines", "fold_errors", "merge_ledger", "outcome", "trace_line"]
 
@@ -161,9 +161,12 @@ def error_lines(text: str) -> list[str]:
     """The lines of a text that report a failure, in order, each once. Linear in the text:
     each line is looked at once, and at most 2,000 characters either side of its match;
     of a text over 400,000 characters, the first and last 200,000. Only the lines where a fast
-    superset of the failure pattern finds something are searched (see :func:`_candidate_lines`)."""
+    superset of the failure pattern finds something are searched (see :func:`_candidate_lines`).
+    A terminal's colours and styles (ANSI escape sequences) are read past, and left out of the
+    lines."""
     if len(text) > 2 * _SCAN_CHARS:  # a huge output: its head and tail (the whole is archived)
         return list(dict.fromkeys([*error_lines(text[:_SCAN_CHARS]), *error_lines(text[-_SCAN_CHARS:])]))
+    text = without_escapes(text)
     found: dict[str, None] = {}
     pos = 0
     for line_start in _candidate_lines(text):
@@ -338,7 +341,8 @@ def _result_facts(result: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         hit = _FACTS.get(key, BY_CONTENT)
         if hit is not None:
             return hit
-    urls = [u.rstrip(".,;:") for u in _URL.findall(result[:100_000])] if "http" in result else ()
+    head = without_escapes(result[:100_000])
+    urls = [u.rstrip(".,;:") for u in _URL.findall(head)] if "http" in head else ()
     errors = error_lines(result)
     facts = (tuple(errors), tuple(urls)) if errors or urls else _NOTHING
     if key is not None:
@@ -374,6 +378,7 @@ def _text_facts(text: str, user: bool) -> _TextFacts:
         hit = _TEXTS.get(key, BY_CONTENT)
         if hit is not None:
             return hit
+    text = without_escapes(text)
     constraints, decisions, following = [], [], []
     for s in _sentences(text):
         if user:
@@ -549,7 +554,7 @@ def outcome(result: str | None, message: Mapping[str, Any] | None = None) -> str
         status = message.get("status")
         if any(message.get(k) for k in _FLAGS) or status in ("error", "failed", "incomplete"):
             return "failed"
-    text = (result or "").strip()
+    text = without_escapes(result or "").strip()
     if not text:
         return "ok"
     lines = [ln.strip() for ln in text[:4000].splitlines()[:_EDGE_LINES] if ln.strip()]
@@ -895,7 +900,7 @@ def _specifics_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     hit = _SPECIFICS.get(key, BY_CONTENT)
     if hit is not None:
         return hit
-    scanned = text[:_LEDGER_SCAN]
+    scanned = without_escapes(text[:_LEDGER_SCAN])
     if "http" in scanned:  # every URL holds it
         scanned = _URL.sub(" ", scanned)
     if _may_own(scanned):

@@ -24,6 +24,7 @@ __all__ = [
     "shell_keys",
     "text_of",
     "units",
+    "without_escapes",
 ]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -219,6 +220,18 @@ def gaps(end: int, kept: Sequence[int]) -> list[tuple[int, int]]:
     if pos < end:
         out.append((pos, end))
     return out
+
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]{0,64}[ -/]{0,8}[@-~]|\][^\x07\x1b]{0,4096}(?:\x07|\x1b\\)?|[@-Z\\-_])")
+"""A terminal's escape sequence: CSI (colours, styles, cursor moves: ``ESC[1;31m``), OSC (a
+title, a hyperlink: ``ESC]8;;URL ESC\\``), or a two-character one. Tools print them when
+forced to (``--color=always``, ``FORCE_COLOR``, CI runners): ``ESC[31mERROR ESC[0m`` is an
+error line, and ``ESC[01;34msrc ESC[0m`` a path, only without them."""
+
+
+def without_escapes(text: str) -> str:
+    """A text without its terminal escape sequences (itself when it holds none)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def is_summary(m: Any) -> bool:

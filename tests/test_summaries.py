@@ -476,6 +476,53 @@ def test_a_logs_lines_at_an_error_level_are_error_lines(line):
     assert error_lines(f"2026-11-27 10:00:00 INFO starting\n{line}\n2026-11-27 10:00:02 INFO done") == [line]
 
 
+ESC = "\x1b"
+
+
+@pytest.mark.parametrize(
+    ("coloured", "line"),
+    [
+        (  # Rust's tracing, with its colours
+            f"{ESC}[2m2026-11-27T10:00:01.123456Z{ESC}[0m {ESC}[31mERROR{ESC}[0m {ESC}[2mapp::db{ESC}[0m"
+            f"{ESC}[2m:{ESC}[0m connection refused",
+            "2026-11-27T10:00:01.123456Z ERROR app::db: connection refused",
+        ),
+        (  # pytest --color=yes
+            f"{ESC}[31mFAILED{ESC}[0m tests/test_parser.py::test_row - AssertionError: assert 4 == 2",
+            "FAILED tests/test_parser.py::test_row - AssertionError: assert 4 == 2",
+        ),
+        (  # cargo, forced colours
+            f"{ESC}[1m{ESC}[31merror[E0382]{ESC}[0m{ESC}[1m: borrow of moved value: `v`{ESC}[0m",
+            "error[E0382]: borrow of moved value: `v`",
+        ),
+        (
+            f"{ESC}[0;31mERROR{ESC}[0m: {ESC}]8;;file:///a.py{ESC}\\a.py{ESC}]8;;{ESC}\\ not found",
+            "ERROR: a.py not found",
+        ),
+    ],
+)
+def test_a_terminals_colours_are_read_past(coloured, line):
+    """A tool that prints colours (forced: CI, ``--color=always``): its error lines are found,
+    and shown without the escape sequences; so are its paths, URLs and exit status."""
+    assert error_lines(f"compiling\n{coloured}\ndone") == [line]
+    listing = (
+        f"{ESC}[01;34msrc{ESC}[0m\n{ESC}[01;32msrc/app/run.py{ESC}[0m see {ESC}[4mhttps://x.io/d{ESC}[0m"
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls -R"}'}}
+    result = f"{listing}\n{coloured}\n{ESC}[31mexit code 2{ESC}[0m"
+    sections = digest(
+        [
+            {"role": "user", "content": "Build it."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": result},
+        ]
+    )
+    assert line in "\n".join(sections["errors"]) and ESC not in json.dumps(sections, ensure_ascii=False)
+    assert "https://x.io/d" in sections["critical_context"]
+    assert any("src/app/run.py" in item for item in sections["specifics"])
+    assert outcome(f"ok\n{ESC}[31mexit code 2{ESC}[0m") == "exit 2"
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -17,7 +17,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
-from ..messages import SHELL_KEYS, command_lines, shell_keys, text_of
+from ..messages import SHELL_KEYS, command_lines, shell_keys, text_of, without_escapes
 
 __all__ = [
     "CATEGORIES",
@@ -403,7 +403,8 @@ def _strings(value: Any, out: list[str], depth: int = 0) -> None:
 
 def message_text(message: Mapping[str, Any]) -> str:
     """What a model reads of a message, as text: its content, and each tool call's name and
-    argument values decoded from their JSON (so a command is found as it was typed)."""
+    argument values decoded from their JSON (so a command is found as it was typed); without
+    a terminal's escape sequences (a coloured ``ERROR`` is the same specific as a plain one)."""
     parts = [text_of(message.get("content"))]
     for call in message.get("tool_calls") or ():
         function = call.get("function") if isinstance(call, Mapping) else None
@@ -416,7 +417,7 @@ def message_text(message: Mapping[str, Any]) -> str:
             parts.append(raw[:MAX_SCAN] if isinstance(raw, str) else "")
         else:
             _strings(arguments, parts)
-    return "\n".join(p for p in parts if p)
+    return without_escapes("\n".join(p for p in parts if p))
 
 
 def message_specifics(message: Mapping[str, Any]) -> dict[str, frozenset[str]]:

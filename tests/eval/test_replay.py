@@ -14,6 +14,7 @@ from ctxmgmt.agents.runner import Runner
 from ctxmgmt.eval import Chat
 from ctxmgmt.eval.replay import _Prepared, observation_masking, replay_definition, sliding_window
 from ctxmgmt.eval.specifics import MAX_PER_TEXT, commands, error_lines, message_specifics, numbers, paths
+from ctxmgmt.messages import without_escapes
 from tests.agent_runs import agent_run
 from tests.conftest import tool_call
 
@@ -237,9 +238,12 @@ def test_extractors_are_bounded():
 @settings(max_examples=100, derandomize=True, deadline=None)
 @given(st.text(max_size=300))
 @example("/\\x:")
+@example("\x1b[31mERROR\x1b[0m: src/\x1b[1mapp.py\x1b[0m not found")
 def test_extractors_never_fail_and_find_what_is_there(text):
-    """On any text, every specific found (but a command) occurs in the text as found."""
+    """On any text, every specific found (but a command) occurs in the text as found (as a
+    model reads it: without a terminal's escape sequences)."""
     found = message_specifics({"role": "tool", "tool_call_id": "x", "content": text})
+    text = without_escapes(text)
     flat = " ".join(text.split())
     for cat in ("paths", "numbers"):
         assert all(s in text for s in found[cat])
@@ -591,3 +595,14 @@ def test_a_provider_prefixed_model_is_counted_as_the_bare_model(model):
 
     assert bare_model(model) == "gpt-4o" and bare_model("gpt-4o") == "gpt-4o" and bare_model(None) is None
     assert report(model) == report("gpt-4o")
+
+
+def test_a_coloured_specific_is_the_plain_one():
+    """A tool's coloured output holds the same specifics as its plain one: the measure and
+    the summary read past the escape sequences alike."""
+    coloured = "\x1b[31mERROR\x1b[0m: cannot open \x1b[1msrc/app/run.py\x1b[0m (exit code 2)"
+    plain = "ERROR: cannot open src/app/run.py (exit code 2)"
+    assert message_specifics({"role": "tool", "tool_call_id": "x", "content": coloured}) == message_specifics(
+        {"role": "tool", "tool_call_id": "x", "content": plain}
+    )
+    assert message_specifics({"role": "tool", "tool_call_id": "x", "content": plain})["error_lines"]
