@@ -75,21 +75,28 @@ class Memo(Generic[V]):
             values, objects, sizes = self._values, self._objects, self._sizes
             for key, obj, value, size in entries:
                 old = sizes.pop(key, None)  # stale once the key has a new value, kept or not
+                values.pop(key, None)
+                objects.pop(key, None)
                 if old is not None:
-                    del values[key], objects[key]
                     self.bytes -= old
                 if size > self.max_bytes:
                     continue  # larger than the whole memo: not worth keeping
-                # The object first: a reader that finds it finds its value or none, never
-                # another object's value.
-                objects[key] = obj
-                values[key] = value
+                try:
+                    # The object first: a reader that finds it finds its value or none, never
+                    # another object's value.
+                    objects[key] = obj
+                    values[key] = value
+                except BaseException:  # interrupted (Ctrl-C, MemoryError): no half entry
+                    objects.pop(key, None)
+                    values.pop(key, None)
+                    raise
                 sizes[key] = size
                 self.bytes += size
-            while self.bytes > self.max_bytes:
+            # Tolerant of an entry an interruption left without its size: never a KeyError here.
+            while self.bytes > self.max_bytes and values:
                 key, _ = values.popitem(last=False)
-                del objects[key]
-                self.bytes -= sizes.pop(key)
+                objects.pop(key, None)
+                self.bytes -= sizes.pop(key, 0)
 
     def clear(self) -> None:
         with self._lock:

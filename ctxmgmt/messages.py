@@ -222,11 +222,18 @@ def gaps(end: int, kept: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-_ANSI = re.compile(r"\x1b(?:\[[0-?]{0,64}[ -/]{0,8}[@-~]|\][^\x07\x1b]{0,4096}(?:\x07|\x1b\\)?|[@-Z\\-_])")
-"""A terminal's escape sequence: CSI (colours, styles, cursor moves: ``ESC[1;31m``), OSC (a
-title, a hyperlink: ``ESC]8;;URL ESC\\``), or a two-character one. Tools print them when
-forced to (``--color=always``, ``FORCE_COLOR``, CI runners): ``ESC[31mERROR ESC[0m`` is an
-error line, and ``ESC[01;34msrc ESC[0m`` a path, only without them."""
+_ANSI = re.compile(
+    r"\x1b(?:\[[0-?]{0,64}[ -/]{0,8}[@-~]"  # CSI: colours, styles, cursor moves
+    r"|\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?"  # OSC: a title, a hyperlink (within its line)
+    r"|[PX^_][^\x1b\n]{0,4096}(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
+    r"|[ -/]{1,3}[0-~]"  # a character set's choice: tput sgr0's ESC(B
+    r"|[0-~])"  # the rest are two characters
+)
+"""A terminal's escape sequence: CSI (``ESC[1;31m``), OSC (``ESC]8;;URL ESC\\``, never past
+its line: an unterminated one hides nothing after it), DCS, SOS, PM and APC strings, a
+character set's choice (``ESC(B``), or a two-character one. Tools print them when forced to
+(``--color=always``, ``FORCE_COLOR``, CI runners): ``ESC[31mERROR ESC[0m`` is an error line,
+and ``ESC[01;34msrc ESC[0m`` a path, only without them."""
 
 
 def without_escapes(text: str) -> str:

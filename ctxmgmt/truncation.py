@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .digest import failure_lines
 from .marks import PLACEHOLDER, sign
-from .messages import RECALL_LIMIT
+from .messages import RECALL_LIMIT, without_escapes
 
 if TYPE_CHECKING:
     from .tokens import TokenCounter
@@ -103,6 +103,8 @@ def _failures(text: str, head: str, tail: str, chars: int, tokens: int | None, c
     cut_part = text[len(head) : len(text) - len(tail)]
     if len(cut_part) > 2 * _FAILURES_SCAN:  # a huge output: the cut part's ends, near the pieces
         cut_part = f"{cut_part[:_FAILURES_SCAN]}\n{cut_part[-_FAILURES_SCAN:]}"
+    # The lines come without a terminal's escape sequences: so are the pieces they may repeat.
+    head, tail = without_escapes(head), without_escapes(tail)
     found = [line for line in failure_lines(cut_part) if not _held(line.strip("…"), head, tail)]
     if len(found) > _FAILURES_KEPT:
         found = found[:2] + found[-(_FAILURES_KEPT - 2) :]

@@ -167,3 +167,25 @@ def test_command_lines_are_the_scripts_commands_not_the_programs_they_read(scrip
     program's lines, not commands; quotes inside the other kind, escaped quotes and an
     apostrophe in a comment open nothing."""
     assert list(command_lines(script)) == lines
+
+
+@pytest.mark.parametrize(
+    ("text", "plain"),
+    [
+        ("\x1b[1;31mERROR\x1b[0m: x", "ERROR: x"),
+        ("\x1b(B\x1b[mERROR: disk full", "ERROR: disk full"),  # tput sgr0 on xterm
+        ("\x1b]8;;file:///a.py\x1b\\a.py\x1b]8;;\x1b\\", "a.py"),  # a hyperlink
+        ("\x1b]0;title\x07done", "done"),
+        ("\x1bPq#0;2;0;0;0\x1b\\ERROR: x", "ERROR: x"),  # DCS (sixel)
+        ("\x1b_Gf=100;AAAA\x1b\\ok", "ok"),  # APC (kitty's graphics)
+        ("a\x1b7b\x1b8c", "abc"),  # save and restore the cursor
+        # an unterminated OSC (a stray ESC], a cut hyperlink) hides nothing past its line
+        ("log\n\x1b]0;title\nstep 1\nERROR: compile failed\n", "log\n\nstep 1\nERROR: compile failed\n"),
+        ("no escapes at all", "no escapes at all"),
+    ],
+)
+def test_a_terminals_escape_sequences_are_left_out(text, plain):
+    """What a summary and the measure read of a coloured output: the text a terminal shows."""
+    from ctxmgmt.messages import without_escapes
+
+    assert without_escapes(text) == plain

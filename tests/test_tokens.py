@@ -424,3 +424,33 @@ def test_a_repeated_text_is_counted_once_whatever_object_holds_it(monkeypatch):
     assert again is not first
     monkeypatch.setattr(counter, "text", lambda s: pytest.fail("encoded again"))
     assert counter.repeated(again) == n
+
+
+def test_a_memo_put_interrupted_midway_leaves_no_half_entry():
+    """A put interrupted between its mappings (Ctrl-C, a MemoryError: raised by the value's
+    insertion here) leaves no entry half made, and later puts and evictions go on with an
+    exact byte count."""
+    from collections import OrderedDict
+
+    from ctxmgmt._memo import Memo
+
+    class Interrupted(OrderedDict):
+        armed = True
+
+        def __setitem__(self, key, value):
+            if Interrupted.armed:
+                Interrupted.armed = False
+                raise KeyboardInterrupt
+            super().__setitem__(key, value)
+
+    memo: Memo[int] = Memo(100)
+    memo._values = Interrupted()
+    obj = object()
+    with pytest.raises(KeyboardInterrupt):
+        memo.put("k", obj, 1, 50)
+    assert not memo._objects and not memo._values and not memo._sizes and memo.bytes == 0
+    for i in range(10):
+        memo.put(f"k{i}", obj, i, 30)
+    assert memo.bytes == sum(memo._sizes.values()) == 90 and len(memo) == 3
+    assert set(memo._objects) == set(memo._values) == set(memo._sizes)
+    assert memo.get("k9", obj) == 9 and memo.get("k0", obj) is None

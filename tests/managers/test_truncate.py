@@ -349,3 +349,16 @@ def test_a_cut_after_its_caller_counted_the_text_never_encodes_it_again(monkeypa
     out = cut(text, counter, (), max_chars=2000, max_tokens=200)
     assert f"{counted:,} tokens" in out
     assert whole == [text]
+
+
+def test_a_coloured_failure_the_head_holds_is_not_repeated():
+    """A failure line in a terminal's colours that the kept head or tail holds is not copied
+    after the notice (the copies come without the escape sequences; so are the pieces they
+    are compared with); one of the cut middle is, plain."""
+    esc = "\x1b"
+    err = f"{esc}[1;31mERROR{esc}[0m: disk full on /var/log"
+    ok = "\n".join(f"line {i} ok" for i in range(2000))
+    text = f"{err}\n{ok}\n{err}\n{ok}\n{err} (middle)\n{ok}\n{err}\n"
+    content = run(text, max_output_length=4000, mode="head_tail").context.messages[-1]["content"]
+    assert content.count("ERROR") == 3  # the head's, the tail's and a plain copy of the other one
+    assert "failure lines of the cut part:\nERROR: disk full on /var/log (middle)\n" in content
