@@ -130,6 +130,25 @@ def test_anthropic_sdk_messages_streamed_and_not(proxy, upstream):
     assert final.content[0].type == "tool_use" and final.content[0].input == {"path": "src/app/parser.py"}
 
 
+def test_the_clients_query_goes_upstream(proxy, upstream):
+    """The client's query string goes upstream as it sent it: the TypeScript SDK's beta client
+    (Claude Code's) sends ``?beta=true``, Azure OpenAI needs ``?api-version=``."""
+    client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="k")
+    upstream.replies.append(Reply("done"))
+    answer = client.messages.create(
+        model="claude-test",
+        max_tokens=100,
+        messages=[{"role": "user", "content": TASK}],
+        extra_query={"beta": "true"},
+    )
+    assert answer.content[0].text == "done" and upstream.seen[-1].path == "/v1/messages?beta=true"
+    openai_client = openai.OpenAI(
+        base_url=f"{proxy.url}/proxy/default/v1", api_key="k", default_query={"api-version": "2024-10-21"}
+    )
+    openai_client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": TASK}])
+    assert upstream.seen[-1].path == "/v1/chat/completions?api-version=2024-10-21"
+
+
 def test_openai_sdk_responses_streamed_and_not(proxy, upstream):
     """The Responses API through the proxy: input items managed, the answer unchanged."""
     client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")

@@ -91,7 +91,7 @@ class Upstream:
                 if callable(reply):  # a reply made from the request
                     reply = reply(body)
                 n = next(upstream._ids)
-                kind = self.path.rsplit("/", 1)[-1]
+                kind = self.path.partition("?")[0].rsplit("/", 1)[-1]
                 tokens = input_tokens(body)
                 if body.get("stream"):
                     events = list(_STREAMS[kind](reply, n, tokens, body))

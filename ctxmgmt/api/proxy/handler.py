@@ -394,6 +394,9 @@ class _Exchange:
         assert pool is not None  # create_app gives the runner the server's pool
         client = pool.aclient(config)
         url = config.base_url.rstrip("/") + self.api.path.removeprefix("/v1")
+        query = self.request.url.query  # the client's, as it sent it (?beta=true, ?api-version=)
+        if query:
+            url = f"{url}?{query}"
         text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
         content = text.encode("utf-8", "surrogatepass")
         outgoing = client.build_request("POST", url, content=content, headers=self.headers)
