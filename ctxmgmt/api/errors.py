@@ -80,10 +80,11 @@ def error_body_at(
     path: str, status: int, type: str, reason: str, problems: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The error body a client of ``path`` reads: under ``/proxy/`` its provider's shape
-    (Anthropic's for ``.../messages``, else OpenAI's), elsewhere the REST API's."""
+    (Anthropic's for ``.../messages`` and its ``count_tokens``, else OpenAI's), elsewhere the
+    REST API's."""
     if path.startswith("/proxy/"):
         listed = "; ".join(f"{p.get('pointer', '')}: {p.get('message', '')}" for p in problems or ())
-        provider = "anthropic" if path.endswith("/messages") else "openai"
+        provider = "anthropic" if path.endswith(("/messages", "/messages/count_tokens")) else "openai"
         return provider_error_body(provider, status, type, listed or reason)
     return error_body(status, type, reason, problems)
 

@@ -385,6 +385,15 @@ TABLE: tuple[Operation, ...] = (
         )
     ),
     Operation(
+        "POST",
+        "/proxy/{definition}/v1/messages/count_tokens",
+        "proxy.count_tokens",
+        "Anthropic's token count, by the model's upstream",
+        {},
+        documented=False,
+        raw=True,
+    ),
+    Operation(
         "GET",
         "/proxy/{definition}/v1/models",
         "proxy.models",

@@ -20,6 +20,7 @@ PROXY = {
         ("POST", f"/proxy/{{definition}}{path}")
         for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages")
     ),
+    ("POST", "/proxy/{definition}/v1/messages/count_tokens"),
     ("GET", "/proxy/{definition}/v1/models"),
     ("GET", "/proxy/{definition}/v1/models/{model:path}"),
 }

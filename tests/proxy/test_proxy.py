@@ -559,3 +559,34 @@ def test_project_keys_protect_the_models_list(store, upstream):
         chat = f"{server.url}/proxy/default/v1/chat/completions"
         body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
         assert httpx.post(chat, json=body, headers={"x-ctxmgmt-key": "r-key"}).status_code == 403
+
+
+def test_claude_codes_token_count_goes_to_the_upstream(proxy, upstream):
+    """``POST /v1/messages/count_tokens?beta=true`` (Claude Code weighs its context's parts
+    with it; a 404 made it guess): the upstream's own count, asked with the upstream's model
+    name and the client's query and key; nothing is recorded. Errors in Anthropic's shape."""
+    client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="sk-ant-client")
+    counted = client.messages.count_tokens(
+        model="claude-test",
+        system=SYSTEM,
+        messages=[{"role": "user", "content": TASK}],
+        extra_query={"beta": "true"},
+    )
+    seen = upstream.seen[-1]
+    assert seen.path == "/v1/messages/count_tokens?beta=true" and seen.body["model"] == "claude-upstream"
+    assert counted.input_tokens == input_tokens(seen.body) > 0
+    assert "sk-ant-client" in (seen.headers.get("x-api-key"), seen.headers.get("authorization", "")[7:])
+    with pytest.raises(anthropic.NotFoundError, match="not in the proxy's models configuration"):
+        client.messages.count_tokens(model="nope", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(anthropic.BadRequestError, match="an openai endpoint"):
+        client.messages.count_tokens(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+    kind = {"content-type": "application/json"}
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/messages/count_tokens", content=b"[1]", headers=kind)
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    r = httpx.post(f"{proxy.url}/proxy/defualt/v1/messages/count_tokens", json={"model": "claude-test"})
+    assert r.status_code == 404 and "did you mean 'default'" in r.json()["error"]["message"]
+    upstream.status = 503
+    with pytest.raises(anthropic.InternalServerError):  # the upstream's answer, as it came
+        client.with_options(max_retries=0).messages.count_tokens(
+            model="claude-test", messages=[{"role": "user", "content": "hi"}]
+        )

@@ -87,6 +87,11 @@ class Upstream:
                         upstream.status, "application/json", b'{"error": {"message": "upstream says no"}}'
                     )
                     return
+                if self.path.partition("?")[0].endswith("/messages/count_tokens"):  # Anthropic's count
+                    self._send(
+                        200, "application/json", json.dumps({"input_tokens": input_tokens(body)}).encode()
+                    )
+                    return
                 reply = upstream.replies.popleft() if upstream.replies else Reply()
                 if callable(reply):  # a reply made from the request
                     reply = reply(body)

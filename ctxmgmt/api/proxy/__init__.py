@@ -9,12 +9,14 @@ definition's hooks (``post_tool`` for the tool results new since the conversatio
 request, then ``pre_llm``) at the model's window, with the conversation's managed state kept
 in the store between requests; the managed request goes to the model's upstream and its
 answer comes back as it came. ``GET .../v1/models`` lists the configured models in the
-client's provider's shape (see :mod:`ctxmgmt.api.proxy.models`).
+client's provider's shape (see :mod:`ctxmgmt.api.proxy.models`); ``POST
+.../v1/messages/count_tokens`` goes to the upstream's count (:mod:`ctxmgmt.api.proxy.count`).
 """
 
 from __future__ import annotations
 
 from .apis import APIS, Api
+from .count import count_tokens
 from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
 from .models import model, models
 from .routes import chat, messages, responses
@@ -25,6 +27,7 @@ __all__ = [
     "SESSION_HEADER",
     "Api",
     "chat",
+    "count_tokens",
     "messages",
     "model",
     "models",
