@@ -590,3 +590,29 @@ def test_claude_codes_token_count_goes_to_the_upstream(proxy, upstream):
         client.with_options(max_retries=0).messages.count_tokens(
             model="claude-test", messages=[{"role": "user", "content": "hi"}]
         )
+
+
+def test_a_query_too_long_to_go_upstream_is_refused_first(proxy, upstream):
+    """A query string over 8 KB is the client's fault, said at once in the provider's shape (a
+    414), before any hook runs or the upstream is asked (past 64 KB, httpx builds no URL)."""
+    long_query = "?q=" + "x" * 10_000
+    body = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        r = httpx.post(f"{proxy.url}/proxy/default{path}{long_query}", json=body)
+        assert r.status_code == 414 and r.json()["type"] == "error", path
+        assert "over 8192 bytes" in r.json()["error"]["message"]
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions{long_query}", json={**body, "model": "gpt-test"}
+    )
+    assert r.status_code == 414 and "over 8192 bytes" in r.json()["error"]["message"]
+    assert upstream.seen == []
+
+
+def test_a_base_url_with_a_query_is_refused_when_the_config_loads():
+    """The paths are appended to base_url: one with a query or fragment would be mangled."""
+    from ctxmgmt.llm import ModelsConfig
+    from ctxmgmt.llm.config import ConfigError
+
+    spec = {"base_url": "https://x.example/v1?api-version=1", "model": "m", "context_window": 1000}
+    with pytest.raises(ConfigError, match="/models/m/base_url"):
+        ModelsConfig.from_dict({"models": {"m": spec}})

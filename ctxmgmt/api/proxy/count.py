@@ -30,8 +30,10 @@ from .handler import (
     _headers,
     _model,
     _no_definition,
+    _query,
     _read,
     _Refused,
+    upstream_url,
 )
 
 __all__ = ["count_tokens"]
@@ -49,6 +51,7 @@ async def count_tokens(request: Request) -> Response:
 
 async def _count(request: Request) -> Response:
     own_key = _authorize(request)
+    _query(request)  # before any work: a query too long to go upstream
     st = state(request)
     name = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
     if not NAME.fullmatch(name):
@@ -66,14 +69,12 @@ async def _count(request: Request) -> Response:
         await asyncio.to_thread(st.store.resolve_version, name)
     except NotFound:
         raise await _no_definition(st, name) from None
-    config = _model(request, body, _API)
+    config = _model(request, body, _API, window=False)  # a count manages nothing
     headers = _headers(request, config, own_key)
     pool = st.runner.pool
     assert pool is not None  # create_app gives the runner the server's pool
     client = pool.aclient(config)
-    url = config.base_url.rstrip("/") + "/messages/count_tokens"
-    if request.url.query:
-        url = f"{url}?{request.url.query}"
+    url = upstream_url(config, "/messages/count_tokens", request)
     content = json.dumps({**body, "model": config.model}, ensure_ascii=False).encode("utf-8", "surrogatepass")
     deadline = asyncio.get_running_loop().time() + config.timeout
     try:

@@ -123,12 +123,16 @@ def _authorize(request: Request, *, reading: bool = False) -> bool:
         )
     if key.scope not in ("write", "proxy") and not reading:
         raise _Refused(
-            403, "security_exception", f"the key {key.name!r} may only read; the proxy calls a model"
+            403,
+            "security_exception",
+            f"the key {key.name!r} may only read; the proxy calls the model's upstream",
         )
     return not own
 
 
-def _model(request: Request, body: Mapping[str, Any], api: Api) -> ModelConfig:
+def _model(request: Request, body: Mapping[str, Any], api: Api, *, window: bool = True) -> ModelConfig:
+    """The request's model in the models configuration, of ``api``'s provider, with a
+    ``context_window`` when the request is managed to it (``window``)."""
     model_id = body.get("model")
     if not isinstance(model_id, str) or not model_id:
         raise _Refused(400, "illegal_argument_exception", "/model: must be the name of a configured model")
@@ -149,7 +153,7 @@ def _model(request: Request, body: Mapping[str, Any], api: Api) -> ModelConfig:
             "illegal_argument_exception",
             f"/model: {model_id!r} is an {config.provider} endpoint; send its requests to {other}",
         )
-    if not config.context_window:
+    if window and not config.context_window:
         raise _Refused(
             400,
             "illegal_argument_exception",
@@ -200,6 +204,7 @@ async def _proxy(request: Request, api: Api) -> Response:
             "illegal_argument_exception",
             f"{name[:60]!r}: a definition name is 1-{NAME_LENGTH} of a-z 0-9 _ -",
         )
+    _query(request)  # before any work: a query too long to go upstream
     text = await body_text(request, setting="proxy_max_body_bytes")
     bodies: Bodies = request.app.state.proxy_bodies
     previous = bodies.find(text)  # the conversation's previous body: only what follows is read
@@ -312,6 +317,27 @@ def _resolved(store: Any, name: str, key: str) -> tuple[Any, Any, dict[str, Any]
     return definition, version, SessionStore(store.engine).get(key)
 
 
+MAX_QUERY_BYTES = 8192
+"""A client's query string goes upstream up to this long (a longer one is refused: httpx
+builds no URL over 64 KB, and no provider API takes one)."""
+
+
+def _query(request: Request) -> str:
+    """The client's query string, as it sent it (``?beta=true``), or a 414 when too long."""
+    query = request.url.query
+    if len(query) > MAX_QUERY_BYTES:
+        raise _Refused(414, "illegal_argument_exception", f"the query string is over {MAX_QUERY_BYTES} bytes")
+    return query
+
+
+def upstream_url(config: ModelConfig, path: str, request: Request) -> str:
+    """The upstream's URL for ``path`` (after the model's ``base_url``, which holds no query),
+    with the client's query string."""
+    url = config.base_url.rstrip("/") + path
+    query = _query(request)
+    return f"{url}?{query}" if query else url
+
+
 def _headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, str]:
     headers = {"content-type": "application/json", "accept-encoding": "identity"}
     for name in _FORWARDED:
@@ -393,10 +419,7 @@ class _Exchange:
         pool = state(self.request).runner.pool
         assert pool is not None  # create_app gives the runner the server's pool
         client = pool.aclient(config)
-        url = config.base_url.rstrip("/") + self.api.path.removeprefix("/v1")
-        query = self.request.url.query  # the client's, as it sent it (?beta=true, ?api-version=)
-        if query:
-            url = f"{url}?{query}"
+        url = upstream_url(config, self.api.path.removeprefix("/v1"), self.request)
         text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
         content = text.encode("utf-8", "surrogatepass")
         outgoing = client.build_request("POST", url, content=content, headers=self.headers)
