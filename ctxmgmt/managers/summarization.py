@@ -16,7 +16,7 @@ from ..context import Context
 from ..errors import LLMError
 from ..llm import ChatClient, ChatResponse, HTTPPool, parse_json_object
 from ..manager import ContextManager, Runtime
-from ..messages import SYSTEM_ROLES, is_summary, last_task_index, text_of, units
+from ..messages import SYSTEM_ROLES, is_summary, last_task_index, text_of, units, units_from_end
 from ..summaries import (
     DEFAULT_PROMPT,
     SECTIONS,
@@ -192,7 +192,7 @@ class SummarizationManager(ContextManager):
             kept_tokens = kept = 0
             most = self.config.get("reserve_messages")
             tokens_of = runtime.counter.message
-            for start, end in reversed(units(msgs)):
+            for start, end in units_from_end(msgs):  # the newest first: pays for what it keeps
                 counted = [i for i in range(start, end) if i not in skip]
                 cost, size = sum(tokens_of(msgs[i], i) for i in counted), len(counted)
                 if kept_tokens + cost > reserve or (most is not None and kept + size > most):
