@@ -616,3 +616,13 @@ def test_a_base_url_with_a_query_is_refused_when_the_config_loads():
     spec = {"base_url": "https://x.example/v1?api-version=1", "model": "m", "context_window": 1000}
     with pytest.raises(ConfigError, match="/models/m/base_url"):
         ModelsConfig.from_dict({"models": {"m": spec}})
+
+
+def test_a_large_count_is_read_off_the_event_loop_and_counted(proxy, upstream):
+    """A count of a long conversation (its body read and written in a worker thread) is the
+    upstream's count of what the client sent."""
+    client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="k")
+    messages = [{"role": "user", "content": f"step {i}: " + "word " * 200} for i in range(1, 200, 2)]
+    counted = client.messages.count_tokens(model="claude-test", messages=messages)
+    assert len(upstream.seen[-1].raw) > 65_536 and upstream.seen[-1].body["messages"] == messages
+    assert counted.input_tokens == input_tokens(upstream.seen[-1].body)

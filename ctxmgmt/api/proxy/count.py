@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 from starlette.requests import Request
@@ -39,6 +40,12 @@ from .handler import (
 __all__ = ["count_tokens"]
 
 _API = APIS["messages"]
+_ON_THE_LOOP = 65536
+"""Characters of a body read and written on the event loop; a larger one, in a worker thread."""
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 async def count_tokens(request: Request) -> Response:
@@ -57,8 +64,9 @@ async def _count(request: Request) -> Response:
     if not NAME.fullmatch(name):
         raise _Refused(400, "illegal_argument_exception", f"{name[:60]!r}: not a definition name")
     text = await body_text(request, setting="proxy_max_body_bytes")
+    large = len(text) > _ON_THE_LOOP  # a large body is read and written off the event loop
     try:
-        body = json.loads(text)
+        body = await asyncio.to_thread(json.loads, text) if large else json.loads(text)
     except ValueError as exc:
         raise _Refused(400, "illegal_argument_exception", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -75,7 +83,8 @@ async def _count(request: Request) -> Response:
     assert pool is not None  # create_app gives the runner the server's pool
     client = pool.aclient(config)
     url = upstream_url(config, "/messages/count_tokens", request)
-    content = json.dumps({**body, "model": config.model}, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    outgoing = {**body, "model": config.model}
+    content = await asyncio.to_thread(_encoded, outgoing) if large else _encoded(outgoing)
     deadline = asyncio.get_running_loop().time() + config.timeout
     try:
         async with asyncio.timeout_at(deadline):
