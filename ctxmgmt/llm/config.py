@@ -68,6 +68,19 @@ class ModelConfig:
         return key
 
 
+_BASE_URL = (
+    "must be an http:// or https:// URL without a query or fragment, e.g. https://api.openai.com/v1 "
+    "(the API's paths are appended to it; a client's query goes upstream through the proxy)"
+)
+
+
+def _said(error: Any) -> str:
+    """A schema error as a user reads it: a base_url's pattern in words, not as a regex."""
+    if error.validator == "pattern" and list(error.absolute_path)[-1:] == ["base_url"]:
+        return f"{error.instance!r} {_BASE_URL}"
+    return str(error.message)
+
+
 class ModelsConfig(Mapping[str, ModelConfig]):
     """Model id -> endpoint, from the ``models:`` mapping of the configuration."""
 
@@ -99,7 +112,7 @@ class ModelsConfig(Mapping[str, ModelConfig]):
     def from_dict(cls, data: Any, source: str | None = None) -> ModelsConfig:
         validator = Draft202012Validator(_resources.schema("config.schema.json"))
         problems = [
-            Problem("".join(f"/{p}" for p in e.absolute_path), e.message, None, source)
+            Problem("".join(f"/{p}" for p in e.absolute_path), _said(e), None, source)
             for e in validator.iter_errors(data if data is not None else {})
         ]
         if problems:

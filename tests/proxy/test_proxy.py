@@ -614,8 +614,9 @@ def test_a_base_url_with_a_query_is_refused_when_the_config_loads():
     from ctxmgmt.llm.config import ConfigError
 
     spec = {"base_url": "https://x.example/v1?api-version=1", "model": "m", "context_window": 1000}
-    with pytest.raises(ConfigError, match="/models/m/base_url"):
+    with pytest.raises(ConfigError, match="/models/m/base_url") as refused:
         ModelsConfig.from_dict({"models": {"m": spec}})
+    assert "without a query or fragment" in str(refused.value) and "^https" not in str(refused.value)
 
 
 def test_a_large_count_is_read_off_the_event_loop_and_counted(proxy, upstream):
