@@ -68,6 +68,10 @@ class ModelConfig:
         return key
 
 
+_MODEL_NAME = (
+    "is not a model name: 1-200 letters, digits and _ . : / @ + - "
+    "(e.g. gpt-4o, anthropic/claude-sonnet-4-5, claude-sonnet-4-5@20250929)"
+)
 _BASE_URL = (
     "must be an http:// or https:// URL without a query or fragment, e.g. https://api.openai.com/v1 "
     "(the API's paths are appended to it; a client's query goes upstream through the proxy)"
@@ -78,6 +82,8 @@ def _said(error: Any) -> str:
     """A schema error as a user reads it: a base_url's pattern in words, not as a regex."""
     if error.validator == "pattern" and list(error.absolute_path)[-1:] == ["base_url"]:
         return f"{error.instance!r} {_BASE_URL}"
+    if error.validator == "pattern" and "propertyNames" in error.absolute_schema_path:
+        return f"{str(error.instance)[:100]!r} {_MODEL_NAME}"
     return str(error.message)
 
 

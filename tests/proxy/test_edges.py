@@ -93,6 +93,40 @@ def test_a_flooding_upstream_is_cut_at_its_size_limit(proxy, raw):
     assert "max_response_bytes" in r.json()["error"]["message"]
 
 
+COUNT = {"model": "a", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize("behaviour", ["trickle_headers", "trickle", "stall"])
+def test_a_slow_upstream_count_ends_at_the_deadline_with_a_504(proxy, raw, behaviour):
+    """The token count's upstream call has the model's deadline for the whole call too: a
+    504 in Anthropic's shape when its answer trickles or never comes."""
+    getattr(raw, behaviour)(**({"interval": 0.2} if behaviour != "stall" else {}))
+    r, took = _post(proxy, COUNT, "/v1/messages/count_tokens")
+    assert r.status_code == 504 and r.json()["type"] == "error"
+    assert "did not answer within 1.5 s" in r.json()["error"]["message"]
+    assert took < TIMEOUT + 3
+
+
+def test_a_flooding_count_is_cut_at_its_size_limit(proxy, raw):
+    """A count's answer larger than the model's max_response_bytes is a 502, not read whole."""
+    raw.flood(50 << 20)
+    r, _ = _post(proxy, COUNT, "/v1/messages/count_tokens")
+    assert r.status_code == 502 and r.json()["type"] == "error"
+    assert "max_response_bytes" in r.json()["error"]["message"]
+
+
+def test_a_count_with_its_upstream_down_is_a_502(store):
+    """No server at the model's base_url: the count is a 502 in Anthropic's shape."""
+    from ..conftest import free_port
+
+    spec = {"base_url": f"http://127.0.0.1:{free_port()}/v1", "provider": "anthropic", "model": "up"}
+    models = ModelsConfig.from_dict({"models": {"a": spec}})
+    with LiveServer(create_app(store, models=models)) as server:
+        r = httpx.post(f"{server.url}/proxy/default/v1/messages/count_tokens", json=COUNT)
+    assert r.status_code == 502 and r.json()["type"] == "error"
+    assert "could not reach" in r.json()["error"]["message"]
+
+
 def test_a_body_over_the_proxy_limit_is_a_413_in_the_providers_shape(proxy, raw):
     """A request body over server.proxy_max_body_bytes is refused before any upstream call."""
     big = {"model": "a", "max_tokens": 5, "messages": [{"role": "user", "content": "x" * 8000}]}

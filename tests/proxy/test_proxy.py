@@ -15,6 +15,7 @@ from ctxmgmt.api import create_app
 from ctxmgmt.api.config import ServerConfig
 from ctxmgmt.api.proxy import DEFINITION_HEADER
 from ctxmgmt.formats import anthropic as anthropic_format
+from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.messages import check_messages
 from ctxmgmt.store import ExecutionStore
 
@@ -627,3 +628,32 @@ def test_a_large_count_is_read_off_the_event_loop_and_counted(proxy, upstream):
     counted = client.messages.count_tokens(model="claude-test", messages=messages)
     assert len(upstream.seen[-1].raw) > 65_536 and upstream.seen[-1].body["messages"] == messages
     assert counted.input_tokens == input_tokens(upstream.seen[-1].body)
+
+
+def test_a_model_named_with_slashes_is_served_on_every_route(store, upstream):
+    """Routers name models ``vendor/model`` (OpenRouter, LiteLLM, Bedrock's ``us.anthropic...``):
+    such a configured name is a model of the Messages route, its count and the models list."""
+    spec = {"base_url": upstream.base_url, "model": "claude-upstream", "provider": "anthropic"}
+    models = ModelsConfig.from_dict({"models": {"anthropic/claude-x:1": {**spec, "context_window": 16_000}}})
+    with LiveServer(create_app(store, models=models)) as server:
+        client = anthropic.Anthropic(base_url=f"{server.url}/proxy/default", api_key="k")
+        upstream.replies.append(Reply(text="done"))
+        said = client.messages.create(
+            model="anthropic/claude-x:1", max_tokens=10, messages=[{"role": "user", "content": TASK}]
+        )
+        assert said.content[0].text == "done" and upstream.seen[-1].body["model"] == "claude-upstream"
+        counted = client.messages.count_tokens(
+            model="anthropic/claude-x:1", messages=[{"role": "user", "content": TASK}]
+        )
+        assert counted.input_tokens > 0 and upstream.seen[-1].path == "/v1/messages/count_tokens"
+        assert client.models.retrieve("anthropic/claude-x:1").id == "anthropic/claude-x:1"
+        assert [m.id for m in client.models.list().data] == ["anthropic/claude-x:1"]
+
+
+def test_a_bad_model_name_is_refused_in_words_when_the_config_loads():
+    """A models key that no client could send is named, with the characters a name may hold."""
+    from ctxmgmt.llm.config import ConfigError
+
+    with pytest.raises(ConfigError, match="/models: 'gpt 4o' is not a model name") as refused:
+        ModelsConfig.from_dict({"models": {"gpt 4o": {"base_url": "http://x.example/v1", "model": "m"}}})
+    assert "anthropic/claude-sonnet-4-5" in str(refused.value) and "^[" not in str(refused.value)

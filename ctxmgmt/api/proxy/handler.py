@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from ...agents.conversation import Conversation, usage_record
 from ...agents.records import call_entry
@@ -35,12 +35,20 @@ from ...messages import RECALL_TOOLS, mentions_archive
 from ...store.repository import now_ms
 from ...store.sessions import SessionStore
 from ...summaries import message_key
-from ..errors import Classified, classify
-from ..params import NAME, NAME_LENGTH
-from ..requests import body_text, presented_key, state
-from . import streams
+from ..requests import body_text, state
+from . import streams, upstream
 from .apis import Api, Parts
 from .body import Bodies, Body, parse, size_of, upstream_text
+from .checks import (
+    DEFINITION_HEADER,
+    Refused,
+    answer,
+    authorize,
+    definition_name,
+    model_of,
+    no_definition,
+    stored_version,
+)
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
 from .state import Live, pack, unpack
 from .streams import Accumulator, continuation
@@ -48,52 +56,9 @@ from .usage import usage_of
 
 __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
 
-DEFINITION_HEADER = "x-ctxmgmt-definition"
 SESSION_HEADER = "x-ctxmgmt-session"
-KEY_HEADER = "x-ctxmgmt-key"
 _SESSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-# The client's headers that go upstream as they came (besides its key, when it is not ours).
-_FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project", "openai-beta")
-# The upstream's headers that come back: the body's type, its request id, rate limits.
-_RETURNED = re.compile(
-    r"content-type|x-request-id|request-id|retry-after|openai-processing-ms|openai-version"
-    r"|x-ratelimit-[\w-]+|anthropic-ratelimit-[\w-]+|anthropic-organization-id"
-)
 log = logging.getLogger("ctxmgmt.proxy")
-
-
-class _Refused(Exception):
-    """An error the proxy answers in the provider's shape."""
-
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.kind, self.message = status, kind, message
-
-
-def _pointer(api: Api, pointer: str) -> str:
-    """A problem's pointer into the request's body: its conversation is ``api.field``."""
-    if pointer == "/messages" or pointer.startswith("/messages/"):
-        return f"/{api.field}{pointer[len('/messages') :]}"
-    return pointer
-
-
-def _answer(api: Api, exc: BaseException) -> JSONResponse:
-    """Any error, classified as the REST API's are (:func:`ctxmgmt.api.errors.classify`), in
-    the provider's shape; problems' pointers into the request's body."""
-    if isinstance(exc, _Refused):
-        found = Classified(exc.status, exc.kind, exc.message)
-    else:
-        found = classify(exc)
-        if not found.expected:
-            log.exception("unexpected error in the proxy", exc_info=exc)
-        elif found.status in (503, 507):
-            log.warning("proxy: %s: %s", found.type, found.reason)
-    listed = "; ".join(f"{_pointer(api, p.pointer)}: {p.message}" for p in found.problems)
-    headers = dict(found.headers or {})
-    if found.status == 401:
-        headers["www-authenticate"] = "Bearer"
-    body = api.error(found.status, found.type, listed or found.reason)
-    return JSONResponse(body, found.status, headers=headers or None)
 
 
 async def proxy_request(request: Request, api: Api) -> Response:
@@ -101,66 +66,7 @@ async def proxy_request(request: Request, api: Api) -> Response:
     try:
         return await _proxy(request, api)
     except Exception as exc:  # every answer in the provider's shape (a fault: logged, a 500)
-        return _answer(api, exc)
-
-
-def _authorize(request: Request, *, reading: bool = False) -> bool:
-    """Check the project's key, when keys are configured; True when the client's
-    ``Authorization`` / ``x-api-key`` held it (so they are not the upstream's). ``reading``:
-    a request that calls no model (the models list), which a read key may make too."""
-    config = state(request).config
-    if not config.auth_enabled:
-        return False
-    own = request.headers.get(KEY_HEADER)
-    presented = own or presented_key(request)
-    key = config.find(presented) if presented else None
-    if key is None:
-        raise _Refused(
-            401,
-            "security_exception",
-            f"a valid ctxmgmt API key is required: send it as {KEY_HEADER}, or as the client's API key "
-            "when the model's upstream key is configured (api_key_env)",
-        )
-    if key.scope not in ("write", "proxy") and not reading:
-        raise _Refused(
-            403,
-            "security_exception",
-            f"the key {key.name!r} may only read; the proxy calls the model's upstream",
-        )
-    return not own
-
-
-def _model(request: Request, body: Mapping[str, Any], api: Api, *, window: bool = True) -> ModelConfig:
-    """The request's model in the models configuration, of ``api``'s provider, with a
-    ``context_window`` when the request is managed to it (``window``)."""
-    model_id = body.get("model")
-    if not isinstance(model_id, str) or not model_id:
-        raise _Refused(400, "illegal_argument_exception", "/model: must be the name of a configured model")
-    models = state(request).models
-    config: ModelConfig | None = models.get(model_id)
-    if config is None:
-        known = ", ".join(sorted(models)[:20]) or "none"
-        raise _Refused(
-            404,
-            "model_not_found",
-            f"/model: {model_id[:100]!r} is not in the proxy's models configuration (configured: {known}); "
-            "add it under models: in the --config file",
-        )
-    if config.provider != api.provider:
-        other = "/v1/messages" if config.provider == "anthropic" else "/v1/chat/completions or /v1/responses"
-        raise _Refused(
-            400,
-            "illegal_argument_exception",
-            f"/model: {model_id!r} is an {config.provider} endpoint; send its requests to {other}",
-        )
-    if window and not config.context_window:
-        raise _Refused(
-            400,
-            "illegal_argument_exception",
-            f"/model: {model_id!r} has no context_window in the models configuration; the proxy manages "
-            "a request to its window: add context_window",
-        )
-    return config
+        return answer(api, exc)
 
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -180,7 +86,7 @@ def session_key(request: Request, api: Api, name: str, model: str, parts: Parts)
     costs the prompt cache, never correctness."""
     given = request.headers.get(SESSION_HEADER)
     if given is not None and not _SESSION.fullmatch(given):
-        raise _Refused(
+        raise Refused(
             400, "illegal_argument_exception", f"{SESSION_HEADER}: 1-128 characters of A-Z a-z 0-9 . _ : -"
         )
     first = parts.record[0]
@@ -195,16 +101,10 @@ def session_key(request: Request, api: Api, name: str, model: str, parts: Parts)
 
 async def _proxy(request: Request, api: Api) -> Response:
     started = now_ms()
-    own_key = _authorize(request)
+    own_key = authorize(request)
     st = state(request)
-    name = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
-    if not NAME.fullmatch(name):
-        raise _Refused(
-            400,
-            "illegal_argument_exception",
-            f"{name[:60]!r}: a definition name is 1-{NAME_LENGTH} of a-z 0-9 _ -",
-        )
-    _query(request)  # before any work: a query too long to go upstream
+    name = definition_name(request)
+    upstream.query(request)  # before any work: a query too long to go upstream
     text = await body_text(request, setting="proxy_max_body_bytes")
     bodies: Bodies = request.app.state.proxy_bodies
     previous = bodies.find(text)  # the conversation's previous body: only what follows is read
@@ -214,23 +114,20 @@ async def _proxy(request: Request, api: Api) -> Response:
         parsed = parse(text, api.field, previous)
     body = parsed.data
     try:
-        config = _model(request, body, api)
-    except _Refused as exc:
+        config = model_of(request, body, api)
+    except Refused as exc:
         if exc.status == 404:  # an unknown model; an unknown definition, the path's, is said first
-            try:
-                await asyncio.to_thread(st.store.resolve_version, name)
-            except NotFound:
-                raise await _no_definition(st, name) from None
+            await stored_version(st, name)
         raise
-    headers = _headers(request, config, own_key)  # before anything is run, kept or recorded
+    headers = upstream.headers(request, config, own_key)  # before anything is run, kept or recorded
     parts = api.parts(body)
     if isinstance(parts, str):
-        raise _Refused(400, "illegal_argument_exception", parts)
+        raise Refused(400, "illegal_argument_exception", parts)
     key = session_key(request, api, name, str(body["model"]), parts)
     try:
         definition, version, stored = await asyncio.to_thread(_resolved, st.store, name, key)
     except NotFound:
-        raise await _no_definition(st, name) from None
+        raise await no_definition(st, name) from None
     if stored is not None and not _covers(stored, parsed):
         # Another conversation with the same start, or this one with an earlier message
         # changed: its state is not this request's (a new view, a new archive namespace).
@@ -305,64 +202,10 @@ async def _proxy(request: Request, api: Api) -> Response:
     return await _upstream(exchange, outgoing, parts.stream, first)
 
 
-async def _no_definition(st: Any, name: str) -> _Refused:
-    """The 404 of a definition that is not stored, with the nearest name that is."""
-    hint = await asyncio.to_thread(st.store.suggest, name)
-    return _Refused(404, "resource_not_found_exception", f"context management {name!r} not found{hint}")
-
-
 def _resolved(store: Any, name: str, key: str) -> tuple[Any, Any, dict[str, Any] | None]:
     """The definition, its version and the conversation's stored state (one worker thread)."""
     definition, version = store.resolve_version(name)
     return definition, version, SessionStore(store.engine).get(key)
-
-
-MAX_QUERY_BYTES = 8192
-"""A client's query string goes upstream up to this long (a longer one is refused: httpx
-builds no URL over 64 KB, and no provider API takes one)."""
-
-
-def _query(request: Request) -> str:
-    """The client's query string, as it sent it (``?beta=true``), or a 414 when too long."""
-    query = request.url.query
-    if len(query) > MAX_QUERY_BYTES:
-        raise _Refused(414, "illegal_argument_exception", f"the query string is over {MAX_QUERY_BYTES} bytes")
-    return query
-
-
-def upstream_url(config: ModelConfig, path: str, request: Request) -> str:
-    """The upstream's URL for ``path`` (after the model's ``base_url``, which holds no query),
-    with the client's query string."""
-    url = config.base_url.rstrip("/") + path
-    query = _query(request)
-    return f"{url}?{query}" if query else url
-
-
-def _headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, str]:
-    headers = {"content-type": "application/json", "accept-encoding": "identity"}
-    for name in _FORWARDED:
-        if name in request.headers:
-            headers[name] = request.headers[name]
-    configured = config.api_key()
-    if configured:
-        if config.provider == "anthropic":
-            headers["x-api-key"] = configured
-        else:
-            headers["authorization"] = f"Bearer {configured}"
-    elif not own_key:  # the client's own upstream key
-        for name in ("authorization", "x-api-key"):
-            if name in request.headers:
-                headers[name] = request.headers[name]
-    elif request.headers.get("authorization") or request.headers.get("x-api-key"):
-        raise _Refused(
-            400,
-            "illegal_argument_exception",
-            "the client's API key is the ctxmgmt key and the model has no upstream key configured: "
-            f"configure api_key_env for the model, or send the ctxmgmt key as {KEY_HEADER}",
-        )
-    if config.provider == "anthropic":
-        headers.setdefault("anthropic-version", config.anthropic_version)
-    return headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,22 +255,13 @@ class _Exchange:
     stream: bool
     """The recall tools offered to the model (none: the request names no archive)."""
 
-    async def send(self, body: Mapping[str, Any] | str) -> httpx.Response:
-        """Send a request upstream (a body, or its JSON text); its answer's head (the body is
-        read as a stream)."""
-        config = self.config
-        pool = state(self.request).runner.pool
-        assert pool is not None  # create_app gives the runner the server's pool
-        client = pool.aclient(config)
-        url = upstream_url(config, self.api.path.removeprefix("/v1"), self.request)
+    async def send(self, body: Mapping[str, Any] | str, deadline: float) -> httpx.Response:
+        """Send a request upstream (a body, or its JSON text) by ``deadline``; its answer's head
+        (the body is read as a stream)."""
+        target = upstream.url(self.config, self.api.path.removeprefix("/v1"), self.request)
         text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
         content = text.encode("utf-8", "surrogatepass")
-        outgoing = client.build_request("POST", url, content=content, headers=self.headers)
-        try:
-            async with asyncio.timeout(config.timeout):
-                return await client.send(outgoing, stream=True)
-        except (TimeoutError, httpx.HTTPError) as exc:
-            raise _fault(config, exc, "could not reach") from None
+        return await upstream.call(self.request, self.config, target, content, self.headers, deadline)
 
 
 async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool, first: str) -> Response:
@@ -436,21 +270,21 @@ async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     is recorded too."""
     try:
         return await _exchange(exchange, body, stream, first)
-    except _Refused as exc:
+    except Refused as exc:
         await _finish(exchange, None, exc.message)
         raise
     except Exception as exc:  # the upstream's answer held what the recall rounds cannot read
         log.warning("proxy: the upstream's answer could not be read", exc_info=True)
         message = f"the upstream's answer could not be read ({type(exc).__name__})"
         await _finish(exchange, None, message)
-        raise _Refused(502, "llm_exception", message) from None
+        raise Refused(502, "llm_exception", message) from None
 
 
 async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, first: str) -> Response:
     api, config = exchange.api, exchange.config
     deadline = asyncio.get_running_loop().time() + config.timeout
-    response = await exchange.send(first)
-    returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
+    response = await exchange.send(first, deadline)
+    returned = upstream.returned(response)
     if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
         events = _events(exchange, response, deadline, body)
         # A client that goes away cancels the stream: its generator may be left where it was
@@ -460,7 +294,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
             events, response.status_code, headers=returned, background=BackgroundTask(events.aclose)
         )
     try:
-        data = await _read(response, deadline, config)
+        data = await upstream.read(response, deadline, config)
     finally:
         await response.aclose()
     answer = _json(data) if response.is_success else None  # once, for its usage and its calls
@@ -500,10 +334,10 @@ async def _recall_rounds(
             if not body["tools"]:
                 del body["tools"]
         deadline = asyncio.get_running_loop().time() + config.timeout
-        response = await exchange.send(body)
-        returned = {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
+        response = await exchange.send(body, deadline)
+        returned = upstream.returned(response)
         try:
-            data = await _read(response, deadline, config)
+            data = await upstream.read(response, deadline, config)
         finally:
             await response.aclose()
         status = response.status_code
@@ -595,7 +429,7 @@ async def _events(
                     if passed:
                         yield passed
         except (TimeoutError, httpx.HTTPError) as exc:
-            failure = _fault(config, exc, "broke off").message
+            failure = upstream.fault(config, exc, "broke off").message
         except streams.EventTooLong as exc:
             failure = str(exc)
         except Exception as exc:  # events no reader of them can take
@@ -615,7 +449,7 @@ async def _events(
                     if isinstance(final, Mapping)
                     else None
                 )
-            except _Refused as exc:
+            except Refused as exc:
                 failure = exc.message
             except Exception as exc:  # an answer the recall rounds cannot read
                 log.warning("proxy: the upstream's answer could not be read", exc_info=True)
@@ -695,34 +529,6 @@ def _stream_error(api: Api, message: str) -> bytes:
         else f"\n\ndata: {payload}\n\n"
     )
     return event.encode()
-
-
-async def _read(response: httpx.Response, deadline: float, config: ModelConfig) -> bytes:
-    data = bytearray()
-    try:
-        async with asyncio.timeout_at(deadline):
-            async for chunk in response.aiter_bytes():
-                data += chunk
-                if len(data) > config.max_response_bytes:
-                    raise _Refused(
-                        502,
-                        "llm_exception",
-                        f"the upstream's answer is over {config.max_response_bytes} bytes "
-                        "(max_response_bytes)",
-                    )
-    except (TimeoutError, httpx.HTTPError) as exc:
-        raise _fault(config, exc, "broke off") from None
-    return bytes(data)
-
-
-def _fault(config: ModelConfig, exc: BaseException, failed: str) -> _Refused:
-    """The upstream's fault as the proxy answers it: a 504 past the model's deadline, else a
-    502 saying what it did (``could not reach``, ``broke off``)."""
-    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
-        return _Refused(
-            504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
-        )
-    return _Refused(502, "llm_exception", f"the upstream {config.id!r} {failed}: {type(exc).__name__}")
 
 
 async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure: str | None) -> None:

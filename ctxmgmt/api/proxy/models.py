@@ -14,18 +14,15 @@ must be stored; with keys configured, any project key may list (it calls no mode
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...errors import NotFound
 from ...llm.config import ModelConfig
-from ..params import NAME
 from ..requests import state
 from .apis import APIS, Api
-from .handler import DEFINITION_HEADER, _answer, _authorize, _no_definition, _Refused
+from .checks import Refused, answer, authorize, definition_name, stored_version
 
 __all__ = ["model", "models"]
 
@@ -40,15 +37,9 @@ def _api(request: Request) -> Api:
 
 async def _served(request: Request, api: Api) -> list[ModelConfig]:
     """The configured models of ``api``'s provider, once the request may see them."""
-    _authorize(request, reading=True)
+    authorize(request, reading=True)
     st = state(request)
-    name = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
-    if not NAME.fullmatch(name):
-        raise _Refused(400, "illegal_argument_exception", f"{name[:60]!r}: not a definition name")
-    try:
-        await asyncio.to_thread(st.store.resolve_version, name)
-    except NotFound:
-        raise await _no_definition(st, name) from None
+    await stored_version(st, definition_name(request))
     configured = (st.models.get(model_id) for model_id in st.models)
     return [config for config in configured if config is not None and config.provider == api.provider]
 
@@ -75,7 +66,7 @@ async def models(request: Request) -> Response:
     try:
         served = [_entry(api, config) for config in await _served(request, api)]
     except Exception as exc:  # in the provider's shape, as the proxy's other answers
-        return _answer(api, exc)
+        return answer(api, exc)
     if api.provider == "anthropic":
         ids = [entry["id"] for entry in served]
         return JSONResponse(
@@ -98,11 +89,11 @@ async def model(request: Request) -> Response:
         found = [config for config in served if config.id == wanted]
         if not found:
             known = ", ".join(sorted(config.id for config in served)[:20]) or "none"
-            raise _Refused(
+            raise Refused(
                 404,
                 "model_not_found",
                 f"{wanted[:100]!r} is not among the proxy's {api.provider} models (configured: {known})",
             )
     except Exception as exc:
-        return _answer(api, exc)
+        return answer(api, exc)
     return JSONResponse(_entry(api, found[0]))

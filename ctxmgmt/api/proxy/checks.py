@@ -1,0 +1,158 @@
+"""What a proxy request is checked against before any work, and the proxy's own refusals.
+
+The project's key (when keys are configured), the definition's name (and that it is stored),
+the request's model (configured, of the route's provider); every refusal answered in the
+provider's own error shape, with JSON pointers into the client's body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from ...errors import NotFound
+from ...llm import ModelConfig
+from ..errors import Classified, classify
+from ..params import NAME, NAME_LENGTH
+from ..requests import presented_key, state
+from .apis import Api
+
+__all__ = [
+    "DEFINITION_HEADER",
+    "KEY_HEADER",
+    "Refused",
+    "answer",
+    "authorize",
+    "definition_name",
+    "model_of",
+    "no_definition",
+    "stored_version",
+]
+
+DEFINITION_HEADER = "x-ctxmgmt-definition"
+KEY_HEADER = "x-ctxmgmt-key"
+log = logging.getLogger("ctxmgmt.proxy")
+
+
+class Refused(Exception):
+    """An error the proxy answers in the provider's shape."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+def _pointer(api: Api, pointer: str) -> str:
+    """A problem's pointer into the request's body: its conversation is ``api.field``."""
+    if pointer == "/messages" or pointer.startswith("/messages/"):
+        return f"/{api.field}{pointer[len('/messages') :]}"
+    return pointer
+
+
+def answer(api: Api, exc: BaseException) -> JSONResponse:
+    """Any error, classified as the REST API's are (:func:`ctxmgmt.api.errors.classify`), in
+    the provider's shape; problems' pointers into the request's body."""
+    if isinstance(exc, Refused):
+        found = Classified(exc.status, exc.kind, exc.message)
+    else:
+        found = classify(exc)
+        if not found.expected:
+            log.exception("unexpected error in the proxy", exc_info=exc)
+        elif found.status in (503, 507):
+            log.warning("proxy: %s: %s", found.type, found.reason)
+    listed = "; ".join(f"{_pointer(api, p.pointer)}: {p.message}" for p in found.problems)
+    headers = dict(found.headers or {})
+    if found.status == 401:
+        headers["www-authenticate"] = "Bearer"
+    body = api.error(found.status, found.type, listed or found.reason)
+    return JSONResponse(body, found.status, headers=headers or None)
+
+
+def authorize(request: Request, *, reading: bool = False) -> bool:
+    """Check the project's key, when keys are configured; True when the client's
+    ``Authorization`` / ``x-api-key`` held it (so they are not the upstream's). ``reading``:
+    a request that calls no model (the models list), which a read key may make too."""
+    config = state(request).config
+    if not config.auth_enabled:
+        return False
+    own = request.headers.get(KEY_HEADER)
+    presented = own or presented_key(request)
+    key = config.find(presented) if presented else None
+    if key is None:
+        raise Refused(
+            401,
+            "security_exception",
+            f"a valid ctxmgmt API key is required: send it as {KEY_HEADER}, or as the client's API key "
+            "when the model's upstream key is configured (api_key_env)",
+        )
+    if key.scope not in ("write", "proxy") and not reading:
+        raise Refused(
+            403,
+            "security_exception",
+            f"the key {key.name!r} may only read; the proxy calls the model's upstream",
+        )
+    return not own
+
+
+def definition_name(request: Request) -> str:
+    """The request's definition: ``X-Ctxmgmt-Definition``'s, else the path's (a name's shape)."""
+    name: str = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
+    if not NAME.fullmatch(name):
+        raise Refused(
+            400,
+            "illegal_argument_exception",
+            f"{name[:60]!r}: a definition name is 1-{NAME_LENGTH} of a-z 0-9 _ -",
+        )
+    return name
+
+
+async def stored_version(st: Any, name: str) -> Any:
+    """The stored definition's version, or the 404 of one that is not stored."""
+    try:
+        return await asyncio.to_thread(st.store.resolve_version, name)
+    except NotFound:
+        raise await no_definition(st, name) from None
+
+
+async def no_definition(st: Any, name: str) -> Refused:
+    """The 404 of a definition that is not stored, with the nearest name that is."""
+    hint = await asyncio.to_thread(st.store.suggest, name)
+    return Refused(404, "resource_not_found_exception", f"context management {name!r} not found{hint}")
+
+
+def model_of(request: Request, body: Mapping[str, Any], api: Api, *, window: bool = True) -> ModelConfig:
+    """The request's model in the models configuration, of ``api``'s provider, with a
+    ``context_window`` when the request is managed to it (``window``)."""
+    model_id = body.get("model")
+    if not isinstance(model_id, str) or not model_id:
+        raise Refused(400, "illegal_argument_exception", "/model: must be the name of a configured model")
+    models = state(request).models
+    config: ModelConfig | None = models.get(model_id)
+    if config is None:
+        known = ", ".join(sorted(models)[:20]) or "none"
+        raise Refused(
+            404,
+            "model_not_found",
+            f"/model: {model_id[:100]!r} is not in the proxy's models configuration (configured: {known}); "
+            "add it under models: in the --config file",
+        )
+    if config.provider != api.provider:
+        other = "/v1/messages" if config.provider == "anthropic" else "/v1/chat/completions or /v1/responses"
+        raise Refused(
+            400,
+            "illegal_argument_exception",
+            f"/model: {model_id!r} is an {config.provider} endpoint; send its requests to {other}",
+        )
+    if window and not config.context_window:
+        raise Refused(
+            400,
+            "illegal_argument_exception",
+            f"/model: {model_id!r} has no context_window in the models configuration; the proxy manages "
+            "a request to its window: add context_window",
+        )
+    return config

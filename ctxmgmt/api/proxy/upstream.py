@@ -1,0 +1,128 @@
+"""The call to a model's upstream: its URL (with the client's query), the headers that go and
+come back, one request within the model's deadline, its answer read within bounds, and its
+faults as the proxy answers them (504 past the deadline, else 502).
+
+Keys: the model's configured key (``api_key_env``), else the client's ``Authorization`` /
+``x-api-key`` passed on (never a key that is the project's). No key is stored, logged or
+recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+from starlette.requests import Request
+
+from ...llm import ModelConfig
+from ..requests import state
+from .checks import KEY_HEADER, Refused
+
+__all__ = ["MAX_QUERY_BYTES", "call", "fault", "headers", "query", "read", "returned", "url"]
+
+MAX_QUERY_BYTES = 8192
+"""A client's query string goes upstream up to this long (a longer one is refused: httpx
+builds no URL over 64 KB, and no provider API takes one)."""
+# The client's headers that go upstream as they came (besides its key, when it is not ours).
+_FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project", "openai-beta")
+# The upstream's headers that come back: the body's type, its request id, rate limits.
+_RETURNED = re.compile(
+    r"content-type|x-request-id|request-id|retry-after|openai-processing-ms|openai-version"
+    r"|x-ratelimit-[\w-]+|anthropic-ratelimit-[\w-]+|anthropic-organization-id"
+)
+
+
+def query(request: Request) -> str:
+    """The client's query string, as it sent it (``?beta=true``), or a 414 when too long."""
+    found = request.url.query
+    if len(found) > MAX_QUERY_BYTES:
+        raise Refused(414, "illegal_argument_exception", f"the query string is over {MAX_QUERY_BYTES} bytes")
+    return found
+
+
+def url(config: ModelConfig, path: str, request: Request) -> str:
+    """The upstream's URL for ``path`` (after the model's ``base_url``, which holds no query),
+    with the client's query string."""
+    base = config.base_url.rstrip("/") + path
+    found = query(request)
+    return f"{base}?{found}" if found else base
+
+
+def headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, str]:
+    """The headers of the upstream request: the client's that go as they came, and the
+    upstream's key (``own_key``: the client's key headers held the project's key)."""
+    out = {"content-type": "application/json", "accept-encoding": "identity"}
+    for name in _FORWARDED:
+        if name in request.headers:
+            out[name] = request.headers[name]
+    configured = config.api_key()
+    if configured:
+        if config.provider == "anthropic":
+            out["x-api-key"] = configured
+        else:
+            out["authorization"] = f"Bearer {configured}"
+    elif not own_key:  # the client's own upstream key
+        for name in ("authorization", "x-api-key"):
+            if name in request.headers:
+                out[name] = request.headers[name]
+    elif request.headers.get("authorization") or request.headers.get("x-api-key"):
+        raise Refused(
+            400,
+            "illegal_argument_exception",
+            "the client's API key is the ctxmgmt key and the model has no upstream key configured: "
+            f"configure api_key_env for the model, or send the ctxmgmt key as {KEY_HEADER}",
+        )
+    if config.provider == "anthropic":
+        out.setdefault("anthropic-version", config.anthropic_version)
+    return out
+
+
+def returned(response: httpx.Response) -> dict[str, str]:
+    """The upstream's headers that go back to the client."""
+    return {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
+
+
+async def call(
+    request: Request, config: ModelConfig, target: str, content: bytes, sent: dict[str, str], deadline: float
+) -> httpx.Response:
+    """POST ``content`` to ``target`` through the server's kept-alive pool, by ``deadline``
+    (the event loop's clock): the answer's head (its body is read as a stream)."""
+    pool = state(request).runner.pool
+    assert pool is not None  # create_app gives the runner the server's pool
+    client = pool.aclient(config)
+    outgoing = client.build_request("POST", target, content=content, headers=sent)
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await client.send(outgoing, stream=True)
+    except (TimeoutError, httpx.HTTPError) as exc:
+        raise fault(config, exc, "could not reach") from None
+
+
+async def read(response: httpx.Response, deadline: float, config: ModelConfig) -> bytes:
+    """The answer's body, by ``deadline`` and within the model's ``max_response_bytes``."""
+    data = bytearray()
+    try:
+        async with asyncio.timeout_at(deadline):
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > config.max_response_bytes:
+                    raise Refused(
+                        502,
+                        "llm_exception",
+                        f"the upstream's answer is over {config.max_response_bytes} bytes "
+                        "(max_response_bytes)",
+                    )
+    except (TimeoutError, httpx.HTTPError) as exc:
+        raise fault(config, exc, "broke off") from None
+    return bytes(data)
+
+
+def fault(config: ModelConfig, exc: BaseException, failed: str) -> Refused:
+    """The upstream's fault as the proxy answers it: a 504 past the model's deadline, else a
+    502 saying what it did (``could not reach``, ``broke off``)."""
+    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+        return Refused(
+            504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
+        )
+    return Refused(502, "llm_exception", f"the upstream {config.id!r} {failed}: {type(exc).__name__}")
