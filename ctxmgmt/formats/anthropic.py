@@ -15,14 +15,23 @@ the same object. Others are rebuilt from their internal messages and their origi
 within a rebuilt message, every block whose internal message no manager changed is the very
 block that came in (one cut tool_result leaves the others byte-identical).
 
+A mid-conversation system message (``{"role": "system"}`` in ``messages``, text only) becomes
+an internal system message: kept by every manager, as the system prompt is. On the way back it
+stays where it was; when a manager removed what surrounded it, it goes right before the next
+assistant turn (or last), two that meet become one, so its placement stays one Anthropic takes.
+
 Validity: the first message is a user message; a ``tool_result`` sits in the user message
 right after the assistant message with its ``tool_use``, before any other block; every
-``tool_use`` is answered there.
+``tool_use`` is answered there; a system message follows a user turn (or an assistant turn
+that ends in a server tool's call), and is the last message or followed by an assistant turn.
+Blocks of types this version does not know (Anthropic adds some every few months:
+``tool_reference``, new server tools' results) pass as they came, counted by their size.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,8 +82,15 @@ ASSISTANT_BLOCKS = frozenset(
         "container_upload",
     }
 )
-RESULT_BLOCKS = frozenset({"text", "image", "document", "search_result"})
+RESULT_BLOCKS = frozenset({"text", "image", "document", "search_result", "tool_reference"})
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
+"""A block type's shape: a type this version does not know passes when it has it."""
+_NOT_USER = frozenset({"tool_use", "thinking", "redacted_thinking", "server_tool_use"})
+_NOT_ASSISTANT = frozenset({"tool_result", "image", "document", "search_result"})
 _CHAT_PARTS = frozenset({"image_url", "input_audio", "file", "refusal"})
+_FOREIGN = _CHAT_PARTS | {"input_text", "output_text", "input_image", "input_file"}
+"""OpenAI's part types: a client that sends them has the wrong format, said so."""
+_RESULT_REFUSED = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 _MEMO = memo()
 
 
@@ -101,9 +117,12 @@ def _check_messages(
             problems.append(Problem(where, "a message must be an object"))
             continue
         role = m.get("role")
-        if role in ("system", "developer"):
+        if role == "system":
+            _check_system_message(messages, i, problems)
+            continue
+        if role == "developer":
             problems.append(
-                Problem(f"{where}/role", f"Anthropic has no {role} messages; give it as system_prompt")
+                Problem(f"{where}/role", "Anthropic has no developer messages; give it as the system prompt")
             )
             continue
         if role == "tool":
@@ -120,6 +139,13 @@ def _check_messages(
             continue
         if i == 0 and role != "user":
             problems.append(Problem(f"{where}/role", "the first message must be a user message"))
+        if role == "user" and i > 0 and _role_of(messages[i - 1]) == "system":
+            problems.append(
+                Problem(
+                    f"/messages/{i - 1}",
+                    "a system message must be the last message or be followed by an assistant turn",
+                )
+            )
         answered = _check_content(m.get("content"), role, where, problems)
         if role == "assistant":
             if pending:
@@ -158,6 +184,54 @@ def _unanswered(pending: dict[str, int], problems: list[Problem]) -> None:
     pending.clear()
 
 
+def _role_of(m: Any) -> Any:
+    return m.get("role") if isinstance(m, dict) else None
+
+
+def _check_system_message(messages: Sequence[Any], i: int, problems: list[Problem]) -> None:
+    """A mid-conversation system message: text only, after a user turn (or an assistant turn
+    that ends in a server tool's call), never next to another one."""
+    where = f"/messages/{i}"
+    before = messages[i - 1] if i > 0 else None
+    if before is None:
+        problems.append(
+            Problem(f"{where}/role", "the first message must be a user message; give it as the system prompt")
+        )
+    elif _role_of(before) == "system":
+        problems.append(Problem(f"{where}/role", "two system messages may not be next to each other"))
+    elif not (_role_of(before) == "user" or _ends_in_server_call(before)):
+        problems.append(
+            Problem(
+                f"{where}/role",
+                "a system message must follow a user message (or an assistant turn that ends in "
+                "a server tool's call)",
+            )
+        )
+    content = messages[i].get("content")
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list) or not content:
+        problems.append(
+            Problem(f"{where}/content", "content must be a string or a non-empty list of text blocks")
+        )
+        return
+    for j, block in enumerate(content):
+        if not (
+            isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+        ):
+            problems.append(Problem(f"{where}/content/{j}", "a system message holds text blocks only"))
+
+
+def _ends_in_server_call(m: Any) -> bool:
+    content = m.get("content") if isinstance(m, dict) and m.get("role") == "assistant" else None
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and isinstance(content[-1], dict)
+        and (content[-1].get("type") == "server_tool_use")
+    )
+
+
 def check_system(system: Any) -> list[Problem]:
     """What the Messages API would reject in ``system``."""
     if system is None or isinstance(system, str):
@@ -179,6 +253,7 @@ def _check_content(content: Any, role: str, where: str, problems: list[Problem])
         problems.append(Problem(f"{where}/content", "content must be a string or a non-empty list of blocks"))
         return []
     allowed = USER_BLOCKS if role == "user" else ASSISTANT_BLOCKS
+    refused = _NOT_USER if role == "user" else _NOT_ASSISTANT
     results: list[tuple[str, int]] = []
     others = False
     for j, block in enumerate(content):
@@ -187,7 +262,7 @@ def _check_content(content: Any, role: str, where: str, problems: list[Problem])
         if not isinstance(kind, str):
             problems.append(Problem(at, "a content block needs a string type"))
             continue
-        if kind not in allowed:
+        if kind not in allowed and (kind in refused or not _KIND.fullmatch(kind) or kind in _FOREIGN):
             problems.append(Problem(f"{at}/type", _not_allowed(kind, role, allowed)))
             continue
         if kind == "text" and not isinstance(block.get("text"), str):
@@ -233,7 +308,10 @@ def _check_result_content(content: Any, at: str, problems: list[Problem]) -> Non
         return
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if not isinstance(kind, str) or kind not in RESULT_BLOCKS:
+        if not isinstance(kind, str) or (
+            kind not in RESULT_BLOCKS
+            and (kind in _RESULT_REFUSED or not _KIND.fullmatch(kind) or kind in _FOREIGN)
+        ):
             problems.append(
                 Problem(
                     f"{at}/content/{k}/type",
@@ -265,15 +343,45 @@ def _tool_use_ids(m: Mapping[str, Any]) -> list[str]:
 
 def rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
     """What Anthropic would reject in an internal list that the chat rules allow: no user
-    message first, or a system message anywhere (a History remembers where those are)."""
+    message first, a developer message, or a system message that no placement makes valid (a
+    History remembers where those are). :func:`back` moves a system message that a manager
+    left before a user turn to just before the next assistant turn, so only what comes
+    before it matters."""
     if not messages:
         return "no message is left; Anthropic needs at least one user message"
-    if messages[0].get("role") != "user":
-        return "the first message is not a user message, as Anthropic requires"
     found = scan(messages, "system-roles", _system_role)
-    if found:
-        return f"a {messages[found[0]].get('role')} message, which Anthropic's messages cannot hold"
+    first = 0
+    while first < len(found) and found[first] == first:  # a system message goes after a user turn
+        first += 1
+    if first == len(messages) or messages[first].get("role") != "user":
+        return "the first message is not a user message, as Anthropic requires"
+    for i in found:
+        m = messages[i]
+        if m.get("role") == "developer":
+            return "a developer message, which Anthropic's messages cannot hold"
+        if not _system_placeable(messages, i):
+            return "a system message after an assistant turn with no user turn after it"
     return None
+
+
+def _system_placeable(messages: Sequence[Mapping[str, Any]], i: int) -> bool:
+    """Whether the system message at ``i`` has a user turn to follow where :func:`back` puts it."""
+    n = len(messages)
+    j = i + 1
+    while j < n and messages[j].get("role") != "assistant":
+        if messages[j].get("role") in ("user", "tool"):
+            return True  # it goes after this user turn
+        j += 1
+    k = i - 1
+    while k >= 0 and messages[k].get("role") in ("system", "developer"):
+        k -= 1
+    if k < 0:
+        return False
+    if messages[k].get("role") != "assistant":
+        return True
+    origin = origin_of(messages[k])
+    blocks = origin.blocks if origin is not None else ()
+    return bool(blocks) and blocks[-1].get("type") == "server_tool_use"
 
 
 def _system_role(m: Any) -> bool:
@@ -343,6 +451,8 @@ def _internal(m: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         return ({"role": role, "content": content, ORIGIN: Origin(m)},)
     if role == "assistant":
         return (_assistant(m, content),)
+    if role == "system":  # mid-conversation: text blocks only, kept by every manager
+        return ({"role": "system", "content": _joined(content), ORIGIN: Origin(m, blocks=content)},)
     out: list[dict[str, Any]] = []
     others: list[Any] = []
     for block in content:
@@ -452,6 +562,7 @@ def back(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
     """The Anthropic messages for an internal list: a message that comes back as the
     conversion made it (see ``Origin.made``) is its source again, the very object."""
     out: list[Any] = []
+    systems = bool(scan(messages, "system-roles", _system_role))
     messages = items(messages)
     i, n = 0, len(messages)
     while i < n:
@@ -476,7 +587,7 @@ def back(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
             i += k
             continue
         role = m.get("role")
-        if role == "assistant":
+        if role in ("assistant", "system"):
             turn = [m]
             i += 1
         elif role in ("tool", "user"):
@@ -496,7 +607,48 @@ def back(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
                 [Problem(f"/messages/{i}/role", f"Anthropic's messages cannot hold a {role} message")]
             )
         out.append(_message(turn))
-    return out
+    return _placed(out) if systems else out
+
+
+def _placed(out: list[Any]) -> list[Any]:
+    """Each system message where Anthropic takes it: as it was, unless a manager removed what
+    followed it; then right before the next assistant turn (or last), two that meet as one."""
+    if all(
+        m.get("role") != "system"
+        or (
+            (i + 1 == len(out) or out[i + 1].get("role") == "assistant")
+            and (i == 0 or out[i - 1].get("role") != "system")
+        )
+        for i, m in enumerate(out)
+    ):
+        return out  # every one where it was: the very list
+    placed: list[Any] = []
+    held: list[Any] = []  # system messages waiting for the next assistant turn
+    for m in out:
+        role = m.get("role")
+        if role == "system":
+            held.append(m)
+            continue
+        if held and role == "assistant":
+            placed.append(_merged(held))
+            held = []
+        placed.append(m)
+    if held:
+        placed.append(_merged(held))
+    return placed
+
+
+def _merged(held: list[Any]) -> Any:
+    """One system message for several that met: their text blocks in order."""
+    if len(held) == 1:
+        return held[0]
+    merged: dict[str, Any] = {}
+    blocks: list[Any] = []
+    for m in held:
+        merged.update((k, v) for k, v in m.items() if k not in ("role", "content"))
+        content = m.get("content")
+        blocks.extend([{"type": "text", "text": content}] if isinstance(content, str) else content)
+    return {"role": "system", "content": blocks, **merged}
 
 
 def _unchanged_run(messages: Sequence[Mapping[str, Any]], i: int) -> int:
@@ -527,6 +679,8 @@ def _message(turn: list[Mapping[str, Any]]) -> Any:
         return first.message  # unchanged: the very message that came in
     if turn[0].get("role") == "assistant":
         return _rebuild_assistant(turn[0])
+    if turn[0].get("role") == "system":
+        return {"role": "system", "content": _rebuild_blocks(turn[0])}
     blocks: list[Any] = []
     for m in turn:
         origin = unchanged(m)

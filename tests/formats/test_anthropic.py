@@ -154,7 +154,7 @@ def test_fit_keeps_anthropic_requests_within_the_window():
     ("messages", "pointer", "says"),
     [
         ([{"role": "assistant", "content": "hi"}], "/messages/0/role", "first message must be a user"),
-        ([{"role": "system", "content": "x"}], "/messages/0/role", "give it as system_prompt"),
+        ([{"role": "system", "content": "x"}], "/messages/0/role", "give it as the system prompt"),
         (
             [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}],
             "/messages/0/content/0/tool_use_id",
@@ -198,6 +198,51 @@ def test_fit_keeps_anthropic_requests_within_the_window():
             [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
             "/messages/0/content/0/type",
             "OpenAI chat's format",
+        ),
+        (
+            [{"role": "user", "content": "q"}, {"role": "developer", "content": "x"}],
+            "/messages/1/role",
+            "no developer messages",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "a"},
+                {"role": "system", "content": "x"},
+            ],
+            "/messages/2/role",
+            "must follow a user message",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "system", "content": "x"},
+                {"role": "user", "content": "u"},
+            ],
+            "/messages/1",
+            "followed by an assistant turn",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "system", "content": "x"},
+                {"role": "system", "content": "y"},
+            ],
+            "/messages/2/role",
+            "next to each other",
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "system", "content": [{"type": "image", "source": {}}]},
+            ],
+            "/messages/1/content/0",
+            "text blocks only",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "Not A Type"}]}],
+            "/messages/0/content/0/type",
+            "may not hold",
         ),
     ],
 )
@@ -277,3 +322,75 @@ def test_documents_and_server_tool_results_are_counted():
     assert result.trace[0]["tokens_before"] > 40_000
     assert result.trace[-1]["tokens_after"] <= 8000 - 2000
     assert_valid_messages(result.context.messages, format="anthropic")
+
+
+# What Claude Code sends (2.1.x): its environment as a system turn after the task, with a
+# cache breakpoint and a per-turn setting, and tool search's references in a tool result.
+SYSTEM_TURN = {
+    "role": "system",
+    "content": [
+        {"type": "text", "text": "# Environment\ncwd: /srv/app", "cache_control": {"type": "ephemeral"}}
+    ],
+    "output_config": {"effort": "medium"},
+}
+TOOL_SEARCH = [
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "toolu_s", "name": "ToolSearch", "input": {"query": "select:WebFetch"}}
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_s",
+                "content": [{"type": "tool_reference", "tool_name": "WebFetch"}],
+            }
+        ],
+    },
+]
+
+
+def test_mid_conversation_system_messages_and_new_blocks_pass_as_they_came():
+    """A system turn after a user turn (Anthropic's mid-conversation system messages), a
+    tool_reference in a tool result and block types this version does not know are valid, and
+    a definition that changes nothing returns the very messages."""
+    unknown = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "ok"}, {"type": "tool_search_tool_result", "x": 1}],
+    }
+    msgs = [{"role": "user", "content": "Fix the failing login test."}, SYSTEM_TURN, *TOOL_SEARCH, unknown]
+    assert anthropic.check(msgs, SYSTEM) == []
+    d = definition({"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 1000}})
+    out = d.apply("pre_llm", Context(system_prompt=SYSTEM, messages=msgs, format="anthropic")).context
+    assert all(a is b for a, b in zip(msgs, out.messages, strict=True))
+
+
+def test_a_system_turn_whose_surroundings_were_removed_goes_before_the_next_assistant_turn():
+    """A window that removes the turns around a system message keeps it (as the system prompt
+    is kept) and puts it where Anthropic takes it: after a user turn, before an assistant turn;
+    two that meet become one, their blocks in order."""
+    later = {"role": "system", "content": "Auto-approve mode is now on."}
+    msgs = [
+        {"role": "user", "content": "Fix the failing login test."},
+        SYSTEM_TURN,
+        *turn(0, 400),
+        {"role": "user", "content": "and the signup test"},
+        later,
+        *turn(1, 400),
+        *turn(2, 400),
+    ]
+    assert anthropic.check(msgs, SYSTEM) == []
+    d = definition({"type": "SlidingWindowManager", "config": {"max_messages": 3}})
+    out = d.apply("pre_llm", Context(system_prompt=SYSTEM, messages=msgs, format="anthropic")).context
+    assert_valid_messages(out.messages, format="anthropic", system=SYSTEM)
+    systems = [m for m in out.messages if m["role"] == "system"]
+    assert len(systems) == 1 and out.messages[1] is systems[0]
+    assert [b["text"] for b in systems[0]["content"]] == [
+        "# Environment\ncwd: /srv/app",
+        "Auto-approve mode is now on.",
+    ]
+    assert systems[0]["output_config"] == {"effort": "medium"}
+    assert out.messages[2]["role"] == "assistant"

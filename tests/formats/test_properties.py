@@ -198,3 +198,79 @@ def test_every_shipped_definition_fits_small_windows_in_every_format(case, name,
     assert out.system_prompt == ctx.system_prompt
     if task is not None and fmt == "openai_chat":  # the task's index is the chat view's
         assert list(ctx.messages)[task] in list(out.messages)
+
+
+def _with_system_turns(messages, picks):
+    """``messages`` with a mid-conversation system message after the user turns ``picks``
+    chooses among those Anthropic allows one after (followed by an assistant turn, or last)."""
+    places = [
+        i
+        for i, m in enumerate(messages)
+        if m["role"] == "user" and (i + 1 == len(messages) or messages[i + 1]["role"] == "assistant")
+    ]
+    chosen = {places[k % len(places)] for k in picks} if places else set()
+    out = []
+    for i, m in enumerate(messages):
+        out.append(m)
+        if i in chosen:
+            text = f"# Reminder {i}\nwork in /srv/app-{i}"
+            block = {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}
+            content = text if i % 2 else [block]
+            out.append({"role": "system", "content": content})
+    return out
+
+
+def _system_texts(messages):
+    texts = []
+    for m in messages:
+        if m["role"] == "system":
+            content = m["content"]
+            texts += [content] if isinstance(content, str) else [b["text"] for b in content]
+    return texts
+
+
+# A window that removed every user turn before a system message left it first in the internal
+# list: the rule refused what the way back places after the next user turn.
+SYSTEM_FIRST_REPRO = [
+    *[{"role": "user", "content": "x " * 3000} for _ in range(7)],
+    {"role": "assistant", "content": "ok"},
+    *[{"role": "user", "content": "u"} for _ in range(4)],
+    {"role": "assistant", "content": "ok"},
+]
+
+
+@settings(FAST, max_examples=80)
+@example(SYSTEM_FIRST_REPRO, [0], "long-conversation", "pre_llm", None)
+@given(
+    conversations(format="anthropic"),
+    st.lists(st.integers(0, 50), min_size=1, max_size=3),
+    st.sampled_from(SHIPPED),
+    HOOKS,
+    st.sampled_from([None, 1_500, 3_000, 8_000]),
+)
+def test_mid_conversation_system_messages_are_kept_where_anthropic_takes_them(
+    messages, picks, name, hook, window
+):
+    """Anthropic's mid-conversation system messages (Claude Code sends them): every shipped
+    definition keeps each one, whole and in order, the output is valid for Anthropic (after a
+    user turn, before an assistant turn or last, never two together), and a second run
+    changes nothing."""
+    messages = _with_system_turns(messages, picks)
+    ctx = Context(
+        system_prompt=SYSTEM["anthropic"],
+        messages=messages,
+        model="gpt-4o-mini",
+        context_window=window,
+        format="anthropic",
+    )
+    definition = load_definition(name)
+    try:
+        first = definition.apply(hook, ctx)
+    except ContextError:
+        assume(False)  # the task and the system messages alone exceed this tiny window
+    again = definition.apply(hook, first.context)
+    out = first.context
+    assert_valid_messages(out.messages, partial_tail=True, format="anthropic", system=out.system_prompt)
+    assert not [e["error"] for e in first.trace if e["error"]]
+    assert _system_texts(out.messages) == _system_texts(messages)
+    assert list(again.context.messages) == list(out.messages)

@@ -657,3 +657,45 @@ def test_a_bad_model_name_is_refused_in_words_when_the_config_loads():
     with pytest.raises(ConfigError, match="/models: 'gpt 4o' is not a model name") as refused:
         ModelsConfig.from_dict({"models": {"gpt 4o": {"base_url": "http://x.example/v1", "model": "m"}}})
     assert "anthropic/claude-sonnet-4-5" in str(refused.value) and "^[" not in str(refused.value)
+
+
+def test_claude_codes_system_turns_and_tool_references_go_upstream_as_sent(proxy, upstream):
+    """Claude Code (2.1.x) sends its environment as a mid-conversation system message after the
+    task (with a cache breakpoint and a per-turn ``output_config``) and, after tool search, a
+    tool_result of ``tool_reference`` blocks: both were 400s. They go upstream byte for byte,
+    request after request."""
+    system_turn = {
+        "role": "system",
+        "content": [
+            {
+                "type": "text",
+                "text": "# Environment\nPrimary working directory: /srv/app",
+                "cache_control": {"type": "ephemeral"},
+            }
+        ],
+        "output_config": {"effort": "medium"},
+    }
+    messages = [{"role": "user", "content": [{"type": "text", "text": TASK}]}, system_turn]
+    url = f"{proxy.url}/proxy/default/v1/messages?beta=true"
+    headers = {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "mid-conversation-tool-changes-2026-07-01",
+        "x-api-key": "k",
+    }
+    for step in range(3):
+        body = {"model": "claude-test", "max_tokens": 100, "system": SYSTEM, "messages": messages}
+        upstream.replies.append(Reply(calls=[("ToolSearch", {"query": f"select:Tool{step}"})]))
+        sent = json.dumps(body).encode()
+        r = httpx.post(url, content=sent, headers={**headers, "content-type": "application/json"})
+        assert r.status_code == 200, r.text
+        seen = upstream.seen[-1]
+        assert seen.path == "/v1/messages?beta=true" and seen.body["messages"] == messages
+        assert seen.raw == sent.replace(b'"claude-test"', b'"claude-upstream"')
+        call = next(b for b in r.json()["content"] if b["type"] == "tool_use")
+        reference = {"type": "tool_reference", "tool_name": f"Tool{step}"}
+        result = {"type": "tool_result", "tool_use_id": call["id"], "content": [reference]}
+        messages = [
+            *messages,
+            {"role": "assistant", "content": r.json()["content"]},
+            {"role": "user", "content": [result]},
+        ]
