@@ -680,6 +680,8 @@ def test_claude_codes_system_turns_and_tool_references_go_upstream_as_sent(proxy
     headers = {
         "anthropic-version": "2023-06-01",
         "anthropic-beta": "mid-conversation-tool-changes-2026-07-01",
+        "user-agent": "claude-cli/2.1.332 (external, sdk-cli)",
+        "x-app": "cli",
         "x-api-key": "k",
     }
     for step in range(3):
@@ -690,6 +692,7 @@ def test_claude_codes_system_turns_and_tool_references_go_upstream_as_sent(proxy
         assert r.status_code == 200, r.text
         seen = upstream.seen[-1]
         assert seen.path == "/v1/messages?beta=true" and seen.body["messages"] == messages
+        assert seen.headers["user-agent"] == headers["user-agent"] and seen.headers["x-app"] == "cli"
         assert seen.raw == sent.replace(b'"claude-test"', b'"claude-upstream"')
         call = next(b for b in r.json()["content"] if b["type"] == "tool_use")
         reference = {"type": "tool_reference", "tool_name": f"Tool{step}"}

@@ -24,8 +24,18 @@ __all__ = ["MAX_QUERY_BYTES", "call", "fault", "headers", "query", "read", "retu
 MAX_QUERY_BYTES = 8192
 """A client's query string goes upstream up to this long (a longer one is refused: httpx
 builds no URL over 64 KB, and no provider API takes one)."""
-# The client's headers that go upstream as they came (besides its key, when it is not ours).
-_FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project", "openai-beta")
+# The client's headers that go upstream as they came (besides its key, when it is not ours):
+# the API's version and features, the account's scope, and who is calling (Claude Code's
+# user-agent and x-app: a provider may treat a client's traffic by them).
+_FORWARDED = (
+    "anthropic-version",
+    "anthropic-beta",
+    "openai-organization",
+    "openai-project",
+    "openai-beta",
+    "user-agent",
+    "x-app",
+)
 # The upstream's headers that come back: the body's type, its request id, rate limits.
 _RETURNED = re.compile(
     r"content-type|x-request-id|request-id|retry-after|openai-processing-ms|openai-version"
