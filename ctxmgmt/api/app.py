@@ -28,6 +28,7 @@ from .proxy.body import Bodies
 from .proxy.state import Live
 from .requests import State, resource
 from .routes import TABLE, Operation
+from .upgrades import NoWebSockets
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -130,6 +131,7 @@ def create_app(
         exception_handlers={HTTPException: _http_exception, CtxmgmtError: errors.handle},
         middleware=[
             Middleware(_Faults),
+            Middleware(NoWebSockets),
             Middleware(OriginGuard, hosts=config.allowed_hosts, origins=config.allowed_origins),
         ],
         lifespan=lifespan,

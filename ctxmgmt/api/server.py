@@ -55,6 +55,10 @@ class _DeadlineProtocol(H11Protocol):
         # by the same deadline, or the connection is closed: a trickle holds nothing open.
         self._arm()
 
+    def _unsupported_upgrade_warning(self) -> None:
+        """An upgrade (a WebSocket handshake) reaches the app as HTTP, which answers it with a
+        426 (:mod:`ctxmgmt.api.upgrades`): nothing to warn of."""
+
     def send_400_response(self, msg: str) -> None:
         """A request that is not HTTP: the JSON error every other answer has, then close."""
         self._close_with(400, "Bad Request", "bad_request", f"{msg} (the request is not valid HTTP/1.1)")
@@ -106,6 +110,7 @@ def uvicorn_config(app: Any, server: ServerConfig, **options: Any) -> Any:
     return uvicorn.Config(
         app,
         http=protocol,  # type: ignore[arg-type]
+        ws="none",  # no WebSocket: a handshake is HTTP the app answers with a 426
         timeout_keep_alive=server.keep_alive_seconds,  # type: ignore[arg-type]
         **options,
     )

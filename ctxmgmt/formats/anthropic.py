@@ -85,12 +85,12 @@ ASSISTANT_BLOCKS = frozenset(
 RESULT_BLOCKS = frozenset({"text", "image", "document", "search_result", "tool_reference"})
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 """A block type's shape: a type this version does not know passes when it has it."""
-_NOT_USER = frozenset({"tool_use", "thinking", "redacted_thinking", "server_tool_use"})
-_NOT_ASSISTANT = frozenset({"tool_result", "image", "document", "search_result"})
+_NOT_USER = ASSISTANT_BLOCKS - USER_BLOCKS
+_NOT_ASSISTANT = USER_BLOCKS - ASSISTANT_BLOCKS
 _CHAT_PARTS = frozenset({"image_url", "input_audio", "file", "refusal"})
 _FOREIGN = _CHAT_PARTS | {"input_text", "output_text", "input_image", "input_file"}
 """OpenAI's part types: a client that sends them has the wrong format, said so."""
-_RESULT_REFUSED = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+_RESULT_REFUSED = (USER_BLOCKS | ASSISTANT_BLOCKS) - RESULT_BLOCKS
 _MEMO = memo()
 
 
@@ -345,41 +345,46 @@ def rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
     """What Anthropic would reject in an internal list that the chat rules allow: no user
     message first, a developer message, or a system message that no placement makes valid (a
     History remembers where those are). :func:`back` moves a system message that a manager
-    left before a user turn to just before the next assistant turn, so only what comes
-    before it matters."""
+    left before a user turn to just before the next assistant turn, and merges those that
+    meet, so each run of them is judged once, by what comes right before and after it."""
     if not messages:
         return "no message is left; Anthropic needs at least one user message"
     found = scan(messages, "system-roles", _system_role)
+    if not found:
+        if messages[0].get("role") != "user":
+            return "the first message is not a user message, as Anthropic requires"
+        return None
+    msgs = items(messages)  # a History's own list: indexing it is a Python call
+    n = len(msgs)
     first = 0
     while first < len(found) and found[first] == first:  # a system message goes after a user turn
         first += 1
-    if first == len(messages) or messages[first].get("role") != "user":
+    if first == n or msgs[first].get("role") != "user":
         return "the first message is not a user message, as Anthropic requires"
-    for i in found:
-        m = messages[i]
-        if m.get("role") == "developer":
+    k = 0
+    while k < len(found):
+        j = k
+        while j + 1 < len(found) and found[j + 1] == found[j] + 1:
+            j += 1
+        if any(msgs[i].get("role") == "developer" for i in found[k : j + 1]):
             return "a developer message, which Anthropic's messages cannot hold"
-        if not _system_placeable(messages, i):
+        if not _run_placeable(msgs, found[k], found[j]):
             return "a system message after an assistant turn with no user turn after it"
+        k = j + 1
     return None
 
 
-def _system_placeable(messages: Sequence[Mapping[str, Any]], i: int) -> bool:
-    """Whether the system message at ``i`` has a user turn to follow where :func:`back` puts it."""
-    n = len(messages)
-    j = i + 1
-    while j < n and messages[j].get("role") != "assistant":
-        if messages[j].get("role") in ("user", "tool"):
-            return True  # it goes after this user turn
-        j += 1
-    k = i - 1
-    while k >= 0 and messages[k].get("role") in ("system", "developer"):
-        k -= 1
-    if k < 0:
+def _run_placeable(msgs: Sequence[Mapping[str, Any]], start: int, end: int) -> bool:
+    """Whether the run of system messages ``start..end`` has a user turn to follow where
+    :func:`back` puts it: the one right after it, else the turn right before it."""
+    if end + 1 < len(msgs) and msgs[end + 1].get("role") in ("user", "tool"):
+        return True  # it goes after this user turn
+    if start == 0:
         return False
-    if messages[k].get("role") != "assistant":
+    before = msgs[start - 1]
+    if before.get("role") != "assistant":
         return True
-    origin = origin_of(messages[k])
+    origin = origin_of(before)
     blocks = origin.blocks if origin is not None else ()
     return bool(blocks) and blocks[-1].get("type") == "server_tool_use"
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
+import http.cookiejar
 import os
 import random
 import ssl
@@ -92,6 +93,11 @@ def _tls() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def _no_cookies() -> http.cookiejar.CookieJar:
+    """A cookie jar that stores nothing (every domain refused)."""
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
 class HTTPPool:
     """httpx clients kept open and reused: one per endpoint, settings and transport, so that
     a call pays neither a client's construction (its CA bundle) nor, on a kept-alive
@@ -120,7 +126,9 @@ class HTTPPool:
             max_keepalive_connections=config.max_connections,
             keepalive_expiry=config.keep_alive_seconds,
         )
-        return {"timeout": config.timeout, "limits": limits, "verify": _tls()}
+        # No cookie is kept: a pooled client serves every execution and every proxied client,
+        # and an endpoint's cookie from one answer would go out with everyone's next request.
+        return {"timeout": config.timeout, "limits": limits, "verify": _tls(), "cookies": _no_cookies()}
 
     def aclient(
         self, config: ModelConfig, transport: httpx.AsyncBaseTransport | None = None

@@ -12,15 +12,18 @@ skipped, unless CTXMGMT_REQUIRE_CLAUDE_CODE is set (CI sets it).
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,33 +49,47 @@ SECRET = "the password is TANGERINE-4711"
 
 
 def _fetch(dest: Path) -> Path:
-    """The binary in ``dest``, downloaded and checked the first time."""
+    """The binary in ``dest``, downloaded and checked the first time (one test process at a
+    time: the others wait for it, then find it)."""
     binary = dest / "claude"
     if binary.exists():
         return binary
     dest.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha512()
-    with tempfile.TemporaryDirectory(dir=dest) as tmp:
-        archive = Path(tmp, "package.tgz")
-        with httpx.stream("GET", TARBALL, timeout=httpx.Timeout(60, read=120), follow_redirects=True) as r:
-            r.raise_for_status()
-            with archive.open("wb") as out:
-                for chunk in r.iter_bytes(1 << 20):
-                    digest.update(chunk)
-                    out.write(chunk)
-        if "sha512-" + base64.b64encode(digest.digest()).decode() != INTEGRITY:
-            raise OSError(f"{TARBALL} does not match its published sha512")
-        with tarfile.open(archive) as tar:
-            member = tar.getmember("package/claude")  # that one file, whatever else it holds
-            source = tar.extractfile(member)
-            assert source is not None
-            staged = Path(tmp, "claude")
-            with staged.open("wb") as out:
-                while block := source.read(1 << 20):
-                    out.write(block)
-        staged.chmod(0o755)
-        staged.replace(binary)  # whole or not at all
+    with (dest / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists():
+            return binary
+        for left in dest.glob("tmp*"):  # a download a killed run left
+            shutil.rmtree(left, ignore_errors=True)
+        with tempfile.TemporaryDirectory(dir=dest) as tmp:
+            staged = _download(Path(tmp))
+            staged.replace(binary)  # whole or not at all
     return binary
+
+
+def _download(folder: Path) -> Path:
+    """The tarball's ``package/claude`` in ``folder``, once its sha512 is the published one."""
+    archive = folder / "package.tgz"
+    digest = hashlib.sha512()
+    deadline = time.monotonic() + 600
+    with httpx.stream("GET", TARBALL, timeout=httpx.Timeout(60), follow_redirects=True) as r:
+        r.raise_for_status()
+        with archive.open("wb") as out:
+            for chunk in r.iter_bytes(1 << 20):
+                if time.monotonic() > deadline:
+                    raise OSError(f"{TARBALL} took over 600 s")
+                digest.update(chunk)
+                out.write(chunk)
+    if "sha512-" + base64.b64encode(digest.digest()).decode() != INTEGRITY:
+        raise OSError(f"{TARBALL} does not match its published sha512")
+    with tarfile.open(archive) as tar:
+        source = tar.extractfile(tar.getmember("package/claude"))  # that one file, whatever else
+        assert source is not None
+        staged = folder / "claude"
+        with staged.open("wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+    staged.chmod(0o755)
+    return staged
 
 
 @pytest.fixture(scope="session")
@@ -193,7 +210,7 @@ def _requests(upstream: Upstream) -> list[dict[str, Any]]:
     return [s.body for s in upstream.seen if s.path.partition("?")[0] == "/v1/messages"]
 
 
-def test_claude_code_runs_a_tool_loop_through_the_proxy(claude, served, tmp_path):
+def test_claude_code_runs_a_tool_loop_through_the_proxy(claude, served, store, tmp_path):
     """Claude Code's own requests (its system prompt as cached blocks, its environment as a
     mid-conversation system message, thinking, context_management, ``?beta=true``) go
     upstream valid, its Read tool's result comes back to the model, and its run ends with
@@ -209,6 +226,9 @@ def test_claude_code_runs_a_tool_loop_through_the_proxy(claude, served, tmp_path
     sent = _requests(upstream)
     assert len(sent) >= 2 and all(anthropic.check(b["messages"], b.get("system")) == [] for b in sent)
     assert any(m["role"] == "system" for b in sent for m in b["messages"])  # its system turn, kept
+    main = [b for b in sent if b.get("tools")]
+    assert main and all("thinking" in b and "context_management" in b for b in main)  # its features, kept
+    assert all(any("cache_control" in block for block in b["system"]) for b in main)  # its cache breakpoints
     seen = [s for s in upstream.seen if s.path.partition("?")[0] == "/v1/messages"]
     assert all(
         s.path.endswith("?beta=true") and s.headers.get("x-api-key") == "sk-ant-client-key" for s in seen
@@ -235,7 +255,7 @@ def test_claude_code_over_its_window_is_managed_and_still_answers(claude, served
     result = _run(claude, base_url, "claude-small", work, tmp_path / "home")
     assert result["result"].strip() == "DONE TANGERINE-4711"
     sent = [b for b in _requests(upstream) if b.get("tools")]
-    assert len(sent) == len(files) + 1
+    assert len(sent) > len(files)  # a read of each, then the answer (and any retry of Claude Code's)
     for body in sent:
         assert anthropic.check(body["messages"], body.get("system")) == []
         assert any(m["role"] == "system" for m in body["messages"])

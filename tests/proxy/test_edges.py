@@ -3,6 +3,7 @@ size limit, with an answer in the provider's shape; bodies are bounded."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -304,3 +305,66 @@ def test_a_summarisers_upstream_failure_is_the_models_fault(store, raw, behaviou
     assert error["code"] == ("llm_timeout" if status == 504 else "llm_exception"), error
     assert error["type"] == ("timeout_error" if status == 504 else "server_error")
     assert raw.requests == 1  # the summariser's request only
+
+
+def test_a_websocket_handshake_is_told_at_once_to_use_http(proxy, raw):
+    """The Codex CLI tries the Responses API's WebSocket mode first and falls back to HTTP on a
+    426 (a bare 403 made it retry five times, 6.7 s): every handshake gets a 426 at once, its
+    body in the path's provider shape, and the connection serves HTTP after it."""
+    handshake = {
+        "connection": "Upgrade",
+        "upgrade": "websocket",
+        "sec-websocket-version": "13",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "openai-beta": "responses_websockets=2026-02-06",
+    }
+    with httpx.Client(base_url=proxy.url, timeout=10) as client:
+        r = client.get("/proxy/default/v1/responses", headers=handshake)
+        assert r.status_code == 426 and r.json()["error"]["code"] == "upgrade_required"
+        r = client.get("/proxy/default/v1/messages", headers=handshake)
+        assert r.status_code == 426 and r.json()["type"] == "error"
+        said = {
+            "id": "c",
+            "object": "chat.completion",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+            ],
+        }
+        raw.answer(json.dumps(said).encode())
+        r = client.post("/proxy/default/v1/chat/completions", json=BODY)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
+    assert raw.requests == 1  # the handshakes went nowhere
+
+
+def test_a_server_that_speaks_websocket_denies_the_handshake_with_the_426():
+    """Mounted in a server that does speak WebSocket, the app denies a handshake with the same
+    426 (ASGI's WebSocket denial response), or closes it where the server cannot send one."""
+    import asyncio
+
+    from ctxmgmt.api.upgrades import NoWebSockets
+
+    async def handshake(extensions: dict) -> list[dict]:
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "websocket.connect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        async def never(scope, receive, send) -> None:
+            raise AssertionError("the app behind is never called")
+
+        scope = {
+            "type": "websocket",
+            "path": "/proxy/default/v1/responses",
+            "headers": [],
+            "extensions": extensions,
+        }
+        await NoWebSockets(never)(scope, receive, send)
+        return sent
+
+    denied = asyncio.run(handshake({"websocket.http.response": {}}))
+    assert denied[0]["type"] == "websocket.http.response.start" and denied[0]["status"] == 426
+    assert json.loads(denied[1]["body"])["error"]["code"] == "upgrade_required"
+    assert asyncio.run(handshake({})) == [{"type": "websocket.close", "code": 1008}]

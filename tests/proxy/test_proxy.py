@@ -702,3 +702,39 @@ def test_claude_codes_system_turns_and_tool_references_go_upstream_as_sent(proxy
             {"role": "assistant", "content": r.json()["content"]},
             {"role": "user", "content": [result]},
         ]
+
+
+def test_a_clients_own_headers_go_upstream_and_the_upstreams_come_back(proxy, upstream):
+    """What the client would have sent the provider goes upstream as it came (Codex's
+    originator, session_id and x-codex-* feature headers, an SDK's own), and what the provider
+    answers comes back (its model, request id, a client's turn state), streamed or not; this
+    hop's own headers, keys, cookies and the project's stay here, and cookies never come back
+    (nor does the proxy keep the upstream's: they went out with every client's next request)."""
+    upstream.answer_headers = {"openai-model": "gpt-5-upstream", "x-codex-turn-state": "t1", "server": "up/1"}
+    sent = {
+        "originator": "codex_exec",
+        "session_id": "0199a-session",
+        "x-codex-beta-features": "remote_compaction_v2",
+        "x-stainless-retry-count": "0",
+        "cookie": "sid=secret",
+        "x-forwarded-for": "10.0.0.9",
+        "x-ctxmgmt-session": "s1",
+        "referer": "https://page.example/",
+        "connection": "keep-alive, x-hop",
+        "x-hop": "this hop only",
+        "authorization": "Bearer sk-client",
+    }
+    body = {"model": "gpt-test", "input": [{"role": "user", "content": TASK}]}
+    for stream in (False, True):
+        r = httpx.post(
+            f"{proxy.url}/proxy/default/v1/responses", json={**body, "stream": stream}, headers=sent
+        )
+        assert r.status_code == 200
+        seen = upstream.seen[-1].headers
+        for name in ("originator", "session_id", "x-codex-beta-features", "x-stainless-retry-count"):
+            assert seen.get(name) == sent[name], name
+        for name in ("cookie", "x-forwarded-for", "x-ctxmgmt-session", "referer", "x-hop"):
+            assert name not in seen, name
+        assert seen["authorization"] == "Bearer sk-client"
+        assert r.headers["openai-model"] == "gpt-5-upstream" and r.headers["x-codex-turn-state"] == "t1"
+        assert "set-cookie" not in r.headers and r.headers.get("server") != "up/1"

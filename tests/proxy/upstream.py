@@ -55,6 +55,8 @@ class Upstream:
         self.sent: list[bytes] = []
         """The bytes of each answer as written (the body, or the whole event stream)."""
         self.status: int | None = None
+        self.answer_headers: dict[str, str] = {}
+        """Headers sent with every answer besides the usual ones."""
         self.linger = 0.0
         """Seconds a stream stays open after its last event (an upstream slow to close)."""
         self.break_after: int | None = None
@@ -105,6 +107,8 @@ class Upstream:
                     self.send_response(200)
                     self.send_header("content-type", "text/event-stream")
                     self.send_header("x-request-id", f"req_{n}")
+                    for name, value in upstream.answer_headers.items():
+                        self.send_header(name, value)
                     self.send_header("transfer-encoding", "chunked")
                     self.end_headers()
                     for k, event in enumerate(events):
@@ -131,6 +135,8 @@ class Upstream:
                 self.send_header("content-length", str(len(data)))
                 self.send_header("x-request-id", "req_x")
                 self.send_header("set-cookie", "upstream=secret")
+                for name, value in upstream.answer_headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 

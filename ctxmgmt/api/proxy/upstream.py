@@ -10,7 +10,6 @@ recorded.
 from __future__ import annotations
 
 import asyncio
-import re
 
 import httpx
 from starlette.requests import Request
@@ -24,23 +23,33 @@ __all__ = ["MAX_QUERY_BYTES", "call", "fault", "headers", "query", "read", "retu
 MAX_QUERY_BYTES = 8192
 """A client's query string goes upstream up to this long (a longer one is refused: httpx
 builds no URL over 64 KB, and no provider API takes one)."""
-# The client's headers that go upstream as they came (besides its key, when it is not ours):
-# the API's version and features, the account's scope, and who is calling (Claude Code's
-# user-agent and x-app: a provider may treat a client's traffic by them).
-_FORWARDED = (
-    "anthropic-version",
-    "anthropic-beta",
-    "openai-organization",
-    "openai-project",
-    "openai-beta",
-    "user-agent",
-    "x-app",
-)
-# The upstream's headers that come back: the body's type, its request id, rate limits.
-_RETURNED = re.compile(
-    r"content-type|x-request-id|request-id|retry-after|openai-processing-ms|openai-version"
-    r"|x-ratelimit-[\w-]+|anthropic-ratelimit-[\w-]+|anthropic-organization-id"
-)
+# What a client sends that stays here (every other header goes upstream as it came, as it
+# would have gone to the provider: API versions and betas, the client's name, session and
+# feature headers such as Codex's originator / session_id / x-codex-*): this hop's own (the
+# connection, the body's framing and encoding, which the proxy sets), the keys (the upstream's
+# go by the key rules), cookies, the project's X-Ctxmgmt-*, and what a browser or a proxy in
+# front says of this hop.
+_STAYS = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+        "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "content-type",
+        "content-encoding", "accept-encoding", "expect", "authorization", "x-api-key", "api-key",
+        "cookie", "forwarded", "via", "origin", "referer", "x-real-ip",
+    }
+)  # fmt: skip
+_STAYS_PREFIXES = ("x-ctxmgmt-", "x-forwarded-", "sec-")
+# What an upstream answers that does not come back: this hop's own, cookies, and what governs
+# the upstream's own site (CORS, HSTS, alternative services); its body's type, request ids,
+# rate limits, model and feature headers come back.
+_DROPPED = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-connection", "te", "trailer",
+        "transfer-encoding", "upgrade", "content-length", "content-encoding", "set-cookie",
+        "server", "date", "via", "alt-svc", "strict-transport-security",
+    }
+)  # fmt: skip
+_MAX_HEADERS = 100
+"""Headers forwarded each way at most (a client's or an upstream's flood stays here)."""
 
 
 def query(request: Request) -> str:
@@ -63,9 +72,10 @@ def headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, s
     """The headers of the upstream request: the client's that go as they came, and the
     upstream's key (``own_key``: the client's key headers held the project's key)."""
     out = {"content-type": "application/json", "accept-encoding": "identity"}
-    for name in _FORWARDED:
-        if name in request.headers:
-            out[name] = request.headers[name]
+    named = {v.strip().lower() for v in request.headers.get("connection", "").split(",")}
+    for name, value in request.headers.items()[:_MAX_HEADERS]:  # Starlette's: a list
+        if name not in _STAYS and name not in named and not name.startswith(_STAYS_PREFIXES):
+            out.setdefault(name, value)
     configured = config.api_key()
     if configured:
         if config.provider == "anthropic":
@@ -89,8 +99,13 @@ def headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, s
 
 
 def returned(response: httpx.Response) -> dict[str, str]:
-    """The upstream's headers that go back to the client."""
-    return {k: v for k, v in response.headers.items() if _RETURNED.fullmatch(k.lower())}
+    """The upstream's headers that go back to the client (see ``_DROPPED``)."""
+    out: dict[str, str] = {}
+    for name, value in response.headers.multi_items()[:_MAX_HEADERS]:
+        name = name.lower()
+        if name not in _DROPPED and not name.startswith(("access-control-", "proxy-")):
+            out.setdefault(name, value)
+    return out
 
 
 async def call(
