@@ -95,7 +95,11 @@ def test_bad_patterns_are_refused(offloader, pattern):
         offloader.search("s", pattern)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     session=st.one_of(
         st.sampled_from(
