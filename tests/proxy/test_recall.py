@@ -343,3 +343,35 @@ def test_an_answer_holding_anything_where_its_calls_go_has_no_recall_calls():
         assert calls_of("messages", {"content": bad}) == []
         assert calls_of("chat", {"choices": [{"message": bad}]}) == []
         assert calls_of("chat", {"choices": [{"message": {"tool_calls": bad}}]}) == []
+
+
+def _items_seen(events: list) -> list[str]:
+    return [e.item.type for e in events if e.type == "response.output_item.added"]
+
+
+def test_a_reasoning_item_goes_where_the_item_after_it_goes(archiving, upstream):
+    """A reasoning model's reasoning item before a recall call is held with the call, and never
+    reaches the client: its next request would hold a reasoning item without its following
+    item, which OpenAI refuses. Before text, it is passed on as it came, in order."""
+
+    def read_it(body: dict) -> Reply:
+        ref = re.search(r"\bt-[0-9a-f]{32}", json.dumps(body["input"])).group(0)
+        return Reply(
+            calls=[("context_read", {"ref": ref, "offset": 1730, "limit": 10, "unit": "lines"})],
+            reasoning=True,
+        )
+
+    upstream.replies.extend([read_it, Reply("the checksum is 0xC0FFEE", reasoning=True)])
+    client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
+    events = list(client.responses.create(model="gpt-test", input=_responses_history(), stream=True))
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert final.output[0].id == "rs_2"  # the final answer's own reasoning, not the read's
+    assert _items_seen(events) == ["reasoning", "message"]
+    upstream.replies.append(Reply("no need to read", reasoning=True))
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/responses",
+        json={"model": "gpt-test", "input": _responses_history(), "stream": True},
+        timeout=60,
+    )
+    assert r.content == upstream.sent[-1]  # reasoning, then text: as it came

@@ -25,6 +25,9 @@ class Reply:
     text: str = "ok"
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     preface: str | None = None
+    reasoning: bool = False
+    """Responses: a reasoning item first, as a reasoning model's answer holds (encrypted, as
+    with ``store: false``)."""
 
 
 @dataclass
@@ -356,6 +359,10 @@ def _responses(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[
     )
     if reply.calls and reply.preface:
         output.insert(0, _output_message(f"msg_{n}_0", reply.preface))
+    if reply.reasoning:
+        output.insert(
+            0, {"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"gAAAAB{n}"}
+        )
     return {
         "id": f"resp_{n}",
         "object": "response",

@@ -394,6 +394,10 @@ async def _events(
                 usage.update(found)
             if exchange.recall:
                 holding = acc.event(data) or holding
+                if holding and acc.held is None:  # a reasoning item's hold let go: text follows
+                    out.extend(held)
+                    held.clear()
+                    holding = False
                 if holding:
                     held.append(event)
                     continue

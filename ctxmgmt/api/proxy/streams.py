@@ -213,7 +213,12 @@ class Accumulator:
         self.api = api
         self.held: int | None = None
         """Where the events stopped being passed on: the tool-call, block or item index of
-        the first tool call."""
+        the first tool call (or of the reasoning item before it: see ``tentative``)."""
+        self.tentative = False
+        """Responses: the hold began at a reasoning item, which must go wherever the item after
+        it goes (OpenAI refuses a reasoning item without its following item): a call after
+        it makes the hold firm; anything else lets it go (``held`` is None again), and the
+        held events are passed on."""
         self.base: dict[str, Any] = {}
         self.content = ""
         self.calls: dict[int, dict[str, Any]] = {}
@@ -300,13 +305,26 @@ class Accumulator:
             item, index = data.get("item"), data.get("output_index")
             if isinstance(item, Mapping) and isinstance(index, int):
                 self.items[index] = item
-                if kind.endswith("added") and item.get("type") not in _SAID and self.held is None:
-                    self.held = index
-                    return True
+                if kind.endswith("added"):
+                    return self._added(item.get("type"), index)
         elif kind in ("response.completed", "response.incomplete") and isinstance(
             data.get("response"), Mapping
         ):
             self.completed = dict(data["response"])
+        return False
+
+    def _added(self, kind: Any, index: int) -> bool:
+        """A Responses output item begins: True when the hold starts here."""
+        if kind not in _SAID:  # a call: held from here, or from the reasoning before it
+            if self.held is None:
+                self.held = index
+                return True
+            self.tentative = False
+        elif kind == "reasoning" and self.held is None:
+            self.held, self.tentative = index, True
+            return True
+        elif self.tentative and kind != "reasoning":  # reasoning, then text: nothing to hold
+            self.held, self.tentative = None, False
         return False
 
     def started(self) -> list[str]:
