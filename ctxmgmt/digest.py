@@ -1110,6 +1110,46 @@ def trace_line(call: Mapping[str, Any] | None, result: str, message: Mapping[str
     return _clip(line, limit) if limit > 1 else ""
 
 
+_OPEN_TAG = re.compile(r"<([A-Za-z][\w.:-]{0,63})(?:\s[^<>]{0,300})?>")
+_CLOSE_TAG = re.compile(r"</([A-Za-z][\w.:-]{0,63})>\Z")
+_WRAPPED_MAX = 16
+"""Tagged elements read off each end of a user message at most."""
+
+
+def _closing(text: str) -> re.Match[str] | None:
+    """The closing tag that ends ``text``, if one does (only its tail is read)."""
+    return _CLOSE_TAG.search(text, max(0, len(text) - 70)) if text.endswith(">") else None
+
+
+def _unwrapped(text: str) -> str:
+    """What the user said in a user message, without the context its client wrapped in tagged
+    blocks around it: agents put what they add in elements on lines of their own at either end
+    (Claude Code's ``<system-reminder>``, Cline's ``<environment_details>``). A message that is
+    nothing else stays whole (its blocks may be the ask: Cline's ``<task>``)."""
+    rest = text.strip()
+    for _ in range(_WRAPPED_MAX):
+        opened = _OPEN_TAG.match(rest)
+        if opened is None:
+            break
+        close = f"</{opened.group(1)}>"
+        end = rest.find(close, opened.end())
+        after = rest[end + len(close) :] if end >= 0 else ""
+        if end < 0 or not after.startswith(("\n", "\r\n")):  # inline markup, or the whole message
+            break
+        rest = after.lstrip()
+    for _ in range(_WRAPPED_MAX):
+        closed = _closing(rest)
+        if closed is None:
+            break
+        start = rest.rfind(f"<{closed.group(1)}", 0, closed.start())
+        if start <= 0 or rest[start - 1] != "\n" or _OPEN_TAG.match(rest, start) is None:
+            break
+        rest = rest[:start].rstrip()
+    if not rest or (_OPEN_TAG.match(rest) and _closing(rest)):
+        return text  # blocks only: which one asks is not known
+    return rest
+
+
 class _Reader:
     """Collects the candidates of one stretch of messages."""
 
@@ -1139,7 +1179,7 @@ class _Reader:
 
     def user(self, text: str) -> None:
         limit = 1000 if not self.asks else _ITEM_CHARS
-        ask = _clip(text, limit)
+        ask = _clip(_unwrapped(text), limit)
         self.asks.append(ask)
         facts = _text_facts(text, user=True)
         for s in facts.constraints:

@@ -1179,3 +1179,25 @@ def test_folding_with_the_sized_draft_writes_what_folding_alone_writes():
     own, _ = fold(context, removed, 25, 600, runtime, seen=False, strict=True, keep=800)
     assert mine is not None and own is not None
     assert list(mine.messages) == list(own.messages) and mine.state == own.state
+
+
+def test_the_goal_is_what_the_user_said_not_the_context_its_client_wrapped_around_it():
+    """Agents wrap what they add in tagged blocks on lines of their own at either end of a user
+    message (Claude Code's <system-reminder>, Cline's <environment_details>): the goal is what
+    the user said. Inline markup stays, and a message of blocks only stays whole (its block
+    may be the ask: Cline's <task>)."""
+    reminder = (
+        "<system-reminder>\nAs you answer, use the CLAUDE.md context: tabs, not spaces.\n</system-reminder>"
+    )
+    details = "<environment_details>\n# VSCode Visible Files\nsrc/app.py\n</environment_details>"
+    cases = [
+        (f"{reminder}\nFix the failing login test in tests/test_auth.py", "Fix the failing login test"),
+        (f"Rename <b>parse</b> to read_config\n\n{details}", "Rename <b>parse</b> to read_config"),
+        (f"<task>\nMigrate the schema to v3\n</task>\n\n{details}", "<task>\nMigrate the schema to v3"),
+    ]
+    for said, expected in cases:
+        goal = digest([{"role": "user", "content": said}, {"role": "assistant", "content": "on it"}])["goal"]
+        assert " ".join(goal[0].split()).startswith(" ".join(expected.split())), (said, goal)
+        assert "system-reminder" not in goal[0] or "<task>" in expected
+    cut = digest([{"role": "user", "content": f"{reminder}\nFix it"}])["goal"][0]
+    assert cut == "Fix it"
