@@ -393,6 +393,18 @@ TABLE: tuple[Operation, ...] = (
         documented=False,
         raw=True,
     ),
+    *(
+        Operation(
+            "GET",
+            path,
+            "proxy.base",
+            "The base URL itself: the APIs served there",
+            {},
+            documented=False,
+            raw=True,
+        )
+        for path in ("/proxy/{definition}", "/proxy/{definition}/v1")
+    ),
     Operation(
         "GET",
         "/proxy/{definition}/v1/models",

@@ -23,6 +23,8 @@ PROXY = {
     ("POST", "/proxy/{definition}/v1/messages/count_tokens"),
     ("GET", "/proxy/{definition}/v1/models"),
     ("GET", "/proxy/{definition}/v1/models/{model:path}"),
+    ("GET", "/proxy/{definition}"),
+    ("GET", "/proxy/{definition}/v1"),
 }
 """The proxy's provider APIs: served, in the table, documented by their providers."""
 

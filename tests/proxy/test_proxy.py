@@ -738,3 +738,14 @@ def test_a_clients_own_headers_go_upstream_and_the_upstreams_come_back(proxy, up
         assert seen["authorization"] == "Bearer sk-client"
         assert r.headers["openai-model"] == "gpt-5-upstream" and r.headers["x-codex-turn-state"] == "t1"
         assert "set-cookie" not in r.headers and r.headers.get("server") != "up/1"
+
+
+def test_a_base_url_itself_says_the_server_is_there(proxy):
+    """``HEAD`` or ``GET`` of a base URL (Claude Code sends ``HEAD`` to its base URL first) is
+    a 200 naming the APIs served; a definition not stored is a 404 in the provider's shape."""
+    for path in ("/proxy/default", "/proxy/default/v1"):
+        assert httpx.head(f"{proxy.url}{path}").status_code == 200
+        r = httpx.get(f"{proxy.url}{path}")
+        assert r.status_code == 200 and r.json()["apis"]["anthropic"] == "/proxy/default/v1/messages"
+    r = httpx.get(f"{proxy.url}/proxy/defualt", headers={"anthropic-version": "2023-06-01"})
+    assert r.status_code == 404 and r.json()["type"] == "error" and "did you mean 'default'" in r.text

@@ -18,7 +18,7 @@ from __future__ import annotations
 from .apis import APIS, Api
 from .count import count_tokens
 from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
-from .models import model, models
+from .models import base, model, models
 from .routes import chat, messages, responses
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "DEFINITION_HEADER",
     "SESSION_HEADER",
     "Api",
+    "base",
     "chat",
     "count_tokens",
     "messages",

@@ -24,7 +24,7 @@ from ..requests import state
 from .apis import APIS, Api
 from .checks import Refused, answer, authorize, definition_name, stored_version
 
-__all__ = ["model", "models"]
+__all__ = ["base", "model", "models"]
 
 _EPOCH = "1970-01-01T00:00:00Z"
 """Anthropic's ``created_at`` when the release date is unknown (its documented choice)."""
@@ -97,3 +97,26 @@ async def model(request: Request) -> Response:
     except Exception as exc:
         return answer(api, exc)
     return JSONResponse(_entry(api, found[0]))
+
+
+async def base(request: Request) -> Response:
+    """``GET`` (and ``HEAD``) of a base URL itself, ``/proxy/{definition}`` or ``.../v1``: what a
+    client asks to see that the server is there (Claude Code sends ``HEAD`` to its base URL
+    first) is told that it is, and which APIs it serves; 404 for a definition not stored."""
+    api = _api(request)
+    try:
+        authorize(request, reading=True)
+        name = definition_name(request)
+        await stored_version(state(request), name)
+    except Exception as exc:
+        return answer(api, exc)
+    prefix = f"/proxy/{name}/v1"
+    return JSONResponse(
+        {
+            "definition": name,
+            "apis": {
+                "openai": f"{prefix}/chat/completions, {prefix}/responses",
+                "anthropic": f"{prefix}/messages",
+            },
+        }
+    )
