@@ -564,10 +564,18 @@ def _serve(args: argparse.Namespace) -> int:
     offloader = open_offloader(server.offload, store.engine)
     app = create_app(store, models=models, config=server, offloader=offloader)
     print(
-        f"ctxmgmt {__version__}: database {_redact(url)}; {loaded} definition(s) loaded from {folder} "
-        f"({store.list(limit=1)[0]} stored)",
+        f"ctxmgmt {__version__}: database {_redact(url)}; {len(definitions)} definition(s) in {folder}, "
+        f"{loaded} new ({store.list(limit=1)[0]} stored)",
         flush=True,
     )
+    windowless = [model_id for model_id in models if not models[model_id].context_window]
+    if windowless:  # said now, not at the first proxied request
+        print(
+            f"models without context_window, whose proxied requests are refused until it is set: "
+            f"{', '.join(windowless[:20])}",
+            file=sys.stderr,
+            flush=True,
+        )
     deleted = [path for path, outcome in outcomes.items() if outcome == "deleted"]
     if deleted:
         print(
@@ -929,7 +937,7 @@ def trace_lines(record: Mapping[str, Any], width: int = 40) -> list[str]:
     lines = [
         f"execution {record['execution_id']}  agent {record['agent_id']}  memory {record['memory_id']}",
         f"definition {record.get('definition') or '-'}{version} ({record['definition_source']}), "
-        f"{record['status']}, {len(calls)} LLM calls"
+        f"{record['status']}, {len(calls)} LLM call{'' if len(calls) == 1 else 's'}"
         + (f", window {window:,}" if window else "")
         + f", largest request {record.get('max_request_tokens', 0):,}",
     ]

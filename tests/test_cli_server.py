@@ -140,12 +140,12 @@ def test_a_deleted_shipped_definition_stays_deleted_until_created_again(tmp_path
     db = f"sqlite:///{tmp_path}/s.db"
     with serving(tmp_path, db) as (url, output):
         assert ctxmgmt(url, "definitions", "delete", "default").returncode == 0
-    assert "definition(s) loaded" in output[0] and "not loaded" not in output[0]
+    assert "definition(s) in" in output[0] and "not loaded" not in output[0]
     with serving(tmp_path, db) as (url, output):
         missing = ctxmgmt(url, "definitions", "get", "default")
         restored = ctxmgmt(url, "definitions", "create", "default")
         got = ctxmgmt(url, "definitions", "get", "default")
-    assert "0 definition(s) loaded" in output[0]
+    assert ", 0 new (" in output[0]
     assert (
         "not loaded, as they were deleted: default; to restore one, `ctxmgmt definitions create " in output[0]
     )

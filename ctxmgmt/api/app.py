@@ -63,6 +63,10 @@ def routes(table: Sequence[Operation] = TABLE) -> list[Route]:
     return out
 
 
+_PROVIDER_PATHS = ("/chat/completions", "/responses", "/messages", "/messages/count_tokens", "/models")
+"""A provider API's paths: a 404 on one is a client pointed at the wrong base URL."""
+
+
 async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     kind = {404: "resource_not_found_exception", 405: "method_not_allowed_exception"}.get(
@@ -73,6 +77,11 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
         if exc.status_code in (404, 405)
         else str(exc.detail)
     )
+    if exc.status_code == 404 and request.url.path.endswith(_PROVIDER_PATHS):
+        reason += (
+            "; the proxy's base URLs are /proxy/{definition}/v1 (OpenAI's SDKs) and "
+            "/proxy/{definition} (Anthropic's), e.g. /proxy/default/v1"
+        )
     body = errors.error_body_at(request.url.path, exc.status_code, kind, reason)
     return JSONResponse(body, exc.status_code, headers=exc.headers)
 

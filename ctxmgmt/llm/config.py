@@ -3,6 +3,7 @@ for the format), found through ``--config`` or ``CTXMGMT_CONFIG``."""
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -84,6 +85,15 @@ def _said(error: Any) -> str:
         return f"{error.instance!r} {_BASE_URL}"
     if error.validator == "pattern" and "propertyNames" in error.absolute_schema_path:
         return f"{str(error.instance)[:100]!r} {_MODEL_NAME}"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = [k for k in error.schema.get("properties") or {} if not k.startswith("$")]
+        said = []
+        for key in [k for k in error.instance if k not in allowed][:5]:
+            near = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            said.append(f"{str(key)[:60]!r} is not a setting here{hint}")
+        if said:
+            return f"{'; '.join(said)}; the settings here are {', '.join(allowed)}"
     return str(error.message)
 
 

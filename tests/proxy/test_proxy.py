@@ -252,6 +252,10 @@ def test_project_keys_protect_the_proxy(store, upstream):
         assert r.status_code == 200
         assert upstream.seen[-1].headers["authorization"] == "Bearer sk-up"
         assert "x-ctxmgmt-key" not in upstream.seen[-1].headers
+        for twice in ({"authorization": "Bearer p-key"}, {"x-api-key": "p-key"}):  # ours, sent twice
+            r = httpx.post(url, json=body, headers={"x-ctxmgmt-key": "p-key", **twice})
+            assert r.status_code == 200
+            assert "p-key" not in json.dumps(upstream.seen[-1].headers)  # never goes upstream
 
 
 def test_a_proxied_request_shows_in_the_cli(proxy, upstream):
@@ -705,12 +709,19 @@ def test_claude_codes_system_turns_and_tool_references_go_upstream_as_sent(proxy
 
 
 def test_a_clients_own_headers_go_upstream_and_the_upstreams_come_back(proxy, upstream):
-    """What the client would have sent the provider goes upstream as it came (Codex's
-    originator, session_id and x-codex-* feature headers, an SDK's own), and what the provider
-    answers comes back (its model, request id, a client's turn state), streamed or not; this
-    hop's own headers, keys, cookies and the project's stay here, and cookies never come back
-    (nor does the proxy keep the upstream's: they went out with every client's next request)."""
-    upstream.answer_headers = {"openai-model": "gpt-5-upstream", "x-codex-turn-state": "t1", "server": "up/1"}
+    """The client's API and session headers go upstream as they came (Codex's originator,
+    session_id and x-codex-* feature headers, an SDK's own), and the provider's answer headers
+    come back (its model, request id, a client's turn state), streamed or not; anything else
+    stays here (this hop's own, cookies, the project's, a method override), never a redirect's
+    Location or a value that is not ASCII, and the proxy keeps no upstream cookie (they went
+    out with every client's next request)."""
+    upstream.answer_headers = {
+        "openai-model": "gpt-5-upstream",
+        "x-codex-turn-state": "t1",
+        "server": "up/1",
+        "location": "http://elsewhere.example/steal",  # an SDK would follow it with the key
+        "openai-note": "caf\xe9",  # not ASCII: it would fail the client's answer
+    }
     sent = {
         "originator": "codex_exec",
         "session_id": "0199a-session",
@@ -722,6 +733,7 @@ def test_a_clients_own_headers_go_upstream_and_the_upstreams_come_back(proxy, up
         "referer": "https://page.example/",
         "connection": "keep-alive, x-hop",
         "x-hop": "this hop only",
+        "x-http-method-override": "DELETE",  # not the client's to steer beside a configured key
         "authorization": "Bearer sk-client",
     }
     body = {"model": "gpt-test", "input": [{"role": "user", "content": TASK}]}
@@ -733,11 +745,19 @@ def test_a_clients_own_headers_go_upstream_and_the_upstreams_come_back(proxy, up
         seen = upstream.seen[-1].headers
         for name in ("originator", "session_id", "x-codex-beta-features", "x-stainless-retry-count"):
             assert seen.get(name) == sent[name], name
-        for name in ("cookie", "x-forwarded-for", "x-ctxmgmt-session", "referer", "x-hop"):
+        for name in (
+            "cookie",
+            "x-forwarded-for",
+            "x-ctxmgmt-session",
+            "referer",
+            "x-hop",
+            "x-http-method-override",
+        ):
             assert name not in seen, name
         assert seen["authorization"] == "Bearer sk-client"
         assert r.headers["openai-model"] == "gpt-5-upstream" and r.headers["x-codex-turn-state"] == "t1"
         assert "set-cookie" not in r.headers and r.headers.get("server") != "up/1"
+        assert "location" not in r.headers and "openai-note" not in r.headers
 
 
 def test_a_base_url_itself_says_the_server_is_there(proxy):

@@ -10,6 +10,7 @@ recorded.
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx
 from starlette.requests import Request
@@ -23,33 +24,31 @@ __all__ = ["MAX_QUERY_BYTES", "call", "fault", "headers", "query", "read", "retu
 MAX_QUERY_BYTES = 8192
 """A client's query string goes upstream up to this long (a longer one is refused: httpx
 builds no URL over 64 KB, and no provider API takes one)."""
-# What a client sends that stays here (every other header goes upstream as it came, as it
-# would have gone to the provider: API versions and betas, the client's name, session and
-# feature headers such as Codex's originator / session_id / x-codex-*): this hop's own (the
-# connection, the body's framing and encoding, which the proxy sets), the keys (the upstream's
-# go by the key rules), cookies, the project's X-Ctxmgmt-*, and what a browser or a proxy in
-# front says of this hop.
-_STAYS = frozenset(
-    {
-        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-        "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "content-type",
-        "content-encoding", "accept-encoding", "expect", "authorization", "x-api-key", "api-key",
-        "cookie", "forwarded", "via", "origin", "referer", "x-real-ip",
-    }
-)  # fmt: skip
-_STAYS_PREFIXES = ("x-ctxmgmt-", "x-forwarded-", "sec-")
-# What an upstream answers that does not come back: this hop's own, cookies, and what governs
-# the upstream's own site (CORS, HSTS, alternative services); its body's type, request ids,
-# rate limits, model and feature headers come back.
-_DROPPED = frozenset(
-    {
-        "connection", "keep-alive", "proxy-authenticate", "proxy-connection", "te", "trailer",
-        "transfer-encoding", "upgrade", "content-length", "content-encoding", "set-cookie",
-        "server", "date", "via", "alt-svc", "strict-transport-security",
-    }
-)  # fmt: skip
+# The client's headers that go upstream as they came (besides its key, when it is not ours):
+# the API's version and features, the account's scope, and who calls and in which session
+# (SDKs' x-stainless-*, Claude Code's user-agent, x-app and x-claude-code-*, Codex's
+# originator, session_id and x-codex-*). Named, not "all but": a holder of a proxy key must
+# not steer a gateway or a method override beside the operator's upstream key.
+_FORWARDED = re.compile(
+    r"anthropic-[\w-]+|openai-[\w-]+|user-agent|accept|x-app|originator|version"
+    r"|session[-_]id|conversation[-_]id|thread[-_]id|x-client-request-id"
+    r"|x-stainless-[\w-]+|x-claude-code-[\w-]+|x-codex-[\w-]+"
+)
+# The upstream's headers that come back: the body's type, its request ids, rate limits, the
+# model and features it used (never a redirect's Location: an SDK would follow it with the
+# project's key and the whole prompt).
+_RETURNED = re.compile(
+    r"content-type|x-request-id|request-id|retry-after|openai-[\w-]+"
+    r"|x-ratelimit-[\w-]+|anthropic-ratelimit-[\w-]+|anthropic-organization-id"
+    r"|x-codex-[\w-]+|x-reasoning-included|x-models-etag"
+)
 _MAX_HEADERS = 100
-"""Headers forwarded each way at most (a client's or an upstream's flood stays here)."""
+"""Headers read each way at most (a client's or an upstream's flood stays here)."""
+
+
+def _plain(value: str) -> bool:
+    """A header value that goes on as it is: printable ASCII (any other would fail its encoding)."""
+    return value.isascii() and value.isprintable()
 
 
 def query(request: Request) -> str:
@@ -72,9 +71,8 @@ def headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, s
     """The headers of the upstream request: the client's that go as they came, and the
     upstream's key (``own_key``: the client's key headers held the project's key)."""
     out = {"content-type": "application/json", "accept-encoding": "identity"}
-    named = {v.strip().lower() for v in request.headers.get("connection", "").split(",")}
     for name, value in request.headers.items()[:_MAX_HEADERS]:  # Starlette's: a list
-        if name not in _STAYS and name not in named and not name.startswith(_STAYS_PREFIXES):
+        if _FORWARDED.fullmatch(name) and _plain(value):
             out.setdefault(name, value)
     configured = config.api_key()
     if configured:
@@ -82,10 +80,16 @@ def headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, s
             out["x-api-key"] = configured
         else:
             out["authorization"] = f"Bearer {configured}"
-    elif not own_key:  # the client's own upstream key
+    elif not own_key:  # the client's own upstream key, never one of the project's
+        server = state(request).config
         for name in ("authorization", "x-api-key"):
-            if name in request.headers:
-                out[name] = request.headers[name]
+            given = request.headers.get(name)
+            if given is None or not _plain(given):
+                continue
+            bare = given[7:].strip() if given[:7].lower() == "bearer " else given.strip()
+            if server.auth_enabled and server.find(bare) is not None:
+                continue
+            out[name] = given
     elif request.headers.get("authorization") or request.headers.get("x-api-key"):
         raise Refused(
             400,
@@ -99,11 +103,11 @@ def headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, s
 
 
 def returned(response: httpx.Response) -> dict[str, str]:
-    """The upstream's headers that go back to the client (see ``_DROPPED``)."""
+    """The upstream's headers that go back to the client (see ``_RETURNED``)."""
     out: dict[str, str] = {}
     for name, value in response.headers.multi_items()[:_MAX_HEADERS]:
         name = name.lower()
-        if name not in _DROPPED and not name.startswith(("access-control-", "proxy-")):
+        if _RETURNED.fullmatch(name) and _plain(value):
             out.setdefault(name, value)
     return out
 
@@ -145,9 +149,30 @@ async def read(response: httpx.Response, deadline: float, config: ModelConfig) -
 
 def fault(config: ModelConfig, exc: BaseException, failed: str) -> Refused:
     """The upstream's fault as the proxy answers it: a 504 past the model's deadline, else a
-    502 saying what it did (``could not reach``, ``broke off``)."""
+    502 saying what it did (``could not reach``, ``broke off``), where (its ``base_url``,
+    without any user or password in it) and what to check."""
+    where = _shown(config.base_url)
     if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
         return Refused(
-            504, "llm_timeout", f"the upstream {config.id!r} did not answer within {config.timeout:g} s"
+            504,
+            "llm_timeout",
+            f"the upstream of {config.id!r} at {where} did not answer within {config.timeout:g} s "
+            "(the model's timeout)",
         )
-    return Refused(502, "llm_exception", f"the upstream {config.id!r} {failed}: {type(exc).__name__}")
+    if failed == "could not reach":
+        return Refused(
+            502,
+            "llm_exception",
+            f"could not reach the upstream of {config.id!r} at {where} ({type(exc).__name__}): "
+            "check its base_url and that it is running",
+        )
+    return Refused(
+        502, "llm_exception", f"the upstream of {config.id!r} at {where} {failed}: {type(exc).__name__}"
+    )
+
+
+def _shown(base_url: str) -> str:
+    """A base URL to show: without the user and password it may hold."""
+    scheme, sep, rest = base_url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
