@@ -148,6 +148,11 @@ def test_a_streamed_responses_answer_that_reads_ends_with_the_final_answer(archi
     assert [item.type for item in final.output] == ["message", "message"]
     assert final.output_text == "Let me look.the checksum is 0xC0FFEE"
     assert not any(e.type == "response.output_item.added" and e.item.type == "function_call" for e in events)
+    # the final answer's text streams as deltas too, as a client that shows deltas reads it
+    said = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert said == "Let me look.the checksum is 0xC0FFEE"
+    numbers = [e.sequence_number for e in events]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
 
 
 def _anthropic_history() -> list[dict]:

@@ -473,6 +473,10 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
     for i, item in enumerate(final.get("output") or ()):
         index = held + i
         for kind in ("response.output_item.added", "response.output_item.done"):
+            if kind.endswith("done"):  # a message's text as its deltas too: clients show those
+                for delta in _text_deltas(item, index):
+                    sequence += 1
+                    out.append(_sse({**delta, "sequence_number": sequence}, delta["type"]))
             sequence += 1
             out.append(
                 _sse({"type": kind, "sequence_number": sequence, "output_index": index, "item": item}, kind)
@@ -486,4 +490,31 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
             "response.completed",
         )
     )
+    return out
+
+
+def _text_deltas(item: Any, index: int) -> list[dict[str, Any]]:
+    """The events that stream a Responses message item's text parts (without sequence numbers):
+    each part added, its text as one delta, done."""
+    if (
+        not isinstance(item, Mapping)
+        or item.get("type") != "message"
+        or not isinstance(item.get("content"), list)
+    ):
+        return []
+    out: list[dict[str, Any]] = []
+    where = {"item_id": item.get("id"), "output_index": index}
+    for j, part in enumerate(item["content"]):
+        if (
+            not isinstance(part, Mapping)
+            or part.get("type") != "output_text"
+            or not isinstance(part.get("text"), str)
+        ):
+            continue
+        at = {**where, "content_index": j}
+        empty = {**part, "text": ""}
+        out.append({"type": "response.content_part.added", **at, "part": empty})
+        out.append({"type": "response.output_text.delta", **at, "delta": part["text"], "logprobs": []})
+        out.append({"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []})
+        out.append({"type": "response.content_part.done", **at, "part": dict(part)})
     return out
