@@ -43,12 +43,20 @@ def state(request: Request) -> State:
 
 
 # -- request checks ---------------------------------------------------------------------
+def key_in(name: str, value: str) -> str:
+    """The API key a key header holds: ``Authorization: Bearer KEY``'s KEY (empty for another
+    scheme), ``x-api-key``'s value."""
+    if name == "authorization":
+        return value[7:].strip() if value[:7].lower() == "bearer " else ""
+    return value.strip()
+
+
 def presented_key(request: Request) -> str:
     """The API key a request presents: ``Authorization: Bearer KEY``, else ``x-api-key``
     (empty without one). Never logged or echoed."""
-    header = request.headers.get("authorization", "")
-    bearer = header[7:].strip() if header[:7].lower() == "bearer " else ""
-    return bearer or request.headers.get("x-api-key", "")
+    return key_in("authorization", request.headers.get("authorization", "")) or request.headers.get(
+        "x-api-key", ""
+    )
 
 
 def authorize(request: Request, scope: str) -> ApiKey | None:

@@ -33,8 +33,9 @@ class NoWebSockets:
             await _deny(scope, receive, send)
             return
         if scope["type"] == "http" and _asks_websocket(scope):
-            await send({"type": "http.response.start", "status": 426, "headers": _headers(scope)})
-            await send({"type": "http.response.body", "body": _body(scope)})
+            body = _body(scope)
+            await send({"type": "http.response.start", "status": 426, "headers": _headers(body)})
+            await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
 
@@ -51,8 +52,8 @@ def _body(scope: Scope) -> bytes:
     return json.dumps(body).encode()
 
 
-def _headers(scope: Scope) -> list[tuple[bytes, bytes]]:
-    return [(b"content-type", b"application/json"), (b"content-length", str(len(_body(scope))).encode())]
+def _headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
 
 
 async def _deny(scope: Scope, receive: Receive, send: Send) -> None:
@@ -60,7 +61,8 @@ async def _deny(scope: Scope, receive: Receive, send: Send) -> None:
     if message["type"] != "websocket.connect":
         return
     if "websocket.http.response" in scope.get("extensions", {}):
-        await send({"type": "websocket.http.response.start", "status": 426, "headers": _headers(scope)})
-        await send({"type": "websocket.http.response.body", "body": _body(scope)})
+        body = _body(scope)
+        await send({"type": "websocket.http.response.start", "status": 426, "headers": _headers(body)})
+        await send({"type": "websocket.http.response.body", "body": body})
     else:
         await send({"type": "websocket.close", "code": 1008})

@@ -150,6 +150,15 @@ def test_fit_keeps_anthropic_requests_within_the_window():
     assert_valid_messages(result.context.messages, format="anthropic", system=SYSTEM)
 
 
+def _system(content) -> dict:
+    return {"role": "system", "content": content}
+
+
+def _after_task(*messages: dict) -> list[dict]:
+    """A task, then ``messages``: where a misplaced message is named."""
+    return [{"role": "user", "content": "q"}, *messages]
+
+
 @pytest.mark.parametrize(
     ("messages", "pointer", "says"),
     [
@@ -199,43 +208,20 @@ def test_fit_keeps_anthropic_requests_within_the_window():
             "/messages/0/content/0/type",
             "OpenAI chat's format",
         ),
+        (_after_task({"role": "developer", "content": "x"}), "/messages/1/role", "no developer messages"),
         (
-            [{"role": "user", "content": "q"}, {"role": "developer", "content": "x"}],
-            "/messages/1/role",
-            "no developer messages",
-        ),
-        (
-            [
-                {"role": "user", "content": "q"},
-                {"role": "assistant", "content": "a"},
-                {"role": "system", "content": "x"},
-            ],
+            _after_task({"role": "assistant", "content": "a"}, _system("x")),
             "/messages/2/role",
-            "must follow a user message",
+            "must follow a user",
         ),
         (
-            [
-                {"role": "user", "content": "q"},
-                {"role": "system", "content": "x"},
-                {"role": "user", "content": "u"},
-            ],
+            _after_task(_system("x"), {"role": "user", "content": "u"}),
             "/messages/1",
             "followed by an assistant turn",
         ),
+        (_after_task(_system("x"), _system("y")), "/messages/2/role", "next to each other"),
         (
-            [
-                {"role": "user", "content": "q"},
-                {"role": "system", "content": "x"},
-                {"role": "system", "content": "y"},
-            ],
-            "/messages/2/role",
-            "next to each other",
-        ),
-        (
-            [
-                {"role": "user", "content": "q"},
-                {"role": "system", "content": [{"type": "image", "source": {}}]},
-            ],
+            _after_task(_system([{"type": "image", "source": {}}])),
             "/messages/1/content/0",
             "text blocks only",
         ),

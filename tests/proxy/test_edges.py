@@ -368,3 +368,25 @@ def test_a_server_that_speaks_websocket_denies_the_handshake_with_the_426():
     assert denied[0]["type"] == "websocket.http.response.start" and denied[0]["status"] == 426
     assert json.loads(denied[1]["body"])["error"]["code"] == "upgrade_required"
     assert asyncio.run(handshake({})) == [{"type": "websocket.close", "code": 1008}]
+
+
+@pytest.mark.parametrize(
+    ("raw_body", "says"),
+    [
+        (b'{"model": "a", "messages": [{"role": "user", "content": "hi"}], "x": NaN}', "NaN"),
+        (b'{"model": "a", "messages": [{"role": "user", "content": "\\ud800"}]}', "lone surrogate"),
+        (b'{"model": "a", "model": "b", "messages": []}', "given twice"),
+        (b'{"model": "a", "messages": ' + b"[" * 200 + b"]" * 200 + b"}", "nested deeper"),
+    ],
+)
+def test_a_count_body_is_checked_as_a_messages_body(proxy, raw, raw_body, says):
+    """The token count reads its body as the Messages route does: invalid JSON a provider
+    would refuse (NaN, a lone surrogate, a key given twice, nesting past the bound) is a 400
+    naming it, never a 500 and never sent upstream."""
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/messages/count_tokens",
+        content=raw_body,
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 400 and r.json()["type"] == "error" and says in r.json()["error"]["message"]
+    assert raw.requests == 0

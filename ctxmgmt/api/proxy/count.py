@@ -11,8 +11,6 @@ the model's deadline hold as on the Messages route.
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,17 +18,14 @@ from starlette.responses import Response
 from ..requests import body_text, state
 from . import upstream
 from .apis import APIS
-from .checks import Refused, answer, authorize, definition_name, model_of, stored_version
+from .body import parse, upstream_text
+from .checks import answer, authorize, definition_name, model_of, stored_version
 
 __all__ = ["count_tokens"]
 
 _API = APIS["messages"]
 _ON_THE_LOOP = 65536
-"""Characters of a body read and written on the event loop; a larger one, in a worker thread."""
-
-
-def _encoded(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+"""Characters of a body read on the event loop; a larger one is read in a worker thread."""
 
 
 async def count_tokens(request: Request) -> Response:
@@ -47,23 +42,22 @@ async def _count(request: Request) -> Response:
     st = state(request)
     name = definition_name(request)
     text = await body_text(request, setting="proxy_max_body_bytes")
-    large = len(text) > _ON_THE_LOOP  # a large body is read and written off the event loop
-    try:
-        body = await asyncio.to_thread(json.loads, text) if large else json.loads(text)
-    except ValueError as exc:
-        raise Refused(400, "illegal_argument_exception", f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise Refused(
-            400, "illegal_argument_exception", "the body must be a JSON object (a Messages request)"
-        )
+    # Read and checked as the Messages route's body (no NaN, no lone surrogate, no key twice,
+    # bounded nesting); its text goes upstream as the client wrote it, the model's name
+    # written in.
+    parsed = (
+        await asyncio.to_thread(parse, text, _API.field)
+        if len(text) > _ON_THE_LOOP
+        else parse(text, _API.field)
+    )
     await stored_version(st, name)
-    config = model_of(request, body, _API, window=False)  # a count manages nothing
+    config = model_of(request, parsed.data, _API, window=False)  # a count manages nothing
     sent = upstream.headers(request, config, own_key)
     target = upstream.url(config, "/messages/count_tokens", request)
-    outgoing = {**body, "model": config.model}
-    content = await asyncio.to_thread(_encoded, outgoing) if large else _encoded(outgoing)
+    messages = parsed.data.get(_API.field)
+    outgoing = upstream_text(parsed, messages if isinstance(messages, list) else [], {"model": config.model})
     deadline = asyncio.get_running_loop().time() + config.timeout
-    response = await upstream.call(request, config, target, content, sent, deadline)
+    response = await upstream.call(request, config, target, outgoing.encode("utf-8"), sent, deadline)
     try:
         data = await upstream.read(response, deadline, config)
     finally:

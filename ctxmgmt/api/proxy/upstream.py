@@ -16,7 +16,7 @@ import httpx
 from starlette.requests import Request
 
 from ...llm import ModelConfig
-from ..requests import state
+from ..requests import key_in, state
 from .checks import KEY_HEADER, Refused
 
 __all__ = ["MAX_QUERY_BYTES", "call", "fault", "headers", "query", "read", "returned", "url"]
@@ -86,8 +86,7 @@ def headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, s
             given = request.headers.get(name)
             if given is None or not _plain(given):
                 continue
-            bare = given[7:].strip() if given[:7].lower() == "bearer " else given.strip()
-            if server.auth_enabled and server.find(bare) is not None:
+            if server.auth_enabled and server.find(key_in(name, given)) is not None:
                 continue
             out[name] = given
     elif request.headers.get("authorization") or request.headers.get("x-api-key"):
