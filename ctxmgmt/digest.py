@@ -1142,7 +1142,8 @@ def _unwrapped(text: str) -> str:
         if closed is None:
             break
         start = rest.rfind(f"<{closed.group(1)}", 0, closed.start())
-        if start <= 0 or rest[start - 1] != "\n" or _OPEN_TAG.match(rest, start) is None:
+        opened = _OPEN_TAG.match(rest, start) if start > 0 and rest[start - 1] == "\n" else None
+        if opened is None or opened.group(1) != closed.group(1):  # <ab> is no <a>
             break
         rest = rest[:start].rstrip()
     if not rest or (_OPEN_TAG.match(rest) and _closing(rest)):

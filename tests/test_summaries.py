@@ -1201,3 +1201,5 @@ def test_the_goal_is_what_the_user_said_not_the_context_its_client_wrapped_aroun
         assert "system-reminder" not in goal[0] or "<task>" in expected
     cut = digest([{"role": "user", "content": f"{reminder}\nFix it"}])["goal"][0]
     assert cut == "Fix it"
+    nested = digest([{"role": "user", "content": "do X\n<a>\n<ab>y</ab></a>"}])["goal"][0]
+    assert "<ab>y</ab>" in nested  # a tag is only closed by its own name

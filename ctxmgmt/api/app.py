@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
@@ -63,8 +64,8 @@ def routes(table: Sequence[Operation] = TABLE) -> list[Route]:
     return out
 
 
-_PROVIDER_PATHS = ("/chat/completions", "/responses", "/messages", "/messages/count_tokens", "/models")
-"""A provider API's paths: a 404 on one is a client pointed at the wrong base URL."""
+_PROVIDER_PATH = re.compile(r"(?:/.*)?/(?:v1/)?(?:chat/completions|responses|messages(?:/count_tokens)?)")
+"""A provider API's path: a 404 on one is a client pointed at the wrong base URL."""
 
 
 async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
@@ -77,7 +78,7 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
         if exc.status_code in (404, 405)
         else str(exc.detail)
     )
-    if exc.status_code == 404 and request.url.path.endswith(_PROVIDER_PATHS):
+    if exc.status_code == 404 and _PROVIDER_PATH.fullmatch(request.url.path):
         reason += (
             "; the proxy's base URLs are /proxy/{definition}/v1 (OpenAI's SDKs) and "
             "/proxy/{definition} (Anthropic's), e.g. /proxy/default/v1"

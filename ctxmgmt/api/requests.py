@@ -54,8 +54,9 @@ def key_in(name: str, value: str) -> str:
 def presented_key(request: Request) -> str:
     """The API key a request presents: ``Authorization: Bearer KEY``, else ``x-api-key``
     (empty without one). Never logged or echoed."""
-    return key_in("authorization", request.headers.get("authorization", "")) or request.headers.get(
-        "x-api-key", ""
+    headers = request.headers
+    return key_in("authorization", headers.get("authorization", "")) or key_in(
+        "x-api-key", headers.get("x-api-key", "")
     )
 
 

@@ -32,7 +32,7 @@ class NoWebSockets:
         if scope["type"] == "websocket":
             await _deny(scope, receive, send)
             return
-        if scope["type"] == "http" and _asks_websocket(scope):
+        if scope["type"] == "http" and scope.get("method") == "GET" and _asks_websocket(scope):
             body = _body(scope)
             await send({"type": "http.response.start", "status": 426, "headers": _headers(body)})
             await send({"type": "http.response.body", "body": body})
@@ -57,6 +57,8 @@ def _headers(body: bytes) -> list[tuple[bytes, bytes]]:
 
 
 async def _deny(scope: Scope, receive: Receive, send: Send) -> None:
+    """A handshake a WebSocket-speaking server hands the app (``ctxmgmt serve`` speaks none:
+    the app mounted in another server)."""
     message = await receive()  # websocket.connect
     if message["type"] != "websocket.connect":
         return

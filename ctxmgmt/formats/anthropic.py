@@ -262,7 +262,7 @@ def _check_content(content: Any, role: str, where: str, problems: list[Problem])
         if not isinstance(kind, str):
             problems.append(Problem(at, "a content block needs a string type"))
             continue
-        if kind not in allowed and (kind in refused or not _KIND.fullmatch(kind) or kind in _FOREIGN):
+        if not _takes(kind, allowed, refused):
             problems.append(Problem(f"{at}/type", _not_allowed(kind, role, allowed)))
             continue
         if kind == "text" and not isinstance(block.get("text"), str):
@@ -308,10 +308,7 @@ def _check_result_content(content: Any, at: str, problems: list[Problem]) -> Non
         return
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if not isinstance(kind, str) or (
-            kind not in RESULT_BLOCKS
-            and (kind in _RESULT_REFUSED or not _KIND.fullmatch(kind) or kind in _FOREIGN)
-        ):
+        if not isinstance(kind, str) or not _takes(kind, RESULT_BLOCKS, _RESULT_REFUSED):
             problems.append(
                 Problem(
                     f"{at}/content/{k}/type",
@@ -322,10 +319,16 @@ def _check_result_content(content: Any, at: str, problems: list[Problem]) -> Non
             problems.append(Problem(f"{at}/content/{k}/text", "a text block needs a string text"))
 
 
+def _takes(kind: str, allowed: frozenset[str], refused: frozenset[str]) -> bool:
+    """Whether a place takes a block of ``kind``: its own blocks, and a type this version does
+    not know (of a type's shape), never a block known to go elsewhere or OpenAI's."""
+    return kind in allowed or not (kind in refused or kind in _FOREIGN or not _KIND.fullmatch(kind))
+
+
 def _not_allowed(kind: str, role: str, allowed: frozenset[str]) -> str:
     if kind in _CHAT_PARTS:  # a str: the callers checked
         return f"{kind!r} is OpenAI chat's format; Anthropic's blocks are {', '.join(sorted(allowed))}"
-    if kind in ("input_text", "output_text", "input_image", "input_file"):
+    if kind in _FOREIGN:
         return f"{kind!r} is OpenAI Responses' format; Anthropic's blocks are {', '.join(sorted(allowed))}"
     return f"a {role} message may not hold a {kind!r} block ({', '.join(sorted(allowed))})"
 
@@ -385,8 +388,7 @@ def _run_placeable(msgs: Sequence[Mapping[str, Any]], start: int, end: int) -> b
     if before.get("role") != "assistant":
         return True
     origin = origin_of(before)
-    blocks = origin.blocks if origin is not None else ()
-    return bool(blocks) and blocks[-1].get("type") == "server_tool_use"
+    return origin is not None and _ends_in_server_call(origin.message)
 
 
 def _system_role(m: Any) -> bool:

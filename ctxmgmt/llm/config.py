@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from .. import _resources
 from ..cache import Pricing
 from ..errors import ConfigError, LLMError, Problem
-from ..loader import load_document
+from ..loader import escape, load_document
 
 __all__ = ["CONFIG_ENV", "ModelConfig", "ModelsConfig", "load_models"]
 
@@ -128,7 +128,7 @@ class ModelsConfig(Mapping[str, ModelConfig]):
     def from_dict(cls, data: Any, source: str | None = None) -> ModelsConfig:
         validator = Draft202012Validator(_resources.schema("config.schema.json"))
         problems = [
-            Problem("".join(f"/{p}" for p in e.absolute_path), _said(e), None, source)
+            Problem("".join(f"/{escape(p)}" for p in e.absolute_path), _said(e), None, source)
             for e in validator.iter_errors(data if data is not None else {})
         ]
         if problems:

@@ -120,12 +120,22 @@ def test_a_count_with_its_upstream_down_is_a_502(store):
     """No server at the model's base_url: the count is a 502 in Anthropic's shape."""
     from ..conftest import free_port
 
-    spec = {"base_url": f"http://127.0.0.1:{free_port()}/v1", "provider": "anthropic", "model": "up"}
+    port = free_port()
+    spec = {"base_url": f"http://user:s3cret@127.0.0.1:{port}/v1", "provider": "anthropic", "model": "up"}
     models = ModelsConfig.from_dict({"models": {"a": spec}})
     with LiveServer(create_app(store, models=models)) as server:
         r = httpx.post(f"{server.url}/proxy/default/v1/messages/count_tokens", json=COUNT)
+        lost = httpx.post(f"{server.url}/v1/messages", json=COUNT)  # a client given the wrong base URL
+        other = httpx.get(f"{server.url}/_plugins/_ml/nothing/messages/x")  # no provider's path
+    said = r.json()["error"]["message"]
     assert r.status_code == 502 and r.json()["type"] == "error"
-    assert "could not reach" in r.json()["error"]["message"]
+    assert (
+        f"could not reach the upstream of 'a' at http://127.0.0.1:{port}/v1" in said
+        and "check its base_url" in said
+    )
+    assert "s3cret" not in said and "user" not in said  # a URL's credentials are never shown
+    assert lost.status_code == 404 and "/proxy/{definition}/v1" in lost.text
+    assert other.status_code == 404 and "/proxy/{definition}" not in other.text
 
 
 def test_a_body_over_the_proxy_limit_is_a_413_in_the_providers_shape(proxy, raw):

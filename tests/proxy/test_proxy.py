@@ -769,3 +769,16 @@ def test_a_base_url_itself_says_the_server_is_there(proxy):
         assert r.status_code == 200 and r.json()["apis"]["anthropic"] == "/proxy/default/v1/messages"
     r = httpx.get(f"{proxy.url}/proxy/defualt", headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 404 and r.json()["type"] == "error" and "did you mean 'default'" in r.text
+
+
+def test_a_config_setting_not_known_is_named_with_the_nearest_one():
+    """A typo in the models configuration is named in words with the setting meant, and its
+    pointer escapes a model name's '/' (JSON Pointer's ~1)."""
+    from ctxmgmt.llm.config import ConfigError
+
+    spec = {"base_url": "http://x.example/v1", "model": "m", "context_windw": 8000}
+    with pytest.raises(ConfigError) as refused:
+        ModelsConfig.from_dict({"models": {"vendor/m": spec}})
+    problem = refused.value.problems[0]
+    assert problem.pointer == "/models/vendor~1m"
+    assert "'context_windw' is not a setting here (did you mean 'context_window'?)" in problem.message

@@ -151,6 +151,8 @@ def test_a_streamed_responses_answer_that_reads_ends_with_the_final_answer(archi
     # the final answer's text streams as deltas too, as a client that shows deltas reads it
     said = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert said == "Let me look.the checksum is 0xC0FFEE"
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    assert added[-1].type == "message" and added[-1].content == []  # added empty, as the API adds it
     numbers = [e.sequence_number for e in events]
     assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
 

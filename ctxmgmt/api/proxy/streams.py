@@ -472,14 +472,17 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
     items = [item for i, item in sorted(acc.items.items()) if i < held]
     for i, item in enumerate(final.get("output") or ()):
         index = held + i
+        deltas = _text_deltas(item, index)  # a message's text streams as deltas, as clients show it
+        shown = {**item, "content": []} if deltas else item  # added empty, as the API adds it
         for kind in ("response.output_item.added", "response.output_item.done"):
-            if kind.endswith("done"):  # a message's text as its deltas too: clients show those
-                for delta in _text_deltas(item, index):
+            if kind.endswith("done"):
+                for delta in deltas:
                     sequence += 1
                     out.append(_sse({**delta, "sequence_number": sequence}, delta["type"]))
+                shown = item
             sequence += 1
             out.append(
-                _sse({"type": kind, "sequence_number": sequence, "output_index": index, "item": item}, kind)
+                _sse({"type": kind, "sequence_number": sequence, "output_index": index, "item": shown}, kind)
             )
         items.append(item)
     sequence += 1

@@ -158,7 +158,7 @@ def fault(config: ModelConfig, exc: BaseException, failed: str) -> Refused:
             f"the upstream of {config.id!r} at {where} did not answer within {config.timeout:g} s "
             "(the model's timeout)",
         )
-    if failed == "could not reach":
+    if isinstance(exc, httpx.ConnectError):  # no connection made: where it points is the question
         return Refused(
             502,
             "llm_exception",
