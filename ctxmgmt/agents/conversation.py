@@ -29,7 +29,7 @@ from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
 from ..history import EDGE, EXACT_UP_TO, SAMPLES, same_start
 from ..managers.base import Environment
-from ..messages import call_ids, check_messages, is_summary, text_of
+from ..messages import call_ids, check_messages, is_summary, mentions_archive, text_of
 from ..tokens import TokenCounter, get_counter
 from ..types import Hook, TraceEntry
 
@@ -436,6 +436,7 @@ class Conversation:
         self._observed: dict[str, Any] | None = None  # its usage record, once observed
         self._live: _Live | None = None
         self._out: list[Any] | None = None  # the framework's messages handed back last
+        self._names: tuple[int, bool] | None = None  # (turn, whether its view names an archive)
 
     @property
     def context(self) -> Context | None:
@@ -472,6 +473,7 @@ class Conversation:
         self._live = _Live(
             context, _Covered([], None, []), whole=False, upto=0, chain=_CHAIN_START, begun=True
         )
+        self._names = None
         self._post_memory = post_memory
 
     def offer_recall(self, schemas: Sequence[Any], *, now: bool = False) -> None:
@@ -491,7 +493,7 @@ class Conversation:
     def load(self, saved: Mapping[str, Any] | None) -> None:
         """Continue from a state that :attr:`saved` held (as the framework persisted it)."""
         self.saved = dict(saved) if isinstance(saved, Mapping) else {}
-        self._live = self._out = None
+        self._live = self._out = self._names = None
         ratios = self.saved.get("calibration")
         self.calibration = Calibration(ratios if isinstance(ratios, Mapping) else None)
         self.environment = replace(self.environment, calibration=self.calibration)
@@ -669,6 +671,8 @@ class Conversation:
         (and ``post_tool`` run) and no request is prepared."""
         live = self._live
         continued = covered is not None
+        if not llm:  # the view may change with no turn counted: the next one reads it
+            self._names = None
         if self._shown:  # the recall tools, once shown, stay
             request = {**request, "tools": [*(request.get("tools") or ()), *self._shown]}
         if covered is not None:
@@ -774,6 +778,23 @@ class Conversation:
         turn.start, turn.whole, turn.fresh = start, whole, not continued
         turn.extends = continued and not changed
         return turn
+
+    def names_archive(self, turn: Turn) -> bool:
+        """Whether ``turn``'s managed view (the last turn's) holds a mark of ctxmgmt's that
+        names an archive (a summary's guide, an offloaded result's notice): what the recall
+        tools read. A view that is the record holds none (marks are ctxmgmt's own: a copy in
+        the client's messages is not read as one); a view that only grew the previous turn's
+        has its answer; else the view is read."""
+        if turn.whole:
+            found = False
+        elif turn.extends and self._names is not None and self._names[0] == self.calls - 1:
+            found = self._names[1]
+        else:
+            way = internal(turn.context)
+            view = (way.context if way is not None else turn.context).messages
+            found = any(mentions_archive(m) for m in view)
+        self._names = (self.calls, found)
+        return found
 
     @staticmethod
     def _counted(context: Context, counter: TokenCounter) -> int:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import difflib
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, case, create_engine, event, func, literal, select
+from sqlalchemy import Connection, Engine, case, create_engine, event, func, literal, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ..definitions import Definition, Resolver
@@ -27,7 +28,7 @@ from ..validation import validate_definition
 from .models import agents, retired_versions
 from .models import definitions as table
 
-__all__ = ["DEFAULT_DATABASE_URL", "DefinitionStore", "StoredDefinition", "connect", "migrate"]
+__all__ = ["DEFAULT_DATABASE_URL", "DefinitionStore", "StoredDefinition", "connect", "migrate", "relaxed"]
 
 DEFAULT_DATABASE_URL = "sqlite:///ctxmgmt.db"
 DATABASE_ENV = "CTXMGMT_DATABASE_URL"
@@ -36,6 +37,47 @@ _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+_DURABLE = "FULL"
+
+
+@contextmanager
+def relaxed(engine: Engine) -> Iterator[Connection]:
+    """A transaction for what may be lost at no harm once in a while (a proxied conversation's
+    state, made again from the next request; an execution's record): committed when this
+    returns and kept when the process dies, but its commit does not wait for the disk, so a
+    crash of the machine may lose the last ones (never part of one). SQLite (in WAL mode):
+    ``synchronous=NORMAL`` for it; PostgreSQL: ``synchronous_commit = off``."""
+    with engine.connect() as conn:
+        if engine.dialect.name != "sqlite":
+            with conn.begin():
+                conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                yield conn
+            return
+        # The driver's own connection: a pragma is refused inside a transaction, and these
+        # two cost microseconds there (a statement and a commit each through the engine).
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        raw.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with conn.begin():
+                yield conn
+        except BaseException:
+            _durable(conn, raw, failed=True)  # the transaction's own error is the one said
+            raise
+        _durable(conn, raw, failed=False)
+
+
+def _durable(conn: Connection, raw: Any, *, failed: bool) -> None:
+    """A relaxed connection made durable again, or closed: never back in the pool without it
+    (a commit that failed may leave the driver in a transaction, where the pragma is refused)."""
+    try:
+        raw.execute(f"PRAGMA synchronous={_DURABLE}")
+    except Exception:
+        conn.invalidate()
+        if not failed:
+            raise
 
 
 def connect(url: str | None = None) -> Engine:
@@ -49,6 +91,7 @@ def connect(url: str | None = None) -> Engine:
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA synchronous={_DURABLE}")  # a commit is on the disk when it returns
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
 

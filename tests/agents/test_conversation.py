@@ -5,6 +5,7 @@ import pytest
 
 from ctxmgmt.agents.conversation import UNMANAGED, Conversation
 from ctxmgmt.errors import ContextError
+from ctxmgmt.offload import LocalOffloader
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
 RECALL = [{"type": "function", "function": {"name": "context_read", "parameters": {"type": "object"}}}]
@@ -210,3 +211,20 @@ def test_a_call_observed_twice_calibrates_once():
         assert all(r == records[0] for r in records)
     assert twice.calibration.to_dict() == once.calibration.to_dict()
     assert twice.calibration.ratio("gpt-4o") != 1.0  # calibrated, once
+
+
+def test_whether_the_view_names_an_archive_follows_what_post_tool_archived(tmp_path):
+    """names_archive: no mark in a view of the client's messages; a result that post_tool cut
+    and archived between two turns is seen by the next turn (which only continues the view)."""
+    trim = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 300, "offload": True}}
+    conv = Conversation({"name": "t", "hooks": {"post_tool": [trim]}}, offloader=LocalOffloader(tmp_path))
+    conv.begin([], model="gpt-4o")
+    record = [{"role": "user", "content": "find it"}]
+    assert not conv.names_archive(conv.prepare(record, model="gpt-4o"))
+    _round(record, "x " * 5000)
+    conv.advance(record, model="gpt-4o")
+    turn = conv.prepare(record, model="gpt-4o")
+    assert turn.extends and conv.names_archive(turn)
+    record += [{"role": "assistant", "content": "found"}, {"role": "user", "content": "and?"}]
+    grown = conv.prepare(record, model="gpt-4o")
+    assert grown.extends and conv.names_archive(grown)

@@ -11,6 +11,11 @@ import httpx
 import openai
 import pytest
 
+from ctxmgmt.api import create_app
+from ctxmgmt.offload import LocalOffloader
+
+from ..conftest import LiveServer
+from .conftest import models_for
 from .upstream import Reply
 
 SECRET_LINE = "line 1733: the checksum of build 9f3e2a is 0xC0FFEE"
@@ -382,3 +387,36 @@ def test_a_reasoning_item_goes_where_the_item_after_it_goes(archiving, upstream)
         timeout=60,
     )
     assert r.content == upstream.sent[-1]  # reasoning, then text: as it came
+
+
+def test_recall_tools_come_when_something_is_archived_and_stay_as_the_conversation_grows(
+    archiving, upstream, store, tmp_path
+):
+    """Nothing archived: no recall tool. Once a result is cut and archived, context_read is
+    offered, and still in the next requests (a view that only grew keeps its answer), and in
+    a process that starts from the stored state (it reads the view)."""
+    upstream.replies.extend([Reply("looking"), Reply("built"), Reply("done"), Reply("still done")])
+    url = f"{archiving.url}/proxy/long-running-agent/v1/chat/completions"
+    start, big = _history()[:3], _history()[3]
+    history = [*start, {"role": "tool", "tool_call_id": "c1", "content": "make: starting"}]
+    seen = []
+    for step in range(3):
+        answer = httpx.post(url, json={"model": "gpt-test", "messages": history}, timeout=60).json()
+        seen.append("context_read" in _names(upstream.seen[-1].body))
+        history = [*history, answer["choices"][0]["message"]]
+        if step == 0:  # the next request brings the build's long output
+            call = {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+            history.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            history.append({**big, "tool_call_id": "c2"})
+        else:
+            history.append({"role": "user", "content": "and then?"})
+    assert seen == [False, True, True]
+    # Another process on the same store: it restores the view and reads it.
+    app = create_app(store, models=models_for(upstream), offloader=LocalOffloader(tmp_path / "archive"))
+    with LiveServer(app) as other:
+        httpx.post(
+            f"{other.url}/proxy/long-running-agent/v1/chat/completions",
+            json={"model": "gpt-test", "messages": history},
+            timeout=60,
+        ).raise_for_status()
+    assert "context_read" in _names(upstream.seen[-1].body)

@@ -3,8 +3,10 @@
 import subprocess
 import sys
 
+import pytest
+
 from ctxmgmt.store import ExecutionStore
-from ctxmgmt.store.repository import now_ms
+from ctxmgmt.store.repository import now_ms, relaxed
 
 
 def record(n: int, agent: str = "a" * 32, ended: int | None = None) -> dict:
@@ -60,3 +62,31 @@ def test_gc_deletes_records_past_the_retention(store, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "gc: 1 execution records older than 1 days deleted" in run.stdout
     assert executions.list("a" * 32)[0] == 1
+
+
+def _durability(conn) -> str:
+    if conn.dialect.name == "sqlite":
+        return str(conn.exec_driver_sql("PRAGMA synchronous").scalar())
+    return str(conn.exec_driver_sql("SHOW synchronous_commit").scalar())
+
+
+def test_a_relaxed_transaction_commits_and_leaves_every_other_one_durable(store):
+    """What a relaxed transaction writes is there after it (and gone when it fails); only its
+    own commit skips the wait for the disk: the connection goes back to the pool durable."""
+    executions = ExecutionStore(store.engine)
+    with store.engine.connect() as conn:
+        durable = _durability(conn)
+    assert durable in ("2", "on")  # SQLite's FULL, PostgreSQL's default
+    with relaxed(store.engine) as conn:
+        assert _durability(conn) in ("1", "off")  # NORMAL / off, for this transaction
+        executions.save(record(1), conn=conn)
+        pooled = conn.connection.dbapi_connection
+    assert executions.get(f"{1:032x}")["llm_calls"] == 1
+    with pytest.raises(RuntimeError), relaxed(store.engine) as conn:
+        executions.save(record(2), conn=conn)
+        raise RuntimeError("a failure after the write")
+    total, _ = executions.list("a" * 32)
+    assert total == 1  # rolled back
+    with store.engine.connect() as conn:  # the pool's last one back: the relaxed one
+        assert conn.connection.dbapi_connection is pooled
+        assert _durability(conn) == durable

@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 from ..errors import HTTPProblem
@@ -231,8 +231,10 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
         return json.dumps({**body.data, body.member: list(messages), **changes}, ensure_ascii=False)
     spans, text = body.spans, body.text
     parts: list[str] = []
-    run: list[int] = []  # a run of the client's consecutive elements: one slice of its text
-    for m, k in zip(messages, positions(messages, body.data[body.member]), strict=True):
+    prefix, where = _positions(messages, body.data[body.member])
+    run: list[int] = [0, prefix - 1] if prefix else []  # the client's consecutive elements: one slice
+    for i in range(prefix, len(messages)):
+        m, k = messages[i], where[i]
         if run and k == run[1] + 1:
             run[1] = k
             continue
@@ -272,10 +274,21 @@ def positions(view: Sequence[Any], items: Sequence[Any]) -> list[int | None]:
     message ctxmgmt wrote). A view mostly keeps runs of the items in order, so the item after
     the last one found is tried first; any other is looked up in a map of the items made at
     the first such message (in any order, twice or not at all)."""
+    return _positions(view, items)[1]
+
+
+def _positions(view: Sequence[Any], items: Sequence[Any]) -> tuple[int, list[int | None]]:
+    """(how many of ``view``'s first objects are ``items``' first ones, :func:`positions`).
+    That common start is found at C speed: a view that did not change is a long one."""
+    same = list(map(is_, view, items))
+    try:
+        prefix = same.index(False)
+    except ValueError:
+        prefix = len(same)
+    out: list[int | None] = list(range(prefix))
     where: dict[int, int] | None = None
-    out: list[int | None] = []
-    at = 0  # the item after the last one found
-    for m in view:
+    at = prefix  # the item after the last one found
+    for m in view[prefix:]:
         if at < len(items) and items[at] is m:
             k: int | None = at
         else:
@@ -287,7 +300,7 @@ def positions(view: Sequence[Any], items: Sequence[Any]) -> list[int | None]:
         out.append(k)
         if k is not None:
             at = k + 1
-    return out
+    return prefix, out
 
 
 class Bodies:

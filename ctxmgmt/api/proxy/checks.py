@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -111,10 +111,13 @@ def definition_name(request: Request) -> str:
     return name
 
 
-async def stored_version(st: Any, name: str) -> Any:
-    """The stored definition's version, or the 404 of one that is not stored."""
+async def stored_version(st: Any, name: str, resolving: Awaitable[Any] | None = None) -> Any:
+    """The stored definition and its version (``resolving``: that read, begun earlier), or the
+    404 of one that is not stored."""
+    if resolving is None:
+        resolving = asyncio.to_thread(st.store.resolve_version, name)
     try:
-        return await asyncio.to_thread(st.store.resolve_version, name)
+        return await resolving
     except NotFound:
         raise await no_definition(st, name) from None
 

@@ -11,12 +11,13 @@ stored, logged or recorded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,14 +26,13 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ...agents.conversation import Conversation, usage_record
+from ...agents.conversation import Conversation, Turn, usage_record
 from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
-from ...errors import NotFound, ToolError
-from ...formats import internal
+from ...errors import ToolError
 from ...llm import ModelConfig
-from ...messages import RECALL_TOOLS, mentions_archive
-from ...store.repository import now_ms
+from ...messages import RECALL_TOOLS
+from ...store.repository import now_ms, relaxed
 from ...store.sessions import SessionStore
 from ...summaries import message_key
 from ..requests import body_text, state
@@ -46,7 +46,6 @@ from .checks import (
     authorize,
     definition_name,
     model_of,
-    no_definition,
     stored_version,
 )
 from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
@@ -105,6 +104,8 @@ async def _proxy(request: Request, api: Api) -> Response:
     st = state(request)
     name = definition_name(request)
     upstream.query(request)  # before any work: a query too long to go upstream
+    # The definition is read from the store while the body arrives.
+    resolving = _begun(asyncio.to_thread(st.store.resolve_version, name))
     text = await body_text(request, setting="proxy_max_body_bytes")
     bodies: Bodies = request.app.state.proxy_bodies
     previous = bodies.find(text)  # the conversation's previous body: only what follows is read
@@ -117,57 +118,63 @@ async def _proxy(request: Request, api: Api) -> Response:
         config = model_of(request, body, api)
     except Refused as exc:
         if exc.status == 404:  # an unknown model; an unknown definition, the path's, is said first
-            await stored_version(st, name)
+            await stored_version(st, name, resolving)
         raise
     headers = upstream.headers(request, config, own_key)  # before anything is run, kept or recorded
     parts = api.parts(body)
     if isinstance(parts, str):
         raise Refused(400, "illegal_argument_exception", parts)
     key = session_key(request, api, name, str(body["model"]), parts)
-    try:
-        definition, version, stored = await asyncio.to_thread(_resolved, st.store, name, key)
-    except NotFound:
-        raise await no_definition(st, name) from None
-    if stored is not None and not _covers(stored, parsed):
-        # Another conversation with the same start, or this one with an earlier message
-        # changed: its state is not this request's (a new view, a new archive namespace).
-        stored = None
-    conversation_id = (stored or {}).get("conversation")
-    if not isinstance(conversation_id, str) or not _HEX32.fullmatch(conversation_id):
-        conversation_id, stored = uuid.uuid4().hex, None
+    definition, version = await stored_version(st, name, resolving)
     live: Live = request.app.state.proxy_live
     offloader = st.runner.offloader
-    # The conversation this process served last, while the store holds what it wrote then.
-    conversation = live.take(key, (stored or {}).get("generation"), version) if stored else None
-    if conversation is None:
-        conversation = Conversation(
-            definition,
-            models=st.models,
-            offloader=offloader,
-            session=conversation_id,
-            format=api.format,
-            pricing=config.pricing,
-            runs=True,
-        )
-        conversation.load(unpack(stored, parts.record) if stored else None)
-    turn = await conversation.aprepare(
-        parts.record,
-        system_prompt=parts.system_prompt,
-        tools=parts.tools,
-        model=config.model,
-        context_window=config.context_window,
-    )
+    asked: dict[str, Any] = {
+        "system_prompt": parts.system_prompt,
+        "tools": parts.tools,
+        "model": config.model,
+        "context_window": config.context_window,
+    }
+
+    def conversation_of() -> tuple[Conversation, str]:
+        """The conversation (this process's, or made from the stored state) and its id."""
+        stored = SessionStore(st.store.engine).get(key)
+        if stored is not None and not _covers(stored, parsed):
+            # Another conversation with the same start, or this one with an earlier message
+            # changed: its state is not this request's (a new view, a new archive namespace).
+            stored = None
+        conversation_id = (stored or {}).get("conversation")
+        if not isinstance(conversation_id, str) or not _HEX32.fullmatch(conversation_id):
+            conversation_id, stored = uuid.uuid4().hex, None
+        # The conversation this process served last, while the store holds what it wrote then.
+        conversation = live.take(key, (stored or {}).get("generation"), version) if stored else None
+        if conversation is None:
+            conversation = Conversation(
+                definition,
+                models=st.models,
+                offloader=offloader,
+                session=conversation_id,
+                format=api.format,
+                pricing=config.pricing,
+                runs=True,
+            )
+            conversation.load(unpack(stored, parts.record) if stored else None)
+        return conversation, conversation_id
+
+    if await definition.aawaits_in():  # a summary by a model: awaited on the loop
+        conversation, conversation_id = await asyncio.to_thread(conversation_of)
+        turn = await conversation.aprepare(parts.record, **asked)
+    else:  # CPU work only: the stored state read and the whole turn in one worker thread
+
+        def prepared() -> tuple[Conversation, str, Turn]:
+            conversation, conversation_id = conversation_of()
+            return conversation, conversation_id, conversation.prepare(parts.record, **asked)
+
+        conversation, conversation_id, turn = await asyncio.to_thread(prepared)
     bodies.keep(parsed, previous)  # an accepted request's body: the next one is read from it
     exchange_state = _Kept(key, version, parts.record, parsed, conversation_id)
-    if parts.stream:
-        # A stream's record is stored after its last event went out, when the client may
-        # already be sending its next request to another process: the state goes first.
-        await _store(st, live, conversation, exchange_state)
     outgoing = api.managed(body, turn.messages, config.model)
     recall: list[Tool] = []
-    way = internal(turn.context)
-    managed = (way.context if way is not None else turn.context).messages
-    if offloader is not None and any(mentions_archive(m) for m in managed):
+    if offloader is not None and conversation.names_archive(turn):
         recall = recall_tools(offloader, conversation_id)
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
@@ -199,13 +206,38 @@ async def _proxy(request: Request, api: Api) -> Response:
     exchange = _Exchange(
         request, api, config, headers, conversation, record, exchange_state, recall, parts.stream
     )
+    if parts.stream:
+        # A stream's record is stored after its last event went out, when the client may
+        # already be sending its next request to another process: the state goes first,
+        # written while the upstream starts to answer (awaited before any of it goes back).
+        exchange.storing = asyncio.ensure_future(_store(st, live, conversation, exchange_state))
+        exchange.storing.add_done_callback(_state_written)
     return await _upstream(exchange, outgoing, parts.stream, first)
 
 
-def _resolved(store: Any, name: str, key: str) -> tuple[Any, Any, dict[str, Any] | None]:
-    """The definition, its version and the conversation's stored state (one worker thread)."""
-    definition, version = store.resolve_version(name)
-    return definition, version, SessionStore(store.engine).get(key)
+def _save(st: Any, record: Mapping[str, Any]) -> None:
+    """Store an execution's record (see :func:`~ctxmgmt.store.repository.relaxed`)."""
+    with relaxed(st.store.engine) as conn:
+        st.runner.executions.save(record, conn=conn)
+
+
+def _state_written(task: asyncio.Future[None]) -> None:
+    """A stream's state write is over: its failure logged, whoever waits for it or not."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not store the proxy's conversation state", exc_info=task.exception())
+
+
+def _begun(read: Awaitable[Any]) -> asyncio.Future[Any]:
+    """A read begun now, awaited later or never (a request refused before it needs it): then
+    its failure is not reported as one nobody retrieved."""
+    task = asyncio.ensure_future(read)
+    task.add_done_callback(_retrieved)
+    return task
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +262,7 @@ async def _store(
     packed["covered"] = kept.body.digest(conversation.saved.get("upto"))
 
     def write() -> None:
-        with st.store.engine.begin() as conn:
+        with relaxed(st.store.engine) as conn:
             SessionStore(st.store.engine).put(kept.key, packed, conn=conn)
             if record is not None:
                 st.runner.executions.save(record, conn=conn)
@@ -252,8 +284,20 @@ class _Exchange:
     record: dict[str, Any]
     kept: _Kept
     recall: list[Tool]
-    stream: bool
     """The recall tools offered to the model (none: the request names no archive)."""
+    stream: bool
+    storing: asyncio.Future[None] | None = None
+    """The conversation's state being written before a stream's answer goes back."""
+
+    async def settled(self) -> None:
+        """The state written before the stream (:attr:`storing`) is in the store. A failure
+        to write it is logged (:func:`_state_written`) and the answer goes on: the next
+        request makes the state anew from the one stored before (or from its messages). A
+        request cancelled meanwhile leaves the write to finish."""
+        task, self.storing = self.storing, None
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
 
     async def send(self, body: Mapping[str, Any] | str, deadline: float) -> httpx.Response:
         """Send a request upstream (a body, or its JSON text) by ``deadline``; its answer's head
@@ -284,6 +328,11 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     api, config = exchange.api, exchange.config
     deadline = asyncio.get_running_loop().time() + config.timeout
     response = await exchange.send(first, deadline)
+    try:
+        await exchange.settled()
+    except BaseException:  # cancelled: nothing owns the upstream's response yet
+        await response.aclose()
+        raise
     returned = upstream.returned(response)
     if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
         events = _events(exchange, response, deadline, body)
@@ -538,6 +587,7 @@ def _stream_error(api: Api, message: str) -> bytes:
 async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure: str | None) -> None:
     """Calibrate on the reported usage (kept with the conversation), and store the record;
     once the answer went out, a failure to store is only logged."""
+    await exchange.settled()  # a stream's state, written first (the upstream may have failed)
     st = state(exchange.request)
     conversation, record = exchange.conversation, exchange.record
     calibrated = conversation.calibration.to_dict()
@@ -558,6 +608,6 @@ async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure:
         if recalibrated or not exchange.stream:
             await _store(st, exchange.request.app.state.proxy_live, conversation, exchange.kept, record)
         else:
-            await asyncio.to_thread(st.runner.executions.save, record)
+            await asyncio.to_thread(_save, st, record)
     except Exception:
         log.warning("could not store the proxy's execution record %s", record["execution_id"], exc_info=True)
