@@ -152,9 +152,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(folder: Path, db_url: str, *extra: str, pids: list[int] | None = None) -> Iterator[str]:
+def serve(
+    folder: Path, db_url: str, *extra: str, pids: list[int] | None = None, said: list[str] | None = None
+) -> Iterator[str]:
     """A real `ctxmgmt serve` process on a free port, run in ``folder``; yields its URL
-    (and puts its process id in ``pids``)."""
+    (and puts its process id in ``pids``, and what it printed, once it stopped, in ``said``)."""
     import subprocess
 
     for attempt in range(3):
@@ -188,6 +190,8 @@ def serve(folder: Path, db_url: str, *extra: str, pids: list[int] | None = None)
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
+        if said is not None:
+            said.append(out)
     assert f"serving on {url}" in out
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.conftest import ROOT, free_port, serve
 
@@ -110,3 +111,27 @@ def test_workers_must_be_a_sensible_number(tmp_path):
     )
     assert run.returncode == 2 and "--workers must be from 1 to 64" in run.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+def test_serve_names_the_models_without_a_context_window_when_it_starts(tmp_path):
+    """A model of --config without context_window is named on stderr at start (not first at a
+    proxied request), and a request for it is refused in words that say to set it."""
+    config = tmp_path / "config.yaml"
+    upstream = "http://127.0.0.1:9/v1"  # never called: both requests stop before
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "models": {
+                    "sized": {"base_url": upstream, "model": "m", "context_window": 8000},
+                    "unsized": {"base_url": upstream, "model": "m"},
+                }
+            }
+        )
+    )
+    said: list[str] = []
+    with serve(tmp_path, f"sqlite:///{tmp_path}/c.db", "--config", str(config), said=said) as url:
+        asked = {"model": "unsized", "messages": [{"role": "user", "content": "hi"}]}
+        refused = httpx.post(f"{url}/proxy/default/v1/chat/completions", json=asked, timeout=30)
+    assert 400 <= refused.status_code < 500 and "context_window" in refused.json()["error"]["message"]
+    warning = next(line for line in said[0].splitlines() if "without context_window" in line)
+    assert warning.endswith(": unsized")
