@@ -32,9 +32,11 @@ from tests.conftest import LiveServer, free_port, tool_call
 HI = [{"role": "user", "content": "hi"}]
 AGENTS = "/_plugins/_ml/agents"
 MEMORY = "/_plugins/_ml/memory"
-DEADLINE = 1.0
+DEADLINE = 3.0
+"""The models' deadline: what a trickle or a stall is cut at, and what an answer sent at once
+must arrive within, through the whole API, on a loaded machine (1 s was not, once)."""
 SLACK = 3.0
-"""A call with a 1 s deadline must end within 4 s (generous: a loaded machine)."""
+"""A call with that deadline must end within 6 s (generous: a loaded machine)."""
 
 
 @pytest.fixture
@@ -203,14 +205,14 @@ LIES = [
 @pytest.mark.parametrize("behaviour", ["trickle", "trickle_headers", "stall"])
 def test_a_slow_endpoint_ends_at_the_calls_deadline(raw, behaviour, mode):
     """Headers then a byte every 0.2 s, headers a byte at a time, or silence: the call ends
-    at its 1 s deadline (a per-read timeout would never fire), with LLMTimeoutError."""
+    at its deadline (a per-read timeout would never fire), with LLMTimeoutError."""
     if behaviour == "stall":
         raw.stall()
     else:
         getattr(raw, behaviour)(interval=0.2)
     exc, elapsed = call(model(raw), mode)
     assert isinstance(exc, LLMTimeoutError), exc
-    assert "timed out" in str(exc) and "within 1 s" in str(exc) and "timeout" in str(exc)
+    assert "timed out" in str(exc) and f"within {DEADLINE:g} s" in str(exc) and "timeout" in str(exc)
     assert DEADLINE - 0.05 <= elapsed < DEADLINE + SLACK
 
 
@@ -219,9 +221,9 @@ def test_retries_count_inside_the_deadline(chat_server):
     by the deadline, not after six attempts (5.4 s)."""
     for _ in range(6):
         chat_server.fail(503, "busy", delay=0.9)
-    config = ModelConfig(id="m", base_url=chat_server.base_url, model="x", timeout=DEADLINE, max_retries=5)
+    config = ModelConfig(id="m", base_url=chat_server.base_url, model="x", timeout=1.0, max_retries=5)
     exc, elapsed = call(config)
-    assert elapsed < DEADLINE + SLACK
+    assert elapsed < 1.0 + SLACK
     assert len(chat_server.requests) <= 2
     assert isinstance(exc, LLMTimeoutError) or "answered 503" in str(exc)
 
@@ -674,7 +676,9 @@ def test_ctxmgmt_serve_holds_against_a_keyless_endpoint_that_misbehaves(raw, tmp
     502, a 100 MB reply a 502 that raises the server's peak memory by <= 64 MB; the memory
     route stays 200 and the server's log holds no traceback."""
     config = tmp_path / "config.yaml"
-    config.write_text(f"models:\n  chat:\n    base_url: {raw.base_url}\n    model: local\n    timeout: 1\n")
+    config.write_text(
+        f"models:\n  chat:\n    base_url: {raw.base_url}\n    model: local\n    timeout: {DEADLINE:g}\n"
+    )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "serve.log").open("w")
