@@ -572,7 +572,8 @@ def _serve(args: argparse.Namespace) -> int:
     if windowless:  # said now, not at the first proxied request
         print(
             f"models without context_window, whose proxied requests are refused until it is set: "
-            f"{', '.join(windowless[:20])}",
+            f"{', '.join(windowless[:20])}"
+            + (f" and {len(windowless) - 20} more" if len(windowless) > 20 else ""),
             file=sys.stderr,
             flush=True,
         )

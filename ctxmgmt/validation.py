@@ -184,7 +184,7 @@ def _entry_problems(
     cls = registry.get(type_name)
     if cls is None:
         known = registry.names()
-        hint = _did_you_mean(type_name, known)
+        hint = did_you_mean(type_name, known)
         loaded = registry.load_errors.get(type_name)
         reason = f"; its plugin failed to load: {loaded}" if loaded else ""
         problems.append(
@@ -247,7 +247,7 @@ def _explain(error: ValidationError, base: str) -> list[Problem]:
         return [
             Problem(
                 f"{pointer}/{escape(k)}",
-                f"unknown key{_did_you_mean(str(k), allowed)}; allowed keys: {', '.join(allowed)}",
+                f"unknown key{did_you_mean(str(k), allowed)}; allowed keys: {', '.join(allowed)}",
             )
             for k in extras
         ]
@@ -259,7 +259,7 @@ def _explain(error: ValidationError, base: str) -> list[Problem]:
             return [
                 Problem(
                     f"{parent}/{escape(key)}",
-                    f"unknown hook {key!r}{_did_you_mean(key.lower(), HOOK_NAMES)}; "
+                    f"unknown hook {key!r}{did_you_mean(key.lower(), HOOK_NAMES)}; "
                     f"hooks are {', '.join(HOOK_NAMES)} (any case)",
                 )
             ]
@@ -284,7 +284,7 @@ def _type_message(value: Any, instance: Any) -> str:
 def _enum_message(value: Any, instance: Any) -> str:
     options = [str(v) for v in value]
     return (
-        f"must be one of {', '.join(options)} (got {_show(instance)}){_did_you_mean(str(instance), options)}"
+        f"must be one of {', '.join(options)} (got {_show(instance)}){did_you_mean(str(instance), options)}"
     )
 
 
@@ -310,6 +310,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _did_you_mean(word: str, options: Iterable[str]) -> str:
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the option closest to a mistyped word, or nothing."""
     close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -3,7 +3,6 @@ for the format), found through ``--config`` or ``CTXMGMT_CONFIG``."""
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from .. import _resources
 from ..cache import Pricing
 from ..errors import ConfigError, LLMError, Problem
 from ..loader import escape, load_document
+from ..validation import did_you_mean
 
 __all__ = ["CONFIG_ENV", "ModelConfig", "ModelsConfig", "load_models"]
 
@@ -89,9 +89,7 @@ def _said(error: Any) -> str:
         allowed = [k for k in error.schema.get("properties") or {} if not k.startswith("$")]
         said = []
         for key in [k for k in error.instance if k not in allowed][:5]:
-            near = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            said.append(f"{str(key)[:60]!r} is not a setting here{hint}")
+            said.append(f"{str(key)[:60]!r} is not a setting here{did_you_mean(str(key), allowed)}")
         if said:
             return f"{'; '.join(said)}; the settings here are {', '.join(allowed)}"
     return str(error.message)

@@ -590,6 +590,10 @@ def test_claude_codes_token_count_goes_to_the_upstream(proxy, upstream):
     assert r.status_code == 400 and r.json()["type"] == "error"
     r = httpx.post(f"{proxy.url}/proxy/defualt/v1/messages/count_tokens", json={"model": "claude-test"})
     assert r.status_code == 404 and "did you mean 'default'" in r.json()["error"]["message"]
+    for odd in ({"model": "claude-test"}, {"model": "claude-test", "messages": "hi"}):
+        httpx.post(f"{proxy.url}/proxy/default/v1/messages/count_tokens", json=odd)
+        sent = upstream.seen[-1].body  # as the client wrote it, never made an empty conversation
+        assert sent == {**odd, "model": "claude-upstream"}, sent
     upstream.status = 503
     with pytest.raises(anthropic.InternalServerError):  # the upstream's answer, as it came
         client.with_options(max_retries=0).messages.count_tokens(
@@ -782,3 +786,37 @@ def test_a_config_setting_not_known_is_named_with_the_nearest_one():
     problem = refused.value.problems[0]
     assert problem.pointer == "/models/vendor~1m"
     assert "'context_windw' is not a setting here (did you mean 'context_window'?)" in problem.message
+
+
+def test_a_streams_state_that_cannot_be_stored_is_logged_and_the_answer_goes_on(
+    proxy, upstream, store, monkeypatch, caplog
+):
+    """A stream's conversation state is written while the upstream starts to answer; when the
+    store refuses it, the client still gets the whole stream (the state is made again from the
+    next request), the failure is logged, and the request's record is stored as ever."""
+    from ctxmgmt.store.sessions import SessionStore
+
+    def refused(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(SessionStore, "put", refused)
+    upstream.replies.append(Reply("alpha beta"))
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    stream = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": TASK}], stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices).split() == ["alpha", "beta"]
+    assert any("could not store the proxy's conversation state" in r.getMessage() for r in caplog.records)
+    assert stored_record(store)["status"] == "finished"
+
+
+def test_a_client_key_that_is_not_ascii_is_refused_in_words(proxy, upstream):
+    """A key header the upstream could not be sent is a 400 naming it, not dropped (the
+    upstream's 401 would not say why)."""
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions",
+        json={"model": "gpt-test", "messages": [{"role": "user", "content": TASK}]},
+        headers={"authorization": "Bearer sk-caf\u00e9".encode()},
+    )
+    assert r.status_code == 400 and "authorization" in r.json()["error"]["message"]
+    assert upstream.seen == []

@@ -223,10 +223,13 @@ def _end(text: str, at: int) -> None:
         raise _error(text, at, "extra data after the body's object")
 
 
-def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any]) -> str:
+def upstream_text(body: Body, messages: Sequence[Any] | None, changes: Mapping[str, Any]) -> str:
     """The upstream's body: ``body``'s text with its conversation replaced by ``messages``
     (the client's own element texts where a message is one of its elements, JSON for the
-    rest) and the top-level ``changes`` (``model``, ``tools``) written in."""
+    rest; None: the conversation as the client wrote it) and the top-level ``changes``
+    (``model``, ``tools``) written in."""
+    if messages is None:
+        return upstream_text(body, body.data[body.member], changes) if body.array else _written(body, changes)
     if body.array is None:  # the conversation is not an array of elements: written whole
         return json.dumps({**body.data, body.member: list(messages), **changes}, ensure_ascii=False)
     spans, text = body.spans, body.text
@@ -267,6 +270,11 @@ def upstream_text(body: Body, messages: Sequence[Any], changes: Mapping[str, Any
         close = tail.rstrip().rfind("}")
         tail = tail[:close] + ", " + ", ".join(added) + tail[close:]
     return "".join(out) + tail
+
+
+def _written(body: Body, changes: Mapping[str, Any]) -> str:
+    """A body without an array of elements for its conversation, ``changes`` written in."""
+    return json.dumps({**body.data, **changes}, ensure_ascii=False)
 
 
 def positions(view: Sequence[Any], items: Sequence[Any]) -> list[int | None]:

@@ -54,8 +54,8 @@ async def _count(request: Request) -> Response:
     config = model_of(request, parsed.data, _API, window=False)  # a count manages nothing
     sent = upstream.headers(request, config, own_key)
     target = upstream.url(config, "/messages/count_tokens", request)
-    messages = parsed.data.get(_API.field)
-    outgoing = upstream_text(parsed, messages if isinstance(messages, list) else [], {"model": config.model})
+    # The conversation as the client wrote it (none, or not a list: the upstream says so).
+    outgoing = upstream_text(parsed, None, {"model": config.model})
     deadline = asyncio.get_running_loop().time() + config.timeout
     response = await upstream.call(request, config, target, outgoing.encode("utf-8"), sent, deadline)
     try:

@@ -84,8 +84,12 @@ def headers(request: Request, config: ModelConfig, own_key: bool) -> dict[str, s
         server = state(request).config
         for name in ("authorization", "x-api-key"):
             given = request.headers.get(name)
-            if given is None or not _plain(given):
+            if given is None:
                 continue
+            if not _plain(given):  # it would fail its encoding upstream: said, not dropped
+                raise Refused(
+                    400, "illegal_argument_exception", f"{name}: an API key is printable ASCII characters"
+                )
             if server.auth_enabled and server.find(key_in(name, given)) is not None:
                 continue
             out[name] = given
