@@ -418,6 +418,16 @@ def json_depth(text: str) -> int:
     return max(map(operator.sub, opened, count()), default=0)
 
 
+def json_containers(text: str, at_most: int) -> int:
+    """How many arrays and objects a JSON text holds, exactly when that is more than
+    ``at_most`` (else a bound no larger than ``at_most``: the brackets in the text, strings
+    included, counted in C without taking its strings out)."""
+    bound = text.count("[") + text.count("{")
+    if bound <= at_most:
+        return bound
+    return _NOT_BRACKET.sub("", text).translate(_ONE_KIND).count("[")
+
+
 def load_document(path: str | Path, *, limit: int = MAX_FILE_BYTES) -> Document:
     """Read a YAML or JSON file. A file that cannot be read is a problem, not an exception."""
     source = str(path)

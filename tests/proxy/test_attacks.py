@@ -141,3 +141,15 @@ def test_a_wrong_method_or_path_under_the_proxy_answers_in_the_providers_shape(p
     assert r.status_code == 405 and r.json()["type"] == "error" and r.json()["error"]["message"]
     r = httpx.post(f"{proxy.url}/proxy/default/v1/embeddings", json={"model": "gpt-test"})
     assert r.status_code == 404 and r.json()["error"]["message"] and r.json()["error"]["type"]
+
+
+def test_a_body_of_a_million_tiny_arrays_is_a_400_in_the_providers_shape(proxy, upstream):
+    """Two MB of empty arrays (each costs CPU time beyond its bytes) is refused, named, in
+    the provider's error shape, and nothing goes upstream."""
+    content = [{"type": "text", "text": "hi", "pad": [[]] * 600_000}]
+    body = {"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": content}]}
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/messages", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()
+    assert error["type"] == "error" and "JSON arrays and objects" in error["error"]["message"]
+    assert upstream.seen == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -126,3 +127,65 @@ def test_the_upstream_text_holds_the_view_whatever_its_runs(contents, data):
     view = [items[p] if isinstance(p, int) else {"role": "user", "content": p} for p in picks]
     changes = data.draw(st.sampled_from([{}, {"model": "up"}, {"tools": [{"type": "function"}]}]))
     assert json.loads(upstream_text(body, view, changes)) == {"model": "m", "messages": view, **changes}
+
+
+def _containers(value) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(map(_containers, value.values()))
+    if isinstance(value, list):
+        return 1 + sum(map(_containers, value))
+    return 0
+
+
+_BRACKETY = st.text(st.sampled_from('[]{}ab"\\'), max_size=8)
+
+
+@given(
+    st.lists(
+        st.lists(st.one_of(_BRACKETY, st.just([[1], {"k": [2]}])), min_size=1, max_size=3),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_a_bodys_container_bound_holds_its_prefix_and_does_not_grow_with_its_tail(growths):
+    """The arrays and objects a body is said to hold up to its last message are at least as
+    many as it holds there, and a tail (``tools``) resent with every request is not summed."""
+    messages: list[dict] = []
+    tools = [{"name": "t", "input_schema": {"type": "object", "properties": {"a": {}}}}] * 3
+    body = None
+    for growth in growths:
+        messages = [*messages, *({"role": "user", "content": c} for c in growth)]
+        text = json.dumps({"model": "m", "messages": messages, "tools": tools})
+        body = parse(text, "messages", body)
+        held = 1 + _containers(messages)  # the body's object, its messages
+        assert held <= body.containers <= text.count("[") + text.count("{")
+
+
+def test_a_body_of_too_many_arrays_is_refused_before_it_is_decoded(monkeypatch):
+    """A body of more arrays and objects than MAX_CONTAINERS is a 400 saying how many, found
+    without decoding it; brackets inside strings do not count, and a conversation that grows
+    past the budget is refused at the request that crosses it."""
+    from ctxmgmt.api.errors import HTTPProblem
+    from ctxmgmt.api.proxy import body as module
+
+    monkeypatch.setattr(module, "MAX_CONTAINERS", 100)
+    decoded: list[int] = []
+    real = module.DECODER.raw_decode
+    monkeypatch.setattr(
+        module, "DECODER", type("D", (), {"raw_decode": lambda s, t, at: decoded.append(at) or real(t, at)})()
+    )
+    many = {"model": "m", "messages": [{"role": "user", "content": [[[]]] * 60}]}
+    with pytest.raises(HTTPProblem) as refused:
+        parse(json.dumps(many), "messages")
+    assert refused.value.status == 400
+    assert f"holds {_containers(many)} JSON arrays and objects, more than the 100" in refused.value.reason
+    assert decoded == []
+    brackets = parse(_text([{"role": "user", "content": "[{" * 500}]), "messages")  # strings only
+    assert brackets.data["messages"][0]["content"] == "[{" * 500
+    messages = [{"role": "user", "content": [[]] * 10}]
+    body = parse(_text(messages), "messages")
+    for _ in range(3):
+        messages = [*messages, {"role": "user", "content": [[]] * 10}]
+        body = parse(_text(messages), "messages", body)
+    with pytest.raises(HTTPProblem):
+        parse(_text([*messages, {"role": "user", "content": [[]] * 60}]), "messages", body)

@@ -19,18 +19,32 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import is_, itemgetter
 from typing import Any
 
+from ...loader import json_containers
 from ..errors import HTTPProblem
 from ..requests import DECODER, check_values, json_problem
 
-__all__ = ["BODIES_BYTES", "Bodies", "Body", "parse", "positions", "size_of", "upstream_text"]
+__all__ = [
+    "BODIES_BYTES",
+    "MAX_CONTAINERS",
+    "Bodies",
+    "Body",
+    "parse",
+    "positions",
+    "size_of",
+    "upstream_text",
+]
 
 BODIES_BYTES = 256 << 20
 """The previous bodies a process keeps to read the next ones from, by their text's size."""
+MAX_CONTAINERS = 500_000
+"""A body holds at most this many JSON arrays and objects. A 10,000-message history with tool
+calls holds about 60,000; reading each costs CPU time beyond its bytes, and a few MiB of tiny
+nested arrays would otherwise cost seconds a request."""
 _FINGERPRINT = 1024
 """A body is found again by its first characters (its system prompt and first messages)."""
 
@@ -51,6 +65,9 @@ class Body:
     """Where ``data[member]``'s array is, brackets included."""
     values: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Where each other top-level value is."""
+    containers: int = 0
+    """At least as many as the arrays and objects of :attr:`prefix` (to bound the next body's
+    without counting its whole text again)."""
     hashed: list[tuple[int, Any]] = field(default_factory=list)
     """SHA-256 states of the text from the first element's start to an offset (taken by
     :meth:`digest`, kept by the next body while its text starts the same)."""
@@ -110,6 +127,7 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
     prefix = previous.prefix if previous is not None and reuse else ""
     if reuse and prefix and text.startswith(prefix):
         assert previous is not None and previous.array is not None
+        counted = _budget(text, len(prefix), previous.containers)
         body = Body(text, {}, field, list(previous.spans), previous.array, {})
         body.hashed = [(e, h) for e, h in previous.hashed if e <= len(prefix)]
         body.data = {
@@ -123,7 +141,9 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         body.data[field] = elements
         _check_new(text, body, fresh_from)
         _rest(text, at, body)
+        body.containers = counted(len(body.prefix))
         return body
+    counted = _budget(text, 0, 0)
     body = Body(text, {}, field)
     at = _ws(text, 0)
     _expect(text, at, "{")
@@ -134,7 +154,26 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         return body
     _members(text, at, body)
     check_values(body.data, nul=False, text=text)
+    body.containers = counted(len(body.prefix))
     return body
+
+
+def _budget(text: str, start: int, before: int) -> Callable[[int], int]:
+    """Refuse ``text`` before it is decoded when it holds more than :data:`MAX_CONTAINERS`
+    arrays and objects, ``before`` of them (a bound) up to ``start``. The brackets past
+    ``start`` are counted in C, strings and all; only a count over the budget is made exact,
+    over the whole text. Returns the bound for the text up to an offset, for the next body."""
+    bound = before + text.count("[", start) + text.count("{", start)
+    if bound <= MAX_CONTAINERS:
+        return lambda end: before + text.count("[", start, end) + text.count("{", start, end)
+    exact = json_containers(text, MAX_CONTAINERS)
+    if exact > MAX_CONTAINERS:
+        raise HTTPProblem(
+            400,
+            f"the body holds {exact} JSON arrays and objects, more than the {MAX_CONTAINERS} "
+            "a request may hold; send fewer or flatter values",
+        )
+    return lambda end: exact  # the whole text's: a bound for any part of it
 
 
 def _members(text: str, at: int, body: Body) -> None:
