@@ -937,30 +937,30 @@ def _run_record(
 _CHAIN_START = ""
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
+"""A message as the chain hashes it: all of it, in a canonical form (one encoder: ``json.dumps``
+with options builds one per call)."""
+
+
 def _chain(chain: str, messages: Iterable[Mapping[str, Any]]) -> str:
     """The fingerprint chain ``chain`` extended by ``messages``: one hash of every message a
     saved view covers, each whole (an edit anywhere in a long message changes it), grown as
     messages are added (each is hashed once)."""
+    sha256, canonical = hashlib.sha256, _CANONICAL
     for m in messages:
-        data = f"{chain}:{_fingerprint(m)}".encode("utf-8", "surrogatepass")
-        chain = hashlib.sha256(data).hexdigest()[:32]
+        chain = sha256(f"{chain}:{canonical(m)}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return chain
-
-
-def _fingerprint(m: Mapping[str, Any]) -> str:
-    """A message as the chain hashes it: all of it, in a canonical form."""
-    return json.dumps(m, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _chains(messages: Sequence[Mapping[str, Any]], points: Iterable[int]) -> dict[int, str]:
     """The fingerprint chain of ``messages[:k]`` for each ``k`` of ``points``, in one pass."""
-    wanted = set(points)
+    wanted = sorted(set(points))
     out = {0: _CHAIN_START}
-    chain = _CHAIN_START
-    for k, m in enumerate(messages[: max(wanted, default=0)], start=1):
-        chain = _chain(chain, (m,))
-        if k in wanted:
-            out[k] = chain
+    chain, done = _CHAIN_START, 0
+    for k in wanted:
+        if k > done:
+            chain, done = _chain(chain, messages[done:k]), k
+        out[k] = chain
     return out
 
 
