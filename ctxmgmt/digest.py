@@ -1151,6 +1151,40 @@ def _unwrapped(text: str) -> str:
     return rest
 
 
+_LEAF = re.compile(r"<([A-Za-z][\w.:-]{0,63})(?:\s[^<>]{0,300})?>[^<]{0,4000}</\1>")
+_DATA_CHARS = 20_000
+"""A longer message is never taken for machine-written data."""
+
+
+def _data_only(text: str) -> bool:
+    """Whether a user message is only elements that hold elements, no prose of their own: the
+    data a client writes about where it runs (``<environment_context><cwd>/repo</cwd>
+    <shell>bash</shell></environment_context>``), not an ask. A block with text of its own
+    (``<task>Fix the login</task>``) is an ask."""
+    rest = text.strip()
+    if len(rest) > _DATA_CHARS or not rest.startswith("<"):
+        return False
+    blocks = 0
+    while rest:
+        opened = _OPEN_TAG.match(rest)
+        if opened is None:
+            return False
+        close = f"</{opened.group(1)}>"
+        end = rest.find(close, opened.end())
+        if end < 0:
+            return False
+        inner = rest[opened.end() : end].strip()
+        for _ in range(_WRAPPED_MAX):  # its innermost elements taken out, level by level
+            if not inner.startswith("<"):
+                break
+            inner = _LEAF.sub("", inner).strip()
+        if inner:  # text of its own, or markup this does not read
+            return False
+        blocks += 1
+        rest = rest[end + len(close) :].strip()
+    return blocks > 0
+
+
 class _Reader:
     """Collects the candidates of one stretch of messages."""
 
@@ -1180,18 +1214,20 @@ class _Reader:
 
     def user(self, text: str) -> None:
         limit = 1000 if not self.asks else _ITEM_CHARS
-        ask = _clip(_unwrapped(text), limit)
-        self.asks.append(ask)
+        # A message of data about where the client runs is no ask: its paths and ids only.
+        ask = None if _data_only(text) else _clip(_unwrapped(text), limit)
         facts = _text_facts(text, user=True)
-        for s in facts.constraints:
-            self.constraints.setdefault(s, None)
-        if len(text) > limit:  # a user pasting a log: its error lines (the ask holds the rest)
-            for line in facts.errors:
-                self._error(line)
+        if ask is not None:
+            self.asks.append(ask)
+            for s in facts.constraints:
+                self.constraints.setdefault(s, None)
+            if len(text) > limit:  # a user pasting a log: its error lines (the ask holds the rest)
+                for line in facts.errors:
+                    self._error(line)
         self._identifiers(facts)
         self.ledger.ids(text, 1)
         for path in facts.paths:  # the ones its ask, cut short, does not hold
-            if path not in ask:
+            if ask is None or path not in ask:
                 self.ledger.see("path", _clip(path, 200), "named", 1)
 
     def assistant(self, text: str, last: bool) -> None:

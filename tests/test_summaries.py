@@ -1203,3 +1203,24 @@ def test_the_goal_is_what_the_user_said_not_the_context_its_client_wrapped_aroun
     assert cut == "Fix it"
     nested = digest([{"role": "user", "content": "do X\n<a>\n<ab>y</ab></a>"}])["goal"][0]
     assert "<ab>y</ab>" in nested  # a tag is only closed by its own name
+
+
+def test_a_message_of_data_about_where_the_client_runs_is_no_goal():
+    """A user message that is only elements holding elements (Codex's <environment_context>
+    with its <cwd> and <shell>) is data, not an ask: the goal starts with the user's first
+    request, and the data's paths are still read. A block with text of its own is an ask."""
+    environment = (
+        "<environment_context>\n  <cwd>/home/dev/shop</cwd>\n  <approval_policy>on-request</approval_policy>"
+        '\n  <network access="restricted"></network>\n  <shell>zsh</shell>\n</environment_context>'
+    )
+    messages = [
+        {"role": "user", "content": environment},
+        {"role": "user", "content": "Make checkout retry a declined card once"},
+        {"role": "assistant", "content": "on it"},
+    ]
+    summary = digest(messages)
+    assert summary["goal"][0] == "Make checkout retry a declined card once"
+    assert not any("environment_context" in line for line in summary["goal"])
+    assert any("/home/dev/shop" in item for section in summary.values() for item in section)
+    for ask in ("<task>\nFix the cart\n</task>", "<task><title>Fix the cart</title>\nthen ship it</task>"):
+        assert digest([{"role": "user", "content": ask}, *messages[1:]])["goal"][0].startswith("<task>")
