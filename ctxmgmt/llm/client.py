@@ -48,7 +48,6 @@ import random
 import ssl
 import threading
 import time
-import zlib
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +64,7 @@ from .config import (
     ModelsConfig,
     load_models,
 )
+from .decoding import Decoder, TooLarge
 
 __all__ = ["ChatClient", "ChatResponse", "HTTPPool", "ModelConfig", "ModelsConfig", "load_models"]
 
@@ -284,7 +284,7 @@ class ChatClient:
                 for attempt in range(self.config.max_retries + 1):
                     try:
                         status, answered, raw = await self._send(http, url, headers, body, deadline)
-                    except _Refused as exc:  # the same again would be refused again
+                    except TooLarge as exc:  # the same again would be refused again
                         raise LLMError(str(exc), model_id=self.config.id) from None
                     except httpx.HTTPError as exc:
                         wait = self._should_retry(attempt, None, None)
@@ -336,61 +336,19 @@ class ChatClient:
         )
 
 
-class _Refused(httpx.DecodingError):
-    """A reply past max_response_bytes, or in an encoding whose size cannot be bounded."""
-
-
 class _Body:
-    """A reply's bytes as they arrive, decoded (gzip, deflate) as they come and refused past
-    the model's ``max_response_bytes``: never read whole first."""
+    """A reply's bytes as they arrive, decoded as they come and refused past the model's
+    ``max_response_bytes``: never read whole first."""
 
     def __init__(self, config: ModelConfig, headers: httpx.Headers) -> None:
-        self.limit = config.max_response_bytes
+        self.decoder = Decoder(config.max_response_bytes, headers)
         self.data = bytearray()
-        length = headers.get("content-length", "")
-        if length.isascii() and length.isdigit() and int(length) > self.limit:
-            raise self._too_large()
-        encoding = headers.get("content-encoding", "identity").strip().lower()
-        self._zlib: Any = None
-        self._raw_deflate = False
-        if encoding in ("gzip", "x-gzip"):
-            self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._zlib = zlib.decompressobj()
-            self._raw_deflate = True  # zlib-wrapped or raw, as servers differ: known at the first byte
-        elif encoding not in ("", "identity"):
-            raise _Refused(
-                f"the reply's content-encoding {encoding!r} is not one ctxmgmt reads "
-                "(gzip, deflate, identity)"
-            )
-
-    def _too_large(self) -> _Refused:
-        return _Refused(
-            f"the reply is larger than {self.limit:,} bytes (max_response_bytes); nothing of it "
-            "was used; raise max_response_bytes in the model's configuration if its answers are that large"
-        )
 
     def add(self, chunk: bytes) -> None:
-        if self._zlib is not None:
-            if self._raw_deflate and not self.data and chunk:
-                self._raw_deflate = False
-                if len(chunk) < 2 or chunk[0] & 0x0F != 8 or (chunk[0] << 8 | chunk[1]) % 31:
-                    # no zlib header (method 8, a header check that divides by 31): raw deflate
-                    self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
-            try:
-                chunk = self._zlib.decompress(chunk, self.limit + 1 - len(self.data))
-            except zlib.error as exc:
-                raise httpx.DecodingError(f"the reply's compressed body is invalid ({exc})") from None
-        self.data += chunk
-        if len(self.data) > self.limit:
-            raise self._too_large()
+        self.data += self.decoder.feed(chunk)
 
     def finish(self) -> bytes:
-        if self._zlib is not None:
-            if not self._zlib.eof:
-                raise httpx.DecodingError("the reply's compressed body ends early")
-            if len(self.data) + len(self._zlib.unconsumed_tail) > self.limit:
-                raise self._too_large()
+        self.decoder.finish()
         return bytes(self.data)
 
 

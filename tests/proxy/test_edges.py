@@ -400,3 +400,70 @@ def test_a_count_body_is_checked_as_a_messages_body(proxy, raw, raw_body, says):
     )
     assert r.status_code == 400 and r.json()["type"] == "error" and says in r.json()["error"]["message"]
     assert raw.requests == 0
+
+
+def _bomb(size: int) -> bytes:
+    """``size`` zero bytes, gzipped (a few KB on the wire for a GB)."""
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(1 << 20)
+    return b"".join(packer.compress(block) for _ in range(size >> 20)) + packer.flush()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "stream"),
+    [
+        ("/v1/chat/completions", BODY, False),
+        ("/v1/chat/completions", BODY, True),
+        ("/v1/messages/count_tokens", COUNT, False),
+    ],
+)
+def test_a_compressed_answer_is_unpacked_within_its_size_limit(proxy, raw, path, body, stream):
+    """A gzipped answer that unpacks to 1 GiB (1 MB on the wire) is refused once its first
+    max_response_bytes are unpacked: a 502 (or an error event) naming the limit, the server's
+    memory never holding the whole."""
+    import tracemalloc
+
+    raw.answer(_bomb(1 << 30), headers={"content-type": "application/json", "content-encoding": "gzip"})
+    tracemalloc.start()  # the server is this process's thread: its allocations are traced
+    if stream:
+        with httpx.stream(
+            "POST", f"{proxy.url}/proxy/default{path}", json={**body, "stream": True}, timeout=30
+        ) as r:
+            got = b"".join(r.iter_bytes())
+        assert b"max_response_bytes" in got.rsplit(b"data: ", 1)[-1]
+    else:
+        r, _ = _post(proxy, body, path)
+        assert r.status_code == 502 and "max_response_bytes" in r.text
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 << 20  # the limit is 1 MiB (about 20 MiB traced in all); httpx unpacked 150 MiB
+
+
+@pytest.mark.parametrize("encoding", ["gzip, gzip", "br", "zstd"])
+def test_an_answer_in_an_encoding_that_cannot_be_bounded_is_a_502(proxy, raw, encoding):
+    """The proxy asks for identity; an answer in layers of gzip, or in br or zstd, whose size
+    cannot be bounded as it is unpacked, is a 502 naming its encoding."""
+    raw.answer(
+        b"\x1f\x8b whatever", headers={"content-type": "application/json", "content-encoding": encoding}
+    )
+    r, _ = _post(proxy, BODY)
+    assert r.status_code == 502 and repr(encoding) in r.json()["error"]["message"]
+
+
+def test_a_gzipped_answer_within_its_limit_is_passed_on_unpacked(proxy, raw):
+    """A gateway that gzips anyway: its answer reaches the client unpacked and whole."""
+    import gzip
+
+    answer = {
+        "id": "c",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    }
+    raw.answer(
+        gzip.compress(json.dumps(answer).encode()),
+        headers={"content-type": "application/json", "content-encoding": "gzip"},
+    )
+    r, _ = _post(proxy, BODY)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"

@@ -31,6 +31,7 @@ from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
 from ...errors import ToolError
 from ...llm import ModelConfig
+from ...llm.decoding import TooLarge
 from ...messages import RECALL_TOOLS
 from ...store.repository import now_ms, relaxed
 from ...store.sessions import SessionStore
@@ -423,7 +424,6 @@ async def _events(
     n = body.get("n")  # chat's choices: each one's end is awaited
     answer_end = streams.Ending(api.name, min(n, streams.MAX_CHOICES) if type(n) is int and n >= 1 else 1)
     failure: str | None = None
-    total = 0
     holding = False
     held: list[bytes] = []
     """The events from the first tool call on (within max_response_bytes, as the stream)."""
@@ -457,12 +457,11 @@ async def _events(
     try:
         try:
             async with asyncio.timeout_at(deadline):
-                async for chunk in response.aiter_bytes():
-                    total += len(chunk)
-                    if total > config.max_response_bytes:
-                        limit = config.max_response_bytes
-                        failure = f"the upstream's stream is over {limit} bytes (max_response_bytes)"
-                        break
+                decoder = upstream.decoded(response, config)
+                async for raw in response.aiter_raw():
+                    chunk = decoder.feed(raw)
+                    if not chunk:
+                        continue
                     if not exchange.recall:  # nothing to watch for: passed on as it came
                         yield chunk
                         # Read for its usage and the answer's end: an event over the bound
@@ -473,14 +472,17 @@ async def _events(
                     if passed:
                         yield passed
                         delivered = last or delivered
-                if failure is None and not exchange.recall:
+                decoder.finish()
+                if not exchange.recall:
                     # What the last chunk held after an overlong event (it waits for the next
                     # chunk), then an unended last event.
                     delivered = read(events.finish(skip=True))[1] or delivered
-                elif failure is None:
+                else:
                     passed, _ = read(events.finish())
                     if passed:
                         yield passed
+        except TooLarge as exc:
+            failure = f"the upstream's stream: {exc}"
         except (TimeoutError, httpx.HTTPError) as exc:
             failure = upstream.fault(config, exc, "broke off").message
         except streams.EventTooLong as exc:

@@ -16,10 +16,11 @@ import httpx
 from starlette.requests import Request
 
 from ...llm import ModelConfig
+from ...llm.decoding import Decoder, TooLarge
 from ..requests import key_in, state
 from .checks import KEY_HEADER, Refused
 
-__all__ = ["MAX_QUERY_BYTES", "call", "fault", "headers", "query", "read", "returned", "url"]
+__all__ = ["MAX_QUERY_BYTES", "call", "decoded", "fault", "headers", "query", "read", "returned", "url"]
 
 MAX_QUERY_BYTES = 8192
 """A client's query string goes upstream up to this long (a longer one is refused: httpx
@@ -132,22 +133,25 @@ async def call(
 
 
 async def read(response: httpx.Response, deadline: float, config: ModelConfig) -> bytes:
-    """The answer's body, by ``deadline`` and within the model's ``max_response_bytes``."""
+    """The answer's body, by ``deadline``, decoded within the model's ``max_response_bytes``."""
     data = bytearray()
     try:
         async with asyncio.timeout_at(deadline):
-            async for chunk in response.aiter_bytes():
-                data += chunk
-                if len(data) > config.max_response_bytes:
-                    raise Refused(
-                        502,
-                        "llm_exception",
-                        f"the upstream's answer is over {config.max_response_bytes} bytes "
-                        "(max_response_bytes)",
-                    )
+            decoder = decoded(response, config)
+            async for chunk in response.aiter_raw():
+                data += decoder.feed(chunk)
+            decoder.finish()
+    except TooLarge as exc:
+        raise Refused(502, "llm_exception", f"the upstream's answer: {exc}") from None
     except (TimeoutError, httpx.HTTPError) as exc:
         raise fault(config, exc, "broke off") from None
     return bytes(data)
+
+
+def decoded(response: httpx.Response, config: ModelConfig) -> Decoder:
+    """The decoder of an answer's body (as it comes on the wire: ``aiter_raw``), bounded by
+    ``config.max_response_bytes``; httpx's own decoding unpacks a chunk whole, unbounded."""
+    return Decoder(config.max_response_bytes, response.headers)
 
 
 def fault(config: ModelConfig, exc: BaseException, failed: str) -> Refused:

@@ -1,0 +1,78 @@
+"""A reply's body decoded as it arrives, never past a byte limit: the one reader of every
+upstream answer (the summariser's calls and the proxy's, whole or streamed).
+
+A compressed body is decompressed chunk by chunk with the output of each step bounded by
+what the limit leaves, so a few KB on the wire cannot become gigabytes in memory; an
+encoding whose output cannot be bounded this way (``br``, ``zstd``, several layers) is
+refused, since ctxmgmt asks for ``identity`` or ``gzip`` only.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import httpx
+
+__all__ = ["Decoder", "TooLarge"]
+
+
+class TooLarge(httpx.DecodingError):
+    """A reply past its byte limit, or in an encoding whose size cannot be bounded."""
+
+
+class Decoder:
+    """A body's bytes decoded (gzip, deflate, identity) as they come, refused past ``limit``
+    decoded bytes. ``setting`` names what raises the limit, in the refusal."""
+
+    def __init__(self, limit: int, headers: httpx.Headers, setting: str = "max_response_bytes") -> None:
+        self.limit = limit
+        self.setting = setting
+        self.total = 0
+        length = headers.get("content-length", "")
+        if length.isascii() and length.isdigit() and int(length) > limit:
+            raise self.too_large()
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        self._zlib: Any = None
+        self._sniff = False
+        if encoding in ("gzip", "x-gzip"):
+            self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._zlib = zlib.decompressobj()
+            self._sniff = True  # zlib-wrapped or raw, as servers differ: known at the first byte
+        elif encoding not in ("", "identity"):
+            raise TooLarge(
+                f"the reply's content-encoding {encoding[:60]!r} is not one ctxmgmt reads "
+                "(gzip, deflate, identity)"
+            )
+
+    def too_large(self) -> TooLarge:
+        return TooLarge(
+            f"the reply is larger than {self.limit:,} bytes ({self.setting}); nothing more of it "
+            f"was read; raise {self.setting} in the model's configuration if its answers are that large"
+        )
+
+    def feed(self, chunk: bytes) -> bytes:
+        """``chunk`` (as it came on the wire) decoded; raises :class:`TooLarge` past the limit."""
+        if self._zlib is not None:
+            if self._sniff and chunk:
+                self._sniff = False
+                if len(chunk) < 2 or chunk[0] & 0x0F != 8 or (chunk[0] << 8 | chunk[1]) % 31:
+                    # no zlib header (method 8, a header check that divides by 31): raw deflate
+                    self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+            try:
+                chunk = self._zlib.decompress(chunk, self.limit + 1 - self.total)
+            except zlib.error as exc:
+                raise httpx.DecodingError(f"the reply's compressed body is invalid ({exc})") from None
+        self.total += len(chunk)
+        if self.total > self.limit:
+            raise self.too_large()
+        return chunk
+
+    def finish(self) -> None:
+        """The body ended: a compressed one must be whole, and what it still holds within the limit."""
+        if self._zlib is not None:
+            if not self._zlib.eof:
+                raise httpx.DecodingError("the reply's compressed body ends early")
+            if self.total + len(self._zlib.unconsumed_tail) > self.limit:
+                raise self.too_large()
