@@ -119,28 +119,36 @@ def clear_shared() -> None:
         memo.clear()
 
 
-_BYTES = (64, 200, 64, 32, 64)
-"""What a value keeps alive besides its characters: a string's, a mapping's, a list's
-overhead, another value, and a value nested past 16 deep."""
-_TEXT = (0, 0, 0, 8, 0)
+_BYTES = (64, 200, 64, 32)
+"""What a value keeps alive besides its characters: a string's, a mapping's and a list's
+overhead, and another value's."""
+_TEXT = (0, 0, 0, 8)
 """Its text alone: the characters of its strings, and a few for each other value."""
 
 
 def rough_size(value: Any, *, text: bool = False) -> int:
     """About how many bytes a JSON-like value keeps alive (its strings, plus overhead); with
-    ``text``, about how many characters of text it holds. A nesting past 16 deep is counted
-    as one small value."""
-    return _rough(value, 0, _TEXT if text else _BYTES)
-
-
-def _rough(value: Any, depth: int, weights: tuple[int, int, int, int, int]) -> int:
-    string, mapping, sequence, other, deep = weights
-    if isinstance(value, str):
-        return string + len(value)
-    if depth > 16:
-        return deep
-    if isinstance(value, Mapping):
-        return mapping + sum(_rough(v, depth + 1, weights) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sequence + sum(_rough(v, depth + 1, weights) for v in value)
-    return other
+    ``text``, about how many characters of text it holds. Every part is counted, however deep
+    (a bound that held past some depth would let a value hide its bulk there), and a mapping
+    or list that appears twice once (it is kept alive once; a cycle ends)."""
+    string, mapping, sequence, other = _TEXT if text else _BYTES
+    total = 0
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += string + len(v)
+        elif isinstance(v, Mapping):
+            if id(v) not in seen:
+                seen.add(id(v))
+                total += mapping
+                stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            if id(v) not in seen:
+                seen.add(id(v))
+                total += sequence
+                stack.extend(v)
+        else:
+            total += other
+    return total

@@ -294,7 +294,8 @@ def test_a_memo_keeps_its_byte_bound_whichever_way_entries_arrive():
 
 def test_a_rough_size_counts_what_a_value_keeps_alive_or_its_text():
     """rough_size gives a value's bytes with overhead, or with text=True its characters of text
-    (what a provider's structured content is estimated from), nesting past 16 counted once."""
+    (what a provider's structured content is estimated from), however deep its parts are; a
+    part held twice, or a cycle, is counted once."""
     from ctxmgmt._memo import rough_size
     from ctxmgmt.formats._common import estimate_tokens
 
@@ -305,7 +306,11 @@ def test_a_rough_size_counts_what_a_value_keeps_alive_or_its_text():
     deep: list = ["z" * 100]
     for _ in range(40):
         deep = [deep]
-    assert rough_size(deep, text=True) == 0 and rough_size(deep) == 17 * 64 + 64
+    assert rough_size(deep, text=True) == 100 and rough_size(deep) == 41 * 64 + 64 + 100
+    shared = ["z" * 100]
+    cyclic: list = [shared, shared]
+    cyclic.append(cyclic)
+    assert rough_size(cyclic, text=True) == 100
 
 
 def test_a_value_too_large_to_keep_drops_the_keys_older_one():
