@@ -189,3 +189,37 @@ def test_a_body_of_too_many_arrays_is_refused_before_it_is_decoded(monkeypatch):
         body = parse(_text(messages), "messages", body)
     with pytest.raises(HTTPProblem):
         parse(_text([*messages, {"role": "user", "content": [[]] * 60}]), "messages", body)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "ab",  # many tiny strings: about 12 times their text as objects
+        {"k": 1},  # many tiny mappings
+        [1.5],  # floats in lists
+        "A long enough line of an agent's prose, as a history mostly holds, with commas, " * 8,
+    ],
+)
+def test_a_kept_bodys_size_bounds_the_memory_its_values_hold(item):
+    """size_of is at least the memory a parsed body holds, whatever its values, read whole or
+    grown from a previous body; for a history of prose it is within 3 times of it."""
+    import tracemalloc
+
+    from ctxmgmt.api.proxy.body import size_of
+
+    def body_of(n: int) -> dict:
+        content = [{"type": "tool_use", "id": "t", "name": "n", "input": {"v": [item] * 2000}}]
+        return {"model": "m", "messages": [{"role": "assistant", "content": content}] * n, "tools": []}
+
+    import sys
+
+    text = json.dumps(body_of(3))
+    grown = parse(text, "messages", parse(json.dumps(body_of(2)), "messages"))
+    tracemalloc.start()
+    fresh = parse(text, "messages")
+    measured = tracemalloc.get_traced_memory()[0] + sys.getsizeof(text)  # its objects and its text
+    tracemalloc.stop()
+    assert size_of(grown) >= measured and size_of(fresh) >= measured
+    assert 2 * len(text) + 1024 * 3 < measured or len(item) > 100  # what it was counted as before
+    if isinstance(item, str) and len(item) > 100:
+        assert size_of(fresh) <= 3 * measured

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -68,17 +69,24 @@ class Body:
     containers: int = 0
     """At least as many as the arrays and objects of :attr:`prefix` (to bound the next body's
     without counting its whole text again)."""
+    marks: tuple[int, int] = (0, 0)
+    """The quotes and commas of :attr:`prefix`: with :attr:`containers`, a bound of the
+    objects its parsed values hold (see :func:`size_of`), counted once per text."""
     hashed: list[tuple[int, Any]] = field(default_factory=list)
     """SHA-256 states of the text from the first element's start to an offset (taken by
     :meth:`digest`, kept by the next body while its text starts the same)."""
 
     @property
+    def prefix_end(self) -> int:
+        """Where :attr:`prefix` ends in the text."""
+        if self.array is None:
+            return 0
+        return self.spans[-1][1] if self.spans else self.array[0] + 1
+
+    @property
     def prefix(self) -> str:
         """The text up to the end of the last element: what the next request starts with."""
-        if self.array is None:
-            return ""
-        end = self.spans[-1][1] if self.spans else self.array[0] + 1
-        return self.text[:end]
+        return self.text[: self.prefix_end]
 
     def digest(self, upto: Any) -> str | None:
         """A fingerprint of the client's own text of its first ``upto`` elements (None when it
@@ -141,7 +149,8 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         body.data[field] = elements
         _check_new(text, body, fresh_from)
         _rest(text, at, body)
-        body.containers = counted(len(body.prefix))
+        body.containers = counted(body.prefix_end)
+        body.marks = _marks(text, len(prefix), body.prefix_end, previous.marks)
         return body
     counted = _budget(text, 0, 0)
     body = Body(text, {}, field)
@@ -154,8 +163,13 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         return body
     _members(text, at, body)
     check_values(body.data, nul=False, text=text)
-    body.containers = counted(len(body.prefix))
+    body.containers = counted(body.prefix_end)
+    body.marks = _marks(text, 0, body.prefix_end, (0, 0))
     return body
+
+
+def _marks(text: str, start: int, end: int, before: tuple[int, int]) -> tuple[int, int]:
+    return before[0] + text.count('"', start, end), before[1] + text.count(",", start, end)
 
 
 def _budget(text: str, start: int, before: int) -> Callable[[int], int]:
@@ -404,11 +418,16 @@ class Bodies:
             del self._groups[key]
 
 
-_PER_ELEMENT = 1024
-"""What a parsed message holds beyond its text, at most: its dict, its keys and values."""
-
-
 def size_of(body: Body) -> int:
-    """The bytes a kept body holds, bounded from above: its text twice (the text and its parsed
-    strings) and each element's objects."""
-    return 2 * len(body.text) + _PER_ELEMENT * len(body.spans)
+    """The bytes a kept body holds, bounded from above whatever its values: its text, its
+    strings' characters (at most the text's), and an object for each value its text can hold:
+    a string for each two quotes, a number or a slot for each comma, a mapping or a list for
+    each bracket (counted once for the conversation's elements, by :func:`parse`). Many tiny
+    values hold 12 times their text; a history of prose, about twice."""
+    end = body.prefix_end
+    text = body.text
+    quotes, commas = body.marks
+    quotes += text.count('"', end)
+    commas += text.count(",", end)
+    containers = body.containers + text.count("[", end) + text.count("{", end)
+    return 2 * sys.getsizeof(text) + 28 * quotes + 32 * commas + 160 * containers

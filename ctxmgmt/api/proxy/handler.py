@@ -110,7 +110,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     text = await body_text(request, setting="proxy_max_body_bytes")
     bodies: Bodies = request.app.state.proxy_bodies
     previous = bodies.find(text)  # the conversation's previous body: only what follows is read
-    if len(text) - len(previous.prefix if previous else "") > 65536:  # a large read: off the loop
+    if len(text) - (previous.prefix_end if previous else 0) > 65536:  # a large read: off the loop
         parsed = await asyncio.to_thread(parse, text, api.field, previous)
     else:
         parsed = parse(text, api.field, previous)
