@@ -608,12 +608,12 @@ MAX_TOOL_ERROR_CHARS = 2000
 
 
 TURN_OUTPUT_BYTES = 64 * 1024 * 1024
-EXECUTION_ARCHIVE_BYTES = 1024 * 1024 * 1024
-"""Bytes of tool output one execution archives at the most (each output at most
-:data:`MAX_ARCHIVE_BYTES`): the disk an execution can fill is bounded."""
 """The tool outputs of one model turn, together, at most (about): once they are used up, each
 further call of the turn keeps :data:`MIN_OUTPUT_BYTES`, so that thousands of parallel calls
 of a tool with a large limit cannot hold gigabytes."""
+EXECUTION_ARCHIVE_BYTES = 1024 * 1024 * 1024
+"""Bytes of tool output one execution archives at the most (each output at most
+:data:`MAX_ARCHIVE_BYTES`): the disk an execution can fill is bounded."""
 MIN_OUTPUT_BYTES = 1024
 
 

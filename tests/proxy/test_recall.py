@@ -108,6 +108,39 @@ def _read_then_answer(upstream, field: str, call_name: str = "context_read"):
     upstream.replies.extend([read_it, answer])
 
 
+def test_the_recall_calls_of_an_answer_and_their_results_are_bounded(archiving, upstream, monkeypatch):
+    """An answer of many recall calls has MAX_CALLS of them run and the rest answered with an
+    error that says to call again; results past the request's RECALL_CHARS are an error that
+    says to answer with what was read. Every call gets its result."""
+    from ctxmgmt.api.proxy import handler
+
+    monkeypatch.setattr(handler, "RECALL_CHARS", 5000)
+    ref = {}
+
+    def read_many(body: dict) -> Reply:
+        notice = next(m["content"] for m in body["messages"] if m.get("role") == "tool")
+        ref["ref"] = re.search(r"\bt-[0-9a-f]+", notice).group(0)
+        args = {"ref": ref["ref"], "offset": 0, "limit": 2000, "unit": "chars"}
+        return Reply(calls=[("context_read", args)] * 40)
+
+    def answer(body: dict) -> Reply:
+        results = [m["content"] for m in body["messages"] if m.get("role") == "tool"][1:]
+        assert len(results) == 40
+        read = [r for r in results if not r.startswith("error:")]
+        assert sum(map(len, read)) <= 5000 and len(read) == 3  # 2,000 + 2,000 + what was left
+        assert all("are spent" in r for r in results[3:16])
+        assert all("at most 16 recall calls" in r for r in results[16:])
+        return Reply("done")
+
+    upstream.replies.extend([read_many, answer])
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history()},
+        timeout=60,
+    )
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
+
+
 def test_a_streamed_chat_answer_that_reads_ends_with_the_final_answer(archiving, upstream):
     """The OpenAI SDK streaming through the proxy: the words before the recall call arrive as
     they came, the recall is answered by the proxy, and the same message ends with the final

@@ -49,7 +49,7 @@ from .checks import (
     model_of,
     stored_version,
 )
-from .recall import MAX_ROUNDS, calls_of, continued, schemas, without_recall
+from .recall import MAX_CALLS, MAX_ROUNDS, RECALL_CHARS, calls_of, continued, schemas, without_recall
 from .state import Live, pack, unpack
 from .streams import Accumulator, continuation
 from .usage import usage_of
@@ -372,12 +372,25 @@ async def _recall_rounds(
     status: int | None = None
     data, returned = b"", {}
     rounds = 0
+    left = RECALL_CHARS
     while rounds < MAX_ROUNDS:
         calls = calls_of(api.name, answer)
         if not calls:
             break
         rounds += 1
-        results = [(call_id, await _recall(exchange.recall, name, args)) for call_id, name, args in calls]
+        results = []
+        for k, (call_id, name, args) in enumerate(calls):
+            if k >= MAX_CALLS:
+                said = f"error: at most {MAX_CALLS} recall calls are answered at once; call again for it"
+            elif left <= 0:
+                said = (
+                    f"error: this request's recall results are spent ({RECALL_CHARS} characters); "
+                    "answer with what you have read"
+                )
+            else:
+                said = (await _recall(exchange.recall, name, args))[:left]
+                left -= len(said)
+            results.append((call_id, said))
         body = continued(api.name, api.field, body, answer, results)
         if rounds == MAX_ROUNDS:  # the last round offers no recall tool: its answer calls none
             body["tools"] = without_recall(api.name, body.get("tools") or [])

@@ -16,10 +16,16 @@ from typing import Any
 from ...agents.tools import Tool
 from ...messages import RECALL_TOOLS
 
-__all__ = ["MAX_ROUNDS", "calls_of", "continued", "schemas", "without_recall"]
+__all__ = ["MAX_CALLS", "MAX_ROUNDS", "RECALL_CHARS", "calls_of", "continued", "schemas", "without_recall"]
 
 MAX_ROUNDS = 4
 """Recall rounds in one proxied request at most (each an upstream call with its own deadline)."""
+MAX_CALLS = 16
+"""Recall calls of one answer that are run; each further one is answered with an error that
+says to call again (an answer of 50,000 calls would cost minutes and gigabytes)."""
+RECALL_CHARS = 1 << 20
+"""Characters of recall results one proxied request gets over all its rounds; once spent,
+each further call is answered with an error that says to answer with what was read."""
 
 
 def schemas(api: str, tools: Sequence[Tool]) -> list[dict[str, Any]]:
