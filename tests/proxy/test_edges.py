@@ -467,3 +467,54 @@ def test_a_gzipped_answer_within_its_limit_is_passed_on_unpacked(proxy, raw):
     )
     r, _ = _post(proxy, BODY)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_valid_answer_nested_deeper_than_the_parser_goes_is_passed_on(proxy, raw, stream, caplog):
+    """An upstream's answer with a member nested 100,000 deep is valid JSON the proxy cannot
+    parse for its usage: it reaches the client as it came (no 502, no error event, nothing
+    logged as a failure)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    answer = (
+        '{"id": "c", "object": "chat.completion.chunk", "choices": [], "extra": ' + deep + "}"
+        if stream
+        else '{"id": "c", "object": "chat.completion", "choices": [], "extra": ' + deep + "}"
+    )
+    body = f"data: {answer}\n\ndata: [DONE]\n\n".encode() if stream else answer.encode()
+    raw.answer(body, headers={"content-type": "text/event-stream" if stream else "application/json"})
+    if stream:
+        with httpx.stream(
+            "POST",
+            f"{proxy.url}/proxy/default/v1/chat/completions",
+            json={**BODY, "stream": True},
+            timeout=30,
+        ) as r:
+            got = b"".join(r.iter_bytes())
+        assert got == body
+    else:
+        r, _ = _post(proxy, BODY)
+        assert r.status_code == 200 and r.content == body
+    assert not [
+        rec
+        for rec in caplog.records
+        if rec.name.startswith(("ctxmgmt.api", "ctxmgmt.proxy")) and rec.levelno >= 30
+    ]
+
+
+def test_the_upstreams_retry_advice_reaches_the_client(proxy, raw):
+    """x-should-retry and retry-after-ms (which the SDKs obey) come back as the upstream sent
+    them, with retry-after and the request id; a Set-Cookie or a Location does not."""
+    advice = {
+        "x-should-retry": "false",
+        "retry-after-ms": "10",
+        "retry-after": "1",
+        "x-request-id": "req_1",
+        "set-cookie": "s=1",
+        "location": "http://elsewhere.test/",
+    }
+    raw.answer(b'{"error": {"message": "slow down"}}', status=429, headers=advice)
+    r, _ = _post(proxy, BODY)
+    assert r.status_code == 429
+    for name in ("x-should-retry", "retry-after-ms", "retry-after", "x-request-id"):
+        assert r.headers.get(name) == advice[name]
+    assert "set-cookie" not in r.headers and "location" not in r.headers

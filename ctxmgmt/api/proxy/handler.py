@@ -567,9 +567,11 @@ def _finished(task: asyncio.Task[None]) -> None:
 
 
 def _json(data: bytes) -> Any:
+    """An upstream's answer parsed, or None (not JSON, or nested deeper than the parser goes:
+    it goes to the client as it came, unread)."""
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

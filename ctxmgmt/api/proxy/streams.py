@@ -145,7 +145,7 @@ class Events:
             return event, None
         try:
             return event, json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # passed on unread
             return event, None
 
 

@@ -35,11 +35,12 @@ _FORWARDED = re.compile(
     r"|session[-_]id|conversation[-_]id|thread[-_]id|x-client-request-id"
     r"|x-stainless-[\w-]+|x-claude-code-[\w-]+|x-codex-[\w-]+"
 )
-# The upstream's headers that come back: the body's type, its request ids, rate limits, the
-# model and features it used (never a redirect's Location: an SDK would follow it with the
+# The upstream's headers that come back: the body's type, its request ids, rate limits and
+# whether and when to retry (the SDKs read x-should-retry and retry-after-ms), the model and
+# features it used (never a redirect's Location: an SDK would follow it with the
 # project's key and the whole prompt).
 _RETURNED = re.compile(
-    r"content-type|x-request-id|request-id|retry-after|openai-[\w-]+"
+    r"content-type|x-request-id|request-id|retry-after|retry-after-ms|x-should-retry|openai-[\w-]+"
     r"|x-ratelimit-[\w-]+|anthropic-ratelimit-[\w-]+|anthropic-organization-id"
     r"|x-codex-[\w-]+|x-reasoning-included|x-models-etag"
 )
