@@ -193,6 +193,10 @@ def test_a_streamed_responses_answer_that_reads_ends_with_the_final_answer(archi
     assert added[-1].type == "message" and added[-1].content == []  # added empty, as the API adds it
     numbers = [e.sequence_number for e in events]
     assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+    assert final.id == events[0].response.id  # the response the stream began (a new call's id before)
+    _read_then_answer(upstream, "input")
+    with client.responses.stream(model="gpt-test", input=_responses_history()) as stream:  # checks it
+        assert stream.get_final_response().output_text == "Let me look.the checksum is 0xC0FFEE"
 
 
 def _anthropic_history() -> list[dict]:
