@@ -141,6 +141,21 @@ def test_the_recall_calls_of_an_answer_and_their_results_are_bounded(archiving, 
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
 
 
+def test_a_chat_request_for_several_choices_is_offered_no_recall(archiving, upstream):
+    """With ``n`` > 1 each choice could call recall and one answer goes back: no recall tool
+    is offered, and the choices reach the client as the upstream sent them."""
+    upstream.replies.append(lambda body: Reply("seen"))
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history(), "n": 2},
+        timeout=60,
+    )
+    assert r.status_code == 200
+    sent = upstream.seen[0].body
+    assert "context_read" not in json.dumps(sent.get("tools") or []) and sent["n"] == 2
+    assert "t-" in json.dumps(sent["messages"][-1])  # the output was cut: recall would have come
+
+
 def test_a_streamed_chat_answer_that_reads_ends_with_the_final_answer(archiving, upstream):
     """The OpenAI SDK streaming through the proxy: the words before the recall call arrive as
     they came, the recall is answered by the proxy, and the same message ends with the final

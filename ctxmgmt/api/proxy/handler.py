@@ -175,7 +175,9 @@ async def _proxy(request: Request, api: Api) -> Response:
     exchange_state = _Kept(key, version, parts.record, parsed, conversation_id)
     outgoing = api.managed(body, turn.messages, config.model)
     recall: list[Tool] = []
-    if offloader is not None and conversation.names_archive(turn):
+    # Not for several chat choices: each could call recall, and one answer goes back.
+    one_answer = api.name != "chat" or body.get("n") in (None, 1)
+    if offloader is not None and one_answer and conversation.names_archive(turn):
         recall = recall_tools(offloader, conversation_id)
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
