@@ -166,6 +166,31 @@ def test_openai_sdk_responses_streamed_and_not(proxy, upstream):
     assert events[-1].response.output_text == "streamed fine"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("held", ["previous_response_id", "conversation"])
+def test_a_responses_request_continuing_a_conversation_the_upstream_keeps_goes_as_written(
+    proxy, upstream, store, stream, held
+):
+    """With previous_response_id (or conversation) the request holds only its new items, a
+    tool's output for a call the upstream remembers: nothing to manage or check. It goes
+    upstream as the client wrote it (the model's name written in), the answer comes back, and
+    the request is recorded with the upstream's usage."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    upstream.replies.append(Reply("sunny"))
+    items = [{"type": "function_call_output", "call_id": "call_9", "output": '{"sky": "clear"}'}]
+    asked = {"model": "gpt-test", "input": items, held: "resp_1" if held != "conversation" else "conv_1"}
+    if stream:
+        events = list(client.responses.create(**asked, stream=True))
+        assert events[-1].response.output_text == "sunny"
+    else:
+        assert client.responses.create(**asked).output_text == "sunny"
+    sent = upstream.seen[-1].body
+    assert sent["input"] == items and sent[held] == asked[held] and sent["model"] == "gpt-upstream"
+    record = stored_record(store)
+    assert record["status"] == "finished" and record["calls"][0]["unmanaged"] == held
+    assert record["calls"][0]["reported"] > 0  # the upstream's usage
+
+
 @pytest.mark.parametrize(
     ("path", "shape"),
     [("/v1/chat/completions", "openai"), ("/v1/responses", "openai"), ("/v1/messages", "anthropic")],

@@ -127,6 +127,10 @@ async def _proxy(request: Request, api: Api) -> Response:
         raise Refused(400, "illegal_argument_exception", parts)
     key = session_key(request, api, name, str(body["model"]), parts)
     definition, version = await stored_version(st, name, resolving)
+    held = _held_upstream(api, body)
+    if held is not None:
+        upstream_held = (held, name, version, started)
+        return await _forwarded(request, api, config, headers, parsed, parts.stream, upstream_held)
     live: Live = request.app.state.proxy_live
     offloader = st.runner.offloader
     asked: dict[str, Any] = {
@@ -218,6 +222,53 @@ async def _proxy(request: Request, api: Api) -> Response:
     return await _upstream(exchange, outgoing, parts.stream, first)
 
 
+_HELD = ("previous_response_id", "conversation")
+"""What makes a Responses request continue a conversation the upstream keeps (only its new
+items are sent)."""
+
+
+def _held_upstream(api: Api, body: Mapping[str, Any]) -> str | None:
+    """The member by which a request continues a conversation the upstream holds, if any."""
+    if api.name != "responses":
+        return None
+    return next((k for k in _HELD if body.get(k) is not None), None)
+
+
+async def _forwarded(
+    request: Request,
+    api: Api,
+    config: ModelConfig,
+    headers: dict[str, str],
+    parsed: Body,
+    stream: bool,
+    about: tuple[str, str, Any, int],
+) -> Response:
+    """A request that continues a conversation the upstream keeps (``about``: the member that
+    says so, the definition's name and version, when it began): its history is
+    not in the request, so there is nothing to manage. It goes upstream as the client wrote
+    it (the model's name written in), its answer comes back as it came, and it is recorded."""
+    held, name, version, started = about
+    record = {
+        "execution_id": uuid.uuid4().hex,
+        "agent_id": f"proxy-{name}",
+        "memory_id": uuid.uuid4().hex,  # the upstream's own conversation: none of ours
+        "definition": name,
+        "definition_version": version,
+        "definition_source": "proxy",
+        "started_time": started,
+        "status": "running",
+        "llm_calls": 1,
+        "context_window": config.context_window,
+        "model": config.model,
+        "api": api.name,
+        "calls": [{"call": 1, "calibrated_before": 0, "calibrated": 0, "reported": None, "unmanaged": held}],
+        "hooks": [],
+    }
+    exchange = _Exchange(request, api, config, headers, None, record, None, [], stream)
+    first = upstream_text(parsed, None, {"model": config.model})
+    return await _upstream(exchange, parsed.data, stream, first)
+
+
 def _save(st: Any, record: Mapping[str, Any]) -> None:
     """Store an execution's record (see :func:`~ctxmgmt.store.repository.relaxed`)."""
     with relaxed(st.store.engine) as conn:
@@ -283,9 +334,10 @@ class _Exchange:
     api: Api
     config: ModelConfig
     headers: dict[str, str]
-    conversation: Conversation
+    conversation: Conversation | None
+    """None for a request whose history the upstream keeps (see :func:`_forwarded`)."""
     record: dict[str, Any]
-    kept: _Kept
+    kept: _Kept | None
     recall: list[Tool]
     """The recall tools offered to the model (none: the request names no archive)."""
     stream: bool
@@ -609,22 +661,25 @@ async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure:
     await exchange.settled()  # a stream's state, written first (the upstream may have failed)
     st = state(exchange.request)
     conversation, record = exchange.conversation, exchange.record
-    calibrated = conversation.calibration.to_dict()
-    if usage and "input" in usage:
+    if conversation is None:  # nothing managed: the upstream's report is the request's size
+        reported = (usage or {}).get("input")
+        record["calls"][0].update(calibrated=reported or 0, reported=reported)
+    calibrated = conversation.calibration.to_dict() if conversation is not None else None
+    if conversation is not None and usage and "input" in usage:
         call = record["calls"][0]
         ratio = conversation.calibration.ratio(exchange.config.model)  # as the request was sent
         sent = conversation.observe(usage["input"], cached=usage.get("cached"), written=usage.get("written"))
         if sent is not None:
             record["calls"][0] = call_entry(1, call["tokens_before"], ratio, sent, usage)
     # The state is stored again after a stream only when the report moved the calibration.
-    recalibrated = conversation.calibration.to_dict() != calibrated
+    recalibrated = conversation is not None and conversation.calibration.to_dict() != calibrated
     record["status"] = "error" if failure else "finished"
     record["error"] = failure
     record["ended_time"] = now_ms()
     record["llm_calls"] = len(record["calls"])
     record["max_request_tokens"] = max(c["calibrated"] for c in record["calls"])
     try:
-        if recalibrated or not exchange.stream:
+        if conversation is not None and exchange.kept is not None and (recalibrated or not exchange.stream):
             await _store(st, exchange.request.app.state.proxy_live, conversation, exchange.kept, record)
         else:
             await asyncio.to_thread(_save, st, record)

@@ -487,8 +487,8 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
         items.append(item)
     sequence += 1
     # The response the stream began (its id, as SDKs check), holding the final answer.
-    same = {k: acc.base[k] for k in ("id", "created_at") if k in acc.base}
-    completed = {**final, "output": items, **same}
+    same: dict[str, Any] = {k: acc.base[k] for k in ("id", "created_at") if k in acc.base}
+    completed: dict[str, Any] = {**final, "output": items, **same}
     out.append(
         _sse(
             {"type": "response.completed", "sequence_number": sequence, "response": completed},
