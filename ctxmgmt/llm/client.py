@@ -26,12 +26,12 @@ the stable prefix (the tools, the system prompt, the summary) and at the last me
 
 ``api_key_env`` is optional: without it no key is sent (a local endpoint).
 
-Every call has one deadline, ``timeout`` (60 s by default): connecting, the headers, every
-byte of the body, and the retries with their waits all count inside it; past it the call
-ends with :class:`~ctxmgmt.errors.LLMTimeoutError` (the API answers 504). A retry that
-would not fit in what is left is not started. A reply is read as a stream and refused past
-``max_response_bytes`` (8 MiB by default; a 502 naming the key), and nothing of a reply
-enters a conversation before the one reply validator (:mod:`ctxmgmt._reply`) passed it.
+Every call has one deadline, ``timeout`` (600 s by default, as the providers' SDKs):
+connecting, the headers, every byte of the body, and the retries with their waits all count
+inside it; past it the call ends with :class:`~ctxmgmt.errors.LLMTimeoutError` (the API
+answers 504). A retry that would not fit in what is left is not started. A reply is read as
+a stream and refused past ``max_response_bytes`` (8 MiB by default; a 502 naming the key),
+and nothing of a reply enters a conversation before the one reply validator (:mod:`ctxmgmt._reply`) passed it.
 
 The CLI finds it through ``--config`` or ``CTXMGMT_CONFIG``. An API key never
 appears in a log line or an error message.

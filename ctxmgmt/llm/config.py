@@ -26,6 +26,8 @@ DEFAULT_MAX_TOKENS = 4096
 """The reply's limit sent to Anthropic when the model's configuration gives no max_tokens."""
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """A model's reply is refused past this many bytes (decoded) unless its configuration says."""
+DEFAULT_MAX_STREAM_BYTES = 128 * 1024 * 1024
+"""A stream passed on as it arrives: its events are many times a whole answer's bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +41,9 @@ class ModelConfig:
     """openai: ``{base_url}/chat/completions``; anthropic: ``{base_url}/messages``."""
     api_key_env: str | None = None
     context_window: int | None = None
-    timeout: float = 60.0
-    """Seconds for the whole call: connecting, the headers, the body, and every retry."""
+    timeout: float = 600.0
+    """Seconds for the whole call: connecting, the headers, the body, and every retry (the
+    providers' SDKs' default: a long reasoning answer is not cut short)."""
     max_retries: int = 2
     max_connections: int = 10
     """Connections kept open to this endpoint at most (keep-alive, reused across calls)."""
@@ -55,6 +58,8 @@ class ModelConfig:
     """Prices per million tokens: an execution's estimated cost."""
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     """A longer reply (decoded) is refused as it arrives: it is never read whole."""
+    max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES
+    """A streamed answer the proxy passes on as it arrives is ended past this many bytes."""
 
     def api_key(self) -> str | None:
         if self.api_key_env is None:

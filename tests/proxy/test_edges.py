@@ -38,6 +38,7 @@ def proxy(store, raw):
                     "timeout": TIMEOUT,
                     "max_retries": 0,
                     "max_response_bytes": 1 << 20,
+                    "max_stream_bytes": 4 << 20,
                 },
                 "a": {
                     "base_url": raw.base_url,
@@ -421,18 +422,20 @@ def _bomb(size: int) -> bytes:
 )
 def test_a_compressed_answer_is_unpacked_within_its_size_limit(proxy, raw, path, body, stream):
     """A gzipped answer that unpacks to 1 GiB (1 MB on the wire) is refused once its first
-    max_response_bytes are unpacked: a 502 (or an error event) naming the limit, the server's
+    max_response_bytes (a stream's max_stream_bytes) are unpacked: a 502 (or an error event)
+    naming the limit, the server's
     memory never holding the whole."""
     import tracemalloc
 
-    raw.answer(_bomb(1 << 30), headers={"content-type": "application/json", "content-encoding": "gzip"})
+    kind = "text/event-stream" if stream else "application/json"
+    raw.answer(_bomb(1 << 30), headers={"content-type": kind, "content-encoding": "gzip"})
     tracemalloc.start()  # the server is this process's thread: its allocations are traced
     if stream:
         with httpx.stream(
             "POST", f"{proxy.url}/proxy/default{path}", json={**body, "stream": True}, timeout=30
         ) as r:
             got = b"".join(r.iter_bytes())
-        assert b"max_response_bytes" in got.rsplit(b"data: ", 1)[-1]
+        assert b"max_stream_bytes" in got.rsplit(b"data: ", 1)[-1]
     else:
         r, _ = _post(proxy, body, path)
         assert r.status_code == 502 and "max_response_bytes" in r.text
@@ -518,3 +521,29 @@ def test_the_upstreams_retry_advice_reaches_the_client(proxy, raw):
     for name in ("x-should-retry", "retry-after-ms", "retry-after", "x-request-id"):
         assert r.headers.get(name) == advice[name]
     assert "set-cookie" not in r.headers and "location" not in r.headers
+
+
+def test_a_stream_is_bounded_by_max_stream_bytes_not_max_response_bytes(proxy, raw):
+    """A stream passed on as it arrives may be larger than a whole answer may (its events are
+    many times the answer's bytes): 3 MiB of events reach the client whole under a 1 MiB
+    max_response_bytes; past max_stream_bytes (4 MiB) an error event names that limit."""
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "?"}}],
+    }
+    event = b"data: " + json.dumps(chunk).encode().replace(b"?", b"x" * 900) + b"\n\n"
+    for count, whole in ((3 << 10, True), (5 << 10, False)):
+        body = event * count + (b"data: [DONE]\n\n" if whole else b"")
+        raw.answer(body, headers={"content-type": "text/event-stream"})
+        with httpx.stream(
+            "POST",
+            f"{proxy.url}/proxy/default/v1/chat/completions",
+            json={**BODY, "stream": True},
+            timeout=30,
+        ) as r:
+            got = b"".join(r.iter_bytes())
+        if whole:
+            assert got == body
+        else:
+            assert b"max_stream_bytes" in got.rsplit(b"data: ", 1)[-1]

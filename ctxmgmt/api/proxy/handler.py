@@ -493,7 +493,7 @@ async def _events(
     failure: str | None = None
     holding = False
     held: list[bytes] = []
-    """The events from the first tool call on (within max_response_bytes, as the stream)."""
+    """The events from the first tool call on (within max_stream_bytes, as the stream)."""
     delivered = False
     """Whether the client has had the answer's end: the stream is over, or the event that ends
     the answer went out (a client may leave then, while the upstream is slow to close)."""
@@ -524,7 +524,7 @@ async def _events(
     try:
         try:
             async with asyncio.timeout_at(deadline):
-                decoder = upstream.decoded(response, config)
+                decoder = upstream.decoded(response, config, stream=True)
                 async for raw in response.aiter_raw():
                     chunk = decoder.feed(raw)
                     if not chunk:

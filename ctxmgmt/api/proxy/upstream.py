@@ -149,9 +149,12 @@ async def read(response: httpx.Response, deadline: float, config: ModelConfig) -
     return bytes(data)
 
 
-def decoded(response: httpx.Response, config: ModelConfig) -> Decoder:
+def decoded(response: httpx.Response, config: ModelConfig, *, stream: bool = False) -> Decoder:
     """The decoder of an answer's body (as it comes on the wire: ``aiter_raw``), bounded by
-    ``config.max_response_bytes``; httpx's own decoding unpacks a chunk whole, unbounded."""
+    ``config.max_response_bytes``, or a stream passed on by ``max_stream_bytes``; httpx's own
+    decoding unpacks a chunk whole, unbounded."""
+    if stream:
+        return Decoder(config.max_stream_bytes, response.headers, "max_stream_bytes")
     return Decoder(config.max_response_bytes, response.headers)
 
 
