@@ -156,6 +156,19 @@ def test_a_chat_request_for_several_choices_is_offered_no_recall(archiving, upst
     assert "t-" in json.dumps(sent["messages"][-1])  # the output was cut: recall would have come
 
 
+def test_a_streamed_response_the_upstream_stores_is_offered_no_recall(archiving, upstream):
+    """A streamed Responses request that the upstream stores (``store`` not false) is offered no
+    recall tool: its stream must complete the response it began, and a client may continue
+    that response by its id, which would end in a recall call."""
+    upstream.replies.append(lambda body: Reply("seen"))
+    client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
+    events = list(client.responses.create(model="gpt-test", input=_responses_history(), stream=True))
+    assert events[-1].response.output_text == "seen"
+    sent = upstream.seen[0].body
+    assert "context_read" not in json.dumps(sent.get("tools") or [])
+    assert "t-" in json.dumps(sent["input"][-1])  # the output was cut: recall would have come
+
+
 def test_a_streamed_chat_answer_that_reads_ends_with_the_final_answer(archiving, upstream):
     """The OpenAI SDK streaming through the proxy: the words before the recall call arrive as
     they came, the recall is answered by the proxy, and the same message ends with the final
@@ -195,7 +208,9 @@ def test_a_streamed_responses_answer_that_reads_ends_with_the_final_answer(archi
     final answer, and no function call."""
     _read_then_answer(upstream, "input")
     client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
-    events = list(client.responses.create(model="gpt-test", input=_responses_history(), stream=True))
+    events = list(
+        client.responses.create(model="gpt-test", input=_responses_history(), stream=True, store=False)
+    )
     assert events[-1].type == "response.completed"
     final = events[-1].response
     assert [item.type for item in final.output] == ["message", "message"]
@@ -210,7 +225,7 @@ def test_a_streamed_responses_answer_that_reads_ends_with_the_final_answer(archi
     assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
     assert final.id == events[0].response.id  # the response the stream began (a new call's id before)
     _read_then_answer(upstream, "input")
-    with client.responses.stream(model="gpt-test", input=_responses_history()) as stream:  # checks it
+    with client.responses.stream(model="gpt-test", input=_responses_history(), store=False) as stream:
         assert stream.get_final_response().output_text == "Let me look.the checksum is 0xC0FFEE"
 
 
@@ -328,7 +343,11 @@ def _stream_with_sdk(archiving, api: str) -> tuple[str, list[str]]:
     if api == "responses":
         events = list(
             client.responses.create(
-                model="gpt-test", input=_responses_history(), tools=[_weather(api)], stream=True
+                model="gpt-test",
+                input=_responses_history(),
+                tools=[_weather(api)],
+                stream=True,
+                store=False,  # a stored streamed response is offered no recall
             )
         )
         response = events[-1].response
@@ -427,7 +446,9 @@ def test_a_reasoning_item_goes_where_the_item_after_it_goes(archiving, upstream)
 
     upstream.replies.extend([read_it, Reply("the checksum is 0xC0FFEE", reasoning=True)])
     client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
-    events = list(client.responses.create(model="gpt-test", input=_responses_history(), stream=True))
+    events = list(
+        client.responses.create(model="gpt-test", input=_responses_history(), stream=True, store=False)
+    )
     final = events[-1].response
     assert [item.type for item in final.output] == ["reasoning", "message"]
     assert final.output[0].id == "rs_2"  # the final answer's own reasoning, not the read's

@@ -274,3 +274,34 @@ def test_a_chat_answer_of_n_choices_ends_when_each_has_finished():
     told = [ending.event(*e) for e in (chunk(0), chunk(0, "stop"), chunk(0), chunk(1), chunk(1, "stop"))]
     assert told == [False, False, False, False, True]
     assert [streams.Ending("chat").event(*e) for e in (chunk(0), chunk(0, "stop"))] == [False, True]
+
+
+def test_an_accumulated_answer_takes_deep_json_and_many_deltas():
+    """A tool call's arguments nested deeper than the parser goes are read as none (no error
+    escapes the stream), and many one-character deltas make the whole text (joined once:
+    bench-free, a text grown by += costs its length at every delta)."""
+    from ctxmgmt.api.proxy.streams import Accumulator
+
+    acc = Accumulator("messages")
+    acc.event({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant"}})
+    acc.event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+    for _ in range(200_000):
+        acc.event({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}})
+    tool = {"type": "tool_use", "id": "t", "name": "context_read", "input": {}}
+    acc.event({"type": "content_block_start", "index": 1, "content_block": tool})
+    deep = "[" * 100_000 + "]" * 100_000
+    acc.event(
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": deep},
+        }
+    )
+    answer = acc.answer()
+    assert answer["content"][0]["text"] == "x" * 200_000 and answer["content"][1]["input"] == {}
+    chat = Accumulator("chat")
+    call = {"index": 0, "id": "c", "function": {"name": "context_read", "arguments": deep}}
+    chat.event({"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    from ctxmgmt.api.proxy.recall import calls_of
+
+    assert calls_of("chat", chat.answer()) == [("c", "context_read", {})]

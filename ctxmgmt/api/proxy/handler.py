@@ -179,9 +179,14 @@ async def _proxy(request: Request, api: Api) -> Response:
     exchange_state = _Kept(key, version, parts.record, parsed, conversation_id)
     outgoing = api.managed(body, turn.messages, config.model)
     recall: list[Tool] = []
-    # Not for several chat choices: each could call recall, and one answer goes back.
-    one_answer = api.name != "chat" or body.get("n") in (None, 1)
-    if offloader is not None and one_answer and conversation.names_archive(turn):
+    # Not for several chat choices (each could call recall, and one answer goes back), nor
+    # for a streamed response the upstream stores: the stream must complete the response it
+    # began (SDKs check its id), which would end in a recall call, and the client's next
+    # request may continue it by its id.
+    answerable = (api.name != "chat" or body.get("n") in (None, 1)) and not (
+        api.name == "responses" and parts.stream and body.get("store") is not False
+    )
+    if offloader is not None and answerable and conversation.names_archive(turn):
         recall = recall_tools(offloader, conversation_id)
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
@@ -493,6 +498,7 @@ async def _events(
     failure: str | None = None
     holding = False
     held: list[bytes] = []
+    kept = [0]  # the bytes of ``held``
     """The events from the first tool call on (within max_stream_bytes, as the stream)."""
     delivered = False
     """Whether the client has had the answer's end: the stream is over, or the event that ends
@@ -513,9 +519,16 @@ async def _events(
                 if holding and acc.held is None:  # a reasoning item's hold let go: text follows
                     out.extend(held)
                     held.clear()
+                    kept[0] = 0
                     holding = False
                 if holding:
                     held.append(event)
+                    kept[0] += len(event)
+                    if kept[0] > config.max_response_bytes:  # held whole in memory: a whole answer's bound
+                        raise TooLarge(
+                            f"the answer held to watch for recall calls is over {config.max_response_bytes} "
+                            "bytes (max_response_bytes)"
+                        )
                     continue
                 out.append(event)
             last = answer_end.event(event, data) or last
@@ -559,8 +572,13 @@ async def _events(
             failure = f"the upstream's stream could not be read ({type(exc).__name__})"
         finally:
             await response.aclose()
-        whole = acc.answer() if holding and failure is None else None
-        if whole is not None and not calls_of(api.name, whole):  # the client's calls only
+        try:
+            whole = acc.answer() if holding and failure is None else None
+            recalls = calls_of(api.name, whole) if whole is not None else []
+        except Exception as exc:  # events no reader of them can take
+            log.warning("proxy: the upstream's stream could not be read", exc_info=True)
+            failure, whole = f"the upstream's stream could not be read ({type(exc).__name__})", None
+        if whole is not None and not recalls:  # the client's calls only
             yield b"".join(held)
         elif whole is not None:
             try:

@@ -110,7 +110,7 @@ def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
 def _arguments(raw: Any) -> dict[str, Any]:
     try:
         value = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return dict(value) if isinstance(value, Mapping) else {}
 

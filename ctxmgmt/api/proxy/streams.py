@@ -204,6 +204,10 @@ _SAID = frozenset({"text", "thinking", "redacted_thinking", "message", "reasonin
 """Content blocks and output items that only say something: any other may be a tool call."""
 
 
+_PIECES = frozenset({"text", "thinking", "partial"})
+"""A content block's members that grow by deltas (kept as pieces)."""
+
+
 class Accumulator:
     """The whole answer a stream's events make, and where its first tool call starts: from
     there the events are held, since a recall call may follow a client's (the model's history
@@ -220,7 +224,9 @@ class Accumulator:
         it makes the hold firm; anything else lets it go (``held`` is None again), and the
         held events are passed on."""
         self.base: dict[str, Any] = {}
-        self.content = ""
+        self.content: list[str] = []
+        """The pieces of each text, joined once by :meth:`answer` (a text grown by ``+=`` costs
+        its length at every delta: a million one-token deltas would cost minutes)."""
         self.calls: dict[int, dict[str, Any]] = {}
         self.blocks: dict[int, dict[str, Any]] = {}
         self.items: dict[int, Any] = {}
@@ -250,19 +256,19 @@ class Accumulator:
             if not isinstance(delta, Mapping):
                 continue
             if isinstance(delta.get("content"), str):
-                self.content += delta["content"]
+                self.content.append(delta["content"])
             for part in delta.get("tool_calls") or ():
                 if not isinstance(part, Mapping) or not isinstance(part.get("index"), int):
                     continue
                 if self.held is None:
                     self.held, starts = part["index"], True
-                call = self.calls.setdefault(part["index"], {"id": None, "name": "", "arguments": ""})
+                call = self.calls.setdefault(part["index"], {"id": None, "name": "", "arguments": []})
                 fn = part.get("function")
                 fn = fn if isinstance(fn, Mapping) else {}
                 call["id"] = part.get("id") or call["id"]
                 if fn.get("name"):
                     call["name"] += fn["name"]
-                call["arguments"] += fn.get("arguments") or ""
+                call["arguments"].append(fn.get("arguments") or "")
             self.finish = choice.get("finish_reason") or self.finish
         return starts
 
@@ -277,7 +283,7 @@ class Accumulator:
                 return False
             block = dict(opened)
             if block.get("type") == "tool_use":
-                block["partial"] = ""
+                block["partial"] = []
             self.blocks[index] = block
             if block.get("type") not in _SAID and self.held is None:
                 self.held = index
@@ -288,7 +294,10 @@ class Accumulator:
                 return False
             for key, into in (("text", "text"), ("thinking", "thinking"), ("partial_json", "partial")):
                 if isinstance(delta.get(key), str):
-                    block[into] = block.get(into, "") + delta[key]
+                    pieces = block.get(into)
+                    if not isinstance(pieces, list):  # the start's own text is the first piece
+                        pieces = block[into] = [pieces] if isinstance(pieces, str) else []
+                    pieces.append(delta[key])
             if isinstance(delta.get("signature"), str):
                 block["signature"] = delta["signature"]
         elif kind == "message_delta" and isinstance(data.get("delta"), Mapping):
@@ -347,23 +356,25 @@ class Accumulator:
                 {
                     "id": c["id"],
                     "type": "function",
-                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                    "function": {"name": c["name"], "arguments": "".join(c["arguments"])},
                 }
                 for _, c in sorted(self.calls.items())
             ]
-            message: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
             if calls:
                 message["tool_calls"] = calls
             return {**self.base, "choices": [{"index": 0, "message": message, "finish_reason": self.finish}]}
         if self.api == "messages":
             content = []
             for _, block in sorted(self.blocks.items()):
-                block = dict(block)
+                block = {
+                    k: "".join(v) if isinstance(v, list) and k in _PIECES else v for k, v in block.items()
+                }
                 if block.get("type") == "tool_use":
                     partial = block.pop("partial", "")
                     try:
                         block["input"] = json.loads(partial) if partial else block.get("input") or {}
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         block["input"] = {}
                 content.append(block)
             return {**self.base, "content": content, "stop_reason": self.finish}
