@@ -1190,6 +1190,8 @@ class _Reader:
 
     def __init__(self) -> None:
         self.asks: list[str] = []
+        self.data_ask: str | None = None
+        """The first message of data only (see :func:`_data_only`): the goal if none asks."""
         self.constraints: dict[str, None] = {}
         self.errors: Counter[str] = Counter()
         self.failed: dict[str, None] = {}
@@ -1216,6 +1218,8 @@ class _Reader:
         limit = 1000 if not self.asks else _ITEM_CHARS
         # A message of data about where the client runs is no ask: its paths and ids only.
         ask = None if _data_only(text) else _clip(_unwrapped(text), limit)
+        if ask is None and self.data_ask is None:  # the goal when no message asks otherwise
+            self.data_ask = _clip(text.strip(), 1000)
         facts = _text_facts(text, user=True)
         if ask is not None:
             self.asks.append(ask)
@@ -1377,7 +1381,8 @@ class _Reader:
         )
         return {
             # The first task, then the newest requests first: a tight budget drops the oldest.
-            "goal": self.asks[:1] + self.asks[: -_ASKS_KEPT - 1 : -1][: len(self.asks) - 1],
+            "goal": self.asks[:1] + self.asks[: -_ASKS_KEPT - 1 : -1][: len(self.asks) - 1]
+            or ([self.data_ask] if self.data_ask else []),
             "constraints": list(self.constraints)[-_MAX_ITEMS:],
             "errors": [
                 *fold_errors(uncontained(_counted(self.errors, order, specific=True))),

@@ -739,3 +739,32 @@ def vm_hwm(pid):
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     raise AssertionError("no VmHWM")
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw deflate"])
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 4096])
+def test_a_compressed_reply_decodes_whatever_its_chunks(encoding, size):
+    """A compressed reply decodes the same however the wire splits it (a one-byte first chunk
+    of deflate included), an empty one is an empty body, and one cut short is an error."""
+    import gzip
+    import zlib
+
+    import httpx as _httpx
+
+    from ctxmgmt.llm.decoding import Decoder
+
+    data = b'{"answer": "ok"}' * 500
+    packed = {
+        "gzip": gzip.compress(data),
+        "deflate": zlib.compress(data),
+        "raw deflate": zlib.compress(data)[2:-4],
+    }[encoding]
+    header = _httpx.Headers({"content-encoding": "deflate" if "deflate" in encoding else "gzip"})
+    decoder = Decoder(1 << 20, header)
+    assert b"".join(decoder.feed(packed[i : i + size]) for i in range(0, len(packed), size)) == data
+    decoder.finish()
+    Decoder(1 << 20, header).finish()  # nothing came: an empty body
+    cut = Decoder(1 << 20, header)
+    cut.feed(packed[: len(packed) // 2])
+    with pytest.raises(_httpx.DecodingError):
+        cut.finish()

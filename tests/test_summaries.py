@@ -1224,3 +1224,6 @@ def test_a_message_of_data_about_where_the_client_runs_is_no_goal():
     assert any("/home/dev/shop" in item for section in summary.values() for item in section)
     for ask in ("<task>\nFix the cart\n</task>", "<task><title>Fix the cart</title>\nthen ship it</task>"):
         assert digest([{"role": "user", "content": ask}, *messages[1:]])["goal"][0].startswith("<task>")
+    # A user whose only ask is written as elements (an issue's fields): it is the goal still.
+    issue = "<issue><title>Checkout fails on retry</title><body>card declined</body></issue>"
+    assert digest([{"role": "user", "content": issue}, messages[2]])["goal"] == [issue]

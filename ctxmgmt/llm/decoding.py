@@ -35,6 +35,8 @@ class Decoder:
         encoding = headers.get("content-encoding", "identity").strip().lower()
         self._zlib: Any = None
         self._sniff = False
+        self._head = b""  # deflate's first byte, while the second has not come
+        self._fed = False
         if encoding in ("gzip", "x-gzip"):
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
@@ -55,9 +57,14 @@ class Decoder:
     def feed(self, chunk: bytes) -> bytes:
         """``chunk`` (as it came on the wire) decoded; raises :class:`TooLarge` past the limit."""
         if self._zlib is not None:
-            if self._sniff and chunk:
-                self._sniff = False
-                if len(chunk) < 2 or chunk[0] & 0x0F != 8 or (chunk[0] << 8 | chunk[1]) % 31:
+            self._fed = self._fed or bool(chunk)
+            if self._sniff:
+                chunk = self._head + chunk
+                if len(chunk) < 2:  # the two bytes that say which deflate it is: not yet here
+                    self._head = chunk
+                    return b""
+                self._sniff, self._head = False, b""
+                if chunk[0] & 0x0F != 8 or (chunk[0] << 8 | chunk[1]) % 31:
                     # no zlib header (method 8, a header check that divides by 31): raw deflate
                     self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
             try:
@@ -70,9 +77,8 @@ class Decoder:
         return chunk
 
     def finish(self) -> None:
-        """The body ended: a compressed one must be whole, and what it still holds within the limit."""
-        if self._zlib is not None:
-            if not self._zlib.eof:
-                raise httpx.DecodingError("the reply's compressed body ends early")
-            if self.total + len(self._zlib.unconsumed_tail) > self.limit:
-                raise self.too_large()
+        """The body ended: a compressed one must be whole (an empty one is an empty body)."""
+        if self._zlib is not None and self._fed and not self._zlib.eof:
+            if self._sniff and len(self._head) == 1:
+                raise httpx.DecodingError("the reply's compressed body is one byte long")
+            raise httpx.DecodingError("the reply's compressed body ends early")

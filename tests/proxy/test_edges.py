@@ -430,17 +430,19 @@ def test_a_compressed_answer_is_unpacked_within_its_size_limit(proxy, raw, path,
     kind = "text/event-stream" if stream else "application/json"
     raw.answer(_bomb(1 << 30), headers={"content-type": kind, "content-encoding": "gzip"})
     tracemalloc.start()  # the server is this process's thread: its allocations are traced
-    if stream:
-        with httpx.stream(
-            "POST", f"{proxy.url}/proxy/default{path}", json={**body, "stream": True}, timeout=30
-        ) as r:
-            got = b"".join(r.iter_bytes())
-        assert b"max_stream_bytes" in got.rsplit(b"data: ", 1)[-1]
-    else:
-        r, _ = _post(proxy, body, path)
-        assert r.status_code == 502 and "max_response_bytes" in r.text
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    try:
+        if stream:
+            with httpx.stream(
+                "POST", f"{proxy.url}/proxy/default{path}", json={**body, "stream": True}, timeout=30
+            ) as r:
+                got = b"".join(r.iter_bytes())
+            assert b"max_stream_bytes" in got.rsplit(b"data: ", 1)[-1]
+        else:
+            r, _ = _post(proxy, body, path)
+            assert r.status_code == 502 and "max_response_bytes" in r.text
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert peak < 64 << 20  # the limit is 1 MiB (about 20 MiB traced in all); httpx unpacked 150 MiB
 
 

@@ -127,7 +127,8 @@ def test_the_recall_calls_of_an_answer_and_their_results_are_bounded(archiving, 
         results = [m["content"] for m in body["messages"] if m.get("role") == "tool"][1:]
         assert len(results) == 40
         read = [r for r in results if not r.startswith("error:")]
-        assert sum(map(len, read)) <= 5000 and len(read) == 3  # 2,000 + 2,000 + what was left
+        assert len(read) == 3 and sum(map(len, read[:2])) + len(read[2].split("\n[cut: ")[0]) == 5000
+        assert read[2].endswith("characters of recall are spent]")  # 2,000 + 2,000 + what was left, said
         assert all("are spent" in r for r in results[3:16])
         assert all("at most 16 recall calls" in r for r in results[16:])
         return Reply("done")

@@ -69,9 +69,9 @@ class Body:
     containers: int = 0
     """At least as many as the arrays and objects of :attr:`prefix` (to bound the next body's
     without counting its whole text again)."""
-    marks: tuple[int, int] = (0, 0)
-    """The quotes and commas of :attr:`prefix`: with :attr:`containers`, a bound of the
-    objects its parsed values hold (see :func:`size_of`), counted once per text."""
+    marks: tuple[int, int, int] = (0, 0, 0)
+    """The quotes, commas and ``\\u`` escapes of :attr:`prefix`: with :attr:`containers`, a
+    bound of the objects its parsed values hold (see :func:`size_of`), counted once per text."""
     hashed: list[tuple[int, Any]] = field(default_factory=list)
     """SHA-256 states of the text from the first element's start to an offset (taken by
     :meth:`digest`, kept by the next body while its text starts the same)."""
@@ -164,12 +164,16 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
     _members(text, at, body)
     check_values(body.data, nul=False, text=text)
     body.containers = counted(body.prefix_end)
-    body.marks = _marks(text, 0, body.prefix_end, (0, 0))
+    body.marks = _marks(text, 0, body.prefix_end, (0, 0, 0))
     return body
 
 
-def _marks(text: str, start: int, end: int, before: tuple[int, int]) -> tuple[int, int]:
-    return before[0] + text.count('"', start, end), before[1] + text.count(",", start, end)
+def _marks(text: str, start: int, end: int, before: tuple[int, int, int]) -> tuple[int, int, int]:
+    return (
+        before[0] + text.count('"', start, end),
+        before[1] + text.count(",", start, end),
+        before[2] + text.count("\\u", start, end),
+    )
 
 
 def _budget(text: str, start: int, before: int) -> Callable[[int], int]:
@@ -420,14 +424,15 @@ class Bodies:
 
 def size_of(body: Body) -> int:
     """The bytes a kept body holds, bounded from above whatever its values: its text, its
-    strings' characters (at most the text's), and an object for each value its text can hold:
+    strings' characters (at most the text's bytes, or 4 a character when an escape may widen
+    them), and an object for each value its text can hold:
     a string for each two quotes, a number or a slot for each comma, a mapping or a list for
     each bracket (counted once for the conversation's elements, by :func:`parse`). Many tiny
     values hold 12 times their text; a history of prose, about twice."""
     end = body.prefix_end
     text = body.text
-    quotes, commas = body.marks
-    quotes += text.count('"', end)
-    commas += text.count(",", end)
+    quotes, commas, escapes = _marks(text, end, len(text), body.marks)
     containers = body.containers + text.count("[", end) + text.count("{", end)
-    return 2 * sys.getsizeof(text) + 28 * quotes + 32 * commas + 160 * containers
+    # An escape may make a string of a narrow text wide (4 bytes a character).
+    strings = 4 * len(text) if escapes else sys.getsizeof(text)
+    return sys.getsizeof(text) + strings + 28 * quotes + 32 * commas + 160 * containers

@@ -438,20 +438,27 @@ async def _recall_rounds(
             break
         rounds += 1
         results = []
+        last = rounds == MAX_ROUNDS  # its answer may call no recall tool
         for k, (call_id, name, args) in enumerate(calls):
             if k >= MAX_CALLS:
-                said = f"error: at most {MAX_CALLS} recall calls are answered at once; call again for it"
+                said = f"error: at most {MAX_CALLS} recall calls are answered at once" + (
+                    "; answer with what you have read" if last else "; call again for it"
+                )
             elif left <= 0:
                 said = (
                     f"error: this request's recall results are spent ({RECALL_CHARS} characters); "
                     "answer with what you have read"
                 )
             else:
-                said = (await _recall(exchange.recall, name, args))[:left]
+                said = await _recall(exchange.recall, name, args)
+                if len(said) > left:
+                    said = (
+                        said[:left] + f"\n[cut: this request's {RECALL_CHARS} characters of recall are spent]"
+                    )
                 left -= len(said)
             results.append((call_id, said))
         body = continued(api.name, api.field, body, answer, results)
-        if rounds == MAX_ROUNDS:  # the last round offers no recall tool: its answer calls none
+        if last:  # the last round offers no recall tool: its answer calls none
             body["tools"] = without_recall(api.name, body.get("tools") or [])
             if not body["tools"]:
                 del body["tools"]
