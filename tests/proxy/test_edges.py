@@ -446,14 +446,15 @@ def test_a_compressed_answer_is_unpacked_within_its_size_limit(proxy, raw, path,
     assert peak < 64 << 20  # the limit is 1 MiB (about 20 MiB traced in all); httpx unpacked 150 MiB
 
 
+@pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("encoding", ["gzip, gzip", "br", "zstd"])
-def test_an_answer_in_an_encoding_that_cannot_be_bounded_is_a_502(proxy, raw, encoding):
+def test_an_answer_in_an_encoding_that_cannot_be_bounded_is_a_502(proxy, raw, encoding, stream):
     """The proxy asks for identity; an answer in layers of gzip, or in br or zstd, whose size
-    cannot be bounded as it is unpacked, is a 502 naming its encoding."""
-    raw.answer(
-        b"\x1f\x8b whatever", headers={"content-type": "application/json", "content-encoding": encoding}
-    )
-    r, _ = _post(proxy, BODY)
+    cannot be bounded as it is unpacked, is a 502 naming its encoding, a stream's before any
+    event (not a 200 ended by an error event)."""
+    kind = "text/event-stream" if stream else "application/json"
+    raw.answer(b"\x1f\x8b whatever", headers={"content-type": kind, "content-encoding": encoding})
+    r, _ = _post(proxy, {**BODY, "stream": stream})
     assert r.status_code == 502 and repr(encoding) in r.json()["error"]["message"]
 
 

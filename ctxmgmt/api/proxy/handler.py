@@ -31,7 +31,7 @@ from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
 from ...errors import ToolError
 from ...llm import ModelConfig
-from ...llm.decoding import TooLarge
+from ...llm.decoding import Decoder, TooLarge
 from ...messages import RECALL_TOOLS
 from ...store.repository import now_ms, relaxed
 from ...store.sessions import SessionStore
@@ -395,7 +395,12 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         raise
     returned = upstream.returned(response)
     if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
-        events = _events(exchange, response, deadline, body)
+        try:  # an encoding it cannot bound, or a length over its bound: a 502 before any event
+            decoder = upstream.decoded(response, exchange.config, stream=True)
+        except TooLarge as exc:
+            await response.aclose()
+            raise Refused(502, "llm_exception", f"the upstream's stream: {exc}") from None
+        events = _events(exchange, response, deadline, body, decoder)
         # A client that goes away cancels the stream: its generator may be left where it was
         # (after its last event, the record not yet stored). Closing it afterwards runs what
         # is left: the upstream's response closed, the record stored.
@@ -489,7 +494,7 @@ async def _recall_rounds(
 
 
 async def _events(
-    exchange: _Exchange, response: httpx.Response, deadline: float, body: dict[str, Any]
+    exchange: _Exchange, response: httpx.Response, deadline: float, body: dict[str, Any], decoder: Decoder
 ) -> AsyncGenerator[bytes, None]:
     """The upstream's events as they arrive, then the record. With recall offered, until one
     starts a tool call; the rest is held to the stream's end: passed on as it came when the
@@ -544,7 +549,6 @@ async def _events(
     try:
         try:
             async with asyncio.timeout_at(deadline):
-                decoder = upstream.decoded(response, config, stream=True)
                 async for raw in response.aiter_raw():
                     chunk = decoder.feed(raw)
                     if not chunk:
