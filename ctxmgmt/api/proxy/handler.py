@@ -125,12 +125,13 @@ async def _proxy(request: Request, api: Api) -> Response:
     parts = api.parts(body)
     if isinstance(parts, str):
         raise Refused(400, "illegal_argument_exception", parts)
-    key = session_key(request, api, name, str(body["model"]), parts)
+    key = session_key(request, api, name, str(body["model"]), parts)  # its header checked, used or not
     definition, version = await stored_version(st, name, resolving)
     held = _held_upstream(api, body)
-    if held is not None:
-        upstream_held = (held, name, version, started)
-        return await _forwarded(request, api, config, headers, parsed, parts.stream, upstream_held)
+    if held is not None:  # nothing to manage: recorded as it went
+        calls = [{"call": 1, "calibrated_before": 0, "calibrated": 0, "reported": None, "unmanaged": held}]
+        record = _record(name, version, started, config, api, uuid.uuid4().hex, calls, [])
+        return await _forwarded(request, api, config, headers, parsed, parts.stream, record)
     live: Live = request.app.state.proxy_live
     offloader = st.runner.offloader
     asked: dict[str, Any] = {
@@ -191,30 +192,18 @@ async def _proxy(request: Request, api: Api) -> Response:
         outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
     first = upstream_text(parsed, turn.messages, changes)  # the client's own bytes where unchanged
-    record = {
-        "execution_id": uuid.uuid4().hex,
-        "agent_id": f"proxy-{name}",
-        "memory_id": conversation_id,
-        "definition": name,
-        "definition_version": version,
-        "definition_source": "proxy",
-        "started_time": started,
-        "status": "running",
-        "llm_calls": 1,
-        "context_window": config.context_window,
-        "model": config.model,
-        "api": api.name,
-        "calls": [
-            call_entry(
-                1,
-                turn.tokens_before,
-                turn.ratio,
-                usage_record(turn.counted, turn.ratio, turn.reusable_prefix_tokens),
-            )
-        ],
+    sent = usage_record(turn.counted, turn.ratio, turn.reusable_prefix_tokens)
+    record = _record(
+        name,
+        version,
+        started,
+        config,
+        api,
+        conversation_id,
+        [call_entry(1, turn.tokens_before, turn.ratio, sent)],
         # The hook runs of this request (post_tool for the client's new results, then pre_llm).
-        "hooks": [{**run, "iteration": 1, "call": 1} for run in turn.runs],
-    }
+        [{**run, "iteration": 1, "call": 1} for run in turn.runs],
+    )
     exchange = _Exchange(
         request, api, config, headers, conversation, record, exchange_state, recall, parts.stream
     )
@@ -239,24 +228,21 @@ def _held_upstream(api: Api, body: Mapping[str, Any]) -> str | None:
     return next((k for k in _HELD if body.get(k) is not None), None)
 
 
-async def _forwarded(
-    request: Request,
-    api: Api,
+def _record(
+    name: str,
+    version: Any,
+    started: int,
     config: ModelConfig,
-    headers: dict[str, str],
-    parsed: Body,
-    stream: bool,
-    about: tuple[str, str, Any, int],
-) -> Response:
-    """A request that continues a conversation the upstream keeps (``about``: the member that
-    says so, the definition's name and version, when it began): its history is
-    not in the request, so there is nothing to manage. It goes upstream as the client wrote
-    it (the model's name written in), its answer comes back as it came, and it is recorded."""
-    held, name, version, started = about
-    record = {
+    api: Api,
+    memory: str,
+    calls: list[dict[str, Any]],
+    hooks: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A proxied request's execution record, as it begins."""
+    return {
         "execution_id": uuid.uuid4().hex,
         "agent_id": f"proxy-{name}",
-        "memory_id": uuid.uuid4().hex,  # the upstream's own conversation: none of ours
+        "memory_id": memory,
         "definition": name,
         "definition_version": version,
         "definition_source": "proxy",
@@ -266,9 +252,23 @@ async def _forwarded(
         "context_window": config.context_window,
         "model": config.model,
         "api": api.name,
-        "calls": [{"call": 1, "calibrated_before": 0, "calibrated": 0, "reported": None, "unmanaged": held}],
-        "hooks": [],
+        "calls": calls,
+        "hooks": hooks,
     }
+
+
+async def _forwarded(
+    request: Request,
+    api: Api,
+    config: ModelConfig,
+    headers: dict[str, str],
+    parsed: Body,
+    stream: bool,
+    record: dict[str, Any],
+) -> Response:
+    """A request that continues a conversation the upstream keeps: its history is not in the
+    request, so there is nothing to manage. It goes upstream as the client wrote it (the
+    model's name written in), its answer comes back as it came, and ``record`` is stored."""
     exchange = _Exchange(request, api, config, headers, None, record, None, [], stream)
     first = upstream_text(parsed, None, {"model": config.model})
     return await _upstream(exchange, parsed.data, stream, first)
@@ -690,18 +690,22 @@ async def _finish(exchange: _Exchange, usage: Mapping[str, int] | None, failure:
     await exchange.settled()  # a stream's state, written first (the upstream may have failed)
     st = state(exchange.request)
     conversation, record = exchange.conversation, exchange.record
+    recalibrated = False
     if conversation is None:  # nothing managed: the upstream's report is the request's size
         reported = (usage or {}).get("input")
         record["calls"][0].update(calibrated=reported or 0, reported=reported)
-    calibrated = conversation.calibration.to_dict() if conversation is not None else None
-    if conversation is not None and usage and "input" in usage:
-        call = record["calls"][0]
-        ratio = conversation.calibration.ratio(exchange.config.model)  # as the request was sent
-        sent = conversation.observe(usage["input"], cached=usage.get("cached"), written=usage.get("written"))
-        if sent is not None:
-            record["calls"][0] = call_entry(1, call["tokens_before"], ratio, sent, usage)
-    # The state is stored again after a stream only when the report moved the calibration.
-    recalibrated = conversation is not None and conversation.calibration.to_dict() != calibrated
+    else:
+        calibrated = conversation.calibration.to_dict()
+        if usage and "input" in usage:
+            call = record["calls"][0]
+            ratio = conversation.calibration.ratio(exchange.config.model)  # as the request was sent
+            sent = conversation.observe(
+                usage["input"], cached=usage.get("cached"), written=usage.get("written")
+            )
+            if sent is not None:
+                record["calls"][0] = call_entry(1, call["tokens_before"], ratio, sent, usage)
+        # The state is stored again after a stream only when the report moved the calibration.
+        recalibrated = conversation.calibration.to_dict() != calibrated
     record["status"] = "error" if failure else "finished"
     record["error"] = failure
     record["ended_time"] = now_ms()
