@@ -158,7 +158,7 @@ def test_a_bodys_container_bound_holds_its_prefix_and_does_not_grow_with_its_tai
         text = json.dumps({"model": "m", "messages": messages, "tools": tools})
         body = parse(text, "messages", body)
         held = 1 + _containers(messages)  # the body's object, its messages
-        assert held <= body.containers <= text.count("[") + text.count("{")
+        assert held <= body.marks[0] <= text.count("[") + text.count("{")
 
 
 def test_a_body_of_too_many_arrays_is_refused_before_it_is_decoded(monkeypatch):

@@ -20,7 +20,7 @@ import re
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import is_, itemgetter
 from typing import Any
@@ -66,12 +66,10 @@ class Body:
     """Where ``data[member]``'s array is, brackets included."""
     values: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Where each other top-level value is."""
-    containers: int = 0
-    """At least as many as the arrays and objects of :attr:`prefix` (to bound the next body's
-    without counting its whole text again)."""
-    marks: tuple[int, int, int] = (0, 0, 0)
-    """The quotes, commas and ``\\u`` escapes of :attr:`prefix`: with :attr:`containers`, a
-    bound of the objects its parsed values hold (see :func:`size_of`), counted once per text."""
+    marks: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """The brackets (at least its arrays and objects), quotes, commas and ``\\u`` escapes of
+    :attr:`prefix`, counted once per text: the next body's container budget and the bound of
+    what its parsed values hold (see :func:`size_of`) count only the text after it."""
     hashed: list[tuple[int, Any]] = field(default_factory=list)
     """SHA-256 states of the text from the first element's start to an offset (taken by
     :meth:`digest`, kept by the next body while its text starts the same)."""
@@ -135,7 +133,7 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
     prefix = previous.prefix if previous is not None and reuse else ""
     if reuse and prefix and text.startswith(prefix):
         assert previous is not None and previous.array is not None
-        counted = _budget(text, len(prefix), previous.containers)
+        exact = _budget(text, len(prefix), previous.marks[0])
         body = Body(text, {}, field, list(previous.spans), previous.array, {})
         body.hashed = [(e, h) for e, h in previous.hashed if e <= len(prefix)]
         body.data = {
@@ -149,10 +147,9 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         body.data[field] = elements
         _check_new(text, body, fresh_from)
         _rest(text, at, body)
-        body.containers = counted(body.prefix_end)
-        body.marks = _marks(text, len(prefix), body.prefix_end, previous.marks)
+        body.marks = _marks(text, len(prefix), body.prefix_end, previous.marks, exact)
         return body
-    counted = _budget(text, 0, 0)
+    exact = _budget(text, 0, 0)
     body = Body(text, {}, field)
     at = _ws(text, 0)
     _expect(text, at, "{")
@@ -163,27 +160,31 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         return body
     _members(text, at, body)
     check_values(body.data, nul=False, text=text)
-    body.containers = counted(body.prefix_end)
-    body.marks = _marks(text, 0, body.prefix_end, (0, 0, 0))
+    body.marks = _marks(text, 0, body.prefix_end, (0, 0, 0, 0), exact)
     return body
 
 
-def _marks(text: str, start: int, end: int, before: tuple[int, int, int]) -> tuple[int, int, int]:
+def _marks(
+    text: str, start: int, end: int, before: tuple[int, int, int, int], exact: int | None = None
+) -> tuple[int, int, int, int]:
+    """``before`` and the marks of ``text[start:end]`` (see :attr:`Body.marks`); ``exact``: the
+    whole text's arrays and objects, when counted, stand for its brackets."""
+    brackets = before[0] + text.count("[", start, end) + text.count("{", start, end)
     return (
-        before[0] + text.count('"', start, end),
-        before[1] + text.count(",", start, end),
-        before[2] + text.count("\\u", start, end),
+        brackets if exact is None else exact,
+        before[1] + text.count('"', start, end),
+        before[2] + text.count(",", start, end),
+        before[3] + text.count("\\u", start, end),
     )
 
 
-def _budget(text: str, start: int, before: int) -> Callable[[int], int]:
+def _budget(text: str, start: int, before: int) -> int | None:
     """Refuse ``text`` before it is decoded when it holds more than :data:`MAX_CONTAINERS`
     arrays and objects, ``before`` of them (a bound) up to ``start``. The brackets past
     ``start`` are counted in C, strings and all; only a count over the budget is made exact,
-    over the whole text. Returns the bound for the text up to an offset, for the next body."""
-    bound = before + text.count("[", start) + text.count("{", start)
-    if bound <= MAX_CONTAINERS:
-        return lambda end: before + text.count("[", start, end) + text.count("{", start, end)
+    over the whole text, and returned (a bound for any part of it, kept by the next body)."""
+    if before + text.count("[", start) + text.count("{", start) <= MAX_CONTAINERS:
+        return None
     exact = json_containers(text, MAX_CONTAINERS)
     if exact > MAX_CONTAINERS:
         raise HTTPProblem(
@@ -191,7 +192,7 @@ def _budget(text: str, start: int, before: int) -> Callable[[int], int]:
             f"the body holds {exact} JSON arrays and objects, more than the {MAX_CONTAINERS} "
             "a request may hold; send fewer or flatter values",
         )
-    return lambda end: exact  # the whole text's: a bound for any part of it
+    return exact
 
 
 def _members(text: str, at: int, body: Body) -> None:
@@ -429,10 +430,8 @@ def size_of(body: Body) -> int:
     a string for each two quotes, a number or a slot for each comma, a mapping or a list for
     each bracket (counted once for the conversation's elements, by :func:`parse`). Many tiny
     values hold 12 times their text; a history of prose, about twice."""
-    end = body.prefix_end
     text = body.text
-    quotes, commas, escapes = _marks(text, end, len(text), body.marks)
-    containers = body.containers + text.count("[", end) + text.count("{", end)
+    containers, quotes, commas, escapes = _marks(text, body.prefix_end, len(text), body.marks)
     # An escape may make a string of a narrow text wide (4 bytes a character).
     strings = 4 * len(text) if escapes else sys.getsizeof(text)
     return sys.getsizeof(text) + strings + 28 * quotes + 32 * commas + 160 * containers
