@@ -31,7 +31,8 @@ connecting, the headers, every byte of the body, and the retries with their wait
 inside it; past it the call ends with :class:`~ctxmgmt.errors.LLMTimeoutError` (the API
 answers 504). A retry that would not fit in what is left is not started. A reply is read as
 a stream and refused past ``max_response_bytes`` (8 MiB by default; a 502 naming the key),
-and nothing of a reply enters a conversation before the one reply validator (:mod:`ctxmgmt._reply`) passed it.
+and nothing of a reply enters a conversation before the one reply validator
+(:mod:`ctxmgmt._reply`) passed it.
 
 The CLI finds it through ``--config`` or ``CTXMGMT_CONFIG``. An API key never
 appears in a log line or an error message.
@@ -313,10 +314,8 @@ class ChatClient:
         """(status, headers, the body's decoded bytes) of one attempt, read as it arrives."""
         timeout = max(deadline - time.monotonic(), 0.001)
         async with http.stream("POST", url, headers=headers, json=body, timeout=timeout) as response:
-            reply = _Body(self.config, response.headers)
-            async for chunk in response.aiter_raw():
-                reply.add(chunk)
-            return response.status_code, response.headers, reply.finish()
+            reply = Decoder(self.config.max_response_bytes, response.headers)
+            return response.status_code, response.headers, await reply.read(response.aiter_raw())
 
     def _timeout(self) -> LLMTimeoutError:
         return LLMTimeoutError(
@@ -334,22 +333,6 @@ class ChatClient:
             f"the request to {self.config.base_url} failed ({type(exc).__name__}{detail})",
             model_id=self.config.id,
         )
-
-
-class _Body:
-    """A reply's bytes as they arrive, decoded as they come and refused past the model's
-    ``max_response_bytes``: never read whole first."""
-
-    def __init__(self, config: ModelConfig, headers: httpx.Headers) -> None:
-        self.decoder = Decoder(config.max_response_bytes, headers)
-        self.data = bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        self.data += self.decoder.feed(chunk)
-
-    def finish(self) -> bytes:
-        self.decoder.finish()
-        return bytes(self.data)
 
 
 class _Threaded(httpx.AsyncBaseTransport):

@@ -10,6 +10,7 @@ refused, since ctxmgmt asks for ``identity`` or ``gzip`` only.
 from __future__ import annotations
 
 import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -75,6 +76,14 @@ class Decoder:
         if self.total > self.limit:
             raise self.too_large()
         return chunk
+
+    async def read(self, chunks: AsyncIterator[bytes]) -> bytes:
+        """A whole body from its chunks as they come on the wire (``aiter_raw``)."""
+        data = bytearray()
+        async for chunk in chunks:
+            data += self.feed(chunk)
+        self.finish()
+        return bytes(data)
 
     def finish(self) -> None:
         """The body ended: a compressed one must be whole (an empty one is an empty body)."""

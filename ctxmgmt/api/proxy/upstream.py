@@ -135,18 +135,13 @@ async def call(
 
 async def read(response: httpx.Response, deadline: float, config: ModelConfig) -> bytes:
     """The answer's body, by ``deadline``, decoded within the model's ``max_response_bytes``."""
-    data = bytearray()
     try:
         async with asyncio.timeout_at(deadline):
-            decoder = decoded(response, config)
-            async for chunk in response.aiter_raw():
-                data += decoder.feed(chunk)
-            decoder.finish()
+            return await decoded(response, config).read(response.aiter_raw())
     except TooLarge as exc:
         raise Refused(502, "llm_exception", f"the upstream's answer: {exc}") from None
     except (TimeoutError, httpx.HTTPError) as exc:
         raise fault(config, exc, "broke off") from None
-    return bytes(data)
 
 
 def decoded(response: httpx.Response, config: ModelConfig, *, stream: bool = False) -> Decoder:
