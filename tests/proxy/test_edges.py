@@ -55,6 +55,14 @@ def proxy(store, raw):
         yield server
 
 
+def _streamed(proxy, body=BODY, path="/v1/chat/completions") -> bytes:
+    """The bytes of a streamed answer to ``body``, whole."""
+    with httpx.stream(
+        "POST", f"{proxy.url}/proxy/default{path}", json={**body, "stream": True}, timeout=30
+    ) as r:
+        return b"".join(r.iter_bytes())
+
+
 def _post(proxy, body, path="/v1/chat/completions"):
     started = time.monotonic()
     r = httpx.post(f"{proxy.url}/proxy/default{path}", json=body, timeout=30)
@@ -78,10 +86,7 @@ def test_a_stream_that_stops_ends_at_the_deadline_with_an_error_event(proxy, raw
     first = b'data: {"id": "c", "object": "chat.completion.chunk", "choices": []}\n\n'
     raw.trickle(interval=0.2, start=first, content_type="text/event-stream")
     started = time.monotonic()
-    with httpx.stream(
-        "POST", f"{proxy.url}/proxy/default/v1/chat/completions", json={**BODY, "stream": True}, timeout=30
-    ) as r:
-        got = b"".join(r.iter_bytes())
+    got = _streamed(proxy)
     assert time.monotonic() - started < TIMEOUT + 3
     assert got.startswith(first)
     assert b'"error"' in got.rsplit(b"data: ", 1)[-1]
@@ -432,10 +437,7 @@ def test_a_compressed_answer_is_unpacked_within_its_size_limit(proxy, raw, path,
     tracemalloc.start()  # the server is this process's thread: its allocations are traced
     try:
         if stream:
-            with httpx.stream(
-                "POST", f"{proxy.url}/proxy/default{path}", json={**body, "stream": True}, timeout=30
-            ) as r:
-                got = b"".join(r.iter_bytes())
+            got = _streamed(proxy, body, path)
             assert b"max_stream_bytes" in got.rsplit(b"data: ", 1)[-1]
         else:
             r, _ = _post(proxy, body, path)
@@ -489,13 +491,7 @@ def test_a_valid_answer_nested_deeper_than_the_parser_goes_is_passed_on(proxy, r
     body = f"data: {answer}\n\ndata: [DONE]\n\n".encode() if stream else answer.encode()
     raw.answer(body, headers={"content-type": "text/event-stream" if stream else "application/json"})
     if stream:
-        with httpx.stream(
-            "POST",
-            f"{proxy.url}/proxy/default/v1/chat/completions",
-            json={**BODY, "stream": True},
-            timeout=30,
-        ) as r:
-            got = b"".join(r.iter_bytes())
+        got = _streamed(proxy)
         assert got == body
     else:
         r, _ = _post(proxy, BODY)
@@ -539,13 +535,7 @@ def test_a_stream_is_bounded_by_max_stream_bytes_not_max_response_bytes(proxy, r
     for count, whole in ((3 << 10, True), (5 << 10, False)):
         body = event * count + (b"data: [DONE]\n\n" if whole else b"")
         raw.answer(body, headers={"content-type": "text/event-stream"})
-        with httpx.stream(
-            "POST",
-            f"{proxy.url}/proxy/default/v1/chat/completions",
-            json={**BODY, "stream": True},
-            timeout=30,
-        ) as r:
-            got = b"".join(r.iter_bytes())
+        got = _streamed(proxy)
         if whole:
             assert got == body
         else:

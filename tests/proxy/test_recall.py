@@ -12,9 +12,10 @@ import openai
 import pytest
 
 from ctxmgmt.api import create_app
+from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.offload import LocalOffloader
 
-from ..conftest import LiveServer
+from ..conftest import LiveServer, shipped
 from .conftest import models_for
 from .upstream import Reply
 
@@ -494,3 +495,25 @@ def test_recall_tools_come_when_something_is_archived_and_stay_as_the_conversati
             timeout=60,
         ).raise_for_status()
     assert "context_read" in _names(upstream.seen[-1].body)
+
+
+def test_the_events_held_to_watch_for_recall_are_bounded_by_max_response_bytes(store, upstream, tmp_path):
+    """With recall offered, a streamed answer's events from its first tool call on are held in
+    memory: past the model's max_response_bytes the stream ends with an error event naming
+    it, as a whole answer that large would be refused."""
+    store.seed("long-running-agent", shipped("long-running-agent"))
+    spec = {"base_url": upstream.base_url, "model": "gpt-upstream", "context_window": 16_000}
+    models = ModelsConfig.from_dict({"models": {"gpt-test": {**spec, "max_response_bytes": 4096}}})
+    app = create_app(store, models=models, offloader=LocalOffloader(tmp_path / "archive"))
+    upstream.replies.append(lambda body: Reply(calls=[("bash", {"cmd": "echo " + "x" * 20_000})]))
+    body = {"model": "gpt-test", "messages": _history(), "stream": True}
+    with (
+        LiveServer(app) as server,
+        httpx.stream(
+            "POST", f"{server.url}/proxy/long-running-agent/v1/chat/completions", json=body, timeout=30
+        ) as r,
+    ):
+        got = b"".join(r.iter_bytes())
+    assert "context_read" in json.dumps(upstream.seen[0].body.get("tools"))  # recall was offered
+    last = got.rsplit(b"data: ", 1)[-1]
+    assert b"held to watch for recall calls" in last and b"max_response_bytes" in last
