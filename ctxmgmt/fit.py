@@ -101,7 +101,8 @@ class Fit:
         ratio = runtime.environment.window_ratio(context.model)
         budget = int((window - reserve_tokens(window, self.settings)) / ratio)
         counter = runtime.counter
-        spans = _removable(context.messages)
+        head = runtime.constraints.head
+        spans = _removable(context.messages, head(context.messages)[0])
         summary_room = fit_room(budget)
         runtime.details["removed"] = 0
         # 1. The oldest whole units; not yet the newest unit and the newest tool-call group,
@@ -121,8 +122,8 @@ class Fit:
         if counter.context(out)[0] > budget:
             out = _fit_summary(out, budget, runtime, remove=False)
         # 4. The newest unit too, then the summary shrunk to what is left, or removed.
-        if counter.context(out)[0] > budget and _removable(out.messages):
-            out = self._drop(out, _removable(out.messages), budget, summary_room, runtime)
+        if counter.context(out)[0] > budget and (last := _removable(out.messages, head(out.messages)[0])):
+            out = self._drop(out, last, budget, summary_room, runtime)
         if counter.context(out)[0] > budget:
             out = _fit_summary(out, budget, runtime, remove=True)
         total = counter.context(out)[0]
@@ -223,20 +224,22 @@ def _fit_summary(context: Context, budget: int, runtime: Runtime, *, remove: boo
     return context.splice([(at, at + 1, ())])
 
 
-def _pinned(msgs: Sequence[Mapping[str, Any]]) -> set[int]:
+def _pinned(msgs: Sequence[Mapping[str, Any]], held: frozenset[int]) -> set[int]:
     """What the fit step does not remove as a unit: system and developer messages, the task,
-    and the summary (which it shrinks instead, step 4)."""
+    the head of a turn the provider needs whole (``held``) and the summary (which it shrinks
+    instead, step 4)."""
     pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES or is_summary(m)}
+    pinned |= held
     task = last_task_index(msgs)
     if task is not None:
         pinned.add(task)
     return pinned
 
 
-def _removable(msgs: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+def _removable(msgs: Sequence[Mapping[str, Any]], held: frozenset[int]) -> list[tuple[int, int]]:
     """The units the fit step may remove, oldest first: all but the pinned messages."""
-    pinned = _pinned(msgs)
-    return [u for u in units(msgs) if not (u[1] - u[0] == 1 and u[0] in pinned)]
+    pinned = _pinned(msgs, held)
+    return [u for u in units(msgs) if u[0] not in pinned]
 
 
 def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, Any]:

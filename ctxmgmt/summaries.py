@@ -416,23 +416,27 @@ def with_summary(
     state: Mapping[str, Any],
     *,
     seen: bool = True,
+    before: int | None = None,
 ) -> Context:
     """The context with the ``removed`` messages (all before ``cut``) and every earlier
     summary replaced by ``summary``, placed after the kept messages before ``cut``
-    (the system messages and the pinned task); ``state`` becomes the running summary,
+    (the system messages and the pinned task), or right before the kept message ``before``
+    when that comes first (the head of a turn the summary must not split, see
+    :meth:`~ctxmgmt.formats.Constraints.head`); ``state`` becomes the running summary,
     which also records the newest message it has seen (with ``seen``; else the record stays)."""
     msgs = context.messages
     gone = set(removed)
     gone.update(i for i, m in enumerate(msgs) if is_summary(m))
+    at = cut if before is None or before >= cut or before in gone else before
     changes: list[tuple[int, int, tuple[Mapping[str, Any], ...]]] = []
-    for start, end in runs(i for i in gone if i < cut):
+    for start, end in runs(i for i in gone if i < at):
         changes.append((start, end, ()))
     # The summary goes at the cut, after the kept head.
-    if changes and changes[-1][1] == cut:
-        changes[-1] = (changes[-1][0], cut, (summary,))
+    if changes and changes[-1][1] == at:
+        changes[-1] = (changes[-1][0], at, (summary,))
     else:
-        changes.append((cut, cut, (summary,)))
-    changes.extend((start, end, ()) for start, end in runs(i for i in gone if i >= cut))
+        changes.append((at, at, (summary,)))
+    changes.extend((start, end, ()) for start, end in runs(i for i in gone if i >= at))
     old = context.state.get(STATE_KEY)
     merged = {**(old if isinstance(old, dict) else {}), **state}
     if isinstance(merged.get("archives"), list):  # bounded: the guide shows the newest only
@@ -489,7 +493,8 @@ def fold(
     summary, shown = fitted(sections, summarized, archives, room, role, counter)
     running = sections if keep is not None and keep > room else shown
     state = {"sections": running, "summarized": summarized, "archives": archives}
-    return with_summary(context, removed, cut, summary, state, seen=seen), ref
+    before = runtime.constraints.head(context.messages)[1]
+    return with_summary(context, removed, cut, summary, state, seen=seen, before=before), ref
 
 
 def folded_size(

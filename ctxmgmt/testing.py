@@ -184,6 +184,8 @@ def _assert_turns_whole(before: Sequence[Any], after: Sequence[Any], fmt: str) -
             thinking = [b for b in content or () if isinstance(content, list) and b.get("type") in _THINKING]
             if thinking:
                 assert any(m is k for k in before), f"an assistant turn with thinking was edited: {m}"
+        if _opens_thinking(before):
+            assert _opens_thinking(after), "the final turn no longer starts with its thinking"
     elif fmt == "openai_responses":
         follows = {id(x): before[i + 1] if i + 1 < len(before) else None for i, x in enumerate(before)}
         for i, x in enumerate(after):
@@ -194,6 +196,23 @@ def _assert_turns_whole(before: Sequence[Any], after: Sequence[Any], fmt: str) -
 
 
 _THINKING = ("thinking", "redacted_thinking")
+
+
+def _opens_thinking(messages: Sequence[Any]) -> bool:
+    """Whether an Anthropic list's final turn (after its last user message that holds no tool
+    results) starts with a thinking block, as Anthropic requires with thinking on."""
+    start = 0
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        content = m.get("content")
+        if m.get("role") == "user" and not (
+            isinstance(content, list) and any(b.get("type") == "tool_result" for b in content)
+        ):
+            start = i + 1
+            break
+    first = next((m for m in messages[start:] if m.get("role") == "assistant"), None)
+    content = first.get("content") if first is not None else None
+    return isinstance(content, list) and bool(content) and content[0].get("type") in _THINKING
 
 
 def conversations(max_turns: int = 30, format: str = "openai_chat") -> Any:

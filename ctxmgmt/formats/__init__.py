@@ -47,6 +47,20 @@ class Constraints:
     than start with another role, and a summary that goes first is a user message."""
     rule: Callable[[Sequence[Mapping[str, Any]]], str | None] | None = None
     """What the provider rejects in a list the chat rules allow, or None when it takes it."""
+    turn_head: Callable[[Sequence[Mapping[str, Any]]], tuple[int, int, int] | None] | None = None
+    """The head of the final turn that must stay as it is (Anthropic with thinking:
+    :func:`anthropic.turn_head`): ``(user message, first assistant message, end of its tool
+    results)``. Built-ins keep it, and a summary goes before its assistant message."""
+
+    def head(self, messages: Sequence[Mapping[str, Any]]) -> tuple[frozenset[int], int | None]:
+        """The indices of the final turn's head that must stay (its user message, its first
+        assistant message and that message's results), and where a summary goes so as not to
+        split the turn (before that assistant message); ``(frozenset(), None)`` when none."""
+        found = self.turn_head(messages) if self.turn_head is not None and messages else None
+        if found is None:
+            return frozenset(), None
+        user, first, end = found
+        return frozenset((user, *range(first, end))), first
 
 
 def user_first_rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
@@ -66,7 +80,9 @@ CHAT = Constraints()
 USER_FIRST = Constraints(user_first=True, rule=user_first_rule)
 """For a caller whose provider wants a user message first in chat form (LangChain or
 pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``."""
-_CONSTRAINTS = {anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule)}
+_CONSTRAINTS = {
+    anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule, turn_head=anthropic.turn_head)
+}
 _KNOWN_CHAT = shared(Recent())  # emptied by ctxmgmt.tokens.clear_caches
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""
 _KNOWN = {name: shared(Known()) for name in (anthropic.NAME, openai_responses.NAME)}

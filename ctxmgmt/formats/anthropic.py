@@ -37,6 +37,7 @@ from typing import Any
 
 from ..errors import ContextError, Problem
 from ..history import History, items, scan
+from ..messages import is_summary
 from ._common import (
     BASE64_CHARS_PER_TOKEN,
     ORIGIN,
@@ -61,6 +62,7 @@ __all__ = [
     "rule",
     "system_text",
     "to_internal",
+    "turn_head",
 ]
 
 NAME = "anthropic"
@@ -375,6 +377,68 @@ def rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
             return "a system message after an assistant turn with no user turn after it"
         k = j + 1
     return None
+
+
+def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | None:
+    """The head of the final turn, in an internal list, that must stay as it is for Anthropic
+    to take the list with thinking on: ``(its user message, its first assistant message, the
+    end of that message's tool results)``, when that assistant message opens with a thinking
+    block; else None.
+
+    With thinking on, the final assistant turn must start with a thinking block, and a tool
+    loop is one turn: the model thinks at its start only (unless thinking is interleaved), so
+    a cut inside the loop that took its first message would leave a turn that starts with a
+    ``tool_use``, which Anthropic refuses. The turn starts after the last user message that is
+    not tool results (text beside results continues it). A History remembers where that is,
+    so later calls look at the new messages only."""
+    n = len(messages)
+    memo = messages.memo if isinstance(messages, History) else None
+    known = memo.get(_TURN) if memo is not None else None
+    msgs = items(messages)
+    if known is not None and known[1] <= n:
+        user, seen = known
+        for i in range(n - 1, seen - 1, -1):
+            if _opens_turn(msgs[i]):
+                user = i
+                break
+    else:
+        user = next((i for i in range(n - 1, -1, -1) if _opens_turn(msgs[i])), -1)
+    if memo is not None:
+        memo[_TURN] = (user, n)
+    first = user + 1
+    while first < n and msgs[first].get("role") != "assistant":
+        if msgs[first].get("role") not in ("system", "developer") and not is_summary(msgs[first]):
+            return None  # tool results of no call here: no loop
+        first += 1
+    if user < 0 or first >= n:
+        return None
+    origin = origin_of(msgs[first])
+    blocks = origin.message.get("content") if origin is not None else None
+    if not (isinstance(blocks, list) and blocks and isinstance(blocks[0], dict)):
+        return None
+    if blocks[0].get("type") not in ("thinking", "redacted_thinking"):
+        return None
+    end = first + 1
+    while end < n and msgs[end].get("role") == "tool":
+        end += 1
+    return user, first, end
+
+
+_TURN = object()
+"""The key of a History's newest turn start in its memo: ``(index, messages seen)``."""
+
+
+def _opens_turn(m: Mapping[str, Any]) -> bool:
+    """Whether an internal message is a user message of its own: not text beside results, and
+    not ctxmgmt's summary (which goes between a turn's user message and its loop)."""
+    if m.get("role") != "user" or is_summary(m):
+        return False
+    origin = origin_of(m)
+    content = origin.message.get("content") if origin is not None else None
+    return not (
+        isinstance(content, list)
+        and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
 
 
 def _run_placeable(msgs: Sequence[Mapping[str, Any]], start: int, end: int) -> bool:

@@ -59,7 +59,7 @@ class SlidingWindowManager(ContextManager):
         target = target_tokens(self.config, context, runtime)
         if target is not None:
             max_tokens = target if max_tokens is None else min(max_tokens, target)
-        pinned = self._pinned(context.messages, msgs)
+        pinned = self._pinned(context.messages, msgs) | runtime.constraints.head(context.messages)[0]
         count = runtime.counter.message
 
         places = max_messages - sum(1 for i in pinned if msgs[i].get("role") not in SYSTEM_ROLES)
@@ -191,7 +191,7 @@ def _boundary(
     boundary = len(msgs)
     used = 0
     for start, end in units_from_end(msgs):
-        if start in pinned and end - start == 1:
+        if start in pinned and (end - start == 1 or all(i in pinned for i in range(start, end))):
             continue
         size = end - start
         if used + size > places:

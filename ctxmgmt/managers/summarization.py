@@ -172,6 +172,7 @@ class SummarizationManager(ContextManager):
             runtime.details["note"] = reason
             return None
         pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES}
+        pinned |= runtime.constraints.head(msgs)[0]  # a turn the provider needs whole at its head
         if self.config["pin"] == "task":
             task = last_task_index(msgs)
             if task is not None:
@@ -344,7 +345,8 @@ class SummarizationManager(ContextManager):
             archives = [*earlier, entry] if entry is not None else list(earlier)
             summary, kept = fitted(sections, summarized, archives, limit, role, runtime.counter)
             state = {"sections": kept, "summarized": summarized, "archives": archives}
-            return with_summary(context, plan.removed, plan.cut, summary, state)
+            before = runtime.constraints.head(msgs)[1]
+            return with_summary(context, plan.removed, plan.cut, summary, state, before=before)
 
         new = build(pending)
         after = runtime.counter.context(new)[0]

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from ctxmgmt import Context, ContextError, load_definition
+from ctxmgmt.definitions import shipped_definitions
 from ctxmgmt.formats import anthropic
 from ctxmgmt.testing import assert_valid_messages
 
@@ -380,3 +381,77 @@ def test_a_system_turn_whose_surroundings_were_removed_goes_before_the_next_assi
     ]
     assert systems[0]["output_config"] == {"effort": "medium"}
     assert out.messages[2]["role"] == "assistant"
+
+
+def loop(rounds: int, size: int = 2000, *, text_beside: bool = False) -> list[dict]:
+    """One task, then a tool loop that thinks at its start only (thinking not interleaved):
+    the first assistant message opens with thinking, the later ones call tools straight away;
+    ``text_beside`` puts a reminder beside each result (text beside results continues a turn)."""
+    msgs = conversation(rounds=1, size=size)  # the task, then a round that thinks first
+    for n in range(1, rounds):
+        assistant, user = turn(n, size, thinking=False)
+        if text_beside:
+            user["content"].append({"type": "text", "text": f"<reminder>round {n}</reminder>"})
+        msgs += [assistant, user]
+    return msgs
+
+
+THINKING_TURN = [
+    {"type": "SlidingWindowManager", "config": {"max_messages": 8}},
+    {"type": "SlidingWindowManager", "config": {"max_messages": 8, "summarize_removed": True}},
+    {"type": "SummarizationManager", "config": {"summary_ratio": 0.6, "preserve_recent_messages": 4}},
+    {"type": "SummarizationManager", "config": {"reserve_tokens": 3000}},
+]
+
+
+@pytest.mark.parametrize("text_beside", [False, True], ids=["results", "results-and-text"])
+@pytest.mark.parametrize("entry", THINKING_TURN, ids=lambda e: json.dumps(e["config"]))
+def test_a_cut_inside_a_thinking_tool_loop_keeps_the_loop_opening_with_its_thinking(entry, text_beside):
+    """With thinking on, Anthropic refuses a final turn that does not start with a thinking
+    block, and a tool loop is one turn that thinks at its start only: every built-in that
+    removes messages keeps the loop's first assistant message (the very object, with its
+    results and its task) and puts a summary before it, never inside the turn."""
+    msgs = loop(30, text_beside=text_beside)
+    ctx = Context(system_prompt=SYSTEM, messages=msgs, context_window=16_000)
+    out = definition(entry).apply("pre_llm", ctx).context
+    assert len(out.messages) < len(msgs)
+    assert_valid_messages(out.messages, format="anthropic", system=out.system_prompt)
+    at = next(i for i, m in enumerate(out.messages) if m["role"] == "assistant")
+    assert out.messages[at] is msgs[1] and msgs[1]["content"][0] == THINKING
+    assert out.messages[at + 1]["content"][0]["tool_use_id"] == "toolu_0"  # its result stays with it
+    assert not any(m["role"] == "user" and isinstance(m["content"], str) for m in out.messages[at:])
+
+
+@pytest.mark.parametrize("name", sorted(shipped_definitions()))
+def test_a_thinking_tool_loop_fits_its_window_and_still_opens_with_thinking(name):
+    """The shipped definitions, the fit step included, at a window the loop is many times over:
+    the request fits, and its final turn still starts with the loop's thinking."""
+    msgs = loop(80, size=3000, text_beside=True)
+    ctx = Context(system_prompt=SYSTEM, messages=msgs, context_window=16_000)
+    result = load_definition(name).apply("pre_llm", ctx)
+    out = result.context
+    assert_valid_messages(out.messages, format="anthropic", system=out.system_prompt)
+    assert result.trace[-1]["tokens_after"] <= 16_000
+    opener = next(m for m in out.messages if m["role"] == "assistant")
+    assert opener is msgs[1]
+    assert out.messages[0]["content"] == "Fix the failing login test."
+
+
+def test_the_turn_head_is_found_after_the_last_user_message_of_its_own():
+    """The head of a tool loop: its user message, its first assistant message and that message's
+    results, only when that message opens with thinking; a later user message starts a new turn."""
+    from ctxmgmt.formats import internal
+
+    msgs = loop(4, text_beside=True)
+
+    def inner_of(messages: list[dict]) -> list:
+        return internal(Context(messages=messages)).context.messages
+
+    inner = inner_of(msgs)
+    user, first, end = anthropic.turn_head(inner)
+    assert inner[user]["content"] == "Fix the failing login test."
+    assert inner[first]["tool_calls"][0]["id"] == "toolu_0" and inner[end - 1]["role"] == "tool"
+    assert anthropic.turn_head(inner_of([*msgs, {"role": "user", "content": "next"}])) is None
+    later = [*msgs, {"role": "user", "content": "now the docs"}, *turn(9, thinking=False)]
+    assert anthropic.turn_head(inner_of(later)) is None
+    assert anthropic.turn_head(inner_of([*later[:-2], *turn(9)]))[1] == len(inner) + 1
