@@ -86,6 +86,34 @@ def test_the_definition_manages_an_80_step_tool_loop_at_16k(proxy, upstream, def
         assert sorted(shares)[len(shares) // 2] >= 0.5
 
 
+@pytest.mark.parametrize("definition", ["default", "cache-aware"])
+def test_an_anthropic_tool_loop_with_thinking_keeps_opening_with_its_thinking(proxy, upstream, definition):
+    """A 60-step Anthropic tool loop with thinking on, the model thinking at the loop's start only
+    (not interleaved), far over a 16k window: every upstream request is one Anthropic takes (the
+    test upstream refuses, as Anthropic does, a final turn that does not open with thinking)."""
+    client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/{definition}", api_key="k")
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    messages: list[dict] = [{"role": "user", "content": TASK}]
+    for step in range(60):
+        upstream.replies.append(
+            Reply(thinking=step == 0, calls=[("bash", {"cmd": f"cat /var/data/in/{step}.log"})])
+        )
+        answer = client.messages.create(
+            model="claude-test", max_tokens=2048, system=SYSTEM, messages=messages, thinking=thinking
+        )
+        messages.append(
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content]}
+        )
+        call = answer.content[-1]
+        result = {"type": "tool_result", "tool_use_id": call.id, "content": _tool_output(step)}
+        messages.append({"role": "user", "content": [result]})
+        sent = upstream.seen[-1].body
+        assert anthropic_format.check(sent["messages"]) == []
+        assert sent["messages"][0]["content"] == TASK and sent["system"] == SYSTEM
+        assert input_tokens(sent) <= 16_000
+    assert len(upstream.seen) == 60 and len(upstream.seen[-1].body["messages"]) < len(messages) - 1
+
+
 def test_streamed_chat_passes_through_in_order(proxy, upstream):
     """A streamed answer reaches the client event by event, byte for byte."""
     upstream.replies.append(Reply("one two three four"))

@@ -517,3 +517,58 @@ def test_the_events_held_to_watch_for_recall_are_bounded_by_max_response_bytes(s
     assert "context_read" in json.dumps(upstream.seen[0].body.get("tools"))  # recall was offered
     last = got.rsplit(b"data: ", 1)[-1]
     assert b"held to watch for recall calls" in last and b"max_response_bytes" in last
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_an_anthropic_answer_after_recall_opens_with_the_thinking_its_turn_began_with(
+    archiving, upstream, stream
+):
+    """With thinking on (not interleaved), the model thinks in the first round only: the answer the
+    client gets after a recall round opens with that round's thinking block, so that the turn the
+    client sends back opens with it, as Anthropic requires (a 400 otherwise, which the test
+    upstream gives as Anthropic does)."""
+    chat = _history()
+    thought = {"type": "thinking", "thinking": "I should build first.", "signature": "sig_0"}
+    history = [
+        {"role": "user", "content": chat[1]["content"]},
+        {
+            "role": "assistant",
+            "content": [thought, {"type": "tool_use", "id": "c1", "name": "bash", "input": {"cmd": "make"}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "c1", "content": chat[3]["content"]}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "Built."}]},
+        {"role": "user", "content": "Now check the checksum against the release."},
+    ]
+
+    def read_it(body: dict) -> Reply:
+        ref = re.search(r"\bt-[0-9a-f]{32}", json.dumps(body["messages"])).group(0)
+        return Reply(
+            thinking=True,
+            calls=[("context_read", {"ref": ref, "offset": 1730, "limit": 10, "unit": "lines"})],
+        )
+
+    upstream.replies.extend([read_it, Reply(calls=[("bash", {"cmd": "cat RELEASE"})])])
+    client = anthropic.Anthropic(base_url=f"{archiving.url}/proxy/long-running-agent", api_key="k")
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    if stream:
+        with client.messages.stream(
+            model="claude-test", max_tokens=2048, messages=history, thinking=thinking
+        ) as events:
+            got = events.get_final_message()
+    else:
+        got = client.messages.create(
+            model="claude-test", max_tokens=2048, messages=history, thinking=thinking
+        )
+    assert [b.type for b in got.content] == ["thinking", "tool_use"]
+    assert got.content[0].signature == "sig_1" and got.content[1].name == "bash"
+    upstream.replies.append(Reply("it matches"))
+    call = got.content[1]
+    history += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in got.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "0xC0FFEE"}]},
+    ]
+    again = client.messages.create(model="claude-test", max_tokens=2048, messages=history, thinking=thinking)
+    assert again.content[0].text == "it matches"

@@ -28,6 +28,9 @@ class Reply:
     reasoning: bool = False
     """Responses: a reasoning item first, as a reasoning model's answer holds (encrypted, as
     with ``store: false``)."""
+    thinking: bool = False
+    """Anthropic: a thinking block first, as an answer with thinking on opens (the model thinks
+    at a turn's start; later rounds of its tool loop do not, unless thinking is interleaved)."""
 
 
 @dataclass
@@ -96,6 +99,11 @@ class Upstream:
                     self._send(
                         200, "application/json", json.dumps({"input_tokens": input_tokens(body)}).encode()
                     )
+                    return
+                refused = _thinking_refused(body) if self.path.endswith("/messages") else None
+                if refused is not None:  # Anthropic's rule for a request with thinking on
+                    error = {"type": "error", "error": {"type": "invalid_request_error", "message": refused}}
+                    self._send(400, "application/json", json.dumps(error).encode())
                     return
                 reply = upstream.replies.popleft() if upstream.replies else Reply()
                 if callable(reply):  # a reply made from the request
@@ -273,6 +281,33 @@ def _chat_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> Ite
     yield b"data: [DONE]\n\n"
 
 
+def _thinking_refused(body: dict[str, Any]) -> str | None:
+    """Anthropic's refusal of a request with thinking on whose final turn (after the last user
+    message that is not tool results only) does not open with a thinking block, else None."""
+    if (body.get("thinking") or {}).get("type") != "enabled":
+        return None
+    messages = body.get("messages") or []
+    start = 0
+    for i in range(len(messages) - 1, -1, -1):
+        content = messages[i].get("content")
+        results = isinstance(content, list) and any(b.get("type") == "tool_result" for b in content)
+        if messages[i].get("role") == "user" and not results:
+            start = i + 1
+            break
+    for i in range(start, len(messages)):
+        if messages[i].get("role") == "assistant":
+            content = messages[i].get("content")
+            first = content[0].get("type") if isinstance(content, list) and content else "text"
+            if first not in ("thinking", "redacted_thinking"):
+                return (
+                    f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+                    f"`{first}`. When `thinking` is enabled, a final `assistant` message must start with "
+                    "a thinking block"
+                )
+            return None
+    return None
+
+
 def _messages(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[str, Any]:
     content: list[dict[str, Any]] = (
         [
@@ -284,6 +319,8 @@ def _messages(reply: Reply, n: int, tokens: int, body: dict[str, Any]) -> dict[s
     )
     if reply.calls and reply.preface:
         content.insert(0, {"type": "text", "text": reply.preface})
+    if reply.thinking:
+        content.insert(0, {"type": "thinking", "thinking": f"thought {n}", "signature": f"sig_{n}"})
     return {
         "id": f"msg_{n}",
         "type": "message",
@@ -306,7 +343,15 @@ def _messages_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) ->
     }
     yield _sse({"type": "message_start", "message": start}, "message_start")
     for i, block in enumerate(whole["content"]):
-        if block["type"] == "text":
+        if block["type"] == "thinking":
+            opened = {"type": "thinking", "thinking": "", "signature": ""}
+            yield _sse(
+                {"type": "content_block_start", "index": i, "content_block": opened}, "content_block_start"
+            )
+            for key, kind in (("thinking", "thinking_delta"), ("signature", "signature_delta")):
+                delta = {"type": kind, key: block[key]}
+                yield _sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta")
+        elif block["type"] == "text":
             yield _sse(
                 {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
                 "content_block_start",

@@ -49,7 +49,7 @@ from .checks import (
     model_of,
     stored_version,
 )
-from .recall import MAX_CALLS, MAX_ROUNDS, RECALL_CHARS, calls_of, continued, schemas, without_recall
+from .recall import MAX_CALLS, MAX_ROUNDS, RECALL_CHARS, calls_of, continued, opened, schemas, without_recall
 from .state import Live, pack, unpack
 from .streams import Accumulator, continuation
 from .usage import usage_of
@@ -415,10 +415,12 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
-        status, last, headers, _ = await _recall_rounds(exchange, body, answer)
+        status, last, headers, final = await _recall_rounds(exchange, body, answer)
         if status is not None:  # the answer called recall: the last round's answer goes back
             if not 200 <= status < 300:
                 failure = f"upstream status {status} in a recall round"
+            elif (whole := opened(api.name, answer, final)) is not None:
+                last = json.dumps(whole, ensure_ascii=False).encode()
             await _finish(exchange, usage, failure)
             return Response(last, status, headers=headers)
     await _finish(exchange, usage, failure)

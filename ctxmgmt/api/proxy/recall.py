@@ -159,3 +159,27 @@ def continued(
             }
         )
     return {**body, field: history}
+
+
+_THINKING = frozenset({"thinking", "redacted_thinking"})
+
+
+def opened(api: str, first: Any, final: Any) -> dict[str, Any] | None:
+    """The final answer of recall rounds opening with the thinking that opened the first
+    round's answer, when it opens with none (Anthropic, thinking not interleaved: the model
+    thinks in the first round only); None when it needs nothing. The client sends the turn
+    back, and Anthropic refuses a final turn that does not open with its thinking block; a
+    streamed answer passes that block on as it comes."""
+    if api != "messages" or not isinstance(first, Mapping) or not isinstance(final, Mapping):
+        return None
+    content = final.get("content")
+    if not isinstance(content, list) or not content:
+        return None  # nothing to open: a thinking block may not be an answer's last
+    if isinstance(content[0], Mapping) and content[0].get("type") in _THINKING:
+        return None
+    lead = []
+    for block in _list(first.get("content")):
+        if not (isinstance(block, Mapping) and block.get("type") in _THINKING):
+            break
+        lead.append(block)
+    return {**final, "content": [*lead, *content]} if lead else None
