@@ -219,6 +219,7 @@ def test_client_chosen_model_names_do_not_grow_the_process(caplog):
 def test_the_memo_counts_what_a_message_keeps_alive():
     """A message's size in the memo counts its parts' data and a converted message's origin,
     so that the memo's byte bound holds for images and provider messages too."""
+    from ctxmgmt._memo import ENTRY_BYTES
     from ctxmgmt.formats import internal
     from ctxmgmt.tokens import _size
 
@@ -257,7 +258,8 @@ def test_the_memo_counts_what_a_message_keeps_alive():
     listed = list(again.context.messages)
     counter.messages(listed)
     assert counter._memo._sizes[id(listed[1])] > 400_000
-    assert counter._memo._sizes[id(listed[0])] < 1_000  # a plain message is sized by its text
+    # a plain message is sized by its text (and the memo's own cost of an entry)
+    assert counter._memo._sizes[id(listed[0])] < 1_000 + ENTRY_BYTES
 
 
 def test_a_long_text_is_encoded_once_however_it_is_counted(counter, monkeypatch):
@@ -280,16 +282,17 @@ def test_a_long_text_is_encoded_once_however_it_is_counted(counter, monkeypatch)
 def test_a_memo_keeps_its_byte_bound_whichever_way_entries_arrive():
     """Entries put one by one or many at once share one byte bound: the oldest go first, and
     an entry larger than the whole memo is not kept."""
+    from ctxmgmt._memo import ENTRY_BYTES as E
     from ctxmgmt._memo import Memo
 
     objs = [object() for _ in range(4)]
-    memo: Memo[int] = Memo(1000)
+    memo: Memo[int] = Memo(1000 + 2 * E)  # each entry also costs the memo E bytes
     memo.put("a", objs[0], 1, 600)
     memo.put_many([("b", objs[1], 2, 300), ("c", objs[2], 3, 300)])
-    assert memo.bytes == 600 and memo.get("a", objs[0]) is None and memo.get("c", objs[2]) == 3
+    assert memo.bytes == 600 + 2 * E and memo.get("a", objs[0]) is None and memo.get("c", objs[2]) == 3
     memo.put("d", objs[3], 4, 2000)
     memo.put_many([("d", objs[3], 4, 2000)])
-    assert memo.get("d", objs[3]) is None and memo.bytes == 600
+    assert memo.get("d", objs[3]) is None and memo.bytes == 600 + 2 * E
 
 
 def test_a_rough_size_counts_what_a_value_keeps_alive_or_its_text():
@@ -316,10 +319,11 @@ def test_a_rough_size_counts_what_a_value_keeps_alive_or_its_text():
 def test_a_value_too_large_to_keep_drops_the_keys_older_one():
     """A memo that cannot keep a key's new value (larger than the whole memo) forgets its old
     one too: a lookup never answers a value the key no longer has."""
-    from ctxmgmt._memo import BY_CONTENT, Memo
+    from ctxmgmt._memo import BY_CONTENT, ENTRY_BYTES, Memo
 
-    memo: Memo[str] = Memo(100)
+    memo: Memo[str] = Memo(100 + ENTRY_BYTES)
     memo.put("k", BY_CONTENT, "old", 10)
+    assert memo.get("k", BY_CONTENT) == "old"
     memo.put("k", BY_CONTENT, "new", 1_000)
     assert memo.get("k", BY_CONTENT) is None and memo.bytes == 0
 
@@ -437,7 +441,7 @@ def test_a_memo_put_interrupted_midway_leaves_no_half_entry():
     exact byte count."""
     from collections import OrderedDict
 
-    from ctxmgmt._memo import Memo
+    from ctxmgmt._memo import ENTRY_BYTES, Memo
 
     class Interrupted(OrderedDict):
         armed = True
@@ -448,7 +452,7 @@ def test_a_memo_put_interrupted_midway_leaves_no_half_entry():
                 raise KeyboardInterrupt
             super().__setitem__(key, value)
 
-    memo: Memo[int] = Memo(100)
+    memo: Memo[int] = Memo(100 + 3 * ENTRY_BYTES)
     memo._values = Interrupted()
     obj = object()
     with pytest.raises(KeyboardInterrupt):
@@ -456,6 +460,25 @@ def test_a_memo_put_interrupted_midway_leaves_no_half_entry():
     assert not memo._objects and not memo._values and not memo._sizes and memo.bytes == 0
     for i in range(10):
         memo.put(f"k{i}", obj, i, 30)
-    assert memo.bytes == sum(memo._sizes.values()) == 90 and len(memo) == 3
+    assert memo.bytes == sum(memo._sizes.values()) == 90 + 3 * ENTRY_BYTES and len(memo) == 3
     assert set(memo._objects) == set(memo._values) == set(memo._sizes)
     assert memo.get("k9", obj) == 9 and memo.get("k0", obj) is None
+
+
+def test_a_memo_of_many_small_entries_holds_no_more_than_its_bound():
+    """What a memo allocates for its own entries counts against its bound: 200,000 entries of
+    tiny objects said to be 16 bytes each keep the memo's allocations (and their values) within
+    max_bytes, a batch larger than the bound included."""
+    import tracemalloc
+
+    from ctxmgmt._memo import Memo
+
+    objs = [object() for _ in range(200_000)]
+    memo: Memo[int] = Memo(8_000_000)
+    tracemalloc.start()
+    try:
+        memo.put_many((id(o), o, 10_000 + i, 16) for i, o in enumerate(objs))
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert memo.bytes <= 8_000_000 and held <= 8_000_000

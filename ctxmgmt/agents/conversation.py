@@ -27,7 +27,7 @@ from ..context import ApplyResult, Context
 from ..definitions import Definition, Resolver, load_definition
 from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
-from ..history import EDGE, EXACT_UP_TO, SAMPLES, same_start
+from ..history import EDGE, EXACT_UP_TO, SAMPLES, History, same_start
 from ..managers.base import Environment
 from ..messages import call_ids, check_messages, is_summary, mentions_archive, text_of
 from ..tokens import TokenCounter, get_counter
@@ -469,7 +469,11 @@ class Conversation:
         ``calibration``: the ratios saved with that view (:meth:`Calibration.to_dict`)."""
         self.calibration = Calibration(calibration)
         self.environment = replace(self.environment, calibration=self.calibration)
-        context = Context(messages=list(messages), state=dict(state or {}), format=self.format, **request)
+        # A history of its own (History.own): the conversation keeps its view and extends it, so
+        # the process-wide lists kept to find a list handed again never hold it after it goes.
+        context = Context(
+            messages=History.own(list(messages)), state=dict(state or {}), format=self.format, **request
+        )
         self._live = _Live(
             context, _Covered([], None, []), whole=False, upto=0, chain=_CHAIN_START, begun=True
         )
@@ -697,7 +701,7 @@ class Conversation:
             while start > 0 and seen < len(new):
                 start -= 1
                 seen += sizes[start]
-            context = Context(messages=view, state=state, format=self.format, **request)
+            context = Context(messages=History.own(list(view)), state=state, format=self.format, **request)
             whole = upto == len(view) and view == chat[:upto]
             upto = len(chat)
         trace: list[TraceEntry] = []
