@@ -39,7 +39,6 @@ from .messages import (
     RECALL_TOOLS,
     SYSTEM_ROLES,
     is_summary,
-    last_task_index,
     text_of,
     tool_names,
     units,
@@ -101,8 +100,8 @@ class Fit:
         ratio = runtime.environment.window_ratio(context.model)
         budget = int((window - reserve_tokens(window, self.settings)) / ratio)
         counter = runtime.counter
-        head = runtime.constraints.head
-        spans = _removable(context.messages, head(context.messages)[0])
+        held = runtime.constraints.held
+        spans = _removable(context.messages, held(context.messages))
         summary_room = fit_room(budget)
         runtime.details["removed"] = 0
         # 1. The oldest whole units; not yet the newest unit and the newest tool-call group,
@@ -122,7 +121,7 @@ class Fit:
         if counter.context(out)[0] > budget:
             out = _fit_summary(out, budget, runtime, remove=False)
         # 4. The newest unit too, then the summary shrunk to what is left, or removed.
-        if counter.context(out)[0] > budget and (last := _removable(out.messages, head(out.messages)[0])):
+        if counter.context(out)[0] > budget and (last := _removable(out.messages, held(out.messages))):
             out = self._drop(out, last, budget, summary_room, runtime)
         if counter.context(out)[0] > budget:
             out = _fit_summary(out, budget, runtime, remove=True)
@@ -225,14 +224,11 @@ def _fit_summary(context: Context, budget: int, runtime: Runtime, *, remove: boo
 
 
 def _pinned(msgs: Sequence[Mapping[str, Any]], held: frozenset[int]) -> set[int]:
-    """What the fit step does not remove as a unit: system and developer messages, the task,
-    the head of a turn the provider needs whole (``held``) and the summary (which it shrinks
-    instead, step 4)."""
+    """What the fit step does not remove as a unit: system and developer messages, the task
+    and the head of a turn the provider needs whole (``held``: see Constraints.held), and the
+    summary (which it shrinks instead, step 4)."""
     pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES or is_summary(m)}
     pinned |= held
-    task = last_task_index(msgs)
-    if task is not None:
-        pinned.add(task)
     return pinned
 
 

@@ -17,7 +17,7 @@ from .._memo import shared
 from ..context import ApplyResult, Context, checks_formats
 from ..errors import ContextError, Problem
 from ..history import IS_CHAT, History, Recent, items
-from ..messages import foreign_kind
+from ..messages import foreign_kind, last_task_index
 from ..types import FORMAT_NAMES
 from . import anthropic, openai_chat, openai_responses
 from ._common import Grown, Known
@@ -52,6 +52,21 @@ class Constraints:
     :func:`anthropic.turn_head`): ``(user message, first assistant message, end of its tool
     results)``. Built-ins keep it, and a summary goes before its assistant message."""
 
+    task: Callable[[Sequence[Mapping[str, Any]]], int | None] | None = None
+    """Where the current task is, when the format says more than the chat rule (the last user
+    message that is not a summary): Anthropic's text beside tool results is no task."""
+
+    def task_index(self, messages: Sequence[Mapping[str, Any]]) -> int | None:
+        """Index of the current task, which managers with ``pin: task`` and the fit step keep."""
+        return self.task(messages) if self.task is not None else last_task_index(messages)
+
+    def held(self, messages: Sequence[Mapping[str, Any]]) -> frozenset[int]:
+        """What the fit step keeps besides the system messages and the summary: the task and
+        the final turn's head (:meth:`head`)."""
+        task = self.task_index(messages)
+        head = self.head(messages)[0]
+        return head if task is None else head | {task}
+
     def head(self, messages: Sequence[Mapping[str, Any]]) -> tuple[frozenset[int], int | None]:
         """The indices of the final turn's head that must stay (its user message, its first
         assistant message and that message's results), and where a summary goes so as not to
@@ -81,7 +96,9 @@ USER_FIRST = Constraints(user_first=True, rule=user_first_rule)
 """For a caller whose provider wants a user message first in chat form (LangChain or
 pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``."""
 _CONSTRAINTS = {
-    anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule, turn_head=anthropic.turn_head)
+    anthropic.NAME: Constraints(
+        user_first=True, rule=anthropic.rule, turn_head=anthropic.turn_head, task=anthropic.task_index
+    )
 }
 _KNOWN_CHAT = shared(Recent())  # emptied by ctxmgmt.tokens.clear_caches
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""

@@ -61,6 +61,7 @@ __all__ = [
     "response_message",
     "rule",
     "system_text",
+    "task_index",
     "to_internal",
     "turn_head",
 ]
@@ -392,19 +393,9 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
     not tool results (text beside results continues it). A History remembers where that is,
     so later calls look at the new messages only."""
     n = len(messages)
-    memo = messages.memo if isinstance(messages, History) else None
-    known = memo.get(_TURN) if memo is not None else None
     msgs = items(messages)
-    if known is not None and known[1] <= n:
-        user, seen = known
-        for i in range(n - 1, seen - 1, -1):
-            if _opens_turn(msgs[i]):
-                user = i
-                break
-    else:
-        user = next((i for i in range(n - 1, -1, -1) if _opens_turn(msgs[i])), -1)
-    if memo is not None:
-        memo[_TURN] = (user, n)
+    found = task_index(messages)
+    user = -1 if found is None else found
     first = user + 1
     while first < n and msgs[first].get("role") != "assistant":
         if msgs[first].get("role") not in ("system", "developer") and not is_summary(msgs[first]):
@@ -424,8 +415,30 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
     return user, first, end
 
 
+def task_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the current task in an internal list: the last user message of its own (not
+    text beside tool results, which continues the turn: an agent's reminders, a note on a
+    file that changed; not a summary). A History remembers where it is, so later calls look
+    at the new messages only."""
+    n = len(messages)
+    memo = messages.memo if isinstance(messages, History) else None
+    known = memo.get(_TURN) if memo is not None else None
+    msgs = items(messages)
+    if known is not None and known[1] <= n:
+        user, seen = known
+        for i in range(n - 1, seen - 1, -1):
+            if _opens_turn(msgs[i]):
+                user = i
+                break
+    else:
+        user = next((i for i in range(n - 1, -1, -1) if _opens_turn(msgs[i])), -1)
+    if memo is not None:
+        memo[_TURN] = (user, n)
+    return None if user < 0 else user
+
+
 _TURN = object()
-"""The key of a History's newest turn start in its memo: ``(index, messages seen)``."""
+"""The key of a History's current task in its memo: ``(index or -1, messages seen)``."""
 
 
 def _opens_turn(m: Mapping[str, Any]) -> bool:

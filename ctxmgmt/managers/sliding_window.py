@@ -13,7 +13,6 @@ from ..messages import (
     call_ids,
     gaps,
     is_summary,
-    last_task_index,
     pinned_positions,
     units,
     units_from_end,
@@ -59,7 +58,7 @@ class SlidingWindowManager(ContextManager):
         target = target_tokens(self.config, context, runtime)
         if target is not None:
             max_tokens = target if max_tokens is None else min(max_tokens, target)
-        pinned = self._pinned(context.messages, msgs) | runtime.constraints.head(context.messages)[0]
+        pinned = self._pinned(context.messages, msgs, runtime) | runtime.constraints.head(context.messages)[0]
         count = runtime.counter.message
 
         places = max_messages - sum(1 for i in pinned if msgs[i].get("role") not in SYSTEM_ROLES)
@@ -160,14 +159,16 @@ class SlidingWindowManager(ContextManager):
         runtime.details["kept"] = len(out.messages) - 1
         return out
 
-    def _pinned(self, history: Sequence[Mapping[str, Any]], msgs: Sequence[Mapping[str, Any]]) -> set[int]:
+    def _pinned(
+        self, history: Sequence[Mapping[str, Any]], msgs: Sequence[Mapping[str, Any]], runtime: Runtime
+    ) -> set[int]:
         pinned = {
             i
             for i in pinned_positions(history)
             if self.config["keep_summary"] or self.config["summarize_removed"] or not is_summary(msgs[i])
         }
         if self.config["pin"] == "task":
-            task = last_task_index(msgs)
+            task = runtime.constraints.task_index(history)
             if task is not None:
                 pinned.add(task)
         return pinned

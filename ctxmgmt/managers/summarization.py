@@ -16,7 +16,7 @@ from ..context import Context
 from ..errors import LLMError
 from ..llm import ChatClient, ChatResponse, HTTPPool, parse_json_object
 from ..manager import ContextManager, Runtime
-from ..messages import SYSTEM_ROLES, is_summary, last_task_index, text_of, units, units_from_end
+from ..messages import SYSTEM_ROLES, is_summary, text_of, units, units_from_end
 from ..summaries import (
     DEFAULT_PROMPT,
     SECTIONS,
@@ -174,7 +174,7 @@ class SummarizationManager(ContextManager):
         pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES}
         pinned |= runtime.constraints.head(msgs)[0]  # a turn the provider needs whole at its head
         if self.config["pin"] == "task":
-            task = last_task_index(msgs)
+            task = runtime.constraints.task_index(msgs)
             if task is not None:
                 pinned.add(task)
         summaries = {i for i, m in enumerate(msgs) if is_summary(m)}

@@ -455,3 +455,35 @@ def test_the_turn_head_is_found_after_the_last_user_message_of_its_own():
     later = [*msgs, {"role": "user", "content": "now the docs"}, *turn(9, thinking=False)]
     assert anthropic.turn_head(inner_of(later)) is None
     assert anthropic.turn_head(inner_of([*later[:-2], *turn(9)]))[1] == len(inner) + 1
+
+
+@pytest.mark.parametrize("name", sorted(shipped_definitions()))
+def test_text_beside_tool_results_is_no_task_the_users_request_stays(name):
+    """An agent's reminders beside its tool results (Claude Code's ``<system-reminder>``) continue
+    the turn; the task every definition keeps is the user's own request before the loop."""
+    msgs = [{"role": "user", "content": "Fix the failing login test."}]
+    for n in range(80):
+        assistant, user = turn(n, 3000, thinking=False)
+        user["content"].append({"type": "text", "text": f"<system-reminder>round {n}</system-reminder>"})
+        msgs += [assistant, user]
+    ctx = Context(system_prompt=SYSTEM, messages=msgs, context_window=16_000)
+    result = load_definition(name).apply("pre_llm", ctx)
+    out = result.context
+    assert_valid_messages(out.messages, format="anthropic", system=out.system_prompt)
+    assert result.trace[-1]["tokens_after"] <= 16_000 and len(out.messages) < len(msgs)
+    assert out.messages[0] is msgs[0]
+
+
+def test_the_task_of_an_anthropic_list_is_its_last_user_message_of_its_own():
+    """The task is the last user message that is neither text beside tool results nor a
+    summary; a History finds it again from its new messages only."""
+    from ctxmgmt.formats import internal
+    from ctxmgmt.history import History
+
+    msgs = loop(3, text_beside=True)
+    inner = internal(Context(messages=msgs)).context.messages
+    assert isinstance(inner, History) and anthropic.task_index(inner) == 0
+    grown = [*msgs, {"role": "user", "content": "And the docs."}, *turn(7, thinking=False)]
+    again = internal(Context(messages=grown)).context.messages
+    assert again[anthropic.task_index(again)]["content"] == "And the docs."
+    assert anthropic.task_index(inner.append(*again[len(inner) :])) == len(inner)
