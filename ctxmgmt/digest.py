@@ -1151,6 +1151,12 @@ def _unwrapped(text: str) -> str:
     return rest
 
 
+def _blocks_only(text: str) -> bool:
+    """Whether a text is tagged blocks and nothing else (no words of its own around them)."""
+    rest = text.strip()
+    return bool(_OPEN_TAG.match(rest)) and _closing(rest) is not None and _unwrapped(text) is text
+
+
 _LEAF = re.compile(r"<([A-Za-z][\w.:-]{0,63})(?:\s[^<>]{0,300})?>[^<]{0,4000}</\1>")
 _DATA_CHARS = 20_000
 """A longer message is never taken for machine-written data."""
@@ -1214,10 +1220,13 @@ class _Reader:
         self.seen += 1
         self.order[item] = self.seen
 
-    def user(self, text: str) -> None:
+    def user(self, text: str, *, beside: bool = False) -> None:
+        """A user message; ``beside``: it came with tool results (text in the same turn)."""
         limit = 1000 if not self.asks else _ITEM_CHARS
-        # A message of data about where the client runs is no ask: its paths and ids only.
-        ask = None if _data_only(text) else _clip(_unwrapped(text), limit)
+        # A message of data about where the client runs is no ask: its paths and ids only; nor
+        # is one of tagged blocks only beside tool results (what an agent adds to a result:
+        # Claude Code's <system-reminder>), while the user's own words there still ask.
+        ask = None if _data_only(text) or (beside and _blocks_only(text)) else _clip(_unwrapped(text), limit)
         if ask is None and self.data_ask is None:  # the goal when no message asks otherwise
             self.data_ask = _clip(text.strip(), 1000)
         facts = _text_facts(text, user=True)
@@ -1414,8 +1423,8 @@ def digest(messages: Sequence[Mapping[str, Any]]) -> Sections:
         if is_summary(m):
             continue
         role = m.get("role")
-        if role == "user":
-            reader.user(text_of(m.get("content")))
+        if role == "user":  # right after tool results: beside them (Anthropic's user turn)
+            reader.user(text_of(m.get("content")), beside=i > 0 and messages[i - 1].get("role") == "tool")
         elif role == "assistant":
             skim = i < read_from
             if not skim:

@@ -338,6 +338,26 @@ def test_the_goal_keeps_the_task_and_the_newest_requests():
     assert kept[0] == "the original task" and kept[1] == "request 1999"
 
 
+def test_blocks_an_agent_adds_beside_tool_results_are_no_ask_the_users_words_there_are():
+    """Tagged blocks alone beside tool results (Claude Code's <system-reminder>, which its user
+    turn holds with the results) are no request: the goal is the task and what the user wrote;
+    the paths the blocks name are still kept. The same blocks as a user message of its own ask."""
+    call = {"id": "c0", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    msgs = [{"role": "user", "content": "Fix the failing login test."}]
+    for n in range(6):
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [{**call, "id": f"c{n}"}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": f"contents {n}"},
+            {"role": "user", "content": f"<system-reminder>src/auth/f{n}.py changed</system-reminder>"},
+        ]
+    msgs[-1] = {**msgs[-1], "content": msgs[-1]["content"] + "\nAlso keep the old API."}
+    sections = digest(msgs)
+    assert sections["goal"] == ["Fix the failing login test.", "Also keep the old API."]
+    assert "src/auth/f0.py" in json.dumps(sections)
+    alone = [{"role": "user", "content": "<task>Port the parser</task>"}]
+    assert digest(alone)["goal"] == ["<task>Port the parser</task>"]
+
+
 def test_the_archive_guide_survives_a_client_that_sends_only_messages(tmp_path):
     """Read back from the summary message, the guide keeps the earlier references."""
     from ctxmgmt.offload import LocalOffloader
