@@ -185,7 +185,7 @@ def _assert_turns_whole(before: Sequence[Any], after: Sequence[Any], fmt: str) -
             if thinking:
                 assert any(m is k for k in before), f"an assistant turn with thinking was edited: {m}"
         if _opens_thinking(before):
-            assert _opens_thinking(after), "the final turn no longer starts with its thinking"
+            assert _opens_thinking(after, empty=True), "the final turn no longer starts with its thinking"
     elif fmt == "openai_responses":
         follows = {id(x): before[i + 1] if i + 1 < len(before) else None for i, x in enumerate(before)}
         for i, x in enumerate(after):
@@ -198,9 +198,20 @@ def _assert_turns_whole(before: Sequence[Any], after: Sequence[Any], fmt: str) -
 _THINKING = ("thinking", "redacted_thinking")
 
 
-def _opens_thinking(messages: Sequence[Any]) -> bool:
+def _opens_thinking(messages: Sequence[Any], *, empty: bool = False) -> bool:
     """Whether an Anthropic list's final turn (after its last user message that holds no tool
-    results) starts with a thinking block, as Anthropic requires with thinking on."""
+    results, consecutive user messages read as one, as Anthropic merges them) starts with a
+    thinking block, as Anthropic requires with thinking on (``empty``: or holds no assistant
+    message: the model opens it)."""
+    merged: list[dict[str, Any]] = []
+    for m in messages:
+        content = m.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        if merged and merged[-1]["role"] == m.get("role") == "user":
+            merged[-1]["content"] = [*merged[-1]["content"], *blocks]
+        else:
+            merged.append({"role": m.get("role"), "content": blocks})
+    messages = merged
     start = 0
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
@@ -211,7 +222,9 @@ def _opens_thinking(messages: Sequence[Any]) -> bool:
             start = i + 1
             break
     first = next((m for m in messages[start:] if m.get("role") == "assistant"), None)
-    content = first.get("content") if first is not None else None
+    if first is None:
+        return empty
+    content = first.get("content")
     return isinstance(content, list) and bool(content) and content[0].get("type") in _THINKING
 
 

@@ -398,21 +398,51 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
     user = -1 if found is None else found
     first = user + 1
     while first < n and msgs[first].get("role") != "assistant":
-        if msgs[first].get("role") not in ("system", "developer") and not is_summary(msgs[first]):
+        if msgs[first].get("role") == "tool":
             return None  # tool results of no call here: no loop
-        first += 1
+        first += 1  # the rest of its user turn, a summary, a system message
     if user < 0 or first >= n:
         return None
-    origin = origin_of(msgs[first])
-    blocks = origin.message.get("content") if origin is not None else None
-    if not (isinstance(blocks, list) and blocks and isinstance(blocks[0], dict)):
+    if not _thinks_first(msgs[first]):
         return None
-    if blocks[0].get("type") not in ("thinking", "redacted_thinking"):
+    # Thinking interleaved through the whole loop (each assistant message opens with its own):
+    # any cut leaves a turn that opens with thinking, and nothing needs to stay.
+    memo = messages.memo if isinstance(messages, History) else None
+    known = memo.get(_BARE) if memo is not None else None
+    bare, seen = (
+        known[2:]
+        if known is not None and known[:2] == (first, msgs[first]) and known[3] <= n
+        else (False, first + 1)
+    )
+    for i in range(seen, n):
+        if bare:
+            break
+        bare = msgs[i].get("role") == "assistant" and not _thinks_first(msgs[i])
+    if memo is not None:
+        memo[_BARE] = (first, msgs[first], bare, n)
+    if not bare:
         return None
     end = first + 1
     while end < n and msgs[end].get("role") == "tool":
         end += 1
     return user, first, end
+
+
+_BARE = object()
+"""The key of a History's memo of whether its final turn has an assistant message after the
+first that opens without thinking: ``(first, its message, found, messages seen)``."""
+
+
+def _thinks_first(m: Mapping[str, Any]) -> bool:
+    """Whether an internal assistant message came from one that opens with thinking."""
+    origin = origin_of(m)
+    blocks = origin.message.get("content") if origin is not None else None
+    return (
+        isinstance(blocks, list)
+        and bool(blocks)
+        and isinstance(blocks[0], dict)
+        and blocks[0].get("type") in ("thinking", "redacted_thinking")
+    )
 
 
 def task_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
@@ -424,14 +454,13 @@ def task_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
     memo = messages.memo if isinstance(messages, History) else None
     known = memo.get(_TURN) if memo is not None else None
     msgs = items(messages)
-    if known is not None and known[1] <= n:
-        user, seen = known
-        for i in range(n - 1, seen - 1, -1):
-            if _opens_turn(msgs[i]):
-                user = i
+    user, seen = known if known is not None and known[1] <= n else (-1, 0)
+    for i in range(n - 1, seen - 1, -1):
+        if _opens_turn(msgs[i]):
+            start = _user_run(msgs, i)
+            if start is not None:
+                user = start
                 break
-    else:
-        user = next((i for i in range(n - 1, -1, -1) if _opens_turn(msgs[i])), -1)
     if memo is not None:
         memo[_TURN] = (user, n)
     return None if user < 0 else user
@@ -439,6 +468,23 @@ def task_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
 
 _TURN = object()
 """The key of a History's current task in its memo: ``(index or -1, messages seen)``."""
+
+
+def _user_run(msgs: Sequence[Mapping[str, Any]], i: int) -> int | None:
+    """The first user message of the run of user-side messages that holds ``msgs[i]`` (one
+    Anthropic user message: it merges consecutive ones), or None when that run holds tool
+    results: then it continues a turn (text left beside results whose calls a manager removed
+    is sent as a message of its own, and merged back)."""
+    first = i
+    j = i - 1
+    while j >= 0 and msgs[j].get("role") in ("user", "tool", "system"):
+        role = msgs[j].get("role")
+        if role == "tool":
+            return None
+        if role == "user" and not is_summary(msgs[j]):
+            first = j
+        j -= 1
+    return first
 
 
 def _opens_turn(m: Mapping[str, Any]) -> bool:

@@ -58,10 +58,14 @@ class SlidingWindowManager(ContextManager):
         target = target_tokens(self.config, context, runtime)
         if target is not None:
             max_tokens = target if max_tokens is None else min(max_tokens, target)
-        pinned = self._pinned(context.messages, msgs, runtime) | runtime.constraints.head(context.messages)[0]
+        head = runtime.constraints.head(context.messages)[0]
+        pinned = self._pinned(context.messages, msgs, runtime) | head
         count = runtime.counter.message
 
-        places = max_messages - sum(1 for i in pinned if msgs[i].get("role") not in SYSTEM_ROLES)
+        # The head of a thinking loop (see Constraints.head) is kept besides max_messages, as
+        # the system messages are: counted against it, it could leave no place for the newest
+        # round, and the agent would see its first round only.
+        places = max_messages - sum(1 for i in pinned - head if msgs[i].get("role") not in SYSTEM_ROLES)
         budget = None
         if max_tokens is not None:
             budget = max_tokens - (

@@ -439,7 +439,9 @@ def test_a_thinking_tool_loop_fits_its_window_and_still_opens_with_thinking(name
 
 def test_the_turn_head_is_found_after_the_last_user_message_of_its_own():
     """The head of a tool loop: its user message, its first assistant message and that message's
-    results, only when that message opens with thinking; a later user message starts a new turn."""
+    results, when that message opens with thinking and a later one does not (thinking not
+    interleaved); a user message after an answer starts a new turn, one right after results
+    continues the turn (Anthropic merges consecutive user messages)."""
     from ctxmgmt.formats import internal
 
     msgs = loop(4, text_beside=True)
@@ -451,10 +453,14 @@ def test_the_turn_head_is_found_after_the_last_user_message_of_its_own():
     user, first, end = anthropic.turn_head(inner)
     assert inner[user]["content"] == "Fix the failing login test."
     assert inner[first]["tool_calls"][0]["id"] == "toolu_0" and inner[end - 1]["role"] == "tool"
-    assert anthropic.turn_head(inner_of([*msgs, {"role": "user", "content": "next"}])) is None
-    later = [*msgs, {"role": "user", "content": "now the docs"}, *turn(9, thinking=False)]
+    assert anthropic.turn_head(inner_of([*msgs, {"role": "user", "content": "next"}]))[:2] == (user, first)
+    done = {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}
+    later = [*msgs, done, {"role": "user", "content": "now the docs"}, *turn(9, thinking=False)]
     assert anthropic.turn_head(inner_of(later)) is None
-    assert anthropic.turn_head(inner_of([*later[:-2], *turn(9)]))[1] == len(inner) + 1
+    assert anthropic.turn_head(inner_of([*later[:-2], *turn(9)])) is None  # one message: no loop yet
+    looped = inner_of([*later[:-2], *turn(9), *turn(10, thinking=False)])
+    assert anthropic.turn_head(looped) == (len(inner) + 1, len(inner) + 2, len(inner) + 4)
+    assert anthropic.turn_head(inner_of(conversation(4))) is None  # interleaved: any cut opens with thinking
 
 
 @pytest.mark.parametrize("name", sorted(shipped_definitions()))
@@ -483,7 +489,27 @@ def test_the_task_of_an_anthropic_list_is_its_last_user_message_of_its_own():
     msgs = loop(3, text_beside=True)
     inner = internal(Context(messages=msgs)).context.messages
     assert isinstance(inner, History) and anthropic.task_index(inner) == 0
-    grown = [*msgs, {"role": "user", "content": "And the docs."}, *turn(7, thinking=False)]
+    done = {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}
+    grown = [*msgs, done, {"role": "user", "content": "And the docs."}, *turn(7, thinking=False)]
     again = internal(Context(messages=grown)).context.messages
     assert again[anthropic.task_index(again)]["content"] == "And the docs."
-    assert anthropic.task_index(inner.append(*again[len(inner) :])) == len(inner)
+    assert anthropic.task_index(inner.append(*again[len(inner) :])) == len(inner) + 1
+    # Two user messages in a row are one Anthropic turn: its task starts with the first.
+    twice = [*grown[:-2], {"role": "user", "content": "<note>on main</note>"}, *turn(8, thinking=False)]
+    assert anthropic.task_index(internal(Context(messages=twice)).context.messages) == len(inner) + 1
+
+
+@pytest.mark.parametrize("summarize", [False, True])
+def test_a_small_window_keeps_the_newest_round_beside_a_thinking_loops_head(summarize):
+    """The head a thinking loop keeps is counted apart from max_messages, as system messages
+    are: a window of 3 still keeps the newest round (it kept the head alone, every call)."""
+    msgs = loop(10, size=200)
+    config = {"max_messages": 3, "summarize_removed": summarize}
+    out = (
+        definition({"type": "SlidingWindowManager", "config": config})
+        .apply("pre_llm", Context(system_prompt=SYSTEM, messages=msgs))
+        .context
+    )
+    assert_valid_messages(out.messages, format="anthropic", system=out.system_prompt)
+    assert any(m is msgs[1] for m in out.messages) and any(m is msgs[-2] for m in out.messages)
+    assert out.messages[-1] is msgs[-1]
