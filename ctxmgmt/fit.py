@@ -127,7 +127,8 @@ class Fit:
             out = _fit_summary(out, budget, runtime, remove=True)
         total = counter.context(out)[0]
         if total > budget:
-            raise _too_large(out, runtime, window, reserve_tokens(window, self.settings))
+            looped = runtime.constraints.head(context.messages)[1] is not None
+            raise _too_large(out, runtime, window, reserve_tokens(window, self.settings), looped)
         return out
 
     def _drop(
@@ -273,8 +274,9 @@ def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, An
     return with_text(m, cut_text)
 
 
-def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) -> ContextError:
-    """The error for a context that cannot fit, in the provider's tokens (calibrated)."""
+def _too_large(context: Context, runtime: Runtime, window: int, reserve: int, looped: bool) -> ContextError:
+    """The error for a context that cannot fit, in the provider's tokens (calibrated);
+    ``looped``: the head of a thinking loop is among what must stay."""
     counter = runtime.counter
     ratio = runtime.environment.window_ratio(context.model)
     parts = [counter.system_prompt(context.system_prompt), counter.tools(context.tools)]
@@ -282,12 +284,15 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int) ->
     parts.append(counter.context(context)[0] - sum(parts))  # the reply's priming
     prompt, tools, kept, priming = (round(n * ratio) for n in parts)
     need = prompt + tools + kept + priming + reserve  # the parts, as named, add up
+    what = "the task and system messages"
+    if looped:
+        what += ", and the first call of a tool loop that thinks at its start only, with its results"
     return ContextError(
         [
             Problem(
                 "/context_window",
                 f"the request cannot fit: the system prompt ({prompt:,} tokens), the tool schemas "
-                f"({tools:,}), the messages that must stay (the task and system messages: "
+                f"({tools:,}), the messages that must stay ({what}: "
                 f"{kept:,}), the reply's priming ({priming:,}) and the reserve for the reply "
                 f"({reserve:,}) need {need:,} tokens, "
                 f"and the window is {window:,}; shorten the system prompt or the task, send fewer "

@@ -513,3 +513,13 @@ def test_a_small_window_keeps_the_newest_round_beside_a_thinking_loops_head(summ
     assert_valid_messages(out.messages, format="anthropic", system=out.system_prompt)
     assert any(m is msgs[1] for m in out.messages) and any(m is msgs[-2] for m in out.messages)
     assert out.messages[-1] is msgs[-1]
+
+
+def test_a_thinking_loop_whose_first_call_cannot_fit_is_an_error_that_names_it():
+    """A loop that thinks at its start only keeps its first call: when that call alone is over
+    the window, the error names it among what must stay (not only the task)."""
+    msgs = loop(6, size=200)
+    msgs[1]["content"][2]["input"] = {"path": "src/" + "deep/" * 6_000 + "f.py"}  # a call no cut shortens
+    ctx = Context(system_prompt=SYSTEM, messages=msgs, context_window=4_000)
+    with pytest.raises(ContextError, match="the first call of a tool loop that thinks at its start only"):
+        definition({"type": "SlidingWindowManager", "config": {"max_messages": 4}}).apply("pre_llm", ctx)
