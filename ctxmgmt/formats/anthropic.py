@@ -409,11 +409,9 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
     # any cut leaves a turn that opens with thinking, and nothing needs to stay.
     memo = messages.memo if isinstance(messages, History) else None
     known = memo.get(_BARE) if memo is not None else None
-    bare, seen = (
-        known[2:]
-        if known is not None and known[:2] == (first, msgs[first]) and known[3] <= n
-        else (False, first + 1)
-    )
+    bare, seen = False, first + 1
+    if known is not None and known[0] == first and known[1] is msgs[first] and known[3] <= n:
+        bare, seen = known[2], known[3]  # the same turn: only its new messages are looked at
     for i in range(seen, n):
         if bare:
             break

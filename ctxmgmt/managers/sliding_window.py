@@ -196,7 +196,7 @@ def _boundary(
     boundary = len(msgs)
     used = 0
     for start, end in units_from_end(msgs):
-        if start in pinned and (end - start == 1 or all(i in pinned for i in range(start, end))):
+        if all(i in pinned for i in range(start, end)):  # pinned alone, or a loop's pinned head
             continue
         size = end - start
         if used + size > places:
