@@ -37,6 +37,8 @@ from langgraph.types import Command
 
 from ..agents.conversation import Conversation, DefinitionSource, Source, Turn
 from ..cache import Pricing
+from ..formats._common import ORIGIN, Origin
+from ..formats._turns import THINKING_BLOCKS, THINKING_FIRST
 from ..messages import CHAT_PARTS, text_of
 
 __all__ = ["ContextManagementMiddleware", "ContextManagementState"]
@@ -295,7 +297,7 @@ class _Translation:
                 kept.append(original)
                 i += len(original[0])
                 continue
-            out.extend(convert_to_messages([{k: v for k, v in managed[i].items() if k != "id"}]))
+            out.extend(convert_to_messages([{k: v for k, v in managed[i].items() if k not in _NOT_SENT}]))
             i += 1
         self._by_object, self._by_id = {}, {}
         for original in kept:
@@ -319,6 +321,11 @@ def _extended(response: Any, conversation: Conversation, turn: Turn) -> Extended
     )
 
 
+_NOT_SENT = frozenset({"id", ORIGIN})
+"""Keys of a managed chat message that its LangChain message does not take: the id (the
+original's, which a made message must not claim) and ctxmgmt's own mark."""
+
+
 def _not_tool(d: Mapping[str, Any]) -> bool:
     return d.get("role") != "tool"
 
@@ -333,9 +340,16 @@ def _chat(d: dict[str, Any]) -> dict[str, Any]:
     ):
         return d
     parts = [p for p in content if isinstance(p, dict) and p.get("type") in CHAT_PARTS]
-    if d.get("role") == "assistant" and all(p.get("type") == "text" for p in parts):
-        return {**d, "content": "\n".join(p["text"] for p in parts) or (None if d.get("tool_calls") else "")}
-    return {**d, "content": parts or ""}
+    out = {**d, "content": parts or ""}
+    if d.get("role") == "assistant":
+        if all(p.get("type") == "text" for p in parts):
+            out["content"] = "\n".join(p["text"] for p in parts) or (None if d.get("tool_calls") else "")
+        first = content[0] if content else None
+        if isinstance(first, dict) and first.get("type") in THINKING_BLOCKS:
+            # Claude's message opens with thinking: a tool loop's head stays (it refuses a
+            # final turn that opens without); the mark never leaves ctxmgmt.
+            out[ORIGIN] = Origin(plain={THINKING_FIRST: True})
+    return out
 
 
 def _event(source: Source, turn: Turn) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from pydantic_ai.messages import (
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -39,6 +40,7 @@ from pydantic_ai.messages import (
 from ..agents.conversation import Conversation, DefinitionSource, Turn
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin, origin_of
+from ..formats._turns import THINKING_FIRST
 from ..messages import tool_names
 
 __all__ = ["ContextManagementProcessor"]
@@ -191,7 +193,10 @@ def _response(m: ModelResponse) -> dict[str, Any]:
             }
             for c in calls
         ]
-    d[ORIGIN] = Origin(m)  # thinking parts stay in the response, never read as text
+    # Thinking parts stay in the response, never read as text; a response that opens with one
+    # says so, for a tool loop's head to stay (Claude refuses a final turn that opens without).
+    opens = bool(m.parts) and isinstance(m.parts[0], ThinkingPart)
+    d[ORIGIN] = Origin(m, plain={THINKING_FIRST: True} if opens else None)
     return d
 
 

@@ -21,6 +21,7 @@ from ..messages import foreign_kind, last_task_index
 from ..types import FORMAT_NAMES
 from . import anthropic, openai_chat, openai_responses
 from ._common import Grown, Known
+from ._turns import task_index, turn_head
 
 __all__ = [
     "CHAT",
@@ -49,7 +50,7 @@ class Constraints:
     """What the provider rejects in a list the chat rules allow, or None when it takes it."""
     turn_head: Callable[[Sequence[Mapping[str, Any]]], tuple[int, int, int] | None] | None = None
     """The head of the final turn that must stay as it is (Anthropic with thinking:
-    :func:`anthropic.turn_head`): ``(user message, first assistant message, end of its tool
+    :func:`~ctxmgmt.formats._turns.turn_head`): ``(user message, first assistant message, end of its tool
     results)``. Built-ins keep it, and a summary goes before its assistant message."""
 
     task: Callable[[Sequence[Mapping[str, Any]]], int | None] | None = None
@@ -92,13 +93,14 @@ def user_first_rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 CHAT = Constraints()
-USER_FIRST = Constraints(user_first=True, rule=user_first_rule)
+USER_FIRST = Constraints(user_first=True, rule=user_first_rule, turn_head=turn_head)
 """For a caller whose provider wants a user message first in chat form (LangChain or
-pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``."""
+pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``. A tool
+loop whose first message its adapter marked as opening with thinking keeps that head (read as
+Anthropic reads turns); the task is chat's (the last user message), as the provider may be
+another."""
 _CONSTRAINTS = {
-    anthropic.NAME: Constraints(
-        user_first=True, rule=anthropic.rule, turn_head=anthropic.turn_head, task=anthropic.task_index
-    )
+    anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule, turn_head=turn_head, task=task_index)
 }
 _KNOWN_CHAT = shared(Recent())  # emptied by ctxmgmt.tokens.clear_caches
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""

@@ -210,6 +210,30 @@ def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():
     assert kept and kept[0].content[0] == thinking
 
 
+def test_a_thinking_tool_loop_keeps_its_first_message_at_every_call():
+    """Claude thinks at the start of a tool loop only, and refuses a final turn that does not
+    open with thinking: a window inside the loop keeps the loop's first AIMessage (thinking
+    first) and its result, at every model call of a real agent."""
+    thinking = {"type": "thinking", "thinking": "which log?", "signature": "sig"}
+    steps = [
+        AIMessage(
+            content=[thinking] if k == 0 else "",
+            tool_calls=[{"name": "read_log", "args": {"name": f"l{k}"}, "id": f"t{k}"}],
+        )
+        for k in range(7)
+    ]
+    model = RecordingModel(messages=iter([*steps, AIMessage(content="done")]))
+    agent = agent_with(model)
+    agent.invoke({"messages": [HumanMessage("Why?")]}, {"configurable": {"thread_id": "loop"}})
+    assert len(model.seen) == 8
+    for call in model.seen[1:]:
+        first = next(m for m in call if isinstance(m, AIMessage))
+        assert isinstance(first.content, list) and first.content[0] == thinking, first.content
+        assert isinstance(first.tool_calls, list) and first.tool_calls[0]["id"] == "t0"
+        assert any(isinstance(m, HumanMessage) and m.content == "Why?" for m in call)
+    assert len(model.seen[-1]) < 16  # the window did cut inside the loop
+
+
 def test_a_human_message_with_tool_results_keeps_the_order_and_each_message():
     """A HumanMessage holding Anthropic tool_result blocks and text becomes a tool result and a
     user message, in that order; every message reaches the model once, in order."""

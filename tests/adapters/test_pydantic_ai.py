@@ -10,8 +10,10 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -262,3 +264,38 @@ def test_a_tool_result_made_anew_is_named_after_its_call_in_the_view_or_the_reco
         ("", "nowhere", "?"),
         ("again", "v1", "second"),
     ]
+
+
+def test_a_thinking_tool_loop_keeps_its_first_response_at_every_request():
+    """Claude thinks at the start of a tool loop only, and refuses a final turn that does not
+    open with thinking: a window inside the loop keeps the loop's first response (its
+    ThinkingPart first) and that response's results, at every request of a real agent."""
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        n = len(seen)
+        if n > 8:
+            return ModelResponse(parts=[TextPart("done")])
+        parts: list = (
+            [ThinkingPart("which file?", signature="EqQB", provider_name="anthropic")] if n == 1 else []
+        )
+        return ModelResponse(
+            parts=[*parts, ToolCallPart("read_log", {"name": f"f{n}"}, tool_call_id=f"c{n}")]
+        )
+
+    processor = ContextManagementProcessor(DEFINITION)
+    agent = Agent(FunctionModel(model), capabilities=[ProcessHistory(processor)])
+
+    @agent.tool_plain
+    def read_log(name: str) -> str:
+        """Read a log file."""
+        return f"{name}: " + "ERROR connection refused\n" * 300
+
+    agent.run_sync("Why does the login test fail?")
+    assert len(seen) == 9
+    for request in seen[1:]:
+        first = next(m for m in request if isinstance(m, ModelResponse))
+        assert isinstance(first.parts[0], ThinkingPart), [type(p).__name__ for p in first.parts]
+        assert any(isinstance(p, UserPromptPart) for p in request[0].parts)  # the task, first
+    assert len(seen[-1]) < 17  # the window did cut inside the loop

@@ -463,6 +463,31 @@ def test_the_turn_head_is_found_after_the_last_user_message_of_its_own():
     assert anthropic.turn_head(inner_of(conversation(4))) is None  # interleaved: any cut opens with thinking
 
 
+def test_a_chat_form_loop_an_adapter_marked_as_thinking_first_has_a_head():
+    """In chat form (a framework in front of Claude) an assistant message that its adapter
+    marked as opening with thinking starts a head, live or restored from saved state (the
+    mark as a plain dict); an unmarked loop has none."""
+    from ctxmgmt.formats import USER_FIRST
+    from ctxmgmt.formats._common import ORIGIN, Origin
+
+    def step(k: int, mark: object = None) -> list[dict]:
+        fn = {"name": "read", "arguments": "{}"}
+        call = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": f"c{k}", "type": "function", "function": fn}],
+        }
+        if mark is not None:
+            call[ORIGIN] = mark
+        return [call, {"role": "tool", "tool_call_id": f"c{k}", "content": "ok"}]
+
+    task = {"role": "user", "content": "Fix it."}
+    for mark in (Origin(plain={"thinking_first": True}), {"thinking_first": True}):
+        msgs = [task, *step(0, mark), *step(1), *step(2)]
+        assert USER_FIRST.head(msgs) == (frozenset({0, 1, 2}), 1)
+    assert USER_FIRST.head([task, *step(0), *step(1)]) == (frozenset(), None)
+
+
 @pytest.mark.parametrize("name", sorted(shipped_definitions()))
 def test_text_beside_tool_results_is_no_task_the_users_request_stays(name):
     """An agent's reminders beside its tool results (Claude Code's ``<system-reminder>``) continue

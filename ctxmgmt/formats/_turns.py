@@ -1,0 +1,148 @@
+"""Turns, for providers whose turn runs from a user message to the next (Anthropic, and
+Claude behind a framework): where the current task is, and the head of the final turn that
+must stay when the model thinks at the start of a tool loop.
+
+A tool loop is one turn: its tool results go back as user messages that continue it, and so
+does text beside them (an agent's reminders). With thinking on, the final assistant turn must
+open with a thinking block; the model thinks at the loop's start only (unless its thinking is
+interleaved), so a cut that took the loop's first message would leave a turn that opens with
+a ``tool_use``, which the provider refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..history import History, items
+from ..messages import is_summary
+from ._common import ORIGIN, Origin, origin_of
+
+__all__ = ["THINKING_BLOCKS", "THINKING_FIRST", "task_index", "thinks_first", "turn_head"]
+
+THINKING_FIRST = "thinking_first"
+"""The plain item of an internal message's origin by which a framework adapter says that its
+message opens with thinking (a pydantic-ai ``ThinkingPart``, a LangChain thinking block)."""
+THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+"""Anthropic's thinking block types."""
+
+
+def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | None:
+    """The head of the final turn, in an internal list, that must stay as it is for the provider
+    to take the list with thinking on: ``(its user message, its first assistant message, the
+    end of that message's tool results)``, when that assistant message opens with a thinking
+    block (:func:`thinks_first`); else None. The turn starts at the current task
+    (:func:`task_index`). A History remembers what was found, so later calls look at the new
+    messages only."""
+    n = len(messages)
+    msgs = items(messages)
+    found = task_index(messages)
+    user = -1 if found is None else found
+    first = user + 1
+    while first < n and msgs[first].get("role") != "assistant":
+        if msgs[first].get("role") == "tool":
+            return None  # tool results of no call here: no loop
+        first += 1  # the rest of its user turn, a summary, a system message
+    if user < 0 or first >= n:
+        return None
+    if not thinks_first(msgs[first]):
+        return None
+    # Thinking interleaved through the whole loop (each assistant message opens with its own):
+    # any cut leaves a turn that opens with thinking, and nothing needs to stay.
+    memo = messages.memo if isinstance(messages, History) else None
+    known = memo.get(_BARE) if memo is not None else None
+    bare, seen = False, first + 1
+    if known is not None and known[0] == first and known[1] is msgs[first] and known[3] <= n:
+        bare, seen = known[2], known[3]  # the same turn: only its new messages are looked at
+    for i in range(seen, n):
+        if bare:
+            break
+        bare = msgs[i].get("role") == "assistant" and not thinks_first(msgs[i])
+    if memo is not None:
+        memo[_BARE] = (first, msgs[first], bare, n)
+    if not bare:
+        return None
+    end = first + 1
+    while end < n and msgs[end].get("role") == "tool":
+        end += 1
+    return user, first, end
+
+
+_BARE = object()
+"""The key of a History's memo of whether its final turn has an assistant message after the
+first that opens without thinking: ``(first, its message, found, messages seen)``."""
+
+
+def thinks_first(m: Mapping[str, Any]) -> bool:
+    """Whether an internal assistant message stands for one that opens with thinking: an
+    Anthropic message whose first block is thinking, or a framework's message its adapter
+    marked so (:data:`THINKING_FIRST` among its origin's plain items)."""
+    origin = m.get(ORIGIN)
+    if not isinstance(origin, Mapping):
+        return False
+    if origin.get(THINKING_FIRST) is True:
+        return True
+    source = origin.message if isinstance(origin, Origin) else None
+    blocks = source.get("content") if isinstance(source, Mapping) else None
+    return (
+        isinstance(blocks, list)
+        and bool(blocks)
+        and isinstance(blocks[0], dict)
+        and blocks[0].get("type") in THINKING_BLOCKS
+    )
+
+
+def task_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the current task in an internal list: the last user message of its own (not
+    text beside tool results, which continues the turn: an agent's reminders, a note on a
+    file that changed; not a summary). A History remembers where it is, so later calls look
+    at the new messages only."""
+    n = len(messages)
+    memo = messages.memo if isinstance(messages, History) else None
+    known = memo.get(_TURN) if memo is not None else None
+    msgs = items(messages)
+    user, seen = known if known is not None and known[1] <= n else (-1, 0)
+    for i in range(n - 1, seen - 1, -1):
+        if _opens_turn(msgs[i]):
+            start = _user_run(msgs, i)
+            if start is not None:
+                user = start
+                break
+    if memo is not None:
+        memo[_TURN] = (user, n)
+    return None if user < 0 else user
+
+
+_TURN = object()
+"""The key of a History's current task in its memo: ``(index or -1, messages seen)``."""
+
+
+def _user_run(msgs: Sequence[Mapping[str, Any]], i: int) -> int | None:
+    """The first user message of the run of user-side messages that holds ``msgs[i]`` (one
+    Anthropic user message: it merges consecutive ones), or None when that run holds tool
+    results: then it continues a turn (text left beside results whose calls a manager removed
+    is sent as a message of its own, and merged back)."""
+    first = i
+    j = i - 1
+    while j >= 0 and msgs[j].get("role") in ("user", "tool", "system"):
+        role = msgs[j].get("role")
+        if role == "tool":
+            return None
+        if role == "user" and not is_summary(msgs[j]):
+            first = j
+        j -= 1
+    return first
+
+
+def _opens_turn(m: Mapping[str, Any]) -> bool:
+    """Whether an internal message is a user message of its own: not text beside results, and
+    not ctxmgmt's summary (which goes between a turn's user message and its loop)."""
+    if m.get("role") != "user" or is_summary(m):
+        return False
+    origin = origin_of(m)
+    source = origin.message if origin is not None else None
+    content = source.get("content") if isinstance(source, Mapping) else None
+    return not (
+        isinstance(content, list)
+        and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
