@@ -179,13 +179,15 @@ def test_the_clients_query_goes_upstream(proxy, upstream):
 
 
 def test_openai_sdk_responses_streamed_and_not(proxy, upstream):
-    """The Responses API through the proxy: input items managed, the answer unchanged."""
+    """The Responses API through the proxy: input items managed, the answer unchanged; a
+    string input no manager changed goes upstream as the string it was."""
     client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
     upstream.replies.append(Reply("fine"))
     answer = client.responses.create(model="gpt-test", instructions=SYSTEM, input=TASK)
     assert answer.output_text == "fine"
     assert upstream.seen[-1].path == "/v1/responses"
     assert upstream.seen[-1].body["instructions"] == SYSTEM
+    assert upstream.seen[-1].body["input"] == TASK
     upstream.replies.append(Reply("streamed fine"))
     events = list(
         client.responses.create(model="gpt-test", input=[{"role": "user", "content": TASK}], stream=True)

@@ -289,6 +289,9 @@ def upstream_text(body: Body, messages: Sequence[Any] | None, changes: Mapping[s
     if messages is None:
         return upstream_text(body, body.data[body.member], changes) if body.array else _written(body, changes)
     if body.array is None:  # the conversation is not an array of elements: written whole
+        given = body.data.get(body.member)
+        if isinstance(given, str) and list(messages) == [{"role": "user", "content": given}]:
+            return _written(body, changes)  # a Responses string input no manager changed: as sent
         return json.dumps({**body.data, body.member: list(messages), **changes}, ensure_ascii=False)
     spans, text = body.spans, body.text
     parts: list[str] = []
