@@ -385,12 +385,16 @@ def forget_handed() -> None:
 
 class Recent:
     """The last few histories a cache saw, to find one that a history new to it starts with
-    (the format detection's lists known to be chat), compared whole. Bounded by count; it
-    holds only what callers handed in. Lists handed again are found by :meth:`History.of`."""
+    (the format detection's lists known to be chat), compared whole. Bounded by count and, as
+    :meth:`History.of`'s are, by messages in all (a history longer than the bound is not
+    kept); it holds only what callers handed in. Lists handed again are found by
+    :meth:`History.of`."""
 
-    def __init__(self, kept: int = 4) -> None:
+    def __init__(self, kept: int = 4, max_messages: int = HANDED_MESSAGES) -> None:
         self._kept = kept
+        self._max_messages = max_messages
         self._items: list[History] = []
+        self._sizes: list[int] = []
         self._lock = threading.Lock()
 
     def prefix_of(self, seq: Sequence[Any]) -> History | None:
@@ -400,10 +404,17 @@ class Recent:
         return next((k for k in items if k.is_prefix_of(seq)), None)
 
     def add(self, history: History) -> None:
+        size = len(history)
         with self._lock:
+            if size > self._max_messages:
+                return
             self._items.insert(0, history)
-            del self._items[self._kept :]
+            self._sizes.insert(0, size)
+            while len(self._items) > self._kept or sum(self._sizes) > self._max_messages:
+                self._items.pop()
+                self._sizes.pop()
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._sizes.clear()

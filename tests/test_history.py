@@ -479,3 +479,20 @@ def test_starts_with_compares_by_identity_and_is_prefix_of_by_equality():
     assert starts_with([a, b], [a]) and starts_with(History([a, b]), History([a])) and starts_with([a], ())
     assert not starts_with([copy, b], [a]) and not starts_with([a], [a, b]) and not starts_with((b, a), (a,))
     assert History([a, b]).is_prefix_of([copy, b, a]) and not History([a, b]).is_prefix_of([a])
+
+
+def test_recent_histories_are_bounded_by_messages_in_all():
+    """The format detection's recent histories hold at most their bound of messages: the
+    oldest go first, and a history longer than the bound is not kept at all."""
+    from ctxmgmt.history import Recent
+
+    recent = Recent(kept=4, max_messages=10)
+    small = [History([{"role": "user", "content": str(i)} for i in range(4)]) for _ in range(3)]
+    for h in small:
+        recent.add(h)
+    assert recent.prefix_of(list(small[0])) is None  # 12 messages: the oldest went
+    assert recent.prefix_of([*small[2], {"role": "user", "content": "more"}]) is small[2]
+    huge = History([{"role": "user", "content": "x"}] * 11)
+    recent.add(huge)
+    assert recent.prefix_of(list(huge)) is None
+    assert recent.prefix_of(list(small[1])) is small[1]
