@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import OffloadError
+from .formats._turns import unmarked
 
 __all__ = [
     "MAX_SESSION",
@@ -183,7 +184,8 @@ class Batch:
         return self._add(session, Item(new_ref("tool_result"), "tool_result", content, tool_call_id))
 
     def store_messages(self, session: str, messages: list[dict[str, Any]]) -> str:
-        return self._add(session, Item(new_ref("messages"), "messages", messages))
+        kept = [unmarked(m) for m in messages]  # ctxmgmt's own marks are not archived
+        return self._add(session, Item(new_ref("messages"), "messages", kept))
 
     def _add(self, session: str, item: Item) -> str:
         session_key(session)  # a bad session id fails here, in the run

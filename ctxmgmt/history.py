@@ -387,7 +387,8 @@ class Recent:
     """The last few histories a cache saw, to find one that a history new to it starts with
     (the format detection's lists known to be chat), compared whole. Bounded by count and, as
     :meth:`History.of`'s are, by messages in all (a history longer than the bound is not
-    kept); it holds only what callers handed in. Lists handed again are found by
+    kept); it holds a copy of each list as it was added (the messages themselves, not a log
+    that grows), only what callers handed in. Lists handed again are found by
     :meth:`History.of`."""
 
     def __init__(self, kept: int = 4, max_messages: int = HANDED_MESSAGES) -> None:
@@ -404,12 +405,15 @@ class Recent:
         return next((k for k in items if k.is_prefix_of(seq)), None)
 
     def add(self, history: History) -> None:
-        size = len(history)
+        n = len(history)
+        if n > self._max_messages:
+            return
+        # A copy of its messages as they are now: the history's log grows with its
+        # conversation, and would be kept alive whole, past the bound, once the caller drops it.
+        copy = History.own(history._log.items[:n])
         with self._lock:
-            if size > self._max_messages:
-                return
-            self._items.insert(0, history)
-            self._sizes.insert(0, size)
+            self._items.insert(0, copy)
+            self._sizes.insert(0, n)
             while len(self._items) > self._kept or sum(self._sizes) > self._max_messages:
                 self._items.pop()
                 self._sizes.pop()

@@ -483,16 +483,32 @@ def test_starts_with_compares_by_identity_and_is_prefix_of_by_equality():
 
 def test_recent_histories_are_bounded_by_messages_in_all():
     """The format detection's recent histories hold at most their bound of messages: the
-    oldest go first, and a history longer than the bound is not kept at all."""
+    oldest go first, a history longer than the bound is not kept at all, and what is kept is
+    the list as it was added, not the log its conversation grows."""
+    import gc
+    import weakref
+
     from ctxmgmt.history import Recent
+
+    class Message(dict):
+        """A message that can be watched for being freed."""
 
     recent = Recent(kept=4, max_messages=10)
     small = [History([{"role": "user", "content": str(i)} for i in range(4)]) for _ in range(3)]
     for h in small:
         recent.add(h)
     assert recent.prefix_of(list(small[0])) is None  # 12 messages: the oldest went
-    assert recent.prefix_of([*small[2], {"role": "user", "content": "more"}]) is small[2]
+    found = recent.prefix_of([*small[2], {"role": "user", "content": "more"}])
+    assert found is not None and len(found) == 4 and found.is_prefix_of(small[2])
     huge = History([{"role": "user", "content": "x"}] * 11)
     recent.add(huge)
     assert recent.prefix_of(list(huge)) is None
-    assert recent.prefix_of(list(small[1])) is small[1]
+    assert recent.prefix_of(list(small[1])) is not None
+    grown = History([Message(role="user", content="start")])
+    recent.add(grown)
+    later = Message(role="assistant", content="a later message")
+    watch = weakref.ref(later)
+    grown = grown.append(later)
+    del grown, later
+    gc.collect()
+    assert watch() is None  # the grown log was not kept alive

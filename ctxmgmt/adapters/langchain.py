@@ -38,7 +38,7 @@ from langgraph.types import Command
 from ..agents.conversation import Conversation, DefinitionSource, Source, Turn
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin
-from ..formats._turns import THINKING_BLOCKS, THINKING_FIRST
+from ..formats._turns import THINKING_BLOCKS, thinking_mark
 from ..messages import CHAT_PARTS, text_of
 
 __all__ = ["ContextManagementMiddleware", "ContextManagementState"]
@@ -344,12 +344,17 @@ def _chat(d: dict[str, Any]) -> dict[str, Any]:
     if d.get("role") == "assistant":
         if all(p.get("type") == "text" for p in parts):
             out["content"] = "\n".join(p["text"] for p in parts) or (None if d.get("tool_calls") else "")
-        first = content[0] if content else None
-        if isinstance(first, dict) and first.get("type") in THINKING_BLOCKS:
-            # Claude's message opens with thinking: a tool loop's head stays (it refuses a
-            # final turn that opens without); the mark never leaves ctxmgmt.
-            out[ORIGIN] = Origin(plain={THINKING_FIRST: True})
+        kinds = [p.get("type") if isinstance(p, dict) else None for p in content]
+        if any(k in _THINKING for k in kinds):
+            # Its tool inputs stay as they were, and a message that opens with thinking keeps
+            # a tool loop's head (Claude refuses a final turn that opens without).
+            out[ORIGIN] = Origin(plain=thinking_mark(first=kinds[0] in _THINKING))
     return out
+
+
+_THINKING = frozenset({*THINKING_BLOCKS, "reasoning", "reasoning_content"})
+"""The blocks of thinking a LangChain message may hold: Anthropic's, LangChain's standard
+``reasoning`` (``output_version="v1"``), Bedrock's ``reasoning_content``."""
 
 
 def _event(source: Source, turn: Turn) -> dict[str, Any]:

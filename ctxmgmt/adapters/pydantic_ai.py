@@ -40,7 +40,7 @@ from pydantic_ai.messages import (
 from ..agents.conversation import Conversation, DefinitionSource, Turn
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin, origin_of
-from ..formats._turns import THINKING_FIRST
+from ..formats._turns import thinking_mark
 from ..messages import tool_names
 
 __all__ = ["ContextManagementProcessor"]
@@ -193,10 +193,12 @@ def _response(m: ModelResponse) -> dict[str, Any]:
             }
             for c in calls
         ]
-    # Thinking parts stay in the response, never read as text; a response that opens with one
-    # says so, for a tool loop's head to stay (Claude refuses a final turn that opens without).
-    opens = bool(m.parts) and isinstance(m.parts[0], ThinkingPart)
-    d[ORIGIN] = Origin(m, plain={THINKING_FIRST: True} if opens else None)
+    # Thinking parts stay in the response, never read as text; a response with one says so
+    # (its tool inputs stay as they were), and whether it opens with one, for a tool loop's
+    # head to stay (Claude refuses a final turn that opens without).
+    thinks = any(isinstance(p, ThinkingPart) for p in m.parts)
+    mark = thinking_mark(first=isinstance(m.parts[0], ThinkingPart)) if thinks else None
+    d[ORIGIN] = Origin(m, plain=mark)
     return d
 
 

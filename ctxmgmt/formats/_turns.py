@@ -18,11 +18,24 @@ from ..history import History, items
 from ..messages import is_summary
 from ._common import ORIGIN, Origin, origin_of
 
-__all__ = ["THINKING_BLOCKS", "THINKING_FIRST", "task_index", "thinks_first", "turn_head"]
+__all__ = [
+    "THINKING",
+    "THINKING_BLOCKS",
+    "THINKING_FIRST",
+    "signed",
+    "task_index",
+    "thinking_mark",
+    "thinks_first",
+    "turn_head",
+    "unmarked",
+]
 
-THINKING_FIRST = "thinking_first"
+THINKING = "thinking"
 """The plain item of an internal message's origin by which a framework adapter says that its
-message opens with thinking (a pydantic-ai ``ThinkingPart``, a LangChain thinking block)."""
+message carries thinking or reasoning (a pydantic-ai ``ThinkingPart``, a LangChain thinking or
+reasoning block): its turn must go to the provider as it was, tool inputs included."""
+THINKING_FIRST = "thinking_first"
+"""The plain item by which an adapter says that its message opens with thinking."""
 THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 """Anthropic's thinking block types."""
 
@@ -71,6 +84,31 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
 _BARE = object()
 """The key of a History's memo of whether its final turn has an assistant message after the
 first that opens without thinking: ``(first, its message, found, messages seen)``."""
+
+
+def thinking_mark(*, first: bool) -> dict[str, bool]:
+    """The plain items of an origin that say its message carries thinking (``first``: opens
+    with it). They stay in a framework's saved state, never in what the model reads."""
+    return {THINKING: True, THINKING_FIRST: True} if first else {THINKING: True}
+
+
+def unmarked(m: dict[str, Any]) -> dict[str, Any]:
+    """The message without the thinking marks of its origin (for an archive, which the model
+    may read back: the marks are ctxmgmt's own); itself when it has none."""
+    origin = m.get(ORIGIN)
+    if not isinstance(origin, Mapping) or (THINKING not in origin and THINKING_FIRST not in origin):
+        return m
+    out = {k: v for k, v in m.items() if k != ORIGIN}
+    rest = {k: v for k, v in origin.items() if k not in (THINKING, THINKING_FIRST)}
+    if rest:
+        out[ORIGIN] = rest
+    return out
+
+
+def signed(m: Mapping[str, Any]) -> bool:
+    """Whether an internal message's adapter marked it as carrying thinking (:func:`thinking_mark`)."""
+    origin = m.get(ORIGIN)
+    return isinstance(origin, Mapping) and origin.get(THINKING) is True
 
 
 def thinks_first(m: Mapping[str, Any]) -> bool:

@@ -10,6 +10,7 @@ from ..archive import sizing_ref
 from ..context import Context
 from ..digest import trace_line
 from ..formats._common import origin_of
+from ..formats._turns import signed
 from ..manager import ContextManager, Runtime
 from ..marks import PLACEHOLDER, binding, find, sign
 from ..messages import RECALL_TOOLS, call_ids, text_of, trailing_tool_start
@@ -35,10 +36,13 @@ def cleared(m: Mapping[str, Any]) -> bool:
 
 def _signed(m: Mapping[str, Any]) -> bool:
     """Whether a turn carries thinking or reasoning that must stay as it was (its tool calls'
-    inputs included): an Anthropic turn with thinking blocks, a Responses call after reasoning."""
+    inputs included): an Anthropic turn with thinking blocks, a Responses call after reasoning,
+    a framework's message its adapter marked so."""
     origin = origin_of(m)
     if origin is None:
-        return False
+        return signed(m)  # restored from a framework's saved state: the mark as a plain dict
+    if signed(m):
+        return True
     return any(isinstance(b, Mapping) and b.get("type") in _SIGNED for b in (*origin.blocks, *origin.group))
 
 

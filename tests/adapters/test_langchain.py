@@ -210,11 +210,22 @@ def test_claude_thinking_blocks_in_the_history_reach_the_model_untouched():
     assert kept and kept[0].content[0] == thinking
 
 
-def test_a_thinking_tool_loop_keeps_its_first_message_at_every_call():
+@pytest.mark.parametrize(
+    "thinking",
+    [
+        {"type": "thinking", "thinking": "which log?", "signature": "sig"},  # ChatAnthropic's own
+        {"type": "reasoning", "reasoning": "which log?", "extras": {"signature": "sig"}},  # v1 blocks
+        {
+            "type": "reasoning_content",
+            "reasoning_content": {"text": "which log?", "signature": "sig"},
+        },  # Bedrock
+    ],
+    ids=["thinking", "reasoning", "reasoning_content"],
+)
+def test_a_thinking_tool_loop_keeps_its_first_message_at_every_call(thinking):
     """Claude thinks at the start of a tool loop only, and refuses a final turn that does not
     open with thinking: a window inside the loop keeps the loop's first AIMessage (thinking
-    first) and its result, at every model call of a real agent."""
-    thinking = {"type": "thinking", "thinking": "which log?", "signature": "sig"}
+    first, in any of LangChain's forms) and its result, at every model call of a real agent."""
     steps = [
         AIMessage(
             content=[thinking] if k == 0 else "",

@@ -117,6 +117,26 @@ def test_clear_tool_inputs_empties_the_arguments_of_cleared_calls_only():
     assert args == ["{}", "{}", '{"path": "x"}']
 
 
+def test_clear_tool_inputs_leaves_a_message_an_adapter_marked_as_thinking_whole():
+    """A framework's message that carries thinking (marked by its adapter, live or as restored
+    from saved state) keeps its call's arguments: its turn goes to the provider as it was."""
+    from ctxmgmt.formats._common import ORIGIN, Origin
+
+    for mark in (Origin(plain={"thinking": True}), {"thinking": True}):
+        msgs = run(3)
+        msgs[1] = {**msgs[1], ORIGIN: mark}
+        out = clearing(trigger=0, keep=1, clear_tool_inputs=True).apply(
+            "pre_llm", Context(messages=msgs, model=MODEL)
+        )
+        calls = [m for m in out.context.messages if m.get("tool_calls")]
+        assert [m["tool_calls"][0]["function"]["arguments"] for m in calls] == [
+            '{"path": "x"}',
+            "{}",
+            '{"path": "x"}',
+        ]
+        assert calls[0] is msgs[1]
+
+
 def test_clear_at_least_leaves_small_savings_alone():
     """Clearing that would free less than clear_at_least changes nothing (and says so); above
     it, everything eligible is cleared in one step."""

@@ -136,6 +136,27 @@ def test_with_a_store_the_window_archives_what_it_removes(tmp_path):
     assert store.search("s", "^step 2$")[0]["ref"] == ref
 
 
+def test_ctxmgmts_thinking_marks_are_not_archived(tmp_path):
+    """An adapter's thinking mark on a removed message stays out of its archive (the model may
+    read it back); the origin's other items stay."""
+    import json
+
+    from ctxmgmt.formats._common import ORIGIN, Origin
+    from ctxmgmt.offload import LocalOffloader
+
+    store = LocalOffloader(tmp_path)
+    marked = Origin(plain={"thinking": True, "thinking_first": True, "counted_text": "a document"})
+    msgs = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "step 0", ORIGIN: marked}]
+    msgs += [{"role": "assistant", "content": f"step {i}"} for i in range(1, 10)]
+    d = load_definition(
+        {"name": "w", "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4}}]}}
+    )
+    result = d.apply("pre_llm", Context(messages=msgs), offloader=store, session="s")
+    archived = json.loads(store.read("s", result.trace[0]["details"]["offloaded"]).text)
+    assert archived[0] == {"role": "assistant", "content": "step 0", ORIGIN: {"counted_text": "a document"}}
+    assert "thinking" not in json.dumps(archived)
+
+
 def test_a_target_cuts_below_the_trigger_so_the_window_stays_quiet():
     """With target_tokens the window cuts to the target when its trigger fires, not just under
     the trigger, so the next many calls pass without an edit (the prompt cache stays warm)."""
