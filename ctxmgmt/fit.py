@@ -98,7 +98,15 @@ class Fit:
         assert window is not None  # the gate does not fire without one
         # In counted tokens: the provider counts ``ratio`` times as many (calibration).
         ratio = runtime.environment.window_ratio(context.model)
-        budget = int((window - reserve_tokens(window, self.settings)) / ratio)
+        base = int((window - reserve_tokens(window, self.settings)) / ratio)
+        hidden = runtime.constraints.hidden_tokens
+
+        def room(ctx: Context) -> int:
+            """The budget for a context's counted tokens: less the thinking of its turn in
+            progress, which the provider counts and only removing its message frees."""
+            return base - hidden(ctx.messages)
+
+        budget = room(context)
         counter = runtime.counter
         held = runtime.constraints.held
         spans = _removable(context.messages, held(context.messages))
@@ -115,18 +123,20 @@ class Fit:
         first_kept = min((u[0] for u in newest), default=len(context.messages))
         out = self._drop(context, [u for u in spans if u[1] <= first_kept], target, summary_room, runtime)
         # 2. The largest tool results that are kept.
-        if counter.context(out)[0] > budget:
+        if counter.context(out)[0] > (budget := room(out)):
             out = self._cut(out, budget, runtime)
         # 3. A shorter summary, when that is enough to keep the newest units.
-        if counter.context(out)[0] > budget:
+        if counter.context(out)[0] > (budget := room(out)):
             out = _fit_summary(out, budget, runtime, remove=False)
         # 4. The newest unit too, then the summary shrunk to what is left, or removed.
-        if counter.context(out)[0] > budget and (last := _removable(out.messages, held(out.messages))):
+        if counter.context(out)[0] > (budget := room(out)) and (
+            last := _removable(out.messages, held(out.messages))
+        ):
             out = self._drop(out, last, budget, summary_room, runtime)
-        if counter.context(out)[0] > budget:
+        if counter.context(out)[0] > (budget := room(out)):
             out = _fit_summary(out, budget, runtime, remove=True)
         total = counter.context(out)[0]
-        if total > budget:
+        if total > room(out):
             looped = runtime.constraints.head(context.messages)[1] is not None
             raise _too_large(out, runtime, window, reserve_tokens(window, self.settings), looped)
         return out
@@ -282,11 +292,15 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int, lo
     parts = [counter.system_prompt(context.system_prompt), counter.tools(context.tools)]
     parts.append(counter.messages(context.messages)[0])
     parts.append(counter.context(context)[0] - sum(parts))  # the reply's priming
-    prompt, tools, kept, priming = (round(n * ratio) for n in parts)
-    need = prompt + tools + kept + priming + reserve  # the parts, as named, add up
+    parts.append(runtime.constraints.hidden_tokens(context.messages))
+    prompt, tools, kept, priming, thinking = (round(n * ratio) for n in parts)
+    need = prompt + tools + kept + priming + thinking + reserve
     what = "the task and system messages"
     if looped:
         what += ", and the first call of a tool loop that thinks at its start only, with its results"
+    if thinking:
+        what += f"; their thinking, about {thinking:,}"
+        kept += thinking
     return ContextError(
         [
             Problem(

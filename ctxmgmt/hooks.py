@@ -97,7 +97,11 @@ class _Run:
         facts = self._facts
         if facts is None or facts.context is not self.context:  # one per context a run sees
             facts = self._facts = Facts(
-                self.context, self.counter, self.counter.context(self.context), self.ratio
+                self.context,
+                self.counter,
+                self.counter.context(self.context),
+                self.ratio,
+                self.constraints.hidden_tokens(self.context.messages),
             )
         tokens = facts.tokens_counted
         fired, reason = entry.activation.evaluate(facts)
@@ -178,7 +182,8 @@ class _Run:
         if not window:
             return None
         room = window - reserve_tokens(window, self.settings)
-        return int(room / self.environment.window_ratio(self.context.model))
+        hidden = self.constraints.hidden_tokens(self.context.messages)  # no manager can free it
+        return int(room / self.environment.window_ratio(self.context.model)) - hidden
 
     def _refire(self, entry: Entry) -> int | None:
         """The counted tokens past which an entry fires again: its activation's token level

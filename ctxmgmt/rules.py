@@ -19,7 +19,7 @@ __all__ = ["ALWAYS", "Activation", "Facts"]
 class Facts:
     """The numbers rules compare, computed on first use."""
 
-    __slots__ = ("_context", "_counter", "_counts", "_tool_tokens", "ratio")
+    __slots__ = ("_context", "_counter", "_counts", "_tool_tokens", "hidden", "ratio")
 
     def __init__(
         self,
@@ -27,6 +27,7 @@ class Facts:
         counter: TokenCounter,
         counts: tuple[int, int] | None = None,
         ratio: float = 1.0,
+        hidden: int = 0,
     ) -> None:
         self._context = context
         self._counter = counter
@@ -34,6 +35,9 @@ class Facts:
         self._tool_tokens: int | None = None
         self.ratio = ratio
         """The calibration factor: token facts are counted tokens times this."""
+        self.hidden = hidden
+        """Counted tokens the provider reads that are no message's text (the thinking of the
+        turn in progress): in :attr:`tokens` and :attr:`window_tokens`."""
 
     def _both(self) -> tuple[int, int]:
         if self._counts is None:
@@ -53,13 +57,13 @@ class Facts:
     @property
     def tokens(self) -> int:
         """The context's tokens, calibrated by the provider's reports when there are any."""
-        counted = self._both()[0]
+        counted = self._both()[0] + self.hidden
         return counted if self.ratio == 1.0 else round(counted * self.ratio)
 
     @property
     def window_tokens(self) -> int:
         """The tokens to check against the window: calibrated, never below ctxmgmt's count."""
-        counted = self._both()[0]
+        counted = self._both()[0] + self.hidden
         return counted if self.ratio <= 1.0 else round(counted * self.ratio)
 
     @property

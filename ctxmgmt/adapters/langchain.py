@@ -344,12 +344,24 @@ def _chat(d: dict[str, Any]) -> dict[str, Any]:
     if d.get("role") == "assistant":
         if all(p.get("type") == "text" for p in parts):
             out["content"] = "\n".join(p["text"] for p in parts) or (None if d.get("tool_calls") else "")
-        kinds = [p.get("type") if isinstance(p, dict) else None for p in content]
-        if any(k in _THINKING for k in kinds):
-            # Its tool inputs stay as they were, and a message that opens with thinking keeps
-            # a tool loop's head (Claude refuses a final turn that opens without).
-            out[ORIGIN] = Origin(plain=thinking_mark(first=kinds[0] in _THINKING))
+        thought = [p for p in content if isinstance(p, dict) and p.get("type") in _THINKING]
+        if thought:
+            # Its tool inputs stay as they were, a message that opens with thinking keeps a
+            # tool loop's head (Claude refuses a final turn that opens without), and its
+            # thinking is counted while its turn goes on.
+            chars = sum(len(_thought_text(p)) for p in thought)
+            out[ORIGIN] = Origin(plain=thinking_mark(first=content[0] is thought[0], chars=chars))
     return out
+
+
+def _thought_text(block: Mapping[str, Any]) -> str:
+    """The text (or, redacted, the data) of a thinking block in any of LangChain's forms."""
+    found = block.get(block.get("type", ""))
+    if isinstance(found, Mapping):  # Bedrock's {"reasoning_content": {"text": ...}}
+        found = found.get("text")
+    if not isinstance(found, str):
+        found = block.get("data")
+    return found if isinstance(found, str) else ""
 
 
 _THINKING = frozenset({*THINKING_BLOCKS, "reasoning", "reasoning_content"})

@@ -196,8 +196,9 @@ def _response(m: ModelResponse) -> dict[str, Any]:
     # Thinking parts stay in the response, never read as text; a response with one says so
     # (its tool inputs stay as they were), and whether it opens with one, for a tool loop's
     # head to stay (Claude refuses a final turn that opens without).
-    thinks = any(isinstance(p, ThinkingPart) for p in m.parts)
-    mark = thinking_mark(first=isinstance(m.parts[0], ThinkingPart)) if thinks else None
+    thought = [p.content for p in m.parts if isinstance(p, ThinkingPart)]
+    first = bool(thought) and isinstance(m.parts[0], ThinkingPart)
+    mark = thinking_mark(first=first, chars=sum(map(len, thought))) if thought else None
     d[ORIGIN] = Origin(m, plain=mark)
     return d
 

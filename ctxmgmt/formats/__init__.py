@@ -21,7 +21,7 @@ from ..messages import foreign_kind, last_task_index
 from ..types import FORMAT_NAMES
 from . import anthropic, openai_chat, openai_responses
 from ._common import Grown, Known
-from ._turns import task_index, turn_head
+from ._turns import task_index, thinking_tokens, turn_head
 
 __all__ = [
     "CHAT",
@@ -53,6 +53,11 @@ class Constraints:
     :func:`~ctxmgmt.formats._turns.turn_head`): ``(user message, first assistant message, end of its tool
     results)``. Built-ins keep it, and a summary goes before its assistant message."""
 
+    thinking: Callable[[Sequence[Mapping[str, Any]]], int] | None = None
+    """About how many tokens of thinking the provider counts that no manager sees (the turn in
+    progress's: :func:`~ctxmgmt.formats._turns.thinking_tokens`); the gates and the fit step
+    count them with the messages."""
+
     task: Callable[[Sequence[Mapping[str, Any]]], int | None] | None = None
     """Where the current task is, when the format says more than the chat rule (the last user
     message that is not a summary): Anthropic's text beside tool results is no task."""
@@ -60,6 +65,10 @@ class Constraints:
     def task_index(self, messages: Sequence[Mapping[str, Any]]) -> int | None:
         """Index of the current task, which managers with ``pin: task`` and the fit step keep."""
         return self.task(messages) if self.task is not None else last_task_index(messages)
+
+    def hidden_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens the provider counts beyond the messages' own (:attr:`thinking`), or 0."""
+        return self.thinking(messages) if self.thinking is not None and messages else 0
 
     def held(self, messages: Sequence[Mapping[str, Any]]) -> frozenset[int]:
         """What the fit step keeps besides the system messages and the summary: the task and
@@ -93,14 +102,16 @@ def user_first_rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 CHAT = Constraints()
-USER_FIRST = Constraints(user_first=True, rule=user_first_rule, turn_head=turn_head)
+USER_FIRST = Constraints(user_first=True, rule=user_first_rule, turn_head=turn_head, thinking=thinking_tokens)
 """For a caller whose provider wants a user message first in chat form (LangChain or
 pydantic-ai in front of Claude, Gemini or Bedrock): ``Environment(user_first=True)``. A tool
 loop whose first message its adapter marked as opening with thinking keeps that head (read as
 Anthropic reads turns); the task is chat's (the last user message), as the provider may be
 another."""
 _CONSTRAINTS = {
-    anthropic.NAME: Constraints(user_first=True, rule=anthropic.rule, turn_head=turn_head, task=task_index)
+    anthropic.NAME: Constraints(
+        user_first=True, rule=anthropic.rule, turn_head=turn_head, thinking=thinking_tokens, task=task_index
+    )
 }
 _KNOWN_CHAT = shared(Recent())  # emptied by ctxmgmt.tokens.clear_caches
 """The lists detected as chat last (as the token counter keeps the sequences it counted)."""

@@ -25,6 +25,7 @@ __all__ = [
     "signed",
     "task_index",
     "thinking_mark",
+    "thinking_tokens",
     "thinks_first",
     "turn_head",
     "unmarked",
@@ -36,6 +37,11 @@ message carries thinking or reasoning (a pydantic-ai ``ThinkingPart``, a LangCha
 reasoning block): its turn must go to the provider as it was, tool inputs included."""
 THINKING_FIRST = "thinking_first"
 """The plain item by which an adapter says that its message opens with thinking."""
+THINKING_CHARS = "thinking_chars"
+"""The plain item by which an adapter says how many characters of thinking its message holds."""
+CHARS_PER_TOKEN = 4
+"""An estimate of thinking's tokens from its characters (English prose; the calibration by the
+provider's reports corrects it)."""
 THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 """Anthropic's thinking block types."""
 
@@ -86,10 +92,63 @@ _BARE = object()
 first that opens without thinking: ``(first, its message, found, messages seen)``."""
 
 
-def thinking_mark(*, first: bool) -> dict[str, bool]:
+def thinking_mark(*, first: bool, chars: int) -> dict[str, Any]:
     """The plain items of an origin that say its message carries thinking (``first``: opens
-    with it). They stay in a framework's saved state, never in what the model reads."""
-    return {THINKING: True, THINKING_FIRST: True} if first else {THINKING: True}
+    with it; ``chars``: how much). They stay in a framework's saved state, never in what the
+    model reads."""
+    mark: dict[str, Any] = {THINKING: True, THINKING_CHARS: chars}
+    if first:
+        mark[THINKING_FIRST] = True
+    return mark
+
+
+def thinking_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
+    """About how many tokens of thinking the final turn's assistant messages hold (from the
+    current task on): the provider counts the thinking of the turn in progress (a tool loop's)
+    as input, not that of earlier turns, and no manager sees it as text. A History remembers
+    what it found, so later calls look at the new messages only."""
+    n = len(messages)
+    if not n:
+        return 0
+    msgs = items(messages)
+    found = task_index(messages)
+    start = 0 if found is None else found + 1
+    memo = messages.memo if isinstance(messages, History) else None
+    known = memo.get(_THOUGHT) if memo is not None else None
+    opener = msgs[start - 1] if start else None
+    chars, seen = 0, start
+    if known is not None and known[0] == start and known[1] is opener and start <= known[2] <= n:
+        chars, seen = known[3], known[2]  # the same turn: only its new messages are read
+    for i in range(seen, n):
+        if msgs[i].get("role") == "assistant":
+            chars += _thought_chars(msgs[i])
+    if memo is not None:
+        memo[_THOUGHT] = (start, opener, n, chars)
+    return -(-chars // CHARS_PER_TOKEN)
+
+
+_THOUGHT = object()
+"""The key of a History's memo of its final turn's thinking: ``(start, the message before
+it, messages seen, characters)``."""
+
+
+def _thought_chars(m: Mapping[str, Any]) -> int:
+    """Characters of thinking an internal assistant message stands for: its adapter's mark, or
+    its Anthropic source's thinking blocks (a redacted one by its data)."""
+    origin = m.get(ORIGIN)
+    if not isinstance(origin, Mapping):
+        return 0
+    marked = origin.get(THINKING_CHARS)
+    if isinstance(marked, int) and not isinstance(marked, bool):
+        return max(0, marked)
+    source = origin.message if isinstance(origin, Origin) else None
+    blocks = source.get("content") if isinstance(source, Mapping) else None
+    total = 0
+    for b in blocks if isinstance(blocks, list) else ():
+        if isinstance(b, dict) and b.get("type") in THINKING_BLOCKS:
+            text = b.get("thinking") if b.get("type") == "thinking" else b.get("data")
+            total += len(text) if isinstance(text, str) else 0
+    return total
 
 
 def unmarked(m: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +158,7 @@ def unmarked(m: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(origin, Mapping) or (THINKING not in origin and THINKING_FIRST not in origin):
         return m
     out = {k: v for k, v in m.items() if k != ORIGIN}
-    rest = {k: v for k, v in origin.items() if k not in (THINKING, THINKING_FIRST)}
+    rest = {k: v for k, v in origin.items() if k not in (THINKING, THINKING_FIRST, THINKING_CHARS)}
     if rest:
         out[ORIGIN] = rest
     return out

@@ -548,3 +548,33 @@ def test_a_thinking_loop_whose_first_call_cannot_fit_is_an_error_that_names_it()
     ctx = Context(system_prompt=SYSTEM, messages=msgs, context_window=4_000)
     with pytest.raises(ContextError, match="the first call of a tool loop that thinks at its start only"):
         definition({"type": "SlidingWindowManager", "config": {"max_messages": 4}}).apply("pre_llm", ctx)
+
+
+def test_the_thinking_of_the_turn_in_progress_counts_against_the_window():
+    """Anthropic counts the thinking of the turn in progress (a tool loop's) as input, which no
+    manager sees as text: the fit step leaves room for it, and earlier turns' thinking (which
+    Anthropic does not count) costs nothing."""
+    from ctxmgmt import get_counter
+    from ctxmgmt.formats import internal
+    from ctxmgmt.formats._turns import thinking_tokens
+
+    msgs = loop(12, size=2000)
+    msgs[1] = {
+        **msgs[1],
+        "content": [{**THINKING, "thinking": "consider each part. " * 1000}, *msgs[1]["content"][1:]],
+    }
+    inner = internal(Context(messages=msgs)).context.messages
+    assert thinking_tokens(inner) == -(-20_000 // 4)
+    later = [*msgs, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Now the docs."}]
+    assert thinking_tokens(internal(Context(messages=later)).context.messages) == 0
+    window, reserve = 12_000, 1_000
+    quiet = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 100_000}}
+    settings = {"reserve_output_tokens": reserve}
+    d = load_definition({"name": "t", "settings": settings, "hooks": {"pre_llm": [quiet]}})
+    out = d.apply("pre_llm", Context(messages=msgs, model="gpt-4o", context_window=window)).context
+    assert any(m is msgs[1] for m in out.messages)  # the loop's head, with its thinking
+    managed = internal(out).context
+    counted = get_counter("gpt-4o").context(managed)[0]
+    assert thinking_tokens(managed.messages) == 5_000
+    assert counted + 5_000 <= window - reserve
+    assert counted > window - reserve - 5_000 - 2_500  # it used the room, a unit at most apart
