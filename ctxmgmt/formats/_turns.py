@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..history import History, items
+from ..history import History, items, scan
 from ..messages import is_summary
 from ._common import ORIGIN, Origin, origin_of
 
@@ -108,7 +108,7 @@ def thinking_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     as input, not that of earlier turns, and no manager sees it as text. A History remembers
     what it found, so later calls look at the new messages only."""
     n = len(messages)
-    if not n:
+    if not n or not scan(messages, "thinking", _thinks):  # none at all: the common case, at once
         return 0
     msgs = items(messages)
     found = task_index(messages)
@@ -130,6 +130,10 @@ def thinking_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
 _THOUGHT = object()
 """The key of a History's memo of its final turn's thinking: ``(start, the message before
 it, messages seen, characters)``."""
+
+
+def _thinks(m: Mapping[str, Any]) -> bool:
+    return m.get("role") == "assistant" and _thought_chars(m) > 0
 
 
 def _thought_chars(m: Mapping[str, Any]) -> int:
