@@ -294,20 +294,18 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int, lo
     parts.append(counter.context(context)[0] - sum(parts))  # the reply's priming
     parts.append(runtime.constraints.hidden_tokens(context.messages))
     prompt, tools, kept, priming, thinking = (round(n * ratio) for n in parts)
-    need = prompt + tools + kept + priming + thinking + reserve
+    need = prompt + tools + kept + priming + thinking + reserve  # the parts, as named, add up
     what = "the task and system messages"
     if looped:
         what += ", and the first call of a tool loop that thinks at its start only, with its results"
-    if thinking:
-        what += f"; their thinking, about {thinking:,}"
-        kept += thinking
+    thought = f", the thinking of the turn in progress (about {thinking:,})" if thinking else ""
     return ContextError(
         [
             Problem(
                 "/context_window",
                 f"the request cannot fit: the system prompt ({prompt:,} tokens), the tool schemas "
                 f"({tools:,}), the messages that must stay ({what}: "
-                f"{kept:,}), the reply's priming ({priming:,}) and the reserve for the reply "
+                f"{kept:,}){thought}, the reply's priming ({priming:,}) and the reserve for the reply "
                 f"({reserve:,}) need {need:,} tokens, "
                 f"and the window is {window:,}; shorten the system prompt or the task, send fewer "
                 "tools, lower settings.reserve_output_tokens, or use a model with a larger window",

@@ -524,3 +524,20 @@ def test_a_plain_message_translates_as_langchains_own_converter_does(message):
     ours = _group(message)
     assert ours == theirs
     assert [list(d) for d in ours] == [list(d) for d in theirs]
+
+
+def test_a_message_with_thinking_is_marked_with_how_much_and_whether_first():
+    """An AIMessage's thinking blocks (any of LangChain's forms) mark its chat message, never
+    its text: that it carries thinking, how many characters, and whether it opens with it."""
+    from ctxmgmt.adapters.langchain import _group
+
+    call = [{"name": "read_log", "args": {"name": "x"}, "id": "t0"}]
+    thinking = {"type": "thinking", "thinking": "why? " * 8, "signature": "sig"}
+    (opens,) = _group(AIMessage(content=[thinking, {"type": "text", "text": "Checking."}], tool_calls=call))
+    assert opens["content"] == "Checking."
+    assert dict(opens["_ctxmgmt"]) == {"thinking": True, "thinking_chars": 40, "thinking_first": True}
+    bedrock = {"type": "reasoning_content", "reasoning_content": {"text": "hm", "signature": "s"}}
+    (later,) = _group(AIMessage(content=[{"type": "text", "text": "Now."}, bedrock], tool_calls=call))
+    assert dict(later["_ctxmgmt"]) == {"thinking": True, "thinking_chars": 2}
+    (plain,) = _group(AIMessage(content=[{"type": "text", "text": "No thought."}], tool_calls=call))
+    assert "_ctxmgmt" not in plain

@@ -299,3 +299,15 @@ def test_a_thinking_tool_loop_keeps_its_first_response_at_every_request():
         assert isinstance(first.parts[0], ThinkingPart), [type(p).__name__ for p in first.parts]
         assert any(isinstance(p, UserPromptPart) for p in request[0].parts)  # the task, first
     assert len(seen[-1]) < 17  # the window did cut inside the loop
+
+
+def test_a_response_with_thinking_is_marked_with_how_much_and_whether_first():
+    """A response's ThinkingParts mark its chat message (never its text): that it carries
+    thinking, how many characters (counted while its turn goes on), and whether it opens with it."""
+    call = ToolCallPart("read_log", {"name": "a"}, tool_call_id="c1")
+    first = ModelResponse(parts=[ThinkingPart("why? " * 8), call])
+    later = ModelResponse(parts=[TextPart("Reading."), ThinkingPart("hm"), call])
+    chat, _ = to_chat([first, later, ModelResponse(parts=[call])])
+    assert dict(chat[0]["_ctxmgmt"]) == {"thinking": True, "thinking_chars": 40, "thinking_first": True}
+    assert dict(chat[1]["_ctxmgmt"]) == {"thinking": True, "thinking_chars": 2}
+    assert dict(chat[2]["_ctxmgmt"]) == {} and chat[1]["content"] == "Reading."

@@ -578,3 +578,18 @@ def test_the_thinking_of_the_turn_in_progress_counts_against_the_window():
     assert thinking_tokens(managed.messages) == 5_000
     assert counted + 5_000 <= window - reserve
     assert counted > window - reserve - 5_000 - 2_500  # it used the room, a unit at most apart
+
+
+def test_a_request_whose_thinking_leaves_no_room_says_so():
+    """When the loop's head and its thinking cannot fit, the error names the thinking with the
+    rest of what must stay."""
+    msgs = loop(12, size=2000)
+    msgs[1] = {
+        **msgs[1],
+        "content": [{**THINKING, "thinking": "consider each part. " * 1000}, *msgs[1]["content"][1:]],
+    }
+    quiet = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 100_000}}
+    settings = {"reserve_output_tokens": 1_000}
+    d = load_definition({"name": "t", "settings": settings, "hooks": {"pre_llm": [quiet]}})
+    with pytest.raises(ContextError, match=r"the thinking of the turn in progress \(about 5,000\)"):
+        d.apply("pre_llm", Context(messages=msgs, model="gpt-4o", context_window=6_000))
