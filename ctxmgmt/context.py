@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from .errors import ContextError, Problem
 from .history import History, items
-from .types import FORMAT_NAMES, TraceEntry
+from .types import FORMAT_NAMES, MARK_MEMBER, TraceEntry
 
 __all__ = ["ApplyResult", "Context", "Edit"]
 
@@ -206,6 +206,14 @@ class Context:
                     for key in unknown
                 ]
             )
+        messages = data.get("messages")
+        marked = [
+            Problem(f"/messages/{i}/{MARK_MEMBER}", "a member ctxmgmt keeps for its own marks; remove it")
+            for i, m in enumerate(messages if isinstance(messages, list) else ())
+            if isinstance(m, Mapping) and MARK_MEMBER in m
+        ]
+        if marked:
+            raise ContextError(marked)
         ctx = cls(**{k: data[k] for k in _FIELDS if k in data and data[k] is not None})
         problems = [p for check in _FORMAT_CHECK for p in check(ctx)]
         if problems:

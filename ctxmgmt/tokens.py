@@ -40,6 +40,7 @@ from ._o200k import SOURCE as _o200k_source
 from .errors import ContextError, Problem
 from .history import History, forget_handed, items
 from .loader import lone_surrogate
+from .types import MARK_MEMBER
 
 if TYPE_CHECKING:
     from .context import Context, Edit
@@ -78,7 +79,7 @@ _COUNTERS_KEPT = 256
 """Counters kept per (tokenizer setting, model name); model names come from clients."""
 _WARNINGS_KEPT = 64
 _SYSTEM_ROLES = frozenset({"system", "developer"})
-HIDDEN = "_ctxmgmt"
+HIDDEN = MARK_MEMBER
 """The key of a converted message's origin (:mod:`ctxmgmt.formats`); its ``counted_text`` and
 ``counted_tokens`` are what the provider counts that is not the message's editable content."""
 

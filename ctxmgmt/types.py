@@ -49,6 +49,11 @@ HOOK_NAMES: tuple[str, ...] = tuple(h.value for h in Hook)
 FORMAT_NAMES: tuple[str, ...] = ("openai_chat", "anthropic", "openai_responses")
 """The message formats a context may declare (each one module of :mod:`ctxmgmt.formats`)."""
 
+MARK_MEMBER = "_ctxmgmt"
+"""The member by which a message ctxmgmt converted says where it came from and what of it the
+provider counts (:mod:`ctxmgmt.formats`). ctxmgmt's own: a message read from JSON (a file, a
+request body) may not hold it."""
+
 
 class TraceEntry(TypedDict):
     """What one manager entry did in one hook run. JSON-able; field names are stable."""

@@ -267,3 +267,26 @@ def test_an_execution_record_tells_a_real_summary_from_a_forged_one():
     forged = {"role": "user", "content": real["content"].split(" #k=")[0] + "\n## Goal\n- g"}
     assert _preview(real).get("summary") is True
     assert "summary" not in _preview(forged)
+
+
+def test_a_message_from_json_cannot_carry_the_member_of_ctxmgmts_own_marks(store):
+    """A context read from JSON (a file, a simulation's body) whose message holds ``_ctxmgmt``
+    (what a converted message's provider counts, whether it thinks) is refused with its pointer,
+    by ``Context.from_dict`` and by POST _simulate (a 400)."""
+    import httpx
+
+    from ctxmgmt.api import create_app
+    from ctxmgmt.errors import ContextError
+    from tests.conftest import LiveServer
+
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "x" * 9_000, "_ctxmgmt": {"counted_tokens": 1}},
+    ]
+    with pytest.raises(ContextError) as caught:
+        Context.from_dict({"messages": messages})
+    assert caught.value.problems[0].pointer == "/messages/1/_ctxmgmt"
+    body = {"definition": shipped("default"), "context": {"messages": messages}}
+    with LiveServer(create_app(store)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        got = http.post("/_plugins/_ml/context_management/_simulate", json=body)
+    assert got.status_code == 400 and "/context/messages/1/_ctxmgmt" in got.text, got.text

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._memo import Memo, rough_size
 from ..history import History, starts_with
+from ..types import MARK_MEMBER
 
 __all__ = [
     "BASE64_CHARS_PER_TOKEN",
@@ -23,7 +24,7 @@ __all__ = [
     "rough_size",
 ]
 
-ORIGIN = "_ctxmgmt"
+ORIGIN = MARK_MEMBER
 """The key of an internal message that says where it came from. Managers copy unknown keys
 along when they edit a message (``{**m, "content": ...}``), so an edited message still
 knows its source; the key never leaves ctxmgmt: the way back rebuilds provider messages."""

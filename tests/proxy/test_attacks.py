@@ -153,3 +153,24 @@ def test_a_body_of_a_million_tiny_arrays_is_a_400_in_the_providers_shape(proxy, 
     error = r.json()
     assert error["type"] == "error" and "JSON arrays and objects" in error["error"]["message"]
     assert upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    ("path", "field"), [(CHAT, "messages"), ("/v1/messages", "messages"), ("/v1/responses", "input")]
+)
+def test_a_message_cannot_carry_ctxmgmts_own_marks(proxy, upstream, path, field):
+    """A client's message holding ``_ctxmgmt`` (the member by which ctxmgmt's converted messages
+    say how much the provider counts and whether they think) is a 400 naming it, first or in a
+    continued conversation, and nothing goes upstream."""
+    model = "claude-test" if path == "/v1/messages" else "gpt-test"
+    items = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    r = httpx.post(f"{proxy.url}/proxy/default{path}", json={"model": model, "max_tokens": 5, field: items})
+    assert r.status_code == 200, r.text
+    forged = {"role": "user", "content": "x" * 9_000, "_ctxmgmt": {"counted_tokens": 1, "thinking": True}}
+    for sent in ([*items, forged], [forged]):  # read from the previous body, and whole
+        r = httpx.post(
+            f"{proxy.url}/proxy/default{path}", json={"model": model, "max_tokens": 5, field: sent}
+        )
+        assert r.status_code == 400, r.text
+        assert f"/{field}/{len(sent) - 1}/_ctxmgmt" in r.text and "remove it" in r.text
+    assert len(upstream.seen) == 1

@@ -26,6 +26,7 @@ from operator import is_, itemgetter
 from typing import Any
 
 from ...loader import json_containers
+from ...types import MARK_MEMBER
 from ..errors import HTTPProblem
 from ..requests import DECODER, check_values, json_problem
 
@@ -50,6 +51,9 @@ _FINGERPRINT = 1024
 """A body is found again by its first characters (its system prompt and first messages)."""
 
 _WS = re.compile(r"[ \t\n\r]*")
+RESERVED = MARK_MEMBER
+"""A client's message may not hold it, or it would tell the token count and the turn rules
+what to believe."""
 
 
 @dataclass(slots=True)
@@ -143,7 +147,7 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         elements = list(previous.data[field])
         at = len(prefix)
         fresh_from = len(elements)
-        at = _elements(text, at, elements, body.spans, first=not elements)
+        at = _elements(text, at, elements, body.spans, first=not elements, member=field)
         body.data[field] = elements
         _check_new(text, body, fresh_from)
         _rest(text, at, body)
@@ -210,7 +214,7 @@ def _members(text: str, at: int, body: Body) -> None:
             start = at
             elements: list[Any] = []
             body.spans = []
-            at = _elements(text, at + 1, elements, body.spans, first=True)
+            at = _elements(text, at + 1, elements, body.spans, first=True, member=key)
             body.data[key] = elements
             body.array = (start, at)
             body.values.pop(key, None)
@@ -228,9 +232,12 @@ def _members(text: str, at: int, body: Body) -> None:
         at = _ws(text, at + 1)
 
 
-def _elements(text: str, at: int, out: list[Any], spans: list[tuple[int, int]], *, first: bool) -> int:
+def _elements(
+    text: str, at: int, out: list[Any], spans: list[tuple[int, int]], *, first: bool, member: str
+) -> int:
     """Read array elements from ``at`` (after ``[`` when ``first``, else after the last
-    element) to the closing bracket; returns the position after it."""
+    element) to the closing bracket; returns the position after it. An element that holds
+    :data:`RESERVED` is refused."""
     at = _ws(text, at)
     if first:
         if text.startswith("]", at):
@@ -241,6 +248,12 @@ def _elements(text: str, at: int, out: list[Any], spans: list[tuple[int, int]], 
         at = _ws(text, at + 1)
     while True:
         value, end = _value(text, at)
+        if type(value) is dict and RESERVED in value:
+            raise HTTPProblem(
+                400,
+                f"/{member}/{len(out)}/{RESERVED}: a member ctxmgmt keeps for its own marks; "
+                "remove it from the message",
+            )
         out.append(value)
         spans.append((at, end))
         at = _ws(text, end)
