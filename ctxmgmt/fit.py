@@ -297,7 +297,7 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int, lo
     need = prompt + tools + kept + priming + thinking + reserve  # the parts, as named, add up
     what = "the task and system messages"
     if looped:
-        what += ", and the first call of a tool loop that thinks at its start only, with its results"
+        what += ", and the first call of a tool loop that opens with thinking, with its results"
     thought = f", the thinking of the turn in progress (about {thinking:,})" if thinking else ""
     return ContextError(
         [

@@ -67,19 +67,23 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
     if not thinks_first(msgs[first]):
         return None
     # Thinking interleaved through the whole loop (each assistant message opens with its own):
-    # any cut leaves a turn that opens with thinking, and nothing needs to stay.
+    # any cut leaves a turn that opens with thinking, and nothing needs to stay. A loop one
+    # call long may go on either way: its first call stays (removed, the next call, one that
+    # opens without thinking, would open the turn).
     memo = messages.memo if isinstance(messages, History) else None
     known = memo.get(_BARE) if memo is not None else None
-    bare, seen = False, first + 1
-    if known is not None and known[0] == first and known[1] is msgs[first] and known[3] <= n:
-        bare, seen = known[2], known[3]  # the same turn: only its new messages are looked at
+    bare, later, seen = False, False, first + 1
+    if known is not None and known[0] == first and known[1] is msgs[first] and known[4] <= n:
+        bare, later, seen = known[2], known[3], known[4]  # the same turn: only its new messages
     for i in range(seen, n):
         if bare:
             break
-        bare = msgs[i].get("role") == "assistant" and not thinks_first(msgs[i])
+        if msgs[i].get("role") == "assistant":
+            later = True
+            bare = not thinks_first(msgs[i])
     if memo is not None:
-        memo[_BARE] = (first, msgs[first], bare, n)
-    if not bare:
+        memo[_BARE] = (first, msgs[first], bare, later, n)
+    if later and not bare:
         return None
     end = first + 1
     while end < n and msgs[end].get("role") == "tool":
@@ -89,7 +93,8 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
 
 _BARE = object()
 """The key of a History's memo of whether its final turn has an assistant message after the
-first that opens without thinking: ``(first, its message, found, messages seen)``."""
+first that opens without thinking: ``(first, its message, found, any assistant message after
+the first, messages seen)``."""
 
 
 def thinking_mark(*, first: bool, chars: int) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 blocks whole, tool results in the user turn after their tool_use, a user message first."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -440,7 +441,7 @@ def test_a_thinking_tool_loop_fits_its_window_and_still_opens_with_thinking(name
 def test_the_turn_head_is_found_after_the_last_user_message_of_its_own():
     """The head of a tool loop: its user message, its first assistant message and that message's
     results, when that message opens with thinking and a later one does not (thinking not
-    interleaved); a user message after an answer starts a new turn, one right after results
+    interleaved) or none came yet; a user message after an answer starts a new turn, one right after results
     continues the turn (Anthropic merges consecutive user messages)."""
     from ctxmgmt.formats import internal
 
@@ -457,9 +458,11 @@ def test_the_turn_head_is_found_after_the_last_user_message_of_its_own():
     done = {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}
     later = [*msgs, done, {"role": "user", "content": "now the docs"}, *turn(9, thinking=False)]
     assert anthropic.turn_head(inner_of(later)) is None
-    assert anthropic.turn_head(inner_of([*later[:-2], *turn(9)])) is None  # one message: no loop yet
-    looped = inner_of([*later[:-2], *turn(9), *turn(10, thinking=False)])
-    assert anthropic.turn_head(looped) == (len(inner) + 1, len(inner) + 2, len(inner) + 4)
+    # One call so far: the loop may go on without thinking, so its first call is the head.
+    head = (len(inner) + 1, len(inner) + 2, len(inner) + 4)
+    assert anthropic.turn_head(inner_of([*later[:-2], *turn(9)])) == head
+    assert anthropic.turn_head(inner_of([*later[:-2], *turn(9), *turn(10, thinking=False)])) == head
+    assert anthropic.turn_head(inner_of([*later[:-2], *turn(9), *turn(10)])) is None  # interleaved
     assert anthropic.turn_head(inner_of(conversation(4))) is None  # interleaved: any cut opens with thinking
 
 
@@ -546,7 +549,7 @@ def test_a_thinking_loop_whose_first_call_cannot_fit_is_an_error_that_names_it()
     msgs = loop(6, size=200)
     msgs[1]["content"][2]["input"] = {"path": "src/" + "deep/" * 6_000 + "f.py"}  # a call no cut shortens
     ctx = Context(system_prompt=SYSTEM, messages=msgs, context_window=4_000)
-    with pytest.raises(ContextError, match="the first call of a tool loop that thinks at its start only"):
+    with pytest.raises(ContextError, match="the first call of a tool loop that opens with thinking"):
         definition({"type": "SlidingWindowManager", "config": {"max_messages": 4}}).apply("pre_llm", ctx)
 
 
@@ -593,3 +596,26 @@ def test_a_request_whose_thinking_leaves_no_room_says_so():
     d = load_definition({"name": "t", "settings": settings, "hooks": {"pre_llm": [quiet]}})
     with pytest.raises(ContextError, match=r"the thinking of the turn in progress \(about 5,000\)"):
         d.apply("pre_llm", Context(messages=msgs, model="gpt-4o", context_window=6_000))
+
+
+def test_a_loop_one_call_long_whose_thinking_cannot_fit_is_an_error_not_a_dropped_call():
+    """A loop one call long may go on without thinking (Claude then needs its first call): when
+    that call's thinking alone is over the room, the error says so. The fit step removed the
+    call instead, and the loop's next call opened the turn without thinking (refused)."""
+    msgs = loop(1, size=200)
+    msgs[1] = {
+        **msgs[1],
+        "content": [{**THINKING, "thinking": "consider each part. " * 3000}, *msgs[1]["content"][1:]],
+    }
+    quiet = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 100_000}}
+    d = load_definition(
+        {"name": "t", "settings": {"reserve_output_tokens": 1_000}, "hooks": {"pre_llm": [quiet]}}
+    )
+    ctx = Context(system_prompt=SYSTEM, messages=msgs, model="gpt-4o", context_window=12_000)
+    with pytest.raises(
+        ContextError, match=r"opens with thinking.*the thinking of the turn in progress \(about 15,000\)"
+    ):
+        d.apply("pre_llm", ctx)
+    # With room for it, nothing is removed.
+    out = d.apply("pre_llm", replace(ctx, context_window=20_000)).context
+    assert out.messages == msgs
