@@ -77,6 +77,15 @@ class SlidingWindowManager(ContextManager):
             if budget < 0:
                 runtime.details["note"] = "the pinned messages alone exceed max_tokens"
         boundary = _boundary(msgs, pinned, count, places, budget)
+        newest = next((u for u in units_from_end(msgs) if not pinned.issuperset(range(*u))), None)
+        if newest is not None and boundary > newest[0]:
+            # max_messages is a hard cap: a tool-call group larger than it goes whole, and the
+            # model does not see the results it asked for. Said, so that it can be raised.
+            runtime.details["note"] = (
+                f"the newest unit ({newest[1] - newest[0]} messages: a tool call and its results, "
+                f"or a turn) has no place within max_messages ({max_messages}) and was removed; "
+                "raise max_messages so that the model sees the results it asked for"
+            )
         if self.config["summarize_removed"] and gaps(boundary, sorted(pinned)):
             out = self._fold(context, msgs, pinned, places, budget, max_tokens, runtime)
             if out is not None:

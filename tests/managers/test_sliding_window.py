@@ -437,3 +437,14 @@ def test_a_summary_that_costs_more_than_it_replaces_takes_older_messages_with_it
     [summary] = [m for m in out if is_summary(m)]
     assert "src/app/mod_0.py" in summary["content"] and "## Specifics" in summary["content"]
     assert len(out) < 11 and list(out[-2:]) == msgs[-2:]
+
+
+def test_a_newest_group_larger_than_the_window_is_said_in_the_trace():
+    """max_messages is a hard cap: a parallel tool-call group larger than it is removed whole,
+    and the trace says so and how to mend it (raise max_messages); a window it fits says nothing."""
+    msgs = [{"role": "user", "content": "task"}, call("a", "b", "c", "d"), *(result(i) for i in "abcd")]
+    small = window(max_messages=4).apply("pre_llm", Context(messages=msgs))
+    assert [m.get("content") for m in small.context.messages] == ["task"]
+    assert "raise max_messages" in small.trace[0]["details"]["note"]
+    fits = window(max_messages=6).apply("pre_llm", Context(messages=msgs))
+    assert len(fits.context.messages) == 6 and "note" not in fits.trace[0]["details"]
