@@ -208,7 +208,11 @@ class Context:
             )
         messages = data.get("messages")
         marked = [
-            Problem(f"/messages/{i}/{MARK_MEMBER}", "a member ctxmgmt keeps for its own marks; remove it")
+            Problem(
+                f"/messages/{i}/{MARK_MEMBER}",
+                "a member ctxmgmt keeps for its own marks (its adapters write it), which a message read from "
+                "JSON may not carry; remove it (a thinking mark's message is then counted by its text)",
+            )
             for i, m in enumerate(messages if isinstance(messages, list) else ())
             if isinstance(m, Mapping) and MARK_MEMBER in m
         ]

@@ -299,6 +299,7 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int, lo
     if looped:
         what += ", and the first call of a tool loop that opens with thinking, with its results"
     thought = f", the thinking of the turn in progress (about {thinking:,})" if thinking else ""
+    budget = ", lower the model's thinking budget (budget_tokens)" if thinking else ""
     return ContextError(
         [
             Problem(
@@ -308,7 +309,7 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int, lo
                 f"{kept:,}){thought}, the reply's priming ({priming:,}) and the reserve for the reply "
                 f"({reserve:,}) need {need:,} tokens, "
                 f"and the window is {window:,}; shorten the system prompt or the task, send fewer "
-                "tools, lower settings.reserve_output_tokens, or use a model with a larger window",
+                f"tools{budget}, lower settings.reserve_output_tokens, or use a model with a larger window",
             )
         ]
     )

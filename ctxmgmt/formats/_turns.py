@@ -85,6 +85,8 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
         memo[_BARE] = (first, msgs[first], bare, later, n)
     if later and not bare:
         return None
+    if not later and not msgs[first].get("tool_calls"):
+        return None  # an answer that ends its turn: no loop
     end = first + 1
     while end < n and msgs[end].get("role") == "tool":
         end += 1

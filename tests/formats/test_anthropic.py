@@ -463,6 +463,11 @@ def test_the_turn_head_is_found_after_the_last_user_message_of_its_own():
     assert anthropic.turn_head(inner_of([*later[:-2], *turn(9)])) == head
     assert anthropic.turn_head(inner_of([*later[:-2], *turn(9), *turn(10, thinking=False)])) == head
     assert anthropic.turn_head(inner_of([*later[:-2], *turn(9), *turn(10)])) is None  # interleaved
+    answered = {
+        "role": "assistant",
+        "content": [{**THINKING, "thinking": "t"}, {"type": "text", "text": "Done."}],
+    }
+    assert anthropic.turn_head(inner_of([*later[:-2], answered])) is None  # an answer: no loop
     assert anthropic.turn_head(inner_of(conversation(4))) is None  # interleaved: any cut opens with thinking
 
 
@@ -614,8 +619,9 @@ def test_a_loop_one_call_long_whose_thinking_cannot_fit_is_an_error_not_a_droppe
     ctx = Context(system_prompt=SYSTEM, messages=msgs, model="gpt-4o", context_window=12_000)
     with pytest.raises(
         ContextError, match=r"opens with thinking.*the thinking of the turn in progress \(about 15,000\)"
-    ):
+    ) as caught:
         d.apply("pre_llm", ctx)
+    assert "thinking budget (budget_tokens)" in str(caught.value)
     # With room for it, nothing is removed.
     out = d.apply("pre_llm", replace(ctx, context_window=20_000)).context
     assert out.messages == msgs
