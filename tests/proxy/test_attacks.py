@@ -174,3 +174,22 @@ def test_a_message_cannot_carry_ctxmgmts_own_marks(proxy, upstream, path, field)
         assert r.status_code == 400, r.text
         assert f"/{field}/{len(sent) - 1}/_ctxmgmt" in r.text and "remove it" in r.text
     assert len(upstream.seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "tools", "pointer"),
+    [
+        (CHAT, [{"type": "function", "function": {"name": {"a": 1}}}], "/tools/0/function/name"),
+        ("/v1/responses", [{"type": "function", "name": ["x"]}], "/tools/0/name"),
+        ("/v1/messages", [{"name": {}, "input_schema": {}}], "/tools/0/name"),
+    ],
+)
+def test_a_tool_name_that_is_no_string_is_a_400(archiving, upstream, path, tools, pointer):
+    """A tool definition whose name is an object or a list is a 400 naming it (it was a 500
+    once an archive was named and the recall tools were offered beside the client's)."""
+    model = "claude-test" if path == "/v1/messages" else "gpt-test"
+    field = "input" if path == "/v1/responses" else "messages"
+    body = {"model": model, "max_tokens": 5, "tools": tools, field: [{"role": "user", "content": "t"}]}
+    r = httpx.post(f"{archiving.url}/proxy/long-running-agent{path}", json=body, timeout=30)
+    assert r.status_code == 400 and f"{pointer}: must be a string" in r.text, r.text
+    assert upstream.seen == []

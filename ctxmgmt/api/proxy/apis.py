@@ -62,6 +62,11 @@ class Api:
         tools = body.get("tools", [])
         if not isinstance(tools, list):
             return "/tools: must be a list of tool definitions"
+        for i, tool in enumerate(tools):  # a name is compared and hashed (recall's tools)
+            chat = self.name == "chat" and isinstance(tool, Mapping)
+            named = tool.get("function") if chat else tool
+            if isinstance(named, Mapping) and "name" in named and not isinstance(named["name"], str):
+                return f"/tools/{i}{'/function' if chat else ''}/name: must be a string"
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             return "/stream: must be true or false"

@@ -55,13 +55,16 @@ def without_recall(api: str, tools: Sequence[Any]) -> list[Any]:
     return [t for t in tools if _tool_name(api, t) not in RECALL_TOOLS]
 
 
-def _tool_name(api: str, tool: Any) -> Any:
+def _tool_name(api: str, tool: Any) -> str | None:
+    """A tool definition's name, when it is a string (a client may send anything there)."""
     if not isinstance(tool, Mapping):
         return None
     if api == "chat":
         fn = tool.get("function")
-        return fn.get("name") if isinstance(fn, Mapping) else None
-    return tool.get("name")
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+    else:
+        name = tool.get("name")
+    return name if isinstance(name, str) else None
 
 
 def _list(value: Any) -> list[Any]:
