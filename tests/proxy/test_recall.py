@@ -572,3 +572,32 @@ def test_an_anthropic_answer_after_recall_opens_with_the_thinking_its_turn_began
     ]
     again = client.messages.create(model="claude-test", max_tokens=2048, messages=history, thinking=thinking)
     assert again.content[0].text == "it matches"
+
+
+def test_recall_rounds_stay_within_the_models_window(archiving, upstream):
+    """Recall results (which no hook sees) are cut to what the model's window leaves beside the
+    managed request, then refused with an error that says so: 16 reads of 20,000 characters made
+    an 88,000-token request for a 16,000-token window (the provider refuses it). Every call gets
+    its result."""
+    from .upstream import input_tokens
+
+    def read_many(body: dict) -> Reply:
+        notice = next(m["content"] for m in body["messages"] if m.get("role") == "tool")
+        ref = re.search(r"\bt-[0-9a-f]+", notice).group(0)
+        return Reply(
+            calls=[("context_read", {"ref": ref, "offset": k * 20_000, "limit": 20_000}) for k in range(16)]
+        )
+
+    upstream.replies.extend([read_many, Reply("done")])
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history()},
+        timeout=60,
+    )
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
+    second = upstream.seen[1].body
+    assert input_tokens(second) <= 16_000
+    results = [m["content"] for m in second["messages"] if m.get("role") == "tool"][1:]
+    assert len(results) == 16
+    assert results[0].endswith("read a narrower part]") or len(results[0]) > 1_000
+    assert results[-1].startswith("error: the model's window has no room left")

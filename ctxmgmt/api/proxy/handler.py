@@ -30,12 +30,14 @@ from ...agents.conversation import Conversation, Turn, usage_record
 from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
 from ...errors import ToolError
+from ...fit import reserve_tokens
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
 from ...messages import RECALL_TOOLS
 from ...store.repository import now_ms, relaxed
 from ...store.sessions import SessionStore
 from ...summaries import message_key
+from ...tokens import TokenCounter, get_counter
 from ..requests import body_text, state
 from . import streams, upstream
 from .apis import Api, Parts
@@ -207,6 +209,13 @@ async def _proxy(request: Request, api: Api) -> Response:
     exchange = _Exchange(
         request, api, config, headers, conversation, record, exchange_state, recall, parts.stream
     )
+    if recall and config.context_window is not None:
+        # What the window leaves beside the managed request (counted tokens), for the recall
+        # rounds' calls and results, which no hook sees.
+        window = config.context_window
+        exchange.counter = get_counter(config.model, definition.tokenizer)
+        exchange.room = int((window - reserve_tokens(window, definition.settings)) / max(1.0, turn.ratio))
+        exchange.room -= turn.counted
     if parts.stream:
         # A stream's record is stored after its last event went out, when the client may
         # already be sending its next request to another process: the state goes first,
@@ -346,6 +355,9 @@ class _Exchange:
     recall: list[Tool]
     """The recall tools offered to the model (none: the request names no archive)."""
     stream: bool
+    room: int = 0
+    """Counted tokens the model's window leaves for recall rounds (see :func:`_recall_rounds`)."""
+    counter: TokenCounter | None = None
     storing: asyncio.Future[None] | None = None
     """The conversation's state being written before a stream's answer goes back."""
 
@@ -427,6 +439,23 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     return Response(data, response.status_code, headers=returned)
 
 
+_PER_ITEM = 16
+"""Counted tokens a recall call or result takes beyond its text (its message, ids, name)."""
+_NO_ROOM = "error: the model's window has no room left for recall results; answer with what you have read"
+_CUT = "\n[cut: the model's window has no room for more of it; read a narrower part]"
+
+
+def _within(said: str, tokens: int, counter: TokenCounter) -> str:
+    """A recall result within ``tokens`` counted tokens: cut with a notice, or the error that
+    there is no room."""
+    if counter.text(said) <= tokens:
+        return said
+    room = tokens - counter.text(_CUT)
+    if room < 32:
+        return _NO_ROOM  # every call has its result (the reply's reserve holds these few tokens)
+    return counter.head(said, room) + _CUT
+
+
 async def _recall_rounds(
     exchange: _Exchange, body: dict[str, Any], answer: Any
 ) -> tuple[int | None, bytes, dict[str, str], Any]:
@@ -439,6 +468,8 @@ async def _recall_rounds(
     data, returned = b"", {}
     rounds = 0
     left = RECALL_CHARS
+    room = exchange.room
+    counter = exchange.counter
     while rounds < MAX_ROUNDS:
         calls = calls_of(api.name, answer)
         if not calls:
@@ -446,6 +477,8 @@ async def _recall_rounds(
         rounds += 1
         results = []
         last = rounds == MAX_ROUNDS  # its answer may call no recall tool
+        if counter is not None:  # the answer that called goes back too
+            room -= sum(counter.text(f"{n}{json.dumps(a, default=str)}") + _PER_ITEM for _, n, a in calls)
         for k, (call_id, name, args) in enumerate(calls):
             if k >= MAX_CALLS:
                 said = f"error: at most {MAX_CALLS} recall calls are answered at once" + (
@@ -463,6 +496,9 @@ async def _recall_rounds(
                         said[:left] + f"\n[cut: this request's {RECALL_CHARS} characters of recall are spent]"
                     )
                 left -= len(said)
+            if counter is not None:  # within the model's window, as every request
+                said = _within(said, room - _PER_ITEM, counter)
+                room -= counter.text(said) + _PER_ITEM
             results.append((call_id, said))
         body = continued(api.name, api.field, body, answer, results)
         if last:  # the last round offers no recall tool: its answer calls none
