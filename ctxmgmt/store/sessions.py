@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,6 +36,9 @@ def _upsert(insert: Any, postgres: bool) -> Any:
 # Built once: each call only binds its values (each is compiled once per engine).
 _UPSERT = {"postgresql": _upsert(pg_insert, True), "sqlite": _upsert(sqlite_insert, False)}
 _GET = select(proxy_sessions.c.state).where(proxy_sessions.c.session_key == bindparam("key"))
+_GET_MANY = select(proxy_sessions.c.session_key, proxy_sessions.c.state, proxy_sessions.c.updated_time).where(
+    proxy_sessions.c.session_key.in_(bindparam("keys", expanding=True))
+)
 
 
 class SessionStore:
@@ -57,6 +60,16 @@ class SessionStore:
         with self.engine.connect() as conn:
             row = conn.execute(_GET, {"key": key}).first()
         return dict(row.state) if row is not None and isinstance(row.state, Mapping) else None
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[dict[str, Any], int]]:
+        """The states stored under any of ``keys``: ``{key: (state, updated_time)}``."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(_GET_MANY, {"keys": list(keys)}).all()
+        return {
+            row.session_key: (dict(row.state), int(row.updated_time))
+            for row in rows
+            if isinstance(row.state, Mapping)
+        }
 
     def put(self, key: str, state: Mapping[str, Any], *, conn: Connection | None = None) -> bool:
         """Store a state (in ``conn``'s transaction when given); False, and the key forgotten,

@@ -15,7 +15,7 @@ from ctxmgmt.agents.conversation import Conversation
 from ctxmgmt.api import create_app
 from ctxmgmt.definitions import load_definition
 
-from ..conftest import PG_ENV, LiveServer, serve
+from ..conftest import PG_ENV, LiveServer, serve, shipped
 from .conftest import models_for
 from .test_proxy import SYSTEM, TASK, _tool_output
 from .upstream import Reply, Upstream, input_tokens
@@ -262,3 +262,48 @@ def test_a_state_is_written_as_json_once_and_read_back_as_it_was(store, monkeypa
     with store.engine.begin() as conn:
         assert sessions.put("c", state, conn=conn) is False
     assert sessions.get("k") is None and sessions.get("c") is None
+
+
+def _interleaved(url: str, upstream: Upstream, runs: list[str], steps: int) -> dict[str, list[dict]]:
+    """Tool loops with the same start (system prompt and task), one request of each in turn;
+    the requests upstream saw, by loop."""
+    histories = {
+        run: [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}] for run in runs
+    }
+    sent: dict[str, list[dict]] = {run: [] for run in runs}
+    for step in range(steps):
+        for run, messages in histories.items():
+            upstream.replies.append(Reply(calls=[("bash", {"cmd": f"cat /var/{run}/{step}.log"})]))
+            r = httpx.post(url, json={"model": "gpt-test", "messages": messages}, timeout=30)
+            assert r.status_code == 200, r.text
+            sent[run].append(upstream.seen[-1].body)
+            call = {**r.json()["choices"][0]["message"]["tool_calls"][0], "id": f"c{step}"}  # as alone
+            messages.append({"role": "assistant", "tool_calls": [call]})
+            out = _tool_output(step, 60).replace("/var/data", f"/var/{run}")
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": out})
+    return sent
+
+
+def test_conversations_with_the_same_start_keep_their_own_state(store, tmp_path):
+    """Parallel agents with one prompt and one task (one key) keep a state each: interleaved,
+    each one's upstream requests are what it gets alone. They took each other's place on every
+    request, each starting anew (its whole history summarised and archived again)."""
+    from ctxmgmt.offload import LocalOffloader
+
+    store.seed("long-running-agent", shipped("long-running-agent"))
+
+    def run(runs: list[str], folder: str) -> tuple[dict[str, list[dict]], int]:
+        archive = tmp_path / folder
+        with Upstream() as upstream:
+            app = create_app(store, models=models_for(upstream, 6000), offloader=LocalOffloader(archive))
+            with LiveServer(app) as proxy:
+                url = f"{proxy.url}/proxy/long-running-agent/v1/chat/completions"
+                sent = _interleaved(url, upstream, runs, 14)
+        return sent, sum(f.stat().st_size for f in archive.rglob("*") if f.is_file())
+
+    alone, alone_bytes = run(["a"], "alone")
+    together, together_bytes = run(["a", "b"], "together")
+    assert any("[ctxmgmt:summary]" in json.dumps(b) for b in alone["a"])  # the window filled
+    # As alone, but for where a cut falls (sized with its archive's random reference).
+    assert [len(b["messages"]) for b in together["a"]] == [len(b["messages"]) for b in alone["a"]]
+    assert together_bytes < 3 * alone_bytes

@@ -81,11 +81,31 @@ def _covers(stored: Mapping[str, Any], body: Body) -> bool:
     return isinstance(covered, str) and covered == body.digest(stored.get("upto"))
 
 
+SLOTS = 4
+"""Conversations that share a key (the same start, or the same ``X-Ctxmgmt-Session``) keep up
+to this many states side by side: parallel agents or evaluation runs with one prompt and one
+task would otherwise take each other's place on every request, each starting anew (its whole
+history summarised and archived again)."""
+
+
+def _slot(sessions: SessionStore, key: str, body: Body) -> tuple[str, dict[str, Any] | None]:
+    """The slot of ``key`` whose stored state this request continues, and that state; else
+    (another conversation with the same start, or this one with an earlier message changed)
+    a free slot, or the one used longest ago, and None: a new view, a new archive namespace."""
+    slots = [key, *(hashlib.sha256(f"{key}:{i}".encode()).hexdigest() for i in range(1, SLOTS))]
+    found = sessions.get_many(slots)
+    for slot, (stored, _) in sorted(found.items(), key=lambda kv: -kv[1][1]):  # the newest first
+        if _covers(stored, body):
+            return slot, stored
+    free = [s for s in slots if s not in found]
+    return (free[0] if free else min(found, key=lambda s: found[s][1])), None
+
+
 def session_key(request: Request, api: Api, name: str, model: str, parts: Parts) -> str:
     """The conversation's key: ``X-Ctxmgmt-Session`` when given, else its start (the system
-    prompt and the first message). Two conversations with the same start share a key and the
-    saved view is used only when the request continues it (else a new view), so a shared key
-    costs the prompt cache, never correctness."""
+    prompt and the first message). Conversations with the same start share a key, each in a slot
+    of its own (:func:`_slot`), and a saved view is used only when the request continues it
+    (else a new view): a shared key never costs correctness."""
     given = request.headers.get(SESSION_HEADER)
     if given is not None and not _SESSION.fullmatch(given):
         raise Refused(
@@ -143,18 +163,15 @@ async def _proxy(request: Request, api: Api) -> Response:
         "context_window": config.context_window,
     }
 
-    def conversation_of() -> tuple[Conversation, str]:
-        """The conversation (this process's, or made from the stored state) and its id."""
-        stored = SessionStore(st.store.engine).get(key)
-        if stored is not None and not _covers(stored, parsed):
-            # Another conversation with the same start, or this one with an earlier message
-            # changed: its state is not this request's (a new view, a new archive namespace).
-            stored = None
+    def conversation_of() -> tuple[Conversation, str, str]:
+        """The conversation (this process's, or made from the stored state), its id and the
+        slot its state goes to."""
+        slot, stored = _slot(SessionStore(st.store.engine), key, parsed)
         conversation_id = (stored or {}).get("conversation")
         if not isinstance(conversation_id, str) or not _HEX32.fullmatch(conversation_id):
             conversation_id, stored = uuid.uuid4().hex, None
         # The conversation this process served last, while the store holds what it wrote then.
-        conversation = live.take(key, (stored or {}).get("generation"), version) if stored else None
+        conversation = live.take(slot, (stored or {}).get("generation"), version) if stored else None
         if conversation is None:
             conversation = Conversation(
                 definition,
@@ -166,20 +183,20 @@ async def _proxy(request: Request, api: Api) -> Response:
                 runs=True,
             )
             conversation.load(unpack(stored, parts.record) if stored else None)
-        return conversation, conversation_id
+        return conversation, conversation_id, slot
 
     if await definition.aawaits_in():  # a summary by a model: awaited on the loop
-        conversation, conversation_id = await asyncio.to_thread(conversation_of)
+        conversation, conversation_id, slot = await asyncio.to_thread(conversation_of)
         turn = await conversation.aprepare(parts.record, **asked)
     else:  # CPU work only: the stored state read and the whole turn in one worker thread
 
-        def prepared() -> tuple[Conversation, str, Turn]:
-            conversation, conversation_id = conversation_of()
-            return conversation, conversation_id, conversation.prepare(parts.record, **asked)
+        def prepared() -> tuple[Conversation, str, str, Turn]:
+            conversation, conversation_id, slot = conversation_of()
+            return conversation, conversation_id, slot, conversation.prepare(parts.record, **asked)
 
-        conversation, conversation_id, turn = await asyncio.to_thread(prepared)
+        conversation, conversation_id, slot, turn = await asyncio.to_thread(prepared)
     bodies.keep(parsed, previous)  # an accepted request's body: the next one is read from it
-    exchange_state = _Kept(key, version, parts.record, parsed, conversation_id)
+    exchange_state = _Kept(slot, version, parts.record, parsed, conversation_id)
     outgoing = api.managed(body, turn.messages, config.model)
     recall: list[Tool] = []
     # Not for several chat choices (each could call recall, and one answer goes back), nor
