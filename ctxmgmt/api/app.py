@@ -83,7 +83,7 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
             "; the proxy's base URLs are /proxy/{definition}/v1 (OpenAI's SDKs) and "
             "/proxy/{definition} (Anthropic's), e.g. /proxy/default/v1"
         )
-    body = errors.error_body_at(request.url.path, exc.status_code, kind, reason)
+    body = errors.error_body_at(request.url.path, exc.status_code, kind, reason, headers=request.headers)
     return JSONResponse(body, exc.status_code, headers=exc.headers)
 
 

@@ -77,14 +77,25 @@ def provider_error_body(provider: str, status: int, type: str, message: str) -> 
 
 
 def error_body_at(
-    path: str, status: int, type: str, reason: str, problems: list[dict[str, Any]] | None = None
+    path: str,
+    status: int,
+    type: str,
+    reason: str,
+    problems: list[dict[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The error body a client of ``path`` reads: under ``/proxy/`` its provider's shape
-    (Anthropic's for ``.../messages`` and its ``count_tokens``, else OpenAI's), elsewhere the
-    REST API's."""
+    (Anthropic's for ``.../messages`` and its ``count_tokens``, and for any other path but
+    OpenAI's own when ``headers`` hold ``anthropic-version``, as every Anthropic SDK sends;
+    else OpenAI's), elsewhere the REST API's."""
     if path.startswith("/proxy/"):
         listed = "; ".join(f"{p.get('pointer', '')}: {p.get('message', '')}" for p in problems or ())
-        provider = "anthropic" if path.endswith(("/messages", "/messages/count_tokens")) else "openai"
+        anthropic = path.endswith(("/messages", "/messages/count_tokens")) or (
+            headers is not None
+            and "anthropic-version" in headers
+            and not path.endswith(("/chat/completions", "/responses"))
+        )
+        provider = "anthropic" if anthropic else "openai"
         return provider_error_body(provider, status, type, listed or reason)
     return error_body(status, type, reason, problems)
 
@@ -188,5 +199,5 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     elif found.status in (503, 507):
         log.warning("%s on %s %s: %s", found.type, request.method, request.url.path, found.reason)
     listed = [p.to_dict() for p in found.problems] or None
-    body = error_body_at(request.url.path, found.status, found.type, found.reason, listed)
+    body = error_body_at(request.url.path, found.status, found.type, found.reason, listed, request.headers)
     return JSONResponse(body, found.status, headers=found.headers)

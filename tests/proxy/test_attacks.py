@@ -141,6 +141,16 @@ def test_a_wrong_method_or_path_under_the_proxy_answers_in_the_providers_shape(p
     assert r.status_code == 405 and r.json()["type"] == "error" and r.json()["error"]["message"]
     r = httpx.post(f"{proxy.url}/proxy/default/v1/embeddings", json={"model": "gpt-test"})
     assert r.status_code == 404 and r.json()["error"]["message"] and r.json()["error"]["type"]
+    # An Anthropic client (it sends anthropic-version) reads Anthropic's shape on any other path.
+    for method in ("POST", "DELETE"):
+        r = httpx.request(
+            method, f"{proxy.url}/proxy/default/v1/models", headers={"anthropic-version": "2023-06-01"}
+        )
+        assert r.status_code == 405 and r.json()["type"] == "error" and r.json()["error"]["message"], r.text
+    r = httpx.get(
+        f"{proxy.url}/proxy/default/v1/chat/completions", headers={"anthropic-version": "2023-06-01"}
+    )
+    assert r.status_code == 405 and "type" not in r.json() and r.json()["error"]["message"]
 
 
 def test_a_body_of_a_million_tiny_arrays_is_a_400_in_the_providers_shape(proxy, upstream):
