@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from .errors import ContextError, Problem
 from .history import History, items
-from .types import FORMAT_NAMES, MARK_MEMBER, TraceEntry
+from .types import FORMAT_NAMES, MARK_MEMBER, MARK_MEMBER_REFUSED, TraceEntry
 
 __all__ = ["ApplyResult", "Context", "Edit"]
 
@@ -208,11 +208,7 @@ class Context:
             )
         messages = data.get("messages")
         marked = [
-            Problem(
-                f"/messages/{i}/{MARK_MEMBER}",
-                "a member ctxmgmt keeps for its own marks (its adapters write it), which a message read from "
-                "JSON may not carry; remove it (a thinking mark's message is then counted by its text)",
-            )
+            Problem(f"/messages/{i}/{MARK_MEMBER}", MARK_MEMBER_REFUSED)
             for i, m in enumerate(messages if isinstance(messages, list) else ())
             if isinstance(m, Mapping) and MARK_MEMBER in m
         ]

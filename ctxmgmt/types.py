@@ -53,6 +53,11 @@ MARK_MEMBER = "_ctxmgmt"
 """The member by which a message ctxmgmt converted says where it came from and what of it the
 provider counts (:mod:`ctxmgmt.formats`). ctxmgmt's own: a message read from JSON (a file, a
 request body) may not hold it."""
+MARK_MEMBER_REFUSED = (
+    "a member ctxmgmt keeps for its own marks (its adapters write it), which a message read from "
+    "JSON may not carry; remove it (a thinking mark's message is then counted by its text)"
+)
+"""What a refusal of :data:`MARK_MEMBER` says, after its pointer."""
 
 
 class TraceEntry(TypedDict):

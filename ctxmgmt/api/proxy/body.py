@@ -26,7 +26,7 @@ from operator import is_, itemgetter
 from typing import Any
 
 from ...loader import json_containers
-from ...types import MARK_MEMBER
+from ...types import MARK_MEMBER, MARK_MEMBER_REFUSED
 from ..errors import HTTPProblem
 from ..requests import DECODER, check_values, json_problem
 
@@ -51,9 +51,6 @@ _FINGERPRINT = 1024
 """A body is found again by its first characters (its system prompt and first messages)."""
 
 _WS = re.compile(r"[ \t\n\r]*")
-RESERVED = MARK_MEMBER
-"""A client's message may not hold it, or it would tell the token count and the turn rules
-what to believe."""
 
 
 @dataclass(slots=True)
@@ -237,7 +234,8 @@ def _elements(
 ) -> int:
     """Read array elements from ``at`` (after ``[`` when ``first``, else after the last
     element) to the closing bracket; returns the position after it. An element that holds
-    :data:`RESERVED` is refused."""
+    ctxmgmt's own :data:`~ctxmgmt.types.MARK_MEMBER` is refused (it would tell the token count
+    and the turn rules what to believe)."""
     at = _ws(text, at)
     if first:
         if text.startswith("]", at):
@@ -248,12 +246,8 @@ def _elements(
         at = _ws(text, at + 1)
     while True:
         value, end = _value(text, at)
-        if type(value) is dict and RESERVED in value:
-            raise HTTPProblem(
-                400,
-                f"/{member}/{len(out)}/{RESERVED}: a member ctxmgmt keeps for its own marks; "
-                "remove it from the message",
-            )
+        if type(value) is dict and MARK_MEMBER in value:
+            raise HTTPProblem(400, f"/{member}/{len(out)}/{MARK_MEMBER}: {MARK_MEMBER_REFUSED}")
         out.append(value)
         spans.append((at, end))
         at = _ws(text, end)

@@ -462,15 +462,17 @@ _NO_ROOM = "error: the model's window has no room left for recall results; answe
 _CUT = "\n[cut: the model's window has no room for more of it; read a narrower part]"
 
 
-def _within(said: str, tokens: int, counter: TokenCounter) -> str:
-    """A recall result within ``tokens`` counted tokens: cut with a notice, or the error that
-    there is no room."""
-    if counter.text(said) <= tokens:
-        return said
+def _within(said: str, tokens: int, counter: TokenCounter) -> tuple[str, int]:
+    """A recall result within ``tokens`` counted tokens (cut with a notice, or the error that
+    there is no room), and its tokens."""
+    whole = counter.text(said)
+    if whole <= tokens:
+        return said, whole
     room = tokens - counter.text(_CUT)
-    if room < 32:
-        return _NO_ROOM  # every call has its result (the reply's reserve holds these few tokens)
-    return counter.head(said, room) + _CUT
+    if room < 32:  # every call has its result (the reply's reserve holds these few tokens)
+        return _NO_ROOM, counter.text(_NO_ROOM)
+    cut = counter.head(said, room) + _CUT
+    return cut, counter.text(cut)
 
 
 async def _recall_rounds(
@@ -514,8 +516,8 @@ async def _recall_rounds(
                     )
                 left -= len(said)
             if counter is not None:  # within the model's window, as every request
-                said = _within(said, room - _PER_ITEM, counter)
-                room -= counter.text(said) + _PER_ITEM
+                said, tokens = _within(said, room - _PER_ITEM, counter)
+                room -= tokens + _PER_ITEM
             results.append((call_id, said))
         body = continued(api.name, api.field, body, answer, results)
         if last:  # the last round offers no recall tool: its answer calls none
