@@ -35,7 +35,6 @@ def _upsert(insert: Any, postgres: bool) -> Any:
 
 # Built once: each call only binds its values (each is compiled once per engine).
 _UPSERT = {"postgresql": _upsert(pg_insert, True), "sqlite": _upsert(sqlite_insert, False)}
-_GET = select(proxy_sessions.c.state).where(proxy_sessions.c.session_key == bindparam("key"))
 _GET_MANY = select(proxy_sessions.c.session_key, proxy_sessions.c.state, proxy_sessions.c.updated_time).where(
     proxy_sessions.c.session_key.in_(bindparam("keys", expanding=True))
 )
@@ -55,11 +54,6 @@ class SessionStore:
             return
         with self.engine.begin() as own:
             yield own
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(_GET, {"key": key}).first()
-        return dict(row.state) if row is not None and isinstance(row.state, Mapping) else None
 
     def get_many(self, keys: Sequence[str]) -> dict[str, tuple[dict[str, Any], int]]:
         """The states stored under any of ``keys``: ``{key: (state, updated_time)}``."""
