@@ -38,16 +38,23 @@ def stored_record(store, agent: str = "proxy-default") -> dict:
     return executions.get(listed[0]["execution_id"])
 
 
-def models_for(up: Upstream, window: int = 16_000) -> ModelsConfig:
+def models_for(up: Upstream, window: int = 16_000, **settings: object) -> ModelsConfig:
+    """The models ``gpt-test`` and ``claude-test`` on ``up``, each with ``settings`` (``timeout``, ...)."""
     return ModelsConfig.from_dict(
         {
             "models": {
-                "gpt-test": {"base_url": up.base_url, "model": "gpt-upstream", "context_window": window},
+                "gpt-test": {
+                    "base_url": up.base_url,
+                    "model": "gpt-upstream",
+                    "context_window": window,
+                    **settings,
+                },
                 "claude-test": {
                     "base_url": up.base_url,
                     "model": "claude-upstream",
                     "provider": "anthropic",
                     "context_window": window,
+                    **settings,
                 },
             }
         }

@@ -601,3 +601,29 @@ def test_recall_rounds_stay_within_the_models_window(archiving, upstream):
     assert len(results) == 16
     assert results[0].endswith("read a narrower part]") or len(results[0]) > 1_000
     assert results[-1].startswith("error: the model's window has no room left")
+
+
+def test_recall_rounds_share_the_requests_one_deadline(store, upstream, tmp_path):
+    """The model's ``timeout`` is the whole proxied request's deadline, recall rounds included:
+    a model that keeps reading, each answer slow but within the timeout, is a 504 once the
+    rounds together pass it (each round had a fresh timeout: five rounds took five)."""
+    store.seed("long-running-agent", shipped("long-running-agent"))
+    models = models_for(upstream, timeout=2)
+    app = create_app(store, models=models, offloader=LocalOffloader(tmp_path / "archive"))
+
+    def keep_reading(body: dict) -> Reply:
+        if "context_read" in _names(body):
+            return Reply(calls=[("context_search", {"pattern": "checksum"})])
+        return Reply("giving up on reading")
+
+    upstream.replies.extend([keep_reading] * 6)
+    upstream.delay = 0.7
+    with LiveServer(app) as server:
+        r = httpx.post(
+            f"{server.url}/proxy/long-running-agent/v1/chat/completions",
+            json={"model": "gpt-test", "messages": _history()},
+            timeout=60,
+        )
+    assert r.status_code == 504, r.text
+    assert "within 2 s" in r.json()["error"]["message"]
+    assert 2 <= len(upstream.seen) < 5

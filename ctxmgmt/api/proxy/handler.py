@@ -444,7 +444,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
-        status, last, headers, final = await _recall_rounds(exchange, body, answer)
+        status, last, headers, final = await _recall_rounds(exchange, body, answer, deadline)
         if status is not None:  # the answer called recall: the last round's answer goes back
             if not 200 <= status < 300:
                 failure = f"upstream status {status} in a recall round"
@@ -476,11 +476,12 @@ def _within(said: str, tokens: int, counter: TokenCounter) -> tuple[str, int]:
 
 
 async def _recall_rounds(
-    exchange: _Exchange, body: dict[str, Any], answer: Any
+    exchange: _Exchange, body: dict[str, Any], answer: Any, deadline: float
 ) -> tuple[int | None, bytes, dict[str, str], Any]:
     """Answer the recall calls of ``answer`` (parsed) and ask the upstream again (whole
     answers), until an answer calls none: (its status, body, headers, parsed body), or a None
-    status when ``answer`` called none."""
+    status when ``answer`` called none. The rounds share the request's ``deadline`` (the
+    model's ``timeout`` is the whole call's, recall included)."""
     api, config = exchange.api, exchange.config
     body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     status: int | None = None
@@ -509,7 +510,7 @@ async def _recall_rounds(
                     "answer with what you have read"
                 )
             else:
-                said = await _recall(exchange.recall, name, args)
+                said = await _recall(exchange.recall, name, args, deadline)
                 if len(said) > left:
                     said = (
                         said[:left] + f"\n[cut: this request's {RECALL_CHARS} characters of recall are spent]"
@@ -524,7 +525,6 @@ async def _recall_rounds(
             body["tools"] = without_recall(api.name, body.get("tools") or [])
             if not body["tools"]:
                 del body["tools"]
-        deadline = asyncio.get_running_loop().time() + config.timeout
         response = await exchange.send(body, deadline)
         returned = upstream.returned(response)
         try:
@@ -650,7 +650,7 @@ async def _events(
             yield b"".join(held)
         elif whole is not None:
             try:
-                status, _, _, answer = await _recall_rounds(exchange, body, whole)
+                status, _, _, answer = await _recall_rounds(exchange, body, whole, deadline)
                 final = answer if status is not None and 200 <= status < 300 else None
                 ending = (
                     continuation(acc, final, bool((body.get("stream_options") or {}).get("include_usage")))
@@ -715,11 +715,12 @@ def _json(data: bytes) -> Any:
         return None
 
 
-async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any]) -> str:
-    """A recall tool's answer (its error, said, when it fails)."""
+async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any], deadline: float) -> str:
+    """A recall tool's answer (its error, said, when it fails), within its own timeout and
+    the request's ``deadline``."""
     tool = next(t for t in tools if t.name == name)
     try:
-        async with asyncio.timeout(tool.timeout):
+        async with asyncio.timeout_at(min(deadline, asyncio.get_running_loop().time() + tool.timeout)):
             return await tool.run(arguments)
     except ToolError as exc:
         return f"error: {exc}"

@@ -19,7 +19,8 @@ from ...messages import RECALL_TOOLS
 __all__ = ["MAX_CALLS", "MAX_ROUNDS", "RECALL_CHARS", "calls_of", "continued", "schemas", "without_recall"]
 
 MAX_ROUNDS = 4
-"""Recall rounds in one proxied request at most (each an upstream call with its own deadline)."""
+"""Recall rounds in one proxied request at most (each an upstream call; all of them within the
+request's one deadline, the model's ``timeout``)."""
 MAX_CALLS = 16
 """Recall calls of one answer that are run; each further one is answered with an error that
 says to call again (an answer of 50,000 calls would cost minutes and gigabytes)."""
