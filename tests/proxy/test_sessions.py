@@ -308,3 +308,42 @@ def test_conversations_with_the_same_start_keep_their_own_state(store, tmp_path)
     # As alone, but for where a cut falls (sized with its archive's random reference).
     assert [len(b["messages"]) for b in together["a"]] == [len(b["messages"]) for b in alone["a"]]
     assert together_bytes < 3 * alone_bytes
+
+
+def test_a_fifth_look_alike_takes_the_slot_used_longest_ago_and_the_others_go_on(store, proxy, upstream):
+    """Past four conversations with the same start, a new one takes the slot used longest ago:
+    the three used since go on with their own state, and the one whose slot was taken gets a
+    new view on its next request (it never continues another's). The new one's state, made
+    from the start alone, covers the start of every other: each took it (the newest) in place
+    of its own, and was managed anew from its whole history."""
+    from sqlalchemy import select
+
+    from ctxmgmt.store.models import proxy_sessions
+
+    url = f"{proxy.url}/proxy/default/v1/chat/completions"
+    histories: dict[str, list[dict]] = {}
+
+    def step(run: str) -> str:
+        """One request of ``run``'s loop; the conversation its state was written to."""
+        messages = histories.setdefault(
+            run, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+        )
+        n = len(messages)
+        upstream.replies.append(Reply(calls=[("bash", {"cmd": f"cat /var/{run}/{n}.log"})]))
+        r = httpx.post(url, json={"model": "gpt-test", "messages": messages}, timeout=30)
+        assert r.status_code == 200, r.text
+        call = {**r.json()["choices"][0]["message"]["tool_calls"][0], "id": f"c{n}"}
+        messages.append({"role": "assistant", "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"{run}: {n} lines"})
+        with store.engine.connect() as conn:
+            rows = conn.execute(select(proxy_sessions.c.state, proxy_sessions.c.updated_time)).all()
+        assert len(rows) <= 4
+        return max(rows, key=lambda row: row.updated_time).state["conversation"]
+
+    for _ in range(3):
+        used = {run: step(run) for run in "abcd"}
+    assert len(set(used.values())) == 4  # a state each
+    step("e")  # a fifth: a's slot, used longest ago
+    for run in "bcd":
+        assert step(run) == used[run], run  # continued, their own state
+    assert step("a") not in used.values()  # a new view, never another's state

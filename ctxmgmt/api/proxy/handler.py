@@ -81,6 +81,12 @@ def _covers(stored: Mapping[str, Any], body: Body) -> bool:
     return isinstance(covered, str) and covered == body.digest(stored.get("upto"))
 
 
+def _upto(stored: Mapping[str, Any]) -> int:
+    """How many of the client's messages a stored state was made from (0 when it says none)."""
+    upto = stored.get("upto")
+    return upto if isinstance(upto, int) else 0
+
+
 SLOTS = 4
 """Conversations that share a key (the same start, or the same ``X-Ctxmgmt-Session``) keep up
 to this many states side by side: parallel agents or evaluation runs with one prompt and one
@@ -94,7 +100,9 @@ def _slot(sessions: SessionStore, key: str, body: Body) -> tuple[str, dict[str, 
     a free slot, or the one used longest ago, and None: a new view, a new archive namespace."""
     slots = [key, *(hashlib.sha256(f"{key}:{i}".encode()).hexdigest() for i in range(1, SLOTS))]
     found = sessions.get_many(slots)
-    for slot, (stored, _) in sorted(found.items(), key=lambda kv: -kv[1][1]):  # the newest first
+    # The state made from the most of its messages first (a look-alike that just began covers
+    # only the start), the newest of equals first.
+    for slot, (stored, _) in sorted(found.items(), key=lambda kv: (-_upto(kv[1][0]), -kv[1][1])):
         if _covers(stored, body):
             return slot, stored
     free = [s for s in slots if s not in found]
