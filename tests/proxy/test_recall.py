@@ -34,6 +34,15 @@ def _history() -> list[dict]:
     ]
 
 
+def _ask(server: LiveServer) -> httpx.Response:
+    """The chat history of :func:`_history` through the archiving definition's proxy."""
+    return httpx.post(
+        f"{server.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history()},
+        timeout=60,
+    )
+
+
 def _names(body: dict) -> list[str]:
     return [t["function"]["name"] for t in body.get("tools", [])]
 
@@ -135,11 +144,7 @@ def test_the_recall_calls_of_an_answer_and_their_results_are_bounded(archiving, 
         return Reply("done")
 
     upstream.replies.extend([read_many, answer])
-    r = httpx.post(
-        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
-        json={"model": "gpt-test", "messages": _history()},
-        timeout=60,
-    )
+    r = _ask(archiving)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
 
 
@@ -258,11 +263,7 @@ def _responses_history() -> list[dict]:
 def test_an_answer_that_reads_nothing_comes_back_as_it_was(archiving, upstream):
     """Recall offered but not used: the upstream's answer reaches the client byte for byte."""
     upstream.replies.append(Reply("no need to read"))
-    r = httpx.post(
-        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
-        json={"model": "gpt-test", "messages": _history()},
-        timeout=60,
-    )
+    r = _ask(archiving)
     assert "context_read" in _names(upstream.seen[-1].body)
     assert r.status_code == 200 and r.content == upstream.sent[-1]
 
@@ -285,11 +286,7 @@ def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
         return Reply(calls=[("context_read", {"ref": re.search(r"\bt-[0-9a-f]+", notice).group(0)})])
 
     upstream.replies.extend([read_it, Reply("done")])
-    r = httpx.post(
-        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
-        json={"model": "gpt-test", "messages": _history()},
-        timeout=60,
-    )
+    r = _ask(archiving)
     assert r.json()["choices"][0]["message"]["content"] == "done"
     assert len(upstream.seen) == 2
     assert len(parsed) == 2  # two answers, each parsed once
@@ -589,11 +586,7 @@ def test_recall_rounds_stay_within_the_models_window(archiving, upstream):
         )
 
     upstream.replies.extend([read_many, Reply("done")])
-    r = httpx.post(
-        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
-        json={"model": "gpt-test", "messages": _history()},
-        timeout=60,
-    )
+    r = _ask(archiving)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
     second = upstream.seen[1].body
     assert input_tokens(second) <= 16_000
@@ -619,11 +612,105 @@ def test_recall_rounds_share_the_requests_one_deadline(store, upstream, tmp_path
     upstream.replies.extend([keep_reading] * 6)
     upstream.delay = 0.7
     with LiveServer(app) as server:
-        r = httpx.post(
-            f"{server.url}/proxy/long-running-agent/v1/chat/completions",
-            json={"model": "gpt-test", "messages": _history()},
-            timeout=60,
-        )
+        r = _ask(server)
     assert r.status_code == 504, r.text
     assert "within 2 s" in r.json()["error"]["message"]
     assert 2 <= len(upstream.seen) < 5
+
+
+def test_the_answer_a_recall_round_sends_back_is_counted_in_its_window(archiving, upstream):
+    """What the answer that called said besides its calls (its text, its thinking) goes back in
+    the next round and takes room from the results: an answer of 5,000 tokens of text and three
+    long reads made a request over the window."""
+    from .upstream import input_tokens
+
+    said = " ".join(f"word{k}" for k in range(2500))
+
+    def read_long(body: dict) -> Reply:
+        notice = next(m["content"] for m in body["messages"] if m.get("role") == "tool")
+        ref = re.search(r"\bt-[0-9a-f]+", notice).group(0)
+        reads = [("context_read", {"ref": ref, "offset": k * 20_000, "limit": 20_000}) for k in range(3)]
+        return Reply(preface=said, calls=reads)
+
+    upstream.replies.extend([read_long, Reply("done")])
+    r = _ask(archiving)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
+    second = upstream.seen[1].body
+    assert second["messages"][-4]["content"] == said
+    assert input_tokens(second) <= 16_000
+    assert any(m["content"].endswith("read a narrower part]") for m in second["messages"][-3:])
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_the_last_recall_round_keeps_the_tools_its_history_calls(archiving, upstream, api):
+    """A client that offers no tool of its own, and a model that keeps reading: the last round
+    keeps the recall tools defined (its history holds their calls, and a request with tool
+    calls but no tools is refused) and lets the model call none."""
+    field = {"chat": "messages", "messages": "messages", "responses": "input"}[api]
+    history = {"chat": _history, "messages": _anthropic_history, "responses": _responses_history}[api]()
+    path = {"chat": "chat/completions", "messages": "messages", "responses": "responses"}[api]
+    names = {
+        "chat": lambda b: [t["function"]["name"] for t in b.get("tools", [])],
+        "messages": lambda b: [t["name"] for t in b.get("tools", [])],
+        "responses": lambda b: [t["name"] for t in b.get("tools", [])],
+    }[api]
+
+    def keep_reading(body: dict) -> Reply:
+        if "context_search" in names(body) and body.get("tool_choice") in (None, "auto"):
+            return Reply(calls=[("context_search", {"pattern": "checksum"})])
+        return Reply("giving up on reading")
+
+    upstream.replies.extend([keep_reading] * 6)
+    body = {"model": "claude-test" if api == "messages" else "gpt-test", field: history, "max_tokens": 512}
+    r = httpx.post(f"{archiving.url}/proxy/long-running-agent/v1/{path}", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert "giving up on reading" in r.text
+    assert len(upstream.seen) == 5
+    last = upstream.seen[-1].body
+    assert sorted(names(last)) == ["context_read", "context_search"]
+    assert last["tool_choice"] == ({"type": "none"} if api == "messages" else "none")
+    assert "tool_choice" not in upstream.seen[-2].body
+
+
+def test_a_responses_recall_round_drops_the_clients_calls_of_every_kind(archiving, upstream):
+    """An answer that calls the client's custom tool (and thinks before it) beside a recall
+    call goes on with the recall call only: the client's call of any kind, and the reasoning
+    that goes with it, would be a call without its output, which OpenAI refuses."""
+
+    def read_it(body: dict) -> Reply:
+        ref = re.search(r"\bt-[0-9a-f]{32}", json.dumps(body["input"])).group(0)
+        return Reply(
+            preface="Let me look.", calls=[("context_read", {"ref": ref, "offset": 1730, "limit": 10})]
+        )
+
+    def with_client_calls(data: bytes) -> bytes:
+        answer = json.loads(data)
+        answer["output"][:0] = [
+            {"type": "reasoning", "id": "rs_c", "summary": [], "encrypted_content": "xyz"},
+            {
+                "type": "custom_tool_call",
+                "id": "ctc_1",
+                "call_id": "cc1",
+                "name": "apply_patch",
+                "input": "*** Begin",
+            },
+            {
+                "type": "mcp_approval_request",
+                "id": "mcpr_1",
+                "name": "deploy",
+                "arguments": "{}",
+                "server_label": "s",
+            },
+        ]
+        return json.dumps(answer).encode()
+
+    upstream.replies.extend([read_it, Reply("the checksum is 0xC0FFEE")])
+    upstream.rewrite = with_client_calls
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/responses",
+        json={"model": "gpt-test", "input": _responses_history()},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    sent = upstream.seen[1].body["input"][len(_responses_history()) :]
+    assert [item["type"] for item in sent] == ["message", "function_call", "function_call_output"]

@@ -51,7 +51,18 @@ from .checks import (
     model_of,
     stored_version,
 )
-from .recall import MAX_CALLS, MAX_ROUNDS, RECALL_CHARS, calls_of, continued, opened, schemas, without_recall
+from .recall import (
+    MAX_CALLS,
+    MAX_ROUNDS,
+    RECALL_CHARS,
+    calls_of,
+    continued,
+    last_round,
+    opened,
+    reply_of,
+    schemas,
+    without_recall,
+)
 from .state import Live, pack, unpack
 from .streams import Accumulator, continuation
 from .usage import usage_of
@@ -505,8 +516,9 @@ async def _recall_rounds(
         rounds += 1
         results = []
         last = rounds == MAX_ROUNDS  # its answer may call no recall tool
-        if counter is not None:  # the answer that called goes back too
-            room -= sum(counter.text(f"{n}{json.dumps(a, default=str)}") + _PER_ITEM for _, n, a in calls)
+        reply = reply_of(api.name, answer, {call_id for call_id, _, _ in calls})
+        if counter is not None:  # the answer that called goes back too: its text, thinking and calls
+            room -= counter.text(json.dumps(reply, ensure_ascii=False, default=str)) + _PER_ITEM
         for k, (call_id, name, args) in enumerate(calls):
             if k >= MAX_CALLS:
                 said = f"error: at most {MAX_CALLS} recall calls are answered at once" + (
@@ -528,11 +540,9 @@ async def _recall_rounds(
                 said, tokens = _within(said, room - _PER_ITEM, counter)
                 room -= tokens + _PER_ITEM
             results.append((call_id, said))
-        body = continued(api.name, api.field, body, answer, results)
-        if last:  # the last round offers no recall tool: its answer calls none
-            body["tools"] = without_recall(api.name, body.get("tools") or [])
-            if not body["tools"]:
-                del body["tools"]
+        body = continued(api.name, api.field, body, reply, results)
+        if last:  # its answer calls no recall tool
+            body = last_round(api.name, body)
         response = await exchange.send(body, deadline)
         returned = upstream.returned(response)
         try:

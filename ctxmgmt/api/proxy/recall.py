@@ -4,19 +4,30 @@ the upstream again, so the client never sees a tool it does not know.
 
 A reply that calls a recall tool beside the client's own tools goes on with the recall calls
 only (the model decides again once it has read); after :data:`MAX_ROUNDS` rounds the last
-request offers no recall tool, so the answer the client gets never calls one.
+request lets the model call no recall tool (:func:`last_round`), so the answer the client
+gets never calls one.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from ...agents.tools import Tool
 from ...messages import RECALL_TOOLS
 
-__all__ = ["MAX_CALLS", "MAX_ROUNDS", "RECALL_CHARS", "calls_of", "continued", "schemas", "without_recall"]
+__all__ = [
+    "MAX_CALLS",
+    "MAX_ROUNDS",
+    "RECALL_CHARS",
+    "calls_of",
+    "continued",
+    "last_round",
+    "reply_of",
+    "schemas",
+    "without_recall",
+]
 
 MAX_ROUNDS = 4
 """Recall rounds in one proxied request at most (each an upstream call; all of them within the
@@ -54,6 +65,21 @@ def schemas(api: str, tools: Sequence[Tool]) -> list[dict[str, Any]]:
 def without_recall(api: str, tools: Sequence[Any]) -> list[Any]:
     """The request's tools but the recall ones."""
     return [t for t in tools if _tool_name(api, t) not in RECALL_TOOLS]
+
+
+_NO_CALL = {"chat": "none", "responses": "none", "messages": {"type": "none"}}
+"""Each API's ``tool_choice`` that lets the model call no tool."""
+
+
+def last_round(api: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The last recall round's request, whose answer calls no recall tool: the recall tools
+    are not offered, and when the client offered none of its own they stay defined with a
+    ``tool_choice`` that calls none (the history holds the recall calls, and a request with
+    tool calls but no tools is one Anthropic and Bedrock refuse)."""
+    tools = without_recall(api, body.get("tools") or [])
+    if tools:
+        return {**body, "tools": tools}
+    return {**body, "tool_choice": _NO_CALL[api]}
 
 
 def _tool_name(api: str, tool: Any) -> str | None:
@@ -119,40 +145,64 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
-def continued(
-    api: str,
-    field: str,
-    body: Mapping[str, Any],
-    answer: Mapping[str, Any],
-    results: Sequence[tuple[str, str]],
-) -> dict[str, Any]:
-    """The next upstream request: the answer's recall calls (only those) and their results."""
-    ids = {call_id for call_id, _ in results}
-    history = list(body[field])
+_SAID_ITEMS = frozenset({"message", "reasoning"})
+"""Responses output items that call nothing: every other item is a call of some kind."""
+
+
+def reply_of(api: str, answer: Mapping[str, Any], ids: Container[str]) -> list[dict[str, Any]]:
+    """The answer as the next recall round sends it back: with its recall calls (those of
+    ``ids``) and none of the client's own, which the proxy cannot answer (a call without its
+    result is a request the provider refuses)."""
     if api == "chat":
         message = dict(answer["choices"][0]["message"])
         message["tool_calls"] = [
             c for c in message.get("tool_calls") or () if isinstance(c, Mapping) and c.get("id") in ids
         ]
-        message = {
-            k: v for k, v in message.items() if v is not None and k in ("role", "content", "tool_calls")
-        }
-        history.append(message)
+        return [
+            {k: v for k, v in message.items() if v is not None and k in ("role", "content", "tool_calls")}
+        ]
+    if api == "responses":
+        items = [item for item in _list(answer.get("output")) if isinstance(item, Mapping)]
+        kept: list[dict[str, Any]] = []
+        for k, item in enumerate(items):
+            kind = item.get("type")
+            if kind == "reasoning":  # it goes where the item after it goes (OpenAI refuses it alone)
+                after = items[k + 1] if k + 1 < len(items) else None
+                if (
+                    after is not None
+                    and after.get("type") not in _SAID_ITEMS
+                    and after.get("call_id") not in ids
+                ):
+                    continue
+            elif kind not in _SAID_ITEMS and (kind != "function_call" or item.get("call_id") not in ids):
+                continue  # a call of the client's (function, custom, shell, MCP approval, ...)
+            kept.append(dict(item))
+        return kept
+    content = [
+        b
+        for b in answer.get("content") or ()
+        if isinstance(b, Mapping) and (b.get("type") != "tool_use" or b.get("id") in ids)
+    ]
+    return [{"role": "assistant", "content": content}]
+
+
+def continued(
+    api: str,
+    field: str,
+    body: Mapping[str, Any],
+    reply: Sequence[Mapping[str, Any]],
+    results: Sequence[tuple[str, str]],
+) -> dict[str, Any]:
+    """The next upstream request: the answer as :func:`reply_of` sends it back, then the
+    results of its recall calls."""
+    history = [*body[field], *reply]
+    if api == "chat":
         history += [{"role": "tool", "tool_call_id": call_id, "content": text} for call_id, text in results]
     elif api == "responses":
-        for item in _list(answer.get("output")):
-            if isinstance(item, Mapping) and (
-                item.get("type") != "function_call" or item.get("call_id") in ids
-            ):
-                history.append(item)
         history += [
             {"type": "function_call_output", "call_id": call_id, "output": text} for call_id, text in results
         ]
     else:
-        content = [
-            b for b in answer.get("content") or () if b.get("type") != "tool_use" or b.get("id") in ids
-        ]
-        history.append({"role": "assistant", "content": content})
         history.append(
             {
                 "role": "user",
