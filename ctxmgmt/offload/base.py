@@ -49,6 +49,8 @@ SEARCH_SECONDS = 2.0
 
 def check_ref(ref: Any) -> str:
     """A reference as the store generated it, or an OffloadError."""
+    if ref is None:
+        raise OffloadError("ref is missing: give an offload reference (t-<32 hex> or m-<32 hex>)")
     if not isinstance(ref, str) or not REF.fullmatch(ref):
         raise OffloadError(f"{str(ref)[:80]!r} is not an offload reference (t-<32 hex> or m-<32 hex>)")
     return ref

@@ -243,3 +243,10 @@ def test_a_search_scans_a_bounded_amount_and_says_so(offloader, monkeypatch):
     monkeypatch.setattr(base, "SEARCH_BYTES", 10**9)
     hits = offloader.search("s", "^batch", max_results=10)
     assert not hits.truncated and len(hits) == 5
+
+
+def test_a_missing_reference_is_said_to_be_missing(offloader):
+    """A read without a reference (a model's call that left ``ref`` out) says that it is
+    missing, not that 'None' is no reference."""
+    with pytest.raises(OffloadError, match="ref is missing"):
+        offloader.read("s", None)

@@ -875,3 +875,45 @@ def test_a_client_key_that_is_not_ascii_is_refused_in_words(proxy, upstream):
     )
     assert r.status_code == 400 and "authorization" in r.json()["error"]["message"]
     assert upstream.seen == []
+
+
+def test_an_untouched_message_goes_as_written_when_a_member_before_the_conversation_changes(proxy, upstream):
+    """A member before ``messages`` that changes between requests (Anthropic's SDKs write
+    ``max_tokens`` first) makes the body read anew, with new objects: the client's messages
+    still go upstream as it wrote them (they were written again as JSON, escapes and spacing
+    changed), and the state keeps them by position."""
+    url = f"{proxy.url}/proxy/default/v1/messages"
+    own = '{"role":"user","content":"caf\\u00e9 \\/ 1.0e2"}'
+    first = "[" + own + ',{"role":"assistant","content":"ok"},{"role":"user","content":"and?"}]'
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+    for max_tokens, messages in (
+        (100, first),
+        (200, first[:-1] + ',{"role":"assistant","content":"so"},{"role":"user","content":"then?"}]'),
+    ):
+        text = f'{{"max_tokens":{max_tokens},"messages":{messages},"model":"claude-test"}}'
+        r = httpx.post(url, content=text.encode(), headers=headers)
+        assert r.status_code == 200, r.text
+        assert own.encode() in upstream.seen[-1].raw
+    assert len(upstream.seen) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_message_thread_is_refused_so_the_sdk_sends_the_whole_history(proxy, upstream, stream):
+    """A request with ``thread`` (Anthropic's message threads: the upstream keeps the history,
+    and the next request holds only what is new) is a 400 with the ``error_code`` on which
+    Anthropic's SDKs go on without a thread, sending the whole history each time."""
+    body = {
+        "model": "claude-test",
+        "max_tokens": 100,
+        "stream": stream,
+        "thread": {"type": "create"},
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
+    )
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and "thread" in error["message"]
+    assert error["details"] == {"error_code": "thread_unsupported_request"}
+    assert upstream.seen == []

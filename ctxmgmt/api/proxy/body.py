@@ -74,6 +74,9 @@ class Body:
     hashed: list[tuple[int, Any]] = field(default_factory=list)
     """SHA-256 states of the text from the first element's start to an offset (taken by
     :meth:`digest`, kept by the next body while its text starts the same)."""
+    grown: bool = False
+    """Whether the body was read from a previous one: its first elements are that body's own
+    objects (else every element is a new object, equal or not)."""
 
     @property
     def prefix_end(self) -> int:
@@ -137,6 +140,7 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         exact = _budget(text, len(prefix), previous.marks[0])
         body = Body(text, {}, field, list(previous.spans), previous.array, {})
         body.hashed = [(e, h) for e, h in previous.hashed if e <= len(prefix)]
+        body.grown = True
         body.data = {
             k: v for k, v in previous.data.items() if previous.values.get(k, (0, 0))[0] < previous.array[0]
         }

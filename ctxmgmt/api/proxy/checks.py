@@ -42,9 +42,13 @@ log = logging.getLogger("ctxmgmt.proxy")
 class Refused(Exception):
     """An error the proxy answers in the provider's shape."""
 
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    def __init__(
+        self, status: int, kind: str, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.kind, self.message = status, kind, message
+        self.details = details
+        """Anthropic's ``error.details`` (an ``error_code`` its SDKs act on), when any."""
 
 
 def _pointer(api: Api, pointer: str) -> str:
@@ -70,6 +74,8 @@ def answer(api: Api, exc: BaseException) -> JSONResponse:
     if found.status == 401:
         headers["www-authenticate"] = "Bearer"
     body = api.error(found.status, found.type, listed or found.reason)
+    if isinstance(exc, Refused) and exc.details and api.provider == "anthropic":
+        body["error"]["details"] = dict(exc.details)
     return JSONResponse(body, found.status, headers=headers or None)
 
 

@@ -166,6 +166,8 @@ async def _proxy(request: Request, api: Api) -> Response:
     parts = api.parts(body)
     if isinstance(parts, str):
         raise Refused(400, "illegal_argument_exception", parts)
+    if api.name == "messages" and body.get("thread") is not None:
+        raise Refused(400, "invalid_request_error", _THREADS, {"error_code": "thread_unsupported_request"})
     key = session_key(request, api, name, str(body["model"]), parts)  # its header checked, used or not
     definition, version = await stored_version(st, name, resolving)
     held = _held_upstream(api, body)
@@ -189,8 +191,13 @@ async def _proxy(request: Request, api: Api) -> Response:
         conversation_id = (stored or {}).get("conversation")
         if not isinstance(conversation_id, str) or not _HEX32.fullmatch(conversation_id):
             conversation_id, stored = uuid.uuid4().hex, None
-        # The conversation this process served last, while the store holds what it wrote then.
-        conversation = live.take(slot, (stored or {}).get("generation"), version) if stored else None
+        # The conversation this process served last, while the store holds what it wrote then,
+        # when the body was read from its previous one: its view holds that body's objects,
+        # which go upstream as the client's own text. A body read anew (a member before the
+        # conversation changed, or the previous body no longer kept) has new objects: the
+        # view is made again from the stored state, by position, so that they do too.
+        taken = live.take(slot, (stored or {}).get("generation"), version) if stored else None
+        conversation = taken if parsed.grown else None
         if conversation is None:
             conversation = Conversation(
                 definition,
@@ -264,6 +271,13 @@ async def _proxy(request: Request, api: Api) -> Response:
 _HELD = ("previous_response_id", "conversation")
 """What makes a Responses request continue a conversation the upstream keeps (only its new
 items are sent)."""
+
+
+_THREADS = (
+    "thread: the proxy manages the whole history on every request, and a message thread the "
+    "upstream keeps would hold it unmanaged; send the whole history without `thread` (Anthropic's "
+    "SDKs do so on this error when told to continue unthreaded)"
+)
 
 
 def _held_upstream(api: Api, body: Mapping[str, Any]) -> str | None:
