@@ -189,3 +189,16 @@ def test_a_terminals_escape_sequences_are_left_out(text, plain):
     from ctxmgmt.messages import without_escapes
 
     assert without_escapes(text) == plain
+
+
+def test_an_assistant_message_that_speaks_needs_no_content():
+    """An assistant's spoken answer (``audio: {id}``, content null) is a valid chat message:
+    it was refused as 'a assistant message needs content'."""
+    spoken = [
+        {"role": "user", "content": "Say hello."},
+        {"role": "assistant", "content": None, "audio": {"id": "audio_1"}},
+        {"role": "user", "content": "Again."},
+    ]
+    assert check_messages(spoken) == []
+    problems = check_messages([{"role": "user", "content": "x"}, {"role": "assistant", "content": None}])
+    assert [p.message for p in problems] == ["an assistant message needs content"]

@@ -88,12 +88,25 @@ def _check_items(items: Sequence[Any], start: int, problems: list[Problem]) -> N
             if answers(item) is None:
                 problems.append(Problem(f"{where}/call_id", f"a {kind} needs a call_id string"))
             output = item.get("output")
-            if isinstance(output, list):
+            if kind not in _PART_OUTPUTS:
+                pass  # its own structure (a shell's stdout and stderr, a screenshot): passed on as it is
+            elif isinstance(output, list):
                 _check_parts(output, f"{where}/output", "input", problems)
-            elif kind in ("function_call_output", "custom_tool_call_output") and not isinstance(output, str):
+            elif not isinstance(output, str):
                 problems.append(Problem(f"{where}/output", "output must be a string or a list of parts"))
         elif kind == "message":
             _check_message(item, where, problems)
+
+
+_PART_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+"""The outputs whose list is content parts; another's list is its own structure (a
+``shell_call_output``'s stdout, stderr and outcome of each command)."""
+
+
+def _text_output(item: Mapping[str, Any]) -> bool:
+    """Whether an output is text a manager may edit: a string, or content parts."""
+    output = item.get("output")
+    return isinstance(output, str) or (isinstance(output, list) and item.get("type") in _PART_OUTPUTS)
 
 
 def _check_group(group: Sequence[Any], first: int, pending: dict[str, int], problems: list[Problem]) -> None:
@@ -364,9 +377,9 @@ def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
         }
     if is_output(first):
         output = first.get("output")
-        if isinstance(output, (str, list)):
+        if _text_output(first):
             content, counted = _content(output)
-        else:  # a screenshot or another structure: counted, never edited
+        else:  # a screenshot, a shell's outputs or another structure: counted, never edited
             content, counted = "", _counted([output])
         return {
             "role": "tool",
@@ -453,8 +466,8 @@ def _rebuild(m: Mapping[str, Any], origin: Origin | None) -> list[Any]:
     if role == "tool":
         base = dict(main[0]) if main else {"type": "function_call_output", "call_id": m["tool_call_id"]}
         original = base.get("output", "")
-        if not isinstance(original, (str, list)):
-            return [*out, main[0]]  # a structured output (a screenshot): never edited
+        if main and not _text_output(base):
+            return [*out, main[0]]  # a structured output (a screenshot, a shell's): never edited
         base["output"] = _parts_back(
             m.get("content"), original if isinstance(original, list) else [], "input"
         )

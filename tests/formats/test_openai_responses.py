@@ -240,3 +240,28 @@ def test_other_calls_and_server_items_are_kept_whole_and_counted():
     assert result.trace[0]["tokens_before"] > 4000  # the shell output and the MCP result are counted
     again = load_definition("default").apply("pre_llm", result.context)
     assert list(again.context.messages) == out
+
+
+def test_a_shell_calls_outputs_are_its_own_structure_not_content_parts():
+    """A ``shell_call_output`` holds a list of each command's stdout, stderr and outcome: a
+    valid item (it was refused as content parts with no type), counted, kept as it is."""
+    output = [
+        {"stdout": "a.txt\n" * 3000, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+        {"stdout": "", "stderr": "no such file", "outcome": {"type": "exit", "exit_code": 2}},
+    ]
+    items = [
+        {"role": "user", "content": "List the files."},
+        {"type": "shell_call", "id": "sc_1", "call_id": "sh1", "action": {"commands": ["ls", "cat x"]}},
+        {"type": "shell_call_output", "call_id": "sh1", "output": output},
+        {"role": "user", "content": "And now?"},
+    ]
+    ctx = Context(messages=items, format="openai_responses", context_window=100_000)
+    result = load_definition("default").apply("pre_llm", ctx)
+    assert list(result.context.messages) == items
+    assert result.trace[0]["tokens_before"] > 3000  # its stdout is counted
+    small = load_definition("default").apply(
+        "pre_llm", Context(messages=items, format="openai_responses", context_window=2000)
+    )
+    out = list(small.context.messages)
+    assert_valid_messages(out, format="openai_responses")
+    assert all(x is y for x in out if x.get("type") == "shell_call_output" for y in items[2:3])

@@ -714,3 +714,33 @@ def test_a_responses_recall_round_drops_the_clients_calls_of_every_kind(archivin
     assert r.status_code == 200, r.text
     sent = upstream.seen[1].body["input"][len(_responses_history()) :]
     assert [item["type"] for item in sent] == ["message", "function_call", "function_call_output"]
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_a_last_round_answer_that_calls_recall_anyway_reaches_the_client_without_the_call(
+    archiving, upstream, api
+):
+    """A server that ignores ``tool_choice`` (many OpenAI-compatible ones do) may call recall
+    in the last round: the client gets the answer without that call, ended as an answer that
+    calls nothing, never a call of a tool it does not know."""
+    field = "input" if api == "responses" else "messages"
+    history = {"chat": _history, "messages": _anthropic_history, "responses": _responses_history}[api]()
+    path = {"chat": "chat/completions", "messages": "messages", "responses": "responses"}[api]
+    upstream.replies.extend(
+        [Reply(preface="still reading", calls=[("context_search", {"pattern": "checksum"})])] * 5
+    )
+    body = {"model": "claude-test" if api == "messages" else "gpt-test", field: history, "max_tokens": 512}
+    r = httpx.post(f"{archiving.url}/proxy/long-running-agent/v1/{path}", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert len(upstream.seen) == 5
+    answer = r.json()
+    said = json.dumps(answer.get("choices") or answer.get("content") or answer.get("output"))
+    assert "context_search" not in said and "still reading" in said
+    if api == "chat":
+        assert answer["choices"][0]["finish_reason"] == "stop"
+        assert answer["choices"][0]["message"].get("tool_calls") is None
+    elif api == "messages":
+        assert answer["stop_reason"] == "end_turn"
+        assert [b["type"] for b in answer["content"]] == ["text"]
+    else:
+        assert [item["type"] for item in answer["output"]] == ["message"]

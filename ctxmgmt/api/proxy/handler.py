@@ -62,6 +62,7 @@ from .recall import (
     reply_of,
     schemas,
     without_recall,
+    without_recall_calls,
 )
 from .state import Live, pack, unpack
 from .streams import Accumulator, continuation
@@ -579,6 +580,12 @@ async def _recall_rounds(
         )
         if not response.is_success:
             break
+    if (
+        status is not None
+        and 200 <= status < 300
+        and (plain := without_recall_calls(api.name, answer)) is not None
+    ):
+        answer, data = plain, json.dumps(plain, ensure_ascii=False).encode()
     return status, data, returned, answer
 
 

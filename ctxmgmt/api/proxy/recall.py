@@ -27,6 +27,7 @@ __all__ = [
     "reply_of",
     "schemas",
     "without_recall",
+    "without_recall_calls",
 ]
 
 MAX_ROUNDS = 4
@@ -184,6 +185,55 @@ def reply_of(api: str, answer: Mapping[str, Any], ids: Container[str]) -> list[d
         if isinstance(b, Mapping) and (b.get("type") != "tool_use" or b.get("id") in ids)
     ]
     return [{"role": "assistant", "content": content}]
+
+
+def _recall_call(api: str, item: Any) -> bool:
+    """Whether an answer's call (a chat tool call, a Responses item, an Anthropic block) is a
+    recall call."""
+    if not isinstance(item, Mapping):
+        return False
+    if api == "chat":
+        fn = item.get("function")
+        return isinstance(fn, Mapping) and fn.get("name") in RECALL_TOOLS
+    kind = "function_call" if api == "responses" else "tool_use"
+    return item.get("type") == kind and item.get("name") in RECALL_TOOLS
+
+
+def without_recall_calls(api: str, answer: Any) -> dict[str, Any] | None:
+    """The last round's answer without the recall calls it made though it was let call none
+    (a server that ignores ``tool_choice``), ended as an answer that calls nothing when it
+    calls nothing else, so the client never gets a call of a tool it does not know; None
+    when it made none."""
+    if not calls_of(api, answer):
+        return None
+    if api == "chat":
+        choice = dict(answer["choices"][0])
+        message = dict(choice["message"])
+        calls = [c for c in _list(message.get("tool_calls")) if not _recall_call(api, c)]
+        message["tool_calls"] = calls or None
+        if not calls:
+            choice["finish_reason"] = "stop"
+        return {**answer, "choices": [{**choice, "message": message}, *answer["choices"][1:]]}
+    if api == "responses":
+        items = _list(answer.get("output"))
+        output = [
+            item
+            for k, item in enumerate(items)
+            if not _recall_call(api, item)
+            # a reasoning item goes where the item after it goes
+            and not (
+                isinstance(item, Mapping)
+                and item.get("type") == "reasoning"
+                and k + 1 < len(items)
+                and _recall_call(api, items[k + 1])
+            )
+        ]
+        return {**answer, "output": output}
+    content = [b for b in _list(answer.get("content")) if not _recall_call(api, b)]
+    out = {**answer, "content": content}
+    if not any(isinstance(b, Mapping) and b.get("type") == "tool_use" for b in content):
+        out["stop_reason"] = "end_turn"
+    return out
 
 
 def continued(
