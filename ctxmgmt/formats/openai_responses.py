@@ -251,6 +251,11 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
         elif is_call(item) and groups and _opens_calls(groups[-1][-1]):
             groups[-1] = (*groups[-1], *pending, item)
             pending = []
+        elif is_output(item) and groups and _kind(groups[-1][0]) == "item_reference":
+            # Outputs after a reference to items OpenAI stored (the calls they answer): one
+            # group with it, kept or removed together, never one without the other.
+            groups[-1] = (*groups[-1], *pending, item)
+            pending = []
         else:
             groups.append((*pending, item))
             pending = []

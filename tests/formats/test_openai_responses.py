@@ -265,3 +265,30 @@ def test_a_shell_calls_outputs_are_its_own_structure_not_content_parts():
     out = list(small.context.messages)
     assert_valid_messages(out, format="openai_responses")
     assert all(x is y for x in out if x.get("type") == "shell_call_output" for y in items[2:3])
+
+
+def test_outputs_after_a_reference_to_stored_calls_go_with_it():
+    """An ``item_reference`` to calls OpenAI stored, then their outputs: valid (each output
+    was refused as answering no call), and kept or removed with the reference, never apart."""
+    from ctxmgmt.formats import openai_responses
+
+    def turn(k: int) -> list[dict]:
+        return [
+            {"type": "item_reference", "id": f"fc_{k}"},
+            {"type": "function_call_output", "call_id": f"c{k}", "output": f"result {k} " * 300},
+            {"type": "function_call_output", "call_id": f"d{k}", "output": "ok"},
+        ]
+
+    items = [{"role": "user", "content": "Go."}, *[x for k in range(12) for x in turn(k)]]
+    items.append({"role": "user", "content": "And now?"})
+    assert openai_responses.check(items) == []
+    result = load_definition("default").apply(
+        "pre_llm", Context(messages=items, format="openai_responses", context_window=4000)
+    )
+    out = list(result.context.messages)
+    assert_valid_messages(out, format="openai_responses")
+    kept = [x for x in out if x.get("type") in ("item_reference", "function_call_output")]
+    assert len(kept) < 36 and len(kept) % 3 == 0
+    for k in range(0, len(kept), 3):
+        assert kept[k]["type"] == "item_reference"
+        assert [x["type"] for x in kept[k + 1 : k + 3]] == ["function_call_output"] * 2
