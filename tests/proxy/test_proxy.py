@@ -879,22 +879,20 @@ def test_a_client_key_that_is_not_ascii_is_refused_in_words(proxy, upstream):
 
 def test_an_untouched_message_goes_as_written_when_a_member_before_the_conversation_changes(proxy, upstream):
     """A member before ``messages`` that changes between requests (Anthropic's SDKs write
-    ``max_tokens`` first) makes the body read anew, with new objects: the client's messages
-    still go upstream as it wrote them (they were written again as JSON, escapes and spacing
-    changed), and the state keeps them by position."""
+    ``max_tokens`` first) makes the body read anew, or from an older body than the one the
+    conversation's view was made from: the client's messages still go upstream as it wrote
+    them (they were written again as JSON, escapes and spacing changed)."""
     url = f"{proxy.url}/proxy/default/v1/messages"
-    own = '{"role":"user","content":"caf\\u00e9 \\/ 1.0e2"}'
-    first = "[" + own + ',{"role":"assistant","content":"ok"},{"role":"user","content":"and?"}]'
+    own = '{"role":"user","content":"caf\\u00e9 \\/ 1.0e2 ' + "long " * 300 + '"}'
+    messages = [own, '{"role":"assistant","content":"ok"}', '{"role":"user","content":"and?"}']
     headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
-    for max_tokens, messages in (
-        (100, first),
-        (200, first[:-1] + ',{"role":"assistant","content":"so"},{"role":"user","content":"then?"}]'),
-    ):
-        text = f'{{"max_tokens":{max_tokens},"messages":{messages},"model":"claude-test"}}'
+    for step, max_tokens in enumerate((100, 200, 100, 100)):
+        text = f'{{"max_tokens":{max_tokens},"messages":[{",".join(messages)}],"model":"claude-test"}}'
         r = httpx.post(url, content=text.encode(), headers=headers)
         assert r.status_code == 200, r.text
-        assert own.encode() in upstream.seen[-1].raw
-    assert len(upstream.seen) == 2
+        assert own.encode() in upstream.seen[-1].raw, step
+        messages += ['{"role":"assistant","content":"so"}', f'{{"role":"user","content":"then {step}?"}}']
+    assert len(upstream.seen) == 4
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -192,13 +192,14 @@ async def _proxy(request: Request, api: Api) -> Response:
         conversation_id = (stored or {}).get("conversation")
         if not isinstance(conversation_id, str) or not _HEX32.fullmatch(conversation_id):
             conversation_id, stored = uuid.uuid4().hex, None
-        # The conversation this process served last, while the store holds what it wrote then,
-        # when the body was read from its previous one: its view holds that body's objects,
-        # which go upstream as the client's own text. A body read anew (a member before the
-        # conversation changed, or the previous body no longer kept) has new objects: the
-        # view is made again from the stored state, by position, so that they do too.
-        taken = live.take(slot, (stored or {}).get("generation"), version) if stored else None
-        conversation = taken if parsed.grown else None
+        # The conversation this process served last, while the store holds what it wrote then
+        # and this body was read from the one it was made from. Else (a member before the
+        # conversation changed, the previous body no longer kept) the view is made again from
+        # the stored state, by position, so that it holds this body's objects.
+        made_from = previous if parsed.grown else None
+        conversation = (
+            live.take(slot, (stored or {}).get("generation"), version, made_from) if stored else None
+        )
         if conversation is None:
             conversation = Conversation(
                 definition,
@@ -388,7 +389,7 @@ async def _store(
 
     await asyncio.to_thread(write)
     # What it holds: the request's messages (its view is made of them) and what was written.
-    live.keep(kept.key, (packed["generation"], kept.version), conversation, size_of(kept.body))
+    live.keep(kept.key, (packed["generation"], kept.version, kept.body), conversation, size_of(kept.body))
 
 
 @dataclass(slots=True)

@@ -79,19 +79,24 @@ class Live:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def take(self, key: str, generation: Any, version: Any) -> Conversation | None:
-        """The conversation kept for ``key`` when the store still holds its generation and the
-        definition is the same version (it leaves the cache: a request in flight owns it until
-        :meth:`keep`)."""
+    def take(self, key: str, generation: Any, version: Any, body: object) -> Conversation | None:
+        """The conversation kept for ``key`` when the store still holds its generation, the
+        definition is the same version, and ``body`` is the very body it was made from (its
+        view holds that body's objects, which go upstream as the client's own text; a body
+        read from another holds other objects). It leaves the cache: a request in flight owns
+        it until :meth:`keep`."""
         with self._lock:
             found = self._items.pop(key, None)
             if found is None:
                 return None
             self._bytes -= found[2]
-            return found[1] if generation is not None and found[0] == (generation, version) else None
+            (kept_generation, kept_version, made_from) = found[0]
+            fresh = generation is not None and (kept_generation, kept_version) == (generation, version)
+            return found[1] if fresh and made_from is body else None
 
-    def keep(self, key: str, stamp: Any, conversation: Conversation, size: int) -> None:
-        """Keep a conversation with ``(generation, definition version)``, within the bytes."""
+    def keep(self, key: str, stamp: tuple[Any, Any, object], conversation: Conversation, size: int) -> None:
+        """Keep a conversation with ``(generation, definition version, the body it was made
+        from)``, within the bytes."""
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
