@@ -511,8 +511,11 @@ def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:
     if content is None:
         if role == "assistant" and (m.get("tool_calls") or "refusal" in m or m.get("audio")):
             return []  # its calls, its refusal or its spoken answer (``audio: {id}``) say it
-        article = "an" if role[:1] in ("a", "e", "i", "o", "u") else "a"
-        return [Problem(f"{where}/content", f"{article} {role} message needs content")]
+        return [
+            Problem(
+                f"{where}/content", f"{'an' if role == 'assistant' else 'a'} {role} message needs content"
+            )
+        ]
     if isinstance(content, str):
         return []
     if isinstance(content, list):

@@ -251,9 +251,12 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
         elif is_call(item) and groups and _opens_calls(groups[-1][-1]):
             groups[-1] = (*groups[-1], *pending, item)
             pending = []
-        elif is_output(item) and groups and _kind(groups[-1][0]) == "item_reference":
-            # Outputs after a reference to items OpenAI stored (the calls they answer): one
-            # group with it, kept or removed together, never one without the other.
+        elif groups and (
+            (is_output(item) and _references(groups[-1]))
+            or (kind == "item_reference" and _references(groups[-1], answered=False))
+        ):
+            # A run of references to items OpenAI stored (the calls) and the outputs after
+            # them: one group, kept or removed together, never an output without its reference.
             groups[-1] = (*groups[-1], *pending, item)
             pending = []
         else:
@@ -262,6 +265,17 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
     if pending:
         groups.append(tuple(pending))
     return groups
+
+
+def _references(group: tuple[Any, ...], *, answered: bool = True) -> bool:
+    """Whether a group is a run of references to stored items, with the outputs after them
+    if ``answered`` (else none yet)."""
+    main = [x for x in group if _kind(x) != "reasoning"]
+    return (
+        bool(main)
+        and _kind(main[0]) == "item_reference"
+        and all(_kind(x) == "item_reference" or (answered and is_output(x)) for x in main)
+    )
 
 
 def _opens_calls(item: Any) -> bool:

@@ -259,12 +259,15 @@ def test_a_shell_calls_outputs_are_its_own_structure_not_content_parts():
     result = load_definition("default").apply("pre_llm", ctx)
     assert list(result.context.messages) == items
     assert result.trace[0]["tokens_before"] > 3000  # its stdout is counted
+    earlier = [{"role": r, "content": f"turn {k} " * 200} for k in range(8) for r in ("user", "assistant")]
+    longer = [*earlier, *items[1:]]
     small = load_definition("default").apply(
-        "pre_llm", Context(messages=items, format="openai_responses", context_window=2000)
+        "pre_llm", Context(messages=longer, format="openai_responses", context_window=8000)
     )
     out = list(small.context.messages)
     assert_valid_messages(out, format="openai_responses")
-    assert all(x is y for x in out if x.get("type") == "shell_call_output" for y in items[2:3])
+    assert len(out) < len(longer)  # managed
+    assert any(x is items[2] for x in out)  # kept, as it came
 
 
 def test_outputs_after_a_reference_to_stored_calls_go_with_it():
@@ -274,7 +277,9 @@ def test_outputs_after_a_reference_to_stored_calls_go_with_it():
 
     def turn(k: int) -> list[dict]:
         return [
-            {"type": "item_reference", "id": f"fc_{k}"},
+            {"type": "reasoning", "id": f"rs_{k}", "summary": []},
+            {"type": "item_reference", "id": f"fc_{k}"},  # one reference per parallel call
+            {"type": "item_reference", "id": f"fd_{k}"},
             {"type": "function_call_output", "call_id": f"c{k}", "output": f"result {k} " * 300},
             {"type": "function_call_output", "call_id": f"d{k}", "output": "ok"},
         ]
@@ -282,13 +287,17 @@ def test_outputs_after_a_reference_to_stored_calls_go_with_it():
     items = [{"role": "user", "content": "Go."}, *[x for k in range(12) for x in turn(k)]]
     items.append({"role": "user", "content": "And now?"})
     assert openai_responses.check(items) == []
-    result = load_definition("default").apply(
-        "pre_llm", Context(messages=items, format="openai_responses", context_window=4000)
-    )
-    out = list(result.context.messages)
-    assert_valid_messages(out, format="openai_responses")
-    kept = [x for x in out if x.get("type") in ("item_reference", "function_call_output")]
-    assert len(kept) < 36 and len(kept) % 3 == 0
-    for k in range(0, len(kept), 3):
-        assert kept[k]["type"] == "item_reference"
-        assert [x["type"] for x in kept[k + 1 : k + 3]] == ["function_call_output"] * 2
+    window = {
+        "name": "w",
+        "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 4}}]},
+    }
+    for definition, size in (("default", 4000), (window, 100_000)):
+        result = load_definition(definition).apply(
+            "pre_llm", Context(messages=items, format="openai_responses", context_window=size)
+        )
+        out = list(result.context.messages)
+        assert_valid_messages(out, format="openai_responses")
+        kept = [x for x in out if x.get("type") in ("reasoning", "item_reference", "function_call_output")]
+        assert 0 < len(kept) < 60 and len(kept) % 5 == 0
+        for k in range(0, len(kept), 5):
+            assert [x["type"] for x in kept[k : k + 5]] == [x["type"] for x in turn(0)]

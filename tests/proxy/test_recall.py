@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import anthropic
 import httpx
@@ -605,12 +606,10 @@ def test_recall_rounds_share_the_requests_one_deadline(store, upstream, tmp_path
     app = create_app(store, models=models, offloader=LocalOffloader(tmp_path / "archive"))
 
     def keep_reading(body: dict) -> Reply:
-        if "context_read" in _names(body):
-            return Reply(calls=[("context_search", {"pattern": "checksum"})])
-        return Reply("giving up on reading")
+        time.sleep(0.7)  # after the request is seen: each round's arrival is recorded at once
+        return Reply(calls=[("context_search", {"pattern": "checksum"})])
 
     upstream.replies.extend([keep_reading] * 6)
-    upstream.delay = 0.7
     with LiveServer(app) as server:
         r = _ask(server)
     assert r.status_code == 504, r.text
@@ -673,9 +672,10 @@ def test_the_last_recall_round_keeps_the_tools_its_history_calls(archiving, upst
 
 
 def test_a_responses_recall_round_drops_the_clients_calls_of_every_kind(archiving, upstream):
-    """An answer that calls the client's custom tool (and thinks before it) beside a recall
-    call goes on with the recall call only: the client's call of any kind, and the reasoning
-    that goes with it, would be a call without its output, which OpenAI refuses."""
+    """An answer that calls the client's custom tool and asks its approval for an MCP call
+    beside a recall call goes on with the recall call only: the client's call of any kind
+    would be a call without its output, which OpenAI refuses. The reasoning before them goes
+    with the items kept."""
 
     def read_it(body: dict) -> Reply:
         ref = re.search(r"\bt-[0-9a-f]{32}", json.dumps(body["input"])).group(0)
@@ -713,7 +713,12 @@ def test_a_responses_recall_round_drops_the_clients_calls_of_every_kind(archivin
     )
     assert r.status_code == 200, r.text
     sent = upstream.seen[1].body["input"][len(_responses_history()) :]
-    assert [item["type"] for item in sent] == ["message", "function_call", "function_call_output"]
+    assert [item["type"] for item in sent] == [
+        "reasoning",
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
 
 
 @pytest.mark.parametrize("api", ["chat", "messages", "responses"])
@@ -744,3 +749,78 @@ def test_a_last_round_answer_that_calls_recall_anyway_reaches_the_client_without
         assert [b["type"] for b in answer["content"]] == ["text"]
     else:
         assert [item["type"] for item in answer["output"]] == ["message"]
+
+
+def _fc(call_id: str, name: str) -> dict:
+    return {"type": "function_call", "call_id": call_id, "name": name, "arguments": "{}"}
+
+
+RS = {"type": "reasoning", "id": "rs_1", "summary": []}
+
+
+@pytest.mark.parametrize(
+    ("output", "sent", "client_gets"),
+    [
+        # the reasoning goes with the recall call it was followed by, after the client's call
+        ([RS, _fc("c1", "bash"), _fc("r1", "context_read")], ["rs_1", "r1"], ["rs_1", "c1"]),
+        # ... and with the client's call it was followed by, after the recall call
+        ([RS, _fc("r1", "context_read"), _fc("c1", "bash")], ["rs_1", "r1"], ["rs_1", "c1"]),
+        # a hosted call holds its own result: it goes back too
+        (
+            [RS, {"type": "web_search_call", "id": "ws_1", "status": "completed"}, _fc("r1", "context_read")],
+            ["rs_1", "ws_1", "r1"],
+            ["rs_1", "ws_1"],
+        ),
+        # nothing but recall: the client gets a message that says so, no lone reasoning
+        ([RS, _fc("r1", "context_read")], ["rs_1", "r1"], ["msg_ctxmgmt"]),
+    ],
+)
+def test_a_reasoning_item_goes_with_the_items_it_reasoned_about(output, sent, client_gets):
+    """A Responses reasoning item is kept when any item after it (to the next reasoning) is,
+    in the round sent back and in the answer the client gets without its recall calls:
+    OpenAI refuses a reasoning item without its item, and a call without its reasoning."""
+    from ctxmgmt.api.proxy.recall import reply_of, without_recall_calls
+
+    def ids(items: list[dict]) -> list[str]:
+        return [x.get("call_id") or x["id"] for x in items]
+
+    answer = {"output": output}
+    assert ids(reply_of("responses", answer, {"r1"})) == sent
+    assert ids(without_recall_calls("responses", answer)["output"]) == client_gets
+
+
+def test_an_answer_of_recall_calls_only_is_never_left_empty():
+    """Taken out of an answer that said nothing else, the recall calls leave an answer the
+    client can send back: chat content, an Anthropic text block after the thinking (a turn may
+    not end with thinking)."""
+    from ctxmgmt.api.proxy.recall import NOTHING_SAID, without_recall_calls
+
+    call = {"id": "r1", "type": "function", "function": {"name": "context_read", "arguments": "{}"}}
+    chat = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+    message = without_recall_calls("chat", chat)["choices"][0]["message"]
+    assert message["content"] == NOTHING_SAID and message["tool_calls"] is None
+    thinking = {"type": "thinking", "thinking": "hmm", "signature": "s"}
+    use = {"type": "tool_use", "id": "r1", "name": "context_read", "input": {}}
+    blocks = without_recall_calls("messages", {"content": [thinking, use], "stop_reason": "tool_use"})
+    assert blocks["content"] == [thinking, {"type": "text", "text": NOTHING_SAID}]
+    assert blocks["stop_reason"] == "end_turn"
+
+
+def test_an_answer_that_leaves_no_room_for_a_round_is_the_last(archiving, upstream):
+    """An answer whose own text leaves the window no room for even an error per call is not
+    sent back for a round (that request would be over the window): the client gets it, its
+    recall calls taken out."""
+    said = "word " * 14_500
+
+    def read_it(body: dict) -> Reply:
+        notice = next(m["content"] for m in body["messages"] if m.get("role") == "tool")
+        ref = re.search(r"\bt-[0-9a-f]+", notice).group(0)
+        return Reply(preface=said, calls=[("context_read", {"ref": ref})])
+
+    upstream.replies.append(read_it)
+    r = _ask(archiving)
+    assert r.status_code == 200, r.text
+    assert len(upstream.seen) == 1
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == said and choice["message"].get("tool_calls") is None
+    assert choice["finish_reason"] == "stop"

@@ -168,7 +168,9 @@ async def _proxy(request: Request, api: Api) -> Response:
     if isinstance(parts, str):
         raise Refused(400, "illegal_argument_exception", parts)
     if api.name == "messages" and body.get("thread") is not None:
-        raise Refused(400, "invalid_request_error", _THREADS, {"error_code": "thread_unsupported_request"})
+        raise Refused(
+            400, "illegal_argument_exception", _THREADS, {"error_code": "thread_unsupported_request"}
+        )
     key = session_key(request, api, name, str(body["model"]), parts)  # its header checked, used or not
     definition, version = await stored_version(st, name, resolving)
     held = _held_upstream(api, body)
@@ -479,7 +481,9 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
-        status, last, headers, final = await _recall_rounds(exchange, body, answer, deadline)
+        status, last, headers, final = await _recall_rounds(
+            exchange, body, answer, deadline, (response.status_code, returned)
+        )
         if status is not None:  # the answer called recall: the last round's answer goes back
             if not 200 <= status < 300:
                 failure = f"upstream status {status} in a recall round"
@@ -511,16 +515,17 @@ def _within(said: str, tokens: int, counter: TokenCounter) -> tuple[str, int]:
 
 
 async def _recall_rounds(
-    exchange: _Exchange, body: dict[str, Any], answer: Any, deadline: float
+    exchange: _Exchange, body: dict[str, Any], answer: Any, deadline: float, head: tuple[int, dict[str, str]]
 ) -> tuple[int | None, bytes, dict[str, str], Any]:
     """Answer the recall calls of ``answer`` (parsed) and ask the upstream again (whole
     answers), until an answer calls none: (its status, body, headers, parsed body), or a None
-    status when ``answer`` called none. The rounds share the request's ``deadline`` (the
-    model's ``timeout`` is the whole call's, recall included)."""
+    status when ``answer`` called none (``head``: its status and headers, for an answer that
+    is the last because no round fits the window). The rounds share the request's
+    ``deadline`` (the model's ``timeout`` is the whole call's, recall included)."""
     api, config = exchange.api, exchange.config
     body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     status: int | None = None
-    data, returned = b"", {}
+    data, returned = b"", dict[str, str]()
     rounds = 0
     left = RECALL_CHARS
     room = exchange.room
@@ -535,6 +540,12 @@ async def _recall_rounds(
         reply = reply_of(api.name, answer, {call_id for call_id, _, _ in calls})
         if counter is not None:  # the answer that called goes back too: its text, thinking and calls
             room -= counter.text(json.dumps(reply, ensure_ascii=False, default=str)) + _PER_ITEM
+            if room < len(calls) * (_PER_ITEM + counter.text(_NO_ROOM)):
+                # Not even an error for each call fits: this answer is the last, its recall
+                # calls taken out (below).
+                if status is None:
+                    status, returned = head
+                break
         for k, (call_id, name, args) in enumerate(calls):
             if k >= MAX_CALLS:
                 said = f"error: at most {MAX_CALLS} recall calls are answered at once" + (
@@ -690,7 +701,7 @@ async def _events(
             yield b"".join(held)
         elif whole is not None:
             try:
-                status, _, _, answer = await _recall_rounds(exchange, body, whole, deadline)
+                status, _, _, answer = await _recall_rounds(exchange, body, whole, deadline, (200, {}))
                 final = answer if status is not None and 200 <= status < 300 else None
                 ending = (
                     continuation(acc, final, bool((body.get("stream_options") or {}).get("include_usage")))
@@ -759,12 +770,15 @@ async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any], d
     """A recall tool's answer (its error, said, when it fails), within its own timeout and
     the request's ``deadline``."""
     tool = next(t for t in tools if t.name == name)
+    own = asyncio.get_running_loop().time() + tool.timeout
     try:
-        async with asyncio.timeout_at(min(deadline, asyncio.get_running_loop().time() + tool.timeout)):
+        async with asyncio.timeout_at(min(deadline, own)):
             return await tool.run(arguments)
     except ToolError as exc:
         return f"error: {exc}"
     except TimeoutError:
+        if deadline < own:
+            return f"error: {name} did not finish before this request's deadline (the model's timeout)"
         return f"error: {name} did not finish within {tool.timeout:g} s"
     except Exception as exc:  # arguments no store can take (Infinity, ...): said to the model
         return f"error: {name} could not use these arguments ({type(exc).__name__})"

@@ -11,15 +11,17 @@ gets never calls one.
 from __future__ import annotations
 
 import json
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from ...agents.tools import Tool
+from ...formats.openai_responses import is_call
 from ...messages import RECALL_TOOLS
 
 __all__ = [
     "MAX_CALLS",
     "MAX_ROUNDS",
+    "NOTHING_SAID",
     "RECALL_CHARS",
     "calls_of",
     "continued",
@@ -100,91 +102,7 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    """The recall calls of an answer: ``(call id, tool name, arguments)``."""
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    if not isinstance(answer, Mapping):
-        return out
-    if api == "chat":
-        choices = answer.get("choices")
-        message = (
-            choices[0].get("message")
-            if isinstance(choices, list) and choices and isinstance(choices[0], Mapping)
-            else None
-        )
-        for call in _list(message.get("tool_calls") if isinstance(message, Mapping) else None):
-            fn = call.get("function") if isinstance(call, Mapping) else None
-            if isinstance(fn, Mapping) and fn.get("name") in RECALL_TOOLS:
-                out.append((str(call.get("id")), fn["name"], _arguments(fn.get("arguments"))))
-    elif api == "responses":
-        for item in _list(answer.get("output")):
-            if (
-                isinstance(item, Mapping)
-                and item.get("type") == "function_call"
-                and item.get("name") in RECALL_TOOLS
-            ):
-                out.append((str(item.get("call_id")), item["name"], _arguments(item.get("arguments"))))
-    else:
-        for block in _list(answer.get("content")):
-            if (
-                isinstance(block, Mapping)
-                and block.get("type") == "tool_use"
-                and block.get("name") in RECALL_TOOLS
-            ):
-                args = block.get("input")
-                out.append(
-                    (str(block.get("id")), block["name"], dict(args) if isinstance(args, Mapping) else {})
-                )
-    return out
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except (ValueError, RecursionError):
-        return {}
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-_SAID_ITEMS = frozenset({"message", "reasoning"})
-"""Responses output items that call nothing: every other item is a call of some kind."""
-
-
-def reply_of(api: str, answer: Mapping[str, Any], ids: Container[str]) -> list[dict[str, Any]]:
-    """The answer as the next recall round sends it back: with its recall calls (those of
-    ``ids``) and none of the client's own, which the proxy cannot answer (a call without its
-    result is a request the provider refuses)."""
-    if api == "chat":
-        message = dict(answer["choices"][0]["message"])
-        message["tool_calls"] = [
-            c for c in message.get("tool_calls") or () if isinstance(c, Mapping) and c.get("id") in ids
-        ]
-        return [
-            {k: v for k, v in message.items() if v is not None and k in ("role", "content", "tool_calls")}
-        ]
-    if api == "responses":
-        items = [item for item in _list(answer.get("output")) if isinstance(item, Mapping)]
-        kept: list[dict[str, Any]] = []
-        for k, item in enumerate(items):
-            kind = item.get("type")
-            if kind == "reasoning":  # it goes where the item after it goes (OpenAI refuses it alone)
-                after = items[k + 1] if k + 1 < len(items) else None
-                if (
-                    after is not None
-                    and after.get("type") not in _SAID_ITEMS
-                    and after.get("call_id") not in ids
-                ):
-                    continue
-            elif kind not in _SAID_ITEMS and (kind != "function_call" or item.get("call_id") not in ids):
-                continue  # a call of the client's (function, custom, shell, MCP approval, ...)
-            kept.append(dict(item))
-        return kept
-    content = [
-        b
-        for b in answer.get("content") or ()
-        if isinstance(b, Mapping) and (b.get("type") != "tool_use" or b.get("id") in ids)
-    ]
-    return [{"role": "assistant", "content": content}]
+_THINKING = frozenset({"thinking", "redacted_thinking"})
 
 
 def _recall_call(api: str, item: Any) -> bool:
@@ -199,11 +117,110 @@ def _recall_call(api: str, item: Any) -> bool:
     return item.get("type") == kind and item.get("name") in RECALL_TOOLS
 
 
+def _said(api: str, answer: Mapping[str, Any]) -> list[Any]:
+    """Where an answer's calls are: a chat answer's first choice's tool calls, a response's
+    output items, an Anthropic message's content blocks."""
+    if api == "chat":
+        choices = answer.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, Mapping) else None
+        return _list(message.get("tool_calls")) if isinstance(message, Mapping) else []
+    return _list(answer.get("output" if api == "responses" else "content"))
+
+
+def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """The recall calls of an answer: ``(call id, tool name, arguments)``."""
+    if not isinstance(answer, Mapping):
+        return []
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for item in _said(api, answer):
+        if not _recall_call(api, item):
+            continue
+        if api == "chat":
+            out.append(
+                (str(item.get("id")), item["function"]["name"], _arguments(item["function"].get("arguments")))
+            )
+        elif api == "responses":
+            out.append((str(item.get("call_id")), item["name"], _arguments(item.get("arguments"))))
+        else:
+            args = item.get("input")
+            out.append((str(item.get("id")), item["name"], dict(args) if isinstance(args, Mapping) else {}))
+    return out
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except (ValueError, RecursionError):
+        return {}
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+NOTHING_SAID = "(no answer: the model was still reading archived context when its reading rounds ran out)"
+"""What an answer says that said nothing but recall calls, once they are taken out (an empty
+assistant turn is one the client could not send back)."""
+
+_REASONING_KEPT = ("reasoning_content", "reasoning", "reasoning_details")
+"""A chat answer's reasoning, which some servers want back in a tool loop (DeepSeek's)."""
+
+
+def _with_reasoning(items: Sequence[Any], dropped: Callable[[Any], bool]) -> list[dict[str, Any]]:
+    """Responses output items without the ``dropped`` ones; a reasoning item goes with the
+    items it reasoned about (those after it, to the next reasoning item): kept when any of
+    them is (OpenAI refuses a reasoning item without its item, and an item without its
+    reasoning)."""
+    out: list[dict[str, Any]] = []
+    reasoning: dict[str, Any] | None = None
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "reasoning":
+            reasoning = dict(item)
+        elif not dropped(item):
+            if reasoning is not None:
+                out.append(reasoning)
+                reasoning = None
+            out.append(dict(item))
+    return out
+
+
+def _needs_the_client(item: Any) -> bool:
+    """A Responses item only the client can answer: a call with a ``call_id`` or an MCP
+    approval request (a hosted call, such as a web search, holds its own result)."""
+    return is_call(item) or (isinstance(item, Mapping) and item.get("type") == "mcp_approval_request")
+
+
+def reply_of(api: str, answer: Mapping[str, Any], ids: Container[str]) -> list[dict[str, Any]]:
+    """The answer as the next recall round sends it back: with its recall calls (those of
+    ``ids``) and none of the client's own, which the proxy cannot answer (a call without its
+    result is a request the provider refuses)."""
+    if api == "chat":
+        message = dict(answer["choices"][0]["message"])
+        message["tool_calls"] = [
+            c for c in message.get("tool_calls") or () if isinstance(c, Mapping) and c.get("id") in ids
+        ]
+        kept = ("role", "content", "tool_calls", *_REASONING_KEPT)
+        return [{k: v for k, v in message.items() if v is not None and k in kept}]
+    if api == "responses":
+        return _with_reasoning(
+            _list(answer.get("output")),
+            lambda item: (
+                _needs_the_client(item) and not (_recall_call(api, item) and item.get("call_id") in ids)
+            ),
+        )
+    content = [
+        b
+        for b in answer.get("content") or ()
+        if isinstance(b, Mapping) and (b.get("type") != "tool_use" or b.get("id") in ids)
+    ]
+    return [{"role": "assistant", "content": content}]
+
+
 def without_recall_calls(api: str, answer: Any) -> dict[str, Any] | None:
     """The last round's answer without the recall calls it made though it was let call none
     (a server that ignores ``tool_choice``), ended as an answer that calls nothing when it
-    calls nothing else, so the client never gets a call of a tool it does not know; None
-    when it made none."""
+    calls nothing else (saying :data:`NOTHING_SAID` when it said nothing else), so the client
+    never gets a call of a tool it does not know; None when it made none."""
     if not calls_of(api, answer):
         return None
     if api == "chat":
@@ -213,23 +230,26 @@ def without_recall_calls(api: str, answer: Any) -> dict[str, Any] | None:
         message["tool_calls"] = calls or None
         if not calls:
             choice["finish_reason"] = "stop"
+            if not message.get("content"):
+                message["content"] = NOTHING_SAID
         return {**answer, "choices": [{**choice, "message": message}, *answer["choices"][1:]]}
     if api == "responses":
-        items = _list(answer.get("output"))
-        output = [
-            item
-            for k, item in enumerate(items)
-            if not _recall_call(api, item)
-            # a reasoning item goes where the item after it goes
-            and not (
-                isinstance(item, Mapping)
-                and item.get("type") == "reasoning"
-                and k + 1 < len(items)
-                and _recall_call(api, items[k + 1])
-            )
-        ]
+        output = _with_reasoning(_list(answer.get("output")), lambda item: _recall_call(api, item))
+        if not output:
+            text = {"type": "output_text", "text": NOTHING_SAID, "annotations": []}
+            output = [
+                {
+                    "type": "message",
+                    "id": "msg_ctxmgmt",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [text],
+                }
+            ]
         return {**answer, "output": output}
     content = [b for b in _list(answer.get("content")) if not _recall_call(api, b)]
+    if all(isinstance(b, Mapping) and b.get("type") in _THINKING for b in content):
+        content.append({"type": "text", "text": NOTHING_SAID})  # a turn may not end with thinking
     out = {**answer, "content": content}
     if not any(isinstance(b, Mapping) and b.get("type") == "tool_use" for b in content):
         out["stop_reason"] = "end_turn"
@@ -263,9 +283,6 @@ def continued(
             }
         )
     return {**body, field: history}
-
-
-_THINKING = frozenset({"thinking", "redacted_thinking"})
 
 
 def opened(api: str, first: Any, final: Any) -> dict[str, Any] | None:
