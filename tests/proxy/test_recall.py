@@ -824,3 +824,43 @@ def test_an_answer_that_leaves_no_room_for_a_round_is_the_last(archiving, upstre
     choice = r.json()["choices"][0]
     assert choice["message"]["content"] == said and choice["message"].get("tool_calls") is None
     assert choice["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_a_streamed_answer_that_leaves_no_room_for_a_round_is_said_once(archiving, upstream, api):
+    """Streamed, an answer that leaves no room for a round ends with what it held but its
+    recall calls: its text, passed on before the call began, is not said again (the client's
+    SDK assembles it once)."""
+    said = "word " * 14_500
+    field = "input" if api == "responses" else "messages"
+
+    def read_it(body: dict) -> Reply:
+        ref = re.search(r"\bt-[0-9a-f]{32}", json.dumps(body[field])).group(0)
+        return Reply(preface=said, calls=[("context_read", {"ref": ref})])
+
+    upstream.replies.append(read_it)
+    base = f"{archiving.url}/proxy/long-running-agent"
+    if api == "chat":
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="k")
+        chunks = client.chat.completions.create(model="gpt-test", messages=_history(), stream=True)
+        got = [c.choices[0].delta for c in chunks if c.choices]
+        text = "".join(d.content or "" for d in got)
+        assert not any(d.tool_calls for d in got)
+    elif api == "messages":
+        claude = anthropic.Anthropic(base_url=base, api_key="k")
+        with claude.messages.stream(
+            model="claude-test", max_tokens=512, messages=_anthropic_history()
+        ) as events:
+            final = events.get_final_message()
+        assert [b.type for b in final.content] == ["text"] and final.stop_reason == "end_turn"
+        text = final.content[0].text
+    else:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="k")
+        events = list(
+            client.responses.create(model="gpt-test", input=_responses_history(), stream=True, store=False)
+        )
+        output = events[-1].response.output
+        assert [item.type for item in output] == ["message"]
+        text = events[-1].response.output_text
+    assert len(upstream.seen) == 1
+    assert text.strip() == said.strip()

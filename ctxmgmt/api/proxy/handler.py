@@ -54,6 +54,7 @@ from .checks import (
 from .recall import (
     MAX_CALLS,
     MAX_ROUNDS,
+    NOTHING_SAID,
     RECALL_CHARS,
     calls_of,
     continued,
@@ -65,7 +66,7 @@ from .recall import (
     without_recall_calls,
 )
 from .state import Live, pack, unpack
-from .streams import Accumulator, continuation
+from .streams import Accumulator, continuation, unsent
 from .usage import usage_of
 
 __all__ = ["DEFINITION_HEADER", "SESSION_HEADER", "proxy_request"]
@@ -703,6 +704,8 @@ async def _events(
             try:
                 status, _, _, answer = await _recall_rounds(exchange, body, whole, deadline, (200, {}))
                 final = answer if status is not None and 200 <= status < 300 else None
+                if isinstance(final, Mapping) and len(exchange.record["calls"]) == 1:
+                    final = unsent(acc, final, NOTHING_SAID)  # no round went: part of it is out
                 ending = (
                     continuation(acc, final, bool((body.get("stream_options") or {}).get("include_usage")))
                     if isinstance(final, Mapping)

@@ -24,6 +24,7 @@ __all__ = [
     "EventTooLong",
     "Events",
     "continuation",
+    "unsent",
 ]
 
 
@@ -381,6 +382,23 @@ class Accumulator:
         if self.completed is not None:
             return self.completed
         return {**self.base, "output": [item for _, item in sorted(self.items.items())]}
+
+
+def unsent(acc: Accumulator, final: Mapping[str, Any], nothing: str) -> dict[str, Any]:
+    """The first answer itself as ``final`` (no recall round could be sent; its recall calls
+    taken out) without what was passed on before ``acc.held``: the chat text, the blocks or
+    items before the hold (``nothing``: the text said for an answer that said nothing else,
+    which was not passed on)."""
+    held = acc.held or 0
+    if acc.api == "chat":
+        choice = dict(final["choices"][0])
+        message = dict(choice["message"])
+        if message.get("content") != nothing:
+            message["content"] = None
+        message["tool_calls"] = list(message.get("tool_calls") or ())[held:] or None
+        return {**final, "choices": [{**choice, "message": message}]}
+    key = "content" if acc.api == "messages" else "output"
+    return {**final, key: list(final.get(key) or ())[held:]}
 
 
 def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> list[bytes]:
