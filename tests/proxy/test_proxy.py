@@ -896,16 +896,24 @@ def test_an_untouched_message_goes_as_written_when_a_member_before_the_conversat
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_an_anthropic_message_thread_is_refused_so_the_sdk_sends_the_whole_history(proxy, upstream, stream):
+@pytest.mark.parametrize("thread", ["create", "continue"])
+def test_an_anthropic_message_thread_is_refused_so_the_sdk_sends_the_whole_history(
+    proxy, upstream, stream, thread
+):
     """A request with ``thread`` (Anthropic's message threads: the upstream keeps the history,
     and the next request holds only what is new) is a 400 with the ``error_code`` on which
-    Anthropic's SDKs go on without a thread, sending the whole history each time."""
+    Anthropic's SDKs go on without a thread, sending the whole history each time; a continued
+    thread's new messages alone (a tool result) are refused so, not as a history without the
+    call."""
+    new = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}
     body = {
         "model": "claude-test",
         "max_tokens": 100,
         "stream": stream,
-        "thread": {"type": "create"},
-        "messages": [{"role": "user", "content": "hi"}],
+        "thread": {"type": "create"}
+        if thread == "create"
+        else {"type": "continue", "previous_message_id": "m1"},
+        "messages": [{"role": "user", "content": "hi"}] if thread == "create" else [new],
     }
     r = httpx.post(
         f"{proxy.url}/proxy/default/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}

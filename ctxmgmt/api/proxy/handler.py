@@ -165,13 +165,14 @@ async def _proxy(request: Request, api: Api) -> Response:
             await stored_version(st, name, resolving)
         raise
     headers = upstream.headers(request, config, own_key)  # before anything is run, kept or recorded
-    parts = api.parts(body)
-    if isinstance(parts, str):
-        raise Refused(400, "illegal_argument_exception", parts)
-    if api.name == "messages" and body.get("thread") is not None:
+    if api.name == "messages" and isinstance(body.get("thread"), Mapping):  # before its history: a
+        # continued thread's holds only what is new, which is no valid history by itself
         raise Refused(
             400, "illegal_argument_exception", _THREADS, {"error_code": "thread_unsupported_request"}
         )
+    parts = api.parts(body)
+    if isinstance(parts, str):
+        raise Refused(400, "illegal_argument_exception", parts)
     key = session_key(request, api, name, str(body["model"]), parts)  # its header checked, used or not
     definition, version = await stored_version(st, name, resolving)
     held = _held_upstream(api, body)
