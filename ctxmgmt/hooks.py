@@ -77,6 +77,7 @@ class _Run:
         self.counter = counter
         self.trace: list[TraceEntry] = []
         self._facts: Facts | None = None
+        self._facts_of: Context | None = None
         self._input_problems: set[str] | None = None
         offloader = environment.offloader
         self._batches = offloader is not None and _writes_batches(type(offloader))
@@ -95,7 +96,8 @@ class _Run:
     def start(self, entry: Entry) -> tuple[Runtime, float, int, dict[str, Any]] | None:
         """Gate an entry. Returns what ``finish`` needs, or None when it does not run."""
         facts = self._facts
-        if facts is None or facts.context is not self.context:  # one per context a run sees
+        if facts is None or self._facts_of is not self.context:  # one per context a run sees
+            self._facts_of = self.context
             facts = self._facts = Facts(
                 self.context,
                 self.counter,
@@ -276,7 +278,11 @@ class _Run:
         error: str | None,
         details: dict[str, Any],
     ) -> None:
-        tokens_after = tokens_before if after is self.context else self.counter.context(after)[0]
+        before = len(self.context.messages)  # a History's len is a Python call: once each
+        if after is self.context:  # an entry that did not run, or changed nothing
+            tokens_after, messages_after = tokens_before, before
+        else:
+            tokens_after, messages_after = self.counter.context(after)[0], len(after.messages)
         entry_trace: TraceEntry = {
             "hook": self._hook_name,
             "index": entry.index,
@@ -285,9 +291,9 @@ class _Run:
             "reason": reason,
             "tokens_before": tokens_before,
             "tokens_after": tokens_after,
-            "messages_before": len(self.context.messages),
-            "messages_after": len(after.messages),
-            "duration_ms": round(duration, 3),
+            "messages_before": before,
+            "messages_after": messages_after,
+            "duration_ms": round(duration, 3) if duration else 0.0,
             "error": error,
             "tokenizer": self._tokenizer,
             "details": details,

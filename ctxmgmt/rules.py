@@ -52,12 +52,12 @@ class Facts:
     @property
     def tokens_counted(self) -> int:
         """The context's tokens as ctxmgmt counts them (not calibrated)."""
-        return self._both()[0]
+        return (self._counts or self._both())[0]
 
     @property
     def tokens(self) -> int:
         """The context's tokens, calibrated by the provider's reports when there are any."""
-        counted = self._both()[0] + self.hidden
+        counted = (self._counts or self._both())[0] + self.hidden
         return counted if self.ratio == 1.0 else round(counted * self.ratio)
 
     @property
@@ -69,7 +69,7 @@ class Facts:
     @property
     def message_count(self) -> int:
         """Messages other than system and developer ones, tool results included."""
-        return self._both()[1]
+        return (self._counts or self._both())[1]
 
     @property
     def tool_output_tokens(self) -> int:

@@ -129,6 +129,8 @@ def detect(messages: Sequence[Any], system_prompt: Any = None) -> str:
     # A History remembers how far it is known to be chat: a grown one costs its new part; so
     # does a list handed again with messages added (its start is a list known to be chat).
     start = messages.known(IS_CHAT) if isinstance(messages, History) else 0
+    if start and start == len(messages):
+        return openai_chat.NAME  # known to be chat to its end (the same context applied again)
     if start == 0 and isinstance(messages, History):
         found_before = messages.memo.get(_FOUND)
         if found_before is not None and found_before[0] <= len(messages):
