@@ -30,7 +30,11 @@ def checks_formats(check: Callable[[Context], list[Problem]]) -> Callable[[Conte
     return check
 
 
-@dataclass(frozen=True, eq=False)
+_NO_STATE: Any = object()
+"""The default of :class:`Context`'s ``state``: a new empty dict each time."""
+
+
+@dataclass(frozen=True, eq=False, init=False)
 class Context:
     """What an LLM call would see: system prompt, messages, tool schemas, model.
 
@@ -55,6 +59,31 @@ class Context:
     format: str | None = None
     _counts: dict[str, tuple[int, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _edit: Edit | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __init__(
+        self,
+        system_prompt: str | Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[Mapping[str, Any]] = (),
+        tools: Sequence[Mapping[str, Any]] = (),
+        model: str | None = None,
+        context_window: int | None = None,
+        state: Mapping[str, Any] = _NO_STATE,
+        format: str | None = None,
+    ) -> None:
+        # dataclasses' frozen __init__, in one write (this runs on every apply): a frozen
+        # dataclass forbids setting its fields, not its instance dict.
+        self.__dict__.update(
+            system_prompt=system_prompt,
+            messages=messages,
+            tools=tools,
+            model=model,
+            context_window=context_window,
+            state={} if state is _NO_STATE else state,
+            format=format,
+            _counts={},
+            _edit=None,
+        )
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         # Callers may be untyped (JSON, REST): check every field at the boundary (the usual
