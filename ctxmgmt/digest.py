@@ -719,12 +719,16 @@ LEDGER_ITEMS = 120
 """Ledger items kept before the summary's budget ranks them out."""
 _LEDGER_SCAN = 8_000
 """Characters of a tool result read for paths and ids (the ledger is about what was used)."""
+_LEDGER_HELD = 4 * _MAX_ITEMS
+_LEDGER_PRUNED = 3 * _MAX_ITEMS
+"""Entries a ledger holds while it reads (against hostile input), and how many of its best a
+full one keeps (:meth:`_Ledger._prune`): a sort per ``_MAX_ITEMS`` new entries at most."""
 _CALL_CHARS = 160
 _ARG_CHARS = 300
+"""An argument longer than this (a file's content, a patch) is not read for ids."""
 _SHORT_RESULT = 2000
 _VALUE_CHARS = 60
 """An argument longer than this is shown in a call's ledger item by its key only."""
-"""An argument longer than this (a file's content, a patch) is not read for ids."""
 _ID = re.compile(
     r"(?<![\w.-])(?:[\w.-]{1,100}\.[A-Za-z]\w{0,7}:\d{1,7}(?::\d{1,5})?"
     r"|(?:localhost|\d{1,3}(?:\.\d{1,3}){3}):\d{2,5}|v?\d{1,5}(?:\.\d{1,5}){2,3}|\d{4}-\d\d-\d\d"
@@ -939,8 +943,10 @@ class _Ledger:
         self.seen = 0
 
     def see(self, kind: str, key: str, note: str = "", tier: int = 0) -> None:
-        if not key or (len(self.entries) >= 4 * _MAX_ITEMS and (kind, key) not in self.entries):
+        if not key:
             return
+        if len(self.entries) >= _LEDGER_HELD and (kind, key) not in self.entries:
+            self._prune()
         self.seen += 1
         entry = self.entries.setdefault((kind, key), {"count": 0, "notes": [], "tier": 0})
         entry["count"] += 1
@@ -955,8 +961,8 @@ class _Ledger:
         for found in _specifics_of(text)[1]:
             self.see("id", found, tier=tier)
 
-    def items(self) -> list[str]:
-        """The items, most needed first (see the class docstring)."""
+    def _ranked(self) -> list[tuple[tuple[str, str], dict[str, Any]]]:
+        """The entries, most needed first (see the class docstring)."""
         total = max(1, self.seen)
 
         def score(kind: str, entry: dict[str, Any]) -> float:
@@ -965,7 +971,18 @@ class _Ledger:
                 tier = 3
             return float(tier + 0.6 * entry["order"] / total + 0.05 * min(entry["count"], 8))
 
-        ranked = sorted(self.entries.items(), key=lambda kv: -score(kv[0][0], kv[1]))
+        return sorted(self.entries.items(), key=lambda kv: -score(kv[0][0], kv[1]))
+
+    def _prune(self) -> None:
+        """A full ledger keeps its best entries, ranked as :meth:`items` ranks them, in the
+        order they came: a long stretch (a first call on a long history) is read oldest first,
+        and its newest specifics must not be refused for the oldest."""
+        kept = {kind_key for kind_key, _ in self._ranked()[:_LEDGER_PRUNED]}
+        self.entries = {k: e for k, e in self.entries.items() if k in kept}
+
+    def items(self) -> list[str]:
+        """The items, most needed first (see the class docstring)."""
+        ranked = self._ranked()
         named = "\n".join(key for (kind, key) in self.entries if kind != "id")
         out = []
         families: Counter[str] = Counter()

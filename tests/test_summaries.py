@@ -843,6 +843,23 @@ def test_a_hostile_output_gives_a_bounded_ledger_and_a_plain_outcome():
     assert sum(item.startswith("ID-") for item in sections["specifics"]) <= 3
 
 
+def test_a_long_stretchs_newest_specifics_are_not_refused_for_its_oldest():
+    """A stretch read oldest first (a first call on a long history) with more distinct
+    specifics than the ledger holds while it reads: the newest calls' commands, paths and
+    ids are in the summary, as they would be in a short stretch (the full ledger used to
+    refuse every new one)."""
+    n = 3000
+    messages = _tool_run(
+        "bash",
+        lambda i: json.dumps({"cmd": f"python3 tools/step_{i}.py --run R-{i:05d}"}),
+        [f"done: wrote out/part_{i}.csv" for i in range(n)],
+    )
+    items = "\n".join(summarize_offline(messages)["specifics"])
+    for i in range(n - 10, n):
+        assert f"python3 tools/step_{i}.py --run R-{i:05d}" in items
+    assert "tools/step_0.py" not in items  # the oldest gave way, not the newest
+
+
 _PIECES = st.sampled_from(
     [
         "#",
