@@ -911,7 +911,8 @@ def _specifics_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         scanned = _OWN.sub(" ", scanned)
     paths = list(dict.fromkeys(_clip(p.rstrip(".,;:"), 200) for p in _paths(scanned)))[:_MAX_ITEMS]
     ids: dict[str, None] = {}
-    numbered = " ".join(w[:_WORD_CHARS] for w in scanned.split() if _HAS_DIGIT(w))
+    # A word of letters only holds no digit: told by str.isalpha, not a regex call per word.
+    numbered = " ".join(w[:_WORD_CHARS] for w in scanned.split() if not w.isalpha() and _HAS_DIGIT(w))
     for found in _ID.findall(numbered):
         if _MIXED.search(found) and not _SEPARATED.search(found):
             continue
