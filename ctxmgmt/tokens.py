@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._memo import BY_CONTENT, Memo, clear_shared, rough_size
 from ._o200k import SOURCE as _o200k_source
+from ._quicktok import quick_counter
 from .errors import ContextError, Problem
 from .history import History, forget_handed, items
 from .loader import lone_surrogate
@@ -97,6 +98,15 @@ class Tokenizer:
 
     def __str__(self) -> str:
         return self.name if self.exact else f"{self.name} (estimate)"
+
+
+def _length_of(encode: Callable[[str], list[int]]) -> Callable[[str], int]:
+    """A count from an encoder: the length of its tokens."""
+
+    def count(text: str) -> int:
+        return len(encode(text))
+
+    return count
 
 
 def _pop_oldest(data: dict[Any, Any]) -> tuple[Any, Any]:
@@ -169,10 +179,13 @@ class TokenCounter:
         self.label = str(tokenizer)
         """The tokenizer as trace entries name it."""
         self._encoding = encoding
-        # The Rust encoder itself: tiktoken's Python wrapper adds a call per text.
-        self._encode: Callable[[str], list[int]] | None = (
-            getattr(encoding, "_core_bpe", encoding).encode_ordinary if encoding is not None else None
-        )
+        # quicktok's count of the same encoding, exact and verified (see ctxmgmt._quicktok);
+        # else tiktoken's Rust encoder itself (its Python wrapper adds a call per text).
+        self._count: Callable[[str], int] | None = None
+        if encoding is not None:
+            self._count = quick_counter(getattr(encoding, "name", "")) or _length_of(
+                getattr(encoding, "_core_bpe", encoding).encode_ordinary
+            )
         self._memo: Memo[int] = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
         self._strings: Memo[int] = Memo(STRING_MEMO_BYTES)  # string -> count
         self._texts: Memo[int] = Memo(TEXT_MEMO_BYTES)  # text -> count, by content
@@ -184,12 +197,12 @@ class TokenCounter:
         ``_KEYED_TEXT`` characters on are memoised by content, so that a tool result checked
         against a limit, cut and given its notice, or a message loaded again from a store (a
         new object the identity memo cannot know), is encoded once."""
-        encode = self._encode
-        if encode is None:
+        count = self._count
+        if count is None:
             return -(-len(s) // CHARS_PER_TOKEN)
         try:
             if len(s) < _KEYED_TEXT:
-                return len(encode(s)) if s else 0
+                return count(s) if s else 0
             if len(s) > LARGE_TEXT:
                 if not s.isascii():
                     s.encode()  # a lone surrogate the samples may miss raises here
@@ -197,7 +210,7 @@ class TokenCounter:
             # Keyed by the text itself: exact (no digest to collide), and a str caches its hash.
             n = self._texts.get(s, BY_CONTENT)
             if n is None:
-                n = len(encode(s))
+                n = count(s)
                 self._texts.put(s, BY_CONTENT, n, len(s) + _TEXT_ENTRY_BYTES)
             return n
         except UnicodeEncodeError as exc:  # said where in the text, not tiktoken's traceback
@@ -205,13 +218,13 @@ class TokenCounter:
 
     def is_estimate(self, s: str) -> bool:
         """Whether ``text(s)`` is an estimate rather than an exact count."""
-        return self._encode is None or len(s) > LARGE_TEXT
+        return self._count is None or len(s) > LARGE_TEXT
 
     def _estimate(self, s: str) -> int:
-        assert self._encode is not None
+        assert self._count is not None
         mid = len(s) // 2 - _SAMPLE // 2
         samples = (s[:_SAMPLE], s[mid : mid + _SAMPLE], s[-_SAMPLE:])
-        tokens = sum(len(self._encode(x)) for x in samples)
+        tokens = sum(map(self._count, samples))
         return max(1, round(len(s) * tokens / (3 * _SAMPLE)))
 
     def repeated(self, s: str) -> int:
@@ -280,12 +293,12 @@ class TokenCounter:
         content = m.get("content")
         if type(content) is str and len(m) == 2 and len(content) < _KEYED_TEXT and "role" in m:
             # role and a short text only, the commonest message: nothing else to look up
-            encode = self._encode
-            return n + (len(encode(content)) if encode is not None else self.text(content)), True
-        if type(content) is str:  # the hot case: a short text is encoded inline
-            encode = self._encode
-            if encode is not None and len(content) < _KEYED_TEXT:
-                n += len(encode(content))
+            count = self._count
+            return n + (count(content) if count is not None else self.text(content)), True
+        if type(content) is str:  # the hot case: a short text is counted inline
+            count = self._count
+            if count is not None and len(content) < _KEYED_TEXT:
+                n += count(content)
             else:
                 n += self.text(content)
         elif isinstance(content, str):

@@ -150,8 +150,8 @@ def test_large_text_is_estimated_from_samples(counter, monkeypatch):
     """A 10 MB string is counted from samples, never encoded whole."""
     big = "word " * 2_000_000
     lengths = []
-    real = counter._encode
-    monkeypatch.setattr(counter, "_encode", lambda s: lengths.append(len(s)) or real(s))
+    real = counter._count
+    monkeypatch.setattr(counter, "_count", lambda s: lengths.append(len(s)) or real(s))
     n = counter.text(big)
     assert max(lengths) <= tokens._SAMPLE
     assert counter.is_estimate(big)
@@ -267,16 +267,16 @@ def test_a_long_text_is_encoded_once_however_it_is_counted(counter, monkeypatch)
     (memoised by content), so checking a result and giving its size cost one encoding."""
     text = " ".join(f"w{i}" for i in range(3000)) + " encoded-once"
     seen: list[str] = []
-    real = counter._encode
-    monkeypatch.setattr(counter, "_encode", lambda s: seen.append(s) or real(s))
+    real = counter._count
+    monkeypatch.setattr(counter, "_count", lambda s: seen.append(s) or real(s))
     n = counter.text(text)
     counter.message({"role": "tool", "tool_call_id": "c1", "content": text})
     counter.message({"role": "user", "content": [{"type": "text", "text": text}]})
-    assert counter.text(str(text)) == n == len(real(text))
+    assert counter.text(str(text)) == n == real(text)
     assert seen.count(text) == 1
     short = "a short text"
     counter.text(short), counter.text(short)
-    assert seen.count(short) == 2  # short texts are not kept: encoding them is cheaper
+    assert seen.count(short) == 2  # short texts are not kept: counting them is cheaper
 
 
 def test_a_memo_keeps_its_byte_bound_whichever_way_entries_arrive():

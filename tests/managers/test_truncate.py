@@ -305,19 +305,19 @@ def test_a_long_tool_result_is_tokenised_once(monkeypatch, as_parts):
     import random
 
     counter = get_counter(None)
-    if counter._encode is None:
+    if counter._count is None:
         pytest.skip("no encoding: counts are estimates")
     words = random.Random(7 + as_parts).choices(["alpha", "beta", "gamma", "delta", "x1", "y22"], k=2000)
     text = " ".join(words) + f" unique-{as_parts}"
     encoded: list[int] = []
-    real = counter._encode
+    real = counter._count
 
-    def encode(s: str) -> list[int]:
+    def count(s: str) -> int:
         if s == text:
             encoded.append(len(s))
         return real(s)
 
-    monkeypatch.setattr(counter, "_encode", encode)
+    monkeypatch.setattr(counter, "_count", count)
     content = [{"type": "text", "text": text}] if as_parts else text
     msgs = [{"role": "user", "content": "q"}, CALL, {"role": "tool", "tool_call_id": "a", "content": content}]
     out = truncate("post_tool", max_output_tokens=100).apply("post_tool", Context(messages=msgs))
@@ -334,15 +334,15 @@ def test_a_cut_after_its_caller_counted_the_text_never_encodes_it_again(monkeypa
     counter = get_counter(None)
     text = "".join(f"row {i} of the output\n" for i in range(3000))
     whole: list[str] = []
-    real = counter._encode
+    real = counter._count
     if real is None:
         pytest.skip("no encoding: counts are estimates")
 
-    def encode(s: str) -> list[int]:
+    def count(s: str) -> int:
         whole.extend([s] if s == text else [])
         return real(s)
 
-    monkeypatch.setattr(counter, "_encode", encode)
+    monkeypatch.setattr(counter, "_count", count)
     clear_caches()  # counted by no earlier test
     counted = counter.text(text)  # the caller's check
     assert whole == [text]
