@@ -357,6 +357,9 @@ def check_messages(messages: Sequence[Any], *, partial_tail: bool = False, offse
             problems.append(foreign)
             continue
         role = m.get("role")
+        if role == "function":
+            problems.append(Problem(f"{where}/role", _FUNCTIONS))
+            continue
         if not isinstance(role, str) or role not in ROLES:
             problems.append(Problem(f"{where}/role", f"role must be one of {', '.join(sorted(ROLES))}"))
             continue
@@ -511,6 +514,8 @@ def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:
     if content is None:
         if role == "assistant" and (m.get("tool_calls") or "refusal" in m or m.get("audio")):
             return []  # its calls, its refusal or its spoken answer (``audio: {id}``) say it
+        if role == "assistant" and m.get("function_call") is not None:
+            return [Problem(f"{where}/function_call", _FUNCTIONS)]
         return [
             Problem(
                 f"{where}/content", f"{'an' if role == 'assistant' else 'a'} {role} message needs content"
@@ -539,13 +544,25 @@ def _check_content(m: dict[str, Any], role: str, where: str) -> list[Problem]:
     return [Problem(f"{where}/content", "content must be a string, a list of parts or null")]
 
 
+_FUNCTIONS = (
+    "the deprecated function calling (an assistant's function_call, role 'function') is not "
+    "managed: send the calls as tool_calls and their results as role 'tool' messages"
+)
+_CUSTOM_CALLS = (
+    "a custom tool call (type 'custom') is not managed in chat messages: declare the tool as a "
+    "function tool, or use the Responses API, whose custom_tool_call items are"
+)
+
+
 def _check_calls(calls: Any, where: str) -> list[Problem]:
     if not isinstance(calls, list) or not calls:
         return [Problem(f"{where}/tool_calls", "tool_calls must be a non-empty list")]
     problems = []
     for j, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
-        if (
+        if isinstance(call, dict) and call.get("type") == "custom" and fn is None:
+            problems.append(Problem(f"{where}/tool_calls/{j}", _CUSTOM_CALLS))
+        elif (
             not isinstance(call, dict)
             or not isinstance(call.get("id"), str)
             or not isinstance(fn, dict)

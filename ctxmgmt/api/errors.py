@@ -68,12 +68,23 @@ def error_body(
 
 def provider_error_body(provider: str, status: int, type: str, message: str) -> dict[str, Any]:
     """An error in a provider's own shape (``anthropic`` or ``openai``), with the provider's
-    type for the status, so that its SDK raises its own error class with the message."""
+    type for the status, so that its SDK raises its own error class with the message; OpenAI's
+    ``param`` is the JSON pointer the message begins with, if any."""
     if provider == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, type), "message": message}}
+    named = _LEADING_POINTER.match(message)
     return {
-        "error": {"message": message, "type": _OPENAI_TYPES.get(status, type), "param": None, "code": type}
+        "error": {
+            "message": message,
+            "type": _OPENAI_TYPES.get(status, type),
+            "param": named.group(1) if named else None,
+            "code": type,
+        }
     }
+
+
+_LEADING_POINTER = re.compile(r"(/[^\s:;]{0,1000}): ")
+"""A message's first JSON pointer (``/messages/2/role: role must be …``)."""
 
 
 def error_body_at(

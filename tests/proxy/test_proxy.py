@@ -221,6 +221,92 @@ def test_a_responses_request_continuing_a_conversation_the_upstream_keeps_goes_a
     assert record["calls"][0]["reported"] > 0  # the upstream's usage
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "asked",
+    [
+        {"prompt": {"id": "pmpt_123", "variables": {"city": "Paris"}}},
+        {"previous_response_id": "resp_1"},
+    ],
+    ids=["stored-prompt", "continued-only"],
+)
+def test_a_responses_request_without_input_goes_as_written(proxy, upstream, store, stream, asked):
+    """A Responses request without ``input`` (a stored prompt's, or one that only continues a
+    stored response: ``input`` is optional) holds nothing to manage: it goes upstream as written
+    (the model's name written in) and is recorded, where it was a 400 asking for input."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    upstream.replies.append(Reply("from the prompt"))
+    if stream:
+        events = list(client.responses.create(model="gpt-test", **asked, stream=True))
+        assert events[-1].response.output_text == "from the prompt"
+    else:
+        assert client.responses.create(model="gpt-test", **asked).output_text == "from the prompt"
+    sent = upstream.seen[-1].body
+    assert sent == {**asked, "model": "gpt-upstream", **({"stream": True} if stream else {})}
+    record = stored_record(store)
+    assert record["status"] == "finished"
+    assert record["calls"][0]["unmanaged"] == next(iter(asked)).replace("prompt", "input")
+
+
+@pytest.mark.parametrize(
+    ("messages", "pointer", "said"),
+    [
+        (
+            [{"role": "user", "content": [{"type": "text"}]}],
+            "/messages/0/content/0/text",
+            "needs a string text",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "sh", "input": "ls"}}],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+            ],
+            "/messages/1/tool_calls/0",
+            "custom tool call (type 'custom') is not managed",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+                {"role": "function", "name": "f", "content": "42"},
+            ],
+            "/messages/1/function_call",
+            "deprecated function calling",
+        ),
+    ],
+    ids=["text-part", "custom-call", "function-call"],
+)
+def test_a_chat_error_says_what_is_wrong_and_where_and_nothing_else(proxy, upstream, messages, pointer, said):
+    """A chat request the proxy refuses: the message names the pointer and what is wrong (a
+    custom or a deprecated function call said as such), OpenAI's ``param`` is that pointer, and
+    no advice about pairing tool results comes with a problem that is not one."""
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions", json={"model": "gpt-test", "messages": messages}
+    )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["message"].startswith(f"{pointer}: ") and said in error["message"]
+    assert error["param"] == pointer
+    assert "each tool result must follow" not in error["message"]
+    assert upstream.seen == []
+
+
+def test_a_chat_error_about_a_result_without_its_call_says_how_to_mend_it(proxy, upstream):
+    """A tool result that answers no call: the pairing problem, then how to mend it."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c9", "content": "x"}]
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions", json={"model": "gpt-test", "messages": messages}
+    )
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == "/messages/1/tool_call_id"
+    assert "does not answer a call" in error["message"] and "each tool result must follow" in error["message"]
+
+
 @pytest.mark.parametrize(
     ("path", "shape"),
     [("/v1/chat/completions", "openai"), ("/v1/responses", "openai"), ("/v1/messages", "anthropic")],

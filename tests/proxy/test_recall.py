@@ -164,6 +164,62 @@ def test_a_chat_request_for_several_choices_is_offered_no_recall(archiving, upst
     assert "t-" in json.dumps(sent["messages"][-1])  # the output was cut: recall would have come
 
 
+def test_a_clients_own_tool_named_as_a_recall_tool_stays_its_own(archiving, upstream):
+    """A client that declares its own ``context_search`` (a wiki search) keeps it: no recall is
+    offered beside it, its definition goes upstream as it is, and the model's call of it
+    reaches the client, never answered by the proxy."""
+    mine = {
+        "type": "function",
+        "function": {
+            "name": "context_search",
+            "description": "Search MY company wiki",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+    upstream.replies.append(lambda body: Reply(calls=[("context_search", {"q": "vpn"})]))
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": _history(), "tools": [mine]},
+        timeout=60,
+    )
+    assert r.status_code == 200 and len(upstream.seen) == 1
+    assert upstream.seen[0].body["tools"] == [mine]
+    assert "t-" in json.dumps(upstream.seen[0].body["messages"][-1])  # cut: recall would have come
+    (call,) = r.json()["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "context_search", "arguments": '{"q": "vpn"}'}
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_recall_is_not_offered_past_openais_128_tools(archiving, upstream, api):
+    """A client with 127 tools of its own: the recall tools would make 129, more than OpenAI
+    takes, so none is offered; with 126 both fit."""
+    for own in (127, 126):
+        upstream.seen.clear()
+        upstream.replies.append(lambda body: Reply("done"))
+        if api == "chat":
+            tools = [
+                {"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object"}}}
+                for i in range(own)
+            ]
+            body = {"model": "gpt-test", "messages": _history(), "tools": tools}
+        else:
+            named = ({"type": "function", "name": f"tool_{i}"} for i in range(own))
+            tools = [{**tool, "parameters": {"type": "object"}} for tool in named]
+            _, ask, _, result = _history()
+            items = [
+                ask,
+                {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": '{"cmd": "make"}'},
+                {"type": "function_call_output", "call_id": "c1", "output": result["content"]},
+            ]
+            body = {"model": "gpt-test", "input": items, "instructions": "You build.", "tools": tools}
+        path = "chat/completions" if api == "chat" else "responses"
+        r = httpx.post(f"{archiving.url}/proxy/long-running-agent/v1/{path}", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        sent = upstream.seen[0].body["tools"]
+        assert len(sent) == (127 if own == 127 else 128)
+        assert ("context_read" in json.dumps(sent)) is (own == 126)
+
+
 def test_a_streamed_response_the_upstream_stores_is_offered_no_recall(archiving, upstream):
     """A streamed Responses request that the upstream stores (``store`` not false) is offered no
     recall tool: its stream must complete the response it began, and a client may continue

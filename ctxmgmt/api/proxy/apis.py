@@ -44,19 +44,23 @@ class Api:
     field: str
     """The body's field that holds the conversation."""
 
-    def parts(self, body: Mapping[str, Any]) -> Parts | str:
-        """The request's conversation, or what is wrong with it (a JSON pointer and why)."""
+    def parts(self, body: Mapping[str, Any], *, unmanaged: bool = False) -> Parts | str:
+        """The request's conversation, or what is wrong with it (a JSON pointer and why);
+        ``unmanaged``: one that goes upstream as it is may hold none (a Responses request
+        without ``input``)."""
         raw = body.get(self.field)
         if self.name == "responses" and isinstance(raw, str):
             raw = [{"role": "user", "content": raw}]  # a plain string is one user message
-        if not isinstance(raw, list) or not raw:
+        if unmanaged and raw is None:
+            raw = []
+        elif not isinstance(raw, list) or not raw:
             kind = (
                 "a non-empty list of input items or a string"
                 if self.name == "responses"
                 else "a non-empty list of messages"
             )
             return f"/{self.field}: must be {kind}"
-        if set(map(type, raw)) != {dict}:  # a JSON body's objects are dicts
+        if raw and set(map(type, raw)) != {dict}:  # a JSON body's objects are dicts
             i = next(i for i, item in enumerate(raw) if type(item) is not dict)
             return f"/{self.field}/{i}: must be an object (a message or an input item)"
         tools = body.get("tools", [])

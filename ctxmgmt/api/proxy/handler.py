@@ -62,7 +62,7 @@ from .recall import (
     opened,
     reply_of,
     schemas,
-    without_recall,
+    with_recall,
     without_recall_calls,
 )
 from .state import Live, pack, unpack
@@ -122,16 +122,22 @@ def _slot(sessions: SessionStore, key: str, body: Body) -> tuple[str, dict[str, 
     return (free[0] if free else min(found, key=lambda s: found[s][1])), None
 
 
-def session_key(request: Request, api: Api, name: str, model: str, parts: Parts) -> str:
-    """The conversation's key: ``X-Ctxmgmt-Session`` when given, else its start (the system
-    prompt and the first message). Conversations with the same start share a key, each in a slot
-    of its own (:func:`_slot`), and a saved view is used only when the request continues it
-    (else a new view): a shared key never costs correctness."""
+def _session_header(request: Request) -> str | None:
+    """``X-Ctxmgmt-Session``, checked (a request refused for it, used or not)."""
     given = request.headers.get(SESSION_HEADER)
     if given is not None and not _SESSION.fullmatch(given):
         raise Refused(
             400, "illegal_argument_exception", f"{SESSION_HEADER}: 1-128 characters of A-Z a-z 0-9 . _ : -"
         )
+    return given
+
+
+def session_key(request: Request, api: Api, name: str, model: str, parts: Parts) -> str:
+    """The conversation's key: ``X-Ctxmgmt-Session`` when given, else its start (the system
+    prompt and the first message). Conversations with the same start share a key, each in a slot
+    of its own (:func:`_slot`), and a saved view is used only when the request continues it
+    (else a new view): a shared key never costs correctness."""
+    given = _session_header(request)
     first = parts.record[0]
     start = (
         given
@@ -170,16 +176,18 @@ async def _proxy(request: Request, api: Api) -> Response:
         raise Refused(
             400, "illegal_argument_exception", _THREADS, {"error_code": "thread_unsupported_request"}
         )
-    parts = api.parts(body)
+    held = _held_upstream(api, body)
+    parts = api.parts(body, unmanaged=held is not None)
     if isinstance(parts, str):
         raise Refused(400, "illegal_argument_exception", parts)
-    key = session_key(request, api, name, str(body["model"]), parts)  # its header checked, used or not
-    definition, version = await stored_version(st, name, resolving)
-    held = _held_upstream(api, body)
     if held is not None:  # nothing to manage: recorded as it went
+        _session_header(request)  # checked, as every request's
+        definition, version = await stored_version(st, name, resolving)
         calls = [{"call": 1, "calibrated_before": 0, "calibrated": 0, "reported": None, "unmanaged": held}]
         record = _record(name, version, started, config, api, uuid.uuid4().hex, calls, [])
         return await _forwarded(request, api, config, headers, parsed, parts.stream, record)
+    key = session_key(request, api, name, str(body["model"]), parts)  # its header checked, used or not
+    definition, version = await stored_version(st, name, resolving)
     live: Live = request.app.state.proxy_live
     offloader = st.runner.offloader
     asked: dict[str, Any] = {
@@ -239,8 +247,10 @@ async def _proxy(request: Request, api: Api) -> Response:
         api.name == "responses" and parts.stream and body.get("store") is not False
     )
     if offloader is not None and answerable and conversation.names_archive(turn):
-        recall = recall_tools(offloader, conversation_id)
-        outgoing["tools"] = [*without_recall(api.name, parts.tools), *schemas(api.name, recall)]
+        offered = recall_tools(offloader, conversation_id)
+        tools = with_recall(api.name, parts.tools, schemas(api.name, offered))
+        if tools is not None:
+            recall, outgoing["tools"] = offered, tools
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
     first = upstream_text(parsed, turn.messages, changes)  # the client's own bytes where unchanged
     sent = usage_record(turn.counted, turn.ratio, turn.reusable_prefix_tokens)
@@ -287,10 +297,13 @@ _THREADS = (
 
 
 def _held_upstream(api: Api, body: Mapping[str, Any]) -> str | None:
-    """The member by which a request continues a conversation the upstream holds, if any."""
+    """The member by which a request continues a conversation the upstream holds, if any; for
+    a Responses request without ``input`` (a stored prompt's, or one that only continues a
+    stored response), ``input``: there is nothing here to manage."""
     if api.name != "responses":
         return None
-    return next((k for k in _HELD if body.get(k) is not None), None)
+    held = next((k for k in _HELD if body.get(k) is not None), None)
+    return held if held is not None or body.get("input") is not None else "input"
 
 
 def _record(

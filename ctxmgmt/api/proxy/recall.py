@@ -21,6 +21,7 @@ from ...messages import RECALL_TOOLS
 __all__ = [
     "MAX_CALLS",
     "MAX_ROUNDS",
+    "MAX_TOOLS",
     "NOTHING_SAID",
     "RECALL_CHARS",
     "calls_of",
@@ -28,6 +29,7 @@ __all__ = [
     "last_round",
     "reply_of",
     "schemas",
+    "with_recall",
     "without_recall",
     "without_recall_calls",
 ]
@@ -68,6 +70,25 @@ def schemas(api: str, tools: Sequence[Tool]) -> list[dict[str, Any]]:
 def without_recall(api: str, tools: Sequence[Any]) -> list[Any]:
     """The request's tools but the recall ones."""
     return [t for t in tools if _tool_name(api, t) not in RECALL_TOOLS]
+
+
+MAX_TOOLS = {"chat": 128, "responses": 128}
+"""The most tools a request of the API may declare (OpenAI's bound on functions)."""
+
+
+def with_recall(api: str, tools: Sequence[Any], declared: Sequence[Mapping[str, Any]]) -> list[Any] | None:
+    """The client's tools and the recall tools ``declared``, or None when recall cannot be
+    offered: a tool of the client's own bears a recall tool's name (it and its calls are the
+    client's, which the proxy never answers), or the API's bound on tools leaves no room for
+    both. A recall tool the client sends back exactly as declared (a Responses answer echoes
+    the request's tools) is the proxy's own, declared once."""
+    own = [t for t in tools if t not in declared]
+    if any(_tool_name(api, t) in RECALL_TOOLS for t in own):
+        return None
+    limit = MAX_TOOLS.get(api)
+    if limit is not None and len(own) + len(declared) > limit:
+        return None
+    return [*own, *declared]
 
 
 _NO_CALL = {"chat": "none", "responses": "none", "messages": {"type": "none"}}
