@@ -30,8 +30,14 @@ def checks_formats(check: Callable[[Context], list[Problem]]) -> Callable[[Conte
     return check
 
 
-_NO_STATE: Any = object()
-"""The default of :class:`Context`'s ``state``: a new empty dict each time."""
+class _NewState:
+    """The default of :class:`Context`'s ``state``: a new empty dict each time."""
+
+    def __repr__(self) -> str:
+        return "{}"  # as the signature shows it
+
+
+_NO_STATE: Any = _NewState()
 
 
 @dataclass(frozen=True, eq=False, init=False)

@@ -332,6 +332,11 @@ class History(Sequence[Mapping[str, Any]]):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (and deep-copied) as a new history of its messages: what is known of them
+        (counts, marks) is the process's own, and its lock is no value."""
+        return (History, (list(self),))
+
     def __repr__(self) -> str:
         return f"History({list(self)!r})"
 

@@ -512,3 +512,21 @@ def test_recent_histories_are_bounded_by_messages_in_all():
     del grown, later
     gc.collect()
     assert watch() is None  # the grown log was not kept alive
+
+
+def test_a_history_and_a_context_pickle_and_deep_copy_as_their_messages():
+    """A History holds a lock and what is known of its messages; pickled or deep-copied it is a
+    new history of equal messages (a Context with it too), where both raised TypeError."""
+    import copy
+    import pickle
+
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    ctx = Context(system_prompt="sys", messages=messages, model="gpt-4o", state={"k": 1})
+    get_counter("gpt-4o").context(ctx)  # counts known: the copy does not share them
+    for copied in (pickle.loads(pickle.dumps(ctx)), copy.deepcopy(ctx)):
+        assert isinstance(copied.messages, History) and list(copied.messages) == messages
+        assert (copied.system_prompt, copied.model, copied.state) == ("sys", "gpt-4o", {"k": 1})
+        assert get_counter("gpt-4o").context(copied) == get_counter("gpt-4o").context(ctx)
+    restored = pickle.loads(pickle.dumps(History(messages)))
+    more = {"role": "user", "content": "x"}
+    assert list(restored.append(more)) == [*messages, more]
