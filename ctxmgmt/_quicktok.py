@@ -26,6 +26,7 @@ import importlib.util
 import logging
 import struct
 from collections.abc import Callable
+from operator import itemgetter
 from pathlib import Path
 
 __all__ = ["CHECKS", "SOURCE", "quick_counter", "verified_ranks", "vocab_path"]
@@ -101,9 +102,9 @@ def _ranks(data: bytes) -> dict[bytes, int] | None:
 
 def _digest(ranks: dict[bytes, int]) -> str:
     """The sha256 of the ranks written as tiktoken's ``.tiktoken`` file of the encoding."""
-    lines = sorted((rank, token) for token, rank in ranks.items())
-    text = b"".join(base64.b64encode(token) + b" " + str(rank).encode() + b"\n" for rank, token in lines)
-    return hashlib.sha256(text).hexdigest()
+    b64 = base64.b64encode
+    lines = sorted(ranks.items(), key=itemgetter(1))
+    return hashlib.sha256(b"".join([b64(token) + b" %d\n" % rank for token, rank in lines])).hexdigest()
 
 
 def verified_ranks(encoding: str, path: Path | None = None) -> dict[bytes, int] | None:
