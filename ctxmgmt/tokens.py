@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._memo import BY_CONTENT, Memo, clear_shared, rough_size
 from ._o200k import SOURCE as _o200k_source
-from ._quicktok import quick_counter
+from ._quicktok import counting, quick_counter
 from .errors import ContextError, Problem
 from .history import History, forget_handed, items
 from .loader import lone_surrogate
@@ -98,15 +98,6 @@ class Tokenizer:
 
     def __str__(self) -> str:
         return self.name if self.exact else f"{self.name} (estimate)"
-
-
-def _length_of(encode: Callable[[str], list[int]]) -> Callable[[str], int]:
-    """A count from an encoder: the length of its tokens."""
-
-    def count(text: str) -> int:
-        return len(encode(text))
-
-    return count
 
 
 def _pop_oldest(data: dict[Any, Any]) -> tuple[Any, Any]:
@@ -174,18 +165,19 @@ class TokenCounter:
     extends one counted before costs only its new messages.
     """
 
-    def __init__(self, tokenizer: Tokenizer, encoding: Any | None) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, encoding: Any | None, quick: Callable[[str], int] | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.label = str(tokenizer)
         """The tokenizer as trace entries name it."""
         self._encoding = encoding
-        # quicktok's count of the same encoding, exact and verified (see ctxmgmt._quicktok);
-        # else tiktoken's Rust encoder itself (its Python wrapper adds a call per text).
+        # ``quick``: quicktok's count of the same encoding, verified (see ctxmgmt._quicktok),
+        # for ASCII texts; tiktoken's Rust encoder itself for the others (its Python wrapper
+        # adds a call per text).
         self._count: Callable[[str], int] | None = None
         if encoding is not None:
-            self._count = quick_counter(getattr(encoding, "name", "")) or _length_of(
-                getattr(encoding, "_core_bpe", encoding).encode_ordinary
-            )
+            self._count = counting(quick, getattr(encoding, "_core_bpe", encoding).encode_ordinary)
         self._memo: Memo[int] = Memo(MEMO_BYTES)  # id(message) -> count, holding the message
         self._strings: Memo[int] = Memo(STRING_MEMO_BYTES)  # string -> count
         self._texts: Memo[int] = Memo(TEXT_MEMO_BYTES)  # text -> count, by content
@@ -549,7 +541,11 @@ def get_counter(model: str | None = None, setting: str = AUTO) -> TokenCounter:
             tokenizer, encoding = _resolve(setting, model)
             # Contexts with different models that resolve to one encoding share a counter.
             shared = next((c for c in _counters.values() if c.tokenizer.name == tokenizer.name), None)
-            counter = TokenCounter(tokenizer, encoding) if shared is None else shared
+            if shared is None:  # quicktok's count for the encodings ctxmgmt resolved itself
+                quick = quick_counter(encoding.name) if encoding is not None else None
+                counter = TokenCounter(tokenizer, encoding, quick)
+            else:
+                counter = shared
             if tokenizer != counter.tokenizer:
                 counter = _with_tokenizer(shared, tokenizer)
             while len(_counters) >= _COUNTERS_KEPT:  # model names come from clients
