@@ -108,6 +108,11 @@ class Context:
         if not isinstance(self.state, dict):
             object.__setattr__(self, "state", dict(self.state))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (and deep-copied) as its fields: what was counted of it and the context it
+        was spliced from are the process's own."""
+        return (Context, tuple(getattr(self, name) for name in _FIELDS))
+
     def _usual(self) -> bool:
         """Whether every field has a type :meth:`_check` passes without looking further."""
         prompt, model, window = self.system_prompt, self.model, self.context_window

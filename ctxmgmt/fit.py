@@ -36,8 +36,8 @@ from .errors import ContextError, CtxmgmtError, Problem
 from .manager import Runtime
 from .marks import binding, offloaded, stamp
 from .messages import (
-    RECALL_TOOLS,
     SYSTEM_ROLES,
+    is_recalled,
     is_summary,
     text_of,
     tool_names,
@@ -183,7 +183,7 @@ class Fit:
         results = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
         results.sort(
             key=lambda i: (
-                names.get(str(msgs[i].get("tool_call_id"))) in RECALL_TOOLS,
+                is_recalled(names.get(str(msgs[i].get("tool_call_id"))), msgs[i]),
                 -counter.message(msgs[i], i),
             )
         )

@@ -39,6 +39,27 @@ SUMMARY_HEAD = re.compile(
 RECALL_TOOLS = frozenset({"context_read", "context_search"})
 """Tools that read archived context back: their results are never archived again (they are
 cut and fitted like any other result)."""
+_RECALLED = re.compile(
+    r"\[[tm]-[0-9a-f]{32}: (?:chars|lines) from \d+ of \d+; "
+    r"|[tm]-[0-9a-f]{32} (?:message \d+ )?line \d+: |no match in the archived context"
+)
+"""How a recall tool's result begins (:func:`ctxmgmt.agents.tools.recall_tools`): a read's
+header with its reference (``[t-…: chars from 0 of 5000; …]``, references as
+:data:`ctxmgmt.offload.base.REF` makes them), a search's first hit, or its "no match"."""
+
+
+def is_recalled(name: str | None, message: Mapping[str, Any]) -> bool:
+    """Whether a tool result is what a recall tool read back from an archive, which holds it:
+    its call bears a recall tool's name and its text begins as a recall result does. A
+    result of a tool of the client's own with that name (a proxy's client may declare its
+    own ``context_search``) is the client's: archived like any other before it is cut."""
+    if name not in RECALL_TOOLS:
+        return False
+    content = message.get("content")
+    head = content[:200] if isinstance(content, str) else text_of(content)[:200]
+    return _RECALLED.match(head) is not None
+
+
 RECALL_LIMIT = 20_000
 """The most characters (or lines) one ``context_read`` returns, whatever limit it is given."""
 RECALL_DEFAULT = 4_000

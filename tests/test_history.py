@@ -524,6 +524,7 @@ def test_a_history_and_a_context_pickle_and_deep_copy_as_their_messages():
     ctx = Context(system_prompt="sys", messages=messages, model="gpt-4o", state={"k": 1})
     get_counter("gpt-4o").context(ctx)  # counts known: the copy does not share them
     for copied in (pickle.loads(pickle.dumps(ctx)), copy.deepcopy(ctx)):
+        assert copied._counts == {}  # counted anew, in the process it is in
         assert isinstance(copied.messages, History) and list(copied.messages) == messages
         assert (copied.system_prompt, copied.model, copied.state) == ("sys", "gpt-4o", {"k": 1})
         assert get_counter("gpt-4o").context(copied) == get_counter("gpt-4o").context(ctx)

@@ -202,3 +202,20 @@ def test_an_assistant_message_that_speaks_needs_no_content():
     assert check_messages(spoken) == []
     problems = check_messages([{"role": "user", "content": "x"}, {"role": "assistant", "content": None}])
     assert [p.message for p in problems] == ["an assistant message needs content"]
+
+
+def test_a_recall_result_is_told_by_its_name_and_how_it_begins():
+    """A result of context_read or context_search is a recall result (held by its archive) when
+    it begins as one does; a tool of a client's own with that name, returning anything else,
+    is not."""
+    from ctxmgmt.messages import is_recalled
+
+    ref = "t-" + "ab" * 16
+    read = {"role": "tool", "tool_call_id": "c", "content": f"[{ref}: lines from 10 of 300; end]\nx"}
+    hit = {"role": "tool", "tool_call_id": "c", "content": f"{ref} message 3 line 7: ERROR x"}
+    none = {"role": "tool", "tool_call_id": "c", "content": "no match in the archived context"}
+    parts = {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": read["content"]}]}
+    wiki = {"role": "tool", "tool_call_id": "c", "content": "VPN: see https://wiki/vpn\n" * 100}
+    assert is_recalled("context_read", read) and is_recalled("context_read", parts)
+    assert is_recalled("context_search", hit) and is_recalled("context_search", none)
+    assert not is_recalled("context_search", wiki) and not is_recalled("read_file", read)

@@ -1116,13 +1116,13 @@ def refuse_invalid(view: Sequence[Any], new: Sequence[Any], *, checked: bool = F
     part = [*view[lo:], *new]
     problems = check_messages(part, offset=lo)
     if problems:
-        if any(p.pointer.endswith(_PAIRING) for p in problems):  # said once, how to mend it
+        if any(p.message.endswith(_PAIRING) for p in problems):  # said once, how to mend it
             problems.append(Problem("/messages", _PAIRING_FIX))
         raise ContextError(problems)
 
 
-_PAIRING = ("/tool_calls", "/tool_call_id")
-"""Where :func:`~ctxmgmt.messages.check_messages` says a call and its result do not pair."""
+_PAIRING = ("has no tool result", "right before it", "needs a tool_call_id")
+"""How :func:`~ctxmgmt.messages.check_messages` says a call and its result do not pair."""
 _PAIRING_FIX = (
     "each tool result must follow the assistant message that calls it, with the same id, "
     "and each call needs its result before the next message: restore or remove the message"

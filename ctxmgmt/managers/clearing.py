@@ -13,7 +13,7 @@ from ..formats._common import origin_of
 from ..formats._turns import signed
 from ..manager import ContextManager, Runtime
 from ..marks import PLACEHOLDER, binding, find, sign
-from ..messages import RECALL_TOOLS, call_ids, text_of, trailing_tool_start
+from ..messages import call_ids, is_recalled, text_of, trailing_tool_start
 from ..truncation import with_text
 from .base import builtin_schema
 
@@ -82,9 +82,9 @@ def _names(msgs: Any) -> dict[int, str]:
     return out
 
 
-def _archived(runtime: Runtime, name: str | None) -> bool:
+def _archived(runtime: Runtime, name: str | None, m: Mapping[str, Any]) -> bool:
     """Whether a cleared result is archived first (a recalled one is in its archive already)."""
-    return runtime.offloader is not None and name not in RECALL_TOOLS
+    return runtime.offloader is not None and not is_recalled(name, m)
 
 
 class ToolResultClearingManager(ContextManager):
@@ -134,7 +134,7 @@ class ToolResultClearingManager(ContextManager):
             before = counter.message(m, i)
             # Sized with the reference it will name (one that takes as many tokens as any) and
             # the tag unsigned (as many as any): what it frees is at least this.
-            ref = sizing_ref("tool_result") if _archived(runtime, names.get(i)) else None
+            ref = sizing_ref("tool_result") if _archived(runtime, names.get(i), m) else None
             notice = self._notice(m, placeholder, text, ref, calls.get(i), signed=False)
             after = counter.message(with_text(m, notice))
             if before > after:
@@ -153,7 +153,7 @@ class ToolResultClearingManager(ContextManager):
         for i, text, _ in candidates:
             m = msgs[i]
             ref = None
-            if _archived(runtime, names.get(i)):
+            if _archived(runtime, names.get(i), m):
                 assert runtime.offloader is not None
                 ref = runtime.offloader.store_tool_result(
                     runtime.session, text, tool_call_id=m.get("tool_call_id")

@@ -10,7 +10,7 @@ from ..context import Context
 from ..errors import CtxmgmtError, OffloadError
 from ..manager import ContextManager, Runtime
 from ..marks import PLACEHOLDER, TAG, binding, offloaded, stamp
-from ..messages import RECALL_TOOLS, text_of, tool_names
+from ..messages import is_recalled, text_of, tool_names
 from ..truncation import with_text
 from .base import NO_STORE, builtin_schema
 from .truncate import ToolsOutputTruncateManager
@@ -78,7 +78,7 @@ class ToolResultCompactionManager(ContextManager):
                 return context
         changed: dict[int, Mapping[str, Any]] = {}
         for i, cap in todo:
-            recalled = names.get(str(msgs[i].get("tool_call_id"))) in RECALL_TOOLS
+            recalled = is_recalled(names.get(str(msgs[i].get("tool_call_id"))), msgs[i])
             new = self._compact(msgs[i], cap, runtime, recalled=recalled)
             if new is not None:
                 changed[i] = new

@@ -13,7 +13,7 @@ from ..errors import OffloadError
 from ..history import History, items
 from ..manager import ContextManager, Runtime
 from ..marks import binding, stamp
-from ..messages import RECALL_TOOLS, text_of, tool_names, trailing_tool_start
+from ..messages import is_recalled, text_of, tool_names, trailing_tool_start
 from ..tokens import TokenCounter
 from ..truncation import cut, with_text
 from ..types import Hook
@@ -86,7 +86,7 @@ class ToolsOutputTruncateManager(ContextManager):
             names = tool_names(msgs, start) if names is None else names
             # What the model recalled is cut like any result, but not archived again: the
             # archive it came from holds it (its first line names the reference).
-            recalled = names.get(str(m.get("tool_call_id"))) in RECALL_TOOLS
+            recalled = is_recalled(names.get(str(m.get("tool_call_id"))), m)
             changed[i] = self._truncate(m, runtime, archive=not recalled)
         runtime.details["truncated"] = len(changed)
         if not changed:

@@ -283,6 +283,9 @@ def test_a_recall_result_is_cleared_without_a_second_archive(tmp_path):
     from ctxmgmt.offload import LocalOffloader
 
     msgs = run(2, names=("read", "context_read"))
+    i = [k for k, m in enumerate(msgs) if m["role"] == "tool"][1]  # what context_read returned
+    header = f"[t-{'ab' * 16}: chars from 0 of 90000; next offset 4000]\n"
+    msgs[i] = {**msgs[i], "content": header + msgs[i]["content"]}
     msgs.append({"role": "assistant", "content": "done"})
     out = clearing(trigger=0, keep=0).apply(
         "pre_llm", Context(messages=msgs, model=MODEL), offloader=LocalOffloader(tmp_path), session="s"

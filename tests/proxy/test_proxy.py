@@ -278,8 +278,13 @@ def test_a_responses_request_without_input_goes_as_written(proxy, upstream, stor
             "/messages/1/function_call",
             "deprecated function calling",
         ),
+        (
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": []}],
+            "/messages/1/tool_calls",
+            "tool_calls must be a non-empty list",
+        ),
     ],
-    ids=["text-part", "custom-call", "function-call"],
+    ids=["text-part", "custom-call", "function-call", "no-calls"],
 )
 def test_a_chat_error_says_what_is_wrong_and_where_and_nothing_else(proxy, upstream, messages, pointer, said):
     """A chat request the proxy refuses: the message names the pointer and what is wrong (a

@@ -189,6 +189,50 @@ def test_a_clients_own_tool_named_as_a_recall_tool_stays_its_own(archiving, upst
     assert call["function"] == {"name": "context_search", "arguments": '{"q": "vpn"}'}
 
 
+def test_a_clients_own_recall_named_tool_has_its_long_result_archived(archiving, upstream):
+    """The long result of a client's own ``context_search`` is cut like any result, its cut
+    part archived (a reference in its notice): it is not taken for a recall result, which the
+    archive holds already and which is cut without archiving."""
+    mine = {"type": "function", "function": {"name": "context_search", "parameters": {"type": "object"}}}
+    *start, _, result = _history()
+    call = {"id": "c1", "type": "function", "function": {"name": "context_search", "arguments": "{}"}}
+    messages = [*start, {"role": "assistant", "content": None, "tool_calls": [call]}, result]
+    upstream.replies.append(lambda body: Reply("seen"))
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
+        json={"model": "gpt-test", "messages": messages, "tools": [mine]},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    notice = upstream.seen[0].body["messages"][-1]["content"]
+    assert SECRET_LINE not in notice and re.search(r"stored as t-[0-9a-f]{32}", notice), notice[:300]
+
+
+def test_a_recall_tool_echoed_back_with_fields_of_its_own_is_the_proxys(archiving, upstream):
+    """A Responses client that sends back the recall tools as the answer echoed them (with
+    ``strict`` added) gets recall as before: each tool declared once, the proxy's."""
+    from ctxmgmt.agents.tools import recall_tools
+    from ctxmgmt.api.proxy.recall import schemas
+
+    echoed = [{**tool, "strict": True} for tool in schemas("responses", recall_tools(None, "s"))]
+    _, ask, _, result = _history()
+    items = [
+        ask,
+        {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": '{"cmd": "make"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": result["content"]},
+    ]
+    upstream.replies.append(lambda body: Reply("done"))
+    r = httpx.post(
+        f"{archiving.url}/proxy/long-running-agent/v1/responses",
+        json={"model": "gpt-test", "input": items, "tools": echoed},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    names = [t["name"] for t in upstream.seen[0].body["tools"]]
+    assert sorted(names) == ["context_read", "context_search"]
+    assert all("strict" not in t for t in upstream.seen[0].body["tools"])
+
+
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_recall_is_not_offered_past_openais_128_tools(archiving, upstream, api):
     """A client with 127 tools of its own: the recall tools would make 129, more than OpenAI

@@ -80,9 +80,11 @@ def with_recall(api: str, tools: Sequence[Any], declared: Sequence[Mapping[str, 
     """The client's tools and the recall tools ``declared``, or None when recall cannot be
     offered: a tool of the client's own bears a recall tool's name (it and its calls are the
     client's, which the proxy never answers), or the API's bound on tools leaves no room for
-    both. A recall tool the client sends back exactly as declared (a Responses answer echoes
-    the request's tools) is the proxy's own, declared once."""
-    own = [t for t in tools if t not in declared]
+    both. A recall tool the client sends back (a Responses answer echoes the request's tools,
+    with fields of its own such as ``strict``) is the proxy's own, declared once: told by its
+    name and its description, which are ctxmgmt's words."""
+    ours = {(_tool_name(api, t), _description(api, t)) for t in declared}
+    own = [t for t in tools if (_tool_name(api, t), _description(api, t)) not in ours]
     if any(_tool_name(api, t) in RECALL_TOOLS for t in own):
         return None
     limit = MAX_TOOLS.get(api)
@@ -116,6 +118,14 @@ def _tool_name(api: str, tool: Any) -> str | None:
     else:
         name = tool.get("name")
     return name if isinstance(name, str) else None
+
+
+def _description(api: str, tool: Any) -> Any:
+    """A tool definition's description, as it is."""
+    if not isinstance(tool, Mapping):
+        return None
+    named = tool.get("function") if api == "chat" else tool
+    return named.get("description") if isinstance(named, Mapping) else None
 
 
 def _list(value: Any) -> list[Any]:
