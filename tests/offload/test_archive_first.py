@@ -260,7 +260,7 @@ def test_a_recalled_result_is_compacted_without_a_second_archive(tmp_path):
     from tests.test_marks import turn
 
     store = LocalOffloader(tmp_path)
-    recalled = "[t-0: chars from 0 of 90000; next offset 20000]\n" + "row " * 5_000
+    recalled = f"[t-{'0' * 32}: chars from 0 of 90000; next offset 20000]\n" + "row " * 5_000
     msgs = turn(recalled, call_id="r", name="context_read")
     entry = {"type": "ToolResultCompactionManager", "config": {"recent_n": 0, "old_max_chars": 2_000}}
     d = load_definition({"name": "c", "hooks": {"pre_llm": [entry]}})
