@@ -111,7 +111,7 @@ class Context:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled (and deep-copied) as its fields: what was counted of it and the context it
         was spliced from are the process's own."""
-        return (Context, tuple(getattr(self, name) for name in _FIELDS))
+        return (type(self), tuple(getattr(self, name) for name in _FIELDS))
 
     def _usual(self) -> bool:
         """Whether every field has a type :meth:`_check` passes without looking further."""

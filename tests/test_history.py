@@ -528,6 +528,11 @@ def test_a_history_and_a_context_pickle_and_deep_copy_as_their_messages():
         assert isinstance(copied.messages, History) and list(copied.messages) == messages
         assert (copied.system_prompt, copied.model, copied.state) == ("sys", "gpt-4o", {"k": 1})
         assert get_counter("gpt-4o").context(copied) == get_counter("gpt-4o").context(ctx)
+
+    class Mine(Context):
+        pass
+
+    assert type(copy.deepcopy(Mine(messages=messages))) is Mine
     restored = pickle.loads(pickle.dumps(History(messages)))
     more = {"role": "user", "content": "x"}
     assert list(restored.append(more)) == [*messages, more]
