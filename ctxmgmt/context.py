@@ -30,6 +30,13 @@ def checks_formats(check: Callable[[Context], list[Problem]]) -> Callable[[Conte
     return check
 
 
+def _restored(cls: type[Context], state: dict[str, Any]) -> Context:
+    """A pickled context (see :meth:`Context.__reduce__`), its fields as they were."""
+    new = object.__new__(cls)
+    new.__dict__.update(state, _counts={}, _edit=None)
+    return new
+
+
 class _NewState:
     """The default of :class:`Context`'s ``state``: a new empty dict each time."""
 
@@ -109,9 +116,10 @@ class Context:
             object.__setattr__(self, "state", dict(self.state))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled (and deep-copied) as its fields: what was counted of it and the context it
-        was spliced from are the process's own."""
-        return (type(self), tuple(getattr(self, name) for name in _FIELDS))
+        """Pickled (and deep-copied) as its fields (a subclass's own too), not what was counted
+        of it nor the context it was spliced from: those are the process's own."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_counts", "_edit")}
+        return (_restored, (type(self), state))
 
     def _usual(self) -> bool:
         """Whether every field has a type :meth:`_check` passes without looking further."""

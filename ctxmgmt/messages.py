@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import ContextError, Problem
 from .history import IS_CHAT, IS_VALID, History, items, scan
-from .marks import PLACEHOLDER, binding, find, offloaded, sign
+from .marks import PLACEHOLDER, STAMP, binding, find, offloaded, sign
 
 __all__ = [
     "SHELL_KEYS",
@@ -56,8 +56,16 @@ def is_recalled(name: str | None, message: Mapping[str, Any]) -> bool:
     if name not in RECALL_TOOLS:
         return False
     content = message.get("content")
-    head = content[:200] if isinstance(content, str) else text_of(content)[:200]
-    return _RECALLED.match(head) is not None
+    text = content if isinstance(content, str) else text_of(content)
+    if _RECALLED.match(text[:200]) is not None or text.startswith(_RUNNER_CUT):
+        return True
+    # Cut by ctxmgmt since (a tail keeps no header, a notice comes first): its signed stamp
+    # says so, and what it was cut from is archived (a recall result's archive, or its own).
+    return find(STAMP, text, binding(message)) is not None
+
+
+_RUNNER_CUT = "[ctxmgmt: the output of context_"
+"""How the runner's notice of a recall tool's output it cut begins (over the turn's bytes)."""
 
 
 RECALL_LIMIT = 20_000

@@ -233,6 +233,19 @@ def test_a_recall_tool_echoed_back_with_fields_of_its_own_is_the_proxys(archivin
     assert all("strict" not in t for t in upstream.seen[0].body["tools"])
 
 
+def test_a_clients_tool_with_the_recall_tools_words_but_its_own_parameters_is_its_own():
+    """A client's context_search that reuses ctxmgmt's description with parameters of its own
+    is the client's: no recall beside it (only ``strict`` may differ in an echo)."""
+    from ctxmgmt.agents.tools import recall_tools
+    from ctxmgmt.api.proxy.recall import schemas, with_recall
+
+    declared = schemas("chat", recall_tools(None, "s"))
+    echo = {**declared[1], "function": {**declared[1]["function"], "strict": True}}
+    assert with_recall("chat", [echo], declared) == declared
+    own = {**declared[1], "function": {**declared[1]["function"], "parameters": {"type": "object"}}}
+    assert with_recall("chat", [own], declared) is None
+
+
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_recall_is_not_offered_past_openais_128_tools(archiving, upstream, api):
     """A client with 127 tools of its own: the recall tools would make 129, more than OpenAI

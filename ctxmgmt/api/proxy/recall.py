@@ -81,10 +81,9 @@ def with_recall(api: str, tools: Sequence[Any], declared: Sequence[Mapping[str, 
     offered: a tool of the client's own bears a recall tool's name (it and its calls are the
     client's, which the proxy never answers), or the API's bound on tools leaves no room for
     both. A recall tool the client sends back (a Responses answer echoes the request's tools,
-    with fields of its own such as ``strict``) is the proxy's own, declared once: told by its
-    name and its description, which are ctxmgmt's words."""
-    ours = {(_tool_name(api, t), _description(api, t)) for t in declared}
-    own = [t for t in tools if (_tool_name(api, t), _description(api, t)) not in ours]
+    with ``strict`` added) is the proxy's own, declared once: the same but for ``strict``."""
+    ours = [_unstrict(api, t) for t in declared]
+    own = [t for t in tools if _unstrict(api, t) not in ours]
     if any(_tool_name(api, t) in RECALL_TOOLS for t in own):
         return None
     limit = MAX_TOOLS.get(api)
@@ -120,12 +119,16 @@ def _tool_name(api: str, tool: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _description(api: str, tool: Any) -> Any:
-    """A tool definition's description, as it is."""
+def _unstrict(api: str, tool: Any) -> Any:
+    """A tool definition without ``strict`` (which an answer's echo of the tools may add)."""
     if not isinstance(tool, Mapping):
-        return None
-    named = tool.get("function") if api == "chat" else tool
-    return named.get("description") if isinstance(named, Mapping) else None
+        return tool
+    if api == "chat":
+        fn = tool.get("function")
+        if not isinstance(fn, Mapping):
+            return tool
+        return {**tool, "function": {k: v for k, v in fn.items() if k != "strict"}}
+    return {k: v for k, v in tool.items() if k != "strict"}
 
 
 def _list(value: Any) -> list[Any]:
