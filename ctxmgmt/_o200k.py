@@ -16,7 +16,7 @@ from ._quicktok import SOURCE
 
 __all__ = ["EXPECTED_SHA256", "SOURCE", "load_o200k", "vocab_path"]
 
-EXPECTED_SHA256 = _quicktok._VOCABS["o200k_base"][1]
+EXPECTED_SHA256 = _quicktok.expected_sha256("o200k_base")
 """tiktoken's expected hash of o200k_base.tiktoken (tiktoken_ext/openai_public.py)."""
 
 # tiktoken's o200k_base (tiktoken_ext/openai_public.py), verbatim.

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
 
-__all__ = ["CHECKS", "SOURCE", "counting", "quick_counter", "verified_ranks", "vocab_path"]
+__all__ = ["CHECKS", "SOURCE", "counting", "expected_sha256", "quick_counter", "verified_ranks", "vocab_path"]
 
 log = logging.getLogger("ctxmgmt.tokens")
 
@@ -70,6 +70,11 @@ _PINNED = {
     "o200k_base": (2, 16, 18, 15, 34, 12, 28, 13, 12, 33, 16, 27, 157, 31),
 }
 """tiktoken's counts of :data:`CHECKS` (``encode_ordinary``), per encoding."""
+
+
+def expected_sha256(encoding: str) -> str:
+    """tiktoken's published sha256 of ``encoding`` (``cl100k_base`` or ``o200k_base``)."""
+    return _VOCABS[encoding][1]
 
 
 def vocab_path(file: str) -> Path | None:

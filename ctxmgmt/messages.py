@@ -64,8 +64,10 @@ def is_recalled(name: str | None, message: Mapping[str, Any]) -> bool:
     return find(STAMP, text, binding(message)) is not None
 
 
-_RUNNER_CUT = "[ctxmgmt: the output of context_"
-"""How the runner's notice of a recall tool's output it cut begins (over the turn's bytes)."""
+CUT_OUTPUT = "[ctxmgmt: the output of "
+"""How the runner's notice of a tool output it cut begins (over the turn's bytes): the tool's
+name follows (:class:`ctxmgmt.agents.tools.OutputReader`)."""
+_RUNNER_CUT = CUT_OUTPUT + "context_"
 
 
 RECALL_LIMIT = 20_000

@@ -38,6 +38,7 @@ import httpx
 
 from ..errors import RegistryError, ToolError
 from ..llm.client import _tls
+from ..messages import CUT_OUTPUT
 
 __all__ = ["Tool", "ToolRegistry", "call_tool", "default_tools", "recall_tools", "register_tool"]
 
@@ -346,7 +347,7 @@ class OutputReader:
         else:
             size = f"{'' if self.whole else 'more than '}{self.total:,} bytes"
         notice = (
-            f"[ctxmgmt: the output of {self.name} was cut: {size}, of which the first "
+            f"{CUT_OUTPUT}{self.name} was cut: {size}, of which the first "
             f"{self.limit:,} are kept ({self.why}){where}]"
         )
         return f"{notice}\n{kept}"
