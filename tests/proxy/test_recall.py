@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from ctxmgmt import load_definition
 from ctxmgmt.api import create_app
 from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.offload import LocalOffloader
@@ -149,9 +150,18 @@ def test_the_recall_calls_of_an_answer_and_their_results_are_bounded(archiving, 
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
 
 
+def _names_no_archive(sent: dict) -> None:
+    """The request's long output was cut, and nothing in it names an archive or a recall tool
+    (the model could not read one back)."""
+    text = json.dumps(sent)
+    assert "[truncated: original" in text and SECRET_LINE not in text  # cut
+    assert "context_read" not in text and not re.search(r"\b[tm]-[0-9a-f]{32}", text)
+
+
 def test_a_chat_request_for_several_choices_is_offered_no_recall(archiving, upstream):
     """With ``n`` > 1 each choice could call recall and one answer goes back: no recall tool
-    is offered, and the choices reach the client as the upstream sent them."""
+    is offered, nothing sent names an archive, and the choices reach the client as the
+    upstream sent them."""
     upstream.replies.append(lambda body: Reply("seen"))
     r = httpx.post(
         f"{archiving.url}/proxy/long-running-agent/v1/chat/completions",
@@ -161,13 +171,14 @@ def test_a_chat_request_for_several_choices_is_offered_no_recall(archiving, upst
     assert r.status_code == 200
     sent = upstream.seen[0].body
     assert "context_read" not in json.dumps(sent.get("tools") or []) and sent["n"] == 2
-    assert "t-" in json.dumps(sent["messages"][-1])  # the output was cut: recall would have come
+    _names_no_archive(sent)
 
 
 def test_a_clients_own_tool_named_as_a_recall_tool_stays_its_own(archiving, upstream):
     """A client that declares its own ``context_search`` (a wiki search) keeps it: no recall is
     offered beside it, its definition goes upstream as it is, and the model's call of it
-    reaches the client, never answered by the proxy."""
+    reaches the client, never answered by the proxy. Nothing sent names an archive: the model
+    would call the client's tool for it."""
     mine = {
         "type": "function",
         "function": {
@@ -184,15 +195,15 @@ def test_a_clients_own_tool_named_as_a_recall_tool_stays_its_own(archiving, upst
     )
     assert r.status_code == 200 and len(upstream.seen) == 1
     assert upstream.seen[0].body["tools"] == [mine]
-    assert "t-" in json.dumps(upstream.seen[0].body["messages"][-1])  # cut: recall would have come
+    _names_no_archive(upstream.seen[0].body)
     (call,) = r.json()["choices"][0]["message"]["tool_calls"]
     assert call["function"] == {"name": "context_search", "arguments": '{"q": "vpn"}'}
 
 
-def test_a_clients_own_recall_named_tool_has_its_long_result_archived(archiving, upstream):
-    """The long result of a client's own ``context_search`` is cut like any result, its cut
-    part archived (a reference in its notice): it is not taken for a recall result, which the
-    archive holds already and which is cut without archiving."""
+def test_a_clients_own_recall_named_tool_has_its_long_result_cut_naming_no_archive(archiving, upstream):
+    """The long result of a client's own ``context_search`` is cut like any result (not taken
+    for a recall result, which is left as the archive gave it); no recall is offered beside
+    the client's tool, so its cut part is not archived and nothing sent names an archive."""
     mine = {"type": "function", "function": {"name": "context_search", "parameters": {"type": "object"}}}
     *start, _, result = _history()
     call = {"id": "c1", "type": "function", "function": {"name": "context_search", "arguments": "{}"}}
@@ -204,7 +215,23 @@ def test_a_clients_own_recall_named_tool_has_its_long_result_archived(archiving,
         timeout=60,
     )
     assert r.status_code == 200, r.text
-    notice = upstream.seen[0].body["messages"][-1]["content"]
+    _names_no_archive(upstream.seen[0].body)
+
+
+def test_a_tool_of_its_own_named_as_a_recall_tool_has_its_long_result_archived(tmp_path):
+    """With an archive (the library, a runner), the long result of an agent's own
+    ``context_search`` is archived before it is cut, a reference in its notice: it is not
+    taken for a recall result, which the archive holds already."""
+    from ctxmgmt import Context
+
+    *start, _, result = _history()
+    call = {"id": "c1", "type": "function", "function": {"name": "context_search", "arguments": "{}"}}
+    messages = [*start, {"role": "assistant", "content": None, "tool_calls": [call]}, result]
+    definition = load_definition(shipped("long-running-agent"))
+    out = definition.apply(
+        "post_tool", Context(messages=messages), offloader=LocalOffloader(tmp_path / "a"), session="s"
+    )
+    notice = out.context.messages[-1]["content"]
     assert SECRET_LINE not in notice and re.search(r"stored as t-[0-9a-f]{32}", notice), notice[:300]
 
 
@@ -275,6 +302,10 @@ def test_recall_is_not_offered_past_openais_128_tools(archiving, upstream, api):
         sent = upstream.seen[0].body["tools"]
         assert len(sent) == (127 if own == 127 else 128)
         assert ("context_read" in json.dumps(sent)) is (own == 126)
+        # Cut unarchived with 127 tools; with 126 (recall offered) the view is made anew and
+        # the cut part archived, its reference in the notice.
+        named = re.search(r"stored as t-[0-9a-f]{32}", json.dumps(upstream.seen[0].body))
+        assert (named is not None) is (own == 126)
 
 
 def test_a_streamed_response_the_upstream_stores_is_offered_no_recall(archiving, upstream):
@@ -287,7 +318,7 @@ def test_a_streamed_response_the_upstream_stores_is_offered_no_recall(archiving,
     assert events[-1].response.output_text == "seen"
     sent = upstream.seen[0].body
     assert "context_read" not in json.dumps(sent.get("tools") or [])
-    assert "t-" in json.dumps(sent["input"][-1])  # the output was cut: recall would have come
+    _names_no_archive(sent)
 
 
 def test_a_streamed_chat_answer_that_reads_ends_with_the_final_answer(archiving, upstream):

@@ -189,7 +189,10 @@ async def _proxy(request: Request, api: Api) -> Response:
     key = session_key(request, api, name, str(body["model"]), parts)  # its header checked, used or not
     definition, version = await stored_version(st, name, resolving)
     live: Live = request.app.state.proxy_live
-    offloader = st.runner.offloader
+    # Content is archived only when the model can read it back: a request offered no recall
+    # (see _recallable) is managed without an archive, so that nothing sent names one.
+    offloader = st.runner.offloader if _recallable(api, body, parts, st.runner.offloader) else None
+    archives = offloader is not None
     asked: dict[str, Any] = {
         "system_prompt": parts.system_prompt,
         "tools": parts.tools,
@@ -201,6 +204,10 @@ async def _proxy(request: Request, api: Api) -> Response:
         """The conversation (this process's, or made from the stored state), its id and the
         slot its state goes to."""
         slot, stored = _slot(SessionStore(st.store.engine), key, parsed)
+        if stored is not None and stored.get("archives", True) is not archives:
+            # Made archiving, and now no recall can be offered, or the other way round: a
+            # view made anew (what was cut unarchived could not be read back).
+            stored = None
         conversation_id = (stored or {}).get("conversation")
         if not isinstance(conversation_id, str) or not _HEX32.fullmatch(conversation_id):
             conversation_id, stored = uuid.uuid4().hex, None
@@ -210,7 +217,9 @@ async def _proxy(request: Request, api: Api) -> Response:
         # the stored state, by position, so that it holds this body's objects.
         made_from = previous if parsed.grown else None
         conversation = (
-            live.take(slot, (stored or {}).get("generation"), version, made_from) if stored else None
+            live.take(slot, (stored or {}).get("generation"), (version, archives), made_from)
+            if stored
+            else None
         )
         if conversation is None:
             conversation = Conversation(
@@ -236,17 +245,10 @@ async def _proxy(request: Request, api: Api) -> Response:
 
         conversation, conversation_id, slot, turn = await asyncio.to_thread(prepared)
     bodies.keep(parsed, previous)  # an accepted request's body: the next one is read from it
-    exchange_state = _Kept(slot, version, parts.record, parsed, conversation_id)
+    exchange_state = _Kept(slot, version, parts.record, parsed, conversation_id, archives)
     outgoing = api.managed(body, turn.messages, config.model)
     recall: list[Tool] = []
-    # Not for several chat choices (each could call recall, and one answer goes back), nor
-    # for a streamed response the upstream stores: the stream must complete the response it
-    # began (SDKs check its id), which would end in a recall call, and the client's next
-    # request may continue it by its id.
-    answerable = (api.name != "chat" or body.get("n") in (None, 1)) and not (
-        api.name == "responses" and parts.stream and body.get("store") is not False
-    )
-    if offloader is not None and answerable and conversation.names_archive(turn):
+    if offloader is not None and conversation.names_archive(turn):
         offered = recall_tools(offloader, conversation_id)
         tools = with_recall(api.name, parts.tools, schemas(api.name, offered))
         if tools is not None:
@@ -282,6 +284,22 @@ async def _proxy(request: Request, api: Api) -> Response:
         exchange.storing = asyncio.ensure_future(_store(st, live, conversation, exchange_state))
         exchange.storing.add_done_callback(_state_written)
     return await _upstream(exchange, outgoing, parts.stream, first)
+
+
+def _recallable(api: Api, body: Mapping[str, Any], parts: Parts, offloader: Any) -> bool:
+    """Whether the model can be offered the recall tools with this request: there is an
+    archive, the answer is one the proxy can hold back to answer a recall call, and the
+    client's tools leave room for them (:func:`~.recall.with_recall`). Not for several chat
+    choices (each could call recall, and one answer goes back), nor for a streamed response
+    the upstream stores: the stream must complete the response it began (SDKs check its id),
+    which would end in a recall call, and the client's next request may continue it by its id."""
+    if offloader is None:
+        return False
+    if api.name == "chat" and body.get("n") not in (None, 1):
+        return False
+    if api.name == "responses" and parts.stream and body.get("store") is not False:
+        return False
+    return with_recall(api.name, parts.tools, schemas(api.name, recall_tools(offloader, "-"))) is not None
 
 
 _HELD = ("previous_response_id", "conversation")
@@ -387,6 +405,8 @@ class _Kept:
     body: Body
     conversation: str
     """The conversation's own id: its archives' namespace (never shared by a look-alike)."""
+    archives: bool
+    """Whether its content is archived (see :func:`_recallable`)."""
 
 
 async def _store(
@@ -396,6 +416,7 @@ async def _store(
     transaction, and keep the conversation here too."""
     packed = pack(conversation.saved, kept.record)
     packed["conversation"] = kept.conversation
+    packed["archives"] = kept.archives
     packed["covered"] = kept.body.digest(conversation.saved.get("upto"))
 
     def write() -> None:
@@ -406,7 +427,8 @@ async def _store(
 
     await asyncio.to_thread(write)
     # What it holds: the request's messages (its view is made of them) and what was written.
-    live.keep(kept.key, (packed["generation"], kept.version, kept.body), conversation, size_of(kept.body))
+    stamp = (packed["generation"], (kept.version, kept.archives), kept.body)
+    live.keep(kept.key, stamp, conversation, size_of(kept.body))
 
 
 @dataclass(slots=True)
