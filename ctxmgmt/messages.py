@@ -48,6 +48,27 @@ header with its reference (``[t-…: chars from 0 of 5000; …]``, references as
 :data:`ctxmgmt.offload.base.REF` makes them), a search's first hit, or its "no match"."""
 
 
+CACHE_CONTROL = "cache_control"
+"""A prompt-cache breakpoint (Anthropic's, and gateways' that take it in chat parts): a client
+moves it to its newest message on every request (Claude Code does), so it tells nothing of
+which message is which: fingerprints of messages are made without it."""
+
+
+def without_cache_control(value: Any) -> Any:
+    """``value`` with every ``cache_control`` member taken out, at any depth (the same object
+    when it holds none; else a copy of what holds one)."""
+    if isinstance(value, dict):
+        if CACHE_CONTROL in value or any(isinstance(v, (dict, list)) for v in value.values()):
+            out = {k: without_cache_control(v) for k, v in value.items() if k != CACHE_CONTROL}
+            if len(out) != len(value) or any(out[k] is not value[k] for k in out):
+                return out
+        return value
+    if isinstance(value, list):
+        items = [without_cache_control(v) for v in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    return value
+
+
 def is_recalled(name: str | None, message: Mapping[str, Any]) -> bool:
     """Whether a tool result is what a recall tool read back from an archive, which holds it:
     its call bears a recall tool's name and its text begins as a recall result does. A

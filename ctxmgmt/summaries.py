@@ -31,7 +31,7 @@ from .digest import (
     uncontained,
     with_count,
 )
-from .messages import is_summary, summary_line, summary_message, text_of
+from .messages import is_summary, summary_line, summary_message, text_of, without_cache_control
 
 if TYPE_CHECKING:
     from .context import Context
@@ -546,8 +546,9 @@ def last_message_key(context: Context) -> str | None:
 
 
 def message_key(m: Mapping[str, Any]) -> str:
-    """The fingerprint :func:`last_message_key` gives a message."""
-    last = dict(m)
+    """The fingerprint :func:`last_message_key` gives a message (its prompt-cache breakpoints
+    left out: a client moves them)."""
+    last = dict(without_cache_control(m))
     content = last.pop("content", None)
     text = text_of(content)
     if isinstance(content, list):  # images and other parts count whole

@@ -29,7 +29,15 @@ from ..errors import ContextError, Problem
 from ..formats import internal, is_tool_result
 from ..history import EDGE, EXACT_UP_TO, SAMPLES, History, same_start
 from ..managers.base import Environment
-from ..messages import call_ids, check_messages, is_summary, mentions_archive, text_of
+from ..messages import (
+    CACHE_CONTROL,
+    call_ids,
+    check_messages,
+    is_summary,
+    mentions_archive,
+    text_of,
+    without_cache_control,
+)
 from ..tokens import TokenCounter, get_counter
 from ..types import Hook, TraceEntry
 
@@ -941,16 +949,23 @@ def _run_record(
 _CHAIN_START = ""
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
-"""A message as the chain hashes it: all of it, in a canonical form (one encoder: ``json.dumps``
-with options builds one per call)."""
+_ENCODE = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
+_BREAKPOINT = f'"{CACHE_CONTROL}"'
+
+
+def _canonical(m: Any) -> str:
+    """A message as the chain hashes it: all of it but its prompt-cache breakpoints (a client
+    moves them from message to message), in a canonical form (one encoder: ``json.dumps``
+    with options builds one per call)."""
+    text = _ENCODE(m)
+    return _ENCODE(without_cache_control(m)) if _BREAKPOINT in text else text
 
 
 def _chain(chain: str, messages: Iterable[Mapping[str, Any]]) -> str:
     """The fingerprint chain ``chain`` extended by ``messages``: one hash of every message a
     saved view covers, each whole (an edit anywhere in a long message changes it), grown as
     messages are added (each is hashed once)."""
-    sha256, canonical = hashlib.sha256, _CANONICAL
+    sha256, canonical = hashlib.sha256, _canonical
     for m in messages:
         chain = sha256(f"{chain}:{canonical(m)}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return chain

@@ -175,8 +175,8 @@ def test_a_restored_conversation_translates_and_fingerprints_each_message_once(d
     import ctxmgmt.agents.conversation as engine
 
     keyed: list[object] = []
-    key = engine._CANONICAL
-    monkeypatch.setattr(engine, "_CANONICAL", lambda m: keyed.append(m) or key(m))
+    key = engine._canonical
+    monkeypatch.setattr(engine, "_canonical", lambda m: keyed.append(m) or key(m))
     seen: list[tuple[str, str]] = []
 
     def translate(m):

@@ -347,3 +347,54 @@ def test_a_fifth_look_alike_takes_the_slot_used_longest_ago_and_the_others_go_on
     for run in "bcd":
         assert step(run) == used[run], run  # continued, their own state
     assert step("a") not in used.values()  # a new view, never another's state
+
+
+def _breakpoints(value: object) -> int:
+    """How many ``cache_control`` members ``value`` holds, at any depth."""
+    return json.dumps(value).count('"cache_control"')
+
+
+def test_a_client_that_moves_its_cache_breakpoint_continues_its_conversation(store):
+    """A client that puts its prompt-cache breakpoint on its newest message at every request
+    (Claude Code does) continues one conversation: one archive namespace, upstream requests
+    as one engine carried from call to call makes them, so they share a long prefix. A cut
+    result made in an earlier request goes without the breakpoint it was made with: every
+    request holds the client's own breakpoints, never more than four."""
+    from ctxmgmt.messages import without_cache_control
+    from ctxmgmt.store.executions import ExecutionStore
+
+    mark = {"type": "ephemeral"}
+    system = [{"type": "text", "text": SYSTEM, "cache_control": mark}]
+    history: list[dict] = [{"role": "user", "content": [{"type": "text", "text": TASK}]}]
+    sent: list[dict] = []
+    with Upstream() as upstream, LiveServer(create_app(store, models=models_for(upstream, 6000))) as proxy:
+        for step in range(30):
+            upstream.replies.append(Reply(calls=[("bash", {"cmd": f"cat /var/data/in/{step}.log"})]))
+            messages = json.loads(json.dumps(history))
+            messages[-1]["content"][-1]["cache_control"] = mark  # moved to the newest message
+            body = {"model": "claude-test", "max_tokens": 500, "system": system, "messages": messages}
+            r = httpx.post(f"{proxy.url}/proxy/default/v1/messages", json=body, timeout=30)
+            assert r.status_code == 200, r.text
+            sent.append(upstream.seen[-1].body)
+            uses = [b for b in r.json()["content"] if b["type"] == "tool_use"]
+            history.append({"role": "assistant", "content": r.json()["content"]})
+            results = [
+                {"type": "tool_result", "tool_use_id": b["id"], "content": _tool_output(step, 60)}
+                for b in uses
+            ]
+            history.append({"role": "user", "content": results})
+        reported = [input_tokens(s.body) for s in upstream.seen]
+    _, records = ExecutionStore(store.engine).list("proxy-default", limit=100)
+    assert len(records) == 30 and len({r["memory_id"] for r in records}) == 1  # one conversation
+    assert any("[ctxmgmt:summary]" in json.dumps(b["messages"]) for b in sent)  # the window filled
+    for body in sent:
+        assert _breakpoints(body) <= 4 and _breakpoints(body["messages"]) == 1
+        assert "cache_control" in body["messages"][-1]["content"][-1]  # the client's own
+    engine = Conversation(load_definition("default"), format="anthropic")
+    for step, body in enumerate(sent):
+        messages = json.loads(json.dumps(history[: 2 * step + 1]))
+        messages[-1]["content"][-1]["cache_control"] = mark
+        turn = engine.prepare(messages, system_prompt=system, model="claude-upstream", context_window=6000)
+        got = without_cache_control(body["messages"])
+        assert _unref([without_cache_control(turn.messages)]) == _unref([got]), step
+        engine.observe(reported[step])

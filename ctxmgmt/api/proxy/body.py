@@ -92,8 +92,9 @@ class Body:
 
     def digest(self, upto: Any) -> str | None:
         """A fingerprint of the client's own text of its first ``upto`` elements (None when it
-        has not as many). It costs the text since the longest fingerprint this body or the
-        bodies it grew from took, not the whole."""
+        has not as many), without their prompt-cache breakpoints (a client moves them to its
+        newest message on every request). It costs the text since the longest fingerprint
+        this body or the bodies it grew from took, not the whole."""
         if self.array is None or not isinstance(upto, int) or not 0 < upto <= len(self.spans):
             return None
         start, end = self.spans[0][0], self.spans[upto - 1][1]
@@ -101,10 +102,23 @@ class Body:
             ((e, h) for e, h in self.hashed if e <= end), default=(start, None), key=itemgetter(0)
         )
         state = hashlib.sha256() if state is None else state.copy()  # a kept state never changes
-        state.update(self.text[at:end].encode("utf-8", "surrogatepass"))
+        state.update(_without_breakpoints(self.text[at:end]).encode("utf-8", "surrogatepass"))
         if at < end:
             self.hashed = [*self.hashed[-1:], (end, state)]
         return str(state.hexdigest())
+
+
+_BREAKPOINT = re.compile(
+    r'\s*,\s*"cache_control"\s*:\s*\{[^{}]*\}|"cache_control"\s*:\s*\{[^{}]*\}\s*(?:,\s*)?'
+)
+"""A ``cache_control`` member (its value a flat object) and the comma that parts it from its
+neighbour: the text of its object as the client writes it without one. Only a fingerprint is
+made of the text it leaves (a look-alike in a string fools no more than that fingerprint)."""
+
+
+def _without_breakpoints(text: str) -> str:
+    """Whole elements' text without their ``cache_control`` members (see :data:`_BREAKPOINT`)."""
+    return _BREAKPOINT.sub("", text) if '"cache_control"' in text else text
 
 
 def _error(text: str, at: int, message: str) -> HTTPProblem:

@@ -33,7 +33,7 @@ from ...errors import ToolError
 from ...fit import reserve_tokens
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
-from ...messages import RECALL_TOOLS
+from ...messages import RECALL_TOOLS, without_cache_control
 from ...store.repository import now_ms, relaxed
 from ...store.sessions import SessionStore
 from ...summaries import message_key
@@ -142,7 +142,10 @@ def session_key(request: Request, api: Api, name: str, model: str, parts: Parts)
     start = (
         given
         if given is not None
-        else [parts.system_prompt, message_key(first) if isinstance(first, Mapping) else None]
+        else [
+            without_cache_control(parts.system_prompt),
+            message_key(first) if isinstance(first, Mapping) else None,
+        ]
     )
     data = json.dumps([api.name, name, model, start], ensure_ascii=False, default=str)
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
@@ -236,17 +239,21 @@ async def _proxy(request: Request, api: Api) -> Response:
 
     if await definition.aawaits_in():  # a summary by a model: awaited on the loop
         conversation, conversation_id, slot = await asyncio.to_thread(conversation_of)
+        carried = _carried(conversation)
         turn = await conversation.aprepare(parts.record, **asked)
     else:  # CPU work only: the stored state read and the whole turn in one worker thread
 
-        def prepared() -> tuple[Conversation, str, str, Turn]:
+        def prepared() -> tuple[Conversation, str, str, set[int], Turn]:
             conversation, conversation_id, slot = conversation_of()
-            return conversation, conversation_id, slot, conversation.prepare(parts.record, **asked)
+            carried = _carried(conversation)
+            turn = conversation.prepare(parts.record, **asked)
+            return conversation, conversation_id, slot, carried, turn
 
-        conversation, conversation_id, slot, turn = await asyncio.to_thread(prepared)
+        conversation, conversation_id, slot, carried, turn = await asyncio.to_thread(prepared)
     bodies.keep(parsed, previous)  # an accepted request's body: the next one is read from it
     exchange_state = _Kept(slot, version, parts.record, parsed, conversation_id, archives)
-    outgoing = api.managed(body, turn.messages, config.model)
+    messages = _fresh_breakpoints(turn.messages, parts.record, carried)
+    outgoing = api.managed(body, messages, config.model)
     recall: list[Tool] = []
     if offloader is not None and conversation.names_archive(turn):
         offered = recall_tools(offloader, conversation_id)
@@ -254,7 +261,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         if tools is not None:
             recall, outgoing["tools"] = offered, tools
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
-    first = upstream_text(parsed, turn.messages, changes)  # the client's own bytes where unchanged
+    first = upstream_text(parsed, messages, changes)  # the client's own bytes where unchanged
     sent = usage_record(turn.counted, turn.ratio, turn.reusable_prefix_tokens)
     record = _record(
         name,
@@ -284,6 +291,31 @@ async def _proxy(request: Request, api: Api) -> Response:
         exchange.storing = asyncio.ensure_future(_store(st, live, conversation, exchange_state))
         exchange.storing.add_done_callback(_state_written)
     return await _upstream(exchange, outgoing, parts.stream, first)
+
+
+def _carried(conversation: Conversation) -> set[int]:
+    """The messages of the view a conversation continues (made before this request), by id."""
+    view = conversation.saved.get("view")
+    return set(map(id, view)) if isinstance(view, list) else set()
+
+
+def _fresh_breakpoints(messages: list[Any], record: Sequence[Any], carried: set[int]) -> list[Any]:
+    """The managed messages, those ctxmgmt wrote in an earlier request (in ``carried``: a
+    summary, a cut result) without the prompt-cache breakpoints they were made with: the
+    client has moved its own since (to its newest message, as Claude Code does on every
+    request), and each stale one would be one more than the four Anthropic takes. A message
+    made in this request keeps the client's breakpoint of the message it was made from."""
+    if not carried:
+        return messages
+    own = set(map(id, record))
+    out: list[Any] | None = None
+    for i, m in enumerate(messages):
+        if id(m) in carried and id(m) not in own:
+            fresh = without_cache_control(m)
+            if fresh is not m:
+                out = list(messages) if out is None else out
+                out[i] = fresh
+    return messages if out is None else out
 
 
 def _recallable(api: Api, body: Mapping[str, Any], parts: Parts, offloader: Any) -> bool:
