@@ -540,3 +540,18 @@ def test_a_stream_is_bounded_by_max_stream_bytes_not_max_response_bytes(proxy, r
             assert got == body
         else:
             assert b"max_stream_bytes" in got.rsplit(b"data: ", 1)[-1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("path", "body"), [("/v1/chat/completions", BODY), ("/v1/messages", {**COUNT, "max_tokens": 5})]
+)
+@pytest.mark.parametrize("status", [600, 999])
+def test_an_upstream_status_that_is_no_http_status_is_a_502(proxy, raw, path, body, stream, status):
+    """An upstream answering three digits past 599 (httpx reads any) gets a 502 in the
+    provider's shape that names the status, never a dropped connection."""
+    raw.answer(b"{}", status=status, headers={"content-type": "application/json", "content-length": "2"})
+    r = httpx.post(f"{proxy.url}/proxy/default{path}", json={**body, "stream": stream}, timeout=30)
+    assert r.status_code == 502, r.text
+    message = r.json()["error"]["message"]
+    assert f"status {status}, which is no HTTP status" in message

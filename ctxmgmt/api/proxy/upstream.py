@@ -128,9 +128,18 @@ async def call(
     outgoing = client.build_request("POST", target, content=content, headers=sent)
     try:
         async with asyncio.timeout_at(deadline):
-            return await client.send(outgoing, stream=True)
+            response = await client.send(outgoing, stream=True)
     except (TimeoutError, httpx.HTTPError) as exc:
         raise fault(config, exc, "could not reach") from None
+    if not 100 <= response.status_code <= 599:  # three digits, but no HTTP status to pass on
+        await response.aclose()
+        raise Refused(
+            502,
+            "llm_exception",
+            f"the upstream of {config.id!r} at {_shown(config.base_url)} answered with status "
+            f"{response.status_code}, which is no HTTP status (100-599)",
+        )
+    return response
 
 
 async def read(response: httpx.Response, deadline: float, config: ModelConfig) -> bytes:
