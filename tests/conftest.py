@@ -198,7 +198,8 @@ def serve(
 class LiveServer:
     """A real uvicorn server for an ASGI app, in a thread, on 127.0.0.1."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, **options) -> None:
+        """``options``: uvicorn's own (``loop="asyncio"``), beside the server's configuration."""
         import uvicorn
 
         from ctxmgmt.api.server import uvicorn_config
@@ -213,7 +214,7 @@ class LiveServer:
         self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn_config(
-            app, app.state.ctxmgmt.config, host="127.0.0.1", port=self.port, log_level="error"
+            app, app.state.ctxmgmt.config, host="127.0.0.1", port=self.port, log_level="error", **options
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)

@@ -179,7 +179,8 @@ def test_the_server_answers_health_while_an_execution_runs_4000_tool_calls(
     app = create_app(store, models=big_models, tools=tools, offloader=LocalOffloader(tmp_path))
     chat_server.reply(many_calls(CALLS))
     chat_server.reply("done")
-    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=120) as http:
+    # asyncio's loop, whose handles are timed above (uvicorn would take uvloop when installed).
+    with LiveServer(app, loop="asyncio") as server, httpx.Client(base_url=server.url, timeout=120) as http:
         agent_id = http.post(
             "/_plugins/_ml/agents/_register",
             json={
