@@ -243,7 +243,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         turn = await conversation.aprepare(parts.record, **asked)
     else:  # CPU work only: the stored state read and the whole turn in one worker thread
 
-        def prepared() -> tuple[Conversation, str, str, set[int], Turn]:
+        def prepared() -> tuple[Conversation, str, str, dict[int, Any], Turn]:
             conversation, conversation_id, slot = conversation_of()
             carried = _carried(conversation)
             turn = conversation.prepare(parts.record, **asked)
@@ -293,13 +293,14 @@ async def _proxy(request: Request, api: Api) -> Response:
     return await _upstream(exchange, outgoing, parts.stream, first)
 
 
-def _carried(conversation: Conversation) -> set[int]:
-    """The messages of the view a conversation continues (made before this request), by id."""
+def _carried(conversation: Conversation) -> dict[int, Any]:
+    """The messages of the view a conversation continues (made before this request), by id
+    (held: no message made since can be given the id of one freed meanwhile)."""
     view = conversation.saved.get("view")
-    return set(map(id, view)) if isinstance(view, list) else set()
+    return {id(m): m for m in view} if isinstance(view, list) else {}
 
 
-def _fresh_breakpoints(messages: list[Any], record: Sequence[Any], carried: set[int]) -> list[Any]:
+def _fresh_breakpoints(messages: list[Any], record: Sequence[Any], carried: dict[int, Any]) -> list[Any]:
     """The managed messages, those ctxmgmt wrote in an earlier request (in ``carried``: a
     summary, a cut result) without the prompt-cache breakpoints they were made with: the
     client has moved its own since (to its newest message, as Claude Code does on every
