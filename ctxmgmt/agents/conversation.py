@@ -950,7 +950,7 @@ _CHAIN_START = ""
 
 
 _ENCODE = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
-_BREAKPOINT = f'"{CACHE_CONTROL}"'
+_CACHE_KEY = f'"{CACHE_CONTROL}"'
 
 
 def _canonical(m: Any) -> str:
@@ -958,7 +958,7 @@ def _canonical(m: Any) -> str:
     moves them from message to message), in a canonical form (one encoder: ``json.dumps``
     with options builds one per call)."""
     text = _ENCODE(m)
-    return _ENCODE(without_cache_control(m)) if _BREAKPOINT in text else text
+    return _ENCODE(without_cache_control(m)) if _CACHE_KEY in text else text
 
 
 def _chain(chain: str, messages: Iterable[Mapping[str, Any]]) -> str:

@@ -201,9 +201,9 @@ def test_a_clients_own_tool_named_as_a_recall_tool_stays_its_own(archiving, upst
 
 
 def test_a_clients_own_recall_named_tool_has_its_long_result_cut_naming_no_archive(archiving, upstream):
-    """The long result of a client's own ``context_search`` is cut like any result (not taken
-    for a recall result, which is left as the archive gave it); no recall is offered beside
-    the client's tool, so its cut part is not archived and nothing sent names an archive."""
+    """The long result of a client's own ``context_search`` is cut like any result; no recall
+    is offered beside the client's tool, so its cut part is not archived and nothing sent
+    names an archive (that such a result is archived where there is recall: the test below)."""
     mine = {"type": "function", "function": {"name": "context_search", "parameters": {"type": "object"}}}
     *start, _, result = _history()
     call = {"id": "c1", "type": "function", "function": {"name": "context_search", "arguments": "{}"}}

@@ -26,6 +26,7 @@ from operator import is_, itemgetter
 from typing import Any
 
 from ...loader import json_containers
+from ...messages import CACHE_CONTROL
 from ...types import MARK_MEMBER, MARK_MEMBER_REFUSED
 from ..errors import HTTPProblem
 from ..requests import DECODER, check_values, json_problem
@@ -108,9 +109,9 @@ class Body:
         return str(state.hexdigest())
 
 
-_BREAKPOINT = re.compile(
-    r'\s*,\s*"cache_control"\s*:\s*\{[^{}]*\}|"cache_control"\s*:\s*\{[^{}]*\}\s*(?:,\s*)?'
-)
+_KEY = f'"{CACHE_CONTROL}"'
+_MEMBER = _KEY + r"\s*:\s*\{[^{}]*\}"
+_BREAKPOINT = re.compile(rf"\s*,\s*{_MEMBER}|{_MEMBER}\s*(?:,\s*)?")
 """A ``cache_control`` member (its value a flat object) and the comma that parts it from its
 neighbour: the text of its object as the client writes it without one. Only a fingerprint is
 made of the text it leaves (a look-alike in a string fools no more than that fingerprint)."""
@@ -118,7 +119,7 @@ made of the text it leaves (a look-alike in a string fools no more than that fin
 
 def _without_breakpoints(text: str) -> str:
     """Whole elements' text without their ``cache_control`` members (see :data:`_BREAKPOINT`)."""
-    return _BREAKPOINT.sub("", text) if '"cache_control"' in text else text
+    return _BREAKPOINT.sub("", text) if _KEY in text else text
 
 
 def _error(text: str, at: int, message: str) -> HTTPProblem:

@@ -82,10 +82,12 @@ def with_recall(api: str, tools: Sequence[Any], declared: Sequence[Mapping[str, 
     client's, which the proxy never answers), or the API's bound on tools leaves no room for
     both. A recall tool the client sends back (a Responses answer echoes the request's tools,
     with ``strict`` added) is the proxy's own, declared once: the same but for ``strict``."""
-    ours = [_unstrict(api, t) for t in declared]
-    own = [t for t in tools if _unstrict(api, t) not in ours]
-    if any(_tool_name(api, t) in RECALL_TOOLS for t in own):
-        return None
+    own = list(tools)
+    if any(_tool_name(api, t) in RECALL_TOOLS for t in own):  # else no echo to tell (each request)
+        ours = [_unstrict(api, t) for t in declared]
+        own = [t for t in own if _unstrict(api, t) not in ours]
+        if any(_tool_name(api, t) in RECALL_TOOLS for t in own):
+            return None
     limit = MAX_TOOLS.get(api)
     if limit is not None and len(own) + len(declared) > limit:
         return None
