@@ -226,3 +226,29 @@ def test_a_kept_bodys_size_bounds_the_memory_its_values_hold(item):
     assert 2 * len(text) + 1024 * 3 < measured or len(item) > 10  # what it was counted as before
     if isinstance(item, str) and len(item) > 100:
         assert size_of(fresh) <= 3 * measured
+
+
+@pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")])
+def test_a_fingerprint_leaves_out_a_moved_cache_breakpoint_and_nothing_else(separators):
+    """The fingerprint of a body's first messages is the same whether a message carries the
+    client's ``cache_control`` or not (Python's and JavaScript's JSON alike, the member first
+    or last), and differs when anything else in them does."""
+    from ctxmgmt.messages import without_cache_control
+
+    mark = {"type": "ephemeral", "ttl": "1h"}
+    ask = {"role": "user", "content": [{"type": "text", "text": "fix it"}]}
+    marked_last = {"role": "user", "content": [{"type": "text", "text": "fix it", "cache_control": mark}]}
+    marked_first = {"role": "user", "content": [{"cache_control": mark, "type": "text", "text": "fix it"}]}
+    other = {"role": "user", "content": [{"type": "text", "text": "fix it!", "cache_control": mark}]}
+    answer = {"role": "assistant", "content": "done"}
+
+    def digest(first: dict) -> str | None:
+        text = json.dumps({"model": "m", "messages": [first, answer]}, separators=separators)
+        return parse(text, "messages").digest(2)
+
+    assert digest(ask) == digest(marked_last) == digest(marked_first) != digest(other)
+    assert without_cache_control(marked_first) == ask and without_cache_control(ask) is ask
+    nested = {"content": [{"type": "tool_result", "content": [{"type": "text", "cache_control": mark}]}]}
+    bare = {"content": [{"type": "tool_result", "content": [{"type": "text"}]}]}
+    assert without_cache_control(nested) == bare
+    assert nested["content"][0]["content"][0]["cache_control"] == mark  # the input is never changed
