@@ -252,3 +252,23 @@ def test_a_fingerprint_leaves_out_a_moved_cache_breakpoint_and_nothing_else(sepa
     bare = {"content": [{"type": "tool_result", "content": [{"type": "text"}]}]}
     assert without_cache_control(nested) == bare
     assert nested["content"][0]["content"][0]["cache_control"] == mark  # the input is never changed
+
+
+def test_a_fingerprint_is_linear_in_a_long_run_of_whitespace():
+    """A body whose message holds ``cache_control`` and megabytes of JSON whitespace (legal
+    between tokens) is fingerprinted in one pass: a pattern retried at every blank would take
+    hours on it, and it was run on the server's event loop."""
+    import threading
+
+    blanks = " " * 4_000_000
+    element = (
+        '{"role": "user", "content": [{"type": "text", "text": "hi", '
+        '"cache_control": {"type": "ephemeral"}}, '
+        f'{{"type": "text",{blanks}"text": "x"}}]}}'
+    )
+    body = parse(f'{{"model": "m", "messages": [{element}]}}', "messages")
+    done: list[str | None] = []
+    worker = threading.Thread(target=lambda: done.append(body.digest(1)), daemon=True)
+    worker.start()
+    worker.join(60)  # a deadline, no timing: one pass takes milliseconds
+    assert done and done[0] is not None

@@ -111,9 +111,11 @@ class Body:
 
 _KEY = f'"{CACHE_CONTROL}"'
 _MEMBER = _KEY + r"\s*:\s*\{[^{}]*\}"
-_BREAKPOINT = re.compile(rf"\s*,\s*{_MEMBER}|{_MEMBER}\s*(?:,\s*)?")
+_BREAKPOINT = re.compile(rf",\s*{_MEMBER}|{_MEMBER}\s*(?:,\s*)?")
 """A ``cache_control`` member (its value a flat object) and the comma that parts it from its
-neighbour: the text of its object as the client writes it without one. Only a fingerprint is
+neighbour: the text of its object as the client writes it without one. Each alternative
+begins with a literal character (no leading whitespace pattern, which a long run of blanks would
+make quadratic), so a search is linear in the text. Only a fingerprint is
 made of the text it leaves (a look-alike in a string fools no more than that fingerprint)."""
 
 

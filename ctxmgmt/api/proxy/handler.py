@@ -446,19 +446,21 @@ async def _store(
     st: Any, live: Live, conversation: Conversation, kept: _Kept, record: Mapping[str, Any] | None = None
 ) -> None:
     """Store the conversation's state (for every process) and the execution's record, in one
-    transaction, and keep the conversation here too."""
-    packed = pack(conversation.saved, kept.record)
-    packed["conversation"] = kept.conversation
-    packed["archives"] = kept.archives
-    packed["covered"] = kept.body.digest(conversation.saved.get("upto"))
+    transaction, and keep the conversation here too. The state is packed and fingerprinted
+    in the worker thread too: both cost the size of the request, never the event loop's time."""
 
-    def write() -> None:
+    def write() -> dict[str, Any]:
+        packed = pack(conversation.saved, kept.record)
+        packed["conversation"] = kept.conversation
+        packed["archives"] = kept.archives
+        packed["covered"] = kept.body.digest(conversation.saved.get("upto"))
         with relaxed(st.store.engine) as conn:
             SessionStore(st.store.engine).put(kept.key, packed, conn=conn)
             if record is not None:
                 st.runner.executions.save(record, conn=conn)
+        return packed
 
-    await asyncio.to_thread(write)
+    packed = await asyncio.to_thread(write)
     # What it holds: the request's messages (its view is made of them) and what was written.
     stamp = (packed["generation"], (kept.version, kept.archives), kept.body)
     live.keep(kept.key, stamp, conversation, size_of(kept.body))
