@@ -71,6 +71,27 @@ def test_counts_are_tiktokens_token_for_token(text):
         assert counter.text(text) == len(_tiktoken(name).encode_ordinary(text)), name
 
 
+_ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=1200) | st.lists(
+    st.sampled_from(
+        ["def", " x", "'s", "'LL", "  ", "\n", "\r\n", "\t", "123", "4567", '{"', '":', "://", "/usr"]
+    ),
+    max_size=300,
+).map("".join)
+"""ASCII texts, the ones quicktok counts: characters at random, and runs of code-like pieces
+(contractions, digit runs, whitespace and line ends) where the pre-tokenizer's rules meet."""
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ASCII)
+@example("I'M SURE THEY'VE SEEN IT, it'll do 12345678 numbers \r\n\r\n  \t")
+def test_ascii_counts_are_tiktokens_token_for_token(text):
+    """On any ASCII text (quicktok's to count), both encodings count as tiktoken's
+    ``encode_ordinary``."""
+    assert text.isascii()
+    for model, name in ((None, "cl100k_base"), ("gpt-4o", "o200k_base")):
+        assert get_counter(model).text(text) == len(_tiktoken(name).encode_ordinary(text)), name
+
+
 def test_a_message_list_counts_as_with_tiktoken_alone():
     """A whole context counts what a counter with tiktoken's encoder alone counts."""
     from ctxmgmt.testing import make_conversation
@@ -85,8 +106,7 @@ def test_a_message_list_counts_as_with_tiktoken_alone():
 
 
 def test_a_lone_surrogate_is_still_said_where_it_is():
-    """quicktok's binding refuses a lone surrogate with a TypeError; the counter says where it
-    is, as with tiktoken."""
+    """A lone surrogate (never ASCII: tiktoken's to count) is said where it is."""
     with pytest.raises(ContextError) as err:
         get_counter(None).context(Context(messages=[{"role": "user", "content": "ok \ud800 then"}]))
     assert err.value.problems[0].pointer == "/messages/0/content"

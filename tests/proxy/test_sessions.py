@@ -3,6 +3,7 @@ every `ctxmgmt serve` process on it."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -390,6 +391,14 @@ def test_a_client_that_moves_its_cache_breakpoint_continues_its_conversation(sto
     for body in sent:
         assert _breakpoints(body) <= 4 and _breakpoints(body["messages"]) == 1
         assert "cache_control" in body["messages"][-1]["content"][-1]  # the client's own
+    # Successive requests share a long prefix (the provider's cache reads it): the view goes
+    # on, not made anew from a fingerprint chain the moved breakpoint broke.
+    texts = [json.dumps(without_cache_control(b["messages"])) for b in sent]
+    shared = [
+        next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        for a, b in itertools.pairwise(texts)
+    ]
+    assert sorted(shared)[len(shared) // 2] > 2000, shared
     engine = Conversation(load_definition("default"), format="anthropic")
     for step, body in enumerate(sent):
         messages = json.loads(json.dumps(history[: 2 * step + 1]))
