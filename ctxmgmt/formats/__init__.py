@@ -18,6 +18,7 @@ from ..context import ApplyResult, Context, checks_formats
 from ..errors import ContextError, Problem
 from ..history import IS_CHAT, History, Recent, items
 from ..messages import foreign_kind, last_task_index
+from ..tokens import counts_formats
 from ..types import FORMAT_NAMES
 from . import anthropic, openai_chat, openai_responses
 from ._common import Grown, Known
@@ -239,6 +240,13 @@ class Internal:
         # lists History.of keeps to find one handed again.
         messages = History.own(self.module.back(out.messages))
         return ApplyResult(replace(self.source, messages=messages, state=out.state), result.trace)
+
+
+@counts_formats
+def _chat_form(context: Context) -> Context | None:
+    """A context's chat form, as the token counter counts it (None: it is chat)."""
+    converted = internal(context)
+    return None if converted is None else converted.context
 
 
 def internal(context: Context) -> Internal | None:
