@@ -15,7 +15,16 @@ __all__ = ["ApplyResult", "Context", "Edit"]
 Change = tuple[int, int, Sequence[Mapping[str, Any]]]
 """``(start, end, messages)``: the messages from ``start`` to ``end`` are replaced by ``messages``."""
 
-_FIELDS = ("system_prompt", "messages", "tools", "model", "context_window", "state", "format")
+_FIELDS = (
+    "system_prompt",
+    "messages",
+    "tools",
+    "model",
+    "context_window",
+    "state",
+    "format",
+    "max_output_tokens",
+)
 
 _FORMAT_CHECK: list[Callable[[Context], list[Problem]]] = []
 """How :meth:`Context.from_dict` checks the messages against their provider's rules. The
@@ -70,6 +79,10 @@ class Context:
     context_window: int | None = None
     state: Mapping[str, Any] = field(default_factory=dict)
     format: str | None = None
+    max_output_tokens: int | None = None
+    """The most tokens the reply may take (the request's ``max_tokens``): the fit step keeps
+    this much of the window free, as the provider requires (so far as the window allows:
+    see :func:`ctxmgmt.fit.reply_reserve`)."""
     _counts: dict[str, tuple[int, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _edit: Edit | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -82,6 +95,7 @@ class Context:
         context_window: int | None = None,
         state: Mapping[str, Any] = _NO_STATE,
         format: str | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
         # dataclasses' frozen __init__, in one write (this runs on every apply): a frozen
         # dataclass forbids setting its fields, not its instance dict.
@@ -93,6 +107,7 @@ class Context:
             context_window=context_window,
             state={} if state is _NO_STATE else state,
             format=format,
+            max_output_tokens=max_output_tokens,
             _counts={},
             _edit=None,
         )
@@ -124,12 +139,14 @@ class Context:
     def _usual(self) -> bool:
         """Whether every field has a type :meth:`_check` passes without looking further."""
         prompt, model, window = self.system_prompt, self.model, self.context_window
+        reply = self.max_output_tokens
         return (
             (type(self.messages) is list or type(self.messages) is History)
             and (prompt is None or type(prompt) is str)
             and (model is None or (type(model) is str and len(model) <= 256))
             and (window is None or (type(window) is int and window >= 1))
             and self.format is None
+            and (reply is None or (type(reply) is int and reply >= 1))
             and type(self.tools) in (tuple, list)
             and type(self.state) is dict
         )
@@ -158,6 +175,9 @@ class Context:
         cw = values["context_window"]
         if cw is not None and (isinstance(cw, bool) or not isinstance(cw, int) or cw < 1):
             problems.append(Problem("/context_window", "must be a whole number >= 1"))
+        reply = values["max_output_tokens"]
+        if reply is not None and (isinstance(reply, bool) or not isinstance(reply, int) or reply < 1):
+            problems.append(Problem("/max_output_tokens", "must be a whole number >= 1, or left out"))
         if not isinstance(values["state"], Mapping):
             problems.append(Problem("/state", "must be an object"))
 
@@ -236,6 +256,7 @@ class Context:
             "context_window": self.context_window,
             "state": dict(self.state),
             "format": self.format,
+            "max_output_tokens": self.max_output_tokens,
         }
 
     @classmethod

@@ -33,6 +33,7 @@ from typing import Any
 
 from .context import Context
 from .errors import ContextError, CtxmgmtError, Problem
+from .formats import Constraints
 from .manager import Runtime
 from .marks import binding, offloaded, stamp
 from .messages import (
@@ -45,10 +46,10 @@ from .messages import (
 )
 from .rules import Facts
 from .summaries import fit_room, fitted, fold, previous
-from .tokens import MESSAGE_OVERHEAD
+from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
 from .truncation import cut, with_text
 
-__all__ = ["DEFAULT_RESERVE_CAP", "Fit", "reserve_tokens"]
+__all__ = ["DEFAULT_RESERVE_CAP", "Fit", "must_stay", "reply_reserve", "reserve_tokens"]
 
 DEFAULT_RESERVE_CAP = 8192
 CACHE_TARGET = 0.75
@@ -60,22 +61,49 @@ _NOTICE_TOKENS = 80
 
 
 def reserve_tokens(window: int, settings: Mapping[str, Any]) -> int:
-    """The tokens kept free for the reply."""
+    """The tokens the definition keeps free for the reply."""
     value = settings.get("reserve_output_tokens")
     return min(DEFAULT_RESERVE_CAP, window // 4) if value is None else int(value)
+
+
+def reply_reserve(window: int, settings: Mapping[str, Any], asked: int | None, must: int) -> int:
+    """The tokens kept free for the reply: the definition's reserve, or the reply's limit the
+    request asks (``asked``, its ``max_tokens``) when that is more, since a provider refuses a
+    request whose input and reply limit together pass the window.
+
+    A limit is honoured up to half the window, and up to half the room the definition's
+    reserve leaves the conversation beside what must stay (``must``: the system prompt, tools,
+    task and system messages): past that it is most likely a client's default made for the
+    model's whole window, where the window managed to is a threshold chosen below it (Claude
+    Code asks 32,000 whatever window it is given), and honouring it would leave the
+    conversation no room."""
+    reserve = reserve_tokens(window, settings)
+    if asked is None or asked <= reserve:
+        return reserve
+    return max(reserve, min(asked, window // 2, reserve + max(0, window - must - reserve) // 2))
+
+
+def must_stay(context: Context, counter: TokenCounter, constraints: Constraints, ratio: float) -> int:
+    """The provider's tokens of what no step removes: the system prompt, the tool schemas, the
+    task and system messages, the reply's priming and the thinking of the turn in progress."""
+    messages = context.messages
+    held = sum(counter.message(messages[i]) for i in constraints.held(messages))
+    fixed = counter.system_prompt(context.system_prompt) + counter.tools(context.tools) + REPLY_PRIMING
+    return round((fixed + held + constraints.hidden_tokens(messages)) * ratio)
 
 
 class _Gate:
     """The fit step's gate: fires when the request plus the reserve exceeds the window."""
 
-    def __init__(self, settings: Mapping[str, Any]) -> None:
+    def __init__(self, settings: Mapping[str, Any], reserve: int | None) -> None:
         self.settings = settings
+        self.reserve = reserve
 
     def evaluate(self, facts: Facts) -> tuple[bool, dict[str, Any]]:
         window = facts.context_window
         if not window:
             return False, {"note": "the context window is unknown; set context_window"}
-        reserve = reserve_tokens(window, self.settings)
+        reserve = reserve_tokens(window, self.settings) if self.reserve is None else self.reserve
         tokens = facts.window_tokens
         fired = tokens + reserve > window
         need = {"limit": window, "value": tokens + reserve, "met": fired}
@@ -89,16 +117,20 @@ class Fit:
     archives = True
     trusted = True
 
-    def __init__(self, settings: Mapping[str, Any]) -> None:
-        self.activation = _Gate(settings)
+    def __init__(self, settings: Mapping[str, Any], reserve: int | None = None) -> None:
+        """``reserve``: the tokens kept for the reply (:func:`reply_reserve`), by default the
+        definition's."""
+        self.activation = _Gate(settings, reserve)
         self.settings = settings
+        self.reserve = reserve
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
         window = context.context_window
         assert window is not None  # the gate does not fire without one
         # In counted tokens: the provider counts ``ratio`` times as many (calibration).
         ratio = runtime.environment.window_ratio(context.model)
-        base = int((window - reserve_tokens(window, self.settings)) / ratio)
+        reserve = reserve_tokens(window, self.settings) if self.reserve is None else self.reserve
+        base = int((window - reserve) / ratio)
         hidden = runtime.constraints.hidden_tokens
 
         def room(ctx: Context) -> int:
@@ -138,7 +170,7 @@ class Fit:
         total = counter.context(out)[0]
         if total > room(out):
             looped = runtime.constraints.head(context.messages)[1] is not None
-            raise _too_large(out, runtime, window, reserve_tokens(window, self.settings), looped)
+            raise _too_large(out, runtime, window, reserve, looped)
         return out
 
     def _drop(

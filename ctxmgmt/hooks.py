@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .archive import Batch, BatchWriter
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
-from .fit import Fit, reserve_tokens
+from .fit import Fit, must_stay, reply_reserve, reserve_tokens
 from .formats import CHAT, USER_FIRST, Constraints
 from .history import IS_CHAT, IS_VALID, History
 from .manager import ContextManager, Environment, Runtime
@@ -78,6 +78,7 @@ class _Run:
         self.trace: list[TraceEntry] = []
         self._facts: Facts | None = None
         self._facts_of: Context | None = None
+        self._reserved: tuple[Context, int] | None = None
         self._input_problems: set[str] | None = None
         offloader = environment.offloader
         self._batches = offloader is not None and _writes_batches(type(offloader))
@@ -178,12 +179,27 @@ class _Run:
         self._record(entry, True, reason, tokens, output, duration, None, runtime.details)
         self.context = output
 
+    def _reserve(self) -> int:
+        """The tokens kept for the reply (:func:`~ctxmgmt.fit.reply_reserve`), worked out once
+        per context a run sees when the request asks a reply limit of its own."""
+        context = self.context
+        window = context.context_window
+        assert window
+        asked = context.max_output_tokens
+        if asked is None:
+            return reserve_tokens(window, self.settings)
+        if self._reserved is None or self._reserved[0] is not context:
+            ratio = self.environment.window_ratio(context.model)
+            must = must_stay(context, self.counter, self.constraints, ratio)
+            self._reserved = (context, reply_reserve(window, self.settings, asked, must))
+        return self._reserved[1]
+
     def _limit(self) -> int | None:
         """The counted tokens a request may have: the window less the reply's reserve."""
         window = self.context.context_window
         if not window:
             return None
-        room = window - reserve_tokens(window, self.settings)
+        room = window - self._reserve()
         hidden = self.constraints.hidden_tokens(self.context.messages)  # no manager can free it
         return int(room / self.environment.window_ratio(self.context.model)) - hidden
 
@@ -317,7 +333,7 @@ class _Run:
             or not self.settings.get("fit", True)
         ):
             return
-        step = Fit(self.settings)
+        step = Fit(self.settings, self._reserve())
         entry = Entry(index, Fit.type_name, step, step.activation, "fail")
         started = self.start(entry)
         if started is None:

@@ -119,6 +119,70 @@ def test_every_shipped_definition_fits_its_window(name, window, factor, seed):
     assert result.trace[-1]["type"] == "fit"
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(SHIPPED),
+    window=st.sampled_from(WINDOWS[:4]),
+    share=st.floats(0.01, 0.9),
+    seed=st.integers(0, 2**16),
+)
+@example(name="tool-heavy", window=16_384, share=0.45, seed=3)
+@example(name="default", window=8_000, share=0.9, seed=4)
+def test_the_fit_keeps_room_for_the_reply_limit_the_request_asks(name, window, share, seed):
+    """A request that asks for a longer reply than the definition reserves (its max_tokens) is
+    fitted so that its input and that limit together stay within the window, as providers
+    require, up to half the window; a shorter one keeps the definition's reserve."""
+    definition = load_definition(name)
+    asked = max(1, int(window * share))
+    ctx = Context(SYSTEM, sized_conversation(window * 3, seed), TOOLS, MODEL, window, max_output_tokens=asked)
+    with tempfile.TemporaryDirectory() as folder:
+        result = definition.apply("pre_llm", ctx, offloader=LocalOffloader(folder), session="s")
+    tokens = get_counter(MODEL).context(result.context)[0]
+    reserve = max(min(asked, window // 2), reserve_tokens(window, definition.settings))
+    assert tokens + reserve <= window, f"{tokens} + {reserve} > {window}"
+    assert_valid_messages(result.context.messages)
+    assert result.context.max_output_tokens == asked
+
+
+def test_a_reply_limit_takes_at_most_half_the_room_the_conversation_would_have():
+    """A reply limit that would squeeze the conversation beside the system prompt, tools and
+    task takes at most half the room the definition's reserve leaves it: the request fits,
+    and the conversation keeps the other half."""
+    from ctxmgmt.fit import must_stay, reply_reserve
+    from ctxmgmt.formats import CHAT
+
+    counter = get_counter(MODEL)
+    ctx = Context("s " * 3500, conversation(10), TOOLS, MODEL, 8000, max_output_tokens=4000)
+    must = must_stay(ctx, counter, CHAT, 1.0)
+    assert 3500 < must < 4000
+    reserve = reply_reserve(8000, {}, 4000, must)
+    assert reserve == 2000 + (8000 - must - 2000) // 2 < 4000
+    result = bare().apply("pre_llm", ctx)
+    assert counter.context(result.context)[0] + reserve <= 8000
+    assert result.trace[-1]["type"] == "fit" and result.trace[-1]["activated"]
+
+
+def test_a_reply_limit_past_half_the_window_counts_as_half():
+    """A client's reply limit made for a larger window than the one managed to (Claude Code
+    asks 32,000 whatever the window) reserves half the window, not all of it."""
+    from ctxmgmt.fit import reply_reserve
+
+    ctx = Context(SYSTEM, conversation(), TOOLS, MODEL, 16_000, max_output_tokens=32_000)
+    result = bare().apply("pre_llm", ctx)
+    tokens = get_counter(MODEL).context(result.context)[0]
+    assert 4_000 < tokens <= 8_000
+    assert reply_reserve(16_000, {}, 32_000, 100) == 8_000 and reply_reserve(16_000, {}, 100, 100) == 4_000
+
+
+def test_a_context_refuses_a_reply_limit_that_is_no_count():
+    """max_output_tokens is a whole number >= 1 or left out, named by its pointer."""
+    for bad in (0, -5, 1.5, "100", True):
+        with pytest.raises(ContextError, match="/max_output_tokens"):
+            Context(messages=[{"role": "user", "content": "hi"}], max_output_tokens=bad)
+    data = {"messages": [{"role": "user", "content": "hi"}], "max_output_tokens": 300}
+    assert Context.from_dict(data).to_dict()["max_output_tokens"] == 300
+
+
 def conversation(n: int = 60, size: int = 400) -> list[dict]:
     """A task, then n tool rounds with results of about ``size`` tokens."""
     msgs: list[dict] = [{"role": "user", "content": "Task: fix the failing build in src/app.py"}]

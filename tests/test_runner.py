@@ -6,6 +6,7 @@ import pytest
 
 from ctxmgmt import AgentError, Context, ContextError, LLMError, NotFound, get_counter
 from ctxmgmt.agents.runner import Runner
+from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.managers.summarization import SummarizationManager
 from tests.conftest import shipped, tool_call
 
@@ -576,6 +577,30 @@ def test_a_conversation_past_its_window_is_fitted_before_each_call(runner, chat_
     for request in chat_server.requests:
         ctx = Context(messages=request["messages"], tools=request.get("tools", ()))
         assert counter.context(ctx)[0] + 4000 <= 16_000
+
+
+def test_the_runner_keeps_room_for_the_reply_limit_its_model_asks(store, agent_models, tools, chat_server):
+    """A model configured with a max_tokens larger than the definition's reserve gets requests
+    whose input and that limit together fit its window (Anthropic refuses more)."""
+    from dataclasses import replace
+
+    models = ModelsConfig({**agent_models, "chat": replace(agent_models["chat"], max_tokens=7_000)})
+    runner = Runner(store, models, tools)
+    hooks = {"post_memory": [{"type": "SlidingWindowManager", "config": {}}]}
+    store.create("fit-only", {"hooks": hooks})  # pre_llm: the fit step alone
+    agent_id = agent(runner, context_management_name="fit-only")
+    for _ in range(6):
+        chat_server.reply(tool_call(("big", {"size": 15_000})))
+    chat_server.reply("done")
+    assert runner.execute(agent_id, "read them all").finished
+    counter = get_counter("fake-model")
+    counted = []
+    for request in chat_server.requests:
+        assert request["max_tokens"] == 7_000
+        counted.append(
+            counter.context(Context(messages=request["messages"], tools=request.get("tools", ())))[0]
+        )
+    assert all(n + 7_000 <= 16_000 for n in counted) and max(counted) > 6_000, counted
 
 
 def test_a_hook_runs_changes_are_the_same_from_the_edit_and_from_the_lists():

@@ -35,7 +35,7 @@ from langchain_core.messages import (
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 
-from ..agents.conversation import Conversation, DefinitionSource, Source, Turn
+from ..agents.conversation import Conversation, DefinitionSource, Source, Turn, reply_limit
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin
 from ..formats._turns import THINKING_BLOCKS, thinking_mark
@@ -132,6 +132,10 @@ class ContextManagementMiddleware(AgentMiddleware):
             "tools": [t if isinstance(t, dict) else convert_to_openai_tool(t) for t in request.tools],
             "model": getattr(model, "model_name", None) or getattr(model, "model", None),
             "context_window": window if isinstance(window, int) else None,
+            # The reply's limit the call asks: Anthropic refuses input + max_tokens past the window.
+            "max_output_tokens": reply_limit(
+                (request.model_settings or {}).get("max_tokens"), getattr(model, "max_tokens", None)
+            ),
         }
         live[1].begin()
         return live[0], live[1], options

@@ -29,7 +29,7 @@ from agents.items import ModelResponse
 from agents.run_config import CallModelData, ModelInputData
 from agents.tracing import custom_span
 
-from ..agents.conversation import Conversation, DefinitionSource, Turn
+from ..agents.conversation import Conversation, DefinitionSource, Turn, reply_limit
 from ..cache import Pricing
 
 __all__ = ["ContextManagementFilter", "ContextManagementHooks"]
@@ -90,6 +90,7 @@ class ContextManagementFilter:
             "tools": _schemas(agent),
             "model": agent.model if isinstance(agent.model, str) else None,
             "context_window": self.context_window,
+            "max_output_tokens": reply_limit(getattr(agent.model_settings, "max_tokens", None)),
         }
         given = data.model_data.input
         turn = await self.conversation.aprepare(given, **request)

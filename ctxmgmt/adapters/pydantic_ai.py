@@ -37,7 +37,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ..agents.conversation import Conversation, DefinitionSource, Turn
+from ..agents.conversation import Conversation, DefinitionSource, Turn, reply_limit
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin, origin_of
 from ..formats._turns import thinking_mark
@@ -96,6 +96,7 @@ class ContextManagementProcessor:
             system_prompt=_instructions(messages),
             model=getattr(model, "model_name", None),
             context_window=self.context_window,
+            max_output_tokens=reply_limit((getattr(ctx, "model_settings", None) or {}).get("max_tokens")),
         )
         self.last = turn
         out = self.conversation.framework_messages(turn, messages, lambda t: from_chat(t.messages, messages))

@@ -54,6 +54,7 @@ __all__ = [
     "Translate",
     "Turn",
     "refuse_invalid",
+    "reply_limit",
     "usage_record",
 ]
 
@@ -536,7 +537,7 @@ class Conversation:
 
         ``record``: the conversation's messages, in its format, or a framework's messages
         that ``translate`` turns into it. ``request``: ``system_prompt``, ``tools``,
-        ``model``, ``context_window``."""
+        ``model``, ``context_window``, ``max_output_tokens``."""
         definition = self.source.get()
         steps = self._steps(definition, record, translate, request, self._covered(record))
         turn, _ = self._drive(definition, steps)
@@ -1002,7 +1003,13 @@ def _translated_sized(messages: Sequence[Any], translate: Translate | None) -> t
     return out, sizes
 
 
-_REQUEST = ("system_prompt", "tools", "model", "context_window")
+_REQUEST = ("system_prompt", "tools", "model", "context_window", "max_output_tokens")
+
+
+def reply_limit(*values: Any) -> int | None:
+    """The first of a framework's reply limits (its ``max_tokens`` settings, most specific
+    first) that is a token count: what the fit keeps free for the reply."""
+    return next((v for v in values if type(v) is int and v >= 1), None)
 
 
 def _continue(context: Context, request: Mapping[str, Any]) -> Context:

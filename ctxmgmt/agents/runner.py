@@ -303,6 +303,7 @@ class Runner:
             "tools": schemas,
             "model": model.model,
             "context_window": model.context_window,
+            "max_output_tokens": model.reply_limit,  # the fit keeps room for the reply it asks
         }
         conversation.begin(base, state=state, calibration=ratios, post_memory=True, **request)
         found = False
@@ -494,6 +495,7 @@ class Runner:
             model=llm.model if llm else None,
             context_window=llm.context_window if llm else None,
             state=state,
+            max_output_tokens=llm.reply_limit if llm else None,
         )
         env = Environment(self.models, self.offloader, memory_id, pool=self.pool)
         try:

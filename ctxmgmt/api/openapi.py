@@ -223,6 +223,11 @@ def openapi_document() -> dict[str, Any]:
             "tools": {"type": "array", "items": {"type": "object"}},
             "model": {"type": ["string", "null"]},
             "context_window": {"type": ["integer", "null"], "minimum": 1},
+            "max_output_tokens": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "description": "the reply's limit (max_tokens): the fit step keeps at least this free",
+            },
             "state": {"type": "object"},
         },
     }

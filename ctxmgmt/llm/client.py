@@ -60,7 +60,6 @@ from ..errors import LLMError, LLMTimeoutError
 from ..formats import anthropic as _anthropic
 from ..messages import is_summary
 from .config import (
-    DEFAULT_MAX_TOKENS,
     ModelConfig,
     ModelsConfig,
     load_models,
@@ -218,7 +217,7 @@ class ChatClient:
             stable = next((i for i, m in enumerate(messages) if is_summary(m)), None)
             body = {
                 "model": config.model,
-                "max_tokens": config.max_tokens or DEFAULT_MAX_TOKENS,
+                "max_tokens": config.reply_limit,
                 **_anthropic.request(
                     messages, params.get("tools") or (), breakpoints=config.cache_breakpoints, stable=stable
                 ),

@@ -61,6 +61,11 @@ class ModelConfig:
     max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES
     """A streamed answer the proxy passes on as it arrives is ended past this many bytes."""
 
+    @property
+    def reply_limit(self) -> int | None:
+        """The reply's limit the client sends (None: the endpoint's own, OpenAI-compatible)."""
+        return self.max_tokens or (DEFAULT_MAX_TOKENS if self.provider == "anthropic" else None)
+
     def api_key(self) -> str | None:
         if self.api_key_env is None:
             return None

@@ -31,6 +31,13 @@ DEFINITION = {
 }
 
 
+FIT_ONLY = {
+    "name": "fit",
+    "hooks": {"post_memory": [{"type": "SlidingWindowManager", "config": {"max_messages": 999}}]},
+}
+"""A definition whose pre_llm is the fit step alone."""
+
+
 class RecordingModel(GenericFakeChatModel):
     """LangChain's fake chat model, recording what each call received."""
 
@@ -541,3 +548,26 @@ def test_a_message_with_thinking_is_marked_with_how_much_and_whether_first():
     assert dict(later["_ctxmgmt"]) == {"thinking": True, "thinking_chars": 2}
     (plain,) = _group(AIMessage(content=[{"type": "text", "text": "No thought."}], tool_calls=call))
     assert "_ctxmgmt" not in plain
+
+
+def test_the_fit_keeps_room_for_the_reply_limit_the_model_asks():
+    """A chat model whose max_tokens is more than the definition's reserve gets requests whose
+    input and that limit together fit the window (Anthropic refuses more)."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    from ctxmgmt import Context, get_counter
+
+    class Limited(RecordingModel):
+        max_tokens: int = 3500
+
+    model = Limited(messages=iter(script(1, calls=4)))
+    middleware = ContextManagementMiddleware(FIT_ONLY, context_window=8000)
+    agent = create_agent(model, [read_log], system_prompt="You read logs.", middleware=[middleware])
+    agent.invoke({"messages": [HumanMessage("Why does the login fail?")]})
+    assert len(model.seen) == 5
+    counter, tools = get_counter(), [convert_to_openai_tool(read_log)]
+    counted = [
+        counter.context(Context(messages=convert_to_openai_messages(c), tools=tools))[0] for c in model.seen
+    ]
+    assert all(n + 3500 <= 8000 for n in counted), counted
+    assert max(counted) > 500  # the results were there to cut

@@ -150,3 +150,25 @@ def test_reported_usage_calibrates_the_counts():
     assert all(u["cached_tokens"] == u["reported"] // 2 for u in managed.hooks.usage)
     assert all(u["cache_write_tokens"] == 3 for u in managed.hooks.usage)
     assert managed.hooks.usage[-1]["reusable_prefix_tokens"] > 0
+
+
+def test_the_fit_keeps_room_for_the_reply_limit_the_agent_asks():
+    """An agent whose model settings ask more max_tokens than the definition reserves gets
+    requests whose input and that limit together fit the window."""
+    from agents import ModelSettings
+
+    from ctxmgmt import Context, get_counter
+
+    definition = {"name": "fit", "hooks": {"post_memory": [{"type": "SlidingWindowManager", "config": {}}]}}
+    model = ScriptedModel([*steps(1)])
+    settings = ModelSettings(max_tokens=1900)
+    agent = Agent(
+        name="logs", instructions="You read logs.", model=model, tools=[read_log], model_settings=settings
+    )
+    managed = ContextManagementFilter(definition, context_window=4000)
+    config = RunConfig(call_model_input_filter=managed)
+    asyncio.run(Runner.run(agent, "Why does the login fail?", run_config=config, hooks=managed.hooks))
+    counter = get_counter()
+    counted = [counter.context(Context(messages=c.input, format="openai_responses"))[0] for c in model.calls]
+    assert len(counted) == 3 and all(n + 1900 <= 4000 for n in counted), counted
+    assert any(e["type"] == "fit" and e["activated"] for e in managed.last.trace)

@@ -311,3 +311,21 @@ def test_a_response_with_thinking_is_marked_with_how_much_and_whether_first():
     assert dict(chat[0]["_ctxmgmt"]) == {"thinking": True, "thinking_chars": 40, "thinking_first": True}
     assert dict(chat[1]["_ctxmgmt"]) == {"thinking": True, "thinking_chars": 2}
     assert dict(chat[2]["_ctxmgmt"]) == {} and chat[1]["content"] == "Reading."
+
+
+def test_the_fit_keeps_room_for_the_reply_limit_the_run_asks():
+    """A run whose model settings ask more max_tokens than the definition reserves gets
+    requests whose input and that limit together fit the window."""
+    from ctxmgmt import Context, get_counter
+
+    definition = {"name": "fit", "hooks": {"post_memory": [{"type": "SlidingWindowManager", "config": {}}]}}
+    seen: list[list[ModelMessage]] = []
+    processor = ContextManagementProcessor(definition, context_window=8000)
+    agent = make_agent(seen, processor)
+    asyncio.run(
+        agent.run("Why does the login fail?", model_settings={"max_tokens": 3500})
+    )  # not run_sync: it leaves its loop open
+    counter = get_counter()
+    counted = [counter.context(Context(messages=to_chat(call)[0]))[0] for call in seen]
+    assert len(counted) == 4 and max(counted) > 500, counted
+    assert all(n + 3500 <= 8000 for n in counted), counted

@@ -114,6 +114,75 @@ def test_an_anthropic_tool_loop_with_thinking_keeps_opening_with_its_thinking(pr
     assert len(upstream.seen) == 60 and len(upstream.seen[-1].body["messages"]) < len(messages) - 1
 
 
+def _history(api: str, rounds: int) -> list[dict[str, Any]]:
+    """A task and ``rounds`` tool calls with long results, in ``api``'s own format."""
+    out: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
+    for i in range(rounds):
+        call, args, result = f"call_{i}", json.dumps({"cmd": f"cat {i}.log"}), _tool_output(i, 40)
+        if api == "chat":
+            function = {"name": "bash", "arguments": args}
+            out.append(
+                {"role": "assistant", "tool_calls": [{"id": call, "type": "function", "function": function}]}
+            )
+            out.append({"role": "tool", "tool_call_id": call, "content": result})
+        elif api == "responses":
+            out.append({"type": "function_call", "call_id": call, "name": "bash", "arguments": args})
+            out.append({"type": "function_call_output", "call_id": call, "output": result})
+        else:
+            use = {"type": "tool_use", "id": call, "name": "bash", "input": {"cmd": f"cat {i}.log"}}
+            out.append({"role": "assistant", "content": [use]})
+            out.append(
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": result}]}
+            )
+    return out
+
+
+LIMIT = 7_000
+"""More than the 4,000 the definition reserves of a 16k window, less than half of it."""
+_LIMITED = [
+    ("chat", "/v1/chat/completions", "gpt-test", "messages", "max_completion_tokens"),
+    ("chat", "/v1/chat/completions", "gpt-test", "messages", "max_tokens"),
+    ("responses", "/v1/responses", "gpt-test", "input", "max_output_tokens"),
+    ("messages", "/v1/messages", "claude-test", "messages", "max_tokens"),
+]
+
+
+@pytest.mark.parametrize(("api", "path", "model", "field", "limit"), _LIMITED)
+@pytest.mark.parametrize("definition", ["fit-only", "default"])
+def test_the_request_keeps_room_for_the_reply_limit_it_asks(
+    proxy, store, upstream, api, path, model, field, limit, definition
+):
+    """A request asking for a reply longer than the definition reserves (7,000 of a 16k window)
+    is managed so that its input and that limit together fit the window, as providers require
+    (Anthropic refuses input + max_tokens past the window); the limit goes upstream unchanged."""
+    hooks = {"post_memory": [{"type": "SlidingWindowManager", "config": {}}]}
+    store.seed("fit-only", {"name": "fit-only", "hooks": hooks})  # pre_llm: the fit step alone
+    body: dict[str, Any] = {"model": model, field: _history(api, 40), limit: LIMIT}
+    body["system" if api == "messages" else "instructions"] = SYSTEM
+    if api == "chat":
+        body.pop("instructions")
+    upstream.replies.append(Reply("done"))
+    r = httpx.post(f"{proxy.url}/proxy/{definition}{path}", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    sent = upstream.seen[-1].body
+    assert sent[limit] == LIMIT
+    assert input_tokens(sent) + LIMIT <= 16_000, input_tokens(sent)
+
+
+@pytest.mark.parametrize(("api", "path", "model", "field", "limit"), _LIMITED)
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "4096", True])
+def test_a_reply_limit_that_is_no_count_is_a_400_naming_it(
+    proxy, upstream, api, path, model, field, limit, bad
+):
+    """A reply limit that is not a whole number >= 1 is refused in the provider's shape, naming
+    its field, and never goes upstream."""
+    body = {"model": model, field: [{"role": "user", "content": TASK}], limit: bad}
+    r = httpx.post(f"{proxy.url}/proxy/default{path}", json=body, timeout=30)
+    assert r.status_code == 400
+    assert f"/{limit}" in r.json()["error"]["message"]
+    assert upstream.seen == []
+
+
 def test_streamed_chat_passes_through_in_order(proxy, upstream):
     """A streamed answer reaches the client event by event, byte for byte."""
     upstream.replies.append(Reply("one two three four"))

@@ -28,6 +28,8 @@ class Parts:
     system_prompt: str | None
     tools: list[Any]
     stream: bool
+    reply_limit: int | None = None
+    """The most tokens the reply may take, as the request asks (``max_tokens``...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,9 @@ class Api:
     """The ``provider`` of the models configuration whose endpoints speak it."""
     field: str
     """The body's field that holds the conversation."""
+    limits: tuple[str, ...]
+    """The body's fields that limit the reply's tokens, the one the provider prefers first
+    (chat's ``max_completion_tokens`` replaces the deprecated ``max_tokens``)."""
 
     def parts(self, body: Mapping[str, Any], *, unmanaged: bool = False) -> Parts | str:
         """The request's conversation, or what is wrong with it (a JSON pointer and why);
@@ -74,6 +79,10 @@ class Api:
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             return "/stream: must be true or false"
+        limit = next((body[k] for k in self.limits if body.get(k) is not None), None)
+        if limit is not None and (type(limit) is not int or limit < 1):
+            name = next(k for k in self.limits if body.get(k) is not None)
+            return f"/{name}: must be a whole number >= 1 (the most tokens the reply may take)"
         if self.name == "messages":
             system = body.get("system")
             if system is not None and not isinstance(system, (str, list)):
@@ -86,7 +95,7 @@ class Api:
             prompt = instructions
         else:
             prompt = None  # chat: system messages are messages
-        return Parts(list(raw), prompt, tools, stream)
+        return Parts(list(raw), prompt, tools, stream, limit)
 
     def managed(self, body: Mapping[str, Any], messages: Sequence[Any], model: str) -> dict[str, Any]:
         """The body that goes upstream: the managed messages, and the upstream's model name."""
@@ -103,8 +112,15 @@ class Api:
 APIS: dict[str, Api] = {
     api.name: api
     for api in (
-        Api("chat", "/v1/chat/completions", "openai_chat", "openai", "messages"),
-        Api("responses", "/v1/responses", "openai_responses", "openai", "input"),
-        Api("messages", "/v1/messages", "anthropic", "anthropic", "messages"),
+        Api(
+            "chat",
+            "/v1/chat/completions",
+            "openai_chat",
+            "openai",
+            "messages",
+            ("max_completion_tokens", "max_tokens"),
+        ),
+        Api("responses", "/v1/responses", "openai_responses", "openai", "input", ("max_output_tokens",)),
+        Api("messages", "/v1/messages", "anthropic", "anthropic", "messages", ("max_tokens",)),
     )
 }

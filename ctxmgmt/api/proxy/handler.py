@@ -30,7 +30,7 @@ from ...agents.conversation import Conversation, Turn, usage_record
 from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
 from ...errors import ToolError
-from ...fit import reserve_tokens
+from ...fit import reply_reserve
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
 from ...messages import RECALL_TOOLS, without_cache_control
@@ -201,6 +201,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         "tools": parts.tools,
         "model": config.model,
         "context_window": config.context_window,
+        "max_output_tokens": parts.reply_limit,
     }
 
     def conversation_of() -> tuple[Conversation, str, str]:
@@ -282,7 +283,9 @@ async def _proxy(request: Request, api: Api) -> Response:
         # rounds' calls and results, which no hook sees.
         window = config.context_window
         exchange.counter = get_counter(config.model, definition.tokenizer)
-        exchange.room = int((window - reserve_tokens(window, definition.settings)) / max(1.0, turn.ratio))
+        ratio = max(1.0, turn.ratio)
+        reserve = reply_reserve(window, definition.settings, parts.reply_limit, round(turn.counted * ratio))
+        exchange.room = int((window - reserve) / ratio)
         exchange.room -= turn.counted
     if parts.stream:
         # A stream's record is stored after its last event went out, when the client may
