@@ -407,3 +407,39 @@ def test_a_client_that_moves_its_cache_breakpoint_continues_its_conversation(sto
         got = without_cache_control(body["messages"])
         assert _unref([without_cache_control(turn.messages)]) == _unref([got]), step
         engine.observe(reported[step])
+
+
+def test_a_cut_result_keeps_the_breakpoint_the_client_still_puts_on_it(store):
+    """A client that marks its last two user messages (Anthropic's multi-turn pattern) keeps
+    both breakpoints upstream: a result cut in an earlier request, carried in the view, takes
+    the breakpoint the client puts now on the result it stands for (and not a stale one)."""
+    mark = {"type": "ephemeral"}
+    history: list[dict] = [{"role": "user", "content": [{"type": "text", "text": TASK}]}]
+    with Upstream() as upstream, LiveServer(create_app(store, models=models_for(upstream, 200_000))) as proxy:
+        for step in range(6):
+            upstream.replies.append(Reply(calls=[("bash", {"cmd": f"cat /var/data/in/{step}.log"})]))
+            messages = json.loads(json.dumps(history))
+            users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+            for i in users[-2:]:
+                messages[i]["content"][-1]["cache_control"] = mark
+            body = {"model": "claude-test", "max_tokens": 500, "system": SYSTEM, "messages": messages}
+            r = httpx.post(f"{proxy.url}/proxy/default/v1/messages", json=body, timeout=30)
+            assert r.status_code == 200, r.text
+            sent = upstream.seen[-1].body["messages"]
+            assert len(sent) == len(messages)  # nothing removed: each message stands for its own
+            marked = [i for i, m in enumerate(sent) if _breakpoints(m)]
+            assert marked == users[-2:], (step, marked, users[-2:])
+            assert all(_breakpoints(m) == 1 for m in (sent[i] for i in marked))
+            if step >= 2:  # the second-to-last result was cut in the request before
+                assert len(json.dumps(sent[users[-2]])) < len(json.dumps(messages[users[-2]])) // 2
+            uses = [b for b in r.json()["content"] if b["type"] == "tool_use"]
+            history.append({"role": "assistant", "content": r.json()["content"]})
+            output = "\n".join(f"row {i} " + "x" * 80 for i in range(3000))
+            history.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": b["id"], "content": output} for b in uses
+                    ],
+                }
+            )

@@ -19,6 +19,7 @@ import json
 import re
 import sys
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,6 +91,21 @@ class Body:
     def prefix(self) -> str:
         """The text up to the end of the last element: what the next request starts with."""
         return self.text[: self.prefix_end]
+
+    def breakpoints(self) -> list[int]:
+        """The conversation's elements whose text holds a ``cache_control`` key, found at C
+        speed (a look-alike inside a string is found too: the caller reads the object)."""
+        if self.array is None:
+            return []
+        text, spans = self.text, self.spans
+        out: list[int] = []
+        at, end = self.array
+        while (at := text.find(_KEY, at, end)) >= 0:
+            k = bisect_right(spans, at, key=itemgetter(0)) - 1
+            if k >= 0 and (not out or out[-1] != k):
+                out.append(k)
+            at += len(_KEY)
+        return out
 
     def digest(self, upto: Any) -> str | None:
         """A fingerprint of the client's own text of its first ``upto`` elements (None when it

@@ -33,7 +33,7 @@ from ...errors import ToolError
 from ...fit import reply_reserve
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
-from ...messages import RECALL_TOOLS, without_cache_control
+from ...messages import CACHE_CONTROL, RECALL_TOOLS, without_cache_control
 from ...store.repository import now_ms, relaxed
 from ...store.sessions import SessionStore
 from ...summaries import message_key
@@ -253,7 +253,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         conversation, conversation_id, slot, carried, turn = await asyncio.to_thread(prepared)
     bodies.keep(parsed, previous)  # an accepted request's body: the next one is read from it
     exchange_state = _Kept(slot, version, parts.record, parsed, conversation_id, archives)
-    messages = _fresh_breakpoints(turn.messages, parts.record, carried)
+    messages = _fresh_breakpoints(turn.messages, parts.record, carried, parsed.breakpoints())
     outgoing = api.managed(body, messages, config.model)
     recall: list[Tool] = []
     if offloader is not None and conversation.names_archive(turn):
@@ -303,23 +303,65 @@ def _carried(conversation: Conversation) -> dict[int, Any]:
     return {id(m): m for m in view} if isinstance(view, list) else {}
 
 
-def _fresh_breakpoints(messages: list[Any], record: Sequence[Any], carried: dict[int, Any]) -> list[Any]:
+def _fresh_breakpoints(
+    messages: list[Any], record: Sequence[Any], carried: dict[int, Any], marked: Sequence[int]
+) -> list[Any]:
     """The managed messages, those ctxmgmt wrote in an earlier request (in ``carried``: a
     summary, a cut result) without the prompt-cache breakpoints they were made with: the
     client has moved its own since (to its newest message, as Claude Code does on every
-    request), and each stale one would be one more than the four Anthropic takes. A message
-    made in this request keeps the client's breakpoint of the message it was made from."""
+    request), and each stale one would be one more than the four Anthropic takes. A cut
+    result takes the breakpoints the client puts now on the results it stands for (``marked``:
+    the record's messages that may hold one), as a message made in this request keeps the
+    client's breakpoint of the message it was made from."""
     if not carried:
         return messages
     own = set(map(id, record))
     out: list[Any] | None = None
+    placed: dict[frozenset[str], Any] | None = None
     for i, m in enumerate(messages):
         if id(m) in carried and id(m) not in own:
             fresh = without_cache_control(m)
+            if fresh is not m or marked:
+                if placed is None:  # the client's results with a breakpoint, by their calls
+                    placed = {ids: r for r in map(record.__getitem__, marked) if (ids := _result_ids(r))}
+                source = placed.get(_result_ids(m)) if placed else None
+                if source is not None:
+                    fresh = _breakpoints_of(source, fresh)
             if fresh is not m:
                 out = list(messages) if out is None else out
                 out[i] = fresh
     return messages if out is None else out
+
+
+def _result_ids(m: Any) -> frozenset[str]:
+    """The calls whose results an Anthropic user message carries (empty for any other)."""
+    content = m.get("content") if isinstance(m, Mapping) and m.get("role") == "user" else None
+    if not isinstance(content, list):
+        return frozenset()
+    return frozenset(
+        b["tool_use_id"]
+        for b in content
+        if isinstance(b, Mapping) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str)
+    )
+
+
+def _breakpoints_of(source: Mapping[str, Any], m: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``m`` (a cut copy of ``source``'s results, without breakpoints) with the breakpoints
+    ``source``'s blocks hold: block for block when both have as many, else by the call."""
+    given, blocks = source["content"], m.get("content")
+    if not isinstance(blocks, list) or not any(isinstance(b, Mapping) and CACHE_CONTROL in b for b in given):
+        return m
+    by_call = {
+        b.get("tool_use_id"): b[CACHE_CONTROL] for b in given if isinstance(b, Mapping) and CACHE_CONTROL in b
+    }
+    out = []
+    for i, b in enumerate(blocks):
+        if len(blocks) == len(given) and isinstance(given[i], Mapping):
+            mark = given[i].get(CACHE_CONTROL)
+        else:
+            mark = by_call.get(b.get("tool_use_id")) if isinstance(b, Mapping) else None
+        out.append({**b, CACHE_CONTROL: mark} if mark is not None and isinstance(b, Mapping) else b)
+    return {**m, "content": out}
 
 
 def _recallable(api: Api, body: Mapping[str, Any], parts: Parts, offloader: Any) -> bool:
