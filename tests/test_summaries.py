@@ -1264,3 +1264,26 @@ def test_a_message_of_data_about_where_the_client_runs_is_no_goal():
     # A user whose only ask is written as elements (an issue's fields): it is the goal still.
     issue = "<issue><title>Checkout fails on retry</title><body>card declined</body></issue>"
     assert digest([{"role": "user", "content": issue}, messages[2]])["goal"] == [issue]
+
+
+def test_a_messages_key_leaves_out_its_prompt_cache_breakpoints_and_nothing_else():
+    """A summary's ``upto`` key of a message is the same whether a client put its breakpoint
+    on it or moved it away (Claude Code moves it every request), and differs when the text,
+    a part or a tool result's call differs."""
+    from ctxmgmt.summaries import message_key
+
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "pytest: 3 failed"}
+    m = {"role": "user", "content": [result, {"type": "text", "text": "go on"}]}
+    marked = {
+        "role": "user",
+        "content": [{**result, "cache_control": {"type": "ephemeral"}}, m["content"][1]],
+    }
+    last = {
+        "role": "user",
+        "content": [result, {**m["content"][1], "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+    }
+    assert message_key(m) == message_key(marked) == message_key(last)
+    other_call = {"role": "user", "content": [{**result, "tool_use_id": "t2"}, m["content"][1]]}
+    other_text = {"role": "user", "content": [result, {"type": "text", "text": "stop"}]}
+    assert len({message_key(m), message_key(other_call), message_key(other_text)}) == 3
+    assert "cache_control" in marked["content"][0]  # the message handed in is left as it was

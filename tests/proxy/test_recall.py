@@ -174,6 +174,20 @@ def test_a_chat_request_for_several_choices_is_offered_no_recall(archiving, upst
     _names_no_archive(sent)
 
 
+def test_a_conversation_that_archived_then_asks_several_choices_names_no_archive(archiving, upstream):
+    """A conversation whose earlier request archived, continued by one that cannot be offered
+    recall (``n`` > 1), gets a view made anew: nothing sent names the archive made before."""
+    url = f"{archiving.url}/proxy/long-running-agent/v1/chat/completions"
+    upstream.replies.append(lambda body: Reply("done"))
+    assert httpx.post(url, json={"model": "gpt-test", "messages": _history()}, timeout=60).status_code == 200
+    assert re.search(r"\bt-[0-9a-f]{32}", json.dumps(upstream.seen[-1].body))  # archived, named
+    history = [*_history(), {"role": "assistant", "content": "done"}, {"role": "user", "content": "again"}]
+    upstream.replies.append(lambda body: Reply("done"))
+    r = httpx.post(url, json={"model": "gpt-test", "messages": history, "n": 2}, timeout=60)
+    assert r.status_code == 200, r.text
+    _names_no_archive(upstream.seen[-1].body)
+
+
 def test_a_clients_own_tool_named_as_a_recall_tool_stays_its_own(archiving, upstream):
     """A client that declares its own ``context_search`` (a wiki search) keeps it: no recall is
     offered beside it, its definition goes upstream as it is, and the model's call of it
