@@ -144,14 +144,13 @@ def test_two_serve_processes_on_postgresql_send_what_one_does(tmp_path, database
     )
 
 
-def test_interleaved_conversations_sharing_a_long_prompt_read_only_what_is_new(proxy, upstream, monkeypatch):
-    """Six conversations interleaved, all with the same 2 KB system prompt: each request parses
-    and counts only its new messages, not the whole history again."""
+def _reads(monkeypatch) -> tuple[list[int], list[int]]:
+    """Counters of the JSON values the proxy parses and the messages it counts (reset by
+    setting ``[0] = 0``)."""
     from ctxmgmt.api.proxy import body as body_module
     from ctxmgmt.tokens import TokenCounter
 
-    parsed = [0]
-    counted = [0]
+    parsed, counted = [0], [0]
     value, count_message = body_module._value, TokenCounter._count_message
 
     def parsing(text, at):
@@ -164,6 +163,13 @@ def test_interleaved_conversations_sharing_a_long_prompt_read_only_what_is_new(p
 
     monkeypatch.setattr(body_module, "_value", parsing)
     monkeypatch.setattr(TokenCounter, "_count_message", counting)
+    return parsed, counted
+
+
+def test_interleaved_conversations_sharing_a_long_prompt_read_only_what_is_new(proxy, upstream, monkeypatch):
+    """Six conversations interleaved, all with the same 2 KB system prompt: each request parses
+    and counts only its new messages, not the whole history again."""
+    parsed, counted = _reads(monkeypatch)
     system = "You are a careful agent. " * 90  # over 2 KB, the same for every conversation
     conversations = [
         [{"role": "system", "content": system}, {"role": "user", "content": f"task {c}"}] for c in range(6)
@@ -443,3 +449,40 @@ def test_a_cut_result_keeps_the_breakpoint_the_client_still_puts_on_it(store):
                     ],
                 }
             )
+
+
+def test_a_client_that_moves_its_breakpoint_has_only_what_is_new_read_and_counted(
+    proxy, upstream, monkeypatch
+):
+    """A client that moves its breakpoint to its newest message at every request (Claude Code)
+    has each request read and counted at the cost of what changed (its last messages), as a
+    client whose breakpoint stays put: its conversation goes on from the same objects."""
+    parsed, counted = _reads(monkeypatch)
+    mark = {"type": "ephemeral"}
+    system = "You are a careful agent. " * 90  # over the 1 KB that groups bodies
+    history: list[dict] = [{"role": "user", "content": [{"type": "text", "text": TASK}]}]
+    per_request = []
+    for step in range(25):
+        upstream.replies.append(Reply(calls=[("bash", {"cmd": f"cat {step}.log"})]))
+        messages = json.loads(json.dumps(history))
+        messages[-1]["content"][-1]["cache_control"] = mark
+        body = {"model": "claude-test", "max_tokens": 500, "system": system, "messages": messages}
+        parsed[0] = counted[0] = 0
+        r = httpx.post(f"{proxy.url}/proxy/default/v1/messages", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        per_request.append((parsed[0], counted[0]))
+        sent = upstream.seen[-1].body["messages"]
+        assert sent == messages  # nothing to manage: the client's messages, its breakpoint with them
+        uses = [b for b in r.json()["content"] if b["type"] == "tool_use"]
+        history.append({"role": "assistant", "content": r.json()["content"]})
+        history.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": b["id"], "content": f"line {step}"} for b in uses
+                ],
+            }
+        )
+    late = per_request[2:]  # the first two share no message the client left unchanged
+    assert max(p for p, _ in late) <= 8, str(per_request)  # the changed and new messages, a few keys
+    assert max(n for _, n in late) <= 4, str(per_request)

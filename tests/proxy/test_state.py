@@ -272,3 +272,102 @@ def test_a_fingerprint_is_linear_in_a_long_run_of_whitespace():
     worker.start()
     worker.join(60)  # a deadline, no timing: one pass takes milliseconds
     assert done and done[0] is not None
+
+
+def _marked(messages: list[dict], at: int) -> list[dict]:
+    """``messages`` with a prompt-cache breakpoint on the last block of message ``at``."""
+    out = json.loads(json.dumps(messages))
+    out[at]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    return out
+
+
+def _turns(n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        out.append({"role": "user", "content": [{"type": "text", "text": f"question {i}"}]})
+        out.append({"role": "assistant", "content": [{"type": "text", "text": f"answer {i}"}]})
+    return out
+
+
+def test_a_body_whose_breakpoint_moved_reads_only_what_changed_and_keeps_its_objects():
+    """A body whose newest messages changed only by a moved breakpoint is read from the
+    previous one up to them: the first messages are its very objects, the changed and new
+    ones read; the managed conversation (canon) is made of the same objects throughout, none
+    holding a breakpoint, and the elements are the client's, breakpoint and all."""
+    history = _turns(20)
+    first = parse(json.dumps({"model": "m", "messages": _marked(history, 39)}), "messages")
+    grown = [*history, {"role": "user", "content": [{"type": "text", "text": "next"}]}]
+    second = parse(json.dumps({"model": "m", "messages": _marked(grown, 40)}), "messages", first)
+    assert second.grown and not second.extends
+    assert all(a is b for a, b in zip(first.data["messages"][:39], second.data["messages"], strict=False))
+    assert second.data["messages"][39] is not first.data["messages"][39]  # read again
+    assert "cache_control" in json.dumps(second.data["messages"][40])  # the client's, as sent
+    assert all(a is b for a, b in zip(first.canon, second.canon[:40], strict=True))  # the same objects
+    assert "cache_control" not in json.dumps(second.canon)
+    assert second.canon == json.loads(json.dumps(grown))
+    full = parse(second.text, "messages")
+    assert full.data == second.data and full.spans == second.spans and full.marks == second.marks
+    assert full.digest(41) == second.digest(41)
+
+
+def test_a_body_that_changed_before_its_newest_messages_is_read_whole():
+    """A body whose text differs from the previous one's before its last few messages is not
+    read from it: every message is read, none taken from the previous body."""
+    from ctxmgmt.api.proxy.body import Bodies
+
+    history = _turns(20)
+    first = parse(json.dumps({"model": "m", "messages": history}), "messages")
+    edited = json.loads(json.dumps(history))
+    edited[4]["content"][0]["text"] = "question 2, edited"
+    text = json.dumps({"model": "m", "messages": [*edited, {"role": "user", "content": "more"}]})
+    bodies = Bodies()
+    bodies.keep(first, None)
+    assert bodies.find(text) is None
+    second = parse(text, "messages", first)
+    assert not second.grown
+    assert not any(a is b for a, b in zip(first.data["messages"], second.data["messages"], strict=False))
+
+
+def test_a_body_read_from_another_conversations_start_leaves_that_one_kept():
+    """Two conversations with the same start: the second is read from the first's first
+    messages, and the first stays kept for its own next request."""
+    from ctxmgmt.api.proxy.body import Bodies
+
+    start = _turns(60)  # more than the 1 KB that groups bodies
+    one = parse(
+        json.dumps({"model": "m", "messages": [*start, {"role": "user", "content": "one"}]}), "messages"
+    )
+    bodies = Bodies()
+    bodies.keep(one, None)
+    text = json.dumps({"model": "m", "messages": [*start, {"role": "user", "content": "two"}]})
+    previous = bodies.find(text)
+    assert previous is one
+    two = parse(text, "messages", previous)
+    assert two.grown and not two.extends
+    bodies.keep(two, previous, replaces=two.extends)
+    following = json.dumps(
+        {
+            "model": "m",
+            "messages": [*start, {"role": "user", "content": "one"}, {"role": "assistant", "content": "x"}],
+        }
+    )
+    assert bodies.find(following) is one
+
+
+def test_a_kept_bodys_size_counts_the_copies_it_holds_without_breakpoints():
+    """Every element holding a breakpoint is held twice (as sent, and without it): the
+    size of a kept body counts both."""
+    from ctxmgmt.api.proxy.body import size_of
+
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "x" * 50, "cache_control": {"type": "ephemeral"}}],
+        }
+    ] * 200
+    plain = [{"role": "user", "content": [{"type": "text", "text": "x" * 50}]}] * 200
+    marked = parse(json.dumps({"model": "m", "messages": messages}), "messages")
+    unmarked = parse(json.dumps({"model": "m", "messages": plain}), "messages")
+    assert all(c is not e for c, e in zip(marked.canon, marked.data["messages"], strict=True))
+    assert all(c is e for c, e in zip(unmarked.canon, unmarked.data["messages"], strict=True))
+    assert size_of(marked) > 1.8 * size_of(unmarked)

@@ -15,6 +15,7 @@ change. Untouched messages go upstream byte for byte as the client sent them.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import sys
@@ -23,11 +24,11 @@ from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import is_, itemgetter
+from operator import is_, is_not, itemgetter
 from typing import Any
 
 from ...loader import json_containers
-from ...messages import CACHE_CONTROL
+from ...messages import CACHE_CONTROL, without_cache_control
 from ...types import MARK_MEMBER, MARK_MEMBER_REFUSED
 from ..errors import HTTPProblem
 from ..requests import DECODER, check_values, json_problem
@@ -79,6 +80,19 @@ class Body:
     grown: bool = False
     """Whether the body was read from a previous one: its first elements are that body's own
     objects (else every element is a new object, equal or not)."""
+    extends: bool = False
+    """Whether the body starts with every element of the one it was read from (not only with
+    its first ones): the next request of that conversation, which replaces it in
+    :class:`Bodies`."""
+    canon: list[Any] = field(default_factory=list)
+    """The conversation as ctxmgmt manages it: each element without its prompt-cache
+    breakpoints (a copy where it has one), and the very object the previous body gave where it
+    is equal to it. A client that moves its breakpoint (to its newest message, on every
+    request) changes the text of the elements it leaves: the conversation it continues is
+    still made of the same objects."""
+    copied: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """The marks (see :attr:`marks`) of the elements :attr:`canon` holds a copy of: what the
+    copies may hold beside the elements (:func:`size_of`)."""
 
     @property
     def prefix_end(self) -> int:
@@ -167,25 +181,28 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
     text starts with them (see the module docstring). Checked as every JSON body is
     (:func:`ctxmgmt.api.requests.check_values`): what ``previous`` held was checked then."""
     reuse = previous is not None and previous.member == field and previous.array is not None
-    prefix = previous.prefix if previous is not None and reuse else ""
-    if reuse and prefix and text.startswith(prefix):
+    kept = _kept(text, previous) if previous is not None and reuse else None
+    if kept is not None:
         assert previous is not None and previous.array is not None
-        exact = _budget(text, len(prefix), previous.marks[0])
-        body = Body(text, {}, field, list(previous.spans), previous.array, {})
-        body.hashed = [(e, h) for e, h in previous.hashed if e <= len(prefix)]
-        body.grown = True
+        n, end = kept  # the previous body's first n elements, its text to ``end``
+        whole = n == len(previous.spans)
+        # A body read past a changed element is counted whole (its marks are the kept text's).
+        exact = _budget(text, end, previous.marks[0]) if whole else _budget(text, 0, 0)
+        body = Body(text, {}, field, previous.spans[:n], previous.array, {})
+        body.hashed = [(e, h) for e, h in previous.hashed if e <= end]
+        body.grown, body.extends = True, whole
         body.data = {
             k: v for k, v in previous.data.items() if previous.values.get(k, (0, 0))[0] < previous.array[0]
         }
         body.values = {k: v for k, v in previous.values.items() if v[0] < previous.array[0]}
-        elements = list(previous.data[field])
-        at = len(prefix)
-        fresh_from = len(elements)
-        at = _elements(text, at, elements, body.spans, first=not elements, member=field)
+        elements = previous.data[field][:n]
+        at = _elements(text, end, elements, body.spans, first=not elements, member=field)
         body.data[field] = elements
-        _check_new(text, body, fresh_from)
+        _check_new(text, body, n)
         _rest(text, at, body)
-        body.marks = _marks(text, len(prefix), body.prefix_end, previous.marks, exact)
+        before = previous.marks if whole else _marks(text, 0, end, (0, 0, 0, 0))
+        body.marks = _marks(text, end, body.prefix_end, before, exact)
+        _canonical(body, previous, n)
         return body
     exact = _budget(text, 0, 0)
     body = Body(text, {}, field)
@@ -199,7 +216,53 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
     _members(text, at, body)
     check_values(body.data, nul=False, text=text)
     body.marks = _marks(text, 0, body.prefix_end, (0, 0, 0, 0), exact)
+    _canonical(body, None, 0)
     return body
+
+
+_MOVED = 8
+"""How many of a previous body's last elements may have changed for the rest to be kept: a
+breakpoint moved from the newest message, or from the last two user messages' older one."""
+
+
+def _kept(text: str, previous: Body) -> tuple[int, int] | None:
+    """(how many of ``previous``'s elements ``text`` starts with, where their text ends) when
+    it starts with all of them, or with all but a few of the newest (a moved breakpoint);
+    None when it starts with none of those."""
+    prefix = previous.prefix
+    if prefix and text.startswith(prefix):
+        return len(previous.spans), len(prefix)
+    spans, old = previous.spans, previous.text
+    for n in range(len(spans) - 1, max(0, len(spans) - 1 - _MOVED), -1):
+        end = spans[n - 1][1]
+        if n and text.startswith(old[:end]) and _ws(text, end) < len(text) and text[_ws(text, end)] == ",":
+            return n, end
+    return None
+
+
+def _canonical(body: Body, previous: Body | None, kept: int) -> None:
+    """Make :attr:`Body.canon` (and :attr:`Body.copied`): ``previous``'s for the ``kept``
+    elements read from it, then each new element without its breakpoints, the previous body's
+    object where that is equal."""
+    if body.array is None:
+        return
+    elements, spans, text = body.data[body.member], body.spans, body.text
+    canon = previous.canon[:kept] if previous is not None else []
+    copied = previous.copied if previous is not None and kept == len(previous.spans) else (0, 0, 0, 0)
+    if previous is not None and kept < len(previous.spans):  # the kept copies' marks, counted again
+        for i in itertools.compress(range(kept), map(is_not, canon, elements)):
+            copied = _marks(text, *spans[i], copied)
+    before = previous.canon if previous is not None else []
+    for i in range(len(canon), len(elements)):
+        m = elements[i]
+        start, end = spans[i]
+        plain = m if text.find(_KEY, start, end) < 0 else without_cache_control(m)
+        if i < len(before) and before[i] is not m and before[i] == plain:
+            plain = before[i]  # the very object it was: the conversation goes on
+        if plain is not m:  # held beside the element
+            copied = _marks(text, start, end, copied)
+        canon.append(plain)
+    body.canon, body.copied = canon, copied
 
 
 def _marks(
@@ -431,7 +494,9 @@ class Bodies:
         self._lock = threading.Lock()
 
     def find(self, text: str) -> Body | None:
-        """The kept body whose text up to its last element ``text`` starts with (the longest)."""
+        """The kept body whose text up to its last element ``text`` starts with (the longest),
+        or else up to one of its last few (a moved breakpoint changed the newest: see
+        :func:`parse`)."""
         with self._lock:
             found = self._groups.get(text[:_FINGERPRINT])
             candidates = list(found.values()) if found else []
@@ -440,13 +505,21 @@ class Bodies:
             prefix = body.prefix
             if prefix and text.startswith(prefix) and (best is None or len(prefix) > len(best.prefix)):
                 best = body
+        if best is not None:
+            return best
+        most = 0
+        for body in candidates:
+            kept = _kept(text, body) if body.array is not None else None
+            if kept is not None and kept[1] > most:
+                best, most = body, kept[1]
         return best
 
-    def keep(self, body: Body, previous: Body | None) -> None:
-        """Keep ``body`` in place of ``previous`` (the one it was read from, if any)."""
+    def keep(self, body: Body, previous: Body | None, *, replaces: bool = True) -> None:
+        """Keep ``body``, in place of ``previous`` (the one it was read from, if any) when it
+        ``replaces`` it: not when another conversation with the same start may go on from it."""
         size = size_of(body)
         with self._lock:
-            if previous is not None:
+            if previous is not None and replaces:
                 self._drop(id(previous))
             if size > self.max_bytes or body.array is None:
                 return
@@ -478,7 +551,8 @@ def size_of(body: Body) -> int:
     each bracket (counted once for the conversation's elements, by :func:`parse`). Many tiny
     values hold 12 times their text; a history of prose, about twice."""
     text = body.text
-    containers, quotes, commas, escapes = _marks(text, body.prefix_end, len(text), body.marks)
+    marks = tuple(a + b for a, b in zip(body.marks, body.copied, strict=True))
+    containers, quotes, commas, escapes = _marks(text, body.prefix_end, len(text), marks)  # type: ignore[arg-type]
     # An escape may make a string of a narrow text wide (4 bytes a character).
     strings = 4 * len(text) if escapes else sys.getsizeof(text)
     return sys.getsizeof(text) + strings + 28 * quotes + 32 * commas + 160 * containers

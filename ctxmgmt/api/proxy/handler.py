@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
+import operator
 import re
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
@@ -190,6 +192,9 @@ async def _proxy(request: Request, api: Api) -> Response:
         record = _record(name, version, started, config, api, uuid.uuid4().hex, calls, [])
         return await _forwarded(request, api, config, headers, parsed, parts.stream, record)
     key = session_key(request, api, name, str(body["model"]), parts)  # its header checked, used or not
+    # The conversation as managed: its messages without their prompt-cache breakpoints, the
+    # same objects from request to request where the client only moved one (Body.canon).
+    canon = parsed.canon if parsed.array is not None else parts.record
     definition, version = await stored_version(st, name, resolving)
     live: Live = request.app.state.proxy_live
     # Content is archived only when the model can read it back: a request offered no recall
@@ -203,6 +208,8 @@ async def _proxy(request: Request, api: Api) -> Response:
         "context_window": config.context_window,
         "max_output_tokens": parts.reply_limit,
     }
+
+    went_on = [False]
 
     def conversation_of() -> tuple[Conversation, str, str]:
         """The conversation (this process's, or made from the stored state), its id and the
@@ -225,6 +232,7 @@ async def _proxy(request: Request, api: Api) -> Response:
             if stored
             else None
         )
+        went_on[0] = conversation is not None  # the one made from the previous body
         if conversation is None:
             conversation = Conversation(
                 definition,
@@ -235,25 +243,25 @@ async def _proxy(request: Request, api: Api) -> Response:
                 pricing=config.pricing,
                 runs=True,
             )
-            conversation.load(unpack(stored, parts.record) if stored else None)
+            conversation.load(unpack(stored, canon) if stored else None)
         return conversation, conversation_id, slot
 
     if await definition.aawaits_in():  # a summary by a model: awaited on the loop
         conversation, conversation_id, slot = await asyncio.to_thread(conversation_of)
-        carried = _carried(conversation)
-        turn = await conversation.aprepare(parts.record, **asked)
+        turn = await conversation.aprepare(canon, **asked)
     else:  # CPU work only: the stored state read and the whole turn in one worker thread
 
-        def prepared() -> tuple[Conversation, str, str, dict[int, Any], Turn]:
+        def prepared() -> tuple[Conversation, str, str, Turn]:
             conversation, conversation_id, slot = conversation_of()
-            carried = _carried(conversation)
-            turn = conversation.prepare(parts.record, **asked)
-            return conversation, conversation_id, slot, carried, turn
+            turn = conversation.prepare(canon, **asked)
+            return conversation, conversation_id, slot, turn
 
-        conversation, conversation_id, slot, carried, turn = await asyncio.to_thread(prepared)
-    bodies.keep(parsed, previous)  # an accepted request's body: the next one is read from it
-    exchange_state = _Kept(slot, version, parts.record, parsed, conversation_id, archives)
-    messages = _fresh_breakpoints(turn.messages, parts.record, carried, parsed.breakpoints())
+        conversation, conversation_id, slot, turn = await asyncio.to_thread(prepared)
+    # An accepted request's body: the next one is read from it. It replaces the one it was
+    # read from when it is that conversation's next (not another's with the same start).
+    bodies.keep(parsed, previous, replaces=parsed.extends or went_on[0])
+    exchange_state = _Kept(slot, version, canon, parsed, conversation_id, archives)
+    messages = _client_messages(turn.messages, canon, parts.record, parsed.breakpoints())
     outgoing = api.managed(body, messages, config.model)
     recall: list[Tool] = []
     if offloader is not None and conversation.names_archive(turn):
@@ -296,40 +304,37 @@ async def _proxy(request: Request, api: Api) -> Response:
     return await _upstream(exchange, outgoing, parts.stream, first)
 
 
-def _carried(conversation: Conversation) -> dict[int, Any]:
-    """The messages of the view a conversation continues (made before this request), by id
-    (held: no message made since can be given the id of one freed meanwhile)."""
-    view = conversation.saved.get("view")
-    return {id(m): m for m in view} if isinstance(view, list) else {}
-
-
-def _fresh_breakpoints(
-    messages: list[Any], record: Sequence[Any], carried: dict[int, Any], marked: Sequence[int]
+def _client_messages(
+    messages: list[Any], record: Sequence[Any], given: Sequence[Any], marked: Sequence[int]
 ) -> list[Any]:
-    """The managed messages, those ctxmgmt wrote in an earlier request (in ``carried``: a
-    summary, a cut result) without the prompt-cache breakpoints they were made with: the
-    client has moved its own since (to its newest message, as Claude Code does on every
-    request), and each stale one would be one more than the four Anthropic takes. A cut
-    result takes the breakpoints the client puts now on the results it stands for (``marked``:
-    the record's messages that may hold one), as a message made in this request keeps the
-    client's breakpoint of the message it was made from."""
-    if not carried:
-        return messages
+    """The managed messages as they go upstream. Where a message is ctxmgmt's copy of one of
+    the client's without its breakpoints (``record``, see :attr:`Body.canon`), the client's
+    own (``given``), whose text goes upstream as the client wrote it. A message ctxmgmt wrote
+    (a summary, a cut result) goes without breakpoints (one it was made with in an earlier
+    request is stale: the client has moved its own since, and each would be one more than the
+    four Anthropic takes), but for those the client puts now on the results it stands for
+    (``marked``: the client's messages that may hold one)."""
+    subs = {}
+    if record is not given:
+        changed = itertools.compress(range(len(record)), map(operator.is_not, record, given))
+        subs = {id(record[i]): given[i] for i in changed}
     own = set(map(id, record))
     out: list[Any] | None = None
     placed: dict[frozenset[str], Any] | None = None
     for i, m in enumerate(messages):
-        if id(m) in carried and id(m) not in own:
+        fresh = subs.get(id(m))
+        if fresh is None:
+            if id(m) in own:
+                continue
             fresh = without_cache_control(m)
-            if fresh is not m or marked:
-                if placed is None:  # the client's results with a breakpoint, by their calls
-                    placed = {ids: r for r in map(record.__getitem__, marked) if (ids := _result_ids(r))}
-                source = placed.get(_result_ids(m)) if placed else None
-                if source is not None:
-                    fresh = _breakpoints_of(source, fresh)
-            if fresh is not m:
-                out = list(messages) if out is None else out
-                out[i] = fresh
+            if placed is None:  # the client's results with a breakpoint, by their calls
+                placed = {ids: r for r in map(given.__getitem__, marked) if (ids := _result_ids(r))}
+            source = placed.get(_result_ids(fresh)) if placed else None
+            if source is not None:
+                fresh = _breakpoints_of(source, fresh)
+        if fresh is not m:
+            out = list(messages) if out is None else out
+            out[i] = fresh
     return messages if out is None else out
 
 
