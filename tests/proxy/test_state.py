@@ -371,3 +371,20 @@ def test_a_kept_bodys_size_counts_the_copies_it_holds_without_breakpoints():
     assert all(c is not e for c, e in zip(marked.canon, marked.data["messages"], strict=True))
     assert all(c is e for c, e in zip(unmarked.canon, unmarked.data["messages"], strict=True))
     assert size_of(marked) > 1.8 * size_of(unmarked)
+
+
+def test_a_block_whose_call_id_is_no_string_takes_no_breakpoint_and_raises_nothing():
+    """A cut result's breakpoints are copied by call id only where the id is a string: a
+    block holding an object or a list there (a 500 before: unhashable) takes none."""
+    from ctxmgmt.api.proxy.handler import _breakpoints_of
+
+    mark = {"type": "ephemeral"}
+    source = {
+        "role": "user",
+        "content": [{"type": "text", "text": "a", "tool_use_id": {"x": 1}, "cache_control": mark}],
+    }
+    cut = {
+        "role": "user",
+        "content": [{"type": "text", "text": "a", "tool_use_id": [1]}, {"type": "text", "text": "b"}],
+    }
+    assert _breakpoints_of(source, cut) == cut

@@ -356,15 +356,18 @@ def _breakpoints_of(source: Mapping[str, Any], m: Mapping[str, Any]) -> Mapping[
     given, blocks = source["content"], m.get("content")
     if not isinstance(blocks, list) or not any(isinstance(b, Mapping) and CACHE_CONTROL in b for b in given):
         return m
-    by_call = {
-        b.get("tool_use_id"): b[CACHE_CONTROL] for b in given if isinstance(b, Mapping) and CACHE_CONTROL in b
+    by_call = {  # by the calls whose ids are strings (an id of another type is no call's)
+        b["tool_use_id"]: b[CACHE_CONTROL]
+        for b in given
+        if isinstance(b, Mapping) and CACHE_CONTROL in b and isinstance(b.get("tool_use_id"), str)
     }
     out = []
     for i, b in enumerate(blocks):
         if len(blocks) == len(given) and isinstance(given[i], Mapping):
             mark = given[i].get(CACHE_CONTROL)
         else:
-            mark = by_call.get(b.get("tool_use_id")) if isinstance(b, Mapping) else None
+            call = b.get("tool_use_id") if isinstance(b, Mapping) else None
+            mark = by_call.get(call) if isinstance(call, str) else None
         out.append({**b, CACHE_CONTROL: mark} if mark is not None and isinstance(b, Mapping) else b)
     return {**m, "content": out}
 
