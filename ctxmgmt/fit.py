@@ -66,30 +66,45 @@ def reserve_tokens(window: int, settings: Mapping[str, Any]) -> int:
     return min(DEFAULT_RESERVE_CAP, window // 4) if value is None else int(value)
 
 
-def reply_reserve(window: int, settings: Mapping[str, Any], asked: int | None, must: int) -> int:
-    """The tokens kept free for the reply: the definition's reserve, or the reply's limit the
-    request asks (``asked``, its ``max_tokens``) when that is more, since a provider refuses a
-    request whose input and reply limit together pass the window.
+def reply_reserve(
+    context: Context,
+    settings: Mapping[str, Any],
+    counter: TokenCounter,
+    constraints: Constraints,
+    ratio: float,
+) -> int:
+    """The provider's tokens kept free for a request's reply: the definition's reserve, or the
+    reply's limit the request asks (``context.max_output_tokens``, its ``max_tokens``) when
+    that is more, since a provider refuses a request whose input and reply limit together pass
+    the window (``ratio``: the calibration, provider tokens per counted one).
 
     A limit is honoured up to half the window, and up to half the room the definition's
-    reserve leaves the conversation beside what must stay (``must``: the system prompt, tools,
-    task and system messages): past that it is most likely a client's default made for the
-    model's whole window, where the window managed to is a threshold chosen below it (Claude
-    Code asks 32,000 whatever window it is given), and honouring it would leave the
-    conversation no room."""
+    reserve leaves the conversation beside what must stay (:func:`must_stay`): past that it is
+    most likely a client's default made for the model's whole window, where the window managed
+    to is a threshold chosen below it (Claude Code asks 32,000 whatever window it is given),
+    and honouring it would leave the conversation no room."""
+    window, asked = context.context_window, context.max_output_tokens
+    assert window
     reserve = reserve_tokens(window, settings)
     if asked is None or asked <= reserve:
         return reserve
+    must = must_stay(context, counter, constraints, ratio)
     return max(reserve, min(asked, window // 2, reserve + max(0, window - must - reserve) // 2))
 
 
 def must_stay(context: Context, counter: TokenCounter, constraints: Constraints, ratio: float) -> int:
-    """The provider's tokens of what no step removes: the system prompt, the tool schemas, the
-    task and system messages, the reply's priming and the thinking of the turn in progress."""
+    """The provider's tokens of what no step removes: the system prompt (and the system
+    messages the conversation opens with), the tool schemas, the task and the other messages
+    held, the reply's priming and the thinking of the turn in progress."""
     messages = context.messages
     held = sum(counter.message(messages[i]) for i in constraints.held(messages))
+    opening = 0
+    for m in messages:  # a chat conversation's system prompt is its first messages
+        if m.get("role") not in SYSTEM_ROLES:
+            break
+        opening += counter.message(m)
     fixed = counter.system_prompt(context.system_prompt) + counter.tools(context.tools) + REPLY_PRIMING
-    return round((fixed + held + constraints.hidden_tokens(messages)) * ratio)
+    return round((fixed + opening + held + constraints.hidden_tokens(messages)) * ratio)
 
 
 class _Gate:

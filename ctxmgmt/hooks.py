@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .archive import Batch, BatchWriter
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
-from .fit import Fit, must_stay, reply_reserve, reserve_tokens
+from .fit import Fit, reply_reserve
 from .formats import CHAT, USER_FIRST, Constraints
 from .history import IS_CHAT, IS_VALID, History
 from .manager import ContextManager, Environment, Runtime
@@ -181,17 +181,12 @@ class _Run:
 
     def _reserve(self) -> int:
         """The tokens kept for the reply (:func:`~ctxmgmt.fit.reply_reserve`), worked out once
-        per context a run sees when the request asks a reply limit of its own."""
+        per context a run sees."""
         context = self.context
-        window = context.context_window
-        assert window
-        asked = context.max_output_tokens
-        if asked is None:
-            return reserve_tokens(window, self.settings)
         if self._reserved is None or self._reserved[0] is not context:
             ratio = self.environment.window_ratio(context.model)
-            must = must_stay(context, self.counter, self.constraints, ratio)
-            self._reserved = (context, reply_reserve(window, self.settings, asked, must))
+            reserve = reply_reserve(context, self.settings, self.counter, self.constraints, ratio)
+            self._reserved = (context, reserve)
         return self._reserved[1]
 
     def _limit(self) -> int | None:

@@ -5,6 +5,7 @@ import math
 import random
 import re
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -145,33 +146,41 @@ def test_the_fit_keeps_room_for_the_reply_limit_the_request_asks(name, window, s
 
 
 def test_a_reply_limit_takes_at_most_half_the_room_the_conversation_would_have():
-    """A reply limit that would squeeze the conversation beside the system prompt, tools and
-    task takes at most half the room the definition's reserve leaves it: the request fits,
-    and the conversation keeps the other half."""
+    """A reply limit that would squeeze the conversation beside the system prompt (as a
+    prompt or as the system messages a chat conversation opens with), tools and task takes at
+    most half the room the definition's reserve leaves it: the request fits, and the
+    conversation keeps the other half."""
     from ctxmgmt.fit import must_stay, reply_reserve
     from ctxmgmt.formats import CHAT
 
     counter = get_counter(MODEL)
-    ctx = Context("s " * 3500, conversation(10), TOOLS, MODEL, 8000, max_output_tokens=4000)
-    must = must_stay(ctx, counter, CHAT, 1.0)
-    assert 3500 < must < 4000
-    reserve = reply_reserve(8000, {}, 4000, must)
-    assert reserve == 2000 + (8000 - must - 2000) // 2 < 4000
-    result = bare().apply("pre_llm", ctx)
-    assert counter.context(result.context)[0] + reserve <= 8000
-    assert result.trace[-1]["type"] == "fit" and result.trace[-1]["activated"]
+    as_prompt = Context("s " * 3500, conversation(10), TOOLS, MODEL, 8000, max_output_tokens=4000)
+    opening = [{"role": "system", "content": "s " * 3500}, *conversation(10)]
+    as_message = Context(None, opening, TOOLS, MODEL, 8000, max_output_tokens=4000)
+    for ctx in (as_prompt, as_message):
+        must = must_stay(ctx, counter, CHAT, 1.0)
+        assert 3500 < must < 4000
+        reserve = reply_reserve(ctx, {}, counter, CHAT, 1.0)
+        assert reserve == 2000 + (8000 - must - 2000) // 2 < 4000
+        result = bare().apply("pre_llm", ctx)
+        assert counter.context(result.context)[0] + reserve <= 8000
+        assert result.trace[-1]["type"] == "fit" and result.trace[-1]["activated"]
 
 
 def test_a_reply_limit_past_half_the_window_counts_as_half():
     """A client's reply limit made for a larger window than the one managed to (Claude Code
-    asks 32,000 whatever the window) reserves half the window, not all of it."""
+    asks 32,000 whatever the window) reserves half the window, not all of it; one under the
+    definition's reserve leaves that reserve."""
     from ctxmgmt.fit import reply_reserve
+    from ctxmgmt.formats import CHAT
 
+    counter = get_counter(MODEL)
     ctx = Context(SYSTEM, conversation(), TOOLS, MODEL, 16_000, max_output_tokens=32_000)
     result = bare().apply("pre_llm", ctx)
-    tokens = get_counter(MODEL).context(result.context)[0]
+    tokens = counter.context(result.context)[0]
     assert 4_000 < tokens <= 8_000
-    assert reply_reserve(16_000, {}, 32_000, 100) == 8_000 and reply_reserve(16_000, {}, 100, 100) == 4_000
+    assert reply_reserve(ctx, {}, counter, CHAT, 1.0) == 8_000
+    assert reply_reserve(replace(ctx, max_output_tokens=100), {}, counter, CHAT, 1.0) == 4_000
 
 
 def test_a_context_refuses_a_reply_limit_that_is_no_count():

@@ -755,6 +755,40 @@ def test_recall_rounds_stay_within_the_models_window(archiving, upstream):
     assert results[-1].startswith("error: the model's window has no room left")
 
 
+def test_each_recall_round_and_the_reply_limit_it_asks_fit_the_window(archiving, upstream):
+    """A request asking a reply limit of its own (6,000 of a 16k window) that is offered recall:
+    every upstream request of it, the recall tools and each round's reads included, fits the
+    window with that limit (the fit kept room for the tools, and the rounds get what the fit
+    left, not more)."""
+    from .upstream import input_tokens
+
+    history = _history()
+    for r in range(2, 7):  # more long outputs, so the window binds
+        call = {
+            "id": f"c{r}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"cmd": f"make m{r}"})},
+        }
+        log = "\n".join(f"line {i}: module {r} build log entry {i:05d} with some detail" for i in range(3000))
+        history += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{r}", "content": log},
+        ]
+
+    def read_it(body: dict) -> Reply:
+        ref = re.search(r"\bt-[0-9a-f]+", json.dumps(body["messages"])).group(0)
+        return Reply(calls=[("context_read", {"ref": ref, "offset": 0, "limit": 3000, "unit": "lines"})])
+
+    upstream.replies.extend([read_it, Reply("done")])
+    url = f"{archiving.url}/proxy/long-running-agent/v1/chat/completions"
+    r = httpx.post(url, json={"model": "gpt-test", "messages": history, "max_tokens": 6_000}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert len(upstream.seen) == 2 and "context_read" in _names(upstream.seen[0].body)
+    for seen in upstream.seen:
+        assert input_tokens(seen.body) + 6_000 <= 16_000, input_tokens(seen.body)
+    assert input_tokens(upstream.seen[1].body) > input_tokens(upstream.seen[0].body) + 500  # it read
+
+
 def test_recall_rounds_share_the_requests_one_deadline(store, upstream, tmp_path):
     """The model's ``timeout`` is the whole proxied request's deadline, recall rounds included:
     a model that keeps reading, each answer slow but within the timeout, is a 504 once the

@@ -33,6 +33,7 @@ from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
 from ...errors import ToolError
 from ...fit import reply_reserve
+from ...formats import CHAT, internal
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
 from ...messages import CACHE_CONTROL, RECALL_TOOLS, without_cache_control
@@ -199,14 +200,21 @@ async def _proxy(request: Request, api: Api) -> Response:
     live: Live = request.app.state.proxy_live
     # Content is archived only when the model can read it back: a request offered no recall
     # (see _recallable) is managed without an archive, so that nothing sent names one.
-    offloader = st.runner.offloader if _recallable(api, body, parts, st.runner.offloader) else None
+    offer = _recallable(api, body, parts, st.runner.offloader)
+    offloader = st.runner.offloader if offer is not None else None
     archives = offloader is not None
+    counter = get_counter(config.model, definition.tokenizer)
+    reply = parts.reply_limit
+    if reply is not None and offer is not None:
+        # The recall tools go upstream beside the managed request when it names an archive:
+        # kept room for, with the reply, which the provider counts together with them.
+        reply += counter.tools(offer[1])
     asked: dict[str, Any] = {
         "system_prompt": parts.system_prompt,
         "tools": parts.tools,
         "model": config.model,
         "context_window": config.context_window,
-        "max_output_tokens": parts.reply_limit,
+        "max_output_tokens": reply,
     }
 
     went_on = [False]
@@ -264,11 +272,8 @@ async def _proxy(request: Request, api: Api) -> Response:
     messages = _client_messages(turn.messages, canon, parts.record, parsed.breakpoints())
     outgoing = api.managed(body, messages, config.model)
     recall: list[Tool] = []
-    if offloader is not None and conversation.names_archive(turn):
-        offered = recall_tools(offloader, conversation_id)
-        tools = with_recall(api.name, parts.tools, schemas(api.name, offered))
-        if tools is not None:
-            recall, outgoing["tools"] = offered, tools
+    if offer is not None and conversation.names_archive(turn):
+        recall, outgoing["tools"] = recall_tools(offloader, conversation_id), offer[0]
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
     first = upstream_text(parsed, messages, changes)  # the client's own bytes where unchanged
     sent = usage_record(turn.counted, turn.ratio, turn.reusable_prefix_tokens)
@@ -289,12 +294,15 @@ async def _proxy(request: Request, api: Api) -> Response:
     if recall and config.context_window is not None:
         # What the window leaves beside the managed request (counted tokens), for the recall
         # rounds' calls and results, which no hook sees.
+        # The reserve is the one the fit kept (the recall tools' room in it, when the request
+        # asks a reply limit of its own); else they take their room from the definition's.
         window = config.context_window
-        exchange.counter = get_counter(config.model, definition.tokenizer)
+        exchange.counter = counter
         ratio = max(1.0, turn.ratio)
-        reserve = reply_reserve(window, definition.settings, parts.reply_limit, round(turn.counted * ratio))
-        exchange.room = int((window - reserve) / ratio)
-        exchange.room -= turn.counted
+        way = internal(turn.context)
+        inner, constraints = (way.context, way.constraints) if way is not None else (turn.context, CHAT)
+        reserve = reply_reserve(inner, definition.settings, counter, constraints, ratio)
+        exchange.room = int((window - reserve) / ratio) - turn.counted
     if parts.stream:
         # A stream's record is stored after its last event went out, when the client may
         # already be sending its next request to another process: the state goes first,
@@ -372,20 +380,25 @@ def _breakpoints_of(source: Mapping[str, Any], m: Mapping[str, Any]) -> Mapping[
     return {**m, "content": out}
 
 
-def _recallable(api: Api, body: Mapping[str, Any], parts: Parts, offloader: Any) -> bool:
-    """Whether the model can be offered the recall tools with this request: there is an
-    archive, the answer is one the proxy can hold back to answer a recall call, and the
-    client's tools leave room for them (:func:`~.recall.with_recall`). Not for several chat
-    choices (each could call recall, and one answer goes back), nor for a streamed response
-    the upstream stores: the stream must complete the response it began (SDKs check its id),
-    which would end in a recall call, and the client's next request may continue it by its id."""
+def _recallable(
+    api: Api, body: Mapping[str, Any], parts: Parts, offloader: Any
+) -> tuple[list[Any], list[dict[str, Any]]] | None:
+    """The client's tools with the recall tools after them, and the recall tools' schemas,
+    when the model can be offered them with this request; else None. That needs an archive,
+    an answer the proxy can hold back to answer a recall call, and the client's tools leaving
+    room for them (:func:`~.recall.with_recall`). Not for several chat choices (each could
+    call recall, and one answer goes back), nor for a streamed response the upstream stores:
+    the stream must complete the response it began (SDKs check its id), which would end in a
+    recall call, and the client's next request may continue it by its id."""
     if offloader is None:
-        return False
+        return None
     if api.name == "chat" and body.get("n") not in (None, 1):
-        return False
+        return None
     if api.name == "responses" and parts.stream and body.get("store") is not False:
-        return False
-    return with_recall(api.name, parts.tools, schemas(api.name, recall_tools(offloader, "-"))) is not None
+        return None
+    declared = schemas(api.name, recall_tools(offloader, "-"))
+    tools = with_recall(api.name, parts.tools, declared)
+    return None if tools is None else (tools, declared)
 
 
 _HELD = ("previous_response_id", "conversation")
