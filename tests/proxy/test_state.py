@@ -388,3 +388,31 @@ def test_a_block_whose_call_id_is_no_string_takes_no_breakpoint_and_raises_nothi
         "content": [{"type": "text", "text": "a", "tool_use_id": [1]}, {"type": "text", "text": "b"}],
     }
     assert _breakpoints_of(source, cut) == cut
+
+
+def test_the_upstream_messages_hold_the_clients_breakpoints_once_each():
+    """Upstream, the client's own message stands where the view holds its breakpoint-free
+    copy; a message ctxmgmt wrote loses a stale breakpoint; and a result the client marks
+    lends its breakpoint to one cut message only, the newest that stands for it, when its call
+    id repeats (as a client numbering calls per turn does)."""
+    from ctxmgmt.api.proxy.handler import _client_messages
+
+    mark = {"type": "ephemeral"}
+
+    def result(text: str, **extra) -> dict:
+        return {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "call_0", "content": text, **extra}],
+        }
+
+    given = [{"role": "user", "content": "task"}, result("old"), result("new", cache_control=mark)]
+    canon = [given[0], given[1], result("new")]
+    stale = {"role": "user", "content": [{"type": "text", "text": "[summary]", "cache_control": mark}]}
+    cut_old, cut_new = result("o[cut]"), result("n[cut]")
+    out = _client_messages([canon[0], stale, cut_old, cut_new], canon, given, [2])
+    assert out[0] is given[0]
+    assert out[1] == {"role": "user", "content": [{"type": "text", "text": "[summary]"}]}
+    assert out[2] is cut_old and out[3]["content"][0]["cache_control"] == mark
+    assert json.dumps(out).count("cache_control") == json.dumps(given).count("cache_control")
+    kept = _client_messages([canon[0], canon[1], canon[2]], canon, given, [2])
+    assert kept[2] is given[2]  # the client's own where the view keeps its copy: its text as sent

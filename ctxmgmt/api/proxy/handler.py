@@ -254,22 +254,27 @@ async def _proxy(request: Request, api: Api) -> Response:
             conversation.load(unpack(stored, canon) if stored else None)
         return conversation, conversation_id, slot
 
+    marked = parsed.breakpoints()
+
+    def upstream_messages(turn: Turn) -> list[Any]:
+        return _client_messages(turn.messages, canon, parts.record, marked)
+
     if await definition.aawaits_in():  # a summary by a model: awaited on the loop
         conversation, conversation_id, slot = await asyncio.to_thread(conversation_of)
         turn = await conversation.aprepare(canon, **asked)
+        messages = await asyncio.to_thread(upstream_messages, turn)
     else:  # CPU work only: the stored state read and the whole turn in one worker thread
 
-        def prepared() -> tuple[Conversation, str, str, Turn]:
+        def prepared() -> tuple[Conversation, str, str, Turn, list[Any]]:
             conversation, conversation_id, slot = conversation_of()
             turn = conversation.prepare(canon, **asked)
-            return conversation, conversation_id, slot, turn
+            return conversation, conversation_id, slot, turn, upstream_messages(turn)
 
-        conversation, conversation_id, slot, turn = await asyncio.to_thread(prepared)
+        conversation, conversation_id, slot, turn, messages = await asyncio.to_thread(prepared)
     # An accepted request's body: the next one is read from it. It replaces the one it was
     # read from when it is that conversation's next (not another's with the same start).
     bodies.keep(parsed, previous, replaces=parsed.extends or went_on[0])
     exchange_state = _Kept(slot, version, canon, parsed, conversation_id, archives)
-    messages = _client_messages(turn.messages, canon, parts.record, parsed.breakpoints())
     outgoing = api.managed(body, messages, config.model)
     recall: list[Tool] = []
     if offer is not None and conversation.names_archive(turn):
@@ -327,23 +332,43 @@ def _client_messages(
         changed = itertools.compress(range(len(record)), map(operator.is_not, record, given))
         subs = {id(record[i]): given[i] for i in changed}
     own = set(map(id, record))
+    # The client's results with a breakpoint, by their calls: each placed once, on the newest
+    # message that stands for them (ids a client repeats must not spread its breakpoints).
+    placed = {ids: r for r in map(given.__getitem__, marked) if (ids := _result_ids(r))}
     out: list[Any] | None = None
-    placed: dict[frozenset[str], Any] | None = None
-    for i, m in enumerate(messages):
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
         fresh = subs.get(id(m))
         if fresh is None:
             if id(m) in own:
                 continue
-            fresh = without_cache_control(m)
-            if placed is None:  # the client's results with a breakpoint, by their calls
-                placed = {ids: r for r in map(given.__getitem__, marked) if (ids := _result_ids(r))}
-            source = placed.get(_result_ids(fresh)) if placed else None
+            # Made from breakpoint-free messages: only a state stored before holds one.
+            fresh = without_cache_control(m) if _holds_breakpoint(m) else m
+            source = placed.pop(_result_ids(fresh), None) if placed else None
             if source is not None:
                 fresh = _breakpoints_of(source, fresh)
         if fresh is not m:
             out = list(messages) if out is None else out
             out[i] = fresh
     return messages if out is None else out
+
+
+def _holds_breakpoint(m: Mapping[str, Any]) -> bool:
+    """Whether a message holds a ``cache_control`` where Anthropic reads one: on the message, a
+    content block, or a block of a tool result's content."""
+    if CACHE_CONTROL in m:
+        return True
+    content = m.get("content")
+    if not isinstance(content, list):
+        return False
+    for block in content:
+        if isinstance(block, Mapping):
+            inner = block.get("content")
+            if CACHE_CONTROL in block or (
+                isinstance(inner, list) and any(isinstance(b, Mapping) and CACHE_CONTROL in b for b in inner)
+            ):
+                return True
+    return False
 
 
 def _result_ids(m: Any) -> frozenset[str]:
