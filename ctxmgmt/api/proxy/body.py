@@ -234,8 +234,11 @@ def _kept(text: str, previous: Body) -> tuple[int, int] | None:
         return len(previous.spans), len(prefix)
     spans, old = previous.spans, previous.text
     for n in range(len(spans) - 1, max(0, len(spans) - 1 - _MOVED), -1):
-        end = spans[n - 1][1]
-        if n and text.startswith(old[:end]) and _ws(text, end) < len(text) and text[_ws(text, end)] == ",":
+        start, end = spans[n - 1]
+        if text[start:end] != old[start:end]:  # its last element differs: no need to copy more
+            continue
+        after = _ws(text, end)
+        if after < len(text) and text[after] == "," and text.startswith(old[:end]):
             return n, end
     return None
 
