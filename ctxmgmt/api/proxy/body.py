@@ -554,8 +554,10 @@ def size_of(body: Body) -> int:
     each bracket (counted once for the conversation's elements, by :func:`parse`). Many tiny
     values hold 12 times their text; a history of prose, about twice."""
     text = body.text
-    marks = tuple(a + b for a, b in zip(body.marks, body.copied, strict=True))
-    containers, quotes, commas, escapes = _marks(text, body.prefix_end, len(text), marks)  # type: ignore[arg-type]
+    (a, b, c, d), (e, f, g, h) = body.marks, body.copied  # the copies' marks beside the body's
+    containers, quotes, commas, escapes = _marks(
+        text, body.prefix_end, len(text), (a + e, b + f, c + g, d + h)
+    )
     # An escape may make a string of a narrow text wide (4 bytes a character).
     strings = 4 * len(text) if escapes else sys.getsizeof(text)
     return sys.getsizeof(text) + strings + 28 * quotes + 32 * commas + 160 * containers
