@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .archive import Batch, BatchWriter
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
-from .fit import Fit, reply_reserve
+from .fit import Fit, reply_reserve, reserve_tokens
 from .formats import CHAT, USER_FIRST, Constraints
 from .history import IS_CHAT, IS_VALID, History
 from .manager import ContextManager, Environment, Runtime
@@ -183,6 +183,8 @@ class _Run:
         """The tokens kept for the reply (:func:`~ctxmgmt.fit.reply_reserve`), worked out once
         per context a run sees."""
         context = self.context
+        if context.max_output_tokens is None:  # the definition's (the common case: no sum to do)
+            return reserve_tokens(context.context_window or 0, self.settings)
         if self._reserved is None or self._reserved[0] is not context:
             ratio = self.environment.window_ratio(context.model)
             reserve = reply_reserve(context, self.settings, self.counter, self.constraints, ratio)
