@@ -755,11 +755,12 @@ def test_recall_rounds_stay_within_the_models_window(archiving, upstream):
     assert results[-1].startswith("error: the model's window has no room left")
 
 
-def test_each_recall_round_and_the_reply_limit_it_asks_fit_the_window(archiving, upstream):
-    """A request asking a reply limit of its own (6,000 of a 16k window) that is offered recall:
-    every upstream request of it, the recall tools and each round's reads included, fits the
-    window with that limit (the fit kept room for the tools, and the rounds get what the fit
-    left, not more)."""
+@pytest.mark.parametrize("limit", [6_000, 8_000])
+def test_each_recall_round_and_the_reply_limit_it_asks_fit_the_window(archiving, upstream, limit):
+    """A request asking a reply limit of its own (up to half of a 16k window) that is offered
+    recall: every upstream request of it, the recall tools and each round's reads included,
+    fits the window with that limit (the fit counts the tools, and the rounds get what the
+    fit left, not more)."""
     from .upstream import input_tokens
 
     history = _history()
@@ -781,11 +782,11 @@ def test_each_recall_round_and_the_reply_limit_it_asks_fit_the_window(archiving,
 
     upstream.replies.extend([read_it, Reply("done")])
     url = f"{archiving.url}/proxy/long-running-agent/v1/chat/completions"
-    r = httpx.post(url, json={"model": "gpt-test", "messages": history, "max_tokens": 6_000}, timeout=60)
+    r = httpx.post(url, json={"model": "gpt-test", "messages": history, "max_tokens": limit}, timeout=60)
     assert r.status_code == 200, r.text
     assert len(upstream.seen) == 2 and "context_read" in _names(upstream.seen[0].body)
     for seen in upstream.seen:
-        assert input_tokens(seen.body) + 6_000 <= 16_000, input_tokens(seen.body)
+        assert input_tokens(seen.body) + limit <= 16_000, input_tokens(seen.body)
     assert input_tokens(upstream.seen[1].body) > input_tokens(upstream.seen[0].body) + 500  # it read
 
 

@@ -204,17 +204,14 @@ async def _proxy(request: Request, api: Api) -> Response:
     offloader = st.runner.offloader if offer is not None else None
     archives = offloader is not None
     counter = get_counter(config.model, definition.tokenizer)
-    reply = parts.reply_limit
-    if reply is not None and offer is not None:
-        # The recall tools go upstream beside the managed request when it names an archive:
-        # kept room for, with the reply, which the provider counts together with them.
-        reply += counter.tools(offer[1])
     asked: dict[str, Any] = {
         "system_prompt": parts.system_prompt,
-        "tools": parts.tools,
+        # With the recall tools when they may be offered: they go upstream when the managed
+        # request names an archive, so the hooks manage it with them (as the fit counts them).
+        "tools": parts.tools if offer is None else offer,
         "model": config.model,
         "context_window": config.context_window,
-        "max_output_tokens": reply,
+        "max_output_tokens": parts.reply_limit,
     }
 
     went_on = [False]
@@ -278,7 +275,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     outgoing = api.managed(body, messages, config.model)
     recall: list[Tool] = []
     if offer is not None and conversation.names_archive(turn):
-        recall, outgoing["tools"] = recall_tools(offloader, conversation_id), offer[0]
+        recall, outgoing["tools"] = recall_tools(offloader, conversation_id), offer
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
     first = upstream_text(parsed, messages, changes)  # the client's own bytes where unchanged
     sent = usage_record(turn.counted, turn.ratio, turn.reusable_prefix_tokens)
@@ -299,8 +296,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     if recall and config.context_window is not None:
         # What the window leaves beside the managed request (counted tokens), for the recall
         # rounds' calls and results, which no hook sees.
-        # The reserve is the one the fit kept (the recall tools' room in it, when the request
-        # asks a reply limit of its own); else they take their room from the definition's.
+        # The reserve is the one the fit kept; the recall tools are in the counted request.
         window = config.context_window
         exchange.counter = counter
         ratio = max(1.0, turn.ratio)
@@ -405,25 +401,21 @@ def _breakpoints_of(source: Mapping[str, Any], m: Mapping[str, Any]) -> Mapping[
     return {**m, "content": out}
 
 
-def _recallable(
-    api: Api, body: Mapping[str, Any], parts: Parts, offloader: Any
-) -> tuple[list[Any], list[dict[str, Any]]] | None:
-    """The client's tools with the recall tools after them, and the recall tools' schemas,
-    when the model can be offered them with this request; else None. That needs an archive,
-    an answer the proxy can hold back to answer a recall call, and the client's tools leaving
-    room for them (:func:`~.recall.with_recall`). Not for several chat choices (each could
-    call recall, and one answer goes back), nor for a streamed response the upstream stores:
-    the stream must complete the response it began (SDKs check its id), which would end in a
-    recall call, and the client's next request may continue it by its id."""
+def _recallable(api: Api, body: Mapping[str, Any], parts: Parts, offloader: Any) -> list[Any] | None:
+    """The client's tools with the recall tools after them, when the model can be offered
+    them with this request; else None. That needs an archive, an answer the proxy can hold
+    back to answer a recall call, and the client's tools leaving room for them
+    (:func:`~.recall.with_recall`). Not for several chat choices (each could call recall, and
+    one answer goes back), nor for a streamed response the upstream stores: the stream must
+    complete the response it began (SDKs check its id), which would end in a recall call, and
+    the client's next request may continue it by its id."""
     if offloader is None:
         return None
     if api.name == "chat" and body.get("n") not in (None, 1):
         return None
     if api.name == "responses" and parts.stream and body.get("store") is not False:
         return None
-    declared = schemas(api.name, recall_tools(offloader, "-"))
-    tools = with_recall(api.name, parts.tools, declared)
-    return None if tools is None else (tools, declared)
+    return with_recall(api.name, parts.tools, schemas(api.name, recall_tools(offloader, "-")))
 
 
 _HELD = ("previous_response_id", "conversation")
