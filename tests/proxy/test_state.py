@@ -414,5 +414,6 @@ def test_the_upstream_messages_hold_the_clients_breakpoints_once_each():
     assert out[1] == {"role": "user", "content": [{"type": "text", "text": "[summary]"}]}
     assert out[2] is cut_old and out[3]["content"][0]["cache_control"] == mark
     assert json.dumps(out).count("cache_control") == json.dumps(given).count("cache_control")
-    kept = _client_messages([canon[0], canon[1], canon[2]], canon, given, [2])
+    kept = _client_messages([canon[0], cut_old, canon[2]], canon, given, [2])
     assert kept[2] is given[2]  # the client's own where the view keeps its copy: its text as sent
+    assert kept[1] is cut_old  # its breakpoint goes upstream on it, not also on an older cut

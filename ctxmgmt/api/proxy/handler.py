@@ -328,25 +328,27 @@ def _client_messages(
         changed = itertools.compress(range(len(record)), map(operator.is_not, record, given))
         subs = {id(record[i]): given[i] for i in changed}
     own = set(map(id, record))
-    # The client's results with a breakpoint, by their calls: each placed once, on the newest
-    # message that stands for them (ids a client repeats must not spread its breakpoints).
+    # The client's results with a breakpoint, by their calls: each placed once, and not at all
+    # when the client's message goes upstream itself (ids a client repeats must not spread its
+    # breakpoints), else on the newest cut message that stands for them.
     placed = {ids: r for r in map(given.__getitem__, marked) if (ids := _result_ids(r))}
-    out: list[Any] | None = None
-    for i in range(len(messages) - 1, -1, -1):
+    out = list(messages)
+    written = []  # the messages ctxmgmt wrote
+    for i, m in enumerate(messages):
+        client = subs.get(id(m))
+        if client is not None:
+            out[i] = client
+            if placed:
+                placed.pop(_result_ids(client), None)
+        elif id(m) not in own:
+            written.append(i)
+    for i in reversed(written):
         m = messages[i]
-        fresh = subs.get(id(m))
-        if fresh is None:
-            if id(m) in own:
-                continue
-            # Made from breakpoint-free messages: only a state stored before holds one.
-            fresh = without_cache_control(m) if _holds_breakpoint(m) else m
-            source = placed.pop(_result_ids(fresh), None) if placed else None
-            if source is not None:
-                fresh = _breakpoints_of(source, fresh)
-        if fresh is not m:
-            out = list(messages) if out is None else out
-            out[i] = fresh
-    return messages if out is None else out
+        # Made from breakpoint-free messages: only a state stored before holds one.
+        fresh = without_cache_control(m) if _holds_breakpoint(m) else m
+        source = placed.pop(_result_ids(fresh), None) if placed else None
+        out[i] = fresh if source is None else _breakpoints_of(source, fresh)
+    return out
 
 
 def _holds_breakpoint(m: Mapping[str, Any]) -> bool:
