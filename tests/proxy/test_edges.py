@@ -15,6 +15,7 @@ from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.testing import RawServer
 
 from ..conftest import LiveServer
+from .conftest import stored_record
 
 TIMEOUT = 1.5
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -475,6 +476,37 @@ def test_a_gzipped_answer_within_its_limit_is_passed_on_unpacked(proxy, raw):
     )
     r, _ = _post(proxy, BODY)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "answer", "content_type"),
+    [
+        ("/v1/chat/completions", BODY, b"<html><body>Welcome to nginx!</body></html>", "text/html"),
+        ("/v1/chat/completions", BODY, b'{"id": "c", "object": "chat.completion", "choi', "application/json"),
+        ("/v1/chat/completions", BODY, b"", "application/json"),
+        ("/v1/chat/completions", {**BODY, "stream": True}, b"<html>login</html>", "text/html"),
+        (
+            "/v1/messages",
+            {**BODY, "model": "a", "max_tokens": 16},
+            b'["not", "an", "object"]',
+            "application/json",
+        ),
+    ],
+)
+def test_a_success_that_is_no_json_object_is_a_502_that_says_what_came(
+    proxy, raw, store, path, body, answer, content_type
+):
+    """An upstream that answers 200 with an HTML page, a cut-off or empty body, or JSON that is
+    no object: a 502 in the provider's shape that names what came and where to look (the
+    client's SDK would fail to parse it, and retries a 502), and the execution's record says so."""
+    raw.answer(answer, headers={"content-type": content_type})
+    r = httpx.post(f"{proxy.url}/proxy/default{path}", json=body, timeout=30)
+    assert r.status_code == 502
+    error = r.json()["error"]
+    assert content_type in error["message"] and "base_url" in error["message"]
+    if path == "/v1/messages":
+        assert r.json()["type"] == "error"
+    assert "not a JSON object" in json.dumps(stored_record(store))
 
 
 @pytest.mark.parametrize("stream", [False, True])

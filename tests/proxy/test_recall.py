@@ -434,9 +434,9 @@ def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
     parsed: list[bytes] = []
     original = handler._json
 
-    def counting(data: bytes):
+    def counting(data: bytes, response):
         parsed.append(data)
-        return original(data)
+        return original(data, response)
 
     monkeypatch.setattr(handler, "_json", counting)
 

@@ -8,9 +8,10 @@ Messages (``/v1/messages``), streamed or not. A client points its base URL at
 definition's hooks (``post_tool`` for the tool results new since the conversation's last
 request, then ``pre_llm``) at the model's window, with the conversation's managed state kept
 in the store between requests; the managed request goes to the model's upstream and its
-answer comes back as it came. ``GET .../v1/models`` lists the configured models in the
-client's provider's shape (see :mod:`ctxmgmt.api.proxy.models`); ``POST
-.../v1/messages/count_tokens`` goes to the upstream's count (:mod:`ctxmgmt.api.proxy.count`).
+answer comes back as it came (a success that is no JSON object is a 502). ``GET
+.../v1/models`` lists the configured models in the client's provider's shape (see
+:mod:`ctxmgmt.api.proxy.models`); ``POST .../v1/messages/count_tokens`` goes to the
+upstream's count (:mod:`ctxmgmt.api.proxy.count`).
 """
 
 from __future__ import annotations

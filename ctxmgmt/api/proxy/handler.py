@@ -634,7 +634,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         data = await upstream.read(response, deadline, config)
     finally:
         await response.aclose()
-    answer = _json(data) if response.is_success else None  # once, for its usage and its calls
+    answer = _json(data, response)  # once, for its usage and its calls
     usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
@@ -736,7 +736,7 @@ async def _recall_rounds(
         status = response.status_code
         # A recall round's request is measured by the upstream's report (it is the managed
         # request and the recall exchange, which no hook saw).
-        answer = _json(data) if response.is_success else None
+        answer = _json(data, response)
         reported = (usage_of(api.name, answer) or {}).get("input", 0)
         exchange.record["calls"].append(
             {
@@ -916,13 +916,28 @@ def _finished(task: asyncio.Task[None]) -> None:
         log.warning("the proxy's record could not be finished", exc_info=task.exception())
 
 
-def _json(data: bytes) -> Any:
-    """An upstream's answer parsed, or None (not JSON, or nested deeper than the parser goes:
-    it goes to the client as it came, unread)."""
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
+def _json(data: bytes, response: httpx.Response) -> Any:
+    """An upstream's answer parsed, or None (an error status, or an answer nested deeper than
+    the parser goes: it goes to the client as it came, unread). A success that is no JSON
+    object (an HTML page, a cut-off body) is the upstream's fault: a 502 that says what came,
+    where a client's SDK would fail to parse it."""
+    if not response.is_success:
         return None
+    try:
+        answer = json.loads(data)
+    except RecursionError:
+        return None
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict):
+        return answer
+    kind = response.headers.get("content-type") or "no content type"
+    raise Refused(
+        502,
+        "llm_exception",
+        f"the upstream answered {response.status_code} with {len(data):,} bytes ({kind}) that are "
+        "not a JSON object; check that the model's base_url is the provider's API",
+    )
 
 
 async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any], deadline: float) -> str:
