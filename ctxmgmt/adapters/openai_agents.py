@@ -47,6 +47,9 @@ class ContextManagementFilter:
         offloader: where removed content is archived first.
         session: the offload session of this conversation.
         context_window: the model's window, for the fit step.
+        max_tokens: the reply limit set in ``RunConfig(model_settings=...)``, which a filter is
+            not shown (the agent's own ``model_settings.max_tokens`` is read at each call);
+            the fit keeps room for it.
         pricing: the model's prices, for the cost model of ``settings: {cache: aware}``
             (default: Anthropic's ratios for the Anthropic format, OpenAI's otherwise).
     """
@@ -59,6 +62,7 @@ class ContextManagementFilter:
         offloader: Any = None,
         session: str = "default",
         context_window: int | None = None,
+        max_tokens: int | None = None,
         pricing: Pricing | None = None,
     ) -> None:
         self.conversation = Conversation(
@@ -70,6 +74,7 @@ class ContextManagementFilter:
             pricing=pricing,
         )
         self.context_window = context_window
+        self.max_tokens = max_tokens
         self.hooks = ContextManagementHooks(self)
         """Pass these as ``Runner.run(..., hooks=...)``: they log each tool result and read usage."""
         self.last: Turn | None = None
@@ -90,7 +95,9 @@ class ContextManagementFilter:
             "tools": _schemas(agent),
             "model": agent.model if isinstance(agent.model, str) else None,
             "context_window": self.context_window,
-            "max_output_tokens": reply_limit(getattr(agent.model_settings, "max_tokens", None)),
+            "max_output_tokens": reply_limit(
+                self.max_tokens, getattr(agent.model_settings, "max_tokens", None)
+            ),
         }
         given = data.model_data.input
         turn = await self.conversation.aprepare(given, **request)

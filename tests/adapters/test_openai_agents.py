@@ -3,6 +3,7 @@
 import asyncio
 import json
 
+import pytest
 from agents import Agent, RunConfig, Runner, function_tool, set_trace_processors, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tracing import TracingProcessor
@@ -152,21 +153,27 @@ def test_reported_usage_calibrates_the_counts():
     assert managed.hooks.usage[-1]["reusable_prefix_tokens"] > 0
 
 
-def test_the_fit_keeps_room_for_the_reply_limit_the_agent_asks():
-    """An agent whose model settings ask more max_tokens than the definition reserves gets
-    requests whose input and that limit together fit the window."""
+@pytest.mark.parametrize("where", ["agent", "run_config"])
+def test_the_fit_keeps_room_for_the_reply_limit_the_agent_asks(where):
+    """An agent whose model settings (or the run's, handed to the filter too) ask more
+    max_tokens than the definition reserves gets requests whose input and that limit
+    together fit the window; the run's limit wins over the agent's, as the SDK resolves them."""
     from agents import ModelSettings
 
     from ctxmgmt import Context, get_counter
 
     definition = {"name": "fit", "hooks": {"post_memory": [{"type": "SlidingWindowManager", "config": {}}]}}
     model = ScriptedModel([*steps(1)])
-    settings = ModelSettings(max_tokens=1900)
+    agents_own = ModelSettings(max_tokens=1900 if where == "agent" else 100)
     agent = Agent(
-        name="logs", instructions="You read logs.", model=model, tools=[read_log], model_settings=settings
+        name="logs", instructions="You read logs.", model=model, tools=[read_log], model_settings=agents_own
     )
-    managed = ContextManagementFilter(definition, context_window=4000)
-    config = RunConfig(call_model_input_filter=managed)
+    if where == "agent":
+        managed = ContextManagementFilter(definition, context_window=4000)
+        config = RunConfig(call_model_input_filter=managed)
+    else:
+        managed = ContextManagementFilter(definition, context_window=4000, max_tokens=1900)
+        config = RunConfig(call_model_input_filter=managed, model_settings=ModelSettings(max_tokens=1900))
     asyncio.run(Runner.run(agent, "Why does the login fail?", run_config=config, hooks=managed.hooks))
     counter = get_counter()
     counted = [counter.context(Context(messages=c.input, format="openai_responses"))[0] for c in model.calls]
