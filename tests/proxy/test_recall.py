@@ -427,6 +427,31 @@ def test_an_answer_that_reads_nothing_comes_back_as_it_was(archiving, upstream):
     assert r.status_code == 200 and r.content == upstream.sent[-1]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("reads", [False, True], ids=["reads-nothing", "reads"])
+def test_a_responses_answer_echoes_none_of_the_recall_tools(archiving, upstream, stream, reads):
+    """A Responses answer echoes the request's tools: the client's come back, the recall
+    tools the proxy offered never do (in the whole response, and in every streamed event that
+    holds it), whether the model read or not."""
+    if reads:
+        _read_then_answer(upstream, "input")
+    else:
+        upstream.replies.append(Reply("no need to read"))
+    client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
+    own = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    asked = {"model": "gpt-test", "input": _responses_history(), "tools": [own], "store": False}
+    if stream:
+        events = list(client.responses.create(**asked, stream=True))
+        echoes = [e.response.tools for e in events if getattr(e, "response", None) is not None]
+        assert [e.type for e in events if getattr(e, "response", None) is not None][
+            -1
+        ] == "response.completed"
+    else:
+        echoes = [client.responses.create(**asked).tools]
+    assert "context_read" in [t.get("name") for t in upstream.seen[0].body["tools"]]  # it was offered
+    assert echoes and all([t.name for t in tools] == ["get_weather"] for tools in echoes), echoes
+
+
 def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
     """A whole upstream answer is JSON-parsed once, for its usage and its recall calls alike."""
     from ctxmgmt.api.proxy import handler

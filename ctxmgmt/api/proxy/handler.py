@@ -65,6 +65,7 @@ from .recall import (
     opened,
     reply_of,
     schemas,
+    unechoed,
     with_recall,
     without_recall_calls,
 )
@@ -644,10 +645,15 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         if status is not None:  # the answer called recall: the last round's answer goes back
             if not 200 <= status < 300:
                 failure = f"upstream status {status} in a recall round"
-            elif (whole := opened(api.name, answer, final)) is not None:
-                last = json.dumps(whole, ensure_ascii=False).encode()
+            else:
+                whole = opened(api.name, answer, final) or final
+                plain = unechoed(api.name, whole) or whole
+                if plain is not final:
+                    last = json.dumps(plain, ensure_ascii=False).encode()
             await _finish(exchange, usage, failure)
             return Response(last, status, headers=headers)
+        if (plain := unechoed(api.name, answer)) is not None:
+            data = json.dumps(plain, ensure_ascii=False).encode()
     await _finish(exchange, usage, failure)
     return Response(data, response.status_code, headers=returned)
 
@@ -792,6 +798,8 @@ async def _events(
             if found:
                 usage.update(found)
             if exchange.recall:
+                if (plain := unechoed(api.name, data)) is not None:
+                    event = streams.event_bytes(plain, plain.get("type"))
                 holding = acc.event(data) or holding
                 if holding and acc.held is None:  # a reasoning item's hold let go: text follows
                     out.extend(held)
@@ -860,6 +868,7 @@ async def _events(
             try:
                 status, _, _, answer = await _recall_rounds(exchange, body, whole, deadline, (200, {}))
                 final = answer if status is not None and 200 <= status < 300 else None
+                final = unechoed(api.name, final) or final
                 if isinstance(final, Mapping) and len(exchange.record["calls"]) == 1:
                     final = unsent(acc, final, NOTHING_SAID)  # no round went: part of it is out
                 ending = (

@@ -29,6 +29,7 @@ __all__ = [
     "last_round",
     "reply_of",
     "schemas",
+    "unechoed",
     "with_recall",
     "without_recall",
     "without_recall_calls",
@@ -70,6 +71,21 @@ def schemas(api: str, tools: Sequence[Tool]) -> list[dict[str, Any]]:
 def without_recall(api: str, tools: Sequence[Any]) -> list[Any]:
     """The request's tools but the recall ones."""
     return [t for t in tools if _tool_name(api, t) not in RECALL_TOOLS]
+
+
+def unechoed(api: str, value: Any) -> dict[str, Any] | None:
+    """A Responses answer, or a stream event that holds one (``response.created``,
+    ``response.completed``, ...), with the recall tools left out of its echo of the request's
+    tools, so the client never sees a tool it does not know; None when it echoes none."""
+    if api != "responses" or not isinstance(value, Mapping):
+        return None
+    inner = value.get("response")
+    answer = inner if isinstance(inner, Mapping) else value
+    tools = answer.get("tools")
+    if not isinstance(tools, list) or not any(_tool_name(api, t) in RECALL_TOOLS for t in tools):
+        return None
+    plain = {**answer, "tools": without_recall(api, tools)}
+    return {**value, "response": plain} if answer is inner else plain
 
 
 MAX_TOOLS = {"chat": 128, "responses": 128}

@@ -24,6 +24,7 @@ __all__ = [
     "EventTooLong",
     "Events",
     "continuation",
+    "event_bytes",
     "unsent",
 ]
 
@@ -196,8 +197,9 @@ class Ending:
         return len(self._finished) >= self.choices and not self._open
 
 
-def _sse(data: Any, event: str | None = None) -> bytes:
-    head = f"event: {event}\n" if event else ""
+def event_bytes(data: Any, event: Any = None) -> bytes:
+    """A server-sent event of ``data`` (JSON), named ``event`` when it is a string."""
+    head = f"event: {event}\n" if isinstance(event, str) and event else ""
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
@@ -412,7 +414,7 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
         out = []
         if isinstance(message.get("content"), str) and message["content"]:
             out.append(
-                _sse(
+                event_bytes(
                     {
                         **base,
                         "choices": [
@@ -429,7 +431,7 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
                 "function": call.get("function"),
             }
             out.append(
-                _sse(
+                event_bytes(
                     {
                         **base,
                         "choices": [{"index": 0, "delta": {"tool_calls": [part]}, "finish_reason": None}],
@@ -437,12 +439,12 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
                 )
             )
         out.append(
-            _sse(
+            event_bytes(
                 {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
             )
         )
         if usage and isinstance(final.get("usage"), Mapping):
-            out.append(_sse({**base, "choices": [], "usage": final["usage"]}))
+            out.append(event_bytes({**base, "choices": [], "usage": final["usage"]}))
         out.append(b"data: [DONE]\n\n")
         return out
     if acc.api == "messages":
@@ -452,7 +454,7 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
             kind = block.get("type")
             if kind == "text":
                 out.append(
-                    _sse(
+                    event_bytes(
                         {
                             "type": "content_block_start",
                             "index": index,
@@ -463,39 +465,43 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
                 )
                 delta = {"type": "text_delta", "text": block.get("text", "")}
                 out.append(
-                    _sse(
+                    event_bytes(
                         {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
                     )
                 )
             elif kind == "tool_use":
                 opened = {**block, "input": {}}
                 out.append(
-                    _sse(
+                    event_bytes(
                         {"type": "content_block_start", "index": index, "content_block": opened},
                         "content_block_start",
                     )
                 )
                 delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input") or {})}
                 out.append(
-                    _sse(
+                    event_bytes(
                         {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
                     )
                 )
             else:  # thinking and the rest: whole, as they start
                 out.append(
-                    _sse(
+                    event_bytes(
                         {"type": "content_block_start", "index": index, "content_block": block},
                         "content_block_start",
                     )
                 )
-            out.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+            out.append(event_bytes({"type": "content_block_stop", "index": index}, "content_block_stop"))
         used: Mapping[str, Any] = final["usage"] if isinstance(final.get("usage"), Mapping) else {}
         done = {
             "type": "message_delta",
             "delta": {"stop_reason": final.get("stop_reason"), "stop_sequence": final.get("stop_sequence")},
             "usage": {"output_tokens": used.get("output_tokens", 0)},
         }
-        return [*out, _sse(done, "message_delta"), _sse({"type": "message_stop"}, "message_stop")]
+        return [
+            *out,
+            event_bytes(done, "message_delta"),
+            event_bytes({"type": "message_stop"}, "message_stop"),
+        ]
     sequence = acc.sequence
     out = []
     items = [item for i, item in sorted(acc.items.items()) if i < held]
@@ -507,11 +513,13 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
             if kind.endswith("done"):
                 for delta in deltas:
                     sequence += 1
-                    out.append(_sse({**delta, "sequence_number": sequence}, delta["type"]))
+                    out.append(event_bytes({**delta, "sequence_number": sequence}, delta["type"]))
                 shown = item
             sequence += 1
             out.append(
-                _sse({"type": kind, "sequence_number": sequence, "output_index": index, "item": shown}, kind)
+                event_bytes(
+                    {"type": kind, "sequence_number": sequence, "output_index": index, "item": shown}, kind
+                )
             )
         items.append(item)
     sequence += 1
@@ -519,7 +527,7 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
     same: dict[str, Any] = {k: acc.base[k] for k in ("id", "created_at") if k in acc.base}
     completed: dict[str, Any] = {**final, "output": items, **same}
     out.append(
-        _sse(
+        event_bytes(
             {"type": "response.completed", "sequence_number": sequence, "response": completed},
             "response.completed",
         )
