@@ -535,6 +535,28 @@ def test_a_valid_answer_nested_deeper_than_the_parser_goes_is_passed_on(proxy, r
     ]
 
 
+@pytest.mark.parametrize("status", [301, 307, 308])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_redirect_is_a_502_that_names_it_and_is_not_followed(proxy, raw, status, stream):
+    """An upstream that redirects is not followed (the key and the prompt would go along): a
+    502 in the provider's shape that names the status and where it points (without its query
+    or password), and the one request the upstream got."""
+    raw.answer(
+        b"moved",
+        status=status,
+        headers={"location": "https://user:pw@elsewhere.test/v1/chat/completions?token=s3cret"},
+    )
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions", json={**BODY, "stream": stream}, timeout=30
+    )
+    assert r.status_code == 502
+    message = r.json()["error"]["message"]
+    assert str(status) in message and "https://elsewhere.test/v1/chat/completions" in message
+    assert "s3cret" not in message and "pw" not in message and "base_url" in message
+    assert "location" not in r.headers
+    assert raw.requests == 1
+
+
 def test_the_upstreams_retry_advice_reaches_the_client(proxy, raw):
     """x-should-retry and retry-after-ms (which the SDKs obey) come back as the upstream sent
     them, with retry-after and the request id; a Set-Cookie or a Location does not."""

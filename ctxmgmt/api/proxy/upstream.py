@@ -139,6 +139,17 @@ async def call(
             f"the upstream of {config.id!r} at {_shown(config.base_url)} answered with status "
             f"{response.status_code}, which is no HTTP status (100-599)",
         )
+    if 300 <= response.status_code < 400:  # never followed: it would take the key and the prompt along
+        await response.aclose()
+        location = response.headers.get("location", "")
+        to = _shown(location.partition("?")[0][:200]) if _plain(location) and location else "nowhere said"
+        raise Refused(
+            502,
+            "llm_exception",
+            f"the upstream of {config.id!r} at {_shown(config.base_url)} answered {response.status_code}, "
+            f"a redirect (to {to}), which the proxy does not follow: set the model's base_url to "
+            "the API's own address",
+        )
     return response
 
 
