@@ -338,7 +338,7 @@ def test_a_streamed_response_the_upstream_stores_is_offered_no_recall(archiving,
 def test_a_streamed_chat_answer_that_reads_ends_with_the_final_answer(archiving, upstream):
     """The OpenAI SDK streaming through the proxy: the words before the recall call arrive as
     they came, the recall is answered by the proxy, and the same message ends with the final
-    answer; the client never sees context_read."""
+    answer, a blank line between them; the client never sees context_read."""
     _read_then_answer(upstream, "messages")
     client = openai.OpenAI(base_url=f"{archiving.url}/proxy/long-running-agent/v1", api_key="k")
     chunks = list(
@@ -347,7 +347,7 @@ def test_a_streamed_chat_answer_that_reads_ends_with_the_final_answer(archiving,
         )
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == "Let me look.the checksum is 0xC0FFEE"
+    assert text == "Let me look.\n\nthe checksum is 0xC0FFEE"  # one message: the two parts apart
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
         "stop"

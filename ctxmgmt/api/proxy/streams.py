@@ -413,14 +413,13 @@ def continuation(acc: Accumulator, final: Mapping[str, Any], usage: bool) -> lis
         message = choice.get("message") or {}
         out = []
         if isinstance(message.get("content"), str) and message["content"]:
+            text = message["content"]
+            said = next((piece for piece in reversed(acc.content) if piece), "")
+            if said and not said[-1].isspace() and not text[0].isspace():
+                text = "\n\n" + text  # one message's text: the words before the read, then these
             out.append(
                 event_bytes(
-                    {
-                        **base,
-                        "choices": [
-                            {"index": 0, "delta": {"content": message["content"]}, "finish_reason": None}
-                        ],
-                    }
+                    {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
                 )
             )
         for i, call in enumerate(message.get("tool_calls") or ()):
