@@ -149,7 +149,7 @@ def _check_messages(
                     "a system message must be the last message or be followed by an assistant turn",
                 )
             )
-        answered = _check_content(m.get("content"), role, where, problems)
+        answered = _check_content(m.get("content"), role, where, problems, i == len(messages) - 1)
         if role == "assistant":
             if pending:
                 _unanswered(pending, problems)
@@ -248,12 +248,22 @@ def check_system(system: Any) -> list[Problem]:
     ]
 
 
-def _check_content(content: Any, role: str, where: str, problems: list[Problem]) -> list[tuple[str, int]]:
-    """Check one message's content; returns the (tool_use_id, block index) of its tool results."""
-    if isinstance(content, str):
+def _check_content(
+    content: Any, role: str, where: str, problems: list[Problem], last: bool = False
+) -> list[tuple[str, int]]:
+    """Check one message's content; returns the (tool_use_id, block index) of its tool results.
+    An empty list is the final assistant message's only (a prefill of nothing, as the API
+    allows it)."""
+    if isinstance(content, str) or (content == [] and last and role == "assistant"):
         return []
     if not isinstance(content, list) or not content:
-        problems.append(Problem(f"{where}/content", "content must be a string or a non-empty list of blocks"))
+        problems.append(
+            Problem(
+                f"{where}/content",
+                "content must be a string or a non-empty list of blocks (an empty list only in a "
+                "final assistant message)",
+            )
+        )
         return []
     allowed = USER_BLOCKS if role == "user" else ASSISTANT_BLOCKS
     refused = _NOT_USER if role == "user" else _NOT_ASSISTANT
@@ -431,6 +441,8 @@ def advance(messages: Sequence[Any], grown: Grown | None) -> Grown | None:
     only the messages after them are checked and converted. None when those break a rule
     (the full check names the problems)."""
     start = grown.k if grown is not None else 0
+    if 0 < start < len(messages) and _empty_final(messages[start - 1]):
+        return None  # a final assistant message of no content is one no longer: the check says so
     problems: list[Problem] = []
     pending = _check_messages(
         messages, start, dict(grown.pending) if grown and grown.pending else {}, problems
@@ -446,6 +458,11 @@ def advance(messages: Sequence[Any], grown: Grown | None) -> Grown | None:
     inner = grown.inner.append(*new) if grown is not None else History(new)
     n = len(messages)
     return Grown(n, inner, n, len(inner), pending, size)
+
+
+def _empty_final(m: Any) -> bool:
+    """An assistant message whose content is an empty list: valid as the final message only."""
+    return isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") == []
 
 
 def _convert(m: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:

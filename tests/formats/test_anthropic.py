@@ -242,6 +242,36 @@ def test_invalid_anthropic_messages_are_named_with_a_pointer(messages, pointer, 
     assert problem.pointer == pointer and says in problem.message, problem
 
 
+@pytest.mark.parametrize("name", sorted(shipped_definitions()))
+def test_an_empty_final_assistant_message_passes_as_the_api_allows_it(name):
+    """A final assistant message of no content (``content: []``, a prefill of nothing, which the
+    Messages API takes) is managed like any other request: it comes back the very object, and
+    the request is valid and fits, whichever shipped definition runs."""
+    empty = {"role": "assistant", "content": []}
+    msgs = [*conversation(30, size=6000), empty]
+    ctx = Context(system_prompt=SYSTEM, messages=msgs, model="claude-sonnet-4-5", context_window=16_000)
+    out = load_definition(name).apply("pre_llm", ctx).context
+    assert out.messages[-1] is empty
+    assert_valid_messages(out.messages, format="anthropic", system=SYSTEM)
+
+
+def test_an_empty_assistant_message_is_refused_once_it_is_no_longer_final():
+    """An assistant message of no content is the final one's only: one with a message after it
+    is a ContextError naming it (as the API refuses it), also when the history grew past it."""
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": []}]
+    grown = Context.from_dict({"messages": msgs, "format": "anthropic"})
+    later = {"role": "user", "content": "more"}
+    with pytest.raises(ContextError) as raised:
+        Context.from_dict({"messages": [*msgs, later], "format": "anthropic"})
+    assert raised.value.problems[0].pointer == "/messages/1/content"
+    assert "final assistant" in raised.value.problems[0].message
+    d = definition({"type": "SlidingWindowManager", "config": {"max_messages": 50}})
+    d.apply("pre_llm", grown)
+    with pytest.raises(ContextError) as raised:
+        d.apply("pre_llm", grown.append(later))
+    assert raised.value.problems[0].pointer == "/messages/1/content"
+
+
 def test_system_blocks_are_checked():
     """A system prompt that is neither a string nor text blocks names the block."""
     problems = anthropic.check([{"role": "user", "content": "q"}], [{"type": "image"}])

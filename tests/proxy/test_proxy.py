@@ -228,6 +228,17 @@ def test_anthropic_sdk_messages_streamed_and_not(proxy, upstream):
     assert final.content[0].type == "tool_use" and final.content[0].input == {"path": "src/app/parser.py"}
 
 
+def test_an_anthropic_request_ending_in_an_empty_assistant_message_goes_upstream_as_sent(proxy, upstream):
+    """A request whose final assistant message has no content (a prefill of nothing, which the
+    Messages API takes) is proxied, that message as the client sent it."""
+    client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="k")
+    upstream.replies.append(Reply("done"))
+    messages = [{"role": "user", "content": TASK}, {"role": "assistant", "content": []}]
+    answer = client.messages.create(model="claude-test", max_tokens=100, messages=messages)
+    assert answer.content[0].text == "done"
+    assert upstream.seen[-1].body["messages"] == messages
+
+
 def test_the_clients_query_goes_upstream(proxy, upstream):
     """The client's query string goes upstream as it sent it: the TypeScript SDK's beta client
     (Claude Code's) sends ``?beta=true``, Azure OpenAI needs ``?api-version=``."""
