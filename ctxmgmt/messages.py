@@ -55,18 +55,29 @@ which message is which: fingerprints of messages are made without it."""
 
 
 def without_cache_control(value: Any) -> Any:
-    """``value`` with every ``cache_control`` member taken out, at any depth (the same object
-    when it holds none; else a copy of what holds one)."""
-    if isinstance(value, dict):
-        if CACHE_CONTROL in value or any(isinstance(v, (dict, list)) for v in value.values()):
-            out = {k: without_cache_control(v) for k, v in value.items() if k != CACHE_CONTROL}
-            if len(out) != len(value) or any(out[k] is not value[k] for k in out):
-                return out
-        return value
+    """``value`` (a message, a block, or a list of either: a history, a system prompt) with
+    every ``cache_control`` taken out where a provider reads one: on a message, on its
+    content's blocks, and on the blocks of a block's own content (a tool result's); never
+    from a tool's input or other data that holds the word. The same object when it holds
+    none; else a copy of what holds one."""
+    return _uncached(value, 3)
+
+
+def _uncached(value: Any, depth: int) -> Any:
+    """:func:`without_cache_control` down ``depth`` more levels of ``content``."""
     if isinstance(value, list):
-        items = [without_cache_control(v) for v in value]
+        items = [_uncached(v, depth) for v in value]
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
-    return value
+    if not isinstance(value, dict):
+        return value
+    content = value.get("content")
+    inner = _uncached(content, depth - 1) if depth > 1 and isinstance(content, list) else content
+    if CACHE_CONTROL not in value and inner is content:
+        return value
+    out = {k: v for k, v in value.items() if k != CACHE_CONTROL}
+    if inner is not content:
+        out["content"] = inner
+    return out
 
 
 def is_recalled(name: str | None, message: Mapping[str, Any]) -> bool:

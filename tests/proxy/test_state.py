@@ -252,6 +252,33 @@ def test_a_fingerprint_leaves_out_a_moved_cache_breakpoint_and_nothing_else(sepa
     bare = {"content": [{"type": "tool_result", "content": [{"type": "text"}]}]}
     assert without_cache_control(nested) == bare
     assert nested["content"][0]["content"][0]["cache_control"] == mark  # the input is never changed
+    history = [marked_last, answer]
+    assert (
+        without_cache_control(history) == [ask, answer] and without_cache_control([ask, answer])[1] is answer
+    )
+
+
+def test_a_tool_input_that_holds_cache_control_keeps_it():
+    """Only a provider's breakpoints are taken out (on a message, its blocks, a tool result's
+    blocks): a tool's input or a tool result's data that holds a member named cache_control
+    is the model's and the tool's own, kept."""
+    from ctxmgmt.messages import without_cache_control
+
+    mark = {"type": "ephemeral"}
+    call = {
+        "type": "tool_use",
+        "id": "t1",
+        "name": "configure",
+        "input": {"cache_control": "no-store", "headers": [{"cache_control": "max-age=0"}]},
+        "cache_control": mark,
+    }
+    said = {"role": "assistant", "content": [call]}
+    out = without_cache_control(said)
+    assert "cache_control" not in out["content"][0]
+    assert out["content"][0]["input"] is call["input"]
+    data = {"type": "json", "content": [{"cache_control": "kept", "text": "x"}]}
+    deep = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [data]}]}
+    assert without_cache_control(deep) is deep  # a block's own content's block's content: data
 
 
 def test_a_fingerprint_is_linear_in_a_long_run_of_whitespace():
