@@ -87,7 +87,9 @@ def test_serve_with_two_workers_shares_one_sqlite_database(tmp_path):
         with ThreadPoolExecutor(8) as pool:
             assert set(pool.map(create, range(60))) == {200}
         for _ in range(10):  # each fresh connection may reach either worker
-            listed = httpx.get(base, params={"q": "wk", "size": 100}, headers={"connection": "close"}).json()
+            listed = httpx.get(
+                base, params={"q": "wk", "size": 100}, headers={"connection": "close"}, timeout=30
+            ).json()
             assert listed["total"] == 60
 
 

@@ -21,13 +21,15 @@ def test_parallel_creates_of_one_name_give_one_success(live):
     with ThreadPoolExecutor(WORKERS) as pool:
         statuses = list(pool.map(create, range(WORKERS)))
     assert statuses.count(200) == 1 and statuses.count(409) == WORKERS - 1
-    winner = httpx.get(f"{live.url}{BASE}/contested").json()
+    winner = httpx.get(f"{live.url}{BASE}/contested", timeout=30).json()
     assert winner["version"] == 1 and winner["description"].startswith("writer ")
 
 
 def test_parallel_updates_with_if_match_lose_nothing(live):
     """50 writers each read, then PUT with If-Match, retrying on 409: every update lands once."""
-    httpx.post(f"{live.url}{BASE}/counter", json={**shipped("default"), "description": ""}).raise_for_status()
+    httpx.post(
+        f"{live.url}{BASE}/counter", json={**shipped("default"), "description": ""}, timeout=30
+    ).raise_for_status()
 
     def append(i):
         with httpx.Client(base_url=live.url, timeout=60) as http:
@@ -43,7 +45,7 @@ def test_parallel_updates_with_if_match_lose_nothing(live):
 
     with ThreadPoolExecutor(WORKERS) as pool:
         versions = list(pool.map(append, range(WORKERS)))
-    final = httpx.get(f"{live.url}{BASE}/counter").json()
+    final = httpx.get(f"{live.url}{BASE}/counter", timeout=30).json()
     assert sorted(versions) == list(range(2, WORKERS + 2))
     assert final["version"] == WORKERS + 1
     assert sorted(map(int, final["description"].split())) == list(range(WORKERS))

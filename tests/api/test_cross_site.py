@@ -93,7 +93,7 @@ def test_a_cross_origin_page_writes_nothing(browser, attacker, tmp_path, origin_
     allowed = f"  allowed_origins: [{json.dumps(page_origin)}]\n" if origin_allowed else ""
     config.write_text(f"server:\n  max_body_bytes: 1048576\n{allowed}")
     with serve(tmp_path, f"sqlite:///{tmp_path / 'x.db'}", "--config", str(config)) as url:
-        before = httpx.get(f"{url}{BASE}", params={"size": 1000}).json()["total"]
+        before = httpx.get(f"{url}{BASE}", params={"size": 1000}, timeout=30).json()["total"]
         attacker.page = (
             ATTACK.replace("TARGET", url).replace("DEFINITION", json.dumps(shipped("default"))).encode()
         )
@@ -102,9 +102,10 @@ def test_a_cross_origin_page_writes_nothing(browser, attacker, tmp_path, origin_
         assert outcome[-2] == "submitted" and len(outcome) == 8, outcome
         assert outcome[-1] == ("answered 200" if origin_allowed else "blocked"), outcome
         names = [
-            d["name"] for d in httpx.get(f"{url}{BASE}", params={"size": 1000}).json()["context_management"]
+            d["name"]
+            for d in httpx.get(f"{url}{BASE}", params={"size": 1000}, timeout=30).json()["context_management"]
         ]
         assert not [n for n in names if n.startswith("forged")], names
         assert len(names) == before + origin_allowed
         assert ("friendly" in names) is origin_allowed
-        assert httpx.get(f"{url}{AGENTS}").json()["total"] == 0
+        assert httpx.get(f"{url}{AGENTS}", timeout=30).json()["total"] == 0

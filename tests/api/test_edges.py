@@ -351,7 +351,7 @@ def serve_output(folder, *args: str, env: dict | None = None) -> str:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/_health").status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/_health", timeout=30).status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.1)

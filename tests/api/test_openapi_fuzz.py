@@ -62,7 +62,9 @@ def test_schemathesis_finds_nothing_against_a_live_server(tmp_path, database_url
     One test per phase, so that parallel test workers share them out."""
     st = str(Path(sys.executable).parent / "st")
     with serve(tmp_path, database_url) as url:
-        config = config_from(httpx.get(f"{url}/openapi.json").json(), tmp_path / "schemathesis.toml")
+        config = config_from(
+            httpx.get(f"{url}/openapi.json", timeout=30).json(), tmp_path / "schemathesis.toml"
+        )
         run = subprocess.run(
             [
                 st,

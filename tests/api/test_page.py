@@ -475,6 +475,7 @@ def test_the_editor_round_trip_keeps_every_value_exact(browser, tmp_path, shots)
             f"{live.url}/_plugins/_ml/context_management/hostile",
             content=text.encode(),
             headers={"content-type": "application/json"},
+            timeout=30,
         )
         assert created.status_code == 200, created.text
         before = store.get("hostile").document()

@@ -39,11 +39,13 @@ def test_a_saved_report_is_served_and_shown(tmp_path, browser):  # noqa: F811
     store = DefinitionStore.open(url)
     try:
         with LiveServer(create_app(store)) as live:
-            got = httpx.get(f"{live.url}/_plugins/_ml/context_management/_eval/{report_id}").json()
+            got = httpx.get(
+                f"{live.url}/_plugins/_ml/context_management/_eval/{report_id}", timeout=30
+            ).json()
             assert got["report_id"] == report_id and got["schema"] == "ctxmgmt.eval/1"
             assert [r["name"] for r in got["rows"]] == ["default", "sliding-window", "observation-masking"]
-            missing = httpx.get(f"{live.url}/_plugins/_ml/context_management/_eval/{'0' * 32}")
-            odd = httpx.get(f"{live.url}/_plugins/_ml/context_management/_eval/..%2F..")
+            missing = httpx.get(f"{live.url}/_plugins/_ml/context_management/_eval/{'0' * 32}", timeout=30)
+            odd = httpx.get(f"{live.url}/_plugins/_ml/context_management/_eval/..%2F..", timeout=30)
             assert (missing.status_code, odd.status_code) == (404, 404)
             browser.get(f"{live.url}/ui#/eval/{report_id}")
             table = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#eval-table tbody tr"))

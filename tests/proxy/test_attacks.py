@@ -118,7 +118,10 @@ def test_a_member_given_twice_is_a_400(proxy, upstream):
     """A body that gives a member twice is refused: an upstream might read the other copy."""
     raw = b'{"model": "gpt-test", "messages": [{"role": "user", "content": "a"}], "messages": []}'
     r = httpx.post(
-        f"{proxy.url}/proxy/default{CHAT}", content=raw, headers={"content-type": "application/json"}
+        f"{proxy.url}/proxy/default{CHAT}",
+        content=raw,
+        headers={"content-type": "application/json"},
+        timeout=30,
     )
     assert r.status_code == 400 and "twice" in r.json()["error"]["message"]
     assert upstream.seen == []
@@ -130,6 +133,7 @@ def test_an_empty_definition_header_is_a_400(proxy, upstream):
         f"{proxy.url}/proxy/default{CHAT}",
         json={"model": "gpt-test", "messages": [{"role": "user", "content": "a"}]},
         headers={"x-ctxmgmt-definition": ""},
+        timeout=30,
     )
     assert r.status_code == 400
 
@@ -137,18 +141,23 @@ def test_an_empty_definition_header_is_a_400(proxy, upstream):
 def test_a_wrong_method_or_path_under_the_proxy_answers_in_the_providers_shape(proxy):
     """A GET on a proxy path (405) and an unknown path under it (404) answer as the provider
     would, so its client raises its own error."""
-    r = httpx.get(f"{proxy.url}/proxy/default/v1/messages")
+    r = httpx.get(f"{proxy.url}/proxy/default/v1/messages", timeout=30)
     assert r.status_code == 405 and r.json()["type"] == "error" and r.json()["error"]["message"]
-    r = httpx.post(f"{proxy.url}/proxy/default/v1/embeddings", json={"model": "gpt-test"})
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/embeddings", json={"model": "gpt-test"}, timeout=30)
     assert r.status_code == 404 and r.json()["error"]["message"] and r.json()["error"]["type"]
     # An Anthropic client (it sends anthropic-version) reads Anthropic's shape on any other path.
     for method in ("POST", "DELETE"):
         r = httpx.request(
-            method, f"{proxy.url}/proxy/default/v1/models", headers={"anthropic-version": "2023-06-01"}
+            method,
+            f"{proxy.url}/proxy/default/v1/models",
+            headers={"anthropic-version": "2023-06-01"},
+            timeout=30,
         )
         assert r.status_code == 405 and r.json()["type"] == "error" and r.json()["error"]["message"], r.text
     r = httpx.get(
-        f"{proxy.url}/proxy/default/v1/chat/completions", headers={"anthropic-version": "2023-06-01"}
+        f"{proxy.url}/proxy/default/v1/chat/completions",
+        headers={"anthropic-version": "2023-06-01"},
+        timeout=30,
     )
     assert r.status_code == 405 and "type" not in r.json() and r.json()["error"]["message"]
 
@@ -174,12 +183,16 @@ def test_a_message_cannot_carry_ctxmgmts_own_marks(proxy, upstream, path, field)
     continued conversation, and nothing goes upstream."""
     model = "claude-test" if path == "/v1/messages" else "gpt-test"
     items = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
-    r = httpx.post(f"{proxy.url}/proxy/default{path}", json={"model": model, "max_tokens": 5, field: items})
+    r = httpx.post(
+        f"{proxy.url}/proxy/default{path}", json={"model": model, "max_tokens": 5, field: items}, timeout=30
+    )
     assert r.status_code == 200, r.text
     forged = {"role": "user", "content": "x" * 9_000, "_ctxmgmt": {"counted_tokens": 1, "thinking": True}}
     for sent in ([*items, forged], [forged]):  # read from the previous body, and whole
         r = httpx.post(
-            f"{proxy.url}/proxy/default{path}", json={"model": model, "max_tokens": 5, field: sent}
+            f"{proxy.url}/proxy/default{path}",
+            json={"model": model, "max_tokens": 5, field: sent},
+            timeout=30,
         )
         assert r.status_code == 400, r.text
         assert f"/{field}/{len(sent) - 1}/_ctxmgmt" in r.text and "remove it" in r.text

@@ -131,9 +131,11 @@ def test_a_count_with_its_upstream_down_is_a_502(store):
     spec = {"base_url": f"http://user:s3cret@127.0.0.1:{port}/v1", "provider": "anthropic", "model": "up"}
     models = ModelsConfig.from_dict({"models": {"a": spec}})
     with LiveServer(create_app(store, models=models)) as server:
-        r = httpx.post(f"{server.url}/proxy/default/v1/messages/count_tokens", json=COUNT)
-        lost = httpx.post(f"{server.url}/v1/messages", json=COUNT)  # a client given the wrong base URL
-        other = httpx.get(f"{server.url}/_plugins/_ml/nothing/messages/x")  # no provider's path
+        r = httpx.post(f"{server.url}/proxy/default/v1/messages/count_tokens", json=COUNT, timeout=30)
+        lost = httpx.post(
+            f"{server.url}/v1/messages", json=COUNT, timeout=30
+        )  # a client given the wrong base URL
+        other = httpx.get(f"{server.url}/_plugins/_ml/nothing/messages/x", timeout=30)  # no provider's path
     said = r.json()["error"]["message"]
     assert r.status_code == 502 and r.json()["type"] == "error"
     assert (
@@ -166,7 +168,7 @@ def test_an_unreachable_upstream_is_a_502(store):
         }
     )
     with LiveServer(create_app(store, models=models)) as server:
-        r = httpx.post(f"{server.url}/proxy/default/v1/chat/completions", json=BODY)
+        r = httpx.post(f"{server.url}/proxy/default/v1/chat/completions", json=BODY, timeout=30)
     assert r.status_code == 502 and "could not reach" in r.json()["error"]["message"]
 
 
@@ -404,6 +406,7 @@ def test_a_count_body_is_checked_as_a_messages_body(proxy, raw, raw_body, says):
         f"{proxy.url}/proxy/default/v1/messages/count_tokens",
         content=raw_body,
         headers={"content-type": "application/json"},
+        timeout=30,
     )
     assert r.status_code == 400 and r.json()["type"] == "error" and says in r.json()["error"]["message"]
     assert raw.requests == 0

@@ -371,7 +371,9 @@ def test_a_chat_error_says_what_is_wrong_and_where_and_nothing_else(proxy, upstr
     custom or a deprecated function call said as such), OpenAI's ``param`` is that pointer, and
     no advice about pairing tool results comes with a problem that is not one."""
     r = httpx.post(
-        f"{proxy.url}/proxy/default/v1/chat/completions", json={"model": "gpt-test", "messages": messages}
+        f"{proxy.url}/proxy/default/v1/chat/completions",
+        json={"model": "gpt-test", "messages": messages},
+        timeout=30,
     )
     assert r.status_code == 400, r.text
     error = r.json()["error"]
@@ -385,7 +387,9 @@ def test_a_chat_error_about_a_result_without_its_call_says_how_to_mend_it(proxy,
     """A tool result that answers no call: the pairing problem, then how to mend it."""
     messages = [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c9", "content": "x"}]
     r = httpx.post(
-        f"{proxy.url}/proxy/default/v1/chat/completions", json={"model": "gpt-test", "messages": messages}
+        f"{proxy.url}/proxy/default/v1/chat/completions",
+        json={"model": "gpt-test", "messages": messages},
+        timeout=30,
     )
     error = r.json()["error"]
     assert r.status_code == 400 and error["param"] == "/messages/1/tool_call_id"
@@ -408,7 +412,7 @@ def test_errors_come_in_the_providers_shape(proxy, upstream, path, shape):
         (f"/proxy/default{path}", good, {"x-ctxmgmt-definition": "missing"}, 404),
     ]
     for url, body, headers, status in cases:
-        r = httpx.post(proxy.url + url, json=body, headers=headers)
+        r = httpx.post(proxy.url + url, json=body, headers=headers, timeout=30)
         assert r.status_code == status, r.text
         data = r.json()
         if shape == "anthropic":
@@ -417,7 +421,10 @@ def test_errors_come_in_the_providers_shape(proxy, upstream, path, shape):
             assert data["error"]["message"] and data["error"]["type"]
     assert upstream.seen == []
     r = httpx.post(
-        f"{proxy.url}/proxy/default{path}", content=b"{not json", headers={"content-type": "application/json"}
+        f"{proxy.url}/proxy/default{path}",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+        timeout=30,
     )
     assert r.status_code == 400
 
@@ -426,10 +433,10 @@ def test_an_unknown_definition_is_said_before_an_unknown_model(proxy):
     """A request whose definition and model are both unknown is told of the definition, the
     path's (with the nearest name stored); a known definition, of the model."""
     body = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
-    r = httpx.post(f"{proxy.url}/proxy/defualt/v1/chat/completions", json=body)
+    r = httpx.post(f"{proxy.url}/proxy/defualt/v1/chat/completions", json=body, timeout=30)
     assert r.status_code == 404 and "'defualt' not found" in r.json()["error"]["message"]
     assert "did you mean 'default'" in r.json()["error"]["message"]
-    r = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json=body)
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json=body, timeout=30)
     assert r.status_code == 404 and "/model: 'nope'" in r.json()["error"]["message"]
 
 
@@ -439,6 +446,7 @@ def test_an_upstream_error_comes_back_unchanged(proxy, upstream):
     r = httpx.post(
         f"{proxy.url}/proxy/default/v1/chat/completions",
         json={"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
     )
     assert r.status_code == 429
     assert r.json() == {"error": {"message": "upstream says no"}}
@@ -472,14 +480,16 @@ def test_project_keys_protect_the_proxy(store, upstream):
     with LiveServer(create_app(store, models=models_for(upstream), config=config)) as server:
         body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
         url = f"{server.url}/proxy/default/v1/chat/completions"
-        assert httpx.post(url, json=body).status_code == 401
-        assert httpx.post(url, json=body, headers={"x-ctxmgmt-key": "r-key"}).status_code == 403
-        r = httpx.post(url, json=body, headers={"x-ctxmgmt-key": "p-key", "authorization": "Bearer sk-up"})
+        assert httpx.post(url, json=body, timeout=30).status_code == 401
+        assert httpx.post(url, json=body, headers={"x-ctxmgmt-key": "r-key"}, timeout=30).status_code == 403
+        r = httpx.post(
+            url, json=body, headers={"x-ctxmgmt-key": "p-key", "authorization": "Bearer sk-up"}, timeout=30
+        )
         assert r.status_code == 200
         assert upstream.seen[-1].headers["authorization"] == "Bearer sk-up"
         assert "x-ctxmgmt-key" not in upstream.seen[-1].headers
         for twice in ({"authorization": "Bearer p-key"}, {"x-api-key": "p-key"}):  # ours, sent twice
-            r = httpx.post(url, json=body, headers={"x-ctxmgmt-key": "p-key", **twice})
+            r = httpx.post(url, json=body, headers={"x-ctxmgmt-key": "p-key", **twice}, timeout=30)
             assert r.status_code == 200
             assert "p-key" not in json.dumps(upstream.seen[-1].headers)  # never goes upstream
 
@@ -528,16 +538,16 @@ def test_a_proxy_key_reads_definitions_and_nothing_of_the_conversations(store, u
     with live as server:
         base = f"{server.url}/_plugins/_ml"
         allowed = [
-            httpx.get(f"{base}/context_management", headers=headers),
-            httpx.get(f"{base}/context_management/default", headers=headers),
+            httpx.get(f"{base}/context_management", headers=headers, timeout=30),
+            httpx.get(f"{base}/context_management/default", headers=headers, timeout=30),
         ]
         refused = [
-            httpx.get(f"{base}/executions/_search", headers=headers),
-            httpx.get(f"{base}/executions/{'a' * 32}", headers=headers),
-            httpx.get(f"{base}/memory/{'a' * 32}/messages", headers=headers),
-            httpx.get(f"{base}/offload", params={"session": "s"}, headers=headers),
-            httpx.get(f"{base}/agents/{'a' * 32}", headers=headers),
-            httpx.post(f"{base}/agents/_register", json={"name": "x"}, headers=headers),
+            httpx.get(f"{base}/executions/_search", headers=headers, timeout=30),
+            httpx.get(f"{base}/executions/{'a' * 32}", headers=headers, timeout=30),
+            httpx.get(f"{base}/memory/{'a' * 32}/messages", headers=headers, timeout=30),
+            httpx.get(f"{base}/offload", params={"session": "s"}, headers=headers, timeout=30),
+            httpx.get(f"{base}/agents/{'a' * 32}", headers=headers, timeout=30),
+            httpx.post(f"{base}/agents/_register", json={"name": "x"}, headers=headers, timeout=30),
         ]
     assert [r.status_code for r in allowed] == [200, 200], [r.text for r in allowed]
     for r in refused:
@@ -560,14 +570,14 @@ def test_the_proxy_and_the_api_read_a_key_the_same_way(store, upstream, headers)
     every form; and a wrong one is refused by both."""
     _, live = _keys(store, upstream)
     with live as server:
-        api = httpx.get(f"{server.url}/_plugins/_ml/context_management", headers=headers)
+        api = httpx.get(f"{server.url}/_plugins/_ml/context_management", headers=headers, timeout=30)
         body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
         url = f"{server.url}/proxy/default/v1/chat/completions"
         # the model has no upstream key and the client's key is ours: refused, but past the key check
-        proxied = httpx.post(url, json=body, headers=headers)
+        proxied = httpx.post(url, json=body, headers=headers, timeout=30)
         wrong = {k: v.replace("p-key", "x-key") for k, v in headers.items()}
-        refused = httpx.get(f"{server.url}/_plugins/_ml/context_management", headers=wrong)
-        refused_proxy = httpx.post(url, json=body, headers=wrong)
+        refused = httpx.get(f"{server.url}/_plugins/_ml/context_management", headers=wrong, timeout=30)
+        refused_proxy = httpx.post(url, json=body, headers=wrong, timeout=30)
     assert api.status_code == 200, api.text
     assert proxied.status_code == 400 and "api_key_env" in proxied.json()["error"]["message"]
     assert (refused.status_code, refused_proxy.status_code) == (401, 401)
@@ -587,6 +597,7 @@ def test_a_request_refused_for_its_keys_runs_keeps_and_records_nothing(store, up
             f"{server.url}/proxy/default/v1/chat/completions",
             json=body,
             headers={"authorization": "Bearer p-key"},
+            timeout=30,
         )
     assert r.status_code == 400, r.text
     assert app.state.proxy_bodies.find(json.dumps(body)) is None and not app.state.proxy_bodies._order
@@ -611,8 +622,12 @@ def test_a_bad_json_body_is_refused_by_the_proxy_as_by_the_api(proxy, text):
     """The proxy's incremental body reader and the REST API's refuse the same bad value with
     the same 400 message (one decoder, one mapping of its errors)."""
     headers = {"content-type": "application/json"}
-    api = httpx.post(f"{proxy.url}/_plugins/_ml/context_management/_validate", content=text, headers=headers)
-    proxied = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", content=text, headers=headers)
+    api = httpx.post(
+        f"{proxy.url}/_plugins/_ml/context_management/_validate", content=text, headers=headers, timeout=30
+    )
+    proxied = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions", content=text, headers=headers, timeout=30
+    )
     assert (api.status_code, proxied.status_code) == (400, 400), (api.text, proxied.text)
     assert proxied.json()["error"]["message"] == api.json()["error"]["reason"]
 
@@ -740,7 +755,7 @@ def test_the_host_and_origin_guard_answers_a_providers_client_in_its_shape(proxy
     claude.close()
     gpt.close()
     assert upstream.seen == []
-    r = httpx.get(f"{proxy.url}/_plugins/_ml/context_management/default", headers={header: value})
+    r = httpx.get(f"{proxy.url}/_plugins/_ml/context_management/default", headers={header: value}, timeout=30)
     assert r.status_code == 403 and r.json()["error"]["type"] == "security_exception"  # the API's own
 
 
@@ -764,7 +779,9 @@ def test_the_models_are_listed_as_each_sdk_reads_them(proxy):
         anthropic_client.models.retrieve("gpt-test")
     with pytest.raises(openai.NotFoundError, match=r"'defualt' not found.*did you mean 'default'"):
         openai.OpenAI(base_url=f"{proxy.url}/proxy/defualt/v1", api_key="k").models.list()
-    r = httpx.get(f"{proxy.url}/proxy/defualt/v1/models", headers={"anthropic-version": "2023-06-01"})
+    r = httpx.get(
+        f"{proxy.url}/proxy/defualt/v1/models", headers={"anthropic-version": "2023-06-01"}, timeout=30
+    )
     assert r.status_code == 404 and r.json()["type"] == "error"
 
 
@@ -780,16 +797,16 @@ def test_project_keys_protect_the_models_list(store, upstream):
     config = ServerConfig.from_dict({"api_keys": keys})
     with LiveServer(create_app(store, models=models_for(upstream), config=config)) as server:
         url = f"{server.url}/proxy/default/v1/models"
-        assert httpx.get(url).status_code == 401
-        assert httpx.get(url, headers={"authorization": "Bearer nope"}).status_code == 401
+        assert httpx.get(url, timeout=30).status_code == 401
+        assert httpx.get(url, headers={"authorization": "Bearer nope"}, timeout=30).status_code == 401
         for key in ("p-key", "r-key"):
-            r = httpx.get(url, headers={"authorization": f"Bearer {key}"})
+            r = httpx.get(url, headers={"authorization": f"Bearer {key}"}, timeout=30)
             assert r.json()["data"][0]["id"] == "gpt-test"
         named = {"authorization": "Bearer r-key", DEFINITION_HEADER: "default"}
-        assert httpx.get(f"{server.url}/proxy/nope/v1/models", headers=named).status_code == 200
+        assert httpx.get(f"{server.url}/proxy/nope/v1/models", headers=named, timeout=30).status_code == 200
         chat = f"{server.url}/proxy/default/v1/chat/completions"
         body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
-        assert httpx.post(chat, json=body, headers={"x-ctxmgmt-key": "r-key"}).status_code == 403
+        assert httpx.post(chat, json=body, headers={"x-ctxmgmt-key": "r-key"}, timeout=30).status_code == 403
 
 
 def test_claude_codes_token_count_goes_to_the_upstream(proxy, upstream):
@@ -812,12 +829,16 @@ def test_claude_codes_token_count_goes_to_the_upstream(proxy, upstream):
     with pytest.raises(anthropic.BadRequestError, match="an openai endpoint"):
         client.messages.count_tokens(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
     kind = {"content-type": "application/json"}
-    r = httpx.post(f"{proxy.url}/proxy/default/v1/messages/count_tokens", content=b"[1]", headers=kind)
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/messages/count_tokens", content=b"[1]", headers=kind, timeout=30
+    )
     assert r.status_code == 400 and r.json()["type"] == "error"
-    r = httpx.post(f"{proxy.url}/proxy/defualt/v1/messages/count_tokens", json={"model": "claude-test"})
+    r = httpx.post(
+        f"{proxy.url}/proxy/defualt/v1/messages/count_tokens", json={"model": "claude-test"}, timeout=30
+    )
     assert r.status_code == 404 and "did you mean 'default'" in r.json()["error"]["message"]
     for odd in ({"model": "claude-test"}, {"model": "claude-test", "messages": "hi"}):
-        httpx.post(f"{proxy.url}/proxy/default/v1/messages/count_tokens", json=odd)
+        httpx.post(f"{proxy.url}/proxy/default/v1/messages/count_tokens", json=odd, timeout=30)
         sent = upstream.seen[-1].body  # as the client wrote it, never made an empty conversation
         assert sent == {**odd, "model": "claude-upstream"}, sent
     upstream.status = 503
@@ -833,11 +854,13 @@ def test_a_query_too_long_to_go_upstream_is_refused_first(proxy, upstream):
     long_query = "?q=" + "x" * 10_000
     body = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
-        r = httpx.post(f"{proxy.url}/proxy/default{path}{long_query}", json=body)
+        r = httpx.post(f"{proxy.url}/proxy/default{path}{long_query}", json=body, timeout=30)
         assert r.status_code == 414 and r.json()["type"] == "error", path
         assert "over 8192 bytes" in r.json()["error"]["message"]
     r = httpx.post(
-        f"{proxy.url}/proxy/default/v1/chat/completions{long_query}", json={**body, "model": "gpt-test"}
+        f"{proxy.url}/proxy/default/v1/chat/completions{long_query}",
+        json={**body, "model": "gpt-test"},
+        timeout=30,
     )
     assert r.status_code == 414 and "over 8192 bytes" in r.json()["error"]["message"]
     assert upstream.seen == []
@@ -922,7 +945,7 @@ def test_claude_codes_system_turns_and_tool_references_go_upstream_as_sent(proxy
         body = {"model": "claude-test", "max_tokens": 100, "system": SYSTEM, "messages": messages}
         upstream.replies.append(Reply(calls=[("ToolSearch", {"query": f"select:Tool{step}"})]))
         sent = json.dumps(body).encode()
-        r = httpx.post(url, content=sent, headers={**headers, "content-type": "application/json"})
+        r = httpx.post(url, content=sent, headers={**headers, "content-type": "application/json"}, timeout=30)
         assert r.status_code == 200, r.text
         seen = upstream.seen[-1]
         assert seen.path == "/v1/messages?beta=true" and seen.body["messages"] == messages
@@ -969,7 +992,10 @@ def test_a_clients_own_headers_go_upstream_and_the_upstreams_come_back(proxy, up
     body = {"model": "gpt-test", "input": [{"role": "user", "content": TASK}]}
     for stream in (False, True):
         r = httpx.post(
-            f"{proxy.url}/proxy/default/v1/responses", json={**body, "stream": stream}, headers=sent
+            f"{proxy.url}/proxy/default/v1/responses",
+            json={**body, "stream": stream},
+            headers=sent,
+            timeout=30,
         )
         assert r.status_code == 200
         seen = upstream.seen[-1].headers
@@ -995,9 +1021,9 @@ def test_a_base_url_itself_says_the_server_is_there(proxy):
     a 200 naming the APIs served; a definition not stored is a 404 in the provider's shape."""
     for path in ("/proxy/default", "/proxy/default/v1"):
         assert httpx.head(f"{proxy.url}{path}").status_code == 200
-        r = httpx.get(f"{proxy.url}{path}")
+        r = httpx.get(f"{proxy.url}{path}", timeout=30)
         assert r.status_code == 200 and r.json()["apis"]["anthropic"] == "/proxy/default/v1/messages"
-    r = httpx.get(f"{proxy.url}/proxy/defualt", headers={"anthropic-version": "2023-06-01"})
+    r = httpx.get(f"{proxy.url}/proxy/defualt", headers={"anthropic-version": "2023-06-01"}, timeout=30)
     assert r.status_code == 404 and r.json()["type"] == "error" and "did you mean 'default'" in r.text
 
 
@@ -1043,6 +1069,7 @@ def test_a_client_key_that_is_not_ascii_is_refused_in_words(proxy, upstream):
         f"{proxy.url}/proxy/default/v1/chat/completions",
         json={"model": "gpt-test", "messages": [{"role": "user", "content": TASK}]},
         headers={"authorization": "Bearer sk-caf\u00e9".encode()},
+        timeout=30,
     )
     assert r.status_code == 400 and "authorization" in r.json()["error"]["message"]
     assert upstream.seen == []
@@ -1059,7 +1086,7 @@ def test_an_untouched_message_goes_as_written_when_a_member_before_the_conversat
     headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
     for step, max_tokens in enumerate((100, 200, 100, 100)):
         text = f'{{"max_tokens":{max_tokens},"messages":[{",".join(messages)}],"model":"claude-test"}}'
-        r = httpx.post(url, content=text.encode(), headers=headers)
+        r = httpx.post(url, content=text.encode(), headers=headers, timeout=30)
         assert r.status_code == 200, r.text
         assert own.encode() in upstream.seen[-1].raw, step
         messages += ['{"role":"assistant","content":"so"}', f'{{"role":"user","content":"then {step}?"}}']
@@ -1087,7 +1114,10 @@ def test_an_anthropic_message_thread_is_refused_so_the_sdk_sends_the_whole_histo
         "messages": [{"role": "user", "content": "hi"}] if thread == "create" else [new],
     }
     r = httpx.post(
-        f"{proxy.url}/proxy/default/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
+        f"{proxy.url}/proxy/default/v1/messages",
+        json=body,
+        headers={"anthropic-version": "2023-06-01"},
+        timeout=30,
     )
     assert r.status_code == 400
     error = r.json()["error"]

@@ -91,6 +91,7 @@ def test_a_session_header_keeps_conversations_apart(store):
             url,
             json={"model": "gpt-test", "messages": [{"role": "user", "content": "x"}]},
             headers={"x-ctxmgmt-session": "bad key!"},
+            timeout=30,
         )
         assert r.status_code == 400 and "x-ctxmgmt-session" in r.json()["error"]["message"]
     with store.engine.connect() as conn:
