@@ -37,8 +37,9 @@ MODELS_KEPT = 256
 """Models remembered per calibration (model names come from clients)."""
 
 
-MAX_REPORTED = 10**12
-"""A reported token count above this is not a real count (a broken or hostile endpoint)."""
+MAX_REPORTED = 2**31 - 1
+"""A reported token count above this is not a real count (a broken or hostile endpoint): no
+window is near it, and an execution's record keeps its largest request in a 32-bit column."""
 
 
 class Calibration:

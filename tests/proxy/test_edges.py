@@ -540,24 +540,66 @@ def test_a_valid_answer_nested_deeper_than_the_parser_goes_is_passed_on(proxy, r
 
 @pytest.mark.parametrize("status", [301, 307, 308])
 @pytest.mark.parametrize("stream", [False, True])
-def test_an_upstream_redirect_is_a_502_that_names_it_and_is_not_followed(proxy, raw, status, stream):
+@pytest.mark.parametrize(
+    "location",
+    [
+        "https://user:pw@elsewhere.test/v1/chat/completions?token=s3cret",
+        "//user:pw@elsewhere.test/v1/chat/completions#access_token=s3cret",
+    ],
+)
+def test_an_upstream_redirect_is_a_502_that_names_it_and_is_not_followed(
+    proxy, raw, status, stream, location
+):
     """An upstream that redirects is not followed (the key and the prompt would go along): a
-    502 in the provider's shape that names the status and where it points (without its query
-    or password), and the one request the upstream got."""
-    raw.answer(
-        b"moved",
-        status=status,
-        headers={"location": "https://user:pw@elsewhere.test/v1/chat/completions?token=s3cret"},
-    )
+    502 in the provider's shape that names the status and where it points (without its user,
+    password, query or fragment), and the one request the upstream got."""
+    raw.answer(b"moved", status=status, headers={"location": location})
     r = httpx.post(
         f"{proxy.url}/proxy/default/v1/chat/completions", json={**BODY, "stream": stream}, timeout=30
     )
     assert r.status_code == 502
     message = r.json()["error"]["message"]
-    assert str(status) in message and "https://elsewhere.test/v1/chat/completions" in message
+    assert str(status) in message and "//elsewhere.test/v1/chat/completions" in message
     assert "s3cret" not in message and "pw" not in message and "base_url" in message
     assert "location" not in r.headers
     assert raw.requests == 1
+
+
+@pytest.mark.parametrize(
+    "kind", ["Text/Event-Stream", "TEXT/EVENT-STREAM; charset=utf-8", "text/plain", None]
+)
+def test_a_stream_under_an_odd_content_type_reaches_the_client_as_it_came(proxy, raw, kind):
+    """A streamed answer whose content type is written in capitals (media types are
+    case-insensitive), another type or none, is passed on as it came (not refused as an
+    answer that is no JSON object)."""
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "hi"}}],
+    }
+    events = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+    raw.answer(events, headers={"content-type": kind} if kind else {})
+    assert _streamed(proxy) == events
+
+
+@pytest.mark.parametrize("reported", [3_000_000_000, 10**20])
+def test_an_absurd_usage_report_is_no_report_and_the_record_is_stored(proxy, raw, store, reported):
+    """A Responses request the upstream continues (``previous_response_id``) whose answer
+    reports billions of input tokens: the answer comes back, and the execution is recorded
+    with no report (the figure overflowed the record's column: the record was lost)."""
+    answer = {
+        "id": "resp_2",
+        "object": "response",
+        "status": "completed",
+        "output": [],
+        "usage": {"input_tokens": reported, "output_tokens": 1, "total_tokens": reported + 1},
+    }
+    raw.answer(json.dumps(answer).encode(), headers={"content-type": "application/json"})
+    body = {"model": "m", "input": "and now?", "previous_response_id": "resp_1"}
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/responses", json=body, timeout=30)
+    assert r.status_code == 200 and r.json()["usage"]["input_tokens"] == reported
+    record = stored_record(store)
+    assert record["calls"][0]["reported"] is None
 
 
 def test_the_upstreams_retry_advice_reaches_the_client(proxy, raw):

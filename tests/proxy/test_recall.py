@@ -18,7 +18,7 @@ from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.offload import LocalOffloader
 
 from ..conftest import LiveServer, shipped
-from .conftest import models_for
+from .conftest import models_for, stored_record
 from .upstream import Reply
 
 SECRET_LINE = "line 1733: the checksum of build 9f3e2a is 0xC0FFEE"
@@ -452,6 +452,26 @@ def test_a_responses_answer_echoes_none_of_the_recall_tools(archiving, upstream,
     assert echoes and all([t.name for t in tools] == ["get_weather"] for tools in echoes), echoes
 
 
+@pytest.mark.parametrize("status", [400, 413])
+def test_an_upstream_that_refuses_a_recall_round_is_a_502_not_the_clients_error(
+    store, archiving, upstream, status
+):
+    """A recall round is the proxy's own request: the upstream refusing it (a 400, a 413 "prompt
+    is too long") is a 502 that says so, not the client's 4xx (on which a client such as
+    Claude Code would compact or give up, though its request was fine), and it is recorded."""
+
+    def read_it(body: dict) -> Reply:
+        ref = re.search(r"\bt-[0-9a-f]+", json.dumps(body["messages"])).group(0)
+        upstream.status = status  # the next request, the recall round, is refused
+        return Reply(calls=[("context_read", {"ref": ref})])
+
+    upstream.replies.append(read_it)
+    r = _ask(archiving)
+    assert len(upstream.seen) == 2
+    assert r.status_code == 502 and "recall round" in r.json()["error"]["message"]
+    assert "recall round" in json.dumps(stored_record(store, "proxy-long-running-agent"))
+
+
 def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
     """A whole upstream answer is JSON-parsed once, for its usage and its recall calls alike."""
     from ctxmgmt.api.proxy import handler
@@ -459,9 +479,9 @@ def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
     parsed: list[bytes] = []
     original = handler._json
 
-    def counting(data: bytes, response):
+    def counting(data: bytes, response, *args):
         parsed.append(data)
-        return original(data, response)
+        return original(data, response, *args)
 
     monkeypatch.setattr(handler, "_json", counting)
 

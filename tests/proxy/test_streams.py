@@ -305,3 +305,37 @@ def test_an_accumulated_answer_takes_deep_json_and_many_deltas():
     from ctxmgmt.api.proxy.recall import calls_of
 
     assert calls_of("chat", chat.answer()) == [("c", "context_read", {})]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"id": "c", "choices": 5},
+        {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": 5}}]},
+        {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [5, {"index": "x"}]}}]},
+        {
+            "id": "c",
+            "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": 5}}]}}],
+        },
+        {
+            "id": "c",
+            "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": 7, "function": []}]}}],
+        },
+    ],
+)
+def test_a_chat_chunk_with_members_of_odd_types_is_read_around(odd):
+    """A chat chunk whose choices, tool calls, name or id are of the wrong type (a broken or
+    hostile upstream) is read around while the proxy watches for recall calls: the answer the
+    other chunks make is whole (it raised a TypeError that cut the client's stream)."""
+    from ctxmgmt.api.proxy.recall import calls_of
+    from ctxmgmt.api.proxy.streams import Accumulator
+
+    chat = Accumulator("chat")
+    call = {"index": 0, "id": "c1", "function": {"name": "context_read", "arguments": '{"ref": "t-1"}'}}
+    chat.event({"id": "c", "choices": [{"index": 0, "delta": {"content": "Let me look."}}]})
+    chat.event(odd)
+    chat.event({"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    chat.event({"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    answer = chat.answer()
+    assert answer["choices"][0]["message"]["content"] == "Let me look."
+    assert calls_of("chat", answer) == [("c1", "context_read", {"ref": "t-1"})]

@@ -618,7 +618,8 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         await response.aclose()
         raise
     returned = upstream.returned(response)
-    if stream and response.is_success and "text/event-stream" in response.headers.get("content-type", ""):
+    kind = response.headers.get("content-type", "").lower()  # a media type is case-insensitive
+    if stream and response.is_success and "text/event-stream" in kind:
         try:  # an encoding it cannot bound, or a length over its bound: a 502 before any event
             decoder = upstream.decoded(response, exchange.config, stream=True)
         except TooLarge as exc:
@@ -635,7 +636,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         data = await upstream.read(response, deadline, config)
     finally:
         await response.aclose()
-    answer = _json(data, response)  # once, for its usage and its calls
+    answer = _json(data, response, stream)  # once, for its usage and its calls
     usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
@@ -643,8 +644,13 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
             exchange, body, answer, deadline, (response.status_code, returned)
         )
         if status is not None:  # the answer called recall: the last round's answer goes back
-            if not 200 <= status < 300:
-                failure = f"upstream status {status} in a recall round"
+            if not 200 <= status < 300:  # the proxy's own request failed: not the client's
+                raise Refused(
+                    502,
+                    "llm_exception",
+                    f"the upstream answered {status} to a recall round (the proxy's own request, "
+                    "which read an archive for the model); the request the client sent was taken",
+                )
             else:
                 whole = opened(api.name, answer, final) or final
                 plain = unechoed(api.name, whole) or whole
@@ -925,12 +931,16 @@ def _finished(task: asyncio.Task[None]) -> None:
         log.warning("the proxy's record could not be finished", exc_info=task.exception())
 
 
-def _json(data: bytes, response: httpx.Response) -> Any:
-    """An upstream's answer parsed, or None (an error status, or an answer nested deeper than
-    the parser goes: it goes to the client as it came, unread). A success that is no JSON
-    object (an HTML page, a cut-off body) is the upstream's fault: a 502 that says what came,
-    where a client's SDK would fail to parse it."""
-    if not response.is_success:
+_EVENTS = re.compile(rb"\s*(?:data|event|id|retry)?:")
+"""How a server-sent event stream begins (a field, or a comment)."""
+
+
+def _json(data: bytes, response: httpx.Response, stream: bool = False) -> Any:
+    """An upstream's answer parsed, or None (an error status, an answer nested deeper than the
+    parser goes, or events asked for under another content type: it goes to the client as it
+    came, unread). A success that is no JSON object (an HTML page, a cut-off body) is the
+    upstream's fault: a 502 that says what came, where a client's SDK would fail to parse it."""
+    if not response.is_success or (stream and _EVENTS.match(data[:64]) is not None):
         return None
     try:
         answer = json.loads(data)

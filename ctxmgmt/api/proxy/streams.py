@@ -211,6 +211,11 @@ _PIECES = frozenset({"text", "thinking", "partial"})
 """A content block's members that grow by deltas (kept as pieces)."""
 
 
+def _listed(value: Any) -> list[Any]:
+    """A member an event should hold as a list, or none (an upstream may send anything there)."""
+    return value if isinstance(value, list) else []
+
+
 class Accumulator:
     """The whole answer a stream's events make, and where its first tool call starts: from
     there the events are held, since a recall call may follow a client's (the model's history
@@ -252,7 +257,7 @@ class Accumulator:
         if not self.base:
             self.base = {k: data.get(k) for k in ("id", "object", "created", "model")}
         starts = False
-        for choice in data.get("choices") or ():
+        for choice in _listed(data.get("choices")):
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
@@ -260,7 +265,7 @@ class Accumulator:
                 continue
             if isinstance(delta.get("content"), str):
                 self.content.append(delta["content"])
-            for part in delta.get("tool_calls") or ():
+            for part in _listed(delta.get("tool_calls")):
                 if not isinstance(part, Mapping) or not isinstance(part.get("index"), int):
                     continue
                 if self.held is None:
@@ -268,10 +273,12 @@ class Accumulator:
                 call = self.calls.setdefault(part["index"], {"id": None, "name": "", "arguments": []})
                 fn = part.get("function")
                 fn = fn if isinstance(fn, Mapping) else {}
-                call["id"] = part.get("id") or call["id"]
-                if fn.get("name"):
+                if isinstance(part.get("id"), str) and part["id"]:
+                    call["id"] = part["id"]
+                if isinstance(fn.get("name"), str):
                     call["name"] += fn["name"]
-                call["arguments"].append(fn.get("arguments") or "")
+                if isinstance(fn.get("arguments"), str):
+                    call["arguments"].append(fn["arguments"])
             self.finish = choice.get("finish_reason") or self.finish
         return starts
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import urllib.parse
 
 import httpx
 from starlette.requests import Request
@@ -141,8 +142,7 @@ async def call(
         )
     if 300 <= response.status_code < 400:  # never followed: it would take the key and the prompt along
         await response.aclose()
-        location = response.headers.get("location", "")
-        to = _shown(location.partition("?")[0][:200]) if _plain(location) and location else "nowhere said"
+        to = _location(response.headers.get("location", ""))
         raise Refused(
             502,
             "llm_exception",
@@ -195,6 +195,19 @@ def fault(config: ModelConfig, exc: BaseException, failed: str) -> Refused:
     return Refused(
         502, "llm_exception", f"the upstream of {config.id!r} at {where} {failed}: {type(exc).__name__}"
     )
+
+
+def _location(location: str) -> str:
+    """Where a redirect points, to show: no user, password, query or fragment (a token may
+    ride in any of them), at most 200 characters."""
+    if not location or not _plain(location):
+        return "nowhere it says plainly"
+    try:
+        parts = urllib.parse.urlsplit(location[:2048])
+    except ValueError:
+        return "an address that is no URL"
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))[:200]
 
 
 def _shown(base_url: str) -> str:

@@ -6,11 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...calibration import MAX_REPORTED
+
 __all__ = ["usage_of"]
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A reported count, or None: no whole number from 0 to MAX_REPORTED (a broken or hostile
+    upstream's figure is no report: the record is stored without it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED:
+        return value
+    return None
 
 
 def usage_of(api: str, data: Any) -> dict[str, int] | None:
@@ -29,7 +35,7 @@ def usage_of(api: str, data: Any) -> dict[str, int] | None:
         fresh = _int(usage.get("input_tokens"))
         out = {"output": _int(usage.get("output_tokens")) or 0}
         if fresh is not None:  # message_delta has output tokens only
-            out.update(input=fresh + read + written, cached=read, written=written)
+            out.update(input=min(fresh + read + written, MAX_REPORTED), cached=read, written=written)
         return out
     if api == "responses":
         if data.get("type") in ("response.completed", "response.incomplete", "response.failed"):
@@ -40,7 +46,7 @@ def usage_of(api: str, data: Any) -> dict[str, int] | None:
         details = usage.get("input_tokens_details")
         cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
         return {
-            "input": usage["input_tokens"],
+            "input": _int(usage["input_tokens"]) or 0,
             "output": _int(usage.get("output_tokens")) or 0,
             "cached": cached or 0,
         }
@@ -50,7 +56,7 @@ def usage_of(api: str, data: Any) -> dict[str, int] | None:
     details = usage.get("prompt_tokens_details")
     cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
     return {
-        "input": usage["prompt_tokens"],
+        "input": _int(usage["prompt_tokens"]) or 0,
         "output": _int(usage.get("completion_tokens")) or 0,
         "cached": cached or 0,
     }
