@@ -472,6 +472,36 @@ def test_an_upstream_that_refuses_a_recall_round_is_a_502_not_the_clients_error(
     assert "recall round" in json.dumps(stored_record(store, "proxy-long-running-agent"))
 
 
+def test_an_answer_too_deep_to_read_is_a_502_when_recall_was_offered(store, tmp_path):
+    """An answer nested deeper than the parser goes (a model may write such a tool input) is
+    passed on unread when no recall was offered; with recall offered it may hold a recall
+    call the client must never get: a 502 that says why, recorded."""
+    from ctxmgmt.testing import RawServer
+
+    store.seed("long-running-agent", shipped("long-running-agent"))
+    deep = "[" * 100_000 + "]" * 100_000
+    answer = '{"id": "c", "object": "chat.completion", "choices": [], "extra": ' + deep + "}"
+    with RawServer() as raw:
+        models = ModelsConfig.from_dict(
+            {
+                "models": {
+                    "gpt-test": {
+                        "base_url": raw.base_url,
+                        "model": "up",
+                        "context_window": 16_000,
+                        "max_retries": 0,
+                    }
+                }
+            }
+        )
+        app = create_app(store, models=models, offloader=LocalOffloader(tmp_path / "archive"))
+        with LiveServer(app) as server:
+            raw.answer(answer.encode(), headers={"content-type": "application/json"})
+            r = _ask(server)
+    assert r.status_code == 502 and "nested deeper" in r.json()["error"]["message"]
+    assert "nested deeper" in json.dumps(stored_record(store, "proxy-long-running-agent"))
+
+
 def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
     """A whole upstream answer is JSON-parsed once, for its usage and its recall calls alike."""
     from ctxmgmt.api.proxy import handler
@@ -479,9 +509,9 @@ def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
     parsed: list[bytes] = []
     original = handler._json
 
-    def counting(data: bytes, response, *args):
+    def counting(data: bytes, response, *args, **kwargs):
         parsed.append(data)
-        return original(data, response, *args)
+        return original(data, response, *args, **kwargs)
 
     monkeypatch.setattr(handler, "_json", counting)
 

@@ -636,7 +636,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         data = await upstream.read(response, deadline, config)
     finally:
         await response.aclose()
-    answer = _json(data, response, stream)  # once, for its usage and its calls
+    answer = _json(data, response, stream, bool(exchange.recall))  # once, for its usage and its calls
     usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
@@ -748,7 +748,7 @@ async def _recall_rounds(
         status = response.status_code
         # A recall round's request is measured by the upstream's report (it is the managed
         # request and the recall exchange, which no hook saw).
-        answer = _json(data, response)
+        answer = _json(data, response, recall=True)
         reported = (usage_of(api.name, answer) or {}).get("input", 0)
         exchange.record["calls"].append(
             {
@@ -935,7 +935,7 @@ _EVENTS = re.compile(rb"\s*(?:data|event|id|retry)?:")
 """How a server-sent event stream begins (a field, or a comment)."""
 
 
-def _json(data: bytes, response: httpx.Response, stream: bool = False) -> Any:
+def _json(data: bytes, response: httpx.Response, stream: bool = False, recall: bool = False) -> Any:
     """An upstream's answer parsed, or None (an error status, an answer nested deeper than the
     parser goes, or events asked for under another content type: it goes to the client as it
     came, unread). A success that is no JSON object (an HTML page, a cut-off body) is the
@@ -945,6 +945,13 @@ def _json(data: bytes, response: httpx.Response, stream: bool = False) -> Any:
     try:
         answer = json.loads(data)
     except RecursionError:
+        if recall:  # unread, it may hold a recall call, which the client must never get
+            raise Refused(
+                502,
+                "llm_exception",
+                "the upstream's answer is nested deeper than the proxy reads, and recall tools "
+                "were offered: it cannot be told whether it calls one",
+            ) from None
         return None
     except ValueError:
         answer = None
