@@ -5,8 +5,8 @@ A manager archives what it removes through :class:`Archive` (``runtime.offloader
 offload package (:mod:`ctxmgmt.offload`) implements it on files and in SQL. Nothing here
 does I/O: a :class:`Batch` holds a manager run's archives until the hook run commits them.
 
-References are generated here (``t-`` + a uuid for a tool result, ``m-`` + a uuid for a
-batch of removed messages). Session ids and tool-call ids from requests or from the model
+References are generated here (``t-`` + 32 random digits for a tool result, ``m-`` + 32 for
+a batch of removed messages). Session ids and tool-call ids from requests or from the model
 are metadata only: they never name a file or a row key as given (see :func:`session_key`).
 """
 
@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import itertools
 import json
-import uuid
+import secrets
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -56,27 +56,34 @@ _REPEATABLE: ContextVar[tuple[str, Iterator[int]] | None] = ContextVar("ctxmgmt_
 
 RefKind = Literal["tool_result", "messages"]
 _PREFIX: dict[str, str] = {"tool_result": "t", "messages": "m"}
-_SIZING_HEX = "0a1b2c3d4e5f6a7b" * 2
-"""32 hex digits that take a token each: no reference's hex takes more."""
+_REF_DIGITS = 32
+_SIZING_DIGITS = "0123456789" * 3 + "01"
+"""32 decimal digits, as every reference :func:`new_ref` draws."""
 
 
 def new_ref(kind: RefKind) -> str:
-    """A fresh reference: ``t-`` or ``m-`` and a random uuid, never anything from a request
-    (within :func:`repeatable_refs`, the next of its sequence)."""
+    """A fresh reference: ``t-`` or ``m-`` and 32 random decimal digits (106 bits), never
+    anything from a request (within :func:`repeatable_refs`, the next of its sequence).
+
+    Decimal, not hex: a tokenizer splits a run of digits in threes whatever they are, so
+    every reference takes the same tokens (13 in o200k and cl100k; a random uuid's hex took
+    14 to 28). A conversation's size, and so what its managers decide, never depends on
+    which reference was drawn: two runs of it, or two processes that take turns on it, send
+    the same requests. References drawn before (hex) read as before."""
     repeatable = _REPEATABLE.get()
     if repeatable is None:
-        body = uuid.uuid4().hex
+        number = secrets.randbelow(10**_REF_DIGITS)
     else:
         seed, numbers = repeatable
-        body = hashlib.sha256(f"{seed}:{next(numbers)}".encode()).hexdigest()[:32]
-    return f"{_PREFIX[kind]}-{body}"
+        number = int(hashlib.sha256(f"{seed}:{next(numbers)}".encode()).hexdigest(), 16) % 10**_REF_DIGITS
+    return f"{_PREFIX[kind]}-{number:0{_REF_DIGITS}d}"
 
 
 def sizing_ref(kind: RefKind) -> str:
     """The reference of ``kind`` to size a notice or a summary with before (or instead of)
-    drawing one: as long as any and as many tokens as any can take, so that text sized with
-    it holds whichever reference :func:`new_ref` draws."""
-    return f"{_PREFIX[kind]}-{_SIZING_HEX}"
+    drawing one: as long as any and as many tokens as any :func:`new_ref` draws, so that
+    text sized with it holds whichever it draws."""
+    return f"{_PREFIX[kind]}-{_SIZING_DIGITS}"
 
 
 @contextlib.contextmanager

@@ -4,8 +4,9 @@ ctxmgmt writes marks into the messages the model reads: the truncation and clear
 (with the offload reference ``stored as t-...``) and the summary's ``[ctxmgmt:summary ...]``
 marker. Managers recognise them to stay idempotent (a cut output is never cut again, a
 summary is pinned and merged, the runner offers recall). Content can say anything, so a
-mark is believed only when it carries a tag that content cannot make: ``#k=`` and 16 hex
-digits of HMAC-SHA256, keyed by this installation's secret, over
+mark is believed only when it carries a tag that content cannot make: ``#k=`` and 16
+decimal digits of HMAC-SHA256 (16 hex digits before, still believed), keyed by this
+installation's secret, over
 
 - what the mark is bound to: the message's role and, for a tool result, its tool_call_id;
 - the message's whole text, with every tag in it replaced by a fixed placeholder.
@@ -134,15 +135,21 @@ def _load(path: Path) -> bytes:
     return text.encode("ascii")
 
 
-def _mac(binding: Sequence[str], normalized: str) -> str:
+def _tags(binding: Sequence[str], normalized: str) -> tuple[str, str]:
+    """The tag of a text: as ctxmgmt signs now, and as it signed before (still believed).
+
+    Now 16 decimal digits (53 bits of the MAC): a tokenizer splits digits in threes whatever
+    they are, so every tag takes the same tokens and a signed text's size never depends on
+    its tag (16 hex digits took 8 to 17 tokens in o200k)."""
     data = "\x1f".join([*binding, normalized]).encode("utf-8", "surrogatepass")
-    return hmac.new(key(), data, hashlib.sha256).hexdigest()[:TAG_CHARS]
+    mac = hmac.new(key(), data, hashlib.sha256).digest()
+    return f"{int.from_bytes(mac[:8], 'big') % 10**TAG_CHARS:0{TAG_CHARS}d}", mac.hex()[:TAG_CHARS]
 
 
 def sign(text: str, binding: Sequence[str], at: int) -> str:
     """``text`` with the placeholder tag at ``at`` (where ctxmgmt wrote its mark) signed."""
     assert text.startswith(PLACEHOLDER, at)
-    tag = _mac(binding, TAG.sub(PLACEHOLDER, text))
+    tag, _ = _tags(binding, TAG.sub(PLACEHOLDER, text))
     return f"{text[:at]}#k={tag}{text[at + len(PLACEHOLDER) :]}"
 
 
@@ -151,10 +158,11 @@ def verified_tag(text: str, binding: Sequence[str]) -> str | None:
     valid tag (content that writes a mark of its own, or copies one, has none)."""
     if "#k=" not in text:
         return None
-    expected = _mac(binding, TAG.sub(PLACEHOLDER, text))
+    now, before = _tags(binding, TAG.sub(PLACEHOLDER, text))
     for found in TAG.finditer(text):
-        if hmac.compare_digest(found.group(1), expected):
-            return expected
+        tag = found.group(1)
+        if hmac.compare_digest(tag, now) or hmac.compare_digest(tag, before):
+            return tag
     return None
 
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .archive import RefKind, sizing_ref
+from .archive import sizing_ref
 from .context import runs
 from .digest import (
     FAILED_COMMANDS,
@@ -327,13 +327,6 @@ def floor_room(room: int) -> int:
     return min(SUMMARY_CAP, max(64, room // 8))
 
 
-def _sizing_ref(ref: str) -> str:
-    """The worst-case reference of the same kind, for a reference shaped like one ctxmgmt draws."""
-    kind, _, hexa = ref.partition("-")
-    known: dict[str, RefKind] = {"t": "tool_result", "m": "messages"}
-    return sizing_ref(known[kind]) if kind in known and len(hexa) == 32 else ref
-
-
 def fitted(
     sections: Sections,
     summarized: int,
@@ -351,11 +344,9 @@ def fitted(
     guides = [list(archives)[-n:] if n else [] for n in (MAX_GUIDE, 5, 1, 0)]
     for guide in [g for i, g in enumerate(guides) if g not in guides[:i]]:
         # What the message costs beyond its sections' text: the overhead, the tag, the guide.
-        # The guide is sized with references, and the message with a tag, that take as many
-        # tokens as one can (both are random: the tag is a MAC of the text), so what the
-        # sections keep never depends on which references or which tag were drawn.
-        sized = [{**a, "ref": _sizing_ref(a["ref"])} for a in guide]
-        unsigned = {"role": role, "content": render({}, summarized, sized)}
+        # Every reference ctxmgmt draws, and every tag, takes the same tokens (see
+        # archive.new_ref), so what the sections keep never depends on which were drawn.
+        unsigned = {"role": role, "content": render({}, summarized, guide)}
         extra = counter.message(unsigned) - counter.text(bare)
         if len(guide) > 1 and extra > room // 4:
             continue  # the guide to older archives gives way before the summary's items

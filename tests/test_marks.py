@@ -245,6 +245,49 @@ def test_a_mark_signed_with_another_key_is_plain_text(tmp_path, monkeypatch):
     assert stamp(cut["content"], binding(cut)) is None
 
 
+def test_a_mark_signed_before_tags_were_decimal_still_holds(monkeypatch):
+    """A notice signed with 16 hex digits (as before tags were decimal), stored in a memory,
+    is still ctxmgmt's own: its size is believed and the cut is not cut again."""
+    import hashlib
+    import hmac
+
+    from ctxmgmt.marks import PLACEHOLDER, TAG
+
+    monkeypatch.setenv(KEY_ENV, "one shared secret for the cluster")
+    entry = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 500}}
+    d = load_definition({"name": "t", "hooks": {"post_tool": [entry]}})
+    messages = list(d.apply("post_tool", Context(messages=turn("a" * 3_000))).context.messages)
+    cut = messages[2]
+    normalized = TAG.sub(PLACEHOLDER, cut["content"])
+    data = "\x1f".join([*binding(cut), normalized]).encode()
+    old = hmac.new(key(), data, hashlib.sha256).hexdigest()[:16]
+    before = {**cut, "content": TAG.sub(f"#k={old}", cut["content"])}
+    assert before != cut and stamp(before["content"], binding(before)) == (3_000, None)
+    messages[2] = before
+    again = d.apply("post_tool", Context(messages=messages)).context.messages
+    assert again[2] == before
+    copied = {**before, "tool_call_id": "another"}  # bound to its message, as every tag
+    assert stamp(copied["content"], binding(copied)) is None
+
+
+def test_every_tag_takes_the_same_tokens(monkeypatch):
+    """A signed notice takes the same tokens whatever its tag (the tag is a MAC of the text):
+    a text's size never depends on the tag drawn."""
+    from ctxmgmt import get_counter
+
+    entry = {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 500}}
+    d = load_definition({"name": "t", "hooks": {"post_tool": [entry]}})
+    for model in ("gpt-4o", "gpt-4"):
+        counter = get_counter(model)
+        sizes = set()
+        for n in range(40):
+            monkeypatch.setenv(KEY_ENV, f"a fixed test key number {n} " + "k" * 32)
+            cut = d.apply("post_tool", Context(messages=turn("a" * 3_000), model=model)).context.messages[2]
+            assert stamp(cut["content"], binding(cut)) == (3_000, None)
+            sizes.add(counter.text(cut["content"]))
+        assert len(sizes) == 1, (model, sizes)
+
+
 def test_a_bad_key_is_refused_saying_how_to_fix_it(tmp_path, monkeypatch):
     """A short CTXMGMT_MARK_KEY, or a key file others can read, is a MarkKeyError naming the fix."""
     monkeypatch.setenv(KEY_ENV, "short")
