@@ -49,7 +49,7 @@ from .summaries import fit_room, fitted, fold, previous
 from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
 from .truncation import cut, with_text
 
-__all__ = ["DEFAULT_RESERVE_CAP", "Fit", "must_stay", "reply_reserve", "reserve_tokens"]
+__all__ = ["DEFAULT_RESERVE_CAP", "Fit", "input_limit", "must_stay", "reply_reserve", "reserve_tokens"]
 
 DEFAULT_RESERVE_CAP = 8192
 CACHE_TARGET = 0.75
@@ -90,6 +90,15 @@ def reply_reserve(
         return reserve
     must = must_stay(context, counter, constraints, ratio)
     return max(reserve, min(asked, window // 2, reserve + max(0, window - must - reserve) // 2))
+
+
+def input_limit(context: Context, reserve: int, ratio: float, constraints: Constraints) -> int:
+    """The counted tokens a request may have: the window less the reply's ``reserve`` (see
+    :func:`reply_reserve`), in counted tokens (``ratio``: provider tokens per counted one),
+    less the thinking of the turn in progress, which the provider counts and no step frees."""
+    assert context.context_window
+    room = int((context.context_window - reserve) / ratio)
+    return room - constraints.hidden_tokens(context.messages)
 
 
 def must_stay(context: Context, counter: TokenCounter, constraints: Constraints, ratio: float) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .archive import Batch, BatchWriter
 from .context import ApplyResult, Context
 from .errors import ContextError, ManagerError
-from .fit import Fit, reply_reserve, reserve_tokens
+from .fit import Fit, input_limit, reply_reserve, reserve_tokens
 from .formats import CHAT, USER_FIRST, Constraints
 from .history import IS_CHAT, IS_VALID, History
 from .manager import ContextManager, Environment, Runtime
@@ -193,12 +193,10 @@ class _Run:
 
     def _limit(self) -> int | None:
         """The counted tokens a request may have: the window less the reply's reserve."""
-        window = self.context.context_window
-        if not window:
+        if not self.context.context_window:
             return None
-        room = window - self._reserve()
-        hidden = self.constraints.hidden_tokens(self.context.messages)  # no manager can free it
-        return int(room / self.environment.window_ratio(self.context.model)) - hidden
+        ratio = self.environment.window_ratio(self.context.model)
+        return input_limit(self.context, self._reserve(), ratio, self.constraints)
 
     def _refire(self, entry: Entry) -> int | None:
         """The counted tokens past which an entry fires again: its activation's token level

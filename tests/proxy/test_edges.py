@@ -602,6 +602,22 @@ def test_an_absurd_usage_report_is_no_report_and_the_record_is_stored(proxy, raw
     assert record["calls"][0]["reported"] is None
 
 
+def test_anthropic_usage_parts_that_add_up_past_the_bound_are_no_report():
+    """An Anthropic report's input is the sum of its parts (fresh, cache read, cache written):
+    parts that are each in bounds but add up past 2^31 - 1 are no report, as one part past it
+    is (it was clamped to the bound and kept as a true figure)."""
+    from ctxmgmt.api.proxy.usage import usage_of
+
+    def used(**parts: int) -> dict | None:
+        return usage_of("messages", {"type": "message", "usage": {"output_tokens": 1, **parts}})
+
+    big = {"input_tokens": 2_000_000_000, "cache_read_input_tokens": 2_000_000_000}
+    assert "input" not in used(**big)
+    assert "input" not in used(input_tokens=3_000_000_000)
+    fine = used(input_tokens=5, cache_read_input_tokens=7, cache_creation_input_tokens=11)
+    assert fine == {"output": 1, "input": 23, "cached": 7, "written": 11}
+
+
 def test_the_upstreams_retry_advice_reaches_the_client(proxy, raw):
     """x-should-retry and retry-after-ms (which the SDKs obey) come back as the upstream sent
     them, with retry-after and the request id; a Set-Cookie or a Location does not."""

@@ -19,7 +19,7 @@ from ctxmgmt.offload import LocalOffloader
 
 from ..conftest import LiveServer, shipped
 from .conftest import models_for, stored_record
-from .upstream import Reply
+from .upstream import Reply, input_tokens
 
 SECRET_LINE = "line 1733: the checksum of build 9f3e2a is 0xC0FFEE"
 
@@ -458,7 +458,8 @@ def test_an_upstream_that_refuses_a_recall_round_is_a_502_not_the_clients_error(
 ):
     """A recall round is the proxy's own request: the upstream refusing it (a 400, a 413 "prompt
     is too long") is a 502 that says so, not the client's 4xx (on which a client such as
-    Claude Code would compact or give up, though its request was fine), and it is recorded."""
+    Claude Code would compact or give up, though its request was fine), and it is recorded
+    with the report of the answer that called recall (the calibration keeps its sample)."""
 
     def read_it(body: dict) -> Reply:
         ref = re.search(r"\bt-[0-9a-f]+", json.dumps(body["messages"])).group(0)
@@ -469,37 +470,87 @@ def test_an_upstream_that_refuses_a_recall_round_is_a_502_not_the_clients_error(
     r = _ask(archiving)
     assert len(upstream.seen) == 2
     assert r.status_code == 502 and "recall round" in r.json()["error"]["message"]
-    assert "recall round" in json.dumps(stored_record(store, "proxy-long-running-agent"))
+    record = stored_record(store, "proxy-long-running-agent")
+    assert "recall round" in record["error"]
+    assert record["calls"][0]["reported"] == input_tokens(upstream.seen[0].body)
 
 
-def test_an_answer_too_deep_to_read_is_a_502_when_recall_was_offered(store, tmp_path):
-    """An answer nested deeper than the parser goes (a model may write such a tool input) is
-    passed on unread when no recall was offered; with recall offered it may hold a recall
-    call the client must never get: a 502 that says why, recorded."""
+@pytest.fixture
+def raw_archiving(store, tmp_path):
+    """The archiving definition's proxy before an upstream that answers the bytes it is given."""
     from ctxmgmt.testing import RawServer
 
     store.seed("long-running-agent", shipped("long-running-agent"))
-    deep = "[" * 100_000 + "]" * 100_000
-    answer = '{"id": "c", "object": "chat.completion", "choices": [], "extra": ' + deep + "}"
     with RawServer() as raw:
-        models = ModelsConfig.from_dict(
-            {
-                "models": {
-                    "gpt-test": {
-                        "base_url": raw.base_url,
-                        "model": "up",
-                        "context_window": 16_000,
-                        "max_retries": 0,
-                    }
-                }
-            }
-        )
+        entry = {"base_url": raw.base_url, "model": "up", "context_window": 16_000, "max_retries": 0}
+        models = ModelsConfig.from_dict({"models": {"gpt-test": entry}})
         app = create_app(store, models=models, offloader=LocalOffloader(tmp_path / "archive"))
         with LiveServer(app) as server:
-            raw.answer(answer.encode(), headers={"content-type": "application/json"})
-            r = _ask(server)
+            yield raw, server
+
+
+def _chunk(delta: dict, finish: str | None = None, **extra) -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+    chunk["choices"][0]["finish_reason"] = finish
+    return f"data: {json.dumps({**chunk, **extra})}\n\n".encode()
+
+
+def _streamed(server: LiveServer) -> str:
+    body = {"model": "gpt-test", "messages": _history(), "stream": True}
+    url = f"{server.url}/proxy/long-running-agent/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, timeout=60) as r:
+        assert r.status_code == 200
+        return r.read().decode()
+
+
+_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_an_answer_too_deep_to_read_is_a_502_when_recall_was_offered(store, raw_archiving):
+    """An answer nested deeper than the parser goes (a model may write such a tool input) is
+    passed on unread when no recall was offered; with recall offered it may hold a recall
+    call the client must never get: a 502 that says why, recorded."""
+    raw, server = raw_archiving
+    answer = '{"id": "c", "object": "chat.completion", "choices": [], "extra": ' + _DEEP + "}"
+    raw.answer(answer.encode(), headers={"content-type": "application/json"})
+    r = _ask(server)
     assert r.status_code == 502 and "nested deeper" in r.json()["error"]["message"]
     assert "nested deeper" in json.dumps(stored_record(store, "proxy-long-running-agent"))
+
+
+def test_a_streamed_event_too_deep_to_read_ends_the_stream_when_recall_was_offered(store, raw_archiving):
+    """The same in a stream: an event nested deeper than the parser goes, recall offered, ends
+    the stream with an error event that says why (it was passed on unread, and a recall call
+    in it would have reached the client); recorded."""
+    raw, server = raw_archiving
+    deep = _chunk({"content": "x"}).replace(b'"delta"', b'"extra": ' + _DEEP.encode() + b', "delta"')
+    events = _chunk({"content": "Let me look."}) + deep + _chunk({}, "stop") + b"data: [DONE]\n\n"
+    raw.answer(events, headers={"content-type": "text/event-stream"})
+    got = _streamed(server)
+    assert "Let me look." in got and _DEEP not in got
+    assert "nested deeper" in got.rsplit("data: ", 1)[-1]
+    assert "nested deeper" in json.dumps(stored_record(store, "proxy-long-running-agent"))
+
+
+def test_events_under_another_content_type_never_pass_a_recall_call_on(raw_archiving):
+    """Events the upstream sends under another content type than text/event-stream (text/plain)
+    are read as a stream's are, recall offered: the model's recall call is answered by the
+    proxy, the client gets the answer after it, never the call."""
+    raw, server = raw_archiving
+    call = {"index": 0, "id": "r1", "type": "function"}
+    call["function"] = {"name": "context_search", "arguments": '{"pattern": "checksum"}'}
+    events = _chunk({"tool_calls": [call]}) + _chunk({}, "tool_calls") + b"data: [DONE]\n\n"
+    raw.answer(events, headers={"content-type": "text/plain"})
+    final = {
+        "id": "c2",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "the checksum"}}],
+    }
+    final["choices"][0]["finish_reason"] = "stop"
+    raw.answer(json.dumps(final).encode(), headers={"content-type": "application/json"})
+    got = _streamed(server)
+    assert "context_search" not in got and "the checksum" in got, got
+    assert got.rstrip().endswith("data: [DONE]")
 
 
 def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
@@ -862,6 +913,45 @@ def test_each_recall_round_and_the_reply_limit_it_asks_fit_the_window(archiving,
     assert len(upstream.seen) == 2 and "context_read" in _names(upstream.seen[0].body)
     for seen in upstream.seen:
         assert input_tokens(seen.body) + limit <= 16_000, input_tokens(seen.body)
+    assert input_tokens(upstream.seen[1].body) > input_tokens(upstream.seen[0].body) + 500  # it read
+
+
+def test_recall_rounds_leave_room_for_the_thinking_of_the_turn_in_progress(archiving, upstream):
+    """An Anthropic turn in progress holds thinking, which the provider counts and no step may
+    free: the recall rounds' reads get what the window leaves beside it too, so every upstream
+    request with its reply limit fits the window (the rounds were given the thinking's room a
+    second time)."""
+    from .upstream import input_tokens
+
+    chat = _history()
+    thought = {"type": "thinking", "thinking": "I will read every line. " * 600, "signature": "sig_0"}
+    use = {"type": "tool_use", "id": "c1", "name": "bash", "input": {"cmd": "make"}}
+    history = [
+        {"role": "user", "content": chat[1]["content"]},
+        {"role": "assistant", "content": [thought, use]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "c1", "content": chat[3]["content"]}],
+        },
+    ]
+
+    def read_all(body: dict) -> Reply:
+        ref = re.search(r"\bt-[0-9a-f]+", json.dumps(body["messages"])).group(0)
+        reads = [{"ref": ref, "offset": k * 500, "limit": 500, "unit": "lines"} for k in range(6)]
+        return Reply(calls=[("context_read", read) for read in reads])
+
+    upstream.replies.extend([read_all, Reply("done")])
+    body = {
+        "model": "claude-test",
+        "max_tokens": 1024,
+        "messages": history,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+    r = httpx.post(f"{archiving.url}/proxy/long-running-agent/v1/messages", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert len(upstream.seen) == 2 and "context_read" in json.dumps(upstream.seen[0].body["tools"])
+    for seen in upstream.seen:
+        assert input_tokens(seen.body) + 1024 <= 16_000, input_tokens(seen.body)
     assert input_tokens(upstream.seen[1].body) > input_tokens(upstream.seen[0].body) + 500  # it read
 
 

@@ -19,7 +19,7 @@ import logging
 import operator
 import re
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from ...agents.conversation import Conversation, Turn, usage_record
 from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
 from ...errors import ToolError
-from ...fit import reply_reserve
+from ...fit import input_limit, reply_reserve
 from ...formats import CHAT, internal
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
@@ -297,14 +297,14 @@ async def _proxy(request: Request, api: Api) -> Response:
     if recall and config.context_window is not None:
         # What the window leaves beside the managed request (counted tokens), for the recall
         # rounds' calls and results, which no hook sees.
-        # The reserve is the one the fit kept; the recall tools are in the counted request.
-        window = config.context_window
+        # The limit is the fit's (the reserve it kept, the turn's thinking that no counter
+        # sees); the recall tools are in the counted request.
         exchange.counter = counter
         ratio = max(1.0, turn.ratio)
         way = internal(turn.context)
         inner, constraints = (way.context, way.constraints) if way is not None else (turn.context, CHAT)
         reserve = reply_reserve(inner, definition.settings, counter, constraints, ratio)
-        exchange.room = int((window - reserve) / ratio) - turn.counted
+        exchange.room = input_limit(inner, reserve, ratio, constraints) - turn.counted
     if parts.stream:
         # A stream's record is stored after its last event went out, when the client may
         # already be sending its next request to another process: the state goes first,
@@ -572,6 +572,9 @@ class _Exchange:
     counter: TokenCounter | None = None
     storing: asyncio.Future[None] | None = None
     """The conversation's state being written before a stream's answer goes back."""
+    usage: Mapping[str, int] | None = None
+    """The upstream's report on the managed request, once its answer was read: recorded (and
+    calibrated on) also when what follows it fails, such as a recall round."""
 
     async def settled(self) -> None:
         """The state written before the stream (:attr:`storing`) is in the store. A failure
@@ -599,12 +602,12 @@ async def _upstream(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
     try:
         return await _exchange(exchange, body, stream, first)
     except Refused as exc:
-        await _finish(exchange, None, exc.message)
+        await _finish(exchange, exchange.usage, exc.message)
         raise
     except Exception as exc:  # the upstream's answer held what the recall rounds cannot read
         log.warning("proxy: the upstream's answer could not be read", exc_info=True)
         message = f"the upstream's answer could not be read ({type(exc).__name__})"
-        await _finish(exchange, None, message)
+        await _finish(exchange, exchange.usage, message)
         raise Refused(502, "llm_exception", message) from None
 
 
@@ -636,8 +639,16 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         data = await upstream.read(response, deadline, config)
     finally:
         await response.aclose()
+    if stream and exchange.recall and response.is_success and _EVENTS.match(data[:64]) is not None:
+        # Events under another content type (read whole, within max_response_bytes): a client
+        # reads them as events, so they are watched for recall calls as a stream's are.
+        decoder = Decoder(config.max_stream_bytes, httpx.Headers(), "max_stream_bytes")
+        events = _events(exchange, response, deadline, body, decoder, given=data)
+        return StreamingResponse(
+            events, response.status_code, headers=returned, background=BackgroundTask(events.aclose)
+        )
     answer = _json(data, response, stream, bool(exchange.recall))  # once, for its usage and its calls
-    usage = usage_of(api.name, answer)
+    usage = exchange.usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
         status, last, headers, final = await _recall_rounds(
@@ -771,15 +782,21 @@ async def _recall_rounds(
 
 
 async def _events(
-    exchange: _Exchange, response: httpx.Response, deadline: float, body: dict[str, Any], decoder: Decoder
+    exchange: _Exchange,
+    response: httpx.Response,
+    deadline: float,
+    body: dict[str, Any],
+    decoder: Decoder,
+    given: bytes | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """The upstream's events as they arrive, then the record. With recall offered, until one
-    starts a tool call; the rest is held to the stream's end: passed on as it came when the
-    answer calls no recall tool, else the recall rounds (whole answers) and the final answer
-    as the events that end the same message (see :mod:`ctxmgmt.api.proxy.streams`). An error
-    event when it breaks off."""
+    """The upstream's events as they arrive (or as ``given``, already read, holds them), then the
+    record. With recall offered, until one starts a tool call; the rest is held to the
+    stream's end: passed on as it came when the answer calls no recall tool, else the recall
+    rounds (whole answers) and the final answer as the events that end the same message (see
+    :mod:`ctxmgmt.api.proxy.streams`). An error event when it breaks off."""
     api, config = exchange.api, exchange.config
-    events = streams.Events(streams.MAX_EVENT_BYTES)  # read at call time: a test may lower it
+    # MAX_EVENT_BYTES read at call time: a test may lower it.
+    events = streams.Events(streams.MAX_EVENT_BYTES, refuse_deep=bool(exchange.recall))
     usage: dict[str, int] = {}
     acc = Accumulator(api.name)
     n = body.get("n")  # chat's choices: each one's end is awaited
@@ -828,7 +845,7 @@ async def _events(
     try:
         try:
             async with asyncio.timeout_at(deadline):
-                async for raw in response.aiter_raw():
+                async for raw in response.aiter_raw() if given is None else _once(given):
                     chunk = decoder.feed(raw)
                     if not chunk:
                         continue
@@ -855,7 +872,7 @@ async def _events(
             failure = f"the upstream's stream: {exc}"
         except (TimeoutError, httpx.HTTPError) as exc:
             failure = upstream.fault(config, exc, "broke off").message
-        except streams.EventTooLong as exc:
+        except (streams.EventTooLong, streams.EventTooDeep) as exc:
             failure = str(exc)
         except Exception as exc:  # events no reader of them can take
             log.warning("proxy: the upstream's stream could not be read", exc_info=True)
@@ -903,6 +920,10 @@ async def _events(
         if failure is None and not delivered:  # closed at a yield, or cancelled while it waited
             failure = "the client went away before the answer's end"
         await _finish_shielded(exchange, usage or None, failure)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def _may_be_recall(names: list[str]) -> bool:

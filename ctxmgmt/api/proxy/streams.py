@@ -21,6 +21,7 @@ __all__ = [
     "MAX_EVENT_BYTES",
     "Accumulator",
     "Ending",
+    "EventTooDeep",
     "EventTooLong",
     "Events",
     "continuation",
@@ -48,6 +49,11 @@ class EventTooLong(ValueError):
     """An event longer than the splitter's bound."""
 
 
+class EventTooDeep(ValueError):
+    """An event nested deeper than the JSON parser goes, where it must be read (see
+    :class:`Events`)."""
+
+
 class Events:
     """A server-sent event stream split into events as its bytes arrive, once for every reader
     of it (usage, recall): each event's bytes as received and its data's JSON (None when it has
@@ -55,8 +61,11 @@ class Events:
     chunk; an overlong event's held bytes once more when it is skipped), and one event is
     bounded by ``max_bytes`` (:class:`EventTooLong`)."""
 
-    def __init__(self, max_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, max_bytes: int = MAX_EVENT_BYTES, *, refuse_deep: bool = False) -> None:
         self.max_bytes = max_bytes
+        self.refuse_deep = refuse_deep
+        """Whether an event nested deeper than the parser goes is refused
+        (:class:`EventTooDeep`) rather than passed on unread: where one may hold a recall call."""
         self._buffer = bytearray()
         self._scan = 0
         """Where the search for the next separator resumes."""
@@ -147,7 +156,14 @@ class Events:
             return event, None
         try:
             return event, json.loads(data)
-        except (ValueError, RecursionError):  # passed on unread
+        except ValueError:  # passed on unread: no client reads it either
+            return event, None
+        except RecursionError:  # valid JSON, which a client may read
+            if self.refuse_deep:
+                raise EventTooDeep(
+                    "an event of the upstream's stream is nested deeper than the proxy reads, "
+                    "and recall tools were offered: it cannot be told whether it calls one"
+                ) from None
             return event, None
 
 

@@ -34,8 +34,9 @@ def usage_of(api: str, data: Any) -> dict[str, int] | None:
         written = _int(usage.get("cache_creation_input_tokens")) or 0
         fresh = _int(usage.get("input_tokens"))
         out = {"output": _int(usage.get("output_tokens")) or 0}
-        if fresh is not None:  # message_delta has output tokens only
-            out.update(input=min(fresh + read + written, MAX_REPORTED), cached=read, written=written)
+        if fresh is not None and fresh + read + written <= MAX_REPORTED:  # (message_delta has
+            # output tokens only; parts that add up past the bound are no report, as a part is)
+            out.update(input=fresh + read + written, cached=read, written=written)
         return out
     if api == "responses":
         if data.get("type") in ("response.completed", "response.incomplete", "response.failed"):
