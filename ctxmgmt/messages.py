@@ -63,6 +63,22 @@ def without_cache_control(value: Any) -> Any:
     return _uncached(value, 3)
 
 
+def holds_cache_control(value: Any) -> bool:
+    """Whether :func:`without_cache_control` takes anything out of ``value``: found without a
+    copy (most messages hold none)."""
+    return _holds(value, 3)
+
+
+def _holds(value: Any, depth: int) -> bool:
+    """:func:`holds_cache_control` down ``depth`` more levels of ``content`` (as :func:`_uncached`)."""
+    if isinstance(value, list):
+        return any(_holds(v, depth) for v in value)
+    if not isinstance(value, dict):
+        return False
+    content = value.get("content")
+    return CACHE_CONTROL in value or (depth > 1 and isinstance(content, list) and _holds(content, depth - 1))
+
+
 def _uncached(value: Any, depth: int) -> Any:
     """:func:`without_cache_control` down ``depth`` more levels of ``content``."""
     if isinstance(value, list):

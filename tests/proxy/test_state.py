@@ -6,7 +6,7 @@ import hashlib
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctxmgmt.api.proxy.body import parse, positions, upstream_text
@@ -279,6 +279,28 @@ def test_a_tool_input_that_holds_cache_control_keeps_it():
     data = {"type": "json", "content": [{"cache_control": "kept", "text": "x"}]}
     deep = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [data]}]}
     assert without_cache_control(deep) is deep  # a block's own content's block's content: data
+
+
+_VALUES = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["content", "cache_control", "type", "input"]), inner, max_size=3)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+@example([{"content": [{"content": [{"content": [{"cache_control": 1}]}]}]}])
+@example({"input": {"cache_control": 1}})
+def test_holds_cache_control_says_whether_without_cache_control_takes_one_out(value):
+    """The proxy's quick check that a message holds a breakpoint agrees with what
+    without_cache_control takes out, at every depth (one could drift from the other)."""
+    from ctxmgmt.messages import holds_cache_control, without_cache_control
+
+    assert holds_cache_control(value) == (without_cache_control(value) is not value)
 
 
 def test_a_fingerprint_is_linear_in_a_long_run_of_whitespace():

@@ -36,7 +36,7 @@ from ...fit import input_limit, reply_reserve
 from ...formats import CHAT, internal
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
-from ...messages import CACHE_CONTROL, RECALL_TOOLS, without_cache_control
+from ...messages import CACHE_CONTROL, RECALL_TOOLS, holds_cache_control, without_cache_control
 from ...store.repository import now_ms, relaxed
 from ...store.sessions import SessionStore
 from ...summaries import message_key
@@ -346,28 +346,10 @@ def _client_messages(
     for i in reversed(written):
         m = messages[i]
         # Made from breakpoint-free messages: only a state stored before holds one.
-        fresh = without_cache_control(m) if _holds_breakpoint(m) else m
+        fresh = without_cache_control(m) if holds_cache_control(m) else m
         source = placed.pop(_result_ids(fresh), None) if placed else None
         out[i] = fresh if source is None else _breakpoints_of(source, fresh)
     return out
-
-
-def _holds_breakpoint(m: Mapping[str, Any]) -> bool:
-    """Whether a message holds a ``cache_control`` where Anthropic reads one: on the message, a
-    content block, or a block of a tool result's content."""
-    if CACHE_CONTROL in m:
-        return True
-    content = m.get("content")
-    if not isinstance(content, list):
-        return False
-    for block in content:
-        if isinstance(block, Mapping):
-            inner = block.get("content")
-            if CACHE_CONTROL in block or (
-                isinstance(inner, list) and any(isinstance(b, Mapping) and CACHE_CONTROL in b for b in inner)
-            ):
-                return True
-    return False
 
 
 def _result_ids(m: Any) -> frozenset[str]:
