@@ -494,22 +494,25 @@ def test_a_gzipped_answer_within_its_limit_is_passed_on_unpacked(proxy, raw):
             b'["not", "an", "object"]',
             "application/json",
         ),
+        ("/v1/messages/count_tokens", COUNT, b"<html>Welcome</html>", "text/html"),
     ],
 )
 def test_a_success_that_is_no_json_object_is_a_502_that_says_what_came(
     proxy, raw, store, path, body, answer, content_type
 ):
     """An upstream that answers 200 with an HTML page, a cut-off or empty body, or JSON that is
-    no object: a 502 in the provider's shape that names what came and where to look (the
-    client's SDK would fail to parse it, and retries a 502), and the execution's record says so."""
+    no object (also to a token count): a 502 in the provider's shape that names what came and
+    where to look (the client's SDK would fail to parse it, and retries a 502), and the
+    execution's record says so."""
     raw.answer(answer, headers={"content-type": content_type})
     r = httpx.post(f"{proxy.url}/proxy/default{path}", json=body, timeout=30)
     assert r.status_code == 502
     error = r.json()["error"]
     assert content_type in error["message"] and "base_url" in error["message"]
-    if path == "/v1/messages":
+    if path.startswith("/v1/messages"):
         assert r.json()["type"] == "error"
-    assert "not a JSON object" in json.dumps(stored_record(store))
+    if path != "/v1/messages/count_tokens":  # a count is no execution: nothing is recorded
+        assert "not a JSON object" in json.dumps(stored_record(store))
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -555,16 +555,16 @@ def test_events_under_another_content_type_never_pass_a_recall_call_on(raw_archi
 
 def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
     """A whole upstream answer is JSON-parsed once, for its usage and its recall calls alike."""
-    from ctxmgmt.api.proxy import handler
+    from ctxmgmt.api.proxy import upstream as upstream_module
 
     parsed: list[bytes] = []
-    original = handler._json
+    original = upstream_module.answer_of
 
     def counting(data: bytes, response, *args, **kwargs):
         parsed.append(data)
         return original(data, response, *args, **kwargs)
 
-    monkeypatch.setattr(handler, "_json", counting)
+    monkeypatch.setattr(upstream_module, "answer_of", counting)
 
     def read_it(body: dict) -> Reply:
         notice = next(m["content"] for m in body["messages"] if m.get("role") == "tool")

@@ -62,4 +62,5 @@ async def _count(request: Request) -> Response:
         data = await upstream.read(response, deadline, config)
     finally:
         await response.aclose()
+    upstream.answer_of(data, response)  # a success that is no JSON object is the upstream's fault
     return Response(data, response.status_code, headers=upstream.returned(response))

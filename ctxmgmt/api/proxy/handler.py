@@ -621,7 +621,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         data = await upstream.read(response, deadline, config)
     finally:
         await response.aclose()
-    if stream and exchange.recall and response.is_success and _EVENTS.match(data[:64]) is not None:
+    if stream and exchange.recall and response.is_success and upstream.looks_like_events(data):
         # Events under another content type (read whole, within max_response_bytes): a client
         # reads them as events, so they are watched for recall calls as a stream's are.
         decoder = Decoder(config.max_stream_bytes, httpx.Headers(), "max_stream_bytes")
@@ -629,7 +629,8 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         return StreamingResponse(
             events, response.status_code, headers=returned, background=BackgroundTask(events.aclose)
         )
-    answer = _json(data, response, stream, bool(exchange.recall))  # once, for its usage and its calls
+    # Parsed once, for its usage and its calls.
+    answer = upstream.answer_of(data, response, stream, bool(exchange.recall))
     usage = exchange.usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
@@ -741,7 +742,7 @@ async def _recall_rounds(
         status = response.status_code
         # A recall round's request is measured by the upstream's report (it is the managed
         # request and the recall exchange, which no hook saw).
-        answer = _json(data, response, recall=True)
+        answer = upstream.answer_of(data, response, recall=True)
         reported = (usage_of(api.name, answer) or {}).get("input", 0)
         exchange.record["calls"].append(
             {
@@ -932,41 +933,6 @@ def _finished(task: asyncio.Task[None]) -> None:
     _FINISHING.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.warning("the proxy's record could not be finished", exc_info=task.exception())
-
-
-_EVENTS = re.compile(rb"\s*(?:data|event|id|retry)?:")
-"""How a server-sent event stream begins (a field, or a comment)."""
-
-
-def _json(data: bytes, response: httpx.Response, stream: bool = False, recall: bool = False) -> Any:
-    """An upstream's answer parsed, or None (an error status, an answer nested deeper than the
-    parser goes, or events asked for under another content type: it goes to the client as it
-    came, unread). A success that is no JSON object (an HTML page, a cut-off body) is the
-    upstream's fault: a 502 that says what came, where a client's SDK would fail to parse it."""
-    if not response.is_success or (stream and _EVENTS.match(data[:64]) is not None):
-        return None
-    try:
-        answer = json.loads(data)
-    except RecursionError:
-        if recall:  # unread, it may hold a recall call, which the client must never get
-            raise Refused(
-                502,
-                "llm_exception",
-                "the upstream's answer is nested deeper than the proxy reads, and recall tools "
-                "were offered: it cannot be told whether it calls one",
-            ) from None
-        return None
-    except ValueError:
-        answer = None
-    if isinstance(answer, dict):
-        return answer
-    kind = response.headers.get("content-type") or "no content type"
-    raise Refused(
-        502,
-        "llm_exception",
-        f"the upstream answered {response.status_code} with {len(data):,} bytes ({kind}) that are "
-        "not a JSON object; check that the model's base_url is the provider's API",
-    )
 
 
 async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any], deadline: float) -> str:

@@ -10,8 +10,10 @@ recorded.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import urllib.parse
+from typing import Any
 
 import httpx
 from starlette.requests import Request
@@ -21,7 +23,19 @@ from ...llm.decoding import Decoder, TooLarge
 from ..requests import key_in, state
 from .checks import KEY_HEADER, Refused
 
-__all__ = ["MAX_QUERY_BYTES", "call", "decoded", "fault", "headers", "query", "read", "returned", "url"]
+__all__ = [
+    "MAX_QUERY_BYTES",
+    "answer_of",
+    "call",
+    "decoded",
+    "fault",
+    "headers",
+    "looks_like_events",
+    "query",
+    "read",
+    "returned",
+    "url",
+]
 
 MAX_QUERY_BYTES = 8192
 """A client's query string goes upstream up to this long (a longer one is refused: httpx
@@ -215,3 +229,43 @@ def _shown(base_url: str) -> str:
     scheme, sep, rest = base_url.partition("://")
     host, slash, path = rest.partition("/")
     return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
+
+
+_EVENTS = re.compile(rb"\s*(?:data|event|id|retry)?:")
+"""How a server-sent event stream begins (a field, or a comment)."""
+
+
+def looks_like_events(data: bytes) -> bool:
+    """Whether a body begins as a server-sent event stream does."""
+    return _EVENTS.match(data[:64]) is not None
+
+
+def answer_of(data: bytes, response: httpx.Response, stream: bool = False, recall: bool = False) -> Any:
+    """An upstream's answer parsed, or None (an error status, an answer nested deeper than the
+    parser goes, or events asked for under another content type: it goes to the client as it
+    came, unread). A success that is no JSON object (an HTML page, a cut-off body) is the
+    upstream's fault: a 502 that says what came, where a client's SDK would fail to parse it."""
+    if not response.is_success or (stream and looks_like_events(data)):
+        return None
+    try:
+        answer = json.loads(data)
+    except RecursionError:
+        if recall:  # unread, it may hold a recall call, which the client must never get
+            raise Refused(
+                502,
+                "llm_exception",
+                "the upstream's answer is nested deeper than the proxy reads, and recall tools "
+                "were offered: it cannot be told whether it calls one",
+            ) from None
+        return None
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict):
+        return answer
+    kind = response.headers.get("content-type") or "no content type"
+    raise Refused(
+        502,
+        "llm_exception",
+        f"the upstream answered {response.status_code} with {len(data):,} bytes ({kind}) that are "
+        "not a JSON object; check that the model's base_url is the provider's API",
+    )
