@@ -35,7 +35,7 @@ from langchain_core.messages import (
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 
-from ..agents.conversation import Conversation, DefinitionSource, Source, Turn, reply_limit
+from ..agents.conversation import Conversation, DefinitionSource, Source, Turn, reply_limit, token_settings
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin
 from ..formats._turns import THINKING_BLOCKS, thinking_mark
@@ -82,6 +82,7 @@ class ContextManagementMiddleware(AgentMiddleware):
         context_window: int | None = None,
         pricing: Pricing | None = None,
     ) -> None:
+        token_settings(context_window=context_window)
         super().__init__()
         self.source = Source(definition)
         self.models = models

@@ -29,7 +29,7 @@ from agents.items import ModelResponse
 from agents.run_config import CallModelData, ModelInputData
 from agents.tracing import custom_span
 
-from ..agents.conversation import Conversation, DefinitionSource, Turn, reply_limit
+from ..agents.conversation import Conversation, DefinitionSource, Turn, reply_limit, token_settings
 from ..cache import Pricing
 
 __all__ = ["ContextManagementFilter", "ContextManagementHooks"]
@@ -65,6 +65,7 @@ class ContextManagementFilter:
         max_tokens: int | None = None,
         pricing: Pricing | None = None,
     ) -> None:
+        token_settings(context_window=context_window, max_tokens=max_tokens)
         self.conversation = Conversation(
             definition,
             models=models,

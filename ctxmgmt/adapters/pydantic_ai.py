@@ -37,7 +37,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ..agents.conversation import Conversation, DefinitionSource, Turn, reply_limit
+from ..agents.conversation import Conversation, DefinitionSource, Turn, reply_limit, token_settings
 from ..cache import Pricing
 from ..formats._common import ORIGIN, Origin, origin_of
 from ..formats._turns import thinking_mark
@@ -70,6 +70,7 @@ class ContextManagementProcessor:
         context_window: int | None = None,
         pricing: Pricing | None = None,
     ) -> None:
+        token_settings(context_window=context_window)
         # pydantic-ai talks to any provider, and Claude, Gemini and Bedrock want a user message first.
         self.conversation = Conversation(
             definition,

@@ -55,6 +55,7 @@ __all__ = [
     "Turn",
     "refuse_invalid",
     "reply_limit",
+    "token_settings",
     "usage_record",
 ]
 
@@ -1004,6 +1005,19 @@ def _translated_sized(messages: Sequence[Any], translate: Translate | None) -> t
 
 
 _REQUEST = ("system_prompt", "tools", "model", "context_window", "max_output_tokens")
+
+
+def token_settings(**values: Any) -> None:
+    """Refuse an entry point's token settings (``context_window=``, ``max_tokens=``) that are no
+    whole number >= 1 (None leaves one out): a :class:`~ctxmgmt.errors.ContextError` naming
+    each when the entry point is made, not a setting ignored, or refused, at a model call."""
+    problems = [
+        Problem(f"/{name}", f"must be a whole number of tokens >= 1, or None (got {value!r:.60})")
+        for name, value in values.items()
+        if value is not None and (type(value) is not int or value < 1)
+    ]
+    if problems:
+        raise ContextError(problems)
 
 
 def reply_limit(*values: Any) -> int | None:

@@ -383,3 +383,25 @@ def test_a_long_record_of_copies_with_one_message_changed_starts_a_new_view(at):
             break
     assert turn.fresh and (call == 0 or at > 32)
     assert turn.messages[changed]["content"] == "[redacted]"
+
+
+@pytest.mark.parametrize("value", ["128k", 0, -5, 1.5, True])
+@pytest.mark.parametrize("adapter", ["langchain", "openai_agents", "pydantic_ai"])
+def test_an_adapter_refuses_a_token_setting_that_is_no_token_count(adapter, value):
+    """A window (or, for the Agents SDK filter, a reply limit) that is no whole number >= 1 is a
+    ContextError naming it when the adapter is made: it was ignored (LangChain, the Agents SDK's
+    max_tokens) or refused only at the first model call."""
+    from ctxmgmt.errors import ContextError
+
+    if adapter == "langchain":
+        from ctxmgmt.adapters.langchain import ContextManagementMiddleware as made
+    elif adapter == "openai_agents":
+        from ctxmgmt.adapters.openai_agents import ContextManagementFilter as made
+    else:
+        from ctxmgmt.adapters.pydantic_ai import ContextManagementProcessor as made
+    with pytest.raises(ContextError, match="/context_window: must be a whole number of tokens"):
+        made("default", context_window=value)
+    assert made("default", context_window=8000) is not None
+    if adapter == "openai_agents":
+        with pytest.raises(ContextError, match="/max_tokens: must be a whole number of tokens"):
+            made("default", max_tokens=value)
