@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import errno
 import itertools
 import json
 import logging
@@ -24,6 +25,7 @@ from typing import Any, NoReturn
 import httpx
 from sqlalchemy.exc import SQLAlchemyError
 
+from . import marks
 from ._resources import data_dir
 from ._version import __version__
 from .api.config import load_config, open_offloader
@@ -78,6 +80,9 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="ctxmgmt: %(levelname)s: %(message)s")
     try:
+        if args.run in (_apply, _eval, _serve):  # they write marks: a bad key is said first, not
+            # as every summary's error (a key too short, a key file others can read)
+            marks.key()
         return int(args.run(args))
     except SQLAlchemyError as exc:
         url = getattr(args, "db", None) or os.environ.get(DATABASE_ENV) or DEFAULT_DATABASE_URL
@@ -632,7 +637,9 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(address)
     except OSError as exc:
-        raise _UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        taken = exc.errno == errno.EADDRINUSE
+        hint = "; another server holds it: stop it, or give another --port" if taken else ""
+        raise _UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
     return sock
 
 

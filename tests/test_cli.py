@@ -1,6 +1,7 @@
 """The ctxmgmt command, run as a real subprocess."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,9 +173,14 @@ def test_apply_offloads_with_a_folder(tmp_path):
     assert [e["ref"] for e in store.list("s1")] == entry["details"]["offloaded"]
 
 
-def run_in(folder, *args):
+def run_in(folder, *args, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "ctxmgmt.cli", *args], capture_output=True, text=True, cwd=folder, timeout=60
+        [sys.executable, "-m", "ctxmgmt.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        timeout=60,
+        env=env,
     )
 
 
@@ -216,7 +222,19 @@ def test_serve_on_a_taken_port_fails_before_creating_the_database(tmp_path):
         port = taken.getsockname()[1]
         run = run_in(tmp_path, "serve", "--port", str(port))
     assert run.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in run.stderr
+    assert "another --port" in run.stderr  # how to fix it
     assert "serving on" not in run.stdout and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", [("serve", "--port", "0"), ("apply", "default", "--input", "in.json")])
+def test_a_mark_key_too_short_stops_the_command_before_it_starts(tmp_path, command):
+    """A CTXMGMT_MARK_KEY under 16 characters is exit 2 naming it, before serve listens or apply
+    runs: it was an error of every summary (apply exited 0, its context unchanged; serve ran)."""
+    (tmp_path / "in.json").write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    run = run_in(tmp_path, *command, env={**os.environ, "CTXMGMT_MARK_KEY": "short"})
+    assert run.returncode == 2, run.stderr
+    assert "CTXMGMT_MARK_KEY must be at least 16 characters" in run.stderr
+    assert "serving on" not in run.stdout and "Traceback" not in run.stderr
 
 
 def test_bad_input_names_its_file(tmp_path):
