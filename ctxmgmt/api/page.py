@@ -8,11 +8,11 @@ from functools import cache
 from importlib import resources
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from .errors import HTTPProblem
 
-__all__ = ["asset", "page"]
+__all__ = ["asset", "home", "page"]
 
 _FILES = {
     "": ("index.html", "text/html; charset=utf-8"),
@@ -39,6 +39,12 @@ def _read(name: str) -> bytes:
 async def page(request: Request) -> Response:
     name, media_type = _FILES[""]
     return Response(_read(name), media_type=media_type, headers=_HEADERS)
+
+
+async def home(request: Request) -> Response:
+    """The server's root (and ``/ui/``): to the page, where a browser opened at the address
+    the server printed, or a path one typed, finds it (a JSON 404 was all it got)."""
+    return RedirectResponse("/ui", 302)
 
 
 async def asset(request: Request) -> Response:

@@ -364,6 +364,8 @@ TABLE: tuple[Operation, ...] = (
     ),
     # -- the web page: HTML, not in the document
     Operation("GET", "/ui", "page.page", "The web page", {}, errors=(), documented=False),
+    Operation("GET", "/", "page.home", "To the web page", {}, errors=(), documented=False),
+    Operation("GET", "/ui/", "page.home", "To the web page", {}, errors=(), documented=False),
     Operation(
         "GET", "/ui/{file}", "page.asset", "A file of the web page", {}, (p.UI_FILE,), documented=False
     ),

@@ -136,6 +136,16 @@ def test_the_servers_own_names_and_pages_are_answered(api, store, host):
     assert store.exists("mine")
 
 
+@pytest.mark.parametrize("path", ["/", "/ui/"])
+def test_the_servers_root_leads_to_the_page(api, path):
+    """The address the server prints, or /ui/ typed with a slash, leads to the page (it was a
+    JSON 404), with no key asked."""
+    r = api.get(path, follow_redirects=False)
+    assert r.status_code == 302 and r.headers["location"] == "/ui"
+    page = api.get(path, follow_redirects=True)
+    assert page.status_code == 200 and "<html" in page.text.lower()
+
+
 def test_the_same_names_at_another_port_are_refused(api):
     """The default names are the listening port's: localhost at another port is refused."""
     assert api.get(BASE, headers={"host": f"localhost:{port(api) + 1}"}).status_code == 403

@@ -13,8 +13,8 @@ from ctxmgmt.api.routes import TABLE, Operation
 from ctxmgmt.offload import LocalOffloader
 from tests.conftest import LiveServer
 
-PAGE = {("GET", "/ui"), ("GET", "/ui/{file}")}
-"""The web page's HTML and files: served, in the table, not documented."""
+PAGE = {("GET", "/ui"), ("GET", "/ui/{file}"), ("GET", "/"), ("GET", "/ui/")}
+"""The web page's HTML and files, and the ways to it: served, in the table, not documented."""
 PROXY = {
     *(
         ("POST", f"/proxy/{{definition}}{path}")

@@ -605,6 +605,19 @@ def test_an_absurd_usage_report_is_no_report_and_the_record_is_stored(proxy, raw
     assert record["calls"][0]["reported"] is None
 
 
+@pytest.mark.parametrize("model", [None, "", 5])
+def test_a_request_with_no_model_name_is_told_the_configured_ones(proxy, model):
+    """A request without a model's name (missing, empty, not a string) is a 400 naming /model and
+    the models the proxy has, as an unknown model's 404 does."""
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    if model is not None:
+        body["model"] = model
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    assert message == "/model: must be the name of a configured model (configured: a, m)"
+
+
 def test_anthropic_usage_parts_that_add_up_past_the_bound_are_no_report():
     """An Anthropic report's input is the sum of its parts (fresh, cache read, cache written):
     parts that are each in bounds but add up past 2^31 - 1 are no report, as one part past it

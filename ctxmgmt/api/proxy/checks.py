@@ -138,12 +138,16 @@ def model_of(request: Request, body: Mapping[str, Any], api: Api, *, window: boo
     """The request's model in the models configuration, of ``api``'s provider, with a
     ``context_window`` when the request is managed to it (``window``)."""
     model_id = body.get("model")
-    if not isinstance(model_id, str) or not model_id:
-        raise Refused(400, "illegal_argument_exception", "/model: must be the name of a configured model")
     models = state(request).models
+    known = ", ".join(sorted(models)[:20]) or "none"
+    if not isinstance(model_id, str) or not model_id:
+        raise Refused(
+            400,
+            "illegal_argument_exception",
+            f"/model: must be the name of a configured model (configured: {known})",
+        )
     config: ModelConfig | None = models.get(model_id)
     if config is None:
-        known = ", ".join(sorted(models)[:20]) or "none"
         raise Refused(
             404,
             "model_not_found",
