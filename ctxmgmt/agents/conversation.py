@@ -515,6 +515,14 @@ class Conversation:
         if isinstance(view, list):
             self.cache.restore(self.saved.get("cache"), view)
 
+    def went_without(self, tokens: int) -> None:
+        """The last prepared request went without ``tokens`` of what it counted (tools its
+        hooks were shown in case they went, such as the proxy's recall tools when it named no
+        archive): its report is taken against what went."""
+        if self._last is not None and self._observed is None and tokens > 0:
+            model, counted, reusable = self._last
+            self._last = (model, max(1, counted - tokens), reusable)
+
     def observe(self, reported: Any, *, cached: Any = None, written: Any = None) -> dict[str, Any] | None:
         """The provider's reported input tokens for the last prepared request: they calibrate
         the next ones. ``cached`` and ``written``: its prompt-cache figures, when it reports

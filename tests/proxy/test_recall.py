@@ -49,6 +49,36 @@ def _names(body: dict) -> list[str]:
     return [t["function"]["name"] for t in body.get("tools", [])]
 
 
+def test_a_request_that_names_no_archive_is_counted_and_calibrated_as_it_went(store, archiving, upstream):
+    """A request that may be offered recall is managed with the recall tools, but one that names
+    no archive goes without them: its record counts what went, and the provider's report
+    calibrates against that (the tools' ~200 tokens were counted as sent: a 9-token request
+    recorded as 234, and the ratio taken low)."""
+    from ctxmgmt import Context, get_counter
+    from ctxmgmt.store import ExecutionStore
+
+    upstream.replies.extend([Reply("hello"), Reply("again")])
+    messages = [{"role": "user", "content": "hi there, " + "please look at this. " * 100}]
+    url = f"{archiving.url}/proxy/long-running-agent/v1/chat/completions"
+    r = httpx.post(url, json={"model": "gpt-test", "messages": messages}, timeout=60)
+    assert r.status_code == 200
+    sent = upstream.seen[-1].body
+    assert "tools" not in sent  # no recall tools went
+    counted = get_counter("gpt-upstream").context(Context(messages=sent["messages"]))[0]
+    call = stored_record(store, "proxy-long-running-agent")["calls"][0]
+    assert call["tokens_after"] == counted < call["tokens_before"]
+    assert call["reported"] == input_tokens(sent)
+    messages += [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "and?"}]
+    r = httpx.post(url, json={"model": "gpt-test", "messages": messages}, timeout=60)
+    assert r.status_code == 200
+    executions = ExecutionStore(store.engine)
+    _, listed = executions.list("proxy-long-running-agent")
+    calls = [executions.get(e["execution_id"])["calls"][0] for e in listed]
+    again = next(c for c in calls if c["tokens_after"] != counted)
+    # Calibrated on the first request as it went: reported / counted, not / counted + tools.
+    assert again["calibrated"] == round(again["tokens_after"] * input_tokens(sent) / counted)
+
+
 def test_the_proxy_answers_recall_calls_itself(archiving, upstream):
     """The cut output's reference is offered with context_read; the model's read is answered by
     the proxy from the archive and the upstream asked again; the client gets the final answer."""

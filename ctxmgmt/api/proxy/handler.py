@@ -62,6 +62,7 @@ from .recall import (
     calls_of,
     continued,
     last_round,
+    only_recall,
     opened,
     reply_of,
     schemas,
@@ -277,9 +278,18 @@ async def _proxy(request: Request, api: Api) -> Response:
     recall: list[Tool] = []
     if offer is not None and conversation.names_archive(turn):
         recall, outgoing["tools"] = recall_tools(offloader, conversation_id), offer
+    counted = turn.counted
+    if offer is not None and not recall:
+        # Managed with the recall tools, which go when the request names an archive: this one
+        # went without them, so its count, and what its report calibrates, leave them out.
+        way = internal(turn.context)
+        shown = (way.context if way is not None else turn.context).tools
+        unsent_tools = counter.tools(only_recall("chat", shown))
+        conversation.went_without(unsent_tools)
+        counted -= unsent_tools
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
     first = upstream_text(parsed, messages, changes)  # the client's own bytes where unchanged
-    sent = usage_record(turn.counted, turn.ratio, turn.reusable_prefix_tokens)
+    sent = usage_record(counted, turn.ratio, turn.reusable_prefix_tokens)
     record = _record(
         name,
         version,

@@ -27,6 +27,7 @@ __all__ = [
     "calls_of",
     "continued",
     "last_round",
+    "only_recall",
     "reply_of",
     "schemas",
     "unechoed",
@@ -71,6 +72,11 @@ def schemas(api: str, tools: Sequence[Tool]) -> list[dict[str, Any]]:
 def without_recall(api: str, tools: Sequence[Any]) -> list[Any]:
     """The request's tools but the recall ones."""
     return [t for t in tools if _tool_name(api, t) not in RECALL_TOOLS]
+
+
+def only_recall(api: str, tools: Sequence[Any]) -> list[Any]:
+    """The recall tools among ``tools``."""
+    return [t for t in tools if _tool_name(api, t) in RECALL_TOOLS]
 
 
 def unechoed(api: str, value: Any) -> dict[str, Any] | None:
