@@ -339,3 +339,30 @@ def test_a_chat_chunk_with_members_of_odd_types_is_read_around(odd):
     answer = chat.answer()
     assert answer["choices"][0]["message"]["content"] == "Let me look."
     assert calls_of("chat", answer) == [("c1", "context_read", {"ref": "t-1"})]
+
+
+def test_a_rewritten_event_keeps_its_other_fields_as_they_came():
+    """An event whose data the proxy rewrites (a Responses echo without the recall tools) keeps
+    its event name, id, retry and comments, in order, CRLF or LF; its data, once, as JSON
+    (the event was remade from its data alone: a client's Last-Event-ID was lost)."""
+    from ctxmgmt.api.proxy.streams import with_data
+
+    for eol in (b"\n", b"\r\n"):
+        event = eol.join(
+            [
+                b": keep-alive",
+                b"event: response.created",
+                b"id: 7",
+                b'data: {"type":',
+                b"data: 1}",
+                b"retry: 900",
+            ]
+        )
+        event += eol + eol
+        out = with_data(event, {"type": "response.created", "tools": []})
+        assert out == (
+            b": keep-alive\nevent: response.created\nid: 7\n"
+            b'data: {"type": "response.created", "tools": []}\nretry: 900\n\n'
+        )
+        [(raw, data)] = Events().feed(out)
+        assert raw == out and data == {"type": "response.created", "tools": []}

@@ -815,7 +815,7 @@ async def _events(
                 usage.update(found)
             if exchange.recall:
                 if (plain := unechoed(api.name, data)) is not None:
-                    event = streams.event_bytes(plain, plain.get("type"))
+                    event = streams.with_data(event, plain)
                 holding = acc.event(data) or holding
                 if holding and acc.held is None:  # a reasoning item's hold let go: text follows
                     out.extend(held)

@@ -27,6 +27,7 @@ __all__ = [
     "continuation",
     "event_bytes",
     "unsent",
+    "with_data",
 ]
 
 
@@ -211,6 +212,22 @@ class Ending:
                 elif index not in self._finished:
                     self._open.add(index)
         return len(self._finished) >= self.choices and not self._open
+
+
+def with_data(event: bytes, data: Any) -> bytes:
+    """``event`` (its bytes as received) with ``data`` (JSON) for its data: its other fields
+    (``event:``, ``id:``, ``retry:``, comments) kept as they came, in their order."""
+    lines: list[bytes] = []
+    written = False
+    for line in _LINE.split(event):
+        if not line.startswith(b"data:"):
+            lines.append(line)
+        elif not written:  # at the first data line, once
+            lines.append(b"data: " + json.dumps(data, ensure_ascii=False).encode())
+            written = True
+    while lines and not lines[-1]:
+        lines.pop()
+    return b"\n".join(lines) + b"\n\n"
 
 
 def event_bytes(data: Any, event: Any = None) -> bytes:
