@@ -81,14 +81,16 @@ def test_both_clients_have_the_same_methods_with_the_same_signatures():
 
 def test_the_clients_send_every_route_of_the_table_a_client_should_have():
     """The clients' methods are exactly the senders the route table names; only the document
-    itself, the web page's files and the proxy's provider APIs (which the providers' own
-    clients send) have none."""
+    itself, the web page's files and the ways to it, and the proxy's provider APIs (which the
+    providers' own clients send) have none."""
     senders = {op.client for op in TABLE if op.client}
     assert set(methods(Client)) == senders
     assert {(op.method, op.path) for op in TABLE if not op.client and not op.path.startswith("/proxy/")} == {
         ("GET", "/openapi.json"),
         ("GET", "/ui"),
         ("GET", "/ui/{file}"),
+        ("GET", "/"),
+        ("GET", "/ui/"),
     }
 
 
