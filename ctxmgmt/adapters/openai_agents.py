@@ -31,6 +31,7 @@ from agents.tracing import custom_span
 
 from ..agents.conversation import Conversation, DefinitionSource, Turn, reply_limit, token_settings
 from ..cache import Pricing
+from ..errors import ContextError, Problem
 
 __all__ = ["ContextManagementFilter", "ContextManagementHooks"]
 
@@ -50,6 +51,9 @@ class ContextManagementFilter:
         max_tokens: the reply limit set in ``RunConfig(model_settings=...)``, which a filter is
             not shown (the agent's own ``model_settings.max_tokens`` is read at each call);
             the fit keeps room for it.
+        model: the model's name set in ``RunConfig(model=...)``, which a filter is not shown
+            either; it wins over the agent's (whose name, when a string, is read at each
+            call): the tokenizer and the calibration are the model's.
         pricing: the model's prices, for the cost model of ``settings: {cache: aware}``
             (default: Anthropic's ratios for the Anthropic format, OpenAI's otherwise).
     """
@@ -63,9 +67,12 @@ class ContextManagementFilter:
         session: str = "default",
         context_window: int | None = None,
         max_tokens: int | None = None,
+        model: str | None = None,
         pricing: Pricing | None = None,
     ) -> None:
         token_settings(context_window=context_window, max_tokens=max_tokens)
+        if model is not None and (not isinstance(model, str) or not model):
+            raise ContextError([Problem("/model", f"must be a model's name, or None (got {model!r:.60})")])
         self.conversation = Conversation(
             definition,
             models=models,
@@ -76,6 +83,7 @@ class ContextManagementFilter:
         )
         self.context_window = context_window
         self.max_tokens = max_tokens
+        self.model = model
         self.hooks = ContextManagementHooks(self)
         """Pass these as ``Runner.run(..., hooks=...)``: they log each tool result and read usage."""
         self.last: Turn | None = None
@@ -94,7 +102,7 @@ class ContextManagementFilter:
         request: dict[str, Any] = {
             "system_prompt": data.model_data.instructions,
             "tools": _schemas(agent),
-            "model": agent.model if isinstance(agent.model, str) else None,
+            "model": self.model or (agent.model if isinstance(agent.model, str) else None),
             "context_window": self.context_window,
             "max_output_tokens": reply_limit(
                 self.max_tokens, getattr(agent.model_settings, "max_tokens", None)

@@ -179,3 +179,21 @@ def test_the_fit_keeps_room_for_the_reply_limit_the_agent_asks(where):
     counted = [counter.context(Context(messages=c.input, format="openai_responses"))[0] for c in model.calls]
     assert len(counted) == 3 and all(n + 1900 <= 4000 for n in counted), counted
     assert any(e["type"] == "fit" and e["activated"] for e in managed.last.trace)
+
+
+def test_the_run_configs_model_is_the_one_counted_for():
+    """A model named in RunConfig(model=...), which a filter is not shown, is given to it as
+    ContextManagementFilter(model=): the turns are counted for that model (its tokenizer, its
+    calibration), not for the agent's; a model that is no name is refused when it is made."""
+    from ctxmgmt.errors import ContextError
+
+    definition = {"name": "m", "hooks": {"post_memory": [{"type": "SlidingWindowManager", "config": {}}]}}
+    agent = Agent(
+        name="logs", instructions="You read logs.", model=ScriptedModel([*steps(1)]), tools=[read_log]
+    )
+    managed = ContextManagementFilter(definition, context_window=4000, model="gpt-4o")
+    config = RunConfig(call_model_input_filter=managed)
+    asyncio.run(Runner.run(agent, "Why does the login fail?", run_config=config, hooks=managed.hooks))
+    assert managed.last is not None and managed.last.context.model == "gpt-4o"
+    with pytest.raises(ContextError, match="/model: must be a model's name"):
+        ContextManagementFilter(definition, model=5)
