@@ -278,7 +278,7 @@ async def _proxy(request: Request, api: Api) -> Response:
     recall: list[Tool] = []
     if offer is not None and conversation.names_archive(turn):
         recall, outgoing["tools"] = recall_tools(offloader, conversation_id), offer
-    counted = turn.counted
+    counted, before = turn.counted, turn.tokens_before
     if offer is not None and not recall:
         # Managed with the recall tools, which go when the request names an archive: this one
         # went without them, so its count, and what its report calibrates, leave them out.
@@ -286,7 +286,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         shown = (way.context if way is not None else turn.context).tools
         unsent_tools = counter.tools(only_recall("chat", shown))
         conversation.went_without(unsent_tools)
-        counted -= unsent_tools
+        counted, before = counted - unsent_tools, before - unsent_tools
     changes: dict[str, Any] = {k: outgoing[k] for k in ("model", "tools") if k in outgoing}
     first = upstream_text(parsed, messages, changes)  # the client's own bytes where unchanged
     sent = usage_record(counted, turn.ratio, turn.reusable_prefix_tokens)
@@ -297,7 +297,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         config,
         api,
         conversation_id,
-        [call_entry(1, turn.tokens_before, turn.ratio, sent)],
+        [call_entry(1, before, turn.ratio, sent)],
         # The hook runs of this request (post_tool for the client's new results, then pre_llm).
         [{**run, "iteration": 1, "call": 1} for run in turn.runs],
     )
