@@ -366,3 +366,18 @@ def test_a_rewritten_event_keeps_its_other_fields_as_they_came():
         )
         [(raw, data)] = Events().feed(out)
         assert raw == out and data == {"type": "response.created", "tools": []}
+
+
+def test_an_event_too_deep_to_read_is_refused_after_the_events_before_it():
+    """With refuse_deep, the events a chunk completes before one nested too deep are returned
+    first; the deep one is refused when it is read again (with the next chunk, or at the end),
+    as an overlong event is (they were dropped with it)."""
+    from ctxmgmt.api.proxy.streams import EventTooDeep
+
+    deep = b'data: {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}\n\n"
+    events = Events(refuse_deep=True)
+    got = events.feed(b'data: {"n": 1}\n\n' + deep)
+    assert [data for _, data in got] == [{"n": 1}]
+    with pytest.raises(EventTooDeep, match="nested deeper"):
+        events.finish()
+    assert [data for _, data in Events().feed(b'data: {"n": 1}\n\n' + deep)] == [{"n": 1}, None]

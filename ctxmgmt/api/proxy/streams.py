@@ -116,7 +116,13 @@ class Events:
             if end - start > self.max_bytes and out:  # refused with the next chunk
                 pos = start
                 break
-            out.append(self._event(bytes(buffer[start:end])))
+            try:
+                out.append(self._event(bytes(buffer[start:end])))
+            except EventTooDeep:
+                if not out:
+                    raise
+                pos = start  # the events before it go out first; refused with the next chunk
+                break
             start = pos = end
         if len(buffer) - start > self.max_bytes and not out:  # else with the next chunk
             raise EventTooLong(f"an event of the upstream's stream is over {self.max_bytes} bytes")
