@@ -99,6 +99,25 @@ def test_positions_find_every_message_of_the_request_in_any_order():
     assert positions([], items) == [] and positions([copy], []) == [None]
 
 
+@given(st.integers(0, 12), st.lists(st.one_of(st.integers(0, 11), st.none()), max_size=16), st.data())
+@example(3, [None, 0, 1, 2], None).via("a summary before the whole record")
+@example(4, [0, 1, None, None, 2, 3], None).via("written messages between runs")
+def test_positions_name_the_very_object_or_none(n, picks, data):
+    """Every object of a view is found at an index of the very same object, and a message no
+    item is (a copy, one ctxmgmt wrote) at none: whatever the common start and end."""
+    items = [{"role": "user", "content": str(i)} for i in range(n)]
+    if n and data is not None and data.draw(st.booleans(), label="an item twice"):
+        items.append(items[0])
+    view = [items[i] if i is not None and i < len(items) else {"role": "user", "content": "0"} for i in picks]
+    found = positions(view, items)
+    assert len(found) == len(view)
+    for m, k in zip(view, found, strict=True):
+        if any(m is item for item in items):
+            assert k is not None and items[k] is m
+        else:
+            assert k is None
+
+
 def test_an_unchanged_request_goes_upstream_as_the_client_wrote_it():
     """A view that is the client's messages in order is the client's own text, separators
     and all; with a message of ctxmgmt's among them, the rest keep their text."""

@@ -22,7 +22,7 @@ import sys
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import is_, is_not, itemgetter
 from typing import Any
@@ -458,18 +458,25 @@ def positions(view: Sequence[Any], items: Sequence[Any]) -> list[int | None]:
 
 def _positions(view: Sequence[Any], items: Sequence[Any]) -> tuple[int, list[int | None]]:
     """(how many of ``view``'s first objects are ``items``' first ones, :func:`positions`).
-    That common start is found at C speed: a view that did not change is a long one."""
-    same = list(map(is_, view, items))
-    try:
-        prefix = same.index(False)
-    except ValueError:
-        prefix = len(same)
+    The common start and the common end are found at C speed (a view that did not change is
+    a long start; a summary and the newest messages, a short start and a long end), and so
+    are which of the rest are items at all: what costs the items' length in Python is only
+    a view that holds items out of their order."""
+    n = len(view)
+    prefix = _common(view, items)
+    if prefix == n:
+        return prefix, list(range(n))
+    tail = min(_common(reversed(view), reversed(items)), n - prefix)
     out: list[int | None] = list(range(prefix))
+    rest = view[prefix : n - tail]
+    found = {id(m) for m in rest}.intersection(map(id, items)) if rest else set()
     where: dict[int, int] | None = None
     at = prefix  # the item after the last one found
-    for m in view[prefix:]:
+    for m in rest:
         if at < len(items) and items[at] is m:
             k: int | None = at
+        elif id(m) not in found:  # no item at all (both alive: an id is one object's)
+            k = None
         else:
             if where is None:
                 where = dict(zip(map(id, items), range(len(items)), strict=True))
@@ -479,7 +486,17 @@ def _positions(view: Sequence[Any], items: Sequence[Any]) -> tuple[int, list[int
         out.append(k)
         if k is not None:
             at = k + 1
+    out.extend(range(len(items) - tail, len(items)))
     return prefix, out
+
+
+def _common(a: Iterable[Any], b: Iterable[Any]) -> int:
+    """How many of the first objects of ``a`` and ``b`` are the very same, pair by pair."""
+    same = list(map(is_, a, b))
+    try:
+        return same.index(False)
+    except ValueError:
+        return len(same)
 
 
 class Bodies:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import operator
@@ -44,7 +43,7 @@ from ...tokens import TokenCounter, get_counter
 from ..requests import body_text, state
 from . import streams, upstream
 from .apis import Api, Parts
-from .body import Bodies, Body, parse, size_of, upstream_text
+from .body import Bodies, Body, parse, positions, size_of, upstream_text
 from .checks import (
     DEFINITION_HEADER,
     Refused,
@@ -334,25 +333,21 @@ def _client_messages(
     request is stale: the client has moved its own since, and each would be one more than the
     four Anthropic takes), but for those the client puts now on the results it stands for
     (``marked``: the client's messages that may hold one)."""
-    subs = {}
-    if record is not given:
-        changed = itertools.compress(range(len(record)), map(operator.is_not, record, given))
-        subs = {id(record[i]): given[i] for i in changed}
-    own = set(map(id, record))
+    if len(messages) == len(given) and all(map(operator.is_, messages, record)):
+        return list(given)  # the view is the record: every message the client's own
+    where = positions(messages, record)
+    out = [m if k is None else given[k] for m, k in zip(messages, where, strict=True)]
+    written = [i for i, k in enumerate(where) if k is None]  # the messages ctxmgmt wrote
+    if not written:
+        return out
     # The client's results with a breakpoint, by their calls: each placed once, and not at all
     # when the client's message goes upstream itself (ids a client repeats must not spread its
     # breakpoints), else on the newest cut message that stands for them.
     placed = {ids: r for r in map(given.__getitem__, marked) if (ids := _result_ids(r))}
-    out = list(messages)
-    written = []  # the messages ctxmgmt wrote
-    for i, m in enumerate(messages):
-        client = subs.get(id(m))
-        if client is not None:
-            out[i] = client
-            if placed:
-                placed.pop(_result_ids(client), None)
-        elif id(m) not in own:
-            written.append(i)
+    if placed and record is not given:
+        for k in where:
+            if k is not None and record[k] is not given[k]:
+                placed.pop(_result_ids(given[k]), None)
     for i in reversed(written):
         m = messages[i]
         # Made from breakpoint-free messages: only a state stored before holds one.
