@@ -69,6 +69,21 @@ def holds_cache_control(value: Any) -> bool:
     return _holds(value, 3)
 
 
+def cache_controls(value: Any) -> int:
+    """How many ``cache_control`` members :func:`without_cache_control` takes out of ``value``."""
+    return _count(value, 3)
+
+
+def _count(value: Any, depth: int) -> int:
+    if isinstance(value, list):
+        return sum(_count(v, depth) for v in value)
+    if not isinstance(value, dict):
+        return 0
+    content = value.get("content")
+    inner = _count(content, depth - 1) if depth > 1 and isinstance(content, list) else 0
+    return (CACHE_CONTROL in value) + inner
+
+
 def _holds(value: Any, depth: int) -> bool:
     """:func:`holds_cache_control` down ``depth`` more levels of ``content`` (as :func:`_uncached`)."""
     if isinstance(value, list):

@@ -277,6 +277,30 @@ def test_a_fingerprint_leaves_out_a_moved_cache_breakpoint_and_nothing_else(sepa
     )
 
 
+@pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")])
+def test_a_fingerprint_keeps_a_cache_control_member_in_a_tools_input(separators):
+    """Two histories that differ only in a member named cache_control inside a tool's input
+    (the model's data, which goes upstream) fingerprint apart, with a provider's breakpoint on
+    that message or not; a provider's breakpoint moved still leaves a fingerprint the same."""
+    mark = {"type": "ephemeral"}
+
+    def call(data: dict, **extra) -> dict:
+        use = {"type": "tool_use", "id": "t1", "name": "configure", "input": data, **extra}
+        return {"role": "assistant", "content": [use]}
+
+    ask = {"role": "user", "content": "set it up"}
+
+    def digest(message: dict) -> str | None:
+        text = json.dumps({"model": "m", "messages": [ask, message]}, separators=separators)
+        return parse(text, "messages").digest(2)
+
+    plain, data = call({"ttl": "1h"}), call({"ttl": "1h", "cache_control": mark})
+    assert digest(plain) != digest(data)
+    assert digest(call({"ttl": "1h"}, cache_control=mark)) == digest(plain)  # a moved breakpoint
+    both = digest(call({"ttl": "1h", "cache_control": mark}, cache_control=mark))
+    assert both not in (digest(plain), digest(call({"ttl": "1h"}, cache_control=mark)))
+
+
 def test_a_tool_input_that_holds_cache_control_keeps_it():
     """Only a provider's breakpoints are taken out (on a message, its blocks, a tool result's
     blocks): a tool's input or a tool result's data that holds a member named cache_control

@@ -22,13 +22,13 @@ import sys
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import is_, is_not, itemgetter
 from typing import Any
 
 from ...loader import json_containers
-from ...messages import CACHE_CONTROL, without_cache_control
+from ...messages import CACHE_CONTROL, cache_controls, without_cache_control
 from ...types import MARK_MEMBER, MARK_MEMBER_REFUSED
 from ..errors import HTTPProblem
 from ..requests import DECODER, check_values, json_problem
@@ -109,11 +109,12 @@ class Body:
     def breakpoints(self) -> list[int]:
         """The conversation's elements whose text holds a ``cache_control`` key, found at C
         speed (a look-alike inside a string is found too: the caller reads the object)."""
-        if self.array is None:
-            return []
+        return [] if self.array is None else self._marked(*self.array)
+
+    def _marked(self, at: int, end: int) -> list[int]:
+        """:meth:`breakpoints` between two offsets of the text."""
         text, spans = self.text, self.spans
         out: list[int] = []
-        at, end = self.array
         while (at := text.find(_KEY, at, end)) >= 0:
             k = bisect_right(spans, at, key=itemgetter(0)) - 1
             if k >= 0 and (not out or out[-1] != k):
@@ -124,8 +125,9 @@ class Body:
     def digest(self, upto: Any) -> str | None:
         """A fingerprint of the client's own text of its first ``upto`` elements (None when it
         has not as many), without their prompt-cache breakpoints (a client moves them to its
-        newest message on every request). It costs the text since the longest fingerprint
-        this body or the bodies it grew from took, not the whole."""
+        newest message on every request), and with every other member of that name (in a
+        tool's input: the model's data). It costs the text since the longest fingerprint this
+        body or the bodies it grew from took, not the whole."""
         if self.array is None or not isinstance(upto, int) or not 0 < upto <= len(self.spans):
             return None
         start, end = self.spans[0][0], self.spans[upto - 1][1]
@@ -133,10 +135,27 @@ class Body:
             ((e, h) for e, h in self.hashed if e <= end), default=(start, None), key=itemgetter(0)
         )
         state = hashlib.sha256() if state is None else state.copy()  # a kept state never changes
-        state.update(_without_breakpoints(self.text[at:end]).encode("utf-8", "surrogatepass"))
+        for piece in self._unmarked(at, end):
+            state.update(piece.encode("utf-8", "surrogatepass"))
         if at < end:
             self.hashed = [*self.hashed[-1:], (end, state)]
         return str(state.hexdigest())
+
+    def _unmarked(self, at: int, end: int) -> Iterator[str]:
+        """The text of whole elements from ``at`` to ``end`` without the breakpoints a provider
+        reads: in an element that holds some, every ``cache_control`` member with a flat object
+        (:data:`_BREAKPOINT`) when there are as many as those, else (one in a tool's input
+        too) the element as written, which no text without that member matches."""
+        items = self.data[self.member]
+        for k in self._marked(at, end):
+            provider = cache_controls(items[k])
+            start, stop = self.spans[k]
+            stripped, found = _BREAKPOINT.subn("", self.text[start:stop])
+            if provider and found == provider:
+                yield self.text[at:start]
+                yield stripped
+                at = stop
+        yield self.text[at:end]
 
 
 _KEY = f'"{CACHE_CONTROL}"'
@@ -147,11 +166,6 @@ neighbour: the text of its object as the client writes it without one. Each alte
 begins with a literal character (no leading whitespace pattern, which a long run of blanks would
 make quadratic), so a search is linear in the text. Only a fingerprint is
 made of the text it leaves (a look-alike in a string fools no more than that fingerprint)."""
-
-
-def _without_breakpoints(text: str) -> str:
-    """Whole elements' text without their ``cache_control`` members (see :data:`_BREAKPOINT`)."""
-    return _BREAKPOINT.sub("", text) if _KEY in text else text
 
 
 def _error(text: str, at: int, message: str) -> HTTPProblem:
