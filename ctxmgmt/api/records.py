@@ -6,6 +6,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from ..errors import NotFound
+from ..store import DefinitionStore
 from .params import EXECUTION_ID, FROM, MEMORY_ID, MESSAGE_SIZE, RECORDS_AGENT_ID, SIZE
 from .requests import authorize, state
 
@@ -17,8 +19,21 @@ async def executions(request: Request) -> JSONResponse:
     runner = state(request).runner
     total, rows = await run_in_threadpool(runner.executions.list, agent_id, offset=offset, limit=size)
     if not total:  # 404 for an unknown agent; the proxy's records have no registered agent
-        await run_in_threadpool(runner.agents.get, agent_id)
+        if agent_id.startswith("proxy-"):
+            await run_in_threadpool(_proxied_through, state(request).store, agent_id.removeprefix("proxy-"))
+        else:
+            await run_in_threadpool(runner.agents.get, agent_id)
     return JSONResponse({"total": total, "executions": rows})
+
+
+def _proxied_through(store: DefinitionStore, name: str) -> None:
+    """Nothing yet proxied through a definition: none (an empty list) when it is stored, else
+    a 404 that says what the id names."""
+    if not store.exists(name):
+        raise NotFound(
+            f"no definition named {name!r}: proxy-NAME lists the requests proxied through the "
+            "definition NAME (`ctxmgmt definitions list` shows the stored ones)"
+        )
 
 
 async def execution(request: Request) -> JSONResponse:

@@ -515,6 +515,17 @@ def test_a_proxied_request_shows_in_the_cli(proxy, upstream):
     assert "call 1" in traced.stdout or "1" in traced.stdout
 
 
+def test_the_proxys_records_before_any_request_are_an_empty_list(proxy):
+    """`proxy-NAME` before anything was proxied through NAME lists nothing (it said there was
+    no such agent); through a definition that is not stored, a 404 that says what it names."""
+    empty = httpx.get(f"{proxy.url}/_plugins/_ml/agents/proxy-default/executions")
+    assert empty.status_code == 200, empty.text
+    assert empty.json() == {"total": 0, "executions": []}
+    unknown = httpx.get(f"{proxy.url}/_plugins/_ml/agents/proxy-nosuch/executions")
+    assert unknown.status_code == 404
+    assert "no definition named 'nosuch'" in unknown.text and "ctxmgmt definitions list" in unknown.text
+
+
 def _keys(store, upstream):
     import hashlib
 
