@@ -8,12 +8,14 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+import httpx
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..llm.decoding import Decoder, TooLarge
 from ..loader import json_depth
 from .config import ApiKey, ServerConfig
 from .errors import HTTPProblem
@@ -244,8 +246,8 @@ BodyLimit = Literal["max_body_bytes", "proxy_max_body_bytes"]
 
 async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") -> str:
     """The request's body as text: JSON by its media type, within the bytes of
-    ``server.<setting>`` (a 413 naming it) and ``server.body_timeout_seconds`` (a 408), UTF-8,
-    not blank."""
+    ``server.<setting>`` (a 413 naming it; a compressed body by its decompressed bytes, which
+    are never held past it) and ``server.body_timeout_seconds`` (a 408), UTF-8, not blank."""
     config = state(request).config
     limit: int = getattr(config, setting)
     seconds = config.body_timeout_seconds
@@ -256,29 +258,65 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
         raise HTTPProblem(400, "Content-Length must be a whole number")
     if length is not None and int(length) > max(limit, DRAIN_BYTES):
         raise too_large  # at once: not worth reading
+    decoder = _decoder(request, limit, setting)
     body = bytearray()
     received = 0
+    over = False  # past the limit: the rest is read (up to DRAIN_BYTES) and dropped
     try:
         async with asyncio.timeout(seconds):  # a client that trickles its body is cut off
             async for chunk in request.stream():
                 received += len(chunk)
-                if received <= limit:
+                if decoder is not None and not over:
+                    try:
+                        chunk = decoder.feed(chunk)
+                    except TooLarge:
+                        over = True
+                    except httpx.DecodingError as exc:
+                        raise HTTPProblem(400, f"{exc}: send it whole, or uncompressed") from None
+                if not over and len(body) + len(chunk) <= limit:
                     body += chunk
-                elif received > DRAIN_BYTES:
-                    raise too_large
+                else:
+                    over = True
+                    if received > DRAIN_BYTES:
+                        raise too_large
     except TimeoutError:
         raise HTTPProblem(
             408, f"the body did not arrive within {seconds:g} s (server.body_timeout_seconds)"
         ) from None
-    if received > limit:
+    if over:
         # The client has finished sending, so it reads this answer instead of a reset.
         raise too_large
+    if decoder is not None:
+        try:
+            decoder.finish()
+        except httpx.DecodingError as exc:
+            raise HTTPProblem(400, f"{exc}: send it whole, or uncompressed") from None
     if not body or body.isspace():  # no copy of a large body
         raise HTTPProblem(400, "a JSON object body is required")
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
         raise HTTPProblem(400, "the body is not UTF-8") from None
+
+
+_ENCODINGS = ("gzip", "x-gzip", "deflate")
+"""The request body's content-encodings read (besides ``identity``): those whose output the
+reader bounds as it goes (:class:`~ctxmgmt.llm.decoding.Decoder`)."""
+
+
+def _decoder(request: Request, limit: int, setting: str) -> Decoder | None:
+    """The reader of a compressed body (None: as it comes); a 415 for an encoding it cannot
+    read, which names the ones it can."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding not in _ENCODINGS:
+        raise HTTPProblem(
+            415,
+            f"Content-Encoding {encoding[:60]!r} is not one ctxmgmt reads: send the body "
+            "uncompressed, or as gzip or deflate",
+        )
+    return Decoder(limit, httpx.Headers({"content-encoding": encoding}), f"server.{setting}", "the body")
 
 
 def if_version(request: Request) -> int | None:

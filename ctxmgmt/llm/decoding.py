@@ -26,9 +26,13 @@ class Decoder:
     """A body's bytes decoded (gzip, deflate, identity) as they come, refused past ``limit``
     decoded bytes. ``setting`` names what raises the limit, in the refusal."""
 
-    def __init__(self, limit: int, headers: httpx.Headers, setting: str = "max_response_bytes") -> None:
+    def __init__(
+        self, limit: int, headers: httpx.Headers, setting: str = "max_response_bytes", what: str = "the reply"
+    ) -> None:
         self.limit = limit
         self.setting = setting
+        self.what = what
+        """What the body is, in an error's message (a client's request body: ``the body``)."""
         self.total = 0
         length = headers.get("content-length", "")
         if length.isascii() and length.isdigit() and int(length) > limit:
@@ -45,13 +49,13 @@ class Decoder:
             self._sniff = True  # zlib-wrapped or raw, as servers differ: known at the first byte
         elif encoding not in ("", "identity"):
             raise TooLarge(
-                f"the reply's content-encoding {encoding[:60]!r} is not one ctxmgmt reads "
+                f"{what}'s content-encoding {encoding[:60]!r} is not one ctxmgmt reads "
                 "(gzip, deflate, identity)"
             )
 
     def too_large(self) -> TooLarge:
         return TooLarge(
-            f"the reply is larger than {self.limit:,} bytes ({self.setting}); nothing more of it "
+            f"{self.what} is larger than {self.limit:,} bytes ({self.setting}); nothing more of it "
             f"was read; raise {self.setting} in the model's configuration if its answers are that large"
         )
 
@@ -71,7 +75,7 @@ class Decoder:
             try:
                 chunk = self._zlib.decompress(chunk, self.limit + 1 - self.total)
             except zlib.error as exc:
-                raise httpx.DecodingError(f"the reply's compressed body is invalid ({exc})") from None
+                raise httpx.DecodingError(f"{self.what}'s compressed data is invalid ({exc})") from None
         self.total += len(chunk)
         if self.total > self.limit:
             raise self.too_large()
@@ -89,5 +93,5 @@ class Decoder:
         """The body ended: a compressed one must be whole (an empty one is an empty body)."""
         if self._zlib is not None and self._fed and not self._zlib.eof:
             if self._sniff and len(self._head) == 1:
-                raise httpx.DecodingError("the reply's compressed body is one byte long")
-            raise httpx.DecodingError("the reply's compressed body ends early")
+                raise httpx.DecodingError(f"{self.what}'s compressed data is one byte long")
+            raise httpx.DecodingError(f"{self.what}'s compressed data ends early")

@@ -4,6 +4,7 @@ that was exceeded."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 
@@ -49,3 +50,23 @@ def test_a_413_names_the_limit_that_was_exceeded(store):
     assert proxied.status_code == api.status_code == 413
     assert "(server.proxy_max_body_bytes)" in proxied.json()["error"]["message"], proxied.text
     assert "(server.max_body_bytes)" in api.json()["error"]["reason"], api.text
+
+
+def test_the_api_reads_a_gzip_body(store):
+    """A REST request body sent with Content-Encoding gzip is read as the JSON it holds."""
+    import gzip
+
+    definition = {
+        "name": "zipped",
+        "hooks": {"pre_llm": [{"type": "SlidingWindowManager", "config": {"max_messages": 5}}]},
+    }
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    data = gzip.compress(json.dumps({"text": json.dumps(definition)}).encode())
+    with LiveServer(create_app(store)) as server:
+        r = httpx.post(
+            f"{server.url}/_plugins/_ml/context_management/_validate",
+            content=data,
+            headers=headers,
+            timeout=30,
+        )
+    assert r.status_code == 200 and r.json()["valid"] is True, r.text

@@ -3,6 +3,7 @@ size limit, with an answer in the provider's shape; bodies are bounded."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 
@@ -153,6 +154,57 @@ def test_a_body_over_the_proxy_limit_is_a_413_in_the_providers_shape(proxy, raw)
     r, _ = _post(proxy, big, "/v1/messages")
     assert r.status_code == 413
     assert r.json()["type"] == "error" and "proxy_max_body_bytes" in r.json()["error"]["message"]
+    assert raw.requests == 0
+
+
+def _compressed(proxy, data: bytes, encoding: str, path="/v1/chat/completions") -> httpx.Response:
+    headers = {"content-type": "application/json", "content-encoding": encoding}
+    return httpx.post(f"{proxy.url}/proxy/default{path}", content=data, headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_body_is_read_as_the_client_sent_it(proxy, raw, encoding):
+    """A request body sent with Content-Encoding gzip or deflate is read decompressed, and goes
+    upstream as JSON (never with the client's encoding)."""
+    import zlib
+
+    raw.answer(json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}]}).encode())
+    text = json.dumps(BODY).encode()
+    data = zlib.compress(text, wbits=31 if encoding == "gzip" else 15)
+    r = _compressed(proxy, data, encoding)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "ok" and raw.requests == 1
+
+
+def test_a_compressed_body_is_bounded_by_what_it_holds(proxy, raw):
+    """A small compressed body that holds more than server.proxy_max_body_bytes (a 200 MB bomb
+    in 200 KB) is a 413 naming the limit, read no further than the limit, at once."""
+    import zlib
+
+    bomb = zlib.compressobj(9, wbits=31)
+    data = bomb.compress(b'{"model": "m", "messages": [') + bomb.compress(b" " * (200 << 20)) + bomb.flush()
+    assert len(data) < 400_000
+    started = time.monotonic()
+    r = _compressed(proxy, data, "gzip")
+    assert r.status_code == 413 and "proxy_max_body_bytes" in r.json()["error"]["message"], r.text
+    assert time.monotonic() - started < 5 and raw.requests == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "encoding", "status", "said"),
+    [
+        (b"\x1b\x00\x00", "br", 415, "Content-Encoding 'br' is not one ctxmgmt reads"),
+        (b"{}", "gzip, br", 415, "send the body uncompressed, or as gzip or deflate"),
+        (b"not gzip at all", "gzip", 400, "the body's compressed data is invalid"),
+        (gzip.compress(json.dumps(BODY).encode())[:-12], "gzip", 400, "ends early"),
+    ],
+    ids=["brotli", "layers", "not-gzip", "cut-short"],
+)
+def test_a_body_it_cannot_decompress_is_a_4xx_that_says_why(proxy, raw, data, encoding, status, said):
+    """An encoding the proxy cannot bound is a 415 naming the ones it reads; compressed data
+    that is invalid or cut short a 400; in the provider's shape, with no upstream call."""
+    r = _compressed(proxy, data, encoding)
+    assert r.status_code == status and said in r.json()["error"]["message"], r.text
     assert raw.requests == 0
 
 
