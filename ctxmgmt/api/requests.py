@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -259,6 +259,9 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
     if length is not None and int(length) > max(limit, DRAIN_BYTES):
         raise too_large  # at once: not worth reading
     decoder = _decoder(request, limit, setting)
+    unpacked_too_large = HTTPProblem(
+        413, f"the body unpacks to more than the limit of {limit} bytes (server.{setting})"
+    )
     body = bytearray()
     received = 0
     over = False  # past the limit: the rest is read (up to DRAIN_BYTES) and dropped
@@ -266,13 +269,15 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
         async with asyncio.timeout(seconds):  # a client that trickles its body is cut off
             async for chunk in request.stream():
                 received += len(chunk)
+                if received > max(limit, DRAIN_BYTES):  # on the wire too: a compressed body's
+                    raise too_large  # own bytes, even when they unpack to little
                 if decoder is not None and not over:
                     try:
                         chunk = decoder.feed(chunk)
                     except TooLarge:
                         over = True
                     except httpx.DecodingError as exc:
-                        raise HTTPProblem(400, f"{exc}: send it whole, or uncompressed") from None
+                        raise HTTPProblem(400, f"{exc}{_FIX}") from None
                 if not over and len(body) + len(chunk) <= limit:
                     body += chunk
                 else:
@@ -283,22 +288,27 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
         raise HTTPProblem(
             408, f"the body did not arrive within {seconds:g} s (server.body_timeout_seconds)"
         ) from None
+    except ClientDisconnect:  # no one reads the answer: nothing to log as a fault
+        raise HTTPProblem(400, "the client went away before its body was whole") from None
     if over:
         # The client has finished sending, so it reads this answer instead of a reset.
-        raise too_large
+        raise too_large if decoder is None or received > limit else unpacked_too_large
     if decoder is not None:
         try:
             decoder.finish()
         except httpx.DecodingError as exc:
-            raise HTTPProblem(400, f"{exc}: send it whole, or uncompressed") from None
+            raise HTTPProblem(400, f"{exc}{_FIX}") from None
     if not body or body.isspace():  # no copy of a large body
         raise HTTPProblem(400, "a JSON object body is required")
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
+        if decoder is None and body.startswith(b"\x1f\x8b"):
+            raise HTTPProblem(400, "the body is gzip data: send it with Content-Encoding: gzip") from None
         raise HTTPProblem(400, "the body is not UTF-8") from None
 
 
+_FIX = ": check the data and its Content-Encoding header, or send the body uncompressed"
 _ENCODINGS = ("gzip", "x-gzip", "deflate")
 """The request body's content-encodings read (besides ``identity``): those whose output the
 reader bounds as it goes (:class:`~ctxmgmt.llm.decoding.Decoder`)."""
@@ -307,7 +317,8 @@ reader bounds as it goes (:class:`~ctxmgmt.llm.decoding.Decoder`)."""
 def _decoder(request: Request, limit: int, setting: str) -> Decoder | None:
     """The reader of a compressed body (None: as it comes); a 415 for an encoding it cannot
     read, which names the ones it can."""
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    # Several headers are one list (RFC 9110): each is a layer.
+    encoding = ", ".join(v.strip() for v in request.headers.getlist("content-encoding") if v.strip()).lower()
     if encoding in ("", "identity"):
         return None
     if encoding not in _ENCODINGS:

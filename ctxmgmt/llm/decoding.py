@@ -42,7 +42,8 @@ class Decoder:
         self._sniff = False
         self._head = b""  # deflate's first byte, while the second has not come
         self._fed = False
-        if encoding in ("gzip", "x-gzip"):
+        self._members = encoding in ("gzip", "x-gzip")  # gzip: one member may follow another
+        if self._members:
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
             self._zlib = zlib.decompressobj()
@@ -73,13 +74,35 @@ class Decoder:
                     # no zlib header (method 8, a header check that divides by 31): raw deflate
                     self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
             try:
-                chunk = self._zlib.decompress(chunk, self.limit + 1 - self.total)
+                chunk = self._inflate(chunk)
             except zlib.error as exc:
                 raise httpx.DecodingError(f"{self.what}'s compressed data is invalid ({exc})") from None
         self.total += len(chunk)
         if self.total > self.limit:
             raise self.too_large()
         return chunk
+
+    def _inflate(self, data: bytes) -> bytes:
+        """``data`` decompressed, within what the limit leaves (one byte past it: refused).
+        What follows the end of the compressed data is never held: after a gzip member,
+        another member (RFC 1952; zero bytes of padding are passed over), after anything else
+        an error."""
+        out = b""
+        while data:
+            if self._zlib.eof:
+                if not self._members:
+                    raise httpx.DecodingError(f"{self.what} goes on after the end of its compressed data")
+                data = data.lstrip(b"\x00")
+                if not data:
+                    break
+                self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            room = self.limit + 1 - self.total - len(out)
+            piece = self._zlib.decompress(data, room)
+            out += piece
+            if len(piece) >= room or not self._zlib.eof:
+                break  # past the limit (refused by the caller), or all of it read
+            data = self._zlib.unused_data
+        return out
 
     async def read(self, chunks: AsyncIterator[bytes]) -> bytes:
         """A whole body from its chunks as they come on the wire (``aiter_raw``)."""

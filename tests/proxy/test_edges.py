@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
+import zlib
 
 import httpx
 import pytest
@@ -158,7 +159,8 @@ def test_a_body_over_the_proxy_limit_is_a_413_in_the_providers_shape(proxy, raw)
 
 
 def _compressed(proxy, data: bytes, encoding: str, path="/v1/chat/completions") -> httpx.Response:
-    headers = {"content-type": "application/json", "content-encoding": encoding}
+    headers = [("content-type", "application/json")]
+    headers += [("content-encoding", e.strip()) for e in encoding.split(";") if e.strip()]
     return httpx.post(f"{proxy.url}/proxy/default{path}", content=data, headers=headers, timeout=30)
 
 
@@ -188,6 +190,41 @@ def test_a_compressed_body_is_bounded_by_what_it_holds(proxy, raw):
     r = _compressed(proxy, data, "gzip")
     assert r.status_code == 413 and "proxy_max_body_bytes" in r.json()["error"]["message"], r.text
     assert time.monotonic() - started < 5 and raw.requests == 0
+    small = zlib.compress(b'{"model": "m", "messages": [' + b" " * (2 << 20), wbits=31)
+    assert len(small) < 4096  # within the limit on the wire: what it unpacks to is over
+    r = _compressed(proxy, small, "gzip")
+    said = r.json()["error"]["message"]
+    assert r.status_code == 413 and "the body unpacks to more than the limit of 4096 bytes" in said, r.text
+
+
+def test_a_gzip_body_of_several_members_is_read_whole(proxy, raw):
+    """A gzip body made of several members (RFC 1952: a streaming writer's, pigz's) is read
+    whole; padding zeros after a member are passed over."""
+    raw.answer(json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}]}).encode())
+    text = json.dumps(BODY).encode()
+    data = gzip.compress(text[:10]) + b"\x00" * 4 + gzip.compress(text[10:])
+    r = _compressed(proxy, data, "gzip")
+    assert r.status_code == 200 and raw.requests == 1, r.text
+
+
+def test_bytes_after_the_compressed_data_are_refused_unheld(proxy, raw):
+    """What follows a compressed body's end that is no gzip member (junk, 8 MiB of it on the
+    wire, in chunks) is a 400 at the first byte of it; more than the limit on the wire a 413."""
+
+    def chunks(junk: int):
+        yield zlib.compress(json.dumps(BODY).encode())
+        for _ in range(junk // 65536):
+            yield b"j" * 65536
+
+    headers = {"content-type": "application/json", "content-encoding": "deflate"}
+    url = f"{proxy.url}/proxy/default/v1/chat/completions"
+    r = httpx.post(url, content=chunks(1 << 20), headers=headers, timeout=30)
+    assert r.status_code == 400 and "goes on after the end of its compressed data" in r.text, r.text
+    headers["content-encoding"] = "gzip"
+    zeros = gzip.compress(json.dumps(BODY).encode()) + b"\x00" * (9 << 20)
+    r = httpx.post(url, content=zeros, headers=headers, timeout=30)
+    assert r.status_code == 413, r.text
+    assert raw.requests == 0
 
 
 @pytest.mark.parametrize(
@@ -195,16 +232,43 @@ def test_a_compressed_body_is_bounded_by_what_it_holds(proxy, raw):
     [
         (b"\x1b\x00\x00", "br", 415, "Content-Encoding 'br' is not one ctxmgmt reads"),
         (b"{}", "gzip, br", 415, "send the body uncompressed, or as gzip or deflate"),
+        (gzip.compress(b"{}"), "gzip; identity", 415, "'gzip, identity' is not one ctxmgmt reads"),
         (b"not gzip at all", "gzip", 400, "the body's compressed data is invalid"),
         (gzip.compress(json.dumps(BODY).encode())[:-12], "gzip", 400, "ends early"),
+        (
+            gzip.compress(json.dumps(BODY).encode()),
+            "",
+            400,
+            "the body is gzip data: send it with Content-Encoding: gzip",
+        ),
     ],
-    ids=["brotli", "layers", "not-gzip", "cut-short"],
+    ids=["brotli", "layers", "two-headers", "not-gzip", "cut-short", "unlabelled"],
 )
 def test_a_body_it_cannot_decompress_is_a_4xx_that_says_why(proxy, raw, data, encoding, status, said):
     """An encoding the proxy cannot bound is a 415 naming the ones it reads; compressed data
     that is invalid or cut short a 400; in the provider's shape, with no upstream call."""
     r = _compressed(proxy, data, encoding)
     assert r.status_code == status and said in r.json()["error"]["message"], r.text
+    assert raw.requests == 0
+
+
+@pytest.mark.parametrize(
+    "path", ["/proxy/default/v1/chat/completions", "/_plugins/_ml/context_management/_validate"]
+)
+def test_a_client_gone_before_its_body_is_whole_is_no_fault(proxy, raw, caplog, path):
+    """A client that closes its connection in the middle of its body is no error of the
+    server's: nothing logged as one, no upstream call, and the server goes on answering."""
+    import socket
+
+    host, port = proxy.url.removeprefix("http://").split(":")
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall((head + 'Content-Length: 100\r\n\r\n{"model":').encode())
+    deadline = time.monotonic() + 2  # the server sees the close on its own time
+    while time.monotonic() < deadline and not any(r.levelno >= 40 for r in caplog.records):
+        time.sleep(0.05)
+    assert httpx.get(f"{proxy.url}/_health", timeout=10).status_code == 200
+    assert not [r for r in caplog.records if r.name.startswith("ctxmgmt") and r.levelno >= 40], caplog.text
     assert raw.requests == 0
 
 
