@@ -97,6 +97,8 @@ def test_positions_find_every_message_of_the_request_in_any_order():
     assert positions([items[5], *items[:5]], items) == [5, 0, 1, 2, 3, 4]
     assert positions([items[1], items[1], copy, items[4]], items) == [1, 1, None, 4]
     assert positions([], items) == [] and positions([copy], []) == [None]
+    a, b, c = items[:3]
+    assert positions([a, b, a], [a, b, c, a, b, a]) == [0, 1, 5]  # the common start and end overlap
 
 
 @given(st.integers(0, 12), st.lists(st.one_of(st.integers(0, 11), st.none()), max_size=16), st.data())
@@ -298,7 +300,29 @@ def test_a_fingerprint_keeps_a_cache_control_member_in_a_tools_input(separators)
     assert digest(plain) != digest(data)
     assert digest(call({"ttl": "1h"}, cache_control=mark)) == digest(plain)  # a moved breakpoint
     both = digest(call({"ttl": "1h", "cache_control": mark}, cache_control=mark))
-    assert both not in (digest(plain), digest(call({"ttl": "1h"}, cache_control=mark)))
+    assert both == digest(data) != digest(plain)  # the breakpoint moved: the input's member stays
+    # A breakpoint of another value is no reason to take the input's for it.
+    odd = digest(call({"ttl": "1h", "cache_control": mark}, cache_control="ephemeral"))
+    assert odd != digest(plain) and odd != digest(call({"ttl": "1h"}, cache_control="ephemeral"))
+
+
+@pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")])
+def test_a_client_that_writes_null_breakpoints_keeps_its_fingerprint(separators):
+    """A client that writes ``"cache_control": null`` on every block and an object on its
+    newest (SDKs that write every optional field) fingerprints its earlier messages alike
+    wherever its breakpoint is, and apart from other messages."""
+
+    def block(text: str, mark: dict | None) -> dict:
+        return {"role": "user", "content": [{"type": "text", "text": text, "cache_control": mark}]}
+
+    def digest(*messages: dict) -> str | None:
+        text = json.dumps({"model": "m", "messages": list(messages)}, separators=separators)
+        return parse(text, "messages").digest(2)
+
+    mark = {"type": "ephemeral"}
+    marked = digest(block("a", None), block("b", mark))
+    moved = digest(block("a", None), block("b", None), block("c", mark))
+    assert marked == moved != digest(block("a", None), block("B", None), block("c", mark))
 
 
 def test_a_tool_input_that_holds_cache_control_keeps_it():
@@ -480,6 +504,42 @@ def test_a_block_whose_call_id_is_no_string_takes_no_breakpoint_and_raises_nothi
         "content": [{"type": "text", "text": "a", "tool_use_id": [1]}, {"type": "text", "text": "b"}],
     }
     assert _breakpoints_of(source, cut) == cut
+
+
+def test_a_cut_result_takes_its_breakpoint_wherever_the_client_put_it():
+    """A breakpoint the client puts on a result that goes upstream cut is kept: on a chat tool
+    message's part (the cut text made a part), on the message itself, and on an Anthropic
+    result block when the client put it inside the block's content."""
+    from ctxmgmt.api.proxy.handler import _breakpoints_of
+
+    mark = {"type": "ephemeral"}
+    chat = {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": [{"type": "text", "text": "x" * 90, "cache_control": mark}],
+    }
+    cut = {"role": "tool", "tool_call_id": "c1", "content": "x[truncated]"}
+    assert _breakpoints_of(chat, cut) == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": [{"type": "text", "text": "x[truncated]", "cache_control": mark}],
+    }
+    parts = {**cut, "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    assert _breakpoints_of(chat, parts)["content"] == [
+        {"type": "text", "text": "a"},
+        {"type": "text", "text": "b", "cache_control": mark},
+    ]
+    on_message = {"role": "tool", "tool_call_id": "c1", "content": "x" * 90, "cache_control": mark}
+    assert _breakpoints_of(on_message, cut) == {**cut, "cache_control": mark}
+    assert _breakpoints_of({**chat, "content": "x" * 90}, cut) is cut  # none to keep
+
+    inner = [{"type": "text", "text": "x" * 90, "cache_control": mark}]
+    anthropic = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": inner}]}
+    shortened = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x[cut]"}],
+    }
+    assert _breakpoints_of(anthropic, shortened)["content"][0]["cache_control"] == mark
 
 
 def test_the_upstream_messages_hold_the_clients_breakpoints_once_each():

@@ -143,26 +143,55 @@ class Body:
 
     def _unmarked(self, at: int, end: int) -> Iterator[str]:
         """The text of whole elements from ``at`` to ``end`` without the breakpoints a provider
-        reads: in an element that holds some, every ``cache_control`` member with a flat object
-        (:data:`_BREAKPOINT`) when there are as many as those, else (one in a tool's input
-        too) the element as written, which no text without that member matches."""
+        reads (:func:`_unmarked_element`)."""
         items = self.data[self.member]
         for k in self._marked(at, end):
-            provider = cache_controls(items[k])
             start, stop = self.spans[k]
-            stripped, found = _BREAKPOINT.subn("", self.text[start:stop])
-            if provider and found == provider:
+            stripped = _unmarked_element(self.text[start:stop], items[k])
+            if stripped is not None:
                 yield self.text[at:start]
                 yield stripped
                 at = stop
         yield self.text[at:end]
 
 
+_CHOICES = 16
+"""Choices of an element's ``cache_control`` members tried as its provider breakpoints."""
+
+
+def _unmarked_element(text: str, item: Any) -> str | None:
+    """An element's text without the breakpoints a provider reads on it, as the client writes
+    it without them: the members named ``cache_control`` (with a flat object, see
+    :data:`_BREAKPOINT`) whose removal leaves the element as ctxmgmt manages it (one in a
+    tool's input is the model's data, and stays). None when it holds no breakpoint, or no
+    such choice is found (a breakpoint of another value): it is fingerprinted as written,
+    which no text without that breakpoint matches (a miss, never two histories as one)."""
+    breakpoints = cache_controls(item)
+    if not breakpoints:
+        return None
+    spans = [m.span() for m in _BREAKPOINT.finditer(text)]
+    want = without_cache_control(item)
+    for chosen in itertools.islice(itertools.combinations(spans, breakpoints), _CHOICES):
+        kept, at = [], 0
+        for start, end in chosen:
+            kept.append(text[at:start])
+            at = end
+        kept.append(text[at:])
+        out = "".join(kept)
+        try:
+            if DECODER.decode(out) == want:
+                return out
+        except (RecursionError, ValueError):
+            continue
+    return None
+
+
 _KEY = f'"{CACHE_CONTROL}"'
-_MEMBER = _KEY + r"\s*:\s*\{[^{}]*\}"
+_MEMBER = _KEY + r"\s*:\s*(?:\{[^{}]*\}|null)"
 _BREAKPOINT = re.compile(rf",\s*{_MEMBER}|{_MEMBER}\s*(?:,\s*)?")
-"""A ``cache_control`` member (its value a flat object) and the comma that parts it from its
-neighbour: the text of its object as the client writes it without one. Each alternative
+"""A ``cache_control`` member (its value a flat object, or ``null``, which clients that write
+every optional field put on each block) and the comma that parts it from its neighbour: the
+text of its object as the client writes it without one. Each alternative
 begins with a literal character (no leading whitespace pattern, which a long run of blanks would
 make quadratic), so a search is linear in the text. Only a fingerprint is
 made of the text it leaves (a look-alike in a string fools no more than that fingerprint)."""

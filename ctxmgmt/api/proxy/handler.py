@@ -358,8 +358,14 @@ def _client_messages(
 
 
 def _result_ids(m: Any) -> frozenset[str]:
-    """The calls whose results an Anthropic user message carries (empty for any other)."""
-    content = m.get("content") if isinstance(m, Mapping) and m.get("role") == "user" else None
+    """The calls whose results a message carries: an Anthropic user message's ``tool_result``
+    blocks, a chat ``tool`` message's call (empty for any other)."""
+    if not isinstance(m, Mapping):
+        return frozenset()
+    if m.get("role") == "tool":
+        call = m.get("tool_call_id")
+        return frozenset([call]) if isinstance(call, str) else frozenset()
+    content = m.get("content") if m.get("role") == "user" else None
     if not isinstance(content, list):
         return frozenset()
     return frozenset(
@@ -369,21 +375,51 @@ def _result_ids(m: Any) -> frozenset[str]:
     )
 
 
+def _mark_of(value: Any, depth: int) -> Any:
+    """The last breakpoint that a block (or a message) holds where a provider reads one: on
+    itself, or on the blocks of its content down ``depth`` levels (a tool result's); None."""
+    if not isinstance(value, Mapping):
+        return None
+    found = value.get(CACHE_CONTROL)
+    content = value.get("content")
+    if depth > 1 and isinstance(content, list):
+        for b in content:
+            inner = _mark_of(b, depth - 1)
+            found = inner if inner is not None else found
+    return found
+
+
 def _breakpoints_of(source: Mapping[str, Any], m: Mapping[str, Any]) -> Mapping[str, Any]:
     """``m`` (a cut copy of ``source``'s results, without breakpoints) with the breakpoints
-    ``source``'s blocks hold: block for block when both have as many, else by the call."""
+    ``source`` holds. A chat tool message's goes where it was: on the message, or on its last
+    part (its text made a part when it is a string). An Anthropic message's go block for block
+    when both have as many blocks, else by the call; a breakpoint inside a result's content
+    goes on its block (a cut result's content is not the one it was put in)."""
+    if source.get("role") == "tool":
+        if source.get(CACHE_CONTROL) is not None:
+            return {**m, CACHE_CONTROL: source[CACHE_CONTROL]}
+        mark = _mark_of(source, 3)
+        content = m.get("content")
+        if mark is None:
+            return m
+        if isinstance(content, str):
+            return {**m, "content": [{"type": "text", "text": content, CACHE_CONTROL: mark}]}
+        if isinstance(content, list) and content and isinstance(content[-1], Mapping):
+            return {**m, "content": [*content[:-1], {**content[-1], CACHE_CONTROL: mark}]}
+        return m
     given, blocks = source["content"], m.get("content")
-    if not isinstance(blocks, list) or not any(isinstance(b, Mapping) and CACHE_CONTROL in b for b in given):
+    marks = [_mark_of(b, 2) for b in given]
+    if not isinstance(blocks, list) or all(mark is None for mark in marks):
         return m
     by_call = {  # by the calls whose ids are strings (an id of another type is no call's)
-        b["tool_use_id"]: b[CACHE_CONTROL]
-        for b in given
-        if isinstance(b, Mapping) and CACHE_CONTROL in b and isinstance(b.get("tool_use_id"), str)
+        b["tool_use_id"]: mark
+        for b, mark in zip(given, marks, strict=True)
+        if mark is not None and isinstance(b, Mapping) and isinstance(b.get("tool_use_id"), str)
     }
     out = []
     for i, b in enumerate(blocks):
-        if len(blocks) == len(given) and isinstance(given[i], Mapping):
-            mark = given[i].get(CACHE_CONTROL)
+        if len(blocks) == len(given):
+            mark = marks[i]
         else:
             call = b.get("tool_use_id") if isinstance(b, Mapping) else None
             mark = by_call.get(call) if isinstance(call, str) else None
