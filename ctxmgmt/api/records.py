@@ -14,6 +14,9 @@ from .requests import authorize, state
 
 async def executions(request: Request) -> JSONResponse:
     authorize(request, "read")
+    given, form = request.path_params["agent_id"], RECORDS_AGENT_ID.form
+    if given.startswith("proxy-") and form is not None and not form.fullmatch(given):  # not a name
+        await run_in_threadpool(_proxied_through, state(request).store, given.removeprefix("proxy-"))
     agent_id = RECORDS_AGENT_ID.read(request)
     offset, size = FROM.read(request), SIZE.read(request)
     runner = state(request).runner
@@ -31,8 +34,8 @@ def _proxied_through(store: DefinitionStore, name: str) -> None:
     a 404 that says what the id names."""
     if not store.exists(name):
         raise NotFound(
-            f"no definition named {name!r}: proxy-NAME lists the requests proxied through the "
-            "definition NAME (`ctxmgmt definitions list` shows the stored ones)"
+            f"no definition named {name[:100]!r}{store.suggest(name)}: proxy-NAME lists the requests "
+            "proxied through the definition NAME (`ctxmgmt definitions list` shows the stored ones)"
         )
 
 

@@ -524,6 +524,9 @@ def test_the_proxys_records_before_any_request_are_an_empty_list(proxy):
     unknown = httpx.get(f"{proxy.url}/_plugins/_ml/agents/proxy-nosuch/executions")
     assert unknown.status_code == 404
     assert "no definition named 'nosuch'" in unknown.text and "ctxmgmt definitions list" in unknown.text
+    for typo in ("proxy-defualt", "proxy-Default"):  # a name's typo, or no name's form at all
+        r = httpx.get(f"{proxy.url}/_plugins/_ml/agents/{typo}/executions")
+        assert r.status_code == 404 and "did you mean 'default'?" in r.text and "proxy-NAME" in r.text, r.text
 
 
 def _keys(store, upstream):
