@@ -27,7 +27,7 @@ from .config import ServerConfig
 from .origins import OriginGuard, parse_hosts
 from .proxy.body import Bodies
 from .proxy.state import Live
-from .requests import State, resource
+from .requests import BodyBudget, State, resource
 from .routes import TABLE, Operation
 from .upgrades import NoWebSockets
 
@@ -92,13 +92,21 @@ class _Faults:
     unreachable database (503), or a real fault (500, logged once). Unlike Starlette's
     outermost handler, this one does not re-raise, so the connection stays usable."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, budget: BodyBudget) -> None:
         self.app = app
+        self.budget = budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope[BodyBudget.SCOPE_KEY] = self.budget
+        try:
+            await self._answer(scope, receive, send)
+        finally:  # the request has its answer (a stream's, whole): its body is given back
+            self.budget.give_back(scope)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def tracked(message: Message) -> None:
@@ -140,7 +148,7 @@ def create_app(
         routes=routes(),
         exception_handlers={HTTPException: _http_exception, CtxmgmtError: errors.handle},
         middleware=[
-            Middleware(_Faults),
+            Middleware(_Faults, budget=BodyBudget(config.bodies_in_flight_bytes)),
             Middleware(NoWebSockets),
             Middleware(OriginGuard, hosts=config.allowed_hosts, origins=config.allowed_origins),
         ],

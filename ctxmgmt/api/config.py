@@ -14,6 +14,8 @@ from ..errors import ConfigError, Problem
 DEFAULT_MAX_BODY = 1024 * 1024
 DEFAULT_PROXY_MAX_BODY = 32 * 1024 * 1024
 """A proxied request holds an agent's whole history: its own, larger limit."""
+DEFAULT_BODIES_IN_FLIGHT = 256 * 1024 * 1024
+"""The bytes of request bodies held at once, over all requests in progress."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class ServerConfig:
     """Origins of other web pages that may call the API."""
     proxy_max_body_bytes: int = DEFAULT_PROXY_MAX_BODY
     """The limit of a request body on the proxy's routes (``/proxy/...``)."""
+    bodies_in_flight_bytes: int = DEFAULT_BODIES_IN_FLIGHT
+    """The bytes of request bodies held at once, over all requests in progress (a 429 past it)."""
     _digests: dict[bytes, ApiKey] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -72,6 +76,7 @@ class ServerConfig:
             allowed_hosts=tuple(data.get("allowed_hosts", ())),
             allowed_origins=tuple(data.get("allowed_origins", ())),
             proxy_max_body_bytes=int(data.get("proxy_max_body_bytes", DEFAULT_PROXY_MAX_BODY)),
+            bodies_in_flight_bytes=int(data.get("bodies_in_flight_bytes", DEFAULT_BODIES_IN_FLIGHT)),
         )
 
     @property

@@ -184,6 +184,8 @@ def classify(exc: BaseException) -> Classified:
     failed as the model's fault (502/504), then STATUS_TABLE, else a 500."""
     if isinstance(exc, HTTPProblem):
         headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
+        if exc.status == 429:  # the server is busy, not the client wrong: it may come again
+            headers = {"retry-after": "1"}
         return Classified(exc.status, exc.type, exc.reason, headers=headers)
     storage = _storage_fault(exc)
     if storage is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
@@ -244,6 +244,31 @@ BodyLimit = Literal["max_body_bytes", "proxy_max_body_bytes"]
 """The server setting that bounds a route's bodies."""
 
 
+class BodyBudget:
+    """The bytes of request bodies the server holds at once (``server.bodies_in_flight_bytes``),
+    over all requests in progress: a request's are taken as its body is read and given back when
+    its answer is done, so many large bodies at once are refused (a 429, which clients retry)
+    rather than held. The event loop's own: every call is made on it."""
+
+    SCOPE_KEY = "ctxmgmt.body_budget"
+    _HELD = "ctxmgmt.body_bytes"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, scope: MutableMapping[str, Any], size: int) -> bool:
+        """Hold ``size`` more bytes for this request; False (nothing taken) past the limit."""
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        scope[self._HELD] = scope.get(self._HELD, 0) + size
+        return True
+
+    def give_back(self, scope: MutableMapping[str, Any]) -> None:
+        self.held -= scope.pop(self._HELD, 0)
+
+
 async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") -> str:
     """The request's body as text: JSON by its media type, within the bytes of
     ``server.<setting>`` (a 413 naming it; a compressed body by its decompressed bytes, which
@@ -259,6 +284,7 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
     if length is not None and int(length) > max(limit, DRAIN_BYTES):
         raise too_large  # at once: not worth reading
     decoder = _decoder(request, limit, setting)
+    budget: BodyBudget | None = request.scope.get(BodyBudget.SCOPE_KEY)
     unpacked_too_large = HTTPProblem(
         413, f"the body unpacks to more than the limit of {limit} bytes (server.{setting})"
     )
@@ -279,6 +305,14 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
                     except httpx.DecodingError as exc:
                         raise HTTPProblem(400, f"{exc}{_FIX}") from None
                 if not over and len(body) + len(chunk) <= limit:
+                    if budget is not None and not budget.take(request.scope, len(chunk)):
+                        raise HTTPProblem(
+                            429,
+                            f"the server holds {budget.limit} bytes of request bodies at once "
+                            "(server.bodies_in_flight_bytes), and those of the requests in progress "
+                            "leave no room for this one: retry it shortly",
+                            "too_many_requests",
+                        )
                     body += chunk
                 else:
                     over = True

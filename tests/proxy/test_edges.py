@@ -29,9 +29,9 @@ def raw():
         yield server
 
 
-@pytest.fixture
-def proxy(store, raw):
-    models = ModelsConfig.from_dict(
+def _models(raw) -> ModelsConfig:
+    """The models of these tests: a chat one and an Anthropic one, both the raw server."""
+    return ModelsConfig.from_dict(
         {
             "models": {
                 "m": {
@@ -53,6 +53,11 @@ def proxy(store, raw):
             }
         }
     )
+
+
+@pytest.fixture
+def proxy(store, raw):
+    models = _models(raw)
     config = ServerConfig.from_dict({"proxy_max_body_bytes": 4096})
     with LiveServer(create_app(store, models=models, config=config)) as server:
         yield server
@@ -270,6 +275,34 @@ def test_a_client_gone_before_its_body_is_whole_is_no_fault(proxy, raw, caplog, 
     assert httpx.get(f"{proxy.url}/_health", timeout=10).status_code == 200
     assert not [r for r in caplog.records if r.name.startswith("ctxmgmt") and r.levelno >= 40], caplog.text
     assert raw.requests == 0
+
+
+def test_the_bodies_held_at_once_are_bounded_over_all_requests(store, raw):
+    """Past server.bodies_in_flight_bytes of bodies held by requests in progress, another
+    body is a 429 (with Retry-After, in the provider's shape); once those requests have their
+    answers their bytes are given back, and a body is read again."""
+    import threading
+
+    models = _models(raw)
+    config = ServerConfig.from_dict({"proxy_max_body_bytes": 4096, "bodies_in_flight_bytes": 5000})
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 3000}]}
+    raw.stall()  # the first request holds its body until the model's deadline
+    with LiveServer(create_app(store, models=models, config=config)) as server:
+        url = f"{server.url}/proxy/default/v1/chat/completions"
+        first: list[httpx.Response] = []
+        worker = threading.Thread(target=lambda: first.append(httpx.post(url, json=body, timeout=30)))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while raw.requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        busy = httpx.post(url, json=body, timeout=30)
+        worker.join(30)
+        raw.answer(json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}]}).encode())
+        again = httpx.post(url, json=body, timeout=30)
+    assert busy.status_code == 429 and busy.headers["retry-after"] == "1", busy.text
+    assert busy.json()["error"]["type"] == "rate_limit_error"
+    assert "server.bodies_in_flight_bytes" in busy.json()["error"]["message"]
+    assert first[0].status_code == 504 and again.status_code == 200, (first[0].text, again.text)
 
 
 def test_an_unreachable_upstream_is_a_502(store):
