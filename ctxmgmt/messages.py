@@ -66,32 +66,29 @@ def without_cache_control(value: Any) -> Any:
 def holds_cache_control(value: Any) -> bool:
     """Whether :func:`without_cache_control` takes anything out of ``value``: found without a
     copy (most messages hold none)."""
-    return _holds(value, 3)
+    return any(True for _ in cache_control_values(value))
 
 
 def cache_controls(value: Any) -> int:
     """How many ``cache_control`` members :func:`without_cache_control` takes out of ``value``."""
-    return _count(value, 3)
+    return sum(1 for _ in cache_control_values(value))
 
 
-def _count(value: Any, depth: int) -> int:
+def cache_control_values(value: Any, depth: int = 3) -> Iterator[Any]:
+    """The values of the ``cache_control`` members :func:`without_cache_control` takes out of
+    ``value``, in order (``null`` ones too), down ``depth`` levels of ``content`` (3 from a
+    message, 2 from a block)."""
     if isinstance(value, list):
-        return sum(_count(v, depth) for v in value)
+        for v in value:
+            yield from cache_control_values(v, depth)
+        return
     if not isinstance(value, dict):
-        return 0
+        return
+    if CACHE_CONTROL in value:
+        yield value[CACHE_CONTROL]
     content = value.get("content")
-    inner = _count(content, depth - 1) if depth > 1 and isinstance(content, list) else 0
-    return (CACHE_CONTROL in value) + inner
-
-
-def _holds(value: Any, depth: int) -> bool:
-    """:func:`holds_cache_control` down ``depth`` more levels of ``content`` (as :func:`_uncached`)."""
-    if isinstance(value, list):
-        return any(_holds(v, depth) for v in value)
-    if not isinstance(value, dict):
-        return False
-    content = value.get("content")
-    return CACHE_CONTROL in value or (depth > 1 and isinstance(content, list) and _holds(content, depth - 1))
+    if depth > 1 and isinstance(content, list):
+        yield from cache_control_values(content, depth - 1)
 
 
 def _uncached(value: Any, depth: int) -> Any:

@@ -35,7 +35,13 @@ from ...fit import input_limit, reply_reserve
 from ...formats import CHAT, internal
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
-from ...messages import CACHE_CONTROL, RECALL_TOOLS, holds_cache_control, without_cache_control
+from ...messages import (
+    CACHE_CONTROL,
+    RECALL_TOOLS,
+    cache_control_values,
+    holds_cache_control,
+    without_cache_control,
+)
 from ...store.repository import now_ms, relaxed
 from ...store.sessions import SessionStore
 from ...summaries import message_key
@@ -376,17 +382,9 @@ def _result_ids(m: Any) -> frozenset[str]:
 
 
 def _mark_of(value: Any, depth: int) -> Any:
-    """The last breakpoint that a block (or a message) holds where a provider reads one: on
-    itself, or on the blocks of its content down ``depth`` levels (a tool result's); None."""
-    if not isinstance(value, Mapping):
-        return None
-    found = value.get(CACHE_CONTROL)
-    content = value.get("content")
-    if depth > 1 and isinstance(content, list):
-        for b in content:
-            inner = _mark_of(b, depth - 1)
-            found = inner if inner is not None else found
-    return found
+    """The last breakpoint that a block (``depth`` 2) or a message (3) holds where a provider
+    reads one; None."""
+    return next((v for v in reversed(list(cache_control_values(value, depth))) if v is not None), None)
 
 
 def _breakpoints_of(source: Mapping[str, Any], m: Mapping[str, Any]) -> Mapping[str, Any]:
