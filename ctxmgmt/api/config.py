@@ -67,6 +67,21 @@ class ServerConfig:
             else:
                 digest = bytes.fromhex(spec["key_sha256"])
             keys.append(ApiKey(spec["name"], spec["scope"], digest))
+        in_flight = int(data.get("bodies_in_flight_bytes", DEFAULT_BODIES_IN_FLIGHT))
+        largest = max(
+            int(data.get("max_body_bytes", DEFAULT_MAX_BODY)),
+            int(data.get("proxy_max_body_bytes", DEFAULT_PROXY_MAX_BODY)),
+        )
+        if in_flight < largest:  # else a body within its limit is refused for ever, as if busy
+            raise ConfigError(
+                [
+                    Problem(
+                        "/server/bodies_in_flight_bytes",
+                        f"must be at least the largest body limit ({largest}: max_body_bytes, "
+                        "proxy_max_body_bytes), so that one body within its limit is always read",
+                    )
+                ]
+            )
         return cls(
             tuple(keys),
             int(data.get("max_body_bytes", DEFAULT_MAX_BODY)),
@@ -76,7 +91,7 @@ class ServerConfig:
             allowed_hosts=tuple(data.get("allowed_hosts", ())),
             allowed_origins=tuple(data.get("allowed_origins", ())),
             proxy_max_body_bytes=int(data.get("proxy_max_body_bytes", DEFAULT_PROXY_MAX_BODY)),
-            bodies_in_flight_bytes=int(data.get("bodies_in_flight_bytes", DEFAULT_BODIES_IN_FLIGHT)),
+            bodies_in_flight_bytes=in_flight,
         )
 
     @property

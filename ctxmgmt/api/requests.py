@@ -15,7 +15,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..llm.decoding import Decoder, TooLarge
+from ..llm.decoding import ENCODINGS, Decoder, TooLarge
 from ..loader import json_depth
 from .config import ApiKey, ServerConfig
 from .errors import HTTPProblem
@@ -343,9 +343,6 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
 
 
 _FIX = ": check the data and its Content-Encoding header, or send the body uncompressed"
-_ENCODINGS = ("gzip", "x-gzip", "deflate")
-"""The request body's content-encodings read (besides ``identity``): those whose output the
-reader bounds as it goes (:class:`~ctxmgmt.llm.decoding.Decoder`)."""
 
 
 def _decoder(request: Request, limit: int, setting: str) -> Decoder | None:
@@ -355,7 +352,7 @@ def _decoder(request: Request, limit: int, setting: str) -> Decoder | None:
     encoding = ", ".join(v.strip() for v in request.headers.getlist("content-encoding") if v.strip()).lower()
     if encoding in ("", "identity"):
         return None
-    if encoding not in _ENCODINGS:
+    if encoding not in ENCODINGS:
         raise HTTPProblem(
             415,
             f"Content-Encoding {encoding[:60]!r} is not one ctxmgmt reads: send the body "

@@ -15,7 +15,10 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Decoder", "TooLarge"]
+__all__ = ["ENCODINGS", "Decoder", "TooLarge"]
+
+ENCODINGS = ("gzip", "x-gzip", "deflate")
+"""The content-encodings read (besides ``identity``): those whose output is bounded as it goes."""
 
 
 class TooLarge(httpx.DecodingError):
@@ -42,7 +45,7 @@ class Decoder:
         self._sniff = False
         self._head = b""  # deflate's first byte, while the second has not come
         self._fed = False
-        self._members = encoding in ("gzip", "x-gzip")  # gzip: one member may follow another
+        self._members = encoding in ENCODINGS[:2]  # gzip: one member may follow another
         if self._members:
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":

@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from ctxmgmt.api import create_app, requests
 from ctxmgmt.api.config import ServerConfig
@@ -70,3 +71,16 @@ def test_the_api_reads_a_gzip_body(store):
             timeout=30,
         )
     assert r.status_code == 200 and r.json()["valid"] is True, r.text
+
+
+def test_a_budget_of_bodies_below_a_body_limit_is_refused_naming_it():
+    """server.bodies_in_flight_bytes below a body limit would refuse a body within its limit
+    for ever (a 429 each time): the configuration is refused, naming the setting."""
+    from ctxmgmt.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        ServerConfig.from_dict(
+            {"proxy_max_body_bytes": 4096, "bodies_in_flight_bytes": 2048, "max_body_bytes": 1024}
+        )
+    assert caught.value.problems[0].pointer == "/server/bodies_in_flight_bytes"
+    assert "4096" in caught.value.problems[0].message

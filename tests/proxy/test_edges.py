@@ -284,7 +284,9 @@ def test_the_bodies_held_at_once_are_bounded_over_all_requests(store, raw):
     import threading
 
     models = _models(raw)
-    config = ServerConfig.from_dict({"proxy_max_body_bytes": 4096, "bodies_in_flight_bytes": 5000})
+    config = ServerConfig.from_dict(
+        {"max_body_bytes": 4096, "proxy_max_body_bytes": 4096, "bodies_in_flight_bytes": 5000}
+    )
     body = {"model": "m", "messages": [{"role": "user", "content": "x" * 3000}]}
     raw.stall()  # the first request holds its body until the model's deadline
     with LiveServer(create_app(store, models=models, config=config)) as server:
