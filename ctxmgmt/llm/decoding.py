@@ -19,6 +19,9 @@ __all__ = ["ENCODINGS", "Decoder", "TooLarge"]
 
 ENCODINGS = ("gzip", "x-gzip", "deflate")
 """The content-encodings read (besides ``identity``): those whose output is bounded as it goes."""
+MAX_MEMBERS = 64
+"""gzip members read in one body: each costs a decompressor and a copy of what follows it, so
+a body of many tiny members would cost seconds of CPU (a streaming writer makes a few)."""
 
 
 class TooLarge(httpx.DecodingError):
@@ -45,7 +48,7 @@ class Decoder:
         self._sniff = False
         self._head = b""  # deflate's first byte, while the second has not come
         self._fed = False
-        self._members = encoding in ENCODINGS[:2]  # gzip: one member may follow another
+        self._members = 1 if encoding in ("gzip", "x-gzip") else 0  # gzip: one may follow another
         if self._members:
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
@@ -98,6 +101,9 @@ class Decoder:
                 data = data.lstrip(b"\x00")
                 if not data:
                     break
+                self._members += 1
+                if self._members > MAX_MEMBERS:
+                    raise httpx.DecodingError(f"{self.what} holds more than {MAX_MEMBERS} gzip members")
                 self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
             room = self.limit + 1 - self.total - len(out)
             piece = self._zlib.decompress(data, room)

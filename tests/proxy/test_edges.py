@@ -212,6 +212,18 @@ def test_a_gzip_body_of_several_members_is_read_whole(proxy, raw):
     assert r.status_code == 200 and raw.requests == 1, r.text
 
 
+def test_a_gzip_body_of_very_many_members_is_refused_at_once(proxy, raw):
+    """A body of thousands of tiny gzip members (each costs a decompressor: seconds of CPU
+    for a few MiB) is a 400 naming the bound on members, at once."""
+    from ctxmgmt.llm.decoding import MAX_MEMBERS
+
+    data = gzip.compress(b"{") + gzip.compress(b"") * 20_000
+    started = time.monotonic()
+    r = _compressed(proxy, data, "gzip")
+    assert r.status_code == 400 and f"more than {MAX_MEMBERS} gzip members" in r.text, r.text
+    assert time.monotonic() - started < 2 and raw.requests == 0
+
+
 def test_bytes_after_the_compressed_data_are_refused_unheld(proxy, raw):
     """What follows a compressed body's end that is no gzip member (junk, 8 MiB of it on the
     wire, in chunks) is a 400 at the first byte of it; more than the limit on the wire a 413."""
