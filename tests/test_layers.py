@@ -276,3 +276,21 @@ def test_context_checks_formats_it_does_not_import():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.startswith("/messages/0"), out.stderr
+
+
+def test_importing_the_package_imports_no_store_client_or_evaluation():
+    """``import ctxmgmt`` (which every ``import ctxmgmt.<module>`` runs first) leaves the SQL
+    store, the HTTP client and the evaluation unimported until a name of theirs is used; then
+    the name is its home module's object."""
+    import subprocess
+    import sys
+
+    heavy = ("sqlalchemy", "alembic", "httpx", "jsonschema", "ctxmgmt.store", "ctxmgmt.eval")
+    code = (
+        "import sys, ctxmgmt\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])\n"
+        "from ctxmgmt.store import DefinitionStore\n"
+        "print(ctxmgmt.DefinitionStore is DefinitionStore, 'ctxmgmt.store' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines() == ["[]", "True True"], out.stderr
