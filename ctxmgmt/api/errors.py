@@ -35,10 +35,18 @@ log = logging.getLogger("ctxmgmt.api")
 class HTTPProblem(CtxmgmtError):
     """A request the API refuses: bad JSON, a bad parameter, a missing key..."""
 
-    def __init__(self, status: int, reason: str, type: str = "illegal_argument_exception") -> None:
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        type: str = "illegal_argument_exception",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.status = status
         self.type = type
         self.reason = reason
+        self.headers = headers if headers is not None or status != 401 else {"www-authenticate": "Bearer"}
+        """The answer's own headers (a 401's challenge; a 429's ``retry-after``)."""
         super().__init__(reason)
 
 
@@ -183,10 +191,7 @@ def classify(exc: BaseException) -> Classified:
     a refusal as it says, a storage fault (503/507, retry later), a manager whose model
     failed as the model's fault (502/504), then STATUS_TABLE, else a 500."""
     if isinstance(exc, HTTPProblem):
-        headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
-        if exc.status == 429:  # the server is busy, not the client wrong: it may come again
-            headers = {"retry-after": "1"}
-        return Classified(exc.status, exc.type, exc.reason, headers=headers)
+        return Classified(exc.status, exc.type, exc.reason, headers=exc.headers)
     storage = _storage_fault(exc)
     if storage is not None:
         status, kind, reason = storage

@@ -274,9 +274,32 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
     ``server.<setting>`` (a 413 naming it; a compressed body by its decompressed bytes, which
     are never held past it) and ``server.body_timeout_seconds`` (a 408), UTF-8, not blank."""
     config = state(request).config
-    limit: int = getattr(config, setting)
-    seconds = config.body_timeout_seconds
     check_media_type(request)  # resource() did for every route; a handler built otherwise does here
+    try:
+        async with asyncio.timeout(config.body_timeout_seconds):  # a client that trickles is cut off
+            body = await _body(request, getattr(config, setting), setting)
+    except TimeoutError:
+        raise HTTPProblem(
+            408,
+            f"the body did not arrive within {config.body_timeout_seconds:g} s (server.body_timeout_seconds)",
+        ) from None
+    except ClientDisconnect:  # no one reads the answer: nothing to log as a fault
+        raise HTTPProblem(400, "the client went away before its body was whole") from None
+    except httpx.DecodingError as exc:
+        raise HTTPProblem(400, f"{exc}{_FIX}") from None
+    if not body or body.isspace():  # no copy of a large body
+        raise HTTPProblem(400, "a JSON object body is required")
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        if body.startswith(b"\x1f\x8b") and _encoding(request) in ("", "identity"):
+            raise HTTPProblem(400, "the body is gzip data: send it with Content-Encoding: gzip") from None
+        raise HTTPProblem(400, "the body is not UTF-8") from None
+
+
+async def _body(request: Request, limit: int, setting: str) -> bytearray:
+    """The body's bytes, decoded, within ``limit`` and the server's budget of bodies held at
+    once (:class:`BodyBudget`); raises a decoder's ``httpx.DecodingError``."""
     too_large = HTTPProblem(413, f"the body is larger than the limit of {limit} bytes (server.{setting})")
     length = request.headers.get("content-length")
     if length is not None and not length.isdigit():
@@ -284,72 +307,75 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
     if length is not None and int(length) > max(limit, DRAIN_BYTES):
         raise too_large  # at once: not worth reading
     decoder = _decoder(request, limit, setting)
-    budget: BodyBudget | None = request.scope.get(BodyBudget.SCOPE_KEY)
-    unpacked_too_large = HTTPProblem(
-        413, f"the body unpacks to more than the limit of {limit} bytes (server.{setting})"
-    )
+    hold = _Held(request)
+    if decoder is None and length is not None:
+        hold.up_to(min(int(length), limit))  # a 429 before the body is sent, not after
     body = bytearray()
     received = 0
     over = False  # past the limit: the rest is read (up to DRAIN_BYTES) and dropped
-    try:
-        async with asyncio.timeout(seconds):  # a client that trickles its body is cut off
-            async for chunk in request.stream():
-                received += len(chunk)
-                if received > max(limit, DRAIN_BYTES):  # on the wire too: a compressed body's
-                    raise too_large  # own bytes, even when they unpack to little
-                if decoder is not None and not over:
-                    try:
-                        chunk = decoder.feed(chunk)
-                    except TooLarge:
-                        over = True
-                    except httpx.DecodingError as exc:
-                        raise HTTPProblem(400, f"{exc}{_FIX}") from None
-                if not over and len(body) + len(chunk) <= limit:
-                    if budget is not None and not budget.take(request.scope, len(chunk)):
-                        raise HTTPProblem(
-                            429,
-                            f"the server holds {budget.limit} bytes of request bodies at once "
-                            "(server.bodies_in_flight_bytes), and those of the requests in progress "
-                            "leave no room for this one: retry it shortly",
-                            "too_many_requests",
-                        )
-                    body += chunk
-                else:
-                    over = True
-                    if received > DRAIN_BYTES:
-                        raise too_large
-    except TimeoutError:
-        raise HTTPProblem(
-            408, f"the body did not arrive within {seconds:g} s (server.body_timeout_seconds)"
-        ) from None
-    except ClientDisconnect:  # no one reads the answer: nothing to log as a fault
-        raise HTTPProblem(400, "the client went away before its body was whole") from None
-    if over:
-        # The client has finished sending, so it reads this answer instead of a reset.
-        raise too_large if decoder is None or received > limit else unpacked_too_large
-    if decoder is not None:
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > max(limit, DRAIN_BYTES) or (over and received > DRAIN_BYTES):
+            raise too_large  # on the wire too: a compressed body's own bytes, however little they unpack to
+        if over:
+            continue
         try:
-            decoder.finish()
-        except httpx.DecodingError as exc:
-            raise HTTPProblem(400, f"{exc}{_FIX}") from None
-    if not body or body.isspace():  # no copy of a large body
-        raise HTTPProblem(400, "a JSON object body is required")
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        if decoder is None and body.startswith(b"\x1f\x8b"):
-            raise HTTPProblem(400, "the body is gzip data: send it with Content-Encoding: gzip") from None
-        raise HTTPProblem(400, "the body is not UTF-8") from None
+            chunk = decoder.feed(chunk) if decoder is not None else chunk
+        except TooLarge:
+            over = True
+            continue
+        if len(body) + len(chunk) > limit:
+            over = True
+            continue
+        hold.up_to(len(body) + len(chunk))
+        body += chunk
+    if over:  # the client has finished sending, so it reads this answer instead of a reset
+        if decoder is None or received > limit:
+            raise too_large
+        raise HTTPProblem(413, f"the body unpacks to more than the limit of {limit} bytes (server.{setting})")
+    if decoder is not None:
+        decoder.finish()
+    return body
+
+
+class _Held:
+    """The bytes of the server's :class:`BodyBudget` that one request's body holds."""
+
+    __slots__ = ("budget", "scope", "taken")
+
+    def __init__(self, request: Request) -> None:
+        self.budget: BodyBudget | None = request.scope.get(BodyBudget.SCOPE_KEY)
+        self.scope = request.scope
+        self.taken = 0
+
+    def up_to(self, size: int) -> None:
+        """Hold ``size`` bytes in all (a 429 past the budget: the requests in progress hold it)."""
+        if self.budget is None or size <= self.taken:
+            return
+        if not self.budget.take(self.scope, size - self.taken):
+            raise HTTPProblem(
+                429,
+                f"the server holds {self.budget.limit} bytes of request bodies at once "
+                "(server.bodies_in_flight_bytes), and those of the requests in progress "
+                "leave no room for this one: retry it shortly",
+                "too_many_requests",
+                headers={"retry-after": "1"},  # the server is busy, not the client wrong
+            )
+        self.taken = size
 
 
 _FIX = ": check the data and its Content-Encoding header, or send the body uncompressed"
 
 
+def _encoding(request: Request) -> str:
+    """The body's Content-Encoding, lowercase; several headers are one list (RFC 9110), each a layer."""
+    return ", ".join(v.strip() for v in request.headers.getlist("content-encoding") if v.strip()).lower()
+
+
 def _decoder(request: Request, limit: int, setting: str) -> Decoder | None:
     """The reader of a compressed body (None: as it comes); a 415 for an encoding it cannot
     read, which names the ones it can."""
-    # Several headers are one list (RFC 9110): each is a layer.
-    encoding = ", ".join(v.strip() for v in request.headers.getlist("content-encoding") if v.strip()).lower()
+    encoding = _encoding(request)
     if encoding in ("", "identity"):
         return None
     if encoding not in ENCODINGS:

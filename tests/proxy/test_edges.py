@@ -319,6 +319,66 @@ def test_the_bodies_held_at_once_are_bounded_over_all_requests(store, raw):
     assert first[0].status_code == 504 and again.status_code == 200, (first[0].text, again.text)
 
 
+def _budgeted(store, raw) -> LiveServer:
+    """A server that holds 5,000 bytes of request bodies at once."""
+    config = ServerConfig.from_dict(
+        {"max_body_bytes": 4096, "proxy_max_body_bytes": 4096, "bodies_in_flight_bytes": 5000}
+    )
+    return LiveServer(create_app(store, models=_models(raw), config=config))
+
+
+def test_a_body_the_budget_has_no_room_for_is_refused_before_it_is_sent(store, raw):
+    """A body whose Content-Length the bodies held at once leave no room for is a 429 as soon
+    as its headers are read: the client does not upload it first."""
+    import socket
+    import threading
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 3000}]}
+    raw.stall()
+    with _budgeted(store, raw) as server:
+        url = f"{server.url}/proxy/default/v1/chat/completions"
+        worker = threading.Thread(target=lambda: httpx.post(url, json=body, timeout=30))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while raw.requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(
+                (
+                    f"POST /proxy/default/v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 3100\r\n\r\n"
+                ).encode()
+            )
+            answer = sock.recv(65536)  # no byte of the body sent: a timeout here fails the test
+        raw.answer(json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}]}).encode())
+        worker.join(30)
+    assert answer.startswith(b"HTTP/1.1 429"), answer[:200]
+    assert b"retry-after: 1" in answer.lower()
+
+
+def test_a_streamed_answer_gives_its_body_bytes_back(store, raw):
+    """The bytes a streamed request's body held are given back once its stream is done: the
+    next body that needs them is read (not a 429)."""
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "ok"}}],
+    }
+    raw.answer(
+        f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode(),
+        headers={"content-type": "text/event-stream"},
+    )
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 3000}]}
+    with _budgeted(store, raw) as server:
+        url = f"{server.url}/proxy/default/v1/chat/completions"
+        streamed = httpx.post(url, json={**body, "stream": True}, timeout=30)
+        raw.answer(json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}]}).encode())
+        after = httpx.post(url, json=body, timeout=30)
+    assert streamed.status_code == 200 and b"[DONE]" in streamed.content, streamed.text
+    assert after.status_code == 200, after.text
+
+
 def test_an_unreachable_upstream_is_a_502(store):
     """No server at the model's base_url: a 502 in the provider's shape."""
     from ..conftest import free_port
