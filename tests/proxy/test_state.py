@@ -306,6 +306,30 @@ def test_a_fingerprint_keeps_a_cache_control_member_in_a_tools_input(separators)
     assert odd != digest(plain) and odd != digest(call({"ttl": "1h"}, cache_control="ephemeral"))
 
 
+def test_a_large_element_is_parsed_once_to_find_its_breakpoint(monkeypatch):
+    """An element of more than a MiB with many members named cache_control in a tool's input
+    is parsed once to find which one is its breakpoint (not once per choice, up to 16): a
+    miss, when that parse is not it, fingerprints it as written."""
+    from ctxmgmt.api.proxy import body
+
+    parsed: list[int] = []
+
+    class Counting(json.JSONDecoder):
+        def decode(self, s, *args, **kwargs):  # type: ignore[override]
+            parsed.append(len(s))
+            return super().decode(s, *args, **kwargs)
+
+    monkeypatch.setattr(body, "DECODER", Counting())
+    mark = {"type": "ephemeral"}
+    data = {f"k{i}": {"cache_control": mark} for i in range(40)} | {"blob": "x" * (1 << 20)}
+    use = {"type": "tool_use", "id": "t1", "name": "configure", "input": data, "cache_control": mark}
+    messages = [{"role": "user", "content": "set it up"}, {"role": "assistant", "content": [use]}]
+    text = json.dumps({"model": "m", "messages": messages})
+    first = parse(text, "messages").digest(2)
+    assert len([n for n in parsed if n > 1 << 20]) == 1
+    assert first == parse(text, "messages").digest(2) is not None  # the same text, the same print
+
+
 @pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")])
 def test_a_client_that_writes_null_breakpoints_keeps_its_fingerprint(separators):
     """A client that writes ``"cache_control": null`` on every block and an object on its

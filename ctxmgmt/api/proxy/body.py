@@ -157,6 +157,10 @@ class Body:
 
 _CHOICES = 16
 """Choices of an element's ``cache_control`` members tried as its provider breakpoints."""
+_CHOICE_CHARS = 1 << 20
+"""Characters of an element's text parsed in all to try those choices: a large element (a long
+tool result) gets fewer tries (one past 1 MiB), so a request's fingerprint costs what its
+size does, not 16 parses of it."""
 
 
 def _unmarked_element(text: str, item: Any) -> str | None:
@@ -171,7 +175,8 @@ def _unmarked_element(text: str, item: Any) -> str | None:
         return None
     spans = [m.span() for m in _BREAKPOINT.finditer(text)]
     want = without_cache_control(item)
-    for chosen in itertools.islice(itertools.combinations(spans, breakpoints), _CHOICES):
+    tries = max(1, min(_CHOICES, _CHOICE_CHARS // max(1, len(text))))
+    for chosen in itertools.islice(itertools.combinations(spans, breakpoints), tries):
         kept, at = [], 0
         for start, end in chosen:
             kept.append(text[at:start])
