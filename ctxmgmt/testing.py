@@ -692,11 +692,11 @@ class RawServer:
 
         self._add(run)
 
-    def flood(self, size: int, *, chunk: int = 1 << 16) -> None:
+    def flood(self, size: int, *, chunk: int = 1 << 16, content_type: str = "application/json") -> None:
         """``size`` bytes: a chat completion whose content never ends, until the client goes."""
 
         def run(send: Any, wait: Any) -> None:
-            send(_head(200, {"content-type": "application/json", "connection": "close"}))
+            send(_head(200, {"content-type": content_type, "connection": "close"}))
             start = b'{"choices": [{"message": {"role": "assistant", "content": "'
             send(start)
             block = b"a" * chunk

@@ -100,6 +100,122 @@ def test_a_stream_that_stops_ends_at_the_deadline_with_an_error_event(proxy, raw
     assert b'"error"' in got.rsplit(b"data: ", 1)[-1]
 
 
+def test_a_stream_read_late_ends_with_its_error_event_not_torn(proxy, raw, store):
+    """A client that reads nothing until past the model's deadline, while the upstream's
+    events fill the connection, then reads: what came, then the error event at its end (the
+    stream is not torn off mid-chunk), and the record says the upstream's deadline passed."""
+    raw.flood(50 << 20, content_type="text/event-stream")
+    with httpx.stream(
+        "POST", f"{proxy.url}/proxy/default/v1/chat/completions", json={**BODY, "stream": True}, timeout=30
+    ) as r:
+        time.sleep(TIMEOUT + 0.5)  # the server's sends wait on this client meanwhile
+        got = b"".join(r.iter_bytes())
+    assert got.rstrip().endswith(b"}") and b'"error"' in got[-600:], got[-300:]
+    assert stored_record(store)["status"] == "error"
+
+
+def test_a_client_that_reads_nothing_is_cut_off_after_the_deadline(proxy, raw, store):
+    """A client that never reads a stream holds no upstream answer for ever: once the model's
+    deadline and as long again have passed, the connection is closed and the record says why."""
+    import socket
+
+    raw.flood(50 << 20, content_type="text/event-stream")
+    host, port = proxy.url.removeprefix("http://").split(":")
+    data = json.dumps({**BODY, "stream": True})
+    with socket.create_connection((host, int(port))) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(
+            (
+                f"POST /proxy/default/v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n{data}"
+            ).encode()
+        )
+        record = stored_record(store)  # waits up to 10 s, reading nothing
+    assert "did not read the answer" in record["error"], record["error"]
+    assert httpx.get(f"{proxy.url}/_health", timeout=10).status_code == 200
+
+
+_CHUNK = {
+    "id": "c",
+    "object": "chat.completion.chunk",
+    "choices": [{"index": 0, "delta": {"content": "hel"}}],
+}
+_CUT = {
+    "chat": ("/v1/chat/completions", "m", f"data: {json.dumps(_CHUNK)}\n\n"),
+    "messages": (
+        "/v1/messages",
+        "a",
+        'event: message_start\ndata: {"type": "message_start", "message": {"id": "x", "type": "message", '
+        '"role": "assistant", "content": [], "model": "up"}}\n\n',
+    ),
+    "responses": (
+        "/v1/responses",
+        "m",
+        'event: response.created\ndata: {"type": "response.created", "response": {"id": "r"}}\n\n',
+    ),
+    "no events": ("/v1/chat/completions", "m", ""),
+}
+
+
+@pytest.mark.parametrize("api", list(_CUT))
+def test_a_stream_that_ends_before_its_answer_does_ends_with_an_error_event(proxy, raw, store, api):
+    """A stream closed whole by the upstream before the event that ends its answer ([DONE] or
+    a finish_reason, message_stop, response.completed; or no event at all) is no whole
+    answer: an error event follows what came (a client would take a cut call for a whole one),
+    and the record says so."""
+    path, model, events = _CUT[api]
+    raw.answer(events.encode(), headers={"content-type": "text/event-stream"})
+    body = {"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    if api == "responses":
+        body = {"model": model, "input": "hi"}
+    got = _streamed(proxy, body, path)
+    assert got.startswith(events.encode()) and b"before the answer's end" in got[len(events) :], got
+    assert "before the answer's end" in stored_record(store)["error"]
+
+
+def test_an_upstream_error_event_is_recorded_and_passed_on_alone(proxy, raw, store):
+    """The upstream's own error event in a stream reaches the client as it came, with no error
+    event of the proxy's after it, and the record says the stream failed."""
+    events = (
+        f"data: {json.dumps(_CHUNK)}\n\n"
+        'data: {"error": {"message": "Overloaded", "type": "server_error"}}\n\n'
+    ).encode()
+    raw.answer(events, headers={"content-type": "text/event-stream"})
+    assert _streamed(proxy) == events
+    assert "Overloaded" in stored_record(store)["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "model", "answer", "said"),
+    [
+        ("/v1/chat/completions", "m", {"id": "c", "object": "chat.completion"}, "'choices'"),
+        ("/v1/chat/completions", "m", {"id": "c", "choices": None}, "'choices'"),
+        ("/v1/messages", "a", {"id": "x", "type": "message", "content": "hi"}, "'content'"),
+        ("/v1/responses", "m", {"id": "r", "object": "response"}, "'output'"),
+    ],
+)
+def test_a_success_that_is_not_the_apis_answer_is_a_502(proxy, raw, path, model, answer, said):
+    """A 200 JSON object without the API's answer (no choices, content or output list) is the
+    upstream's fault: a 502 that names what is missing, not an empty success."""
+    raw.answer(json.dumps(answer).encode())
+    body = {"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    if path == "/v1/responses":
+        body = {"model": model, "input": "hi"}
+    r = httpx.post(f"{proxy.url}/proxy/default{path}", json=body, timeout=30)
+    assert r.status_code == 502 and said in r.text, r.text
+
+
+def test_one_json_answer_to_a_streamed_request_is_a_502(proxy, raw):
+    """An upstream that answers a streamed request with one JSON object (it does not stream)
+    is a 502 that says so: a client's SDK reads no event of it (an empty answer, or a crash)."""
+    answer = {"id": "c", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
+    raw.answer(json.dumps(answer).encode())
+    r = httpx.post(
+        f"{proxy.url}/proxy/default/v1/chat/completions", json={**BODY, "stream": True}, timeout=30
+    )
+    assert r.status_code == 502 and "not server-sent events" in r.json()["error"]["message"]
+
+
 def test_a_flooding_upstream_is_cut_at_its_size_limit(proxy, raw):
     """An answer larger than max_response_bytes is refused as it arrives: a 502, not read whole."""
     raw.flood(50 << 20)

@@ -134,7 +134,9 @@ def _oversized(store, monkeypatch, path, model, *, recall, tmp_path=None):
         b'event: message_delta\ndata: {"type": "message_delta", '
         b'"usage": {"input_tokens": 11, "output_tokens": 3}}\n\n'
     )
-    body = first + b'data: {"text": "' + b"x" * 20_000 + b'"}\n\n' + usage + b"data: [DONE]\n\n"
+    # Then the answer's end, as each API ends it.
+    end = b'event: message_stop\ndata: {"type": "message_stop"}\n\ndata: [DONE]\n\n'
+    body = first + b'data: {"text": "' + b"x" * 20_000 + b'"}\n\n' + usage + end
     definition, offloader, messages = "default", None, [{"role": "user", "content": "hi"}]
     if recall:  # an archiving definition, and a history with something archived
         store.seed("long-running-agent", shipped("long-running-agent"))

@@ -18,9 +18,9 @@ import logging
 import operator
 import re
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from starlette.background import BackgroundTask
@@ -596,6 +596,8 @@ class _Exchange:
     usage: Mapping[str, int] | None = None
     """The upstream's report on the managed request, once its answer was read: recorded (and
     calibrated on) also when what follows it fails, such as a recall round."""
+    unread: bool = False
+    """The client did not read a stream's events by their deadline (see :class:`_Stream`)."""
 
     async def settled(self) -> None:
         """The state written before the stream (:attr:`storing`) is in the store. A failure
@@ -650,12 +652,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
             await response.aclose()
             raise Refused(502, "llm_exception", f"the upstream's stream: {exc}") from None
         events = _events(exchange, response, deadline, body, decoder)
-        # A client that goes away cancels the stream: its generator may be left where it was
-        # (after its last event, the record not yet stored). Closing it afterwards runs what
-        # is left: the upstream's response closed, the record stored.
-        return StreamingResponse(
-            events, response.status_code, headers=returned, background=BackgroundTask(events.aclose)
-        )
+        return _Stream(exchange, events, response.status_code, returned, deadline + config.timeout)
     try:
         data = await upstream.read(response, deadline, config)
     finally:
@@ -665,11 +662,9 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         # reads them as events, so they are watched for recall calls as a stream's are.
         decoder = Decoder(config.max_stream_bytes, httpx.Headers(), "max_stream_bytes")
         events = _events(exchange, response, deadline, body, decoder, given=data)
-        return StreamingResponse(
-            events, response.status_code, headers=returned, background=BackgroundTask(events.aclose)
-        )
+        return _Stream(exchange, events, response.status_code, returned, deadline + config.timeout)
     # Parsed once, for its usage and its calls.
-    answer = upstream.answer_of(data, response, stream, bool(exchange.recall))
+    answer = upstream.answer_of(data, response, stream, bool(exchange.recall), api.name)
     usage = exchange.usage = usage_of(api.name, answer)
     failure = None if response.is_success else f"upstream status {response.status_code}"
     if exchange.recall and response.is_success:
@@ -695,6 +690,36 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
             data = json.dumps(plain, ensure_ascii=False).encode()
     await _finish(exchange, usage, failure)
     return Response(data, response.status_code, headers=returned)
+
+
+class _Stream(StreamingResponse):
+    """The events of :func:`_events` going to the client, by ``until`` at the latest. The
+    model's deadline bounds the upstream's reads; a client that reads too slowly to take
+    what came by the deadline and the error event after it (one that reads nothing holds
+    the server's send for ever) is cut off at ``until``, the upstream's answer closed and
+    the record stored, which says so."""
+
+    def __init__(
+        self,
+        exchange: _Exchange,
+        events: AsyncGenerator[bytes, None],
+        status: int,
+        headers: Mapping[str, str],
+        until: float,
+    ) -> None:
+        # A client that goes away cancels the stream: its generator may be left where it was
+        # (after its last event, the record not yet stored). Closing it afterwards runs what
+        # is left: the upstream's response closed, the record stored.
+        super().__init__(events, status, headers=headers, background=BackgroundTask(events.aclose))
+        self.exchange, self.events, self.until = exchange, events, until
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            async with asyncio.timeout_at(self.until):
+                await super().__call__(scope, receive, send)
+        except TimeoutError:
+            self.exchange.unread = True
+            await self.events.aclose()  # the connection is closed, the answer unfinished
 
 
 _PER_ITEM = 16
@@ -781,7 +806,7 @@ async def _recall_rounds(
         status = response.status_code
         # A recall round's request is measured by the upstream's report (it is the managed
         # request and the recall exchange, which no hook saw).
-        answer = upstream.answer_of(data, response, recall=True)
+        answer = upstream.answer_of(data, response, recall=True, api=exchange.api.name)
         reported = (usage_of(api.name, answer) or {}).get("input", 0)
         exchange.record["calls"].append(
             {
@@ -831,17 +856,29 @@ async def _events(
     delivered = False
     """Whether the client has had the answer's end: the stream is over, or the event that ends
     the answer went out (a client may leave then, while the upstream is slow to close)."""
+    ended = False
+    """Whether the upstream's events held the answer's end (passed on or held)."""
+    said: str | None = None
+    """The upstream's own error event, passed on: the stream failed, and the client knows."""
 
     def read(split: list[tuple[bytes, Any]]) -> tuple[bytes, bool]:
         """The events' usage kept and recall watched for; the bytes to pass on, and whether
         they end the answer."""
-        nonlocal holding
+        nonlocal holding, ended, said
         out: list[bytes] = []
         last = False
         for event, data in split:
             found = usage_of(api.name, data)
             if found:
                 usage.update(found)
+            end = answer_end.event(event, data)
+            ended = ended or end
+            if (
+                said is None
+                and isinstance(data, Mapping)
+                and (data.get("type") in ("error", "response.failed") or "error" in data)
+            ):
+                said = f"the upstream's stream ended with an error event: {_said(data)}"
             if exchange.recall:
                 if (plain := unechoed(api.name, data)) is not None:
                     event = streams.with_data(event, plain)
@@ -861,35 +898,48 @@ async def _events(
                         )
                     continue
                 out.append(event)
-            last = answer_end.event(event, data) or last
+            last = end or last
         return b"".join(out), last
 
+    raws = cast("AsyncGenerator[bytes, None]", response.aiter_raw()) if given is None else _once(given)
     try:
         try:
-            async with asyncio.timeout_at(deadline):
-                async for raw in response.aiter_raw() if given is None else _once(given):
-                    chunk = decoder.feed(raw)
-                    if not chunk:
-                        continue
-                    if not exchange.recall:  # nothing to watch for: passed on as it came
-                        yield chunk
-                        # Read for its usage and the answer's end: an event over the bound
-                        # goes unread (its usage lost), not the ones after it.
-                        delivered = read(events.feed(chunk, skip=True))[1] or delivered
-                        continue
-                    passed, last = read(events.feed(chunk))
-                    if passed:
-                        yield passed
-                        delivered = last or delivered
-                decoder.finish()
-                if not exchange.recall:
-                    # What the last chunk held after an overlong event (it waits for the next
-                    # chunk), then an unended last event.
-                    delivered = read(events.finish(skip=True))[1] or delivered
-                else:
-                    passed, _ = read(events.finish())
-                    if passed:
-                        yield passed
+            while True:
+                # The deadline bounds the upstream's reads only: a yield waits for the client,
+                # and a timeout that fired there would tear the stream, its error event unsent.
+                async with asyncio.timeout_at(deadline):
+                    raw = await anext(raws, None)
+                if raw is None:
+                    break
+                chunk = decoder.feed(raw)
+                if not chunk:
+                    continue
+                if not exchange.recall:  # nothing to watch for: passed on as it came
+                    yield chunk
+                    # Read for its usage and the answer's end: an event over the bound
+                    # goes unread (its usage lost), not the ones after it.
+                    delivered = read(events.feed(chunk, skip=True))[1] or delivered
+                    continue
+                passed, last = read(events.feed(chunk))
+                if passed:
+                    yield passed
+                    delivered = last or delivered
+            decoder.finish()
+            if not exchange.recall:
+                # What the last chunk held after an overlong event (it waits for the next
+                # chunk), then an unended last event.
+                delivered = read(events.finish(skip=True))[1] or delivered
+            else:
+                passed, _ = read(events.finish())
+                if passed:
+                    yield passed
+            if not ended and said is None:
+                # Cut short, yet closed as a whole stream: a client would take what came for
+                # the whole answer (a call's arguments cut in the middle, for one).
+                failure = (
+                    "the upstream's stream ended before the answer's end (no "
+                    f"{_ENDS[api.name]}); what came is not the whole answer"
+                )
         except TooLarge as exc:
             failure = f"the upstream's stream: {exc}"
         except (TimeoutError, httpx.HTTPError) as exc:
@@ -939,13 +989,32 @@ async def _events(
             yield _stream_error(api, failure)
         delivered = True
     finally:
-        if failure is None and not delivered:  # closed at a yield, or cancelled while it waited
+        await raws.aclose()
+        if exchange.unread:
+            failure = "the client did not read the answer within the model's deadline (timeout) after it"
+        elif failure is None and not delivered:  # closed at a yield, or cancelled while it waited
             failure = "the client went away before the answer's end"
-        await _finish_shielded(exchange, usage or None, failure)
+        await _finish_shielded(exchange, usage or None, failure or said)
 
 
-async def _once(data: bytes) -> AsyncIterator[bytes]:
+async def _once(data: bytes) -> AsyncGenerator[bytes, None]:
     yield data
+
+
+_ENDS = {
+    "chat": "data: [DONE] nor a finish_reason",
+    "messages": "message_stop",
+    "responses": "response.completed",
+}
+"""What ends each API's stream, in a message that says it did not come."""
+
+
+def _said(data: Mapping[str, Any]) -> str:
+    """An upstream's error event, in a few words (for the record)."""
+    inner = data.get("response")
+    error = data.get("error") or (inner.get("error") if isinstance(inner, Mapping) else None)
+    message = error.get("message") if isinstance(error, Mapping) else error
+    return str(message if message is not None else data.get("message") or "no message")[:300]
 
 
 def _may_be_recall(names: list[str]) -> bool:

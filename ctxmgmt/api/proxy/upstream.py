@@ -240,11 +240,19 @@ def looks_like_events(data: bytes) -> bool:
     return _EVENTS.match(data[:64]) is not None
 
 
-def answer_of(data: bytes, response: httpx.Response, stream: bool = False, recall: bool = False) -> Any:
+_ANSWERS = {"chat": "choices", "messages": "content", "responses": "output"}
+"""The member every successful answer of each API holds, a list."""
+
+
+def answer_of(
+    data: bytes, response: httpx.Response, stream: bool = False, recall: bool = False, api: str | None = None
+) -> Any:
     """An upstream's answer parsed, or None (an error status, an answer nested deeper than the
     parser goes, or events asked for under another content type: it goes to the client as it
-    came, unread). A success that is no JSON object (an HTML page, a cut-off body) is the
-    upstream's fault: a 502 that says what came, where a client's SDK would fail to parse it."""
+    came, unread). A success that is no JSON object (an HTML page, a cut-off body), one that
+    is not ``api``'s answer (no ``choices``, ``content`` or ``output`` list), or one whole
+    object where events were asked for, is the upstream's fault: a 502 that says what came,
+    where a client's SDK would fail to parse it or take it for an empty answer."""
     if not response.is_success or (stream and looks_like_events(data)):
         return None
     try:
@@ -260,9 +268,26 @@ def answer_of(data: bytes, response: httpx.Response, stream: bool = False, recal
         return None
     except ValueError:
         answer = None
-    if isinstance(answer, dict):
-        return answer
     kind = response.headers.get("content-type") or "no content type"
+    if isinstance(answer, dict):
+        member = _ANSWERS.get(api or "")
+        if member is not None and not isinstance(answer.get(member), list):
+            raise Refused(
+                502,
+                "llm_exception",
+                f"the upstream answered {response.status_code} with a JSON object that holds no "
+                f"{member!r} list, which every {api} answer has; check that the model's base_url "
+                "and provider are the API's the client speaks",
+            )
+        if stream and api is not None:
+            raise Refused(
+                502,
+                "llm_exception",
+                f"the upstream answered a streamed request (stream: true) with one JSON object "
+                f"({kind}), not server-sent events; check that the model's base_url is the "
+                "provider's API, and that it streams",
+            )
+        return answer
     raise Refused(
         502,
         "llm_exception",
