@@ -24,7 +24,9 @@ from .base import builtin_schema, target_tokens
 
 class SlidingWindowManager(ContextManager):
     """Keeps at most ``max_messages`` non-system messages (and, with ``max_tokens``,
-    a context within that many tokens), newest first.
+    a context within that many tokens), newest first; the newest unit (a tool call with its
+    results, or a turn) is kept whole whatever its size, with the summary beside it under
+    ``summarize_removed`` (the model must see the results it asked for).
 
     System and developer messages are always kept. With ``pin: task`` the current
     task (the most recent user message) is kept and counts towards the cap, and a
@@ -37,10 +39,10 @@ class SlidingWindowManager(ContextManager):
     ``summarize_removed`` what it removes is merged into ctxmgmt's running summary (offline,
     without a model call, as the fit step does): the paths, commands, errors and ids of the
     removed messages stay in the request, in at most a fifth of the room (and at least 64
-    tokens); the summary takes a place under ``max_messages``. It never grows the request:
+    tokens); the summary takes a place under ``max_messages`` (beside a newest unit that takes
+    them all, one more). It never grows the request:
     when the summary would cost more than what it replaces, older kept units go too (never the
-    newest); when it would hold no item, or has no place beside the newest unit, the window
-    removes as a plain one does.
+    newest); when it would hold no item, the window removes as a plain one does.
     ``target_tokens`` / ``target_ratio`` cut the request further when it fires, so that
     it stays quiet for many calls (and the prompt cache is rewritten seldom). Under a token
     budget the newest unit is always kept.
@@ -77,14 +79,13 @@ class SlidingWindowManager(ContextManager):
             if budget < 0:
                 runtime.details["note"] = "the pinned messages alone exceed max_tokens"
         boundary = _boundary(msgs, pinned, count, places, budget)
-        newest = next((u for u in units_from_end(msgs) if not pinned.issuperset(range(*u))), None)
-        if newest is not None and boundary > newest[0]:
-            # max_messages is a hard cap: a tool-call group larger than it goes whole, and the
-            # model does not see the results it asked for. Said, so that it can be raised.
+        kept = sum(1 for i in range(boundary, len(msgs)) if i not in pinned)
+        if kept > places:
+            # Kept whole whatever the cap (see _fresh); said, so that it can be raised.
             runtime.details["note"] = (
-                f"the newest unit ({newest[1] - newest[0]} messages: a tool call and its results, "
-                f"or a turn) has no place within max_messages ({max_messages}) and was removed; "
-                "raise max_messages so that the model sees the results it asked for"
+                f"kept more than max_messages ({max_messages}): the newest call with its results "
+                f"and what came after them, or the newest turn ({kept} messages), are kept "
+                "whole; raise max_messages to keep a window beside them"
             )
         if self.config["summarize_removed"] and gaps(boundary, sorted(pinned)):
             out = self._fold(context, msgs, pinned, places, budget, max_tokens, runtime)
@@ -93,6 +94,11 @@ class SlidingWindowManager(ContextManager):
         if runtime.constraints.user_first:
             wanted = boundary
             boundary = _user_first(msgs, boundary, pinned)
+            fresh = _fresh(msgs)
+            if boundary > fresh:  # past the newest call: from the user's message before it
+                boundary = next(
+                    (i for i in range(fresh - 1, -1, -1) if msgs[i].get("role") == "user"), boundary
+                )
             if boundary < wanted:
                 runtime.details["note"] = (
                     "kept more than max_messages: the provider wants a user message first, "
@@ -134,7 +140,7 @@ class SlidingWindowManager(ContextManager):
         reserved = None if budget is None else budget - max(0, room + MESSAGE_OVERHEAD - held)
         boundary = _boundary(msgs, pinned, count, places - (0 if held else 1), reserved)
         if boundary == len(msgs):
-            return None  # no place for the summary beside the newest unit
+            return None  # nothing but the pinned to keep
         dropped = [i for start, end in gaps(boundary, sorted(pinned)) for i in range(start, end)]
         freed = sum(count(msgs[i], i) for i in dropped)
         # The summary replaces the old one and the removed messages, and costs no more than
@@ -146,7 +152,8 @@ class SlidingWindowManager(ContextManager):
         want, drawn = sized
         draft: Draft | None = drawn
         if held + freed < want:
-            for start, end in [u for u in units(msgs) if u[0] >= boundary][:-1]:
+            fresh = _fresh(msgs)
+            for start, end in [u for u in units(msgs) if u[0] >= boundary and u[1] <= fresh]:
                 if held + freed >= want:
                     break
                 more = [i for i in range(start, end) if i not in pinned]
@@ -199,25 +206,41 @@ def _boundary(
     budget: int | None,
 ) -> int:
     """Where the window starts: the newest whole units that take at most ``places`` messages
-    and, with a ``budget``, that many tokens (the newest unit stays whatever the budget: the
-    results the model has not read yet, or its newest turn; the fit step cuts it if need be).
+    and, with a ``budget``, that many tokens (the newest unit, and the model's newest call
+    with what came after it, stay whatever their size or the budget: the results the model
+    has not read yet, or its newest turn; the fit step cuts them if need be).
     Only what is kept (and one unit more) is looked at."""
     boundary = len(msgs)
     used = 0
+    fresh = _fresh(msgs)
     for start, end in units_from_end(msgs):
         if all(i in pinned for i in range(start, end)):  # pinned alone, or a loop's pinned head
             continue
         size = end - start
-        if used + size > places:
+        newest = boundary == len(msgs) or start >= fresh  # kept, whatever its size or the budget
+        if used + size > places and not newest:
             break
         if budget is not None:
             cost = sum(count(msgs[i], i) for i in range(start, end))
-            if cost > budget and boundary < len(msgs):
+            if cost > budget and not newest:
                 break
             budget -= cost
         used += size
         boundary = start
     return boundary
+
+
+def _fresh(msgs: Sequence[Mapping[str, Any]]) -> int:
+    """Where the stretch starts that the window never removes: the model's newest call, when
+    it called tools last, with its results and what came after them (the user's text beside
+    them: in Anthropic's one turn, a message of its own here); else the newest unit. A model
+    that no longer sees the results of the calls it just made makes them again."""
+    for i in range(len(msgs) - 1, -1, -1):
+        if msgs[i].get("role") == "assistant":
+            if call_ids(msgs[i]):
+                return i
+            break
+    return next(iter(units_from_end(msgs)), (len(msgs), len(msgs)))[0]
 
 
 def _summary_room(room: int | None, max_tokens: int | None) -> int:

@@ -57,7 +57,26 @@ def in_every_format(draw_entries):
     )
 
 
+# A window that kept everything after the model's newest turn kept a reply its user-first
+# start then removed: the second run kept less (its newest turn was gone).
+PLAIN_REPLY = [
+    {"role": "user", "content": ""},
+    {"role": "assistant", "content": "ok"},
+    {"role": "user", "content": ""},
+    {"role": "user", "content": ""},
+]
+
+
 @FAST
+@example(
+    (
+        "anthropic",
+        PLAIN_REPLY,
+        [{"type": "SlidingWindowManager", "config": {"max_messages": 1, "pin": "none"}}],
+    ),
+    "pre_llm",
+    True,
+)
 @given(
     in_every_format(st.lists(st.one_of(window, truncate, summarize), min_size=1, max_size=3)),
     HOOKS,
@@ -274,3 +293,30 @@ def test_mid_conversation_system_messages_are_kept_where_anthropic_takes_them(
     assert not [e["error"] for e in first.trace if e["error"]]
     assert _system_texts(out.messages) == _system_texts(messages)
     assert list(again.context.messages) == list(out.messages)
+
+
+@FAST
+@given(
+    st.sampled_from(("openai_chat", *FORMATS)).flatmap(
+        lambda f: st.tuples(st.just(f), conversations(format=f))
+    ),
+    window,
+    st.booleans(),
+)
+def test_a_window_never_removes_the_results_of_the_newest_call(case, entry, summarize_removed):
+    """Whatever max_messages, max_tokens and pin say, a window keeps the model's newest call and
+    its results when it called tools last (the model has not read them: without them it calls
+    again), in every format, with the invariants."""
+    from ctxmgmt.testing import _chat
+
+    fmt, messages = case
+    entry["config"]["summarize_removed"] = summarize_removed
+    context = Context(system_prompt=SYSTEM.get(fmt, "sys"), messages=messages, format=fmt)
+    chat = _chat(context)
+    last = next((m for m in reversed(chat) if m.get("role") == "assistant"), None)
+    wanted = {c["id"] for c in (last or {}).get("tool_calls") or ()}
+    assume(wanted)
+    definition = load_definition({"name": "p", "hooks": {"pre_llm": [entry]}})
+    out = assert_invariants(definition, "pre_llm", context).context
+    kept = {m["tool_call_id"] for m in _chat(out) if m.get("role") == "tool"}
+    assert wanted <= kept, sorted(wanted - kept)

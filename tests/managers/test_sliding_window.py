@@ -212,7 +212,8 @@ def test_target_ratio_is_a_share_of_the_window_and_the_smaller_target_wins():
 def test_a_token_budget_never_drops_the_newest_unit():
     """Under target_tokens (or max_tokens) the newest unit stays even when it alone is over the
     budget: the results the model has not read yet, or its newest turn (the fit step cuts them
-    if the window needs it)."""
+    if the window needs it); a user's message after the results keeps them too (the model has
+    not read them)."""
     msgs = [{"role": "user", "content": "task"}]
     for i in range(3):
         msgs += [call(f"c{i}"), {"role": "tool", "tool_call_id": f"c{i}", "content": "row " * 1500}]
@@ -224,7 +225,19 @@ def test_a_token_budget_never_drops_the_newest_unit():
     alone = window(max_messages=100, target_tokens=1, pin="none").apply(
         "pre_llm", Context(messages=[*msgs, {"role": "user", "content": "and now?"}], model="gpt-4o")
     )
-    assert [m["content"] for m in alone.context.messages] == ["and now?"]
+    assert [m.get("tool_call_id") for m in alone.context.messages] == [None, "c2", None]
+    assert alone.context.messages[-1]["content"] == "and now?"
+    read = window(max_messages=100, target_tokens=1, pin="none").apply(
+        "pre_llm",
+        Context(
+            messages=[
+                *msgs,
+                {"role": "assistant", "content": "done"},
+                {"role": "user", "content": "and now?"},
+            ]
+        ),
+    )
+    assert [m["content"] for m in read.context.messages] == ["and now?"]  # read: they may go
 
 
 def _agent_steps(n):
@@ -329,17 +342,17 @@ def test_summarize_removed_never_grows_the_request():
     assert len(result.context.messages) == 6
 
 
-def test_summarize_removed_keeps_the_hard_cap_and_the_newest_unit():
-    """max_messages stays a hard cap, the summary included: with no place for a summary beside
-    the task and the newest unit, the window removes without one."""
+def test_summarize_removed_keeps_the_newest_unit_and_its_summary_beyond_the_cap():
+    """With no place under max_messages beside the task and the newest unit, the newest unit is
+    kept whole and the summary of what went beside it: max_messages bounds what else is kept."""
     from ctxmgmt.messages import is_summary
 
     msgs = _agent_steps(6)
-    one = window(max_messages=1, summarize_removed=True).apply("pre_llm", Context(messages=msgs))
-    assert one.context.messages == (msgs[0],)
-    three = window(max_messages=3, summarize_removed=True).apply("pre_llm", Context(messages=msgs))
-    assert list(three.context.messages) == [msgs[0], *msgs[-2:]]  # the newest call and its result
-    assert not any(is_summary(m) for m in three.context.messages)
+    for n in (1, 3):
+        out = window(max_messages=n, summarize_removed=True).apply("pre_llm", Context(messages=msgs))
+        kept = list(out.context.messages)
+        assert kept[0] == msgs[0] and kept[-2:] == msgs[-2:]  # the task, the newest call and result
+        assert len(kept) == 4 and is_summary(kept[1]), kept
 
 
 def test_summarize_removed_stays_within_max_tokens():
@@ -439,12 +452,41 @@ def test_a_summary_that_costs_more_than_it_replaces_takes_older_messages_with_it
     assert len(out) < 11 and list(out[-2:]) == msgs[-2:]
 
 
-def test_a_newest_group_larger_than_the_window_is_said_in_the_trace():
-    """max_messages is a hard cap: a parallel tool-call group larger than it is removed whole,
-    and the trace says so and how to mend it (raise max_messages); a window it fits says nothing."""
+def test_the_results_beside_a_users_text_are_kept_with_their_call():
+    """The newest call's results and the user's text beside them (Anthropic's one user turn, two
+    messages here) are kept with the call whatever max_messages says, with or without a store
+    (its summary's guide costs more, which once took the call away to make room)."""
+    import tempfile
+
+    from ctxmgmt.offload import LocalOffloader
+
+    turns = [{"role": "user", "content": "TASK: audit the services."}]
+    for k in range(6):
+        turns += [{"role": "assistant", "content": f"looking {k}"}, {"role": "user", "content": f"go on {k}"}]
+    uses = [{"type": "tool_use", "id": f"t{i}", "name": "check", "input": {"svc": i}} for i in range(3)]
+    results = [{"type": "tool_result", "tool_use_id": f"t{i}", "content": f"RESULT-{i}"} for i in range(3)]
+    turns += [
+        {"role": "assistant", "content": uses},
+        {
+            "role": "user",
+            "content": [*results, {"type": "text", "text": "<system-reminder>x</system-reminder>"}],
+        },
+    ]
+    ctx = Context(messages=turns, format="anthropic", context_window=16000)
+    d = window(max_messages=6, summarize_removed=True)
+    assert list(assert_invariants(d, "pre_llm", ctx).context.messages[-2:]) == turns[-2:]
+    stored = d.apply("pre_llm", ctx, offloader=LocalOffloader(tempfile.mkdtemp()), session="s")
+    assert list(stored.context.messages[-2:]) == turns[-2:], stored.context.messages
+
+
+def test_a_newest_group_larger_than_the_window_is_kept_whole_and_said():
+    """A parallel tool-call group larger than max_messages is kept whole (the model sees the
+    results it asked for), and the trace says how to keep a window beside it (raise
+    max_messages); a window it fits says nothing."""
     msgs = [{"role": "user", "content": "task"}, call("a", "b", "c", "d"), *(result(i) for i in "abcd")]
-    small = window(max_messages=4).apply("pre_llm", Context(messages=msgs))
-    assert [m.get("content") for m in small.context.messages] == ["task"]
+    older = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"}, *msgs]
+    small = assert_invariants(window(max_messages=4), "pre_llm", Context(messages=older))
+    assert list(small.context.messages) == msgs  # the older turn goes, the newest group stays
     assert "raise max_messages" in small.trace[0]["details"]["note"]
     fits = window(max_messages=6).apply("pre_llm", Context(messages=msgs))
     assert len(fits.context.messages) == 6 and "note" not in fits.trace[0]["details"]
