@@ -38,6 +38,7 @@ import re2  # type: ignore[import-untyped]
 from . import marks
 from ._memo import BY_CONTENT, Memo, content_key
 from .messages import command_lines, is_shell_call, is_summary, shell_keys, text_of, without_escapes
+from .types import MARK_MEMBER
 
 __all__ = ["digest", "error_lines", "fold_errors", "merge_ledger", "outcome", "trace_line"]
 
@@ -553,6 +554,9 @@ def outcome(result: str | None, message: Mapping[str, Any] | None = None) -> str
     if message is not None:
         status = message.get("status")
         if any(message.get(k) for k in _FLAGS) or status in ("error", "failed", "incomplete"):
+            return "failed"
+        origin = message.get(MARK_MEMBER)  # a provider's flag kept by its conversion (is_error)
+        if isinstance(origin, Mapping) and any(origin.get(k) is True for k in _FLAGS):
             return "failed"
     text = without_escapes(result or "").strip()
     if not text:

@@ -1290,3 +1290,23 @@ def test_a_messages_key_leaves_out_its_prompt_cache_breakpoints_and_nothing_else
     other_text = {"role": "user", "content": [result, {"type": "text", "text": "stop"}]}
     assert len({message_key(m), message_key(other_call), message_key(other_text)}) == 3
     assert "cache_control" in marked["content"][0]  # the message handed in is left as it was
+
+
+def test_an_anthropic_tool_result_marked_is_error_is_a_failed_call():
+    """A tool_result with ``is_error: true`` (how Claude Code marks a failed tool, its text
+    ``<tool_use_error>…``) is a failed call in the offline summary, not ``ok``."""
+    from ctxmgmt.formats import internal
+
+    messages = [{"role": "user", "content": "TASK: run the jobs"}]
+    for k in range(3):
+        use = {"type": "tool_use", "id": f"t{k}", "name": "Bash", "input": {"command": f"make job{k}"}}
+        result = {"type": "tool_result", "tool_use_id": f"t{k}", "content": f"job {k} done"}
+        if k == 1:
+            result |= {"content": "<tool_use_error>File does not exist.</tool_use_error>", "is_error": True}
+        messages += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+    way = internal(Context(messages=messages, format="anthropic"))
+    assert way is not None
+    sections = digest(list(way.context.messages))
+    assert "`make job1`" in "\n".join(sections["errors"])
+    assert any("make job1" in item and "failed" in item for item in sections["specifics"])
+    assert not any("make job0" in item and "failed" in item for item in sections["specifics"])
