@@ -281,8 +281,20 @@ async def _proxy(request: Request, api: Api) -> Response:
     exchange_state = _Kept(slot, version, canon, parsed, conversation_id, archives)
     outgoing = api.managed(body, messages, config.model)
     recall: list[Tool] = []
+    room: int | None = None  # for the recall rounds (see below); None: no window to keep within
     if offer is not None and conversation.names_archive(turn):
-        recall, outgoing["tools"] = recall_tools(offloader, conversation_id), offer
+        if config.context_window is not None:
+            # What the window leaves beside the managed request (counted tokens), for the recall
+            # rounds' calls and results, which no hook sees. The limit is the fit's (the reserve
+            # it kept, the turn's thinking that no counter sees); the recall tools are in the
+            # counted request.
+            way = internal(turn.context)
+            inner, constraints = (way.context, way.constraints) if way is not None else (turn.context, CHAT)
+            ratio = max(1.0, turn.ratio)
+            reserve = reply_reserve(inner, definition.settings, counter, constraints, ratio)
+            room = input_limit(inner, reserve, ratio, constraints) - turn.counted
+        if room is None or room >= MIN_RECALL_ROOM:  # else a call could read nothing: not offered
+            recall, outgoing["tools"] = recall_tools(offloader, conversation_id), offer
     counted, before = turn.counted, turn.tokens_before
     if offer is not None and not recall:
         # Managed with the recall tools, which go when the request names an archive: this one
@@ -309,17 +321,8 @@ async def _proxy(request: Request, api: Api) -> Response:
     exchange = _Exchange(
         request, api, config, headers, conversation, record, exchange_state, recall, parts.stream
     )
-    if recall and config.context_window is not None:
-        # What the window leaves beside the managed request (counted tokens), for the recall
-        # rounds' calls and results, which no hook sees.
-        # The limit is the fit's (the reserve it kept, the turn's thinking that no counter
-        # sees); the recall tools are in the counted request.
-        exchange.counter = counter
-        ratio = max(1.0, turn.ratio)
-        way = internal(turn.context)
-        inner, constraints = (way.context, way.constraints) if way is not None else (turn.context, CHAT)
-        reserve = reply_reserve(inner, definition.settings, counter, constraints, ratio)
-        exchange.room = input_limit(inner, reserve, ratio, constraints) - turn.counted
+    if recall and room is not None:
+        exchange.counter, exchange.room = counter, room
     if parts.stream:
         # A stream's record is stored after its last event went out, when the client may
         # already be sending its next request to another process: the state goes first,
@@ -725,6 +728,10 @@ class _Stream(StreamingResponse):
 _PER_ITEM = 16
 """Counted tokens a recall call or result takes beyond its text (its message, ids, name)."""
 _NO_ROOM = "error: the model's window has no room left for recall results; answer with what you have read"
+MIN_RECALL_ROOM = 512
+"""Counted tokens the window must leave beside a managed request for the recall tools to be
+offered with it: a round's call and a result worth reading (with less, a model that calls
+one reads nothing, and its answer is cut to what it said beside the call)."""
 _CUT = "\n[cut: the model's window has no room for more of it; read a narrower part]"
 
 
