@@ -376,7 +376,8 @@ def test_an_execution_that_changes_nothing_leaves_the_stored_view_and_loses_noth
     """With no manager firing, the stored view is not written again; the next execution still
     continues from exactly what the model saw, plus what was said after."""
     window = {"type": "SlidingWindowManager", "config": {"max_messages": 2}}
-    store.create("window", {"hooks": {"pre_llm": [{**window, "activation": {"message_count_exceed": 6}}]}})
+    # It fires once, before the model's last call: the newest call and its result stay.
+    store.create("window", {"hooks": {"pre_llm": [{**window, "activation": {"message_count_exceed": 8}}]}})
     agent_id = agent(runner, context_management_name="window")
     for i in range(4):
         chat_server.reply(tool_call(("echo", {"i": i})))

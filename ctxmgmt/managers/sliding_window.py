@@ -24,9 +24,10 @@ from .base import builtin_schema, target_tokens
 
 class SlidingWindowManager(ContextManager):
     """Keeps at most ``max_messages`` non-system messages (and, with ``max_tokens``,
-    a context within that many tokens), newest first; the newest unit (a tool call with its
-    results, or a turn) is kept whole whatever its size, with the summary beside it under
-    ``summarize_removed`` (the model must see the results it asked for).
+    a context within that many tokens), newest first; when the model called tools last,
+    its call with the results and what came after them is kept whole whatever its size,
+    with the summary beside it under ``summarize_removed`` (the model must see the results
+    it asked for).
 
     System and developer messages are always kept. With ``pin: task`` the current
     task (the most recent user message) is kept and counts towards the cap, and a
@@ -39,7 +40,7 @@ class SlidingWindowManager(ContextManager):
     ``summarize_removed`` what it removes is merged into ctxmgmt's running summary (offline,
     without a model call, as the fit step does): the paths, commands, errors and ids of the
     removed messages stay in the request, in at most a fifth of the room (and at least 64
-    tokens); the summary takes a place under ``max_messages`` (beside a newest unit that takes
+    tokens); the summary takes a place under ``max_messages`` (beside a newest call that takes
     them all, one more). It never grows the request:
     when the summary would cost more than what it replaces, older kept units go too (never the
     newest); when it would hold no item, the window removes as a plain one does.
@@ -131,7 +132,7 @@ class SlidingWindowManager(ContextManager):
         """The window drawn again with a place and room for the running summary, and what it
         removes merged into that summary (older kept units too while the summary would cost
         more than what it replaces: a window never grows the request); None when there is no
-        place for one beside the newest unit, or the summary would show no item: the plain
+        place for one, or the summary would show no item: the plain
         window applies then."""
         count = runtime.counter.message
         held = sum(count(msgs[i], i) for i in pinned if is_summary(msgs[i]))
@@ -140,7 +141,7 @@ class SlidingWindowManager(ContextManager):
         reserved = None if budget is None else budget - max(0, room + MESSAGE_OVERHEAD - held)
         boundary = _boundary(msgs, pinned, count, places - (0 if held else 1), reserved)
         if boundary == len(msgs):
-            return None  # nothing but the pinned to keep
+            return None  # no place for the summary beside what is kept
         dropped = [i for start, end in gaps(boundary, sorted(pinned)) for i in range(start, end)]
         freed = sum(count(msgs[i], i) for i in dropped)
         # The summary replaces the old one and the removed messages, and costs no more than
@@ -153,7 +154,8 @@ class SlidingWindowManager(ContextManager):
         draft: Draft | None = drawn
         if held + freed < want:
             fresh = _fresh(msgs)
-            for start, end in [u for u in units(msgs) if u[0] >= boundary and u[1] <= fresh]:
+            kept_units = [u for u in units(msgs) if u[0] >= boundary][:-1]  # never the newest
+            for start, end in [u for u in kept_units if u[1] <= fresh]:
                 if held + freed >= want:
                     break
                 more = [i for i in range(start, end) if i not in pinned]
@@ -206,9 +208,9 @@ def _boundary(
     budget: int | None,
 ) -> int:
     """Where the window starts: the newest whole units that take at most ``places`` messages
-    and, with a ``budget``, that many tokens (the newest unit, and the model's newest call
-    with what came after it, stay whatever their size or the budget: the results the model
-    has not read yet, or its newest turn; the fit step cuts them if need be).
+    and, with a ``budget``, that many tokens. The model's newest call with what came after it
+    stays whatever its size or the budget (the results the model has not read yet), and so
+    does the newest unit whatever the budget (its newest turn); the fit step cuts them if need be.
     Only what is kept (and one unit more) is looked at."""
     boundary = len(msgs)
     used = 0
@@ -217,12 +219,12 @@ def _boundary(
         if all(i in pinned for i in range(start, end)):  # pinned alone, or a loop's pinned head
             continue
         size = end - start
-        newest = boundary == len(msgs) or start >= fresh  # kept, whatever its size or the budget
-        if used + size > places and not newest:
+        fresh_unit = start >= fresh  # kept whatever its size or the budget
+        if used + size > places and not fresh_unit:
             break
         if budget is not None:
             cost = sum(count(msgs[i], i) for i in range(start, end))
-            if cost > budget and not newest:
+            if cost > budget and not fresh_unit and boundary < len(msgs):
                 break
             budget -= cost
         used += size
@@ -231,16 +233,14 @@ def _boundary(
 
 
 def _fresh(msgs: Sequence[Mapping[str, Any]]) -> int:
-    """Where the stretch starts that the window never removes: the model's newest call, when
-    it called tools last, with its results and what came after them (the user's text beside
-    them: in Anthropic's one turn, a message of its own here); else the newest unit. A model
+    """Where the stretch starts that the window never removes (``len(msgs)``: none): the
+    model's newest call, when it called tools last, with its results and what came after them
+    (the user's text beside them: in Anthropic's one turn, a message of its own here). A model
     that no longer sees the results of the calls it just made makes them again."""
     for i in range(len(msgs) - 1, -1, -1):
         if msgs[i].get("role") == "assistant":
-            if call_ids(msgs[i]):
-                return i
-            break
-    return next(iter(units_from_end(msgs)), (len(msgs), len(msgs)))[0]
+            return i if call_ids(msgs[i]) else len(msgs)
+    return len(msgs)
 
 
 def _summary_room(room: int | None, max_tokens: int | None) -> int:
