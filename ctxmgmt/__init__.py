@@ -111,14 +111,16 @@ _LAZY = {
 package) it comes from."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(home, __name__)
-    value = module if name == "eval" else getattr(module, name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # a type checker sees the imports above, and no name that is not one
+
+    def __getattr__(name: str) -> Any:
+        home = _LAZY.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        module = importlib.import_module(home, __name__)
+        value = module if name == "eval" else getattr(module, name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -185,6 +185,32 @@ def test_an_upstream_error_event_is_recorded_and_passed_on_alone(proxy, raw, sto
     assert "Overloaded" in stored_record(store)["error"]
 
 
+def test_a_stream_whose_end_event_went_by_unread_gets_no_error_event(proxy, raw, store, monkeypatch):
+    """An end event too long to read (a response.completed that repeats many large output
+    items) goes by unread: the stream may well have ended, so no error event is added after
+    it, and a chunk with ``"error": null`` is no error."""
+    from ctxmgmt.api.proxy import streams
+
+    monkeypatch.setattr(streams, "MAX_EVENT_BYTES", 4096)
+    done = {"type": "response.completed", "response": {"id": "r", "output": [{"text": "x" * 8000}]}}
+    events = (
+        "event: response.created\n"
+        'data: {"type": "response.created", "response": {"id": "r"}, "error": null}\n\n'
+        f"event: response.completed\ndata: {json.dumps(done)}\n\n"
+    ).encode()
+    raw.answer(events, headers={"content-type": "text/event-stream"})
+    assert _streamed(proxy, {"model": "m", "input": "hi"}, "/v1/responses") == events
+    assert stored_record(store)["status"] == "finished"
+
+
+def test_an_error_a_router_answers_with_200_is_named_in_the_502(proxy, raw):
+    """A 200 whose JSON object is an error (some routers answer so) is a 502 that carries the
+    upstream's message, not only that the answer holds no choices."""
+    raw.answer(json.dumps({"error": {"message": "provider overloaded: try later", "code": 429}}).encode())
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json=BODY, timeout=30)
+    assert r.status_code == 502 and "provider overloaded: try later" in r.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     ("path", "model", "answer", "said"),
     [

@@ -883,7 +883,7 @@ async def _events(
             if (
                 said is None
                 and isinstance(data, Mapping)
-                and (data.get("type") in ("error", "response.failed") or "error" in data)
+                and (data.get("type") in ("error", "response.failed") or data.get("error"))
             ):
                 said = f"the upstream's stream ended with an error event: {_said(data)}"
             if exchange.recall:
@@ -940,9 +940,11 @@ async def _events(
                 passed, _ = read(events.finish())
                 if passed:
                     yield passed
-            if not ended and said is None:
+            if not ended and (said is None or holding) and not events.skipped:
                 # Cut short, yet closed as a whole stream: a client would take what came for
-                # the whole answer (a call's arguments cut in the middle, for one).
+                # the whole answer (a call's arguments cut in the middle, for one). Not when
+                # the upstream's error event went out (the client knows), nor when an event too
+                # long to read went by unread (it may have been the end).
                 failure = (
                     "the upstream's stream ended before the answer's end (no "
                     f"{_ENDS[api.name]}); what came is not the whole answer"

@@ -72,6 +72,8 @@ class Events:
         """Where the search for the next separator resumes."""
         self._skipping = False
         """Whether the bytes up to the next separator are an overlong event's, dropped."""
+        self.skipped = 0
+        """How many overlong events were dropped unread (one may have ended the answer)."""
 
     def feed(self, chunk: bytes, *, skip: bool = False) -> list[tuple[bytes, Any]]:
         """The events ``chunk`` completes. An event over the bound raises
@@ -133,6 +135,7 @@ class Events:
     def skip(self) -> list[tuple[bytes, Any]]:
         """After :class:`EventTooLong`: the overlong event dropped to its end (which may come
         with later chunks), and the events after it that the bytes held so far complete."""
+        self.skipped += 1
         self._skipping = True
         self._scan = 0
         return self._feed(b"")

@@ -272,10 +272,14 @@ def answer_of(
     if isinstance(answer, dict):
         member = _ANSWERS.get(api or "")
         if member is not None and not isinstance(answer.get(member), list):
+            error = answer.get("error")  # an error some routers send with a 200 (OpenRouter, LiteLLM)
+            said = error.get("message") if isinstance(error, dict) else error
             raise Refused(
                 502,
                 "llm_exception",
-                f"the upstream answered {response.status_code} with a JSON object that holds no "
+                f"the upstream answered {response.status_code} with an error: {str(said)[:300]}"
+                if said
+                else f"the upstream answered {response.status_code} with a JSON object that holds no "
                 f"{member!r} list, which every {api} answer has; check that the model's base_url "
                 "and provider are the API's the client speaks",
             )
