@@ -68,10 +68,9 @@ class ServerConfig:
                 digest = bytes.fromhex(spec["key_sha256"])
             keys.append(ApiKey(spec["name"], spec["scope"], digest))
         in_flight = int(data.get("bodies_in_flight_bytes", DEFAULT_BODIES_IN_FLIGHT))
-        largest = max(
-            int(data.get("max_body_bytes", DEFAULT_MAX_BODY)),
-            int(data.get("proxy_max_body_bytes", DEFAULT_PROXY_MAX_BODY)),
-        )
+        body = int(data.get("max_body_bytes", DEFAULT_MAX_BODY))
+        proxy_body = int(data.get("proxy_max_body_bytes", DEFAULT_PROXY_MAX_BODY))
+        largest = max(body, proxy_body)
         if in_flight < largest:  # else a body within its limit is refused for ever, as if busy
             raise ConfigError(
                 [
@@ -84,13 +83,13 @@ class ServerConfig:
             )
         return cls(
             tuple(keys),
-            int(data.get("max_body_bytes", DEFAULT_MAX_BODY)),
+            body,
             header_timeout_seconds=float(data.get("header_timeout_seconds", 10.0)),
             body_timeout_seconds=float(data.get("body_timeout_seconds", 30.0)),
             keep_alive_seconds=float(data.get("keep_alive_seconds", 5.0)),
             allowed_hosts=tuple(data.get("allowed_hosts", ())),
             allowed_origins=tuple(data.get("allowed_origins", ())),
-            proxy_max_body_bytes=int(data.get("proxy_max_body_bytes", DEFAULT_PROXY_MAX_BODY)),
+            proxy_max_body_bytes=proxy_body,
             bodies_in_flight_bytes=in_flight,
         )
 

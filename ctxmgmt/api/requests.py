@@ -257,13 +257,23 @@ class BodyBudget:
         self.limit = limit
         self.held = 0
 
-    def take(self, scope: MutableMapping[str, Any], size: int) -> bool:
-        """Hold ``size`` more bytes for this request; False (nothing taken) past the limit."""
-        if self.held + size > self.limit:
-            return False
-        self.held += size
-        scope[self._HELD] = scope.get(self._HELD, 0) + size
-        return True
+    def hold(self, scope: MutableMapping[str, Any], size: int) -> None:
+        """Hold ``size`` bytes in all for this request (what it holds already counts); a 429
+        past the limit, nothing more taken."""
+        more = size - scope.get(self._HELD, 0)
+        if more <= 0:
+            return
+        if self.held + more > self.limit:
+            raise HTTPProblem(
+                429,
+                f"the server holds {self.limit} bytes of request bodies at once "
+                "(server.bodies_in_flight_bytes), and those of the requests in progress "
+                "leave no room for this one: retry it shortly",
+                "too_many_requests",
+                headers={"retry-after": "1"},  # the server is busy, not the client wrong
+            )
+        self.held += more
+        scope[self._HELD] = size
 
     def give_back(self, scope: MutableMapping[str, Any]) -> None:
         self.held -= scope.pop(self._HELD, 0)
@@ -307,9 +317,9 @@ async def _body(request: Request, limit: int, setting: str) -> bytearray:
     if length is not None and int(length) > max(limit, DRAIN_BYTES):
         raise too_large  # at once: not worth reading
     decoder = _decoder(request, limit, setting)
-    hold = _Held(request)
-    if decoder is None and length is not None:
-        hold.up_to(min(int(length), limit))  # a 429 before the body is sent, not after
+    budget: BodyBudget | None = request.scope.get(BodyBudget.SCOPE_KEY)
+    if budget is not None and decoder is None and length is not None:
+        budget.hold(request.scope, min(int(length), limit))  # a 429 before the body is sent
     body = bytearray()
     received = 0
     over = False  # past the limit: the rest is read (up to DRAIN_BYTES) and dropped
@@ -327,7 +337,8 @@ async def _body(request: Request, limit: int, setting: str) -> bytearray:
         if len(body) + len(chunk) > limit:
             over = True
             continue
-        hold.up_to(len(body) + len(chunk))
+        if budget is not None:
+            budget.hold(request.scope, len(body) + len(chunk))
         body += chunk
     if over:  # the client has finished sending, so it reads this answer instead of a reset
         if decoder is None or received > limit:
@@ -336,32 +347,6 @@ async def _body(request: Request, limit: int, setting: str) -> bytearray:
     if decoder is not None:
         decoder.finish()
     return body
-
-
-class _Held:
-    """The bytes of the server's :class:`BodyBudget` that one request's body holds."""
-
-    __slots__ = ("budget", "scope", "taken")
-
-    def __init__(self, request: Request) -> None:
-        self.budget: BodyBudget | None = request.scope.get(BodyBudget.SCOPE_KEY)
-        self.scope = request.scope
-        self.taken = 0
-
-    def up_to(self, size: int) -> None:
-        """Hold ``size`` bytes in all (a 429 past the budget: the requests in progress hold it)."""
-        if self.budget is None or size <= self.taken:
-            return
-        if not self.budget.take(self.scope, size - self.taken):
-            raise HTTPProblem(
-                429,
-                f"the server holds {self.budget.limit} bytes of request bodies at once "
-                "(server.bodies_in_flight_bytes), and those of the requests in progress "
-                "leave no room for this one: retry it shortly",
-                "too_many_requests",
-                headers={"retry-after": "1"},  # the server is busy, not the client wrong
-            )
-        self.taken = size
 
 
 _FIX = ": check the data and its Content-Encoding header, or send the body uncompressed"
