@@ -79,27 +79,22 @@ class SlidingWindowManager(ContextManager):
             )
             if budget < 0:
                 runtime.details["note"] = "the pinned messages alone exceed max_tokens"
-        boundary = _boundary(msgs, pinned, count, places, budget)
+        fresh = _fresh(msgs)
+        boundary = _boundary(msgs, pinned, count, places, budget, fresh)
         kept = sum(1 for i in range(boundary, len(msgs)) if i not in pinned)
-        if kept > places:
-            # Kept whole whatever the cap (see _fresh); said, so that it can be raised.
+        if kept > places:  # only the newest call with its results is kept past the cap
             runtime.details["note"] = (
-                f"kept more than max_messages ({max_messages}): the newest call with its results "
-                f"and what came after them, or the newest turn ({kept} messages), are kept "
-                "whole; raise max_messages to keep a window beside them"
+                f"kept more than max_messages ({max_messages}): the model's newest call with its "
+                f"results and what came after them ({kept} messages) are kept whole; raise "
+                "max_messages to keep a window beside them"
             )
         if self.config["summarize_removed"] and gaps(boundary, sorted(pinned)):
-            out = self._fold(context, msgs, pinned, places, budget, max_tokens, runtime)
+            out = self._fold(context, msgs, pinned, places, budget, max_tokens, fresh, runtime)
             if out is not None:
                 return out
         if runtime.constraints.user_first:
             wanted = boundary
-            boundary = _user_first(msgs, boundary, pinned)
-            fresh = _fresh(msgs)
-            if boundary > fresh:  # past the newest call: from the user's message before it
-                boundary = next(
-                    (i for i in range(fresh - 1, -1, -1) if msgs[i].get("role") == "user"), boundary
-                )
+            boundary = _user_first(msgs, boundary, pinned, fresh)
             if boundary < wanted:
                 runtime.details["note"] = (
                     "kept more than max_messages: the provider wants a user message first, "
@@ -127,6 +122,7 @@ class SlidingWindowManager(ContextManager):
         places: int,
         budget: int | None,
         max_tokens: int | None,
+        fresh: int,
         runtime: Runtime,
     ) -> Context | None:
         """The window drawn again with a place and room for the running summary, and what it
@@ -139,7 +135,7 @@ class SlidingWindowManager(ContextManager):
         room = full = _summary_room(runtime.room, max_tokens)
         # The summary may grow to its room, and it takes a place when there is none yet.
         reserved = None if budget is None else budget - max(0, room + MESSAGE_OVERHEAD - held)
-        boundary = _boundary(msgs, pinned, count, places - (0 if held else 1), reserved)
+        boundary = _boundary(msgs, pinned, count, places - (0 if held else 1), reserved, fresh)
         if boundary == len(msgs):
             return None  # no place for the summary beside what is kept
         dropped = [i for start, end in gaps(boundary, sorted(pinned)) for i in range(start, end)]
@@ -153,7 +149,6 @@ class SlidingWindowManager(ContextManager):
         want, drawn = sized
         draft: Draft | None = drawn
         if held + freed < want:
-            fresh = _fresh(msgs)
             kept_units = [u for u in units(msgs) if u[0] >= boundary][:-1]  # never the newest
             for start, end in [u for u in kept_units if u[1] <= fresh]:
                 if held + freed >= want:
@@ -206,6 +201,7 @@ def _boundary(
     count: Any,
     places: int,
     budget: int | None,
+    fresh: int,
 ) -> int:
     """Where the window starts: the newest whole units that take at most ``places`` messages
     and, with a ``budget``, that many tokens. The model's newest call with what came after it
@@ -214,7 +210,6 @@ def _boundary(
     Only what is kept (and one unit more) is looked at."""
     boundary = len(msgs)
     used = 0
-    fresh = _fresh(msgs)
     for start, end in units_from_end(msgs):
         if all(i in pinned for i in range(start, end)):  # pinned alone, or a loop's pinned head
             continue
@@ -250,14 +245,16 @@ def _summary_room(room: int | None, max_tokens: int | None) -> int:
     return fit_room(min(known) if known else DEFAULT_SUMMARY_ROOM)
 
 
-def _user_first(msgs: Sequence[Mapping[str, Any]], boundary: int, pinned: set[int]) -> int:
+def _user_first(msgs: Sequence[Mapping[str, Any]], boundary: int, pinned: set[int], fresh: int) -> int:
     """The boundary moved past whole units until the first kept message is a user message,
     for a provider that wants one first: the window keeps fewer rather than start otherwise.
-    When that would keep nothing, it keeps from the newest user message instead."""
+    When that would keep nothing, or move past ``fresh`` (see :func:`_fresh`), it keeps from
+    the user message before instead."""
     head = min((i for i in pinned if msgs[i].get("role") not in SYSTEM_ROLES), default=None)
     n = len(msgs)
+    stop = min(n, fresh)
     start = boundary
-    while boundary < n and (head is None or head > boundary):
+    while boundary < stop and (head is None or head > boundary):
         if msgs[boundary].get("role") == "user":
             return boundary
         end = boundary + 1  # past the unit: a message, or a call with its results
@@ -267,6 +264,6 @@ def _user_first(msgs: Sequence[Mapping[str, Any]], boundary: int, pinned: set[in
         boundary = end
         while boundary < n and msgs[boundary].get("role") in SYSTEM_ROLES:
             boundary += 1
-    if boundary >= n and head is None:
+    if boundary >= stop and (head is None or head > boundary):
         return next((i for i in range(start - 1, -1, -1) if msgs[i].get("role") == "user"), start)
     return boundary

@@ -490,3 +490,24 @@ def test_a_newest_group_larger_than_the_window_is_kept_whole_and_said():
     assert "raise max_messages" in small.trace[0]["details"]["note"]
     fits = window(max_messages=6).apply("pre_llm", Context(messages=msgs))
     assert len(fits.context.messages) == 6 and "note" not in fits.trace[0]["details"]
+
+
+def test_a_user_first_window_starts_at_the_user_message_before_the_newest_call():
+    """For a provider that wants a user message first, a window kept to the newest call and its
+    results (pin: none) starts at the user message before that call, not past the call (which
+    would leave the results without it) nor at the results' text."""
+    uses = [{"type": "tool_use", "id": f"t{i}", "name": "f", "input": {}} for i in range(2)]
+    results = [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "r"} for i in range(2)]
+    msgs = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "on it"},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": uses},
+        {
+            "role": "user",
+            "content": [*results, {"type": "text", "text": "<system-reminder>x</system-reminder>"}],
+        },
+    ]
+    ctx = Context(messages=msgs, format="anthropic")
+    out = assert_invariants(window(max_messages=1, pin="none"), "pre_llm", ctx).context.messages
+    assert list(out) == msgs[2:]
