@@ -39,7 +39,7 @@ from typing import Any
 from .formats import anthropic as _anthropic
 from .loader import json_depth
 
-__all__ = ["MAX_DEPTH", "ReplyError", "read"]
+__all__ = ["MAX_DEPTH", "ReplyError", "error_message", "read"]
 
 MAX_DEPTH = 64
 """Objects and lists nested deeper than this in a reply (or in a tool call's arguments)
@@ -77,6 +77,18 @@ def read(raw: bytes, provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
     message = _anthropic_message(data) if provider == "anthropic" else _chat_message(data)
     usage = data.get("usage")
     return message, usage if isinstance(usage, dict) else {}
+
+
+def error_message(data: Any) -> str | None:
+    """The message of an error a provider answered (``{"error": {"message": …}}``, a plain
+    ``{"error": "…"}``, or a failed response's ``response.error``), at most 300 characters;
+    None when ``data`` holds none."""
+    if not isinstance(data, Mapping):
+        return None
+    inner = data.get("response")
+    error = data.get("error") or (inner.get("error") if isinstance(inner, Mapping) else None)
+    message = error.get("message") if isinstance(error, Mapping) else error
+    return str(message)[:300] if message else None
 
 
 def parse(raw: bytes | str, pointer: str) -> Any:

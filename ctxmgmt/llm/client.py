@@ -403,11 +403,7 @@ def _reason(raw: bytes) -> str:
         data = _reply.parse(raw, "")
     except _reply.ReplyError:
         return raw[:300].decode("utf-8", "replace") or "no reason given"
-    error = data.get("error") if isinstance(data, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error
-    if isinstance(message, str) and message:
-        return message[:300]
-    return raw[:300].decode("utf-8", "replace")
+    return _reply.error_message(data) or raw[:300].decode("utf-8", "replace")
 
 
 def parse_json_object(text: str) -> Any:

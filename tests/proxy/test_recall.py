@@ -583,6 +583,36 @@ def test_events_under_another_content_type_never_pass_a_recall_call_on(raw_archi
     assert got.rstrip().endswith("data: [DONE]")
 
 
+def test_a_recall_rounds_answer_that_is_not_the_apis_is_a_502(store, raw_archiving):
+    """The upstream's answer to a recall round (the proxy's own request) that is no chat
+    answer (no choices) is a 502 that says so, recorded: not passed on as the client's 200."""
+    raw, server = raw_archiving
+    call = {"id": "r1", "type": "function", "function": {"name": "context_search", "arguments": "{}"}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    first = {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+    raw.answer(json.dumps(first).encode())
+    raw.answer(b'{"id": 1}')
+    r = _ask(server)
+    assert r.status_code == 502 and "'choices'" in r.json()["error"]["message"], r.text
+    assert raw.requests == 2
+    assert "'choices'" in json.dumps(stored_record(store, "proxy-long-running-agent"))
+
+
+def test_an_error_event_in_a_held_recall_call_ends_the_stream_as_failed(store, raw_archiving):
+    """A stream that breaks off with the upstream's error event while a recall call was coming
+    (its arguments cut) is no whole answer: no recall round is made of the cut call, the
+    client gets an error event and never the call, and the record says the stream failed."""
+    raw, server = raw_archiving
+    call = {"index": 0, "id": "r1", "type": "function"}
+    call["function"] = {"name": "context_search", "arguments": '{"pattern": "chec'}
+    events = _chunk({"tool_calls": [call]}) + b'data: {"error": {"message": "Overloaded"}}\n\n'
+    raw.answer(events, headers={"content-type": "text/event-stream"})
+    got = _streamed(server)
+    assert raw.requests == 1 and "context_search" not in got, got
+    assert "what came is not the whole answer" in got
+    assert stored_record(store, "proxy-long-running-agent")["status"] == "error"
+
+
 def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):
     """A whole upstream answer is JSON-parsed once, for its usage and its recall calls alike."""
     from ctxmgmt.api.proxy import upstream as upstream_module

@@ -27,6 +27,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ..._reply import error_message
 from ...agents.conversation import Conversation, Turn, usage_record
 from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
@@ -655,7 +656,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
             await response.aclose()
             raise Refused(502, "llm_exception", f"the upstream's stream: {exc}") from None
         events = _events(exchange, response, deadline, body, decoder)
-        return _Stream(exchange, events, response.status_code, returned, deadline + config.timeout)
+        return _Stream(exchange, events, response.status_code, returned, deadline)
     try:
         data = await upstream.read(response, deadline, config)
     finally:
@@ -665,7 +666,7 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
         # reads them as events, so they are watched for recall calls as a stream's are.
         decoder = Decoder(config.max_stream_bytes, httpx.Headers(), "max_stream_bytes")
         events = _events(exchange, response, deadline, body, decoder, given=data)
-        return _Stream(exchange, events, response.status_code, returned, deadline + config.timeout)
+        return _Stream(exchange, events, response.status_code, returned, deadline)
     # Parsed once, for its usage and its calls.
     answer = upstream.answer_of(data, response, stream, bool(exchange.recall), api.name)
     usage = exchange.usage = usage_of(api.name, answer)
@@ -696,10 +697,10 @@ async def _exchange(exchange: _Exchange, body: dict[str, Any], stream: bool, fir
 
 
 class _Stream(StreamingResponse):
-    """The events of :func:`_events` going to the client, by ``until`` at the latest. The
-    model's deadline bounds the upstream's reads; a client that reads too slowly to take
-    what came by the deadline and the error event after it (one that reads nothing holds
-    the server's send for ever) is cut off at ``until``, the upstream's answer closed and
+    """The events of :func:`_events` going to the client, until the model's ``deadline`` and
+    its timeout again at the latest. The deadline bounds the upstream's reads; a client that
+    reads too slowly to take what came by then and the error event after it (one that reads
+    nothing holds the server's send for ever) is cut off, the upstream's answer closed and
     the record stored, which says so."""
 
     def __init__(
@@ -708,13 +709,14 @@ class _Stream(StreamingResponse):
         events: AsyncGenerator[bytes, None],
         status: int,
         headers: Mapping[str, str],
-        until: float,
+        deadline: float,
     ) -> None:
         # A client that goes away cancels the stream: its generator may be left where it was
         # (after its last event, the record not yet stored). Closing it afterwards runs what
         # is left: the upstream's response closed, the record stored.
         super().__init__(events, status, headers=headers, background=BackgroundTask(events.aclose))
-        self.exchange, self.events, self.until = exchange, events, until
+        self.exchange, self.events = exchange, events
+        self.until = deadline + exchange.config.timeout
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -885,7 +887,8 @@ async def _events(
                 and isinstance(data, Mapping)
                 and (data.get("type") in ("error", "response.failed") or data.get("error"))
             ):
-                said = f"the upstream's stream ended with an error event: {_said(data)}"
+                said = error_message(data) or "no message"
+                said = f"the upstream's stream ended with an error event: {said}"
             if exchange.recall:
                 if (plain := unechoed(api.name, data)) is not None:
                     event = streams.with_data(event, plain)
@@ -1016,14 +1019,6 @@ _ENDS = {
     "responses": "response.completed",
 }
 """What ends each API's stream, in a message that says it did not come."""
-
-
-def _said(data: Mapping[str, Any]) -> str:
-    """An upstream's error event, in a few words (for the record)."""
-    inner = data.get("response")
-    error = data.get("error") or (inner.get("error") if isinstance(inner, Mapping) else None)
-    message = error.get("message") if isinstance(error, Mapping) else error
-    return str(message if message is not None else data.get("message") or "no message")[:300]
 
 
 def _may_be_recall(names: list[str]) -> bool:

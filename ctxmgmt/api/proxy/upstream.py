@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from starlette.requests import Request
 
+from ..._reply import error_message
 from ...llm import ModelConfig
 from ...llm.decoding import Decoder, TooLarge
 from ..requests import key_in, state
@@ -272,12 +273,11 @@ def answer_of(
     if isinstance(answer, dict):
         member = _ANSWERS.get(api or "")
         if member is not None and not isinstance(answer.get(member), list):
-            error = answer.get("error")  # an error some routers send with a 200 (OpenRouter, LiteLLM)
-            said = error.get("message") if isinstance(error, dict) else error
+            said = error_message(answer)  # an error some routers send with a 200 (OpenRouter, LiteLLM)
             raise Refused(
                 502,
                 "llm_exception",
-                f"the upstream answered {response.status_code} with an error: {str(said)[:300]}"
+                f"the upstream answered {response.status_code} with an error: {said}"
                 if said
                 else f"the upstream answered {response.status_code} with a JSON object that holds no "
                 f"{member!r} list, which every {api} answer has; check that the model's base_url "
