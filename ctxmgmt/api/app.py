@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
@@ -64,10 +63,6 @@ def routes(table: Sequence[Operation] = TABLE) -> list[Route]:
     return out
 
 
-_PROVIDER_PATH = re.compile(r"(?:/.*)?/(?:v1/)?(?:chat/completions|responses|messages(?:/count_tokens)?)")
-"""A provider API's path: a 404 on one is a client pointed at the wrong base URL."""
-
-
 async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     kind = {404: "resource_not_found_exception", 405: "method_not_allowed_exception"}.get(
@@ -78,7 +73,7 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
         if exc.status_code in (404, 405)
         else str(exc.detail)
     )
-    if exc.status_code == 404 and _PROVIDER_PATH.fullmatch(request.url.path):
+    if exc.status_code == 404 and errors.provider_path(request.url.path):
         reason += (
             "; the proxy's base URLs are /proxy/{definition}/v1 (OpenAI's SDKs) and "
             "/proxy/{definition} (Anthropic's), e.g. /proxy/default/v1"

@@ -95,6 +95,17 @@ _LEADING_POINTER = re.compile(r"(/[^\s:;]{0,1000}): ")
 """A message's first JSON pointer (``/messages/2/role: role must be …``)."""
 
 
+_PROVIDER_PATH = re.compile(
+    r"(?:/.*)?/(?:v1/)?(?:chat/completions|responses|messages(?:/count_tokens)?|models(?:/[^/]+)?)"
+)
+
+
+def provider_path(path: str) -> bool:
+    """Whether ``path`` is a provider API's (outside the REST API's own ``/_plugins/``): a
+    client that asks it there was given the wrong base URL."""
+    return not path.startswith("/_plugins/") and _PROVIDER_PATH.fullmatch(path) is not None
+
+
 def error_body_at(
     path: str,
     status: int,
@@ -103,11 +114,12 @@ def error_body_at(
     problems: list[dict[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The error body a client of ``path`` reads: under ``/proxy/`` its provider's shape
-    (Anthropic's for ``.../messages`` and its ``count_tokens``, and for any other path but
-    OpenAI's own when ``headers`` hold ``anthropic-version``, as every Anthropic SDK sends;
-    else OpenAI's), elsewhere the REST API's."""
-    if path.startswith("/proxy/"):
+    """The error body a client of ``path`` reads: under ``/proxy/``, or on a provider's own
+    path elsewhere (a client given the wrong base URL: :func:`provider_path`), its
+    provider's shape (Anthropic's for ``.../messages`` and its ``count_tokens``, and for any
+    other path but OpenAI's own when ``headers`` hold ``anthropic-version``, as every
+    Anthropic SDK sends; else OpenAI's), elsewhere the REST API's."""
+    if path.startswith("/proxy/") or provider_path(path):
         listed = "; ".join(f"{p.get('pointer', '')}: {p.get('message', '')}" for p in problems or ())
         anthropic = path.endswith(("/messages", "/messages/count_tokens")) or (
             headers is not None

@@ -1051,3 +1051,22 @@ def test_an_upstream_status_that_is_no_http_status_is_a_502(proxy, raw, path, bo
     assert r.status_code == 502, r.text
     message = r.json()["error"]["message"]
     assert f"status {status}, which is no HTTP status" in message
+
+
+def test_a_client_given_the_wrong_base_url_reads_the_right_one_in_its_sdks_error(proxy):
+    """An SDK pointed at the server's root instead of /proxy/{definition} (the commonest slip)
+    gets a 404 its SDK reads: the OpenAI SDK shows the error's message, which names the base
+    URLs; so does the Anthropic SDK; the model list too."""
+    import anthropic
+    import openai
+
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as chat:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.NotFoundError) as models:
+        client.models.list()
+    claude = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+    with pytest.raises(anthropic.NotFoundError) as messages:
+        claude.messages.create(model="a", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    for caught in (chat, models, messages):
+        assert "/proxy/{definition}/v1" in str(caught.value), str(caught.value)

@@ -438,6 +438,10 @@ def test_an_unknown_definition_is_said_before_an_unknown_model(proxy):
     assert "did you mean 'default'" in r.json()["error"]["message"]
     r = httpx.post(f"{proxy.url}/proxy/default/v1/chat/completions", json=body, timeout=30)
     assert r.status_code == 404 and "/model: 'nope'" in r.json()["error"]["message"]
+    # A model's name where the definition goes: said, with where the stored names are listed.
+    r = httpx.post(f"{proxy.url}/proxy/gpt-4o/v1/chat/completions", json=body, timeout=30)
+    said = r.json()["error"]["message"]
+    assert r.status_code == 404 and "not a model" in said and "ctxmgmt definitions list" in said
 
 
 def test_an_upstream_error_comes_back_unchanged(proxy, upstream):

@@ -131,7 +131,12 @@ async def stored_version(st: Any, name: str, resolving: Awaitable[Any] | None = 
 async def no_definition(st: Any, name: str) -> Refused:
     """The 404 of a definition that is not stored, with the nearest name that is."""
     hint = await asyncio.to_thread(st.store.suggest, name)
-    return Refused(404, "resource_not_found_exception", f"context management {name!r} not found{hint}")
+    return Refused(
+        404,
+        "resource_not_found_exception",
+        f"context management {name!r} not found{hint}: /proxy/NAME/ (or X-Ctxmgmt-Definition: NAME) "
+        "names a stored definition, not a model; `ctxmgmt definitions list` shows them",
+    )
 
 
 def model_of(request: Request, body: Mapping[str, Any], api: Api, *, window: bool = True) -> ModelConfig:
