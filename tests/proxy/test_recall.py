@@ -1319,3 +1319,23 @@ def test_recall_is_offered_only_with_room_to_read(store, upstream, tmp_path):
         if re.search(r"\b[mt]-[0-9a-f]{16,}", text):  # it names an archive
             offered.append("context_read" in [t["name"] for t in seen.body.get("tools", [])])
     assert True in offered and False in offered, offered
+
+
+def test_a_request_that_fits_only_without_the_recall_tools_goes_without_them(store, upstream, tmp_path):
+    """A request whose task and system prompt leave no room for the recall tools (~225 tokens)
+    at its window goes upstream without them, not refused as one that cannot fit (the error
+    counted ctxmgmt's own tools among the client's, and told it to send fewer)."""
+    from .upstream import input_tokens
+
+    app = create_app(store, models=models_for(upstream, window=1000), offloader=LocalOffloader(tmp_path))
+    system = "You are careful. " + " ".join(f"rule{k}" for k in range(280))
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "go"}]
+    with LiveServer(app) as server:
+        r = httpx.post(
+            f"{server.url}/proxy/default/v1/chat/completions",
+            json={"model": "gpt-test", "messages": messages, "max_tokens": 100},
+            timeout=30,
+        )
+    assert r.status_code == 200, r.text
+    sent = upstream.seen[-1].body
+    assert _names(sent) == [] and input_tokens(sent) <= 1000

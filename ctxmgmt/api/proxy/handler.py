@@ -31,7 +31,7 @@ from ..._reply import error_message
 from ...agents.conversation import Conversation, Turn, usage_record
 from ...agents.records import call_entry
 from ...agents.tools import Tool, recall_tools
-from ...errors import ToolError
+from ...errors import ContextError, ToolError
 from ...fit import input_limit, reply_reserve
 from ...formats import CHAT, internal
 from ...llm import ModelConfig
@@ -264,18 +264,30 @@ async def _proxy(request: Request, api: Api) -> Response:
     def upstream_messages(turn: Turn) -> list[Any]:
         return _client_messages(turn.messages, canon, parts.record, marked)
 
-    if await definition.aawaits_in():  # a summary by a model: awaited on the loop
+    def prepared() -> tuple[Conversation, str, str, Turn, list[Any]]:
+        """CPU work only: the stored state read and the whole turn, in one worker thread."""
+        conversation, conversation_id, slot = conversation_of()
+        turn = conversation.prepare(canon, **asked)
+        return conversation, conversation_id, slot, turn, upstream_messages(turn)
+
+    async def managed() -> tuple[Conversation, str, str, Turn, list[Any]]:
+        if not await definition.aawaits_in():
+            return await asyncio.to_thread(prepared)
+        # A summary by a model: awaited on the loop.
         conversation, conversation_id, slot = await asyncio.to_thread(conversation_of)
         turn = await conversation.aprepare(canon, **asked)
-        messages = await asyncio.to_thread(upstream_messages, turn)
-    else:  # CPU work only: the stored state read and the whole turn in one worker thread
+        return conversation, conversation_id, slot, turn, await asyncio.to_thread(upstream_messages, turn)
 
-        def prepared() -> tuple[Conversation, str, str, Turn, list[Any]]:
-            conversation, conversation_id, slot = conversation_of()
-            turn = conversation.prepare(canon, **asked)
-            return conversation, conversation_id, slot, turn, upstream_messages(turn)
-
-        conversation, conversation_id, slot, turn, messages = await asyncio.to_thread(prepared)
+    try:
+        conversation, conversation_id, slot, turn, messages = await managed()
+    except ContextError as exc:
+        if offer is None or not any(p.pointer == "/context_window" for p in exc.problems):
+            raise
+        # It cannot fit with the recall tools: managed again without them (and without an
+        # archive, which nothing could read back), as a request offered none is.
+        offer, offloader, archives = None, None, False
+        asked["tools"] = parts.tools
+        conversation, conversation_id, slot, turn, messages = await managed()
     # An accepted request's body: the next one is read from it. It replaces the one it was
     # read from when it is that conversation's next (not another's with the same start).
     bodies.keep(parsed, previous, replaces=parsed.extends or went_on[0])
