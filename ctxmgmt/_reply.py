@@ -81,13 +81,15 @@ def read(raw: bytes, provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def error_message(data: Any) -> str | None:
     """The message of an error a provider answered (``{"error": {"message": …}}``, a plain
-    ``{"error": "…"}``, or a failed response's ``response.error``), at most 300 characters;
-    None when ``data`` holds none."""
+    ``{"error": "…"}``, a failed response's ``response.error``, or a Responses stream's
+    ``{"type": "error", "message": …}``), at most 300 characters; None when ``data`` holds none."""
     if not isinstance(data, Mapping):
         return None
     inner = data.get("response")
     error = data.get("error") or (inner.get("error") if isinstance(inner, Mapping) else None)
     message = error.get("message") if isinstance(error, Mapping) else error
+    if not message and data.get("type") == "error":
+        message = data.get("message")
     return str(message)[:300] if message else None
 
 

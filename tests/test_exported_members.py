@@ -33,3 +33,28 @@ def test_the_extension_surface_is_the_engines():
 
     for name in ("ContextManager", "Environment", "Runtime"):
         assert getattr(ctxmgmt, name) is getattr(manager, name) is getattr(managers, name)
+
+
+def test_every_lazily_imported_name_is_the_one_type_checkers_see():
+    """The names ctxmgmt imports at first use (its ``_LAZY`` table) are those its
+    ``TYPE_CHECKING`` imports give type checkers, from the same modules, and with the names
+    imported at once they make ``__all__``: a name in one list only would work at run time
+    and fail type checks, or the other way round."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(ctxmgmt))
+    checked = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    typed = {}
+    for node in checked.body:
+        assert isinstance(node, ast.ImportFrom)
+        for alias in node.names:
+            typed[alias.asname or alias.name] = "." + (node.module or "") if node.module else "." + alias.name
+    assert typed == ctxmgmt._LAZY
+    eager = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        for alias in node.names
+    }
+    assert set(ctxmgmt.__all__) == (eager - {"formats"}) | set(ctxmgmt._LAZY)

@@ -45,7 +45,7 @@ class HTTPProblem(CtxmgmtError):
         self.status = status
         self.type = type
         self.reason = reason
-        self.headers = headers if headers is not None or status != 401 else {"www-authenticate": "Bearer"}
+        self.headers = headers
         """The answer's own headers (a 401's challenge; a 429's ``retry-after``)."""
         super().__init__(reason)
 

@@ -74,7 +74,10 @@ def authorize(request: Request, scope: str) -> ApiKey | None:
     key = config.find(presented) if presented else None
     if key is None:
         raise HTTPProblem(
-            401, "a valid API key is required (Authorization: Bearer KEY)", "security_exception"
+            401,
+            "a valid API key is required (Authorization: Bearer KEY)",
+            "security_exception",
+            headers={"www-authenticate": "Bearer"},
         )
     if key.scope == "proxy" and scope != "definitions":
         raise HTTPProblem(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import takewhile
 from typing import Any
 
 from ..context import Context
@@ -14,7 +15,6 @@ from ..messages import (
     gaps,
     is_summary,
     pinned_positions,
-    units,
     units_from_end,
 )
 from ..summaries import Draft, fit_room, fold, folded_size
@@ -149,8 +149,8 @@ class SlidingWindowManager(ContextManager):
         want, drawn = sized
         draft: Draft | None = drawn
         if held + freed < want:
-            kept_units = [u for u in units(msgs) if u[0] >= boundary][:-1]  # never the newest
-            for start, end in [u for u in kept_units if u[1] <= fresh]:
+            older = list(takewhile(lambda u: u[0] >= boundary, units_from_end(msgs)))[1:]  # not the newest
+            for start, end in reversed([u for u in older if u[1] <= fresh]):  # the oldest first
                 if held + freed >= want:
                     break
                 more = [i for i in range(start, end) if i not in pinned]

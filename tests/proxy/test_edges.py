@@ -173,6 +173,45 @@ def test_a_stream_that_ends_before_its_answer_does_ends_with_an_error_event(prox
     assert "before the answer's end" in stored_record(store)["error"]
 
 
+@pytest.mark.parametrize(
+    ("path", "model", "event", "said"),
+    [
+        (
+            "/v1/messages",
+            "a",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            "Overloaded",
+        ),
+        (
+            "/v1/responses",
+            "m",
+            {"type": "error", "code": "server_error", "message": "try again"},
+            "try again",
+        ),
+        (
+            "/v1/responses",
+            "m",
+            {"type": "response.failed", "response": {"error": {"message": "no quota"}}},
+            "no quota",
+        ),
+    ],
+    ids=["anthropic-error", "responses-error", "responses-failed"],
+)
+def test_each_apis_error_event_is_recorded_with_its_message(proxy, raw, store, path, model, event, said):
+    """An upstream's error event in each API's own shape (Anthropic's ``error``, a Responses
+    stream's ``error`` with its message at the top, ``response.failed``) is passed on as it
+    came, no error event of the proxy's after it, and recorded with its message."""
+    events = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+    raw.answer(events, headers={"content-type": "text/event-stream"})
+    body = (
+        {"model": model, "input": "hi"}
+        if path == "/v1/responses"
+        else {**BODY, "model": "a", "max_tokens": 5}
+    )
+    assert _streamed(proxy, body, path) == events
+    assert said in stored_record(store)["error"]
+
+
 def test_an_upstream_error_event_is_recorded_and_passed_on_alone(proxy, raw, store):
     """The upstream's own error event in a stream reaches the client as it came, with no error
     event of the proxy's after it, and the record says the stream failed."""

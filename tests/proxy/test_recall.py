@@ -601,7 +601,8 @@ def test_a_recall_rounds_answer_that_is_not_the_apis_is_a_502(store, raw_archivi
 def test_an_error_event_in_a_held_recall_call_ends_the_stream_as_failed(store, raw_archiving):
     """A stream that breaks off with the upstream's error event while a recall call was coming
     (its arguments cut) is no whole answer: no recall round is made of the cut call, the
-    client gets an error event and never the call, and the record says the stream failed."""
+    client gets an error event that says the upstream's and never the call, and the record
+    says the stream failed."""
     raw, server = raw_archiving
     call = {"index": 0, "id": "r1", "type": "function"}
     call["function"] = {"name": "context_search", "arguments": '{"pattern": "chec'}
@@ -609,8 +610,34 @@ def test_an_error_event_in_a_held_recall_call_ends_the_stream_as_failed(store, r
     raw.answer(events, headers={"content-type": "text/event-stream"})
     got = _streamed(server)
     assert raw.requests == 1 and "context_search" not in got, got
-    assert "what came is not the whole answer" in got
+    assert "Overloaded" in got.rsplit("\n\n", 2)[-2]  # the proxy's error event says the upstream's
     assert stored_record(store, "proxy-long-running-agent")["status"] == "error"
+
+
+def test_a_failed_response_holding_a_recall_call_ends_the_stream_as_failed(store, raw_archiving):
+    """The same with a Responses stream that ends with response.failed (an event that ends the
+    stream) while its recall call was coming: no round, the upstream's reason in the proxy's
+    error event, the record failed."""
+    raw, server = raw_archiving
+    item = {"type": "function_call", "id": "fc1", "call_id": "r1", "name": "context_search", "arguments": ""}
+    failed = {"type": "response.failed", "response": {"id": "r", "error": {"message": "Overloaded"}}}
+    events = [
+        {"type": "response.created", "response": {"id": "r"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.function_call_arguments.delta", "output_index": 0, "delta": '{"pattern": "ch'},
+        failed,
+    ]
+    raw.answer(
+        b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events),
+        headers={"content-type": "text/event-stream"},
+    )
+    body = {"model": "gpt-test", "input": _responses_history(), "stream": True, "store": False}
+    url = f"{server.url}/proxy/long-running-agent/v1/responses"
+    with httpx.stream("POST", url, json=body, timeout=60) as r:
+        got = r.read().decode()
+    assert raw.requests == 1 and "context_search" not in got, got
+    assert "Overloaded" in got.rsplit("\n\n", 2)[-2]
+    assert "Overloaded" in stored_record(store, "proxy-long-running-agent")["error"]
 
 
 def test_each_whole_answer_is_parsed_once(archiving, upstream, monkeypatch):

@@ -70,13 +70,10 @@ def answer(api: Api, exc: BaseException) -> JSONResponse:
         elif found.status in (503, 507):
             log.warning("proxy: %s: %s", found.type, found.reason)
     listed = "; ".join(f"{_pointer(api, p.pointer)}: {p.message}" for p in found.problems)
-    headers = dict(found.headers or {})
-    if found.status == 401:
-        headers["www-authenticate"] = "Bearer"
     body = api.error(found.status, found.type, listed or found.reason)
     if isinstance(exc, Refused) and exc.details and api.provider == "anthropic":
         body["error"]["details"] = dict(exc.details)
-    return JSONResponse(body, found.status, headers=headers or None)
+    return JSONResponse(body, found.status, headers=found.headers)
 
 
 def authorize(request: Request, *, reading: bool = False) -> bool:

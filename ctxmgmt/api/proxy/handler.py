@@ -735,8 +735,13 @@ class _Stream(StreamingResponse):
             async with asyncio.timeout_at(self.until):
                 await super().__call__(scope, receive, send)
         except TimeoutError:
+            log.warning(
+                "proxy: a client read too little of its stream by %g s after the model's deadline "
+                "(the model's timeout); its connection is closed, the answer unfinished",
+                self.exchange.config.timeout,
+            )
             self.exchange.unread = True
-            await self.events.aclose()  # the connection is closed, the answer unfinished
+            await self.events.aclose()
 
 
 _PER_ITEM = 16
@@ -877,15 +882,13 @@ async def _events(
     delivered = False
     """Whether the client has had the answer's end: the stream is over, or the event that ends
     the answer went out (a client may leave then, while the upstream is slow to close)."""
-    ended = False
-    """Whether the upstream's events held the answer's end (passed on or held)."""
     said: str | None = None
-    """The upstream's own error event, passed on: the stream failed, and the client knows."""
+    """The upstream's own error event (passed on, or held with a call): the stream failed."""
 
     def read(split: list[tuple[bytes, Any]]) -> tuple[bytes, bool]:
         """The events' usage kept and recall watched for; the bytes to pass on, and whether
         they end the answer."""
-        nonlocal holding, ended, said
+        nonlocal holding, said
         out: list[bytes] = []
         last = False
         for event, data in split:
@@ -893,7 +896,6 @@ async def _events(
             if found:
                 usage.update(found)
             end = answer_end.event(event, data)
-            ended = ended or end
             if (
                 said is None
                 and isinstance(data, Mapping)
@@ -955,14 +957,16 @@ async def _events(
                 passed, _ = read(events.finish())
                 if passed:
                     yield passed
-            if not ended and (said is None or holding) and not events.skipped:
+            if said is not None and holding:  # the held answer failed: no round is made of it
+                failure = said
+            elif not answer_end.ended and said is None and not events.skipped:
                 # Cut short, yet closed as a whole stream: a client would take what came for
                 # the whole answer (a call's arguments cut in the middle, for one). Not when
                 # the upstream's error event went out (the client knows), nor when an event too
                 # long to read went by unread (it may have been the end).
                 failure = (
                     "the upstream's stream ended before the answer's end (no "
-                    f"{_ENDS[api.name]}); what came is not the whole answer"
+                    f"{streams.ENDS[api.name]}); what came is not the whole answer"
                 )
         except TooLarge as exc:
             failure = f"the upstream's stream: {exc}"
@@ -1023,14 +1027,6 @@ async def _events(
 
 async def _once(data: bytes) -> AsyncGenerator[bytes, None]:
     yield data
-
-
-_ENDS = {
-    "chat": "data: [DONE] nor a finish_reason",
-    "messages": "message_stop",
-    "responses": "response.completed",
-}
-"""What ends each API's stream, in a message that says it did not come."""
 
 
 def _may_be_recall(names: list[str]) -> bool:

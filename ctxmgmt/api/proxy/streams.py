@@ -179,6 +179,12 @@ class Events:
 
 _LAST = frozenset({"message_stop", "response.completed", "response.incomplete", "response.failed"})
 """The events that end an Anthropic message or a response."""
+ENDS = {
+    "chat": "data: [DONE] nor a finish_reason for every choice",
+    "messages": "message_stop",
+    "responses": "response.completed, .incomplete or .failed",
+}
+"""What ends each API's stream (:class:`Ending`), in the words of an error that says it did not come."""
 
 
 MAX_CHOICES = 128
@@ -198,10 +204,17 @@ class Ending:
         self._open: set[Any] = set()
         """The chat choices begun and not finished."""
         self._finished: set[Any] = set()
+        self.ended = False
+        """Whether an event so far ended the answer."""
 
     def event(self, event: bytes, data: Any) -> bool:
         """Take one event (its bytes, its data as :class:`Events` reads it); True when the
         answer has ended with it."""
+        ended = self._ends(event, data)
+        self.ended = self.ended or ended
+        return ended
+
+    def _ends(self, event: bytes, data: Any) -> bool:
         if not isinstance(data, Mapping):
             return self.api == "chat" and any(
                 line.strip() in (b"data: [DONE]", b"data:[DONE]") for line in _LINE.split(event)

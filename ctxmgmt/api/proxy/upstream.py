@@ -283,7 +283,7 @@ def answer_of(
                 f"{member!r} list, which every {api} answer has; check that the model's base_url "
                 "and provider are the API's the client speaks",
             )
-        if stream and api is not None:
+        if stream:
             raise Refused(
                 502,
                 "llm_exception",
