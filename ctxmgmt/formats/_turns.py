@@ -16,7 +16,7 @@ from typing import Any
 
 from ..history import History, items, scan
 from ..messages import is_summary
-from ._common import ORIGIN, Origin, origin_of
+from ._common import ORIGIN, Origin
 
 __all__ = [
     "THINKING",
@@ -243,14 +243,9 @@ def _user_run(msgs: Sequence[Mapping[str, Any]], i: int) -> int | None:
 
 
 def _opens_turn(m: Mapping[str, Any]) -> bool:
-    """Whether an internal message is a user message of its own: not text beside results, and
-    not ctxmgmt's summary (which goes between a turn's user message and its loop)."""
-    if m.get("role") != "user" or is_summary(m):
-        return False
-    origin = origin_of(m)
-    source = origin.message if origin is not None else None
-    content = source.get("content") if isinstance(source, Mapping) else None
-    return not (
-        isinstance(content, list)
-        and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-    )
+    """Whether an internal message may open a turn: a user message, not ctxmgmt's summary
+    (which goes between a turn's user message and its loop). Whether results lie beside it
+    is read from the list (:func:`_user_run`), not from the message it came from: text whose
+    results a manager removed goes to the provider as a message of its own, which opens a
+    turn there, and must be read so here too (a second apply reads it so)."""
+    return m.get("role") == "user" and not is_summary(m)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any
 
@@ -55,14 +56,65 @@ class SlidingWindowManager(ContextManager):
     trusted = True
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
+        plan = self._plan(context, runtime, self._held(context, runtime))
+        out = self._once(context, plan, runtime)
+        if out is context or (runtime.constraints.turn_head is None and not runtime.constraints.user_first):
+            return out  # chat's rules keep the same with fewer messages before
+        # What the provider's rules keep can change with what went: a thinking loop's head is
+        # kept only while an assistant message that opens without thinking follows it, and
+        # text beside tool results opens a turn once they are gone. The window is drawn again
+        # on what it keeps while that changes, so that a second apply changes nothing (with
+        # the same messages kept, a second pass removes nothing; each pass removes, so it ends).
+        details = dict(runtime.details)
+        while plan.held.of(plan.msgs) != (held := self._held(out, runtime)).of(items(out.messages)):
+            plan = self._plan(out, runtime, held)
+            runtime.details.clear()
+            more = self._once(out, plan, runtime)
+            if more is out:
+                break
+            _merge(details, runtime.details)
+            out = more
+        runtime.details.clear()
+        runtime.details.update(details)
+        return out
+
+    def _once(self, context: Context, plan: _Plan, runtime: Runtime) -> Context:
+        """The window drawn on ``context`` applied (``context`` itself when it removes nothing)."""
+        if self.config["summarize_removed"] and gaps(plan.boundary, sorted(plan.pinned)):
+            out = self._fold(context, plan, runtime)
+            if out is not None:
+                return out
+        gone = self._gone(plan, runtime)
+        removed = sum(end - start for start, end in gone)
+        if not removed:
+            runtime.details["removed"] = 0
+            return context
+        msgs = plan.msgs
+        if runtime.offloader is not None:
+            # Archive first: nothing is removed unless it is safely stored.
+            archived = [dict(msgs[i]) for start, end in gone for i in range(start, end)]
+            runtime.details["offloaded"] = runtime.offloader.store_messages(runtime.session, archived)
+        runtime.details["removed"] = removed
+        runtime.details["kept"] = len(msgs) - removed
+        return context.splice((start, end, ()) for start, end in gone)
+
+    def _held(self, context: Context, runtime: Runtime) -> _Held:
+        """What the provider's rules keep (a thinking loop's head), and the task when pinned."""
+        head = runtime.constraints.head(context.messages)[0]
+        task = runtime.constraints.task_index(context.messages) if self.config["pin"] == "task" else None
+        return _Held(head, task)
+
+    def _plan(self, context: Context, runtime: Runtime, held: _Held) -> _Plan:
+        """The window drawn on ``context``: what is pinned, the places and tokens left beside
+        it, and where the newest whole units that fit start."""
         msgs = items(context.messages)
         max_messages: int = self.config["max_messages"]
         max_tokens: int | None = self.config.get("max_tokens")
         target = target_tokens(self.config, context, runtime)
         if target is not None:
             max_tokens = target if max_tokens is None else min(max_tokens, target)
-        head = runtime.constraints.head(context.messages)[0]
-        pinned = self._pinned(context.messages, msgs, runtime) | head
+        head = held.head
+        pinned = self._pinned(context.messages, msgs) | held.indices
         count = runtime.counter.message
 
         # The head of a thinking loop (see Constraints.head) is kept besides max_messages, as
@@ -88,54 +140,34 @@ class SlidingWindowManager(ContextManager):
                 f"results and what came after them ({kept} messages) are kept whole; raise "
                 "max_messages to keep a window beside them"
             )
-        if self.config["summarize_removed"] and gaps(boundary, sorted(pinned)):
-            out = self._fold(context, msgs, pinned, places, budget, max_tokens, fresh, runtime)
-            if out is not None:
-                return out
+        return _Plan(msgs, held, pinned, places, budget, max_tokens, fresh, boundary)
+
+    def _gone(self, plan: _Plan, runtime: Runtime) -> list[tuple[int, int]]:
+        """The runs the plain window removes: everything before the oldest kept unit, except
+        what is pinned (for a provider that wants a user message first, from one)."""
+        boundary = plan.boundary
         if runtime.constraints.user_first:
-            wanted = boundary
-            boundary = _user_first(msgs, boundary, pinned, fresh)
-            if boundary < wanted:
+            boundary = _user_first(plan.msgs, plan.boundary, plan.pinned, plan.fresh)
+            if boundary < plan.boundary:
                 runtime.details["note"] = (
                     "kept more than max_messages: the provider wants a user message first, "
                     "and the newest one is further back"
                 )
-        # Removed: everything before the oldest kept unit, except what is pinned.
-        gone = gaps(boundary, sorted(pinned))
-        removed = sum(end - start for start, end in gone)
-        if not removed:
-            runtime.details["removed"] = 0
-            return context
-        if runtime.offloader is not None:
-            # Archive first: nothing is removed unless it is safely stored.
-            archived = [dict(msgs[i]) for start, end in gone for i in range(start, end)]
-            runtime.details["offloaded"] = runtime.offloader.store_messages(runtime.session, archived)
-        runtime.details["removed"] = removed
-        runtime.details["kept"] = len(msgs) - removed
-        return context.splice((start, end, ()) for start, end in gone)
+        return gaps(boundary, sorted(plan.pinned))
 
-    def _fold(
-        self,
-        context: Context,
-        msgs: Sequence[Mapping[str, Any]],
-        pinned: set[int],
-        places: int,
-        budget: int | None,
-        max_tokens: int | None,
-        fresh: int,
-        runtime: Runtime,
-    ) -> Context | None:
+    def _fold(self, context: Context, plan: _Plan, runtime: Runtime) -> Context | None:
         """The window drawn again with a place and room for the running summary, and what it
         removes merged into that summary (older kept units too while the summary would cost
         more than what it replaces: a window never grows the request); None when there is no
         place for one, or the summary would show no item: the plain
         window applies then."""
+        msgs, pinned, budget, fresh = plan.msgs, plan.pinned, plan.budget, plan.fresh
         count = runtime.counter.message
         held = sum(count(msgs[i], i) for i in pinned if is_summary(msgs[i]))
-        room = full = _summary_room(runtime.room, max_tokens)
+        room = full = _summary_room(runtime.room, plan.max_tokens)
         # The summary may grow to its room, and it takes a place when there is none yet.
         reserved = None if budget is None else budget - max(0, room + MESSAGE_OVERHEAD - held)
-        boundary = _boundary(msgs, pinned, count, places - (0 if held else 1), reserved, fresh)
+        boundary = _boundary(msgs, pinned, count, plan.places - (0 if held else 1), reserved, fresh)
         if boundary == len(msgs):
             return None  # no place for the summary beside what is kept
         dropped = [i for start, end in gaps(boundary, sorted(pinned)) for i in range(start, end)]
@@ -176,19 +208,48 @@ class SlidingWindowManager(ContextManager):
         runtime.details["kept"] = len(out.messages) - 1
         return out
 
-    def _pinned(
-        self, history: Sequence[Mapping[str, Any]], msgs: Sequence[Mapping[str, Any]], runtime: Runtime
-    ) -> set[int]:
-        pinned = {
+    def _pinned(self, history: Sequence[Mapping[str, Any]], msgs: Sequence[Mapping[str, Any]]) -> set[int]:
+        """The system messages, and the summary unless the config lets it go."""
+        return {
             i
             for i in pinned_positions(history)
             if self.config["keep_summary"] or self.config["summarize_removed"] or not is_summary(msgs[i])
         }
-        if self.config["pin"] == "task":
-            task = runtime.constraints.task_index(history)
-            if task is not None:
-                pinned.add(task)
-        return pinned
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """What a window keeps whatever its size: a thinking loop's head (see Constraints.head),
+    kept besides max_messages, and the task (``pin: task``), counted against it."""
+
+    head: frozenset[int]
+    task: int | None
+
+    @property
+    def indices(self) -> frozenset[int]:
+        return self.head if self.task is None else self.head | {self.task}
+
+    def of(self, msgs: Sequence[Mapping[str, Any]]) -> set[int]:
+        """The identities of those messages in ``msgs`` (the same objects in a window's output)."""
+        return {id(msgs[i]) for i in self.indices}
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The window drawn on one list (:meth:`SlidingWindowManager._plan`)."""
+
+    msgs: Sequence[Mapping[str, Any]]
+    held: _Held
+    pinned: set[int]
+    places: int
+    """The messages the window may keep beside what is pinned."""
+    budget: int | None
+    """The tokens it may keep beside what is pinned, with ``max_tokens``."""
+    max_tokens: int | None
+    fresh: int
+    """Where the stretch starts that it never removes (:func:`_fresh`)."""
+    boundary: int
+    """Where the newest whole units that fit start (:func:`_boundary`)."""
 
 
 DEFAULT_SUMMARY_ROOM = 16_000
@@ -225,6 +286,21 @@ def _boundary(
         used += size
         boundary = start
     return boundary
+
+
+def _merge(details: dict[str, Any], more: Mapping[str, Any]) -> None:
+    """A later pass's trace details added to the first's: counts summed, archives listed."""
+    for key, value in more.items():
+        if key in ("removed", "summarized"):
+            details[key] = details.get(key, 0) + value
+        elif key == "offloaded":
+            details[key] = [*_refs(details.get(key)), *_refs(value)]
+        else:
+            details[key] = value
+
+
+def _refs(offloaded: Any) -> list[Any]:
+    return [] if offloaded is None else [offloaded] if isinstance(offloaded, str) else list(offloaded)
 
 
 def _fresh(msgs: Sequence[Mapping[str, Any]]) -> int:

@@ -1,3 +1,5 @@
+import pytest
+
 from ctxmgmt import Context, load_definition
 from ctxmgmt.messages import summary_message
 from ctxmgmt.summaries import render
@@ -511,3 +513,90 @@ def test_a_user_first_window_starts_at_the_user_message_before_the_newest_call()
     ctx = Context(messages=msgs, format="anthropic")
     out = assert_invariants(window(max_messages=1, pin="none"), "pre_llm", ctx).context.messages
     assert list(out) == msgs[2:]
+
+
+def _use(name, n=1, thinking=False):
+    blocks = [{"type": "thinking", "thinking": "t", "signature": f"s{name}"}] if thinking else []
+    uses = [{"type": "tool_use", "id": f"{name}_{k}", "name": "f", "input": {}} for k in range(n)]
+    return {"role": "assistant", "content": blocks + uses}
+
+
+def _results(name, n=1, text=None):
+    blocks = [{"type": "tool_result", "tool_use_id": f"{name}_{k}", "content": "r"} for k in range(n)]
+    return {"role": "user", "content": blocks + ([{"type": "text", "text": text}] if text else [])}
+
+
+_TASK = {"role": "user", "content": "task"}
+_OK = {"role": "assistant", "content": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "config"),
+    [
+        pytest.param(  # a's head is kept only while b opens without thinking; b goes
+            [
+                _TASK,
+                _use("a", thinking=True),
+                _results("a"),
+                _use("b", 4),
+                _results("b", 4),
+                _use("c", thinking=True),
+            ],
+            {"pin": "task"},
+            id="head-pinned-by-a-removed-call",
+        ),
+        pytest.param(
+            [
+                _TASK,
+                _use("a", thinking=True),
+                _results("a"),
+                _use("b", 4),
+                _results("b", 4),
+                _use("c", thinking=True),
+                _results("c"),
+            ],
+            {"pin": "task", "summarize_removed": True},
+            id="the-same-summarised",
+        ),
+        pytest.param(  # "task" is text beside a's results; once they are gone it opens a turn
+            [
+                {"role": "user", "content": "u0"},
+                _use("a"),
+                _results("a"),
+                _TASK,
+                _use("b", 3, thinking=True),
+                _results("b", 3),
+                _OK,
+                _use("c", 4),
+                _results("c", 4),
+            ],
+            {"pin": "none"},
+            id="text-beside-removed-results",
+        ),
+        pytest.param(  # the same text in the results' own message
+            [
+                {"role": "user", "content": "u0"},
+                _OK,
+                _use("a", 2),
+                _results("a", 2, text="note"),
+                _use("b", 2, thinking=True),
+                _results("b", 2),
+                _OK,
+                _use("c", 3),
+                _results("c", 3),
+                _OK,
+                _use("d"),
+                _results("d"),
+            ],
+            {"pin": "none"},
+            id="text-in-the-results-message",
+        ),
+    ],
+)
+def test_a_second_apply_changes_nothing_when_what_a_thinking_loop_keeps_changes(messages, config):
+    """For a provider that reads turns (Anthropic), what must stay can change with what the
+    window removes: a thinking loop's head is kept only while an assistant message that opens
+    without thinking follows it, and text beside tool results opens a turn once they are gone.
+    The window is drawn again on what it keeps, so a second apply changes nothing."""
+    d = window(max_messages=1, **config)
+    assert_invariants(d, "pre_llm", Context(system_prompt="sys", messages=messages, format="anthropic"))
