@@ -591,7 +591,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
     print(
         f"serving on http://{args.host}:{args.port}  (API: /_plugins/_ml/context_management, /openapi.json; "
-        f"proxy: /proxy/{{definition}}/v1; web page: /ui)",
+        f"proxy: /proxy/{{definition}}/v1, {_proxied(models)}; web page: /ui)",
         flush=True,
     )
     exposed = _exposed(sock, server.auth_enabled, models)
@@ -603,6 +603,15 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         uvicorn.Server(uvicorn_config(app, server)).run(sockets=[sock])
     return EXIT_OK
+
+
+def _proxied(models: Mapping[str, Any]) -> str:
+    """The models a client may name in a proxied request, for the banner."""
+    if not models:
+        return "no models configured (--config)"
+    names = sorted(models)
+    more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+    return f"model{'s' if len(names) > 1 else ''} {', '.join(names[:20])}{more}"
 
 
 def _exposed(sock: socket.socket, keys: bool, models: Mapping[str, Any]) -> str | None:

@@ -117,7 +117,8 @@ def test_workers_must_be_a_sensible_number(tmp_path):
 
 def test_serve_names_the_models_without_a_context_window_when_it_starts(tmp_path):
     """A model of --config without context_window is named on stderr at start (not first at a
-    proxied request), and a request for it is refused in words that say to set it."""
+    proxied request), and a request for it is refused in words that say to set it; the banner
+    names the models a client may ask for."""
     config = tmp_path / "config.yaml"
     upstream = "http://127.0.0.1:9/v1"  # never called: both requests stop before
     config.write_text(
@@ -137,3 +138,5 @@ def test_serve_names_the_models_without_a_context_window_when_it_starts(tmp_path
     assert 400 <= refused.status_code < 500 and "context_window" in refused.json()["error"]["message"]
     warning = next(line for line in said[0].splitlines() if "without context_window" in line)
     assert warning.endswith(": unsized")
+    banner = next(line for line in said[0].splitlines() if line.startswith("serving on"))
+    assert "proxy: /proxy/{definition}/v1, models sized, unsized;" in banner

@@ -137,8 +137,8 @@ class SlidingWindowManager(ContextManager):
         if kept > places:  # only the newest call with its results is kept past the cap
             runtime.details["note"] = (
                 f"kept more than max_messages ({max_messages}): the model's newest call with its "
-                f"results and what came after them ({kept} messages) are kept whole; raise "
-                "max_messages to keep a window beside them"
+                f"results and what came after them ({kept} message{'' if kept == 1 else 's'}) are kept "
+                "whole; raise max_messages to keep a window beside them"
             )
         return _Plan(msgs, held, pinned, places, budget, max_tokens, fresh, boundary)
 
