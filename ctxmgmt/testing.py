@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -193,6 +193,35 @@ def _assert_turns_whole(before: Sequence[Any], after: Sequence[Any], fmt: str) -
                 nxt = after[i + 1] if i + 1 < len(after) else None
                 assert id(x) in follows, "a reasoning item was edited"
                 assert nxt is follows[id(x)], "a reasoning item lost the item it reasoned about"
+        # The other way: the API refuses an item of a response without the reasoning item that
+        # came before it in that response (a web search between them or not).
+        kept = {_item_key(x) for x in after}
+        reasoning = None
+        for x in before:
+            if x.get("type") == "reasoning":
+                reasoning = x
+            elif not _models(x):
+                reasoning = None  # the response ended: an input, an output, a reference
+            elif reasoning is not None and _item_key(x) in kept:
+                assert _item_key(reasoning) in kept, (
+                    f"{_item_key(x)!r} was kept without the reasoning before it"
+                )
+
+
+def _item_key(item: Mapping[str, Any]) -> Any:
+    """A Responses item's id, which an edited copy keeps (else the object's identity)."""
+    return item["id"] if isinstance(item.get("id"), str) else id(item)
+
+
+def _models(item: Mapping[str, Any]) -> bool:
+    """Whether a Responses item is the model's (a call, an item with its own result, the
+    assistant's message), as opposed to an input, an output or a reference."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        return item.get("role") == "assistant"
+    return isinstance(kind, str) and (
+        kind.endswith("_call") or kind in ("mcp_list_tools", "mcp_approval_request")
+    )
 
 
 _THINKING = ("thinking", "redacted_thinking")
@@ -377,17 +406,22 @@ def _to_responses(chat: list[dict[str, Any]], draw: Any) -> list[dict[str, Any]]
         if role == "tool":
             out.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
             continue
-        if role == "assistant" and draw(st.integers(0, 4)) == 0:  # a server tool with its own result
-            out.append(
-                {
-                    "type": "web_search_call",
-                    "id": f"ws_{n}",
-                    "status": "completed",
-                    "action": {"type": "search", "query": "q"},
-                }
-            )
+        # A server tool with its own result, before or after the turn's reasoning (a response's
+        # output reads reasoning, web_search_call, then the message or the calls).
+        searched = role == "assistant" and draw(st.integers(0, 4)) == 0
+        search = {
+            "type": "web_search_call",
+            "id": f"ws_{n}",
+            "status": "completed",
+            "action": {"type": "search"},
+        }
+        first = draw(st.booleans()) if searched else False
+        if searched and first:
+            out.append(search)
         if role == "assistant" and draw(st.booleans()):
             out.append({"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"enc{n}"})
+        if searched and not first:
+            out.append(search)
         text = m.get("content")
         if role == "assistant":
             if text:

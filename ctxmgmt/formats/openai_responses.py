@@ -239,16 +239,17 @@ def system_text(system: Any) -> str | None:
 
 # -- to the internal form ---------------------------------------------------------------
 def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """The items an internal message is made of each: reasoning with the item after it, and
-    one model turn's assistant message and calls together (reasoning between them included),
-    as the API wants them back together."""
+    """The items an internal message is made of each: one model turn's items together (its
+    reasoning, the items with their own result such as a web search, its assistant message
+    and calls), as the API wants them back together: an item of a response is refused
+    without the reasoning that came before it in that response."""
     groups: list[tuple[Any, ...]] = []
     pending: list[Any] = []
     for item in items:
         kind = _kind(item)
         if kind == "reasoning":
             pending.append(item)
-        elif is_call(item) and groups and _opens_calls(groups[-1][-1]):
+        elif groups and _joins(item, groups[-1][-1]):
             groups[-1] = (*groups[-1], *pending, item)
             pending = []
         elif groups and (
@@ -267,6 +268,26 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
     return groups
 
 
+def _joins(item: Any, last: Any) -> bool:
+    """Whether ``item`` belongs to the model turn whose group ends with ``last``: a call or an
+    item with its own result after any item of the model's, and the assistant's message
+    after an item with its own result (a web search, then the answer)."""
+    if is_call(item) or _hosted(item):
+        return _opens_calls(last)
+    return _is_answer(item) and _hosted(last)
+
+
+def _hosted(item: Any) -> bool:
+    """An item of the model's with its own result, which no output answers (a web or file
+    search, an MCP call, an image generation, the MCP tools listed, an approval asked)."""
+    kind = _kind(item)
+    return (
+        kind is not None
+        and (kind.endswith("_call") or kind in ("mcp_list_tools", "mcp_approval_request"))
+        and not is_call(item)
+    )
+
+
 def _references(group: tuple[Any, ...], *, answered: bool = True) -> bool:
     """Whether a group is a run of references to stored items, with the outputs after them
     if ``answered`` (else none yet)."""
@@ -279,8 +300,9 @@ def _references(group: tuple[Any, ...], *, answered: bool = True) -> bool:
 
 
 def _opens_calls(item: Any) -> bool:
-    """Whether calls after this item belong to its group: a call, or the assistant's text."""
-    return is_call(item) or (_kind(item) == "message" and item.get("role") == "assistant")
+    """Whether the model's items after this one belong to its group: it is the model's (a
+    call, the assistant's text, an item with its own result), so later items may join it."""
+    return is_call(item) or _hosted(item) or _is_answer(item)
 
 
 def to_internal(items: Sequence[Any]) -> list[dict[str, Any]]:
@@ -383,16 +405,19 @@ def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
     first = main[0] if main else group[0]
     if not main:  # reasoning with nothing after it yet
         return {"role": "assistant", "content": "", ORIGIN: Origin(first, group=group)}
-    kind = _kind(first)
     calls = [_call(x) for x in main if is_call(x)]
+    message = next((x for x in main if _kind(x) == "message"), None)
+    # Items with their own result (a web search, an MCP call) or of another type: counted
+    # whole, never edited.
+    whole = [x for x in main if x is not message and not is_call(x)]
     if calls:
-        text = _text(_content(first["content"])[0]) if kind == "message" else None
+        text = _text(_content(message["content"])[0]) if message is not None else None
         hidden = [x for x in main if is_call(x) and _kind(x) not in CALL_INPUTS]
         return {
             "role": "assistant",
             "content": text or None,
             "tool_calls": calls,
-            ORIGIN: Origin(first, group=group, plain=_counted(hidden)),
+            ORIGIN: Origin(first, group=group, plain=_counted([*hidden, *whole])),
         }
     if is_output(first):
         output = first.get("output")
@@ -406,10 +431,19 @@ def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
             "content": content,
             ORIGIN: Origin(first, group=group, plain=counted),
         }
-    if kind == "message":
-        content, counted = _content(first["content"])
-        return {"role": first["role"], "content": content, ORIGIN: Origin(first, group=group, plain=counted)}
-    # An item with its own result (a web search, an MCP call) or of another type: counted whole.
+    if message is not None:
+        content, counted = _content(message["content"])
+        if whole:  # the answer after a web search: its text, the search counted whole
+            others = _counted(whole) or {}
+            counted = {
+                **others,
+                "counted_tokens": others["counted_tokens"] + (counted or {}).get("counted_tokens", 0),
+            }
+        return {
+            "role": message["role"],
+            "content": content,
+            ORIGIN: Origin(first, group=group, plain=counted),
+        }
     return {"role": "assistant", "content": "", ORIGIN: Origin(first, group=group, plain=_counted(main))}
 
 
@@ -491,18 +525,19 @@ def _rebuild(m: Mapping[str, Any], origin: Origin | None) -> list[Any]:
             m.get("content"), original if isinstance(original, list) else [], "input"
         )
         return [*out, base]
-    if main and _kind(main[0]) != "message":
+    message = next((x for x in main if _kind(x) == "message"), None)
+    if main and message is None:
         return [*out, *main]  # an item with its own result: nothing of it is text a manager edits
     content = m.get("content")
-    if main and _kind(main[0]) == "message":
-        item = dict(main[0])
+    if message is not None:
+        item = dict(message)
         original = item.get("content")
         if isinstance(original, list):
             text_kind = "output" if role == "assistant" else "input"
             item["content"] = _parts_back(content, original, text_kind)
         else:
             item["content"] = _text(content)
-        return [*out, item]
+        return [item if x is message else x for x in originals]  # in their order, reasoning too
     if isinstance(content, list):
         return [
             *out,

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ctxmgmt import Context, ContextError, load_definition
-from ctxmgmt.testing import assert_valid_messages
+from ctxmgmt.testing import assert_invariants, assert_valid_messages
 
 
 def turn(n: int, size: int = 4000, parallel: int = 1) -> list[dict]:
@@ -192,6 +192,52 @@ def test_an_unknown_format_is_refused():
         ContextError, match="/format: must be one of openai_chat, anthropic, openai_responses"
     ):
         Context(messages=[], format="gemini")
+
+
+def _searched(n: int, then: str) -> list[dict]:
+    """A response that searched the web before it answered (``then="message"``) or called the
+    client's tool (``"function_call"``, with the call's output): reasoning, web_search_call, then
+    the rest, as the API lists a reasoning model's output."""
+    items: list[dict] = [
+        {"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"ENC{n}"},
+        {"type": "web_search_call", "id": f"ws_{n}", "status": "completed", "action": {"type": "search"}},
+    ]
+    if then == "message":
+        text = {"type": "output_text", "text": f"Found {n}: src/app/mod_{n}.py.", "annotations": []}
+        return [*items, {"type": "message", "id": f"msg_{n}", "role": "assistant", "content": [text]}]
+    call = {
+        "type": "function_call",
+        "id": f"fc_{n}",
+        "call_id": f"call_{n}",
+        "name": "read",
+        "arguments": "{}",
+    }
+    return [*items, call, {"type": "function_call_output", "call_id": f"call_{n}", "output": "x\n" * 300}]
+
+
+@pytest.mark.parametrize("then", ["message", "function_call"])
+def test_an_item_after_a_web_search_keeps_the_reasoning_of_its_response(then):
+    """A response's items after a web search (its answer, or its call with the call's output)
+    are kept or removed with the reasoning before the search: the API refuses an item without
+    the reasoning item of its response. The answer's text is read by the summary."""
+    items: list[dict] = [{"role": "user", "content": "Fix the importer."}]
+    for n in range(6):
+        items += [*_searched(n, then), {"role": "user", "content": f"go on {n}"}]
+    summarised = False
+    for keep in range(1, 10):
+        entry = {"type": "SlidingWindowManager", "config": {"max_messages": keep, "summarize_removed": True}}
+        out = assert_invariants(
+            definition(entry), "pre_llm", Context(messages=items, format="openai_responses")
+        )
+        kept = {x.get("id") for x in out.context.messages}
+        for n in range(6):
+            assert {f"rs_{n}", f"ws_{n}"} <= kept or not {f"msg_{n}", f"fc_{n}"} & kept, (keep, n, kept)
+        summary = [x for x in out.context.messages if "[ctxmgmt:summary]" in json.dumps(x)]
+        if then == "message" and summary:  # the removed answers' text is read by the summary
+            said = [n for n in range(6) if f"src/app/mod_{n}.py" in json.dumps(summary)]
+            assert said and not {f"msg_{n}" for n in said} & kept, (keep, said)
+            summarised = True
+    assert then != "message" or summarised
 
 
 def test_other_calls_and_server_items_are_kept_whole_and_counted():
