@@ -457,7 +457,7 @@ def check_messages(messages: Sequence[Any], *, partial_tail: bool = False, offse
         if role != "tool" and pending:
             unanswered()
         problems.extend(_check_content(m, role, where))
-        if role == "assistant" and "tool_calls" in m:
+        if role == "assistant" and m.get("tool_calls") not in (None, []):  # null or []: no calls
             problems.extend(_check_calls(m.get("tool_calls"), where))
             pending = dict.fromkeys(call_ids(m), i)
         elif role == "tool":
@@ -646,8 +646,8 @@ _CUSTOM_CALLS = (
 
 
 def _check_calls(calls: Any, where: str) -> list[Problem]:
-    if not isinstance(calls, list) or not calls:
-        return [Problem(f"{where}/tool_calls", "tool_calls must be a non-empty list")]
+    if not isinstance(calls, list):
+        return [Problem(f"{where}/tool_calls", "tool_calls must be a list of calls (or null: none)")]
     problems = []
     for j, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None

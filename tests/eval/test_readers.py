@@ -941,7 +941,7 @@ def test_malformed_tool_calls_are_named(tmp_path: Path) -> None:
         tmp_path / "calls.json",
         [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "tool_calls": "oops"}],
     )
-    with pytest.raises(ReaderError, match="/messages/1/tool_calls: tool_calls must be a non-empty list"):
+    with pytest.raises(ReaderError, match="/messages/1/tool_calls: tool_calls must be a list of calls"):
         one(path)
 
 

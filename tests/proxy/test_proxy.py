@@ -359,9 +359,9 @@ def test_a_responses_request_without_input_goes_as_written(proxy, upstream, stor
             "deprecated function calling",
         ),
         (
-            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": []}],
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": {}}],
             "/messages/1/tool_calls",
-            "tool_calls must be a non-empty list",
+            "tool_calls must be a list of calls",
         ),
     ],
     ids=["text-part", "custom-call", "function-call", "no-calls"],
@@ -381,6 +381,34 @@ def test_a_chat_error_says_what_is_wrong_and_where_and_nothing_else(proxy, upstr
     assert error["param"] == pointer
     assert "each tool result must follow" not in error["message"]
     assert upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("chat/completions", {"stream": None}),
+        ("responses", {"stream": None}),
+        ("chat/completions", {"tools": None}),
+        ("chat/completions", {"calls": None}),
+        ("chat/completions", {"calls": []}),
+    ],
+    ids=["chat-stream", "responses-stream", "tools", "tool-calls-null", "tool-calls-empty"],
+)
+def test_a_null_the_api_allows_goes_upstream_as_sent(proxy, upstream, path, fields):
+    """``stream: null``, ``tools: null`` and an assistant message's ``tool_calls`` of null or []
+    (as OpenAI-compatible servers answer and clients send back) mean none: the request goes
+    upstream as the client sent it, not refused."""
+    user = {"role": "user", "content": "x"}
+    said = (
+        {"role": "assistant", "content": "hi", "tool_calls": fields.pop("calls")}
+        if "calls" in fields
+        else None
+    )
+    messages = [user, said, user] if said is not None else [user]
+    body = {"model": "gpt-test", "input" if path == "responses" else "messages": messages, **fields}
+    r = httpx.post(f"{proxy.url}/proxy/default/v1/{path}", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert upstream.seen[-1].body == {**body, "model": upstream.seen[-1].body["model"]}
 
 
 def test_a_chat_error_about_a_result_without_its_call_says_how_to_mend_it(proxy, upstream):

@@ -68,7 +68,7 @@ class Api:
         if raw and set(map(type, raw)) != {dict}:  # a JSON body's objects are dicts
             i = next(i for i, item in enumerate(raw) if type(item) is not dict)
             return f"/{self.field}/{i}: must be an object (a message or an input item)"
-        tools = body.get("tools", [])
+        tools = body.get("tools") if body.get("tools") is not None else []  # null: none
         if not isinstance(tools, list):
             return "/tools: must be a list of tool definitions"
         for i, tool in enumerate(tools):  # a name is compared and hashed (recall's tools)
@@ -76,7 +76,8 @@ class Api:
             named = tool.get("function") if chat else tool
             if isinstance(named, Mapping) and "name" in named and not isinstance(named["name"], str):
                 return f"/tools/{i}{'/function' if chat else ''}/name: must be a string"
-        stream = body.get("stream", False)
+        stream = body.get("stream")
+        stream = False if stream is None else stream  # null: not streamed (the OpenAI API's default)
         if not isinstance(stream, bool):
             return "/stream: must be true or false"
         limit = next((body[k] for k in self.limits if body.get(k) is not None), None)
