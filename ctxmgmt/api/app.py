@@ -73,7 +73,13 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
         if exc.status_code in (404, 405)
         else str(exc.detail)
     )
-    if exc.status_code == 404 and errors.provider_path(request.url.path):
+    if exc.status_code in (404, 405) and errors.stored_path(request.url.path):
+        reason += (
+            "; what OpenAI keeps (a stored response, a conversation) is not forwarded: ask the "
+            "provider for it directly (the proxy forwards POST /v1/responses, managed, and "
+            "/v1/responses/input_tokens and /v1/responses/compact)"
+        )
+    elif exc.status_code == 404 and errors.provider_path(request.url.path):
         reason += (
             "; the proxy's base URLs are /proxy/{definition}/v1 (OpenAI's SDKs) and "
             "/proxy/{definition} (Anthropic's), e.g. /proxy/default/v1"

@@ -96,8 +96,16 @@ _LEADING_POINTER = re.compile(r"(/[^\s:;]{0,1000}): ")
 
 
 _PROVIDER_PATH = re.compile(
-    r"(?:/.*)?/(?:v1/)?(?:chat/completions|responses|messages(?:/count_tokens)?|models(?:/[^/]+)?)"
+    r"(?:/.*)?/(?:v1/)?(?:chat/completions|responses(?:/input_tokens|/compact)?|messages(?:/count_tokens)?"
+    r"|models(?:/[^/]+)?)"
 )
+_STORED = re.compile(r"/proxy/[^/]+/v1/(?:responses/[^/]+(?:/.*)?|conversations(?:/.*)?)")
+"""What OpenAI keeps (a response by its id, a conversation), which the proxy does not forward."""
+
+
+def stored_path(path: str) -> bool:
+    """Whether ``path`` asks the proxy for what OpenAI keeps (a stored response, a conversation)."""
+    return _STORED.fullmatch(path) is not None
 
 
 def provider_path(path: str) -> bool:

@@ -386,14 +386,15 @@ TABLE: tuple[Operation, ...] = (
             ("messages", "/v1/messages", "Anthropic Messages"),
         )
     ),
-    Operation(
-        "POST",
-        "/proxy/{definition}/v1/messages/count_tokens",
-        "proxy.count_tokens",
-        "Anthropic's token count, by the model's upstream",
-        {},
-        documented=False,
-        raw=True,
+    *(
+        Operation(
+            "POST", f"/proxy/{{definition}}{path}", f"proxy.{name}", title, {}, documented=False, raw=True
+        )
+        for name, path, title in (
+            ("count_tokens", "/v1/messages/count_tokens", "Anthropic's token count, by the model's upstream"),
+            ("input_tokens", "/v1/responses/input_tokens", "OpenAI's token count, by the model's upstream"),
+            ("compact", "/v1/responses/compact", "OpenAI's compaction, by the model's upstream"),
+        )
     ),
     *(
         Operation(

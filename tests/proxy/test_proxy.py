@@ -52,6 +52,34 @@ def test_openai_sdk_chat_unchanged_through_the_proxy(proxy, upstream):
     assert seen.headers["authorization"] == "Bearer sk-client"  # no key configured: the client's
 
 
+def test_openais_count_and_compaction_go_upstream_as_sent(proxy, upstream):
+    """The OpenAI SDK's ``responses.input_tokens.count`` and ``responses.compact`` (Codex
+    compacts so) reach the model's upstream as the client sent them, the upstream's model
+    written in, and come back as the upstream answered; nothing is recorded."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="sk-client")
+    items = [{"role": "user", "content": TASK}, {"role": "assistant", "content": "on it"}]
+    count = client.responses.input_tokens.count(model="gpt-test", input=items)
+    assert count.input_tokens == input_tokens({"input": items})
+    assert upstream.seen[-1].path == "/v1/responses/input_tokens"
+    compacted = client.responses.compact(model="gpt-test", input=items, instructions="terse")
+    seen = upstream.seen[-1]
+    assert seen.path == "/v1/responses/compact" and seen.headers["authorization"] == "Bearer sk-client"
+    assert seen.body == {"model": "gpt-upstream", "input": items, "instructions": "terse"}
+    assert len(compacted.output) == 2 and compacted.output[-1].type == "compaction"
+
+
+def test_a_background_response_is_refused_saying_why(proxy, upstream):
+    """A background response would be polled at GET /v1/responses/{id}, which the proxy does not
+    forward: a 400 that says so, nothing sent; a stored response asked of the proxy is a 404
+    that says to ask the provider."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="sk-client", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="/background: a background response is polled"):
+        client.responses.create(model="gpt-test", input=TASK, background=True)
+    with pytest.raises(openai.NotFoundError, match="ask the provider for it directly"):
+        client.responses.retrieve("resp_1")
+    assert upstream.seen == []
+
+
 @pytest.mark.parametrize("definition", ["default", "cache-aware"])
 def test_the_definition_manages_an_80_step_tool_loop_at_16k(proxy, upstream, definition):
     """An 80-step tool loop at a 16k window: every upstream request fits, is valid, keeps the

@@ -100,6 +100,22 @@ class Upstream:
                         200, "application/json", json.dumps({"input_tokens": input_tokens(body)}).encode()
                     )
                     return
+                if self.path.partition("?")[0].endswith("/responses/input_tokens"):  # OpenAI's count
+                    count = {"object": "response.input_tokens", "input_tokens": input_tokens(body)}
+                    self._send(200, "application/json", json.dumps(count).encode())
+                    return
+                if self.path.partition("?")[0].endswith("/responses/compact"):  # OpenAI's compaction
+                    kept = [x for x in body.get("input") or () if x.get("role") == "user"]
+                    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": "ENC"}
+                    compacted = {
+                        "id": "resp_cmp",
+                        "object": "response.compaction",
+                        "created_at": 1,
+                        "output": [*kept, item],
+                        "usage": {"input_tokens": input_tokens(body), "output_tokens": 9, "total_tokens": 9},
+                    }
+                    self._send(200, "application/json", json.dumps(compacted).encode())
+                    return
                 refused = _thinking_refused(body) if self.path.endswith("/messages") else None
                 if refused is not None:  # Anthropic's rule for a request with thinking on
                     error = {"type": "error", "error": {"type": "invalid_request_error", "message": refused}}

@@ -10,14 +10,14 @@ request, then ``pre_llm``) at the model's window, with the conversation's manage
 in the store between requests; the managed request goes to the model's upstream and its
 answer comes back as it came (a success that is no JSON object is a 502). ``GET
 .../v1/models`` lists the configured models in the client's provider's shape (see
-:mod:`ctxmgmt.api.proxy.models`); ``POST .../v1/messages/count_tokens`` goes to the
-upstream's count (:mod:`ctxmgmt.api.proxy.count`).
+:mod:`ctxmgmt.api.proxy.models`); ``POST .../v1/messages/count_tokens``, ``.../v1/responses/input_tokens``
+and ``.../v1/responses/compact`` go to the upstream as they are (:mod:`ctxmgmt.api.proxy.forward`).
 """
 
 from __future__ import annotations
 
 from .apis import APIS, Api
-from .count import count_tokens
+from .forward import compact, count_tokens, input_tokens
 from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
 from .models import base, model, models
 from .routes import chat, messages, responses
@@ -29,7 +29,9 @@ __all__ = [
     "Api",
     "base",
     "chat",
+    "compact",
     "count_tokens",
+    "input_tokens",
     "messages",
     "model",
     "models",

@@ -90,6 +90,12 @@ class Api:
                 return "/system: must be a string or a list of text blocks"
             prompt = system_text(system) if system is not None else None
         elif self.name == "responses":
+            if body.get("background") is True:
+                return (
+                    "/background: a background response is polled at GET /v1/responses/{id}, which "
+                    "the proxy does not forward: send the request without background (streamed, if "
+                    "it is long), or to the provider directly"
+                )
             instructions = body.get("instructions")
             if instructions is not None and not isinstance(instructions, str):
                 return "/instructions: must be a string"
