@@ -21,6 +21,8 @@ PROXY = {
         for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages")
     ),
     ("POST", "/proxy/{definition}/v1/messages/count_tokens"),
+    ("POST", "/proxy/{definition}/v1/responses/input_tokens"),
+    ("POST", "/proxy/{definition}/v1/responses/compact"),
     ("GET", "/proxy/{definition}/v1/models"),
     ("GET", "/proxy/{definition}/v1/models/{model:path}"),
     ("GET", "/proxy/{definition}"),
