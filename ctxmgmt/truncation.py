@@ -54,6 +54,12 @@ def cut(
     n = len(text)
     with_tokens = max_tokens is not None
     size = _size(text, counter, with_tokens, original)
+    if n <= 2 * max_chars:
+        # A text near its cap: the notice could cost more tokens than the few characters cut
+        # (English words are ~4 characters a token, the notice's digits and tag denser), and
+        # a cut never makes a message larger.
+        whole = counter.text(text)
+        max_tokens = whole if max_tokens is None else min(max_tokens, whole)
     # Size the pieces against the longest notice this text can get.
     longest = _marker(size, ref, (n, n))
     chars = max_chars - len(longest)

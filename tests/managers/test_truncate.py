@@ -362,3 +362,34 @@ def test_a_coloured_failure_the_head_holds_is_not_repeated():
     content = run(text, max_output_length=4000, mode="head_tail").context.messages[-1]["content"]
     assert content.count("ERROR") == 3  # the head's, the tail's and a plain copy of the other one
     assert "failure lines of the cut part:\nERROR: disk full on /var/log (middle)\n" in content
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 3000}},
+        {
+            "type": "ToolResultCompactionManager",
+            "config": {"recent_n": 0, "old_max_chars": 3000, "without_store": "cut"},
+        },
+    ],
+    ids=["truncate", "compaction"],
+)
+def test_a_result_just_over_its_cap_is_cut_to_fewer_tokens(entry):
+    """A result of English words a few characters over its cap: the cut's notice (digits and a
+    tag, dense in tokens) would cost more than the words it replaces; the cut takes more
+    words, so the request never grows."""
+    from ctxmgmt import Context, load_definition
+
+    text = ("build agent index test deploy config error file path query " * 60)[:3034]
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    messages = [
+        {"role": "user", "content": "Fix the build."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": text},
+    ]
+    definition = load_definition({"name": "d", "hooks": {"post_tool": [entry]}})
+    result = definition.apply("post_tool", Context(messages=messages, model="gpt-4o"))
+    out = result.context.messages[2]["content"]
+    assert len(out) <= 3000 and "[truncated: original 3,034 chars" in out
+    assert result.trace[0]["tokens_after"] < result.trace[0]["tokens_before"]
