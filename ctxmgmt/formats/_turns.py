@@ -56,6 +56,8 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
     n = len(messages)
     msgs = items(messages)
     found = task_index(messages)
+    if found is None:  # no user message of its own: ctxmgmt's summary, a user message, opens it
+        found = _summary_start(msgs)
     user = -1 if found is None else found
     first = user + 1
     while first < n and msgs[first].get("role") != "assistant":
@@ -91,6 +93,15 @@ def turn_head(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | N
     while end < n and msgs[end].get("role") == "tool":
         end += 1
     return user, first, end
+
+
+def _summary_start(msgs: Sequence[Mapping[str, Any]]) -> int | None:
+    """The summary that opens the final turn when no user message of its own does (the task
+    went into it): the provider reads it as the turn's user message. None when there is none."""
+    for i in range(len(msgs) - 1, -1, -1):
+        if msgs[i].get("role") == "user" and is_summary(msgs[i]):
+            return i if _user_run(msgs, i) is not None else None
+    return None
 
 
 _BARE = object()

@@ -655,3 +655,36 @@ def test_a_loop_one_call_long_whose_thinking_cannot_fit_is_an_error_not_a_droppe
     # With room for it, nothing is removed.
     out = d.apply("pre_llm", replace(ctx, context_window=20_000)).context
     assert out.messages == msgs
+
+
+def test_a_summary_that_took_the_task_opens_the_turn_whose_thinking_head_stays():
+    """When the task went into ctxmgmt's summary (every call opened with thinking, so no head
+    had to stay), the summary is the user message that opens the turn for the provider: once
+    later calls open without thinking, the loop's first call (its thinking) stays."""
+    from ctxmgmt.testing import assert_invariants
+
+    def call(i, think):
+        thinking = [{"type": "thinking", "thinking": f"step {i}: look at the log", "signature": f"sig{i}"}]
+        use = {"type": "tool_use", "id": f"toolu_{i}", "name": "bash", "input": {"command": f"cat log{i}"}}
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"line {i} " * 40}
+        return [
+            {"role": "assistant", "content": [*(thinking if think else []), use]},
+            {"role": "user", "content": [result]},
+        ]
+
+    entry = {
+        "type": "SummarizationManager",
+        "config": {"pin": "none", "preserve_recent_messages": 2, "summary_ratio": 0.5},
+    }
+    d = load_definition({"name": "d", "hooks": {"pre_llm": [entry]}})
+    history = [{"role": "user", "content": "Fix the build."}]
+    for i in range(1, 5):
+        history += call(i, True)
+    first = d.apply("pre_llm", Context(messages=history, format="anthropic", model="gpt-4o")).context
+    assert str(first.messages[0]["content"]).startswith("[ctxmgmt:summary]")  # the task went into it
+    grown = list(first.messages)
+    for i in range(5, 8):
+        grown += call(i, False)
+    assert_invariants(
+        d, "pre_llm", Context(messages=grown, format="anthropic", model="gpt-4o"), idempotent=False
+    )
