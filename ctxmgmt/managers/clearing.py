@@ -12,7 +12,7 @@ from ..digest import trace_line
 from ..formats._common import origin_of
 from ..formats._turns import signed
 from ..manager import ContextManager, Runtime
-from ..marks import PLACEHOLDER, binding, find, sign
+from ..marks import PLACEHOLDER, binding, find, sign, stamp
 from ..messages import call_ids, is_recalled, text_of, trailing_tool_start
 from ..truncation import with_text
 from .base import builtin_schema
@@ -181,7 +181,8 @@ class ToolResultClearingManager(ContextManager):
         """The placeholder and the notice, signed for the result ``m`` (``signed``; else with
         the placeholder tag, to size it): its size, a one-line trace of what it was (the call,
         its outcome, the specifics it held), and where it is stored when it was archived."""
-        n = len(text)
+        earlier = stamp(text, binding(m))  # a cut result: the size before the cut
+        n = len(text) if earlier is None else earlier[0]
         stored = (
             "" if ref is None else f'; all of it is stored as {ref}: context_read(ref="{ref}") returns it'
         )

@@ -18,6 +18,7 @@ from ..tokens import TokenCounter
 from ..truncation import cut, with_text
 from ..types import Hook
 from .base import NO_STORE, builtin_schema
+from .clearing import cleared
 
 _WINDOWS_KEPT = 16
 """Windows an entry with ``max_output_ratio`` keeps its scaled form for (one per model, in practice)."""
@@ -124,17 +125,18 @@ class ToolsOutputTruncateManager(ContextManager):
         return context.with_messages(out)
 
     def fits(self, m: Mapping[str, Any], counter: TokenCounter, index: int | None = None) -> bool:
-        """Whether a tool result is within the limits, or was already cut with its notice."""
+        """Whether a tool result is within the limits, or was already cut with its notice (or
+        cleared: the clearing's notice may be longer than a small cap, and is cut no further)."""
         text = text_of(m.get("content"))
         if len(text) > self.config["max_output_length"]:
-            return stamp(text, binding(m)) is not None
+            return stamp(text, binding(m)) is not None or cleared(m)
         limit = self.config.get("max_output_tokens")
         # Cheap sufficient checks first: every token is at least one byte, and a message
         # counts at least its content's tokens (its count is memoised per message).
         if limit is None or (text.isascii() and len(text) <= limit) or counter.message(m, index) <= limit:
             return True
         # Memoised by content: counting the message encoded it, and the cut's notice reads it.
-        return counter.text(text) <= int(limit) or stamp(text, binding(m)) is not None
+        return counter.text(text) <= int(limit) or stamp(text, binding(m)) is not None or cleared(m)
 
     def _truncate(self, m: Mapping[str, Any], runtime: Runtime, *, archive: bool = True) -> dict[str, Any]:
         """The result cut to the limits (archived first with offload). It must not fit."""

@@ -380,3 +380,33 @@ def test_clearing_frees_at_least_clear_at_least_whichever_reference_and_tag_are_
         assert above.apply("pre_llm", ctx, offloader=store, session="s").context is ctx
         below = clearing(trigger=0, keep=1, clear_at_least=freed - 7 * 80)
         assert below.apply("pre_llm", ctx, offloader=store, session="s").trace[0]["details"]["cleared"] == 7
+
+
+def test_a_cut_result_once_cleared_is_cut_no_further_and_says_its_real_size():
+    """Truncation with a small cap, then clearing: the cleared notice, longer than the cap, is
+    not cut by the next apply (a second apply changes nothing), and it says the size before
+    the cut, not the cut's."""
+    from ctxmgmt.testing import assert_invariants
+
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    later = {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "Fix the build."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "\U0001f642\U0001f389\U0001f525\U0001f4a5" * 300},
+        {"role": "assistant", "content": None, "tool_calls": [later]},
+        {"role": "tool", "tool_call_id": "c2", "content": "ok"},
+    ]
+    d = load_definition(
+        {
+            "name": "d",
+            "hooks": {
+                "pre_llm": [
+                    {"type": "ToolsOutputTruncateManager", "config": {"max_output_length": 100}},
+                    {"type": "ToolResultClearingManager", "config": {"trigger": 0, "keep": 1}},
+                ]
+            },
+        }
+    )
+    out = assert_invariants(d, "pre_llm", Context(messages=messages, model="gpt-4o")).context
+    assert "[cleared: original 1,200 chars" in out.messages[2]["content"]
