@@ -7,8 +7,9 @@ To the internal form: a run of calls becomes one assistant message with those to
 role. A ``reasoning`` item rides along in the origin of the internal message made from the
 item after it, so the two are kept or removed together, and never shown to a summariser.
 Items that carry their own result (``web_search_call``, ``mcp_call`` and the like) and other
-item types are assistant messages with no text of their own: counted, kept or removed whole,
-never edited.
+item types are counted, kept or removed whole, never edited: with the model's items of the
+same response after them (its answer, its calls), as the API wants one response's items
+together with their reasoning; alone, as assistant messages with no text of their own.
 
 Back: an internal message that comes back as it went is its items again, the same objects;
 an edited one keeps its reasoning and the fields of its items, with the new text.
