@@ -600,3 +600,21 @@ def test_a_second_apply_changes_nothing_when_what_a_thinking_loop_keeps_changes(
     The window is drawn again on what it keeps, so a second apply changes nothing."""
     d = window(max_messages=1, **config)
     assert_invariants(d, "pre_llm", Context(system_prompt="sys", messages=messages, format="anthropic"))
+
+
+def test_a_window_drawn_twice_archives_what_each_pass_removed(tmp_path):
+    """When the window is drawn again on what it kept (a thinking loop's head no longer held),
+    what both passes removed is archived, and the trace lists both archives: nothing removed
+    is lost."""
+    from ctxmgmt.offload import LocalOffloader
+
+    messages = [_TASK, _use("a", thinking=True), _results("a"), _use("b", 4), _results("b", 4)]
+    messages += [_use("c", thinking=True), _results("c")]
+    store = LocalOffloader(str(tmp_path))
+    ctx = Context(system_prompt="sys", messages=messages, format="anthropic")
+    result = window(max_messages=1, pin="task").apply("pre_llm", ctx, offloader=store, session="s")
+    details = result.trace[0]["details"]
+    assert result.context.messages[0]["content"] == "task" and len(result.context.messages) == 3
+    assert isinstance(details["offloaded"], list) and len(details["offloaded"]) == 2
+    archived = "".join(store.read("s", ref).text for ref in details["offloaded"])
+    assert all(f"{name}_0" in archived for name in "ab") and details["removed"] == 7  # internal messages
