@@ -435,11 +435,8 @@ def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
     if message is not None:
         content, counted = _content(message["content"])
         if whole:  # the answer after a web search: its text, the search counted whole
-            others = _counted(whole) or {}
-            counted = {
-                **others,
-                "counted_tokens": others["counted_tokens"] + (counted or {}).get("counted_tokens", 0),
-            }
+            files = (counted or {}).get("counted_tokens", 0)  # what _content estimated of its files
+            counted = {"source": whole, "counted_tokens": estimate_tokens(whole) + files}
         return {
             "role": message["role"],
             "content": content,

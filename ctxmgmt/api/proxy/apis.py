@@ -68,7 +68,8 @@ class Api:
         if raw and set(map(type, raw)) != {dict}:  # a JSON body's objects are dicts
             i = next(i for i, item in enumerate(raw) if type(item) is not dict)
             return f"/{self.field}/{i}: must be an object (a message or an input item)"
-        tools = body.get("tools") if body.get("tools") is not None else []  # null: none
+        tools = body.get("tools")
+        tools = [] if tools is None else tools  # null: none
         if not isinstance(tools, list):
             return "/tools: must be a list of tool definitions"
         for i, tool in enumerate(tools):  # a name is compared and hashed (recall's tools)
