@@ -28,7 +28,7 @@ each time (the hysteresis every reducing built-in has).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .context import Context
@@ -58,6 +58,9 @@ _MIN_RESULT_TOKENS = 48
 """A tool result is not cut below this many tokens of content (its notice needs ~30)."""
 _NOTICE_TOKENS = 80
 """About the most a truncation notice with a reference costs."""
+_RESERVE_ROUNDS = 4
+"""The most times the step fits again with the reserve of its own output (it grows toward
+a bound, half the window, in one or two rounds)."""
 
 
 def reserve_tokens(window: int, settings: Mapping[str, Any]) -> int:
@@ -141,19 +144,43 @@ class Fit:
     archives = True
     trusted = True
 
-    def __init__(self, settings: Mapping[str, Any], reserve: int | None = None) -> None:
-        """``reserve``: the tokens kept for the reply (:func:`reply_reserve`), by default the
-        definition's."""
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        reserve: int | None = None,
+        reserve_of: Callable[[Context], int] | None = None,
+    ) -> None:
+        """``reserve``: the tokens kept for the reply (:func:`reply_reserve`) of the context
+        the step is given, by default the definition's; ``reserve_of``: that reserve for the
+        step's output, when it depends on what the step cuts (a reply's limit sized beside
+        what must stay)."""
         self.activation = _Gate(settings, reserve)
         self.settings = settings
         self.reserve = reserve
+        self.reserve_of = reserve_of
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
         window = context.context_window
         assert window is not None  # the gate does not fire without one
+        reserve = reserve_tokens(window, self.settings) if self.reserve is None else self.reserve
+        runtime.details["removed"] = 0
+        out = self._fit(context, runtime, reserve)
+        # Cutting what must stay (a thinking loop's results) leaves the reply more room, so
+        # the reserve of the output can be larger: fit again with it until it holds, or a
+        # second apply would find the output over its window.
+        for _ in range(_RESERVE_ROUNDS):
+            if self.reserve_of is None or (again := self.reserve_of(out)) <= reserve:
+                break
+            reserve = again
+            out = self._fit(out, runtime, reserve)
+        return out
+
+    def _fit(self, context: Context, runtime: Runtime, reserve: int) -> Context:
+        """Fit ``context`` to its window less ``reserve`` (steps 1-5 of the module)."""
+        window = context.context_window
+        assert window is not None
         # In counted tokens: the provider counts ``ratio`` times as many (calibration).
         ratio = runtime.environment.window_ratio(context.model)
-        reserve = reserve_tokens(window, self.settings) if self.reserve is None else self.reserve
         base = int((window - reserve) / ratio)
         hidden = runtime.constraints.hidden_tokens
 
@@ -167,7 +194,6 @@ class Fit:
         held = runtime.constraints.held
         spans = _removable(context.messages, held(context.messages))
         summary_room = fit_room(budget)
-        runtime.details["removed"] = 0
         # 1. The oldest whole units; not yet the newest unit and the newest tool-call group,
         #    whose results step 2 cuts rather than removes.
         newest = {spans[-1]} if spans else set()
@@ -246,8 +272,8 @@ class Fit:
         need = counter.context(context)[0] - budget
         # Cut nothing (and archive nothing) when even the shortest cuts cannot fit.
         room = sum(max(0, counter.message(msgs[i], i) - _MIN_RESULT_TOKENS - _NOTICE_TOKENS) for i in results)
+        cuts = runtime.details.setdefault("cut", 0)
         if room < need:
-            runtime.details["cut"] = 0
             return context
         changed: dict[int, Mapping[str, Any]] = {}
         for i in results:
@@ -261,7 +287,7 @@ class Fit:
             new = _shrink(m, target, runtime)
             need -= counter.message(m, i) - counter.message(new)
             changed[i] = new
-        runtime.details["cut"] = len(changed)
+        runtime.details["cut"] = cuts + len(changed)
         if not changed:
             return context
         return context.splice((i, i + 1, (m,)) for i, m in sorted(changed.items()))

@@ -179,10 +179,10 @@ class _Run:
         self._record(entry, True, reason, tokens, output, duration, None, runtime.details)
         self.context = output
 
-    def _reserve(self) -> int:
-        """The tokens kept for the reply (:func:`~ctxmgmt.fit.reply_reserve`), worked out once
-        per context a run sees."""
-        context = self.context
+    def _reserve(self, context: Context | None = None) -> int:
+        """The tokens kept for the reply of ``context`` (by default the run's; see
+        :func:`~ctxmgmt.fit.reply_reserve`), worked out once per context a run sees."""
+        context = self.context if context is None else context
         if context.max_output_tokens is None:  # the definition's (the common case: no sum to do)
             return reserve_tokens(context.context_window or 0, self.settings)
         if self._reserved is None or self._reserved[0] is not context:
@@ -328,7 +328,7 @@ class _Run:
             or not self.settings.get("fit", True)
         ):
             return
-        step = Fit(self.settings, self._reserve())
+        step = Fit(self.settings, self._reserve(), self._reserve)
         entry = Entry(index, Fit.type_name, step, step.activation, "fail")
         started = self.start(entry)
         if started is None:

@@ -183,6 +183,43 @@ def test_a_reply_limit_past_half_the_window_counts_as_half():
     assert reply_reserve(replace(ctx, max_output_tokens=100), {}, counter, CHAT, 1.0) == 4_000
 
 
+def test_a_reply_limit_sized_beside_a_thinking_loop_holds_after_the_loop_is_cut():
+    """A reply limit is sized beside what must stay, and a thinking loop's results must stay
+    until the fit step cuts them: the reserve of the cut request is larger, so the step fits
+    again with it, and the output plus its own reserve fits (a second apply changes
+    nothing). Before, the output plus its reserve was 2,181 tokens of a 2,000 window."""
+    from ctxmgmt.fit import reply_reserve
+    from ctxmgmt.formats import internal
+
+    think = {"type": "thinking", "thinking": "I should read the log", "signature": "sig1"}
+    call = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "cat build.log"}}
+    ls = {"type": "tool_use", "id": "toolu_2", "name": "bash", "input": {}}
+
+    def results(call_id: str, text: str) -> dict:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text}]}
+
+    messages = [
+        {"role": "user", "content": "Fix the build."},
+        {"role": "assistant", "content": [think, call]},
+        results("toolu_1", "error " * 3000),
+        {"role": "assistant", "content": [ls]},
+        results("toolu_2", "a.py " * 180),
+    ]
+    ctx = Context(messages=messages, format="anthropic", model=MODEL, context_window=2000)
+    ctx = replace(ctx, max_output_tokens=1000)
+    definition = bare()
+    first = definition.apply("pre_llm", ctx)
+    assert first.trace[-1]["activated"]
+    way = internal(first.context)
+    counter = get_counter(MODEL)
+    reserve = reply_reserve(way.context, definition.settings, counter, way.constraints, 1.0)
+    tokens = counter.context(way.context)[0] + way.constraints.hidden_tokens(way.context.messages)
+    assert reserve > 500 and tokens + reserve <= 2000, (tokens, reserve)
+    again = definition.apply("pre_llm", first.context)
+    assert not again.trace[-1]["activated"]
+    assert list(again.context.messages) == list(first.context.messages)
+
+
 def test_a_context_refuses_a_reply_limit_that_is_no_count():
     """max_output_tokens is a whole number >= 1 or left out, named by its pointer."""
     for bad in (0, -5, 1.5, "100", True):
