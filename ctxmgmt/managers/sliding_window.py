@@ -101,8 +101,17 @@ class SlidingWindowManager(ContextManager):
     def _held(self, context: Context, runtime: Runtime) -> _Held:
         """What the provider's rules keep (a thinking loop's head), and the task when pinned."""
         head = runtime.constraints.head(context.messages)[0]
-        task = runtime.constraints.task_index(context.messages) if self.config["pin"] == "task" else None
-        return _Held(head, task)
+        if self.config["pin"] != "task" or (task := runtime.constraints.task_index(context.messages)) is None:
+            return _Held(head, frozenset())
+        if not runtime.constraints.user_first:
+            return _Held(head, frozenset((task,)))
+        # The provider merges the user messages that follow the task into it (a reminder
+        # left beside results a step removed, a second message the client sent): the task
+        # is all of them, or a window would keep the task's first part and drop its last.
+        msgs = items(context.messages)
+        run = takewhile(lambda i: msgs[i].get("role") in ("user", *SYSTEM_ROLES), range(task, len(msgs)))
+        task_run = (i for i in run if msgs[i].get("role") == "user" and not is_summary(msgs[i]))
+        return _Held(head, frozenset(task_run))
 
     def _plan(self, context: Context, runtime: Runtime, held: _Held) -> _Plan:
         """The window drawn on ``context``: what is pinned, the places and tokens left beside
@@ -223,11 +232,12 @@ class _Held:
     kept besides max_messages, and the task (``pin: task``), counted against it."""
 
     head: frozenset[int]
-    task: int | None
+    task: frozenset[int]
+    """The task's messages (with a provider that merges a run of user messages, all of them)."""
 
     @property
     def indices(self) -> frozenset[int]:
-        return self.head if self.task is None else self.head | {self.task}
+        return self.head | self.task
 
     def of(self, msgs: Sequence[Mapping[str, Any]]) -> set[int]:
         """The identities of those messages in ``msgs`` (the same objects in a window's output)."""

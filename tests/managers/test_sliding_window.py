@@ -618,3 +618,36 @@ def test_a_window_drawn_twice_archives_what_each_pass_removed(tmp_path):
     assert isinstance(details["offloaded"], list) and len(details["offloaded"]) == 2
     archived = "".join(store.read("s", ref).text for ref in details["offloaded"])
     assert all(f"{name}_0" in archived for name in "ab") and details["removed"] == 7  # internal messages
+
+
+def test_a_user_first_task_is_every_user_message_the_provider_merges_into_it():
+    """Anthropic merges consecutive user messages into one: with ``pin: task`` the task is all
+    of them, so a small window keeps the log the client sent after its task rather than the
+    task's first part alone (it kept "Fix the build." and dropped the newest message)."""
+    log = {"role": "user", "content": [{"type": "text", "text": "here is the log: error E42"}]}
+    task = {"role": "user", "content": "Fix the build."}
+    msgs = [_TASK, {"role": "assistant", "content": "done"}, task, log]
+    ctx = Context(messages=msgs, format="anthropic", model="gpt-4o", context_window=10_000)
+    out = window(max_messages=1).apply("pre_llm", ctx).context.messages
+    assert out == msgs[2:]
+
+
+def test_a_window_then_the_fit_step_is_idempotent_when_the_fit_leaves_a_reminder_on_its_own():
+    """Window then fit step, Anthropic: the fit step removes the newest call (a large input),
+    and the reminder that was beside its results joins the task's user message; a second
+    apply keeps it as the first did (it removed it: the window had pinned the task's first
+    message only)."""
+    write = {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": {"text": "print(1)\n" * 600}}
+    reminder = {"type": "text", "text": "<system-reminder>run the tests too</system-reminder>"}
+    ok = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+    msgs = [
+        {"role": "user", "content": "Fix the build."},
+        {"role": "assistant", "content": [write]},
+        {"role": "user", "content": [ok, reminder]},
+    ]
+    ctx = Context(messages=msgs, format="anthropic", model="gpt-4o", context_window=1000)
+    d = window(max_messages=2)
+    first = d.apply("pre_llm", ctx)
+    assert [e["activated"] for e in first.trace] == [True, True]
+    assert first.context.messages[-1]["content"] == [reminder]
+    assert_invariants(d, "pre_llm", ctx)
