@@ -13,12 +13,17 @@ definition's own entries leave more, this step, traced as its own entry of type
    removed is lost;
 2. if that is not enough, it cuts the largest tool results that are kept, with the
    usual truncation notice (archived first when a store is given);
-3. if even that is not enough, it removes those newest units too;
-4. if even that is not enough, it shrinks its own summary to what is left (its least
+3. if even that is not enough, it removes the system and developer messages an agent added
+   along the conversation (a reminder every turn), oldest first (archived and merged into
+   the summary as units are): all but the first, when the conversation opens with it (the
+   system prompt), and the newest;
+4. if even that is not enough, it removes those newest units too;
+5. if even that is not enough, it shrinks its own summary to what is left (its least
    important items first, down to the one-line guide), or removes it: a summary is
    ctxmgmt's, not something the request must carry;
-5. only if the system prompt, tool schemas, system messages, the task and the reserve
-   alone exceed the window, it raises :class:`~ctxmgmt.ContextError` naming the numbers.
+6. only if the system prompt, tool schemas, the system messages left, the task and the
+   reserve alone exceed the window, it raises :class:`~ctxmgmt.ContextError` naming the
+   numbers.
 
 ``settings: {fit: false}`` turns the step off. With ``settings: {cache: aware}`` step 1
 removes old units down to three quarters of the room, not just under it: a step that cut
@@ -176,7 +181,7 @@ class Fit:
         return out
 
     def _fit(self, context: Context, runtime: Runtime, reserve: int) -> Context:
-        """Fit ``context`` to its window less ``reserve`` (steps 1-5 of the module)."""
+        """Fit ``context`` to its window less ``reserve`` (the steps the module names)."""
         window = context.context_window
         assert window is not None
         # In counted tokens: the provider counts ``ratio`` times as many (calibration).
@@ -210,7 +215,12 @@ class Fit:
         # 3. A shorter summary, when that is enough to keep the newest units.
         if counter.context(out)[0] > (budget := room(out)):
             out = _fit_summary(out, budget, runtime, remove=False)
-        # 4. The newest unit too, then the summary shrunk to what is left, or removed.
+        # 4. The system messages an agent added along the way (reminders), the newest kept.
+        if counter.context(out)[0] > (budget := room(out)) and (later := _later_system(out.messages)):
+            removed = runtime.details["removed"]
+            out = self._drop(out, later, budget, summary_room, runtime)
+            runtime.details["system_removed"] = runtime.details["removed"] - removed
+        # 5. The newest unit too, then the summary shrunk to what is left, or removed.
         if counter.context(out)[0] > (budget := room(out)) and (
             last := _removable(out.messages, held(out.messages))
         ):
@@ -329,6 +339,16 @@ def _removable(msgs: Sequence[Mapping[str, Any]], held: frozenset[int]) -> list[
     """The units the fit step may remove, oldest first: all but the pinned messages."""
     pinned = _pinned(msgs, held)
     return [u for u in units(msgs) if u[0] not in pinned]
+
+
+def _later_system(msgs: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """The system and developer messages but the first (the system prompt) and the newest,
+    oldest first: an agent that adds a reminder every turn would otherwise pile up more than
+    any window holds. (Which ones the conversation opened with cannot be told once the
+    messages between them are gone: a window keeps every system message and removes the
+    rest.)"""
+    system = [i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES]
+    return [(i, i + 1) for i in system[1 if system and system[0] == 0 else 0 : -1]]
 
 
 def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, Any]:

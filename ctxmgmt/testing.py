@@ -163,8 +163,7 @@ def assert_invariants(
     assert results <= calls, f"tool results lost their calls: {sorted(results - calls)}"
     kept_calls = calls & _pairs(chat_in)[1]
     assert kept_calls <= results, f"tool calls lost their results: {sorted(kept_calls - results)}"
-    systems = [m for m in context.messages if m.get("role") in ("system", "developer")]
-    assert all(any(m is k for k in out.messages) for m in systems), "a system message was dropped"
+    _assert_system_kept(context.messages, out.messages, result.trace)
     _assert_turns_whole(context.messages, out.messages, fmt)
     if result.trace:
         assert result.trace[-1]["tokens_after"] <= result.trace[0]["tokens_before"], "tokens grew"
@@ -174,6 +173,21 @@ def assert_invariants(
         if not fired or all(e["type"] != "SummarizationManager" for e in fired):
             assert list(again.context.messages) == list(out.messages), "a second run changed the messages"
     return result
+
+
+def _assert_system_kept(before: Sequence[Any], after: Sequence[Any], trace: Sequence[Any]) -> None:
+    """System and developer messages are kept: the system prompt (the first message) and the
+    newest always, the others unless the fit step says it removed them (the request could not
+    fit otherwise)."""
+    systems = [m for m in before if m.get("role") in ("system", "developer")]
+    kept = {id(m) for m in after}
+    dropped = [m for m in systems if id(m) not in kept]
+    if not dropped:
+        return
+    allowed = sum(e["details"].get("system_removed", 0) for e in trace if e["type"] == "fit")
+    assert len(dropped) <= allowed, f"a system message was dropped: {dropped[0]}"
+    always = [systems[-1], *(before[:1] if before[0] is systems[0] else ())]
+    assert all(id(m) in kept for m in always), "the system prompt or the newest system message was dropped"
 
 
 def _assert_turns_whole(before: Sequence[Any], after: Sequence[Any], fmt: str) -> None:

@@ -554,3 +554,63 @@ def test_units_past_the_newest_tool_group_wait_for_the_group():
     out = result.context.messages
     assert out[0]["role"] == "user" and is_summary(out[0])
     assert out[-1]["content"] == "the task" and entry["tokens_after"] <= 1_600
+
+
+def reminded(turns: int, role: str = "system") -> list[dict]:
+    """A system prompt, then per turn a reminder (a system message an agent adds), a question
+    and an answer; then the final question."""
+    msgs: list[dict] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(turns):
+        todo = f"<reminder> turn {i}: time 12:{i % 60:02d}; todo: " + "item " * 60 + "</reminder>"
+        msgs += [{"role": role, "content": todo}, {"role": "user", "content": f"question {i} " + "w " * 50}]
+        msgs.append({"role": "assistant", "content": f"answer {i} " + "w " * 50})
+    return [*msgs, {"role": "user", "content": "final question"}]
+
+
+@pytest.mark.parametrize("fmt", ["openai_chat", "openai_responses"])
+def test_reminders_an_agent_adds_every_turn_go_before_the_request_cannot_fit(tmp_path, fmt):
+    """An agent that adds a system reminder every turn: once the reminders alone pass the
+    window, the oldest go (archived, and merged into the summary), the system prompt and the
+    newest reminder stay, and the request fits. Every request was a ContextError before
+    ("messages that must stay: 12,614" of a 16,000 window)."""
+    from ctxmgmt.testing import assert_invariants
+
+    msgs = reminded(150, "system" if fmt == "openai_chat" else "developer")
+    ctx = Context(messages=msgs, model=MODEL, context_window=16_000, format=fmt)
+    definition = load_definition(Path("definitions/default.yaml"))
+    result = assert_invariants(definition, "pre_llm", ctx)
+    out = result.context.messages
+    assert out[0] is msgs[0] and any(m is msgs[-4] for m in out) and out[-1] is msgs[-1]
+    fit = result.trace[-1]
+    assert fit["type"] == "fit" and 0 < fit["details"]["system_removed"] < 150
+    assert fit["tokens_after"] + reserve_tokens(16_000, {}) <= 16_000
+    stored = definition.apply("pre_llm", ctx, offloader=LocalOffloader(str(tmp_path)), session="s")
+    refs = stored.trace[-1]["details"]["offloaded"]
+    archived = "".join(LocalOffloader(str(tmp_path)).read("s", ref).text for ref in refs)
+    assert "<reminder> turn 0:" in archived
+
+
+def test_reminders_that_fit_once_older_turns_go_are_all_kept():
+    """System messages along the conversation stay while removing older turns is enough: the
+    fit step removes them only when the request could not fit otherwise."""
+    msgs = reminded(40)
+    result = bare().apply("pre_llm", Context(messages=msgs, model=MODEL, context_window=8_000))
+    fit = result.trace[-1]
+    assert fit["activated"] and "system_removed" not in fit["details"]
+    kept = {id(m) for m in result.context.messages}
+    assert all(id(m) in kept for m in msgs if m["role"] == "system")
+
+
+def test_assert_invariants_fails_a_manager_that_drops_a_system_message():
+    """ctxmgmt.testing.assert_invariants names a system message a manager dropped that the
+    fit step did not (the fit step may remove reminders along the conversation, never the
+    system prompt or the newest)."""
+    from ctxmgmt.testing import _assert_system_kept
+
+    msgs = reminded(3)
+    fit = [{"type": "fit", "details": {"system_removed": 1}}]
+    _assert_system_kept(msgs, [m for m in msgs if m is not msgs[1]], fit)
+    with pytest.raises(AssertionError, match="a system message was dropped"):
+        _assert_system_kept(msgs, [m for m in msgs if m is not msgs[1]], [])
+    with pytest.raises(AssertionError, match="the system prompt or the newest"):
+        _assert_system_kept(msgs, msgs[1:], fit)

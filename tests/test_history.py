@@ -387,7 +387,7 @@ def test_interleaved_conversations_handed_again_count_only_their_new_messages():
             handed = Context(messages=lst).messages
             assert len(handed.totals(name)[0]) == len(lst) - 1, (turn, c)
             get_counter(None).context(Context(messages=handed))
-            asks = [{"role": "user", "content": f"q{i}"} for i in range(9)]
+            asks = [{"role": ("user", "assistant")[i % 2], "content": f"q{i}"} for i in range(9)]
             out = window.apply("pre_llm", Context(messages=asks, format="anthropic"))
             assert len(out.context.messages) < 9  # it fired
             assert not any(log is out.context.messages._log for log in history_module._handed)
