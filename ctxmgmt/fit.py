@@ -13,15 +13,15 @@ definition's own entries leave more, this step, traced as its own entry of type
    removed is lost;
 2. if that is not enough, it cuts the largest tool results that are kept, with the
    usual truncation notice (archived first when a store is given);
-3. if even that is not enough, it removes the system and developer messages an agent added
-   along the conversation (a reminder every turn), oldest first (archived and merged into
-   the summary as units are): all but the first, when the conversation opens with it (the
-   system prompt), and the newest;
-4. if even that is not enough, it removes those newest units too;
-5. if even that is not enough, it shrinks its own summary to what is left (its least
-   important items first, down to the one-line guide), or removes it: a summary is
-   ctxmgmt's, not something the request must carry;
-6. only if the system prompt, tool schemas, the system messages left, the task and the
+3. if even that is not enough, it shortens the summary, when that keeps the newest units;
+   then it removes the system and developer messages along the conversation (an agent's
+   reminder every turn), oldest first (archived and merged into the summary as units are),
+   then those of the system prompt (the ones the hook's input opens with) but the first;
+   never the newest;
+4. if even that is not enough, it removes those newest units too, then shrinks its own
+   summary to what is left (its least important items first, down to the one-line guide),
+   or removes it: a summary is ctxmgmt's, not something the request must carry;
+5. only if the system prompt, tool schemas, the system messages left, the task and the
    reserve alone exceed the window, it raises :class:`~ctxmgmt.ContextError` naming the
    numbers.
 
@@ -34,6 +34,7 @@ each time (the hysteresis every reducing built-in has).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from itertools import takewhile
 from typing import Any
 
 from .context import Context
@@ -110,13 +111,16 @@ def input_limit(context: Context, reserve: int, ratio: float, constraints: Const
 
 
 def must_stay(context: Context, counter: TokenCounter, constraints: Constraints, ratio: float) -> int:
-    """The provider's tokens of what no step removes: the system prompt (and the system
-    messages the conversation opens with), the tool schemas, the task and the other messages
-    held, the reply's priming and the thinking of the turn in progress."""
+    """The provider's tokens of what no step removes: the system prompt (or, without one, the
+    system messages the conversation opens with), the tool schemas, the task and the other
+    messages held, the reply's priming and the thinking of the turn in progress."""
     messages = context.messages
     held = sum(counter.message(messages[i]) for i in constraints.held(messages))
     opening = 0
-    for m in messages:  # a chat conversation's system prompt is its first messages
+    # A chat conversation's system prompt is its first messages. Beside a prompt of its own
+    # (Anthropic's), system messages are reminders along the conversation, whatever their
+    # place once a summary took the turns between them (the provider's form moves them).
+    for m in messages if context.system_prompt is None else ():
         if m.get("role") not in SYSTEM_ROLES:
             break
         opening += counter.message(m)
@@ -154,22 +158,28 @@ class Fit:
         settings: Mapping[str, Any],
         reserve: int | None = None,
         reserve_of: Callable[[Context], int] | None = None,
+        opening: Context | None = None,
     ) -> None:
         """``reserve``: the tokens kept for the reply (:func:`reply_reserve`) of the context
         the step is given, by default the definition's; ``reserve_of``: that reserve for the
         step's output, when it depends on what the step cuts (a reply's limit sized beside
-        what must stay)."""
+        what must stay); ``opening``: the context whose first system messages are the system
+        prompt (the hook's input: once a window removed what lay between, the system messages
+        along the conversation follow them)."""
         self.activation = _Gate(settings, reserve)
         self.settings = settings
         self.reserve = reserve
         self.reserve_of = reserve_of
+        self.opening = opening
 
     def apply(self, context: Context, runtime: Runtime) -> Context:
         window = context.context_window
         assert window is not None  # the gate does not fire without one
         reserve = reserve_tokens(window, self.settings) if self.reserve is None else self.reserve
         runtime.details["removed"] = 0
-        out = self._fit(context, runtime, reserve)
+        given = (self.opening or context).messages
+        prompt = {id(m) for m in takewhile(lambda m: m.get("role") in SYSTEM_ROLES, given)}
+        out = self._fit(context, runtime, reserve, prompt)
         # Cutting what must stay (a thinking loop's results) leaves the reply more room, so
         # the reserve of the output can be larger: fit again with it until it holds, or a
         # second apply would find the output over its window.
@@ -177,11 +187,12 @@ class Fit:
             if self.reserve_of is None or (again := self.reserve_of(out)) <= reserve:
                 break
             reserve = again
-            out = self._fit(out, runtime, reserve)
+            out = self._fit(out, runtime, reserve, prompt)
         return out
 
-    def _fit(self, context: Context, runtime: Runtime, reserve: int) -> Context:
-        """Fit ``context`` to its window less ``reserve`` (the steps the module names)."""
+    def _fit(self, context: Context, runtime: Runtime, reserve: int, prompt: set[int]) -> Context:
+        """Fit ``context`` to its window less ``reserve`` (the steps the module names);
+        ``prompt``: the identities of its system prompt's messages."""
         window = context.context_window
         assert window is not None
         # In counted tokens: the provider counts ``ratio`` times as many (calibration).
@@ -212,15 +223,16 @@ class Fit:
         # 2. The largest tool results that are kept.
         if counter.context(out)[0] > (budget := room(out)):
             out = self._cut(out, budget, runtime)
-        # 3. A shorter summary, when that is enough to keep the newest units.
+        # 3. A shorter summary, when that is enough to keep the newest units; else the system
         if counter.context(out)[0] > (budget := room(out)):
             out = _fit_summary(out, budget, runtime, remove=False)
-        # 4. The system messages an agent added along the way (reminders), the newest kept.
-        if counter.context(out)[0] > (budget := room(out)) and (later := _later_system(out.messages)):
+        #    messages along the conversation (reminders), then the prompt's but its first.
+        if counter.context(out)[0] > (budget := room(out)) and (later := _later_system(out.messages, prompt)):
             removed = runtime.details["removed"]
             out = self._drop(out, later, budget, summary_room, runtime)
-            runtime.details["system_removed"] = runtime.details["removed"] - removed
-        # 5. The newest unit too, then the summary shrunk to what is left, or removed.
+            gone = runtime.details["removed"] - removed
+            runtime.details["system_removed"] = runtime.details.get("system_removed", 0) + gone
+        # 4. The newest unit too, then the summary shrunk to what is left, or removed.
         if counter.context(out)[0] > (budget := room(out)) and (
             last := _removable(out.messages, held(out.messages))
         ):
@@ -257,10 +269,10 @@ class Fit:
                 break
             removed.extend(range(start, end))
             freed += sum(counter.message(msgs[i], i) for i in range(start, end))
-            cut = end
+            cut = max(cut, end)  # spans may come out of order (the system prompt's last)
         if not removed:
             return context
-        out, ref = fold(context, removed, cut, summary_room, runtime)
+        out, ref = fold(context, sorted(removed), cut, summary_room, runtime)
         assert out is not None  # not strict: always a summary
         if ref is not None:
             runtime.details.setdefault("offloaded", []).append(ref)
@@ -329,7 +341,8 @@ def _fit_summary(context: Context, budget: int, runtime: Runtime, *, remove: boo
 def _pinned(msgs: Sequence[Mapping[str, Any]], held: frozenset[int]) -> set[int]:
     """What the fit step does not remove as a unit: system and developer messages, the task
     and the head of a turn the provider needs whole (``held``: see Constraints.held), and the
-    summary (which it shrinks instead, step 4)."""
+    summary (which it shrinks instead, step 4). The system messages it removes only at step
+    3 (:func:`_later_system`)."""
     pinned = {i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES or is_summary(m)}
     pinned |= held
     return pinned
@@ -341,14 +354,15 @@ def _removable(msgs: Sequence[Mapping[str, Any]], held: frozenset[int]) -> list[
     return [u for u in units(msgs) if u[0] not in pinned]
 
 
-def _later_system(msgs: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
-    """The system and developer messages but the first (the system prompt) and the newest,
-    oldest first: an agent that adds a reminder every turn would otherwise pile up more than
-    any window holds. (Which ones the conversation opened with cannot be told once the
-    messages between them are gone: a window keeps every system message and removes the
-    rest.)"""
-    system = [i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES]
-    return [(i, i + 1) for i in system[1 if system and system[0] == 0 else 0 : -1]]
+def _later_system(msgs: Sequence[Mapping[str, Any]], prompt: set[int]) -> list[tuple[int, int]]:
+    """The system and developer messages the step may remove, in the order it removes them:
+    those along the conversation, oldest first, then those of its system prompt (``prompt``,
+    by identity) but the first; never the newest. An agent that adds a reminder every turn
+    would otherwise pile up more than any window holds."""
+    system = [i for i, m in enumerate(msgs) if m.get("role") in SYSTEM_ROLES][:-1]
+    ours = [i for i in system if id(msgs[i]) in prompt]
+    later = [i for i in system if id(msgs[i]) not in prompt]
+    return [(i, i + 1) for i in [*later, *ours[1:]]]
 
 
 def _shrink(m: Mapping[str, Any], tokens: int, runtime: Runtime) -> dict[str, Any]:

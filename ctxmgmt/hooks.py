@@ -73,7 +73,7 @@ class _Run:
         self.definition = definition
         self.hook = hook
         self._hook_name: str = _HOOK_NAMES[hook]  # an Enum's value is a slow property
-        self.context = context
+        self.context = self.given = context
         self.counter = counter
         self.trace: list[TraceEntry] = []
         self._facts: Facts | None = None
@@ -328,7 +328,7 @@ class _Run:
             or not self.settings.get("fit", True)
         ):
             return
-        step = Fit(self.settings, self._reserve(), self._reserve)
+        step = Fit(self.settings, self._reserve(), self._reserve, opening=self.given)
         entry = Entry(index, Fit.type_name, step, step.activation, "fail")
         started = self.start(entry)
         if started is None:

@@ -587,7 +587,7 @@ def test_reminders_an_agent_adds_every_turn_go_before_the_request_cannot_fit(tmp
     stored = definition.apply("pre_llm", ctx, offloader=LocalOffloader(str(tmp_path)), session="s")
     refs = stored.trace[-1]["details"]["offloaded"]
     archived = "".join(LocalOffloader(str(tmp_path)).read("s", ref).text for ref in refs)
-    assert "<reminder> turn 0:" in archived
+    assert "<reminder> turn 1:" in archived  # turn 0's opens the conversation: read as its prompt
 
 
 def test_reminders_that_fit_once_older_turns_go_are_all_kept():
@@ -614,3 +614,118 @@ def test_assert_invariants_fails_a_manager_that_drops_a_system_message():
         _assert_system_kept(msgs, [m for m in msgs if m is not msgs[1]], [])
     with pytest.raises(AssertionError, match="the system prompt or the newest"):
         _assert_system_kept(msgs, msgs[1:], fit)
+
+
+def test_system_removed_counts_every_round_of_the_fit():
+    """The fit step fits again with its output's reserve (a reply limit): the system messages
+    each round removed are all counted in its trace, which assert_invariants reads (it said
+    22 of 57)."""
+    from ctxmgmt.testing import assert_invariants
+
+    msgs = [{"role": "system", "content": "You are helpful."}]
+    msgs += [{"role": "system", "content": f"<reminder {i}> " + "rule " * 60} for i in range(100)]
+    msgs.append({"role": "user", "content": "the task " + "w " * 30})
+    for _ in range(6):
+        msgs += [{"role": "assistant", "content": "answer " * 50}]
+        msgs += [{"role": "user", "content": "question " * 50}]
+    ctx = Context(messages=msgs, model=MODEL, context_window=8000, max_output_tokens=4000)
+    result = assert_invariants(load_definition("default"), "pre_llm", ctx)
+    kept = {id(m) for m in result.context.messages}
+    dropped = sum(1 for m in msgs if m["role"] == "system" and id(m) not in kept)
+    assert dropped > 0 and result.trace[-1]["details"]["system_removed"] == dropped
+
+
+def test_the_system_prompts_own_messages_go_after_the_reminders():
+    """A system prompt of two messages (system, then developer) and reminders along the
+    conversation: once the window removed the turns between them, the reminders follow the
+    prompt, and the fit step still removes them first (the hook's input tells them apart);
+    the prompt's developer message stays."""
+    rules = {"role": "developer", "content": "PROJECT RULES: " + "never push to main. " * 150}
+    msgs = [{"role": "system", "content": "You are a coding agent."}, rules]
+    msgs.append({"role": "user", "content": "the task: fix the build"})
+    for i in range(30):
+        msgs += [{"role": "system", "content": f"<reminder {i}> todo: " + "item " * 60}]
+        msgs += [{"role": "user", "content": f"q{i} " + "w " * 40}]
+        msgs += [{"role": "assistant", "content": f"a{i} " + "w " * 40}]
+    msgs.append({"role": "user", "content": "final question"})
+    ctx = Context(messages=msgs, model=MODEL, context_window=3500)
+    result = load_definition("default").apply("pre_llm", ctx)
+    out = result.context.messages
+    assert result.trace[-1]["details"]["system_removed"] > 0
+    assert out[0] is msgs[0] and out[1] is rules and any(m is msgs[-4] for m in out)
+
+
+def test_the_fit_step_keeps_every_message_of_an_anthropic_task():
+    """Anthropic merges the user messages after the task into it (a paste, a screenshot's
+    note): the fit step keeps all of them, as a window with pin: task does, so that the two
+    agree (a window kept them and the fit removed them, and the next apply differed)."""
+    log = "the log: " + "error E42 at line 7. " * 40
+    paste = {"role": "user", "content": [{"type": "text", "text": log}]}
+    msgs: list[dict] = [{"role": "user", "content": "fix the build"}, paste]
+    for i in range(30):
+        call = {"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {"cmd": f"ls {i}"}}
+        msgs.append({"role": "assistant", "content": [call]})
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": "file " * 80}
+        msgs.append({"role": "user", "content": [result]})
+    ctx = Context(messages=msgs, format="anthropic", model=MODEL, context_window=3000)
+    out = bare().apply("pre_llm", ctx)
+    assert out.trace[-1]["activated"] and out.trace[-1]["details"]["removed"] > 0
+    assert list(out.context.messages[:2]) == msgs[:2]
+
+
+# Anthropic with a reminder (a system message) beside most turns: sizes of each message in
+# characters ("c": a call, "r": its result), found by a reviewer's fuzzing and shrunk.
+REMINDED_SPEC = (
+    "u:45 u:55 s:658 a:21 u:15 s:853 c r:1940 s:988 c r:1528 s:781 a:39 u:25 s:748 c r:672 s:316 a:39 "
+    "u:35 s:1123 a:115 u:17 s:118 c r:1208 s:1036 c r:1060 s:1126 c r:1400 u:90 s:359 c r:1752 c r:724 "
+    "u:92 s:194 c r:1696 s:1186 c r:1760 s:421 c r:1180 u:72 s:794 c r:1024 s:736 c r:848 s:661 a:36 "
+    "u:78 u:104 u:44 s:299 c r:1532 s:661 c r:2128 c r:1180 s:406 a:44 u:56 s:584 c r:1920 c r:1204 "
+    "s:436 c r:1268 s:1051"
+)
+
+
+def from_spec(spec: str) -> list[dict]:
+    """Anthropic messages of the sizes ``spec`` gives (10% more characters each)."""
+    msgs: list[dict] = []
+    calls = 0
+    for i, item in enumerate(spec.split()):
+        kind, _, size = item.partition(":")
+        n = int(size or 0) * 11 // 10
+        if kind == "c":
+            calls += 1
+            use = {"type": "tool_use", "id": f"c{calls}", "name": "bash", "input": {}}
+            msgs.append({"role": "assistant", "content": [use]})
+        elif kind == "r":
+            result = {"type": "tool_result", "tool_use_id": f"c{calls}", "content": ("out " * n)[:n]}
+            msgs.append({"role": "user", "content": [result]})
+        else:
+            word = "keep the rules " if kind == "s" else "w "
+            role = {"u": "user", "s": "system", "a": "assistant"}[kind]
+            msgs.append({"role": role, "content": (f"{kind}{i} " + word * n)[:n]})
+    return msgs
+
+
+def test_a_reply_limit_is_sized_on_what_anthropic_is_sent_beside_reminders():
+    """Anthropic has a system prompt of its own: the system messages in its list are reminders
+    along the conversation, not its prompt, wherever a summary left them. The reply's reserve
+    counted those that came first after a summary as the prompt (what must stay), so the
+    output's reserve was smaller than the one of the request sent (which the provider's form
+    moves them out of), and output plus reserve passed the window (8,349 of 8,000)."""
+    from ctxmgmt.fit import reply_reserve
+    from ctxmgmt.formats import internal
+
+    definition = load_definition("default")
+    ctx = Context(
+        messages=from_spec(REMINDED_SPEC),
+        system_prompt="You are an agent. " * 4,
+        format="anthropic",
+        model=MODEL,
+        context_window=8000,
+    )
+    first = definition.apply("pre_llm", replace(ctx, max_output_tokens=8000))
+    way = internal(first.context)
+    counter = get_counter(MODEL)
+    reserve = reply_reserve(way.context, definition.settings, counter, way.constraints, 1.0)
+    assert counter.context(way.context)[0] + reserve <= 8000
+    again = definition.apply("pre_llm", first.context)
+    assert list(again.context.messages) == list(first.context.messages)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import takewhile
 from types import ModuleType
 from typing import Any, cast
 
@@ -17,7 +18,7 @@ from .._memo import shared
 from ..context import ApplyResult, Context, checks_formats
 from ..errors import ContextError, Problem
 from ..history import IS_CHAT, History, Recent, items
-from ..messages import foreign_kind, last_task_index
+from ..messages import foreign_kind, is_summary, last_task_index
 from ..tokens import counts_formats
 from ..types import FORMAT_NAMES
 from . import anthropic, openai_chat, openai_responses
@@ -67,16 +68,28 @@ class Constraints:
         """Index of the current task, which managers with ``pin: task`` and the fit step keep."""
         return self.task(messages) if self.task is not None else last_task_index(messages)
 
+    def task_indices(self, messages: Sequence[Mapping[str, Any]]) -> frozenset[int]:
+        """The current task's messages: :meth:`task_index`, and when the provider wants a user
+        message first (it merges consecutive user messages into one), the user messages that
+        follow it before another role (a reminder left beside results a step removed, a second
+        message the client sent), which the provider reads as part of it."""
+        task = self.task_index(messages)
+        if task is None:
+            return frozenset()
+        if not self.user_first:
+            return frozenset((task,))
+        msgs = items(messages)
+        run = takewhile(lambda i: msgs[i].get("role") in _USER_RUN, range(task, len(msgs)))
+        return frozenset(i for i in run if msgs[i].get("role") == "user" and not is_summary(msgs[i]))
+
     def hidden_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Tokens the provider counts beyond the messages' own (:attr:`thinking`), or 0."""
         return self.thinking(messages) if self.thinking is not None and messages else 0
 
     def held(self, messages: Sequence[Mapping[str, Any]]) -> frozenset[int]:
-        """What the fit step keeps besides the system messages and the summary: the task and
-        the final turn's head (:meth:`head`)."""
-        task = self.task_index(messages)
-        head = self.head(messages)[0]
-        return head if task is None else head | {task}
+        """What the fit step keeps besides the system messages and the summary: the task (all
+        its messages, :meth:`task_indices`) and the final turn's head (:meth:`head`)."""
+        return self.head(messages)[0] | self.task_indices(messages)
 
     def head(self, messages: Sequence[Mapping[str, Any]]) -> tuple[frozenset[int], int | None]:
         """The indices of the final turn's head that must stay (its user message, its first
@@ -101,6 +114,9 @@ def user_first_rule(messages: Sequence[Mapping[str, Any]]) -> str | None:
             )
     return None
 
+
+_USER_RUN = ("user", "system", "developer")
+"""The roles of a run of user messages a provider merges (its system messages go apart)."""
 
 CHAT = Constraints()
 USER_FIRST = Constraints(user_first=True, rule=user_first_rule, turn_head=turn_head, thinking=thinking_tokens)

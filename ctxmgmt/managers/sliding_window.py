@@ -101,17 +101,8 @@ class SlidingWindowManager(ContextManager):
     def _held(self, context: Context, runtime: Runtime) -> _Held:
         """What the provider's rules keep (a thinking loop's head), and the task when pinned."""
         head = runtime.constraints.head(context.messages)[0]
-        if self.config["pin"] != "task" or (task := runtime.constraints.task_index(context.messages)) is None:
-            return _Held(head, frozenset())
-        if not runtime.constraints.user_first:
-            return _Held(head, frozenset((task,)))
-        # The provider merges the user messages that follow the task into it (a reminder
-        # left beside results a step removed, a second message the client sent): the task
-        # is all of them, or a window would keep the task's first part and drop its last.
-        msgs = items(context.messages)
-        run = takewhile(lambda i: msgs[i].get("role") in ("user", *SYSTEM_ROLES), range(task, len(msgs)))
-        task_run = (i for i in run if msgs[i].get("role") == "user" and not is_summary(msgs[i]))
-        return _Held(head, frozenset(task_run))
+        pinned = self.config["pin"] == "task"
+        return _Held(head, runtime.constraints.task_indices(context.messages) if pinned else frozenset())
 
     def _plan(self, context: Context, runtime: Runtime, held: _Held) -> _Plan:
         """The window drawn on ``context``: what is pinned, the places and tokens left beside
