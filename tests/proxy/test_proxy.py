@@ -52,6 +52,27 @@ def test_openai_sdk_chat_unchanged_through_the_proxy(proxy, upstream):
     assert seen.headers["authorization"] == "Bearer sk-client"  # no key configured: the client's
 
 
+def test_an_agent_that_adds_a_reminder_every_turn_keeps_being_answered(proxy, upstream):
+    """An agent that adds a system reminder every turn, through the proxy at a 16k window:
+    once the reminders alone pass the window, the oldest go (it was a 400 "cannot fit" for
+    every request from then on); the system prompt and the newest reminder go upstream."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="sk-client")
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    for i in range(150):
+        todo = f"<reminder> turn {i}: time 12:{i % 60:02d}; todo: " + "item " * 60 + "</reminder>"
+        messages += [{"role": "system", "content": todo}]
+        messages.append({"role": "user", "content": f"question {i} " + "w " * 50})
+        messages.append({"role": "assistant", "content": f"answer {i} " + "w " * 50})
+    messages.append({"role": "user", "content": "final question"})
+    upstream.replies.append(Reply("answered"))
+    answer = client.chat.completions.create(model="gpt-test", messages=messages)  # type: ignore[arg-type]
+    assert answer.choices[0].message.content == "answered"
+    sent = upstream.seen[-1].body["messages"]
+    assert sent[0] == messages[0] and messages[-4] in sent and sent[-1] == messages[-1]
+    assert sum(1 for m in sent if m["role"] == "system") < 150
+    assert input_tokens(upstream.seen[-1].body) + 4_000 <= 16_000
+
+
 def test_openais_count_and_compaction_go_upstream_as_sent(proxy, upstream):
     """The OpenAI SDK's ``responses.input_tokens.count`` and ``responses.compact`` (Codex
     compacts so) reach the model's upstream as the client sent them, the upstream's model
