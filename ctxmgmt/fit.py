@@ -405,8 +405,15 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int, lo
     ``looped``: the head of a thinking loop is among what must stay."""
     counter = runtime.counter
     ratio = runtime.environment.window_ratio(context.model)
-    parts = [counter.system_prompt(context.system_prompt), counter.tools(context.tools)]
-    parts.append(counter.messages(context.messages)[0])
+    messages = counter.messages(context.messages)[0]
+    # A chat conversation's system prompt is the system messages it opens with.
+    opening = 0
+    for i, m in enumerate(context.messages if context.system_prompt is None else ()):
+        if m.get("role") not in SYSTEM_ROLES:
+            break
+        opening += counter.message(m, i)
+    parts = [counter.system_prompt(context.system_prompt) + opening, counter.tools(context.tools)]
+    parts.append(messages - opening)
     parts.append(counter.context(context)[0] - sum(parts))  # the reply's priming
     parts.append(runtime.constraints.hidden_tokens(context.messages))
     prompt, tools, kept, priming, thinking = (round(n * ratio) for n in parts)

@@ -356,6 +356,17 @@ def test_a_request_that_cannot_fit_is_a_context_error_naming_the_numbers():
     assert sum(named) == need
 
 
+def test_a_chat_conversations_system_messages_are_its_system_prompt_in_the_error():
+    """In chat the system prompt comes as the system messages a conversation opens with: the
+    error counts them as the system prompt (it said "the system prompt (0 tokens)")."""
+    opening = [{"role": "system", "content": "s " * 2500}, {"role": "developer", "content": "d " * 2500}]
+    ctx = Context(None, [*opening, {"role": "user", "content": "task " * 3000}], TOOLS, MODEL, 8000)
+    with pytest.raises(ContextError) as raised:
+        bare().apply("pre_llm", ctx)
+    prompt = re.search(r"the system prompt \(([\d,]+) tokens\)", str(raised.value))
+    assert prompt and 5_000 < int(prompt.group(1).replace(",", "")) < 5_100, str(raised.value)
+
+
 def test_fit_can_be_turned_off_and_the_reserve_set():
     """settings.fit: false leaves an oversized context alone; reserve_output_tokens sets the reserve."""
     msgs = conversation()
