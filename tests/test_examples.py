@@ -34,5 +34,5 @@ def test_the_readmes_validation_output_is_what_examples_bad_yaml_gives():
     )
     assert run.returncode == 2
     readme = (ROOT / "README.md").read_text()
-    shown = readme.split("$ cd examples && ctxmgmt validate bad.yaml\n", 1)[1].split("```", 1)[0]
+    shown = readme.split("$ cd examples && ../.venv/bin/ctxmgmt validate bad.yaml\n", 1)[1].split("```", 1)[0]
     assert (run.stdout + run.stderr).splitlines() == shown.splitlines()
