@@ -116,16 +116,20 @@ def must_stay(context: Context, counter: TokenCounter, constraints: Constraints,
     messages held, the reply's priming and the thinking of the turn in progress."""
     messages = context.messages
     held = sum(counter.message(messages[i]) for i in constraints.held(messages))
-    opening = 0
-    # A chat conversation's system prompt is its first messages. Beside a prompt of its own
-    # (Anthropic's), system messages are reminders along the conversation, whatever their
-    # place once a summary took the turns between them (the provider's form moves them).
-    for m in messages if context.system_prompt is None else ():
-        if m.get("role") not in SYSTEM_ROLES:
-            break
-        opening += counter.message(m)
+    opening = _opening_tokens(context, counter)
     fixed = counter.system_prompt(context.system_prompt) + counter.tools(context.tools) + REPLY_PRIMING
     return round((fixed + opening + held + constraints.hidden_tokens(messages)) * ratio)
+
+
+def _opening_tokens(context: Context, counter: TokenCounter) -> int:
+    """The counted tokens of a chat conversation's system prompt: the system messages it opens
+    with. Beside a prompt of its own (Anthropic's), system messages are reminders along the
+    conversation, whatever their place once a summary took the turns between them (the
+    provider's form moves them): none."""
+    if context.system_prompt is not None:
+        return 0
+    opening = takewhile(lambda m: m[1].get("role") in SYSTEM_ROLES, enumerate(context.messages))
+    return sum(counter.message(m, i) for i, m in opening)
 
 
 class _Gate:
@@ -223,10 +227,10 @@ class Fit:
         # 2. The largest tool results that are kept.
         if counter.context(out)[0] > (budget := room(out)):
             out = self._cut(out, budget, runtime)
-        # 3. A shorter summary, when that is enough to keep the newest units; else the system
+        # 3. A shorter summary, when that is enough to keep the newest units; then the system
+        #    messages along the conversation (reminders), then the prompt's but its first.
         if counter.context(out)[0] > (budget := room(out)):
             out = _fit_summary(out, budget, runtime, remove=False)
-        #    messages along the conversation (reminders), then the prompt's but its first.
         if counter.context(out)[0] > (budget := room(out)) and (later := _later_system(out.messages, prompt)):
             removed = runtime.details["removed"]
             out = self._drop(out, later, budget, summary_room, runtime)
@@ -406,12 +410,7 @@ def _too_large(context: Context, runtime: Runtime, window: int, reserve: int, lo
     counter = runtime.counter
     ratio = runtime.environment.window_ratio(context.model)
     messages = counter.messages(context.messages)[0]
-    # A chat conversation's system prompt is the system messages it opens with.
-    opening = 0
-    for i, m in enumerate(context.messages if context.system_prompt is None else ()):
-        if m.get("role") not in SYSTEM_ROLES:
-            break
-        opening += counter.message(m, i)
+    opening = _opening_tokens(context, counter)
     parts = [counter.system_prompt(context.system_prompt) + opening, counter.tools(context.tools)]
     parts.append(messages - opening)
     parts.append(counter.context(context)[0] - sum(parts))  # the reply's priming
