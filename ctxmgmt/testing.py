@@ -745,13 +745,19 @@ class RawServer:
         self._add(run)
 
     def flood(self, size: int, *, chunk: int = 1 << 16, content_type: str = "application/json") -> None:
-        """``size`` bytes: a chat completion whose content never ends, until the client goes."""
+        """``size`` bytes: a chat completion whose content never ends, until the client goes
+        (``content_type="text/event-stream"``: chat chunks of ``chunk`` bytes each, whole
+        events that never end the answer)."""
 
         def run(send: Any, wait: Any) -> None:
             send(_head(200, {"content-type": content_type, "connection": "close"}))
-            start = b'{"choices": [{"message": {"role": "assistant", "content": "'
+            events = content_type.startswith("text/event-stream")
+            start = b"" if events else b'{"choices": [{"message": {"role": "assistant", "content": "'
             send(start)
             block = b"a" * chunk
+            if events:
+                head = b'data: {"object": "chat.completion.chunk", "choices": [{"delta": {"content": "'
+                block = head + b"a" * max(1, chunk - len(head) - 9) + b'"}}]}\n\n'
             left = size - len(start)
             while left > 0 and not self._closed.is_set():
                 send(block[: min(chunk, left)])

@@ -521,6 +521,17 @@ def _hit(h: dict[str, Any]) -> str:
     return f"{h['ref']} {where}: {h['text']}"
 
 
+def _whole(value: Any, wanted: str) -> int:
+    """A model's number argument as a whole number (``12``, ``12.0``, ``"12"``), else a
+    ValueError that says what is wanted (not Python's own words)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{wanted} (given: {json.dumps(value, default=str)[:40]})")
+    try:
+        return int(value) if not isinstance(value, str) else int(value.strip())
+    except (ValueError, OverflowError):
+        raise ValueError(f"{wanted} (given: {str(value)[:40]!r})") from None
+
+
 def recall_tools(offloader: Any, session: str) -> list[Tool]:
     """context_read and context_search, bound to one session of an offload store.
     They reach only that store, and only that session's content. A read returns at most
@@ -534,15 +545,15 @@ def recall_tools(offloader: Any, session: str) -> list[Tool]:
 
     async def read(arguments: dict[str, Any]) -> str:
         try:
-            limit = arguments.get("limit", RECALL_DEFAULT)
-            if isinstance(limit, bool) or not isinstance(limit, (int, float, str)):
-                raise TypeError(f"limit must be a whole number from 1 to {RECALL_LIMIT:,}")
+            offset = _whole(arguments.get("offset", 0), "offset must be a whole number of 0 or more")
+            wanted = f"limit must be a whole number from 1 to {RECALL_LIMIT:,}"
+            limit = _whole(arguments.get("limit", RECALL_DEFAULT), wanted)
             got = await asyncio.to_thread(  # a store's read touches the disk or the database
                 offloader.read,
                 session,
                 arguments.get("ref"),
-                offset=int(arguments.get("offset", 0)),
-                limit=min(max(1, int(limit)), RECALL_LIMIT),
+                offset=offset,
+                limit=min(max(1, limit), RECALL_LIMIT),
                 unit=arguments.get("unit", "chars")
                 if arguments.get("unit") in ("chars", "lines")
                 else "chars",

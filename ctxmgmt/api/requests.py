@@ -131,14 +131,37 @@ def _finite(value: str) -> float:
     return number
 
 
-DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
-"""Every JSON body's decoder: standard JSON only (no NaN or Infinity, no infinite number)."""
+_MAX_DIGITS = 4300
+"""Python's own bound on an integer's digits (``sys.get_int_max_str_digits``'s default)."""
+_LONG_NUMBER = re.compile(rf"[:\[,]\s*(-?[0-9]{{{_MAX_DIGITS + 1}}})")
+"""Where a number too long to read starts (a value: after a colon, a bracket or a comma)."""
 
 
-def json_problem(exc: Exception) -> HTTPProblem:
-    """The 400 for what :data:`DECODER` raised: the nesting, or the line and column and why."""
+class _LongNumber(ValueError):
+    """A whole number longer than any a JSON body needs (Python refuses to read it)."""
+
+
+def _whole(value: str) -> int:
+    digits = len(value.lstrip("-"))
+    if digits > _MAX_DIGITS:
+        raise _LongNumber(
+            f"a number of {digits:,} digits (at most {_MAX_DIGITS:,}); send a longer one as a string"
+        )
+    return int(value)
+
+
+DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite, parse_int=_whole)
+"""Every JSON body's decoder: standard JSON only (no NaN or Infinity, no infinite number, no
+whole number of more digits than Python reads)."""
+
+
+def json_problem(exc: Exception, text: str | None = None) -> HTTPProblem:
+    """The 400 for what :data:`DECODER` raised: the nesting, or the line and column and why
+    (for a number too long, found in ``text`` when given)."""
     if isinstance(exc, RecursionError):
         return HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels")
+    if isinstance(exc, _LongNumber) and text is not None and (found := _LONG_NUMBER.search(text)):
+        exc = json.JSONDecodeError(str(exc), text, found.start(1))
     if isinstance(exc, json.JSONDecodeError):
         return HTTPProblem(400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
     return HTTPProblem(400, f"invalid JSON: {exc}")
@@ -236,7 +259,7 @@ def _checked_object(text: str, nul: bool) -> dict[str, Any]:
     try:
         data = _parse(text)
     except (RecursionError, ValueError) as exc:
-        raise json_problem(exc) from None
+        raise json_problem(exc, text) from None
     if not isinstance(data, dict):
         raise HTTPProblem(400, "the body must be a JSON object")
     check_values(data, nul=nul, text=text)
@@ -282,6 +305,10 @@ class BodyBudget:
         self.held -= scope.pop(self._HELD, 0)
 
 
+_CLOSE = {"connection": "close"}
+"""An answer given before the body was read whole closes the connection."""
+
+
 async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") -> str:
     """The request's body as text: JSON by its media type, within the bytes of
     ``server.<setting>`` (a 413 naming it; a compressed body by its decompressed bytes, which
@@ -295,6 +322,7 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
         raise HTTPProblem(
             408,
             f"the body did not arrive within {config.body_timeout_seconds:g} s (server.body_timeout_seconds)",
+            headers=_CLOSE,  # the rest of the body may still come: it must not be read as a request
         ) from None
     except ClientDisconnect:  # no one reads the answer: nothing to log as a fault
         raise HTTPProblem(400, "the client went away before its body was whole") from None
@@ -313,7 +341,9 @@ async def body_text(request: Request, *, setting: BodyLimit = "max_body_bytes") 
 async def _body(request: Request, limit: int, setting: str) -> bytearray:
     """The body's bytes, decoded, within ``limit`` and the server's budget of bodies held at
     once (:class:`BodyBudget`); raises a decoder's ``httpx.DecodingError``."""
-    too_large = HTTPProblem(413, f"the body is larger than the limit of {limit} bytes (server.{setting})")
+    too_large = HTTPProblem(
+        413, f"the body is larger than the limit of {limit} bytes (server.{setting})", headers=_CLOSE
+    )
     length = request.headers.get("content-length")
     if length is not None and not length.isdigit():
         raise HTTPProblem(400, "Content-Length must be a whole number")

@@ -633,8 +633,40 @@ def back(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
             raise ContextError(
                 [Problem(f"/messages/{i}/role", f"Anthropic's messages cannot hold a {role} message")]
             )
-        out.append(_message(turn))
+        message = _message(turn)
+        if turn[0].get("role") == "user" and out and _beside_results(turn[0], message, out[-1]):
+            out[-1] = _with_text(out[-1], message)
+        else:
+            out.append(message)
     return _placed(out) if systems else out
+
+
+def _beside_results(m: Mapping[str, Any], message: Any, before: Any) -> bool:
+    """Whether a user message left of a message that held tool results beside its text (a
+    step removed its results, an agent's reminder stayed) follows a message of other results:
+    it goes into that message, where it sat, so that the turn goes on (a user message of text
+    alone opens a new turn, whose first assistant message must open with thinking when
+    thinking is on; Anthropic reads consecutive user messages as one, but the request is
+    unambiguous so)."""
+    origin = origin_of(m)
+    if origin is None or origin.message is message or not _holds_results(origin.message):
+        return False
+    return isinstance(before, Mapping) and before.get("role") == "user" and _holds_results(before)
+
+
+def _holds_results(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return isinstance(content, list) and any(
+        isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content
+    )
+
+
+def _with_text(results: Mapping[str, Any], text: Mapping[str, Any]) -> dict[str, Any]:
+    """A message of tool results with a user message's blocks after them (a new dict: the
+    client's own message is never changed in place)."""
+    content = text.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    return {**results, "content": [*results["content"], *blocks]}
 
 
 def _placed(out: list[Any]) -> list[Any]:

@@ -359,6 +359,30 @@ def test_a_body_that_trickles_in_is_cut_off_with_a_408(impatient):
     assert answer.startswith("HTTP/1.1 408") and "server.body_timeout_seconds" in answer
 
 
+def test_the_connection_of_a_body_cut_off_with_a_408_is_closed_at_once(store):
+    """After the 408 for a body that stalled, the connection is closed with it: the rest of the
+    body, and a request sent after it, are never read as a request (it stayed open until the
+    header deadline, and answered what came next)."""
+    config = ServerConfig(header_timeout_seconds=30, body_timeout_seconds=0.5, keep_alive_seconds=30)
+    with (
+        LiveServer(create_app(store, config=config)) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock,
+    ):
+        sock.sendall(
+            f"POST {BASE}/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode()
+        )
+        sock.sendall(b'Content-Length: 20\r\n\r\n{"hooks": ')
+        answer = read_response(sock)
+        assert answer.startswith("HTTP/1.1 408") and "connection: close" in answer.lower()
+        sock.settimeout(3)
+        try:
+            sock.sendall(b"0123456789GET /_health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            rest = sock.recv(4096)
+        except OSError:  # reset: closed
+            rest = b""
+    assert rest == b"", rest[:200]
+
+
 def test_headers_that_trickle_in_are_cut_off_with_a_408(impatient):
     """A client that sends its headers a byte at a time, for longer than the header deadline,
     gets a 408 naming the setting, then the connection is closed."""

@@ -441,16 +441,22 @@ def test_a_cut_inside_a_thinking_tool_loop_keeps_the_loop_opening_with_its_think
     """With thinking on, Anthropic refuses a final turn that does not start with a thinking
     block, and a tool loop is one turn that thinks at its start only: every built-in that
     removes messages keeps the loop's first assistant message (the very object, with its
-    results and its task) and puts a summary before it, never inside the turn."""
+    results and its task) and puts a summary before it, never inside the turn. A reminder whose
+    results went stays in the turn: in the results message before it, not a user message of
+    its own (which a strict reading of the rule takes for a new turn); the client's messages
+    are not changed in place."""
     msgs = loop(30, text_beside=text_beside)
+    given = json.dumps(msgs)
     ctx = Context(system_prompt=SYSTEM, messages=msgs, context_window=16_000)
     out = definition(entry).apply("pre_llm", ctx).context
-    assert len(out.messages) < len(msgs)
+    assert len(out.messages) < len(msgs) and json.dumps(msgs) == given
     assert_valid_messages(out.messages, format="anthropic", system=out.system_prompt)
     at = next(i for i, m in enumerate(out.messages) if m["role"] == "assistant")
     assert out.messages[at] is msgs[1] and msgs[1]["content"][0] == THINKING
     assert out.messages[at + 1]["content"][0]["tool_use_id"] == "toolu_0"  # its result stays with it
     assert not any(m["role"] == "user" and isinstance(m["content"], str) for m in out.messages[at:])
+    for m in out.messages[at:]:  # each user message of the turn carries results
+        assert m["role"] == "assistant" or any(b["type"] == "tool_result" for b in m["content"]), m
 
 
 @pytest.mark.parametrize("name", sorted(shipped_definitions()))

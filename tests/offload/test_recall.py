@@ -3,6 +3,7 @@
 import re
 
 import httpx
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -185,6 +186,33 @@ def test_context_read_returns_at_most_its_limit_whatever_it_is_asked(tmp_path):
     assert text == huge[: 200 * 100] and "next offset 200" in header  # 200 whole lines of 100 chars
     header, text = asyncio.run(read.run({"ref": wide, "limit": 5, "unit": "lines"})).split("\n", 1)
     assert text == "y" * 20_000 and "next offset 1" in header and "read it by chars" in header
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"offset": "x"}, "offset must be a whole number of 0 or more (given: 'x')"),
+        ({"offset": [1]}, "offset must be a whole number of 0 or more (given: [1])"),
+        ({"offset": 1e400}, "offset must be a whole number of 0 or more"),
+        ({"limit": "lots"}, "limit must be a whole number from 1 to 20,000 (given: 'lots')"),
+        ({"limit": None}, "limit must be a whole number from 1 to 20,000 (given: null)"),
+    ],
+)
+def test_context_read_says_what_a_bad_number_should_be(tmp_path, arguments, said):
+    """A model's offset or limit that is no whole number gets an error that names the argument
+    and what it should be (it was Python's "invalid literal for int() with base 10")."""
+    import asyncio
+
+    from ctxmgmt.agents.tools import recall_tools
+    from ctxmgmt.errors import ToolError
+
+    offloader = LocalOffloader(tmp_path)
+    ref = offloader.store_tool_result("s", "some archived text")
+    read = {t.name: t for t in recall_tools(offloader, "s")}["context_read"]
+    with pytest.raises(ToolError) as caught:
+        asyncio.run(read.run({"ref": ref, **arguments}))
+    assert said in str(caught.value) and "int()" not in str(caught.value)
+    assert asyncio.run(read.run({"ref": ref, "offset": "5", "limit": 4.0})).endswith("\narch")
 
 
 def test_rest_read_answers_at_most_its_bound(store, tmp_path):

@@ -945,6 +945,17 @@ def test_a_valid_answer_nested_deeper_than_the_parser_goes_is_passed_on(proxy, r
     ]
 
 
+def test_a_deep_json_object_answering_a_streamed_request_is_a_502(proxy, raw):
+    """One JSON object nested deeper than the parser goes, answering a streamed request: no
+    events, whatever it holds, so a 502 that says so (it went to the client as a 200 of
+    application/json, which its SDK cannot read as a stream)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    raw.answer(('{"id": "c", "object": "chat.completion", "choices": [], "extra": ' + deep + "}").encode())
+    r, _ = _post(proxy, {**BODY, "stream": True})
+    assert r.status_code == 502, r.text[:200]
+    assert "not server-sent events" in r.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("status", [301, 307, 308])
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(
@@ -1109,3 +1120,79 @@ def test_a_client_given_the_wrong_base_url_reads_the_right_one_in_its_sdks_error
         claude.messages.create(model="a", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     for caught in (chat, models, messages):
         assert "/proxy/{definition}/v1" in str(caught.value), str(caught.value)
+
+
+_TORN = {
+    "chat": (
+        b'data: {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "up", '
+        b'"choices": [{"index": 0, "delta": {"role": "assistant", "content": "the"}}]}\n\n'
+        b'data: {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "up", '
+        b'"choices": [{"index": 0, "delta": {"content": " zqxw'
+    ),
+    "anthropic": (
+        b'event: message_start\ndata: {"type": "message_start", "message": {"id": "msg_1", '
+        b'"type": "message", "role": "assistant", "model": "up", "content": [], "stop_reason": null, '
+        b'"stop_sequence": null, "usage": {"input_tokens": 3, "output_tokens": 1}}}\n\n'
+        b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, '
+        b'"content_block": {"type": "text", "text": ""}}\n\n'
+        b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, "delta": '
+        b'{"type": "text_delta", "text": "the zqxw'
+    ),
+}
+
+
+def _sdk_stream(proxy, api: str) -> list[object]:
+    """The events the provider's own SDK reads from a streamed answer through the proxy."""
+    import anthropic
+    import openai
+
+    if api == "chat":
+        client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k", max_retries=0)
+        return list(client.chat.completions.create(model="m", messages=BODY["messages"], stream=True))
+    claude = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/default", api_key="k", max_retries=0)
+    return list(claude.messages.create(model="a", max_tokens=5, messages=BODY["messages"], stream=True))
+
+
+@pytest.mark.parametrize("api", ["chat", "anthropic"])
+@pytest.mark.parametrize("how", ["closed", "stalled"])
+def test_a_stream_torn_mid_event_ends_with_an_error_the_sdk_raises(proxy, raw, api, how):
+    """An upstream stream that breaks off in the middle of an event (the connection closed, or
+    its deadline passed while the event trickled): the client gets the whole events before it,
+    never half of one, then the error event, which the provider's SDK raises as its API error
+    (half an event before it made the SDKs fail parsing JSON)."""
+    import anthropic
+    import openai
+
+    if how == "closed":
+        raw.answer(_TORN[api], headers={"content-type": "text/event-stream"})
+    else:
+        raw.trickle(interval=0.2, start=_TORN[api], content_type="text/event-stream")
+    error = openai.APIError if api == "chat" else anthropic.APIError
+    with pytest.raises(error) as caught:
+        _sdk_stream(proxy, api)
+    assert "stream" in str(caught.value), str(caught.value)
+    path = "/v1/chat/completions" if api == "chat" else "/v1/messages"
+    body = BODY if api == "chat" else {**BODY, "model": "a", "max_tokens": 5}
+    if how == "closed":
+        raw.answer(_TORN[api], headers={"content-type": "text/event-stream"})
+    else:
+        raw.trickle(interval=0.2, start=_TORN[api], content_type="text/event-stream")
+    got = _streamed(proxy, body, path)
+    whole = _TORN[api][: _TORN[api].rindex(b"\n\n") + 2]
+    assert got.startswith(whole) and b"zqxw" not in got, got[-300:]
+
+
+@pytest.mark.parametrize("path", ["/proxy/default/v1/chat/completions", "/_plugins/_ml/context_management/x"])
+def test_a_number_too_long_to_read_is_a_400_that_says_where(store, raw, path):
+    """A whole number of 5,000 digits in a body: a 400 that gives its line and column and says
+    to send it as a string (it was Python's "use sys.set_int_max_str_digits()")."""
+    text = '{"model": "m",\n "messages": [{"role": "user", "content": "hi"}], "seed": ' + "7" * 5000 + "}"
+    method = "POST" if "proxy" in path else "PUT"
+    with LiveServer(create_app(store, models=_models(raw))) as server:
+        r = httpx.request(
+            method, f"{server.url}{path}", content=text, headers={"content-type": "application/json"}
+        )
+    assert r.status_code == 400, r.text[:300]
+    said = json.dumps(r.json())
+    assert "line 2 column 59: a number of 5,000 digits (at most 4,300); send a longer one as a string" in said
+    assert "sys." not in said

@@ -19,7 +19,7 @@ from ctxmgmt.llm import ModelsConfig
 from ctxmgmt.messages import check_messages
 from ctxmgmt.store import ExecutionStore
 
-from ..conftest import LiveServer
+from ..conftest import LiveServer, shipped
 from .conftest import models_for, stored_record
 from .upstream import Reply, input_tokens
 
@@ -135,11 +135,28 @@ def test_the_definition_manages_an_80_step_tool_loop_at_16k(proxy, upstream, def
         assert sorted(shares)[len(shares) // 2] >= 0.5
 
 
-@pytest.mark.parametrize("definition", ["default", "cache-aware"])
-def test_an_anthropic_tool_loop_with_thinking_keeps_opening_with_its_thinking(proxy, upstream, definition):
+@pytest.mark.parametrize(
+    ("definition", "reminders"),
+    [
+        ("default", False),
+        ("cache-aware", False),
+        ("default", True),
+        ("tool-heavy", True),
+        ("long-conversation", True),
+        ("long-running-agent", True),
+    ],
+)
+def test_an_anthropic_tool_loop_with_thinking_keeps_opening_with_its_thinking(
+    store, proxy, upstream, definition, reminders
+):
     """A 60-step Anthropic tool loop with thinking on, the model thinking at the loop's start only
     (not interleaved), far over a 16k window: every upstream request is one Anthropic takes (the
-    test upstream refuses, as Anthropic does, a final turn that does not open with thinking)."""
+    test upstream refuses, as Anthropic does, a final turn that does not open with thinking).
+    With an agent's reminder beside each step's results (Claude Code's): a reminder whose
+    results were removed goes into the results message before it, where it continues the turn
+    (sent as a user message of its own, the test upstream refused it as a new turn that opened
+    without thinking)."""
+    store.seed(definition, shipped(definition))
     client = anthropic.Anthropic(base_url=f"{proxy.url}/proxy/{definition}", api_key="k")
     thinking = {"type": "enabled", "budget_tokens": 1024}
     messages: list[dict] = [{"role": "user", "content": TASK}]
@@ -155,7 +172,8 @@ def test_an_anthropic_tool_loop_with_thinking_keeps_opening_with_its_thinking(pr
         )
         call = answer.content[-1]
         result = {"type": "tool_result", "tool_use_id": call.id, "content": _tool_output(step)}
-        messages.append({"role": "user", "content": [result]})
+        reminder = {"type": "text", "text": f"<system-reminder>step {step} of the plan</system-reminder>"}
+        messages.append({"role": "user", "content": [result, reminder] if reminders else [result]})
         sent = upstream.seen[-1].body
         assert anthropic_format.check(sent["messages"]) == []
         assert sent["messages"][0]["content"] == TASK and sent["system"] == SYSTEM
@@ -350,6 +368,45 @@ def test_a_responses_request_continuing_a_conversation_the_upstream_keeps_goes_a
     assert record["calls"][0]["reported"] > 0  # the upstream's usage
 
 
+LEGACY = [
+    {"role": "user", "content": "What time is it?"},
+    {"role": "assistant", "content": None, "function_call": {"name": "get_time", "arguments": "{}"}},
+    {"role": "function", "name": "get_time", "content": "12:00"},
+]
+FUNCTIONS = [{"name": "get_time", "parameters": {"type": "object", "properties": {}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chat_request_with_the_deprecated_function_calling_goes_as_written(proxy, upstream, store, stream):
+    """A chat request in the deprecated function calling (``functions``, an assistant's
+    ``function_call``, a ``function`` message), which OpenAI still takes: it goes upstream as
+    the client wrote it (the model's name written in), unmanaged and recorded so; it was a 400
+    from the second turn on, which broke the clients that still use it."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    upstream.replies.append(Reply("It is noon."))
+    asked = {"model": "gpt-test", "messages": LEGACY, "functions": FUNCTIONS}
+    if stream:
+        chunks = list(client.chat.completions.create(**asked, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).strip() == "It is noon."
+    else:
+        assert client.chat.completions.create(**asked).choices[0].message.content == "It is noon."
+    sent = upstream.seen[-1].body
+    assert sent["messages"] == LEGACY and sent["functions"] == FUNCTIONS and sent["model"] == "gpt-upstream"
+    record = stored_record(store)
+    assert record["status"] == "finished" and record["calls"][0]["unmanaged"] == "function_call"
+
+
+def test_a_chat_request_that_only_mentions_function_call_is_managed(proxy, upstream, store):
+    """A message whose text holds "function_call" (a user pasting JSON) is no deprecated call:
+    the request is managed as any other."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k")
+    upstream.replies.append(Reply("ok"))
+    said = 'Why does my payload {"function_call": "auto"} fail?'
+    client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": said}])
+    assert upstream.seen[-1].body["messages"] == [{"role": "user", "content": said}]
+    assert "unmanaged" not in stored_record(store)["calls"][0]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(
     "asked",
@@ -399,25 +456,16 @@ def test_a_responses_request_without_input_goes_as_written(proxy, upstream, stor
             "custom tool call (type 'custom') is not managed",
         ),
         (
-            [
-                {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
-                {"role": "function", "name": "f", "content": "42"},
-            ],
-            "/messages/1/function_call",
-            "deprecated function calling",
-        ),
-        (
             [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": {}}],
             "/messages/1/tool_calls",
             "tool_calls must be a list of calls",
         ),
     ],
-    ids=["text-part", "custom-call", "function-call", "no-calls"],
+    ids=["text-part", "custom-call", "no-calls"],
 )
 def test_a_chat_error_says_what_is_wrong_and_where_and_nothing_else(proxy, upstream, messages, pointer, said):
     """A chat request the proxy refuses: the message names the pointer and what is wrong (a
-    custom or a deprecated function call said as such), OpenAI's ``param`` is that pointer, and
+    custom call said as such), OpenAI's ``param`` is that pointer, and
     no advice about pairing tool results comes with a problem that is not one."""
     r = httpx.post(
         f"{proxy.url}/proxy/default/v1/chat/completions",

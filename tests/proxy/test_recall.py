@@ -1366,3 +1366,60 @@ def test_a_request_that_fits_only_without_the_recall_tools_goes_without_them(sto
     assert r.status_code == 200, r.text
     sent = upstream.seen[-1].body
     assert _names(sent) == [] and input_tokens(sent) <= 1000
+
+
+def test_a_watched_stream_torn_mid_event_passes_on_no_half_event(store, tmp_path):
+    """With recall offered, an upstream stream that breaks off in the middle of an event ends
+    with the whole events before it and the error event, never the torn event's half (which the
+    client's SDK would fail to parse)."""
+    from ctxmgmt.testing import RawServer
+
+    torn = (
+        b'data: {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "up", '
+        b'"choices": [{"index": 0, "delta": {"role": "assistant", "content": "the"}}]}\n\n'
+        b'data: {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "up", '
+        b'"choices": [{"index": 0, "delta": {"content": " zqxw'
+    )
+    store.seed("long-running-agent", shipped("long-running-agent"))
+    with RawServer() as raw:
+        models = ModelsConfig.from_dict(
+            {
+                "models": {
+                    "gpt-test": {
+                        "base_url": raw.base_url,
+                        "model": "up",
+                        "context_window": 16_000,
+                        "timeout": 5,
+                    }
+                }
+            },
+        )
+        app = create_app(store, models=models, offloader=LocalOffloader(tmp_path / "archive"))
+        raw.answer(torn, headers={"content-type": "text/event-stream", "content-length": str(len(torn))})
+        with LiveServer(app) as server:
+            got = httpx.post(
+                f"{server.url}/proxy/long-running-agent/v1/chat/completions",
+                json={"model": "gpt-test", "messages": _history(), "stream": True},
+                timeout=60,
+            )
+    assert got.status_code == 200
+    assert any((tmp_path / "archive").rglob("*.*")), "the result was archived: recall was offered"
+    assert got.content.startswith(torn[: torn.rindex(b"\n\n") + 2]), got.content[:300]
+    assert b"zqxw" not in got.content and b"ended before the answer's end" in got.content, got.content[-300:]
+
+
+@pytest.mark.parametrize("arguments", ["{not json", "[1, 2]", '"ref"'])
+def test_a_recall_call_whose_arguments_are_no_json_object_is_told_so(arguments):
+    """A model's recall call whose arguments are not a JSON object is answered with an error
+    that says so (it was told "ref is missing", as if it had sent {})."""
+    import asyncio
+
+    from ctxmgmt.api.proxy.handler import _recall
+    from ctxmgmt.api.proxy.recall import calls_of
+
+    call = {"id": "c1", "type": "function", "function": {"name": "context_read", "arguments": arguments}}
+    answer = {"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]}
+    [(call_id, name, args)] = calls_of("chat", answer)
+    assert (call_id, name, args) == ("c1", "context_read", None)
+    said = asyncio.run(_recall([], name, args, float("inf")))
+    assert said == "error: context_read's arguments are not a JSON object; call it again with them as one"

@@ -306,7 +306,7 @@ def test_an_accumulated_answer_takes_deep_json_and_many_deltas():
     chat.event({"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
     from ctxmgmt.api.proxy.recall import calls_of
 
-    assert calls_of("chat", chat.answer()) == [("c", "context_read", {})]
+    assert calls_of("chat", chat.answer()) == [("c", "context_read", None)]  # no object: said to the model
 
 
 @pytest.mark.parametrize(

@@ -210,7 +210,7 @@ def _value(text: str, at: int) -> tuple[Any, int]:
     try:
         return DECODER.raw_decode(text, at)
     except (RecursionError, ValueError) as exc:
-        raise json_problem(exc) from None
+        raise json_problem(exc, text) from None
 
 
 def _ws(text: str, at: int) -> int:

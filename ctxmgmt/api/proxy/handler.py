@@ -190,7 +190,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         raise Refused(
             400, "illegal_argument_exception", _THREADS, {"error_code": "thread_unsupported_request"}
         )
-    held = _held_upstream(api, body)
+    held = _held_upstream(api, body) or _legacy_calls(api, text, previous, body)
     parts = api.parts(body, unmanaged=held is not None)
     if isinstance(parts, str):
         raise Refused(400, "illegal_argument_exception", parts)
@@ -478,6 +478,23 @@ def _held_upstream(api: Api, body: Mapping[str, Any]) -> str | None:
         return None
     held = next((k for k in _HELD if body.get(k) is not None), None)
     return held if held is not None or body.get("input") is not None else "input"
+
+
+def _legacy_calls(api: Api, text: str, previous: Body | None, body: Mapping[str, Any]) -> str | None:
+    """``function_call`` when a chat request holds the deprecated function calling (an
+    assistant's ``function_call``, a ``function`` message), which the hooks do not manage: it
+    goes upstream as it is. Looked for in the text past the previous body's messages (a
+    continued conversation's new ones: a legacy one is never kept as a previous body), and
+    only where that text names it."""
+    if api.name != "chat" or '"function_call"' not in text[previous.prefix_end if previous else 0 :]:
+        return None
+    messages = body.get("messages")
+    legacy = (
+        m.get("role") == "function" or m.get("function_call") is not None
+        for m in (messages if isinstance(messages, list) else ())
+        if isinstance(m, Mapping)
+    )
+    return "function_call" if any(legacy) else None
 
 
 def _record(
@@ -878,6 +895,8 @@ async def _events(
     holding = False
     held: list[bytes] = []
     kept = [0]  # the bytes of ``held``
+    tail = bytearray()
+    """Passed through: the bytes of the event that has not ended yet."""
     """The events from the first tool call on (within max_stream_bytes, as the stream)."""
     delivered = False
     """Whether the client has had the answer's end: the stream is over, or the event that ends
@@ -939,24 +958,33 @@ async def _events(
                 if not chunk:
                     continue
                 if not exchange.recall:  # nothing to watch for: passed on as it came
-                    yield chunk
                     # Read for its usage and the answer's end: an event over the bound
                     # goes unread (its usage lost), not the ones after it.
-                    delivered = read(events.feed(chunk, skip=True))[1] or delivered
+                    split = events.feed(chunk, skip=True)
+                    # Up to the last event's end: an unended event's bytes wait for the rest
+                    # of it (a client's SDK reads events whole; one torn off by a failure
+                    # would be parsed as half an event before the error event).
+                    tail += chunk
+                    cut = len(tail) - min(events.unfinished, len(tail))
+                    if cut:
+                        passed = bytes(tail[:cut])
+                        del tail[:cut]
+                        yield passed
+                    delivered = read(split)[1] or delivered
                     continue
                 passed, last = read(events.feed(chunk))
                 if passed:
                     yield passed
                     delivered = last or delivered
             decoder.finish()
+            ended = False
             if not exchange.recall:
                 # What the last chunk held after an overlong event (it waits for the next
                 # chunk), then an unended last event.
-                delivered = read(events.finish(skip=True))[1] or delivered
+                ended = read(events.finish(skip=True))[1]
+                rest = bytes(tail)
             else:
-                passed, _ = read(events.finish())
-                if passed:
-                    yield passed
+                rest, _ = read(events.finish())
             if said is not None and holding:  # the held answer failed: no round is made of it
                 failure = said
             elif not answer_end.ended and said is None and not events.skipped:
@@ -968,6 +996,9 @@ async def _events(
                     "the upstream's stream ended before the answer's end (no "
                     f"{streams.ENDS[api.name]}); what came is not the whole answer"
                 )
+            if failure is None and rest:  # the last event, which no blank line ended
+                yield rest
+            delivered = ended or delivered
         except TooLarge as exc:
             failure = f"the upstream's stream: {exc}"
         except (TimeoutError, httpx.HTTPError) as exc:
@@ -1055,9 +1086,11 @@ def _finished(task: asyncio.Task[None]) -> None:
         log.warning("the proxy's record could not be finished", exc_info=task.exception())
 
 
-async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any], deadline: float) -> str:
+async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any] | None, deadline: float) -> str:
     """A recall tool's answer (its error, said, when it fails), within its own timeout and
     the request's ``deadline``."""
+    if arguments is None:
+        return f"error: {name}'s arguments are not a JSON object; call it again with them as one"
     tool = next(t for t in tools if t.name == name)
     own = asyncio.get_running_loop().time() + tool.timeout
     try:

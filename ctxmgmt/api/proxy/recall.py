@@ -186,11 +186,12 @@ def _said(api: str, answer: Mapping[str, Any]) -> list[Any]:
     return _list(answer.get("output" if api == "responses" else "content"))
 
 
-def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    """The recall calls of an answer: ``(call id, tool name, arguments)``."""
+def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """The recall calls of an answer: ``(call id, tool name, arguments)``, the arguments None
+    when they are no JSON object."""
     if not isinstance(answer, Mapping):
         return []
-    out: list[tuple[str, str, dict[str, Any]]] = []
+    out: list[tuple[str, str, dict[str, Any] | None]] = []
     for item in _said(api, answer):
         if not _recall_call(api, item):
             continue
@@ -202,16 +203,16 @@ def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any]]]:
             out.append((str(item.get("call_id")), item["name"], _arguments(item.get("arguments"))))
         else:
             args = item.get("input")
-            out.append((str(item.get("id")), item["name"], dict(args) if isinstance(args, Mapping) else {}))
+            out.append((str(item.get("id")), item["name"], dict(args) if isinstance(args, Mapping) else None))
     return out
 
 
-def _arguments(raw: Any) -> dict[str, Any]:
+def _arguments(raw: Any) -> dict[str, Any] | None:
     try:
         value = json.loads(raw) if isinstance(raw, str) else raw
     except (ValueError, RecursionError):
-        return {}
-    return dict(value) if isinstance(value, Mapping) else {}
+        return None
+    return dict(value) if isinstance(value, Mapping) else None
 
 
 NOTHING_SAID = "(no answer: the model was still reading archived context when its reading rounds ran out)"

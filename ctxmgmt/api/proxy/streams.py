@@ -132,6 +132,14 @@ class Events:
         self._scan = pos - start
         return out
 
+    @property
+    def unfinished(self) -> int:
+        """How many of the bytes fed so far belong to an event that has not ended yet: a
+        pass-through holds them back, so that a stream that breaks off never leaves its client
+        half an event (which its SDK would try to parse) before the error event. 0 while an
+        overlong event is skipped: its bytes are not held, and go on as they come."""
+        return 0 if self._skipping else len(self._buffer)
+
     def skip(self) -> list[tuple[bytes, Any]]:
         """After :class:`EventTooLong`: the overlong event dropped to its end (which may come
         with later chunks), and the events after it that the bytes held so far complete."""

@@ -245,6 +245,16 @@ _ANSWERS = {"chat": "choices", "messages": "content", "responses": "output"}
 """The member every successful answer of each API holds, a list."""
 
 
+def _not_events(kind: str) -> Refused:
+    return Refused(
+        502,
+        "llm_exception",
+        f"the upstream answered a streamed request (stream: true) with one JSON object ({kind}), "
+        "not server-sent events; check that the model's base_url is the provider's API, and that "
+        "it streams",
+    )
+
+
 def answer_of(
     data: bytes, response: httpx.Response, stream: bool = False, recall: bool = False, api: str | None = None
 ) -> Any:
@@ -256,6 +266,7 @@ def answer_of(
     where a client's SDK would fail to parse it or take it for an empty answer."""
     if not response.is_success or (stream and looks_like_events(data)):
         return None
+    kind = response.headers.get("content-type") or "no content type"
     try:
         answer = json.loads(data)
     except RecursionError:
@@ -266,10 +277,11 @@ def answer_of(
                 "the upstream's answer is nested deeper than the proxy reads, and recall tools "
                 "were offered: it cannot be told whether it calls one",
             ) from None
+        if stream:  # no events, whatever it holds: the client's SDK waits for events
+            raise _not_events(kind) from None
         return None
     except ValueError:
         answer = None
-    kind = response.headers.get("content-type") or "no content type"
     if isinstance(answer, dict):
         member = _ANSWERS.get(api or "")
         if member is not None and not isinstance(answer.get(member), list):
@@ -284,13 +296,7 @@ def answer_of(
                 "and provider are the API's the client speaks",
             )
         if stream:
-            raise Refused(
-                502,
-                "llm_exception",
-                f"the upstream answered a streamed request (stream: true) with one JSON object "
-                f"({kind}), not server-sent events; check that the model's base_url is the "
-                "provider's API, and that it streams",
-            )
+            raise _not_events(kind)
         return answer
     raise Refused(
         502,
