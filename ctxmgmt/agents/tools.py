@@ -522,14 +522,18 @@ def _hit(h: dict[str, Any]) -> str:
 
 
 def _whole(value: Any, wanted: str) -> int:
-    """A model's number argument as a whole number (``12``, ``12.0``, ``"12"``), else a
-    ValueError that says what is wanted (not Python's own words)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{wanted} (given: {json.dumps(value, default=str)[:40]})")
-    try:
-        return int(value) if not isinstance(value, str) else int(value.strip())
-    except (ValueError, OverflowError):
-        raise ValueError(f"{wanted} (given: {str(value)[:40]!r})") from None
+    """A model's number argument as a whole number (``12``, ``12.0``, ``"12"``: ASCII digits,
+    at most 15 of them), else a ValueError that says what is wanted (not Python's own words)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**15:
+        return value
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+        return int(value.strip())
+    raise ValueError(f"{wanted} (given: {json.dumps(value, default=str)[:40]})")
+
+
+_DIGITS = re.compile(r"-?[0-9]{1,15}")
 
 
 def recall_tools(offloader: Any, session: str) -> list[Tool]:

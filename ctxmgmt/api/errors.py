@@ -79,12 +79,14 @@ def provider_error_body(provider: str, status: int, type: str, message: str) -> 
     type for the status, so that its SDK raises its own error class with the message; OpenAI's
     ``param`` is the JSON pointer the message begins with, if any."""
     if provider == "anthropic":
-        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, type), "message": message}}
+        kind = _ANTHROPIC_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
     named = _LEADING_POINTER.match(message)
+    kind = _OPENAI_TYPES.get(status) or ("invalid_request_error" if status < 500 else "server_error")
     return {
         "error": {
             "message": message,
-            "type": _OPENAI_TYPES.get(status, type),
+            "type": kind,
             "param": named.group(1) if named else None,
             "code": type,
         }

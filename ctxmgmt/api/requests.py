@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -131,37 +132,31 @@ def _finite(value: str) -> float:
     return number
 
 
-_MAX_DIGITS = 4300
-"""Python's own bound on an integer's digits (``sys.get_int_max_str_digits``'s default)."""
-_LONG_NUMBER = re.compile(rf"[:\[,]\s*(-?[0-9]{{{_MAX_DIGITS + 1}}})")
-"""Where a number too long to read starts (a value: after a colon, a bracket or a comma)."""
+_MAX_DIGITS = sys.get_int_max_str_digits() or 4300
+"""Python's bound on an integer's digits, which the parser keeps (``sys.set_int_max_str_digits``)."""
+_LONG_NUMBER = re.compile(rf"(?<![\w.\"-])(-?[0-9]{{{_MAX_DIGITS + 1},}})[ \t\n\r]*[,\]}}]")
+"""Where a number too long to read is: a value (before a comma or a closing bracket), not
+digits in a string, nor the end of a longer word."""
 
 
-class _LongNumber(ValueError):
-    """A whole number longer than any a JSON body needs (Python refuses to read it)."""
+DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
+"""Every JSON body's decoder: standard JSON only (no NaN or Infinity, no infinite number)."""
 
 
-def _whole(value: str) -> int:
-    digits = len(value.lstrip("-"))
-    if digits > _MAX_DIGITS:
-        raise _LongNumber(
-            f"a number of {digits:,} digits (at most {_MAX_DIGITS:,}); send a longer one as a string"
-        )
-    return int(value)
-
-
-DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite, parse_int=_whole)
-"""Every JSON body's decoder: standard JSON only (no NaN or Infinity, no infinite number, no
-whole number of more digits than Python reads)."""
-
-
-def json_problem(exc: Exception, text: str | None = None) -> HTTPProblem:
+def json_problem(exc: Exception, text: str | None = None, start: int = 0) -> HTTPProblem:
     """The 400 for what :data:`DECODER` raised: the nesting, or the line and column and why
-    (for a number too long, found in ``text`` when given)."""
+    (for a whole number longer than Python reads, found in ``text`` from ``start``, where the
+    parse began)."""
     if isinstance(exc, RecursionError):
         return HTTPProblem(400, f"JSON nested deeper than {MAX_DEPTH} levels")
-    if isinstance(exc, _LongNumber) and text is not None and (found := _LONG_NUMBER.search(text)):
-        exc = json.JSONDecodeError(str(exc), text, found.start(1))
+    if type(exc) is ValueError and "digits" in str(exc):  # int()'s bound (sys.set_int_max_str_digits)
+        found = _LONG_NUMBER.search(text, start) if text is not None else None
+        digits = len(found.group(1).lstrip("-")) if found else None
+        said = f"a number of {digits:,} digits" if digits else "a number of too many digits"
+        said += f" (at most {_MAX_DIGITS:,}); send a longer one as a string"
+        if text is None or found is None:
+            return HTTPProblem(400, f"invalid JSON: {said}")
+        exc = json.JSONDecodeError(said, text, found.start(1))
     if isinstance(exc, json.JSONDecodeError):
         return HTTPProblem(400, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
     return HTTPProblem(400, f"invalid JSON: {exc}")

@@ -191,10 +191,14 @@ def test_context_read_returns_at_most_its_limit_whatever_it_is_asked(tmp_path):
 @pytest.mark.parametrize(
     ("arguments", "said"),
     [
-        ({"offset": "x"}, "offset must be a whole number of 0 or more (given: 'x')"),
+        ({"offset": "x"}, 'offset must be a whole number of 0 or more (given: "x")'),
         ({"offset": [1]}, "offset must be a whole number of 0 or more (given: [1])"),
         ({"offset": 1e400}, "offset must be a whole number of 0 or more"),
-        ({"limit": "lots"}, "limit must be a whole number from 1 to 20,000 (given: 'lots')"),
+        ({"offset": 1.9}, "offset must be a whole number of 0 or more (given: 1.9)"),
+        ({"offset": 1e300}, "offset must be a whole number of 0 or more (given: 1e+300)"),
+        ({"offset": "1_0"}, 'offset must be a whole number of 0 or more (given: "1_0")'),
+        ({"offset": "\u0663"}, "offset must be a whole number of 0 or more"),
+        ({"limit": "lots"}, 'limit must be a whole number from 1 to 20,000 (given: "lots")'),
         ({"limit": None}, "limit must be a whole number from 1 to 20,000 (given: null)"),
     ],
 )

@@ -127,6 +127,21 @@ def test_a_member_given_twice_is_a_400(proxy, upstream):
     assert upstream.seen == []
 
 
+@pytest.mark.parametrize("header", ["x-ctxmgmt-definition", "x-ctxmgmt-session"])
+def test_a_ctxmgmt_header_given_twice_is_a_400(proxy, upstream, header):
+    """X-Ctxmgmt-Definition or X-Ctxmgmt-Session given twice is refused, naming it (the first
+    value was used silently), and nothing goes upstream."""
+    r = httpx.post(
+        f"{proxy.url}/proxy/default{CHAT}",
+        json={"model": "gpt-test", "messages": [{"role": "user", "content": "a"}]},
+        headers=[(header, "default"), (header, "cache-aware")],
+        timeout=30,
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == f"{header} is given 2 times: give it once"
+    assert upstream.seen == []
+
+
 def test_an_empty_definition_header_is_a_400(proxy, upstream):
     """An empty X-Ctxmgmt-Definition is refused, not taken as absent."""
     r = httpx.post(
@@ -140,9 +155,11 @@ def test_an_empty_definition_header_is_a_400(proxy, upstream):
 
 def test_a_wrong_method_or_path_under_the_proxy_answers_in_the_providers_shape(proxy):
     """A GET on a proxy path (405) and an unknown path under it (404) answer as the provider
-    would, so its client raises its own error."""
+    would, so its client raises its own error; the error's type is one of the provider's own
+    (Anthropic's ``invalid_request_error`` for a 405, not ``method_not_allowed_exception``)."""
     r = httpx.get(f"{proxy.url}/proxy/default/v1/messages", timeout=30)
     assert r.status_code == 405 and r.json()["type"] == "error" and r.json()["error"]["message"]
+    assert r.json()["error"]["type"] == "invalid_request_error"
     r = httpx.post(f"{proxy.url}/proxy/default/v1/embeddings", json={"model": "gpt-test"}, timeout=30)
     assert r.status_code == 404 and r.json()["error"]["message"] and r.json()["error"]["type"]
     # An Anthropic client (it sends anthropic-version) reads Anthropic's shape on any other path.

@@ -1186,7 +1186,14 @@ def test_a_stream_torn_mid_event_ends_with_an_error_the_sdk_raises(proxy, raw, a
 def test_a_number_too_long_to_read_is_a_400_that_says_where(store, raw, path):
     """A whole number of 5,000 digits in a body: a 400 that gives its line and column and says
     to send it as a string (it was Python's "use sys.set_int_max_str_digits()")."""
-    text = '{"model": "m",\n "messages": [{"role": "user", "content": "hi"}], "seed": ' + "7" * 5000 + "}"
+    text = (
+        '{"model": "m",\n "messages": [{"role": "user", "content": "hi,'
+        + "7" * 5000  # digits in a string are no number: not where the error points
+        + '"}], "seed": '
+        + "7" * 5000
+        + "}"
+    )
+    column = text.split("\n")[1].index('"seed": ') + len('"seed": ') + 1
     method = "POST" if "proxy" in path else "PUT"
     with LiveServer(create_app(store, models=_models(raw))) as server:
         r = httpx.request(
@@ -1194,5 +1201,8 @@ def test_a_number_too_long_to_read_is_a_400_that_says_where(store, raw, path):
         )
     assert r.status_code == 400, r.text[:300]
     said = json.dumps(r.json())
-    assert "line 2 column 59: a number of 5,000 digits (at most 4,300); send a longer one as a string" in said
+    assert (
+        f"line 2 column {column}: a number of 5,000 digits (at most 4,300); send a longer one as a string"
+        in said
+    )
     assert "sys." not in said

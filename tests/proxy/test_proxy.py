@@ -396,6 +396,35 @@ def test_a_chat_request_with_the_deprecated_function_calling_goes_as_written(pro
     assert record["status"] == "finished" and record["calls"][0]["unmanaged"] == "function_call"
 
 
+def test_the_deprecated_function_calling_is_found_after_a_moved_breakpoint(proxy, upstream, store):
+    """A conversation whose next request moves its breakpoint off a message (read past the
+    previous body's first messages only) and then calls a function the deprecated way: it is
+    found among the messages read anew, and the request goes upstream unmanaged (it was looked
+    for past the previous body's end only, missed, and refused with a 400)."""
+    first = [
+        {"role": "user", "content": "What time is it? " * 150},
+        {"role": "assistant", "content": "Let me check."},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "please", "cache_control": {"type": "ephemeral"}}],
+        },
+    ]
+    then = [*first[:2], {"role": "user", "content": [{"type": "text", "text": "please"}]}, *LEGACY[1:]]
+    for messages in (first, then):
+        upstream.replies.append(Reply("ok"))
+        text = json.dumps(
+            {"model": "gpt-test", "messages": messages, "functions": FUNCTIONS}, separators=(",", ":")
+        )
+        r = httpx.post(
+            f"{proxy.url}/proxy/default/v1/chat/completions",
+            content=text,
+            headers={"content-type": "application/json"},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+    assert upstream.seen[-1].body["messages"] == then
+
+
 def test_a_chat_request_that_only_mentions_function_call_is_managed(proxy, upstream, store):
     """A message whose text holds "function_call" (a user pasting JSON) is no deprecated call:
     the request is managed as any other."""

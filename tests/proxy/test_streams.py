@@ -383,3 +383,27 @@ def test_an_event_too_deep_to_read_is_refused_after_the_events_before_it():
     with pytest.raises(EventTooDeep, match="nested deeper"):
         events.finish()
     assert [data for _, data in Events().feed(b'data: {"n": 1}\n\n' + deep)] == [{"n": 1}, None]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "held"),
+    [
+        ([b"data: 1\n\ndata: 2"], [7]),
+        ([b"data: 1\n"], [8]),
+        ([b"data: 1\n", b"\n"], [8, 0]),
+        ([b"data: 1\r\r"], [0]),  # ended: held only for an LF its CR may have next
+        ([b"data: 1\r\n\r", b"\n"], [0, 0]),
+        ([b"data: 1\r\r", b"\ndata: 2"], [0, 7]),
+        ([b"data: 1\r", b"\r"], [8, 0]),
+    ],
+)
+def test_the_bytes_of_an_unended_event_are_told_whatever_its_separators(chunks, held):
+    """What a pass-through holds back is the bytes of the event that has not ended, never an
+    event that has (one that ends with a CR, held for the LF that may follow it, was held back
+    a chunk: a stream of CR separators reached its client one event late)."""
+    events = Events()
+    got = []
+    for chunk in chunks:
+        events.feed(chunk, skip=True)
+        got.append(events.unfinished)
+    assert got == held

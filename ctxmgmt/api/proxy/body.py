@@ -80,6 +80,9 @@ class Body:
     grown: bool = False
     """Whether the body was read from a previous one: its first elements are that body's own
     objects (else every element is a new object, equal or not)."""
+    read_from: int = 0
+    """Where the text was read from: past the previous body's elements it starts with (0 when
+    it was read whole)."""
     extends: bool = False
     """Whether the body starts with every element of the one it was read from (not only with
     its first ones): the next request of that conversation, which replaces it in
@@ -210,7 +213,7 @@ def _value(text: str, at: int) -> tuple[Any, int]:
     try:
         return DECODER.raw_decode(text, at)
     except (RecursionError, ValueError) as exc:
-        raise json_problem(exc, text) from None
+        raise json_problem(exc, text, at) from None
 
 
 def _ws(text: str, at: int) -> int:
@@ -238,7 +241,7 @@ def parse(text: str, field: str, previous: Body | None = None) -> Body:
         exact = _budget(text, end, previous.marks[0]) if whole else _budget(text, 0, 0)
         body = Body(text, {}, field, previous.spans[:n], previous.array, {})
         body.hashed = [(e, h) for e, h in previous.hashed if e <= end]
-        body.grown, body.extends = True, whole
+        body.grown, body.extends, body.read_from = True, whole, end
         body.data = {
             k: v for k, v in previous.data.items() if previous.values.get(k, (0, 0))[0] < previous.array[0]
         }

@@ -31,6 +31,7 @@ __all__ = [
     "definition_name",
     "model_of",
     "no_definition",
+    "one_header",
     "stored_version",
 ]
 
@@ -104,7 +105,8 @@ def authorize(request: Request, *, reading: bool = False) -> bool:
 
 def definition_name(request: Request) -> str:
     """The request's definition: ``X-Ctxmgmt-Definition``'s, else the path's (a name's shape)."""
-    name: str = request.headers.get(DEFINITION_HEADER, request.path_params["definition"])
+    given = one_header(request, DEFINITION_HEADER)
+    name: str = given if given is not None else request.path_params["definition"]
     if not NAME.fullmatch(name):
         raise Refused(
             400,
@@ -112,6 +114,17 @@ def definition_name(request: Request) -> str:
             f"{name[:60]!r}: a definition name is 1-{NAME_LENGTH} of a-z 0-9 _ -",
         )
     return name
+
+
+def one_header(request: Request, header: str) -> str | None:
+    """A header of ctxmgmt's own, given at most once (two values are a 400: which one was meant
+    cannot be told)."""
+    given = request.headers.getlist(header)
+    if len(given) > 1:
+        raise Refused(
+            400, "illegal_argument_exception", f"{header} is given {len(given)} times: give it once"
+        )
+    return given[0] if given else None
 
 
 async def stored_version(st: Any, name: str, resolving: Awaitable[Any] | None = None) -> Any:

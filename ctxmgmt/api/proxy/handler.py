@@ -58,6 +58,7 @@ from .checks import (
     authorize,
     definition_name,
     model_of,
+    one_header,
     stored_version,
 )
 from .recall import (
@@ -135,7 +136,7 @@ def _slot(sessions: SessionStore, key: str, body: Body) -> tuple[str, dict[str, 
 
 def _session_header(request: Request) -> str | None:
     """``X-Ctxmgmt-Session``, checked (a request refused for it, used or not)."""
-    given = request.headers.get(SESSION_HEADER)
+    given = one_header(request, SESSION_HEADER)
     if given is not None and not _SESSION.fullmatch(given):
         raise Refused(
             400, "illegal_argument_exception", f"{SESSION_HEADER}: 1-128 characters of A-Z a-z 0-9 . _ : -"
@@ -190,7 +191,7 @@ async def _proxy(request: Request, api: Api) -> Response:
         raise Refused(
             400, "illegal_argument_exception", _THREADS, {"error_code": "thread_unsupported_request"}
         )
-    held = _held_upstream(api, body) or _legacy_calls(api, text, previous, body)
+    held = _held_upstream(api, body) or _legacy_calls(api, parsed)
     parts = api.parts(body, unmanaged=held is not None)
     if isinstance(parts, str):
         raise Refused(400, "illegal_argument_exception", parts)
@@ -480,15 +481,15 @@ def _held_upstream(api: Api, body: Mapping[str, Any]) -> str | None:
     return held if held is not None or body.get("input") is not None else "input"
 
 
-def _legacy_calls(api: Api, text: str, previous: Body | None, body: Mapping[str, Any]) -> str | None:
+def _legacy_calls(api: Api, parsed: Body) -> str | None:
     """``function_call`` when a chat request holds the deprecated function calling (an
     assistant's ``function_call``, a ``function`` message), which the hooks do not manage: it
-    goes upstream as it is. Looked for in the text past the previous body's messages (a
+    goes upstream as it is. Looked for in the text read past the previous body's messages (a
     continued conversation's new ones: a legacy one is never kept as a previous body), and
     only where that text names it."""
-    if api.name != "chat" or '"function_call"' not in text[previous.prefix_end if previous else 0 :]:
+    if api.name != "chat" or parsed.text.find('"function_call"', parsed.read_from) < 0:
         return None
-    messages = body.get("messages")
+    messages = parsed.data.get("messages")
     legacy = (
         m.get("role") == "function" or m.get("function_call") is not None
         for m in (messages if isinstance(messages, list) else ())

@@ -74,6 +74,9 @@ class Events:
         """Whether the bytes up to the next separator are an overlong event's, dropped."""
         self.skipped = 0
         """How many overlong events were dropped unread (one may have ended the answer)."""
+        self._ended = 0
+        """Of the bytes held, how many make an event that has ended, held for the LF that may
+        follow its last CR (passed on: a client reads it whole)."""
 
     def feed(self, chunk: bytes, *, skip: bool = False) -> list[tuple[bytes, Any]]:
         """The events ``chunk`` completes. An event over the bound raises
@@ -106,6 +109,7 @@ class Events:
         out: list[tuple[bytes, Any]] = []
         start = 0
         pos = self._scan
+        ended = 0  # the end of an event held only for the LF its CR may have next
         while True:
             found = _SEPARATOR.search(buffer, pos)
             if found is None:
@@ -113,7 +117,7 @@ class Events:
                 break
             end = found.end()
             if end == len(buffer) and buffer[end - 1] == _CR:  # its LF may be in the next chunk
-                pos = found.start()
+                pos, ended = found.start(), end
                 break
             if end - start > self.max_bytes and out:  # refused with the next chunk
                 pos = start
@@ -130,6 +134,7 @@ class Events:
             raise EventTooLong(f"an event of the upstream's stream is over {self.max_bytes} bytes")
         del buffer[:start]
         self._scan = pos - start
+        self._ended = ended - start if ended else 0
         return out
 
     @property
@@ -138,7 +143,7 @@ class Events:
         pass-through holds them back, so that a stream that breaks off never leaves its client
         half an event (which its SDK would try to parse) before the error event. 0 while an
         overlong event is skipped: its bytes are not held, and go on as they come."""
-        return 0 if self._skipping else len(self._buffer)
+        return 0 if self._skipping else len(self._buffer) - self._ended
 
     def skip(self) -> list[tuple[bytes, Any]]:
         """After :class:`EventTooLong`: the overlong event dropped to its end (which may come
@@ -158,7 +163,7 @@ class Events:
             out += got
         rest = b"" if self._skipping else bytes(self._buffer)
         self._buffer.clear()
-        self._scan = 0
+        self._scan = self._ended = 0
         self._skipping = False
         return [*out, self._event(rest)] if rest else out
 
