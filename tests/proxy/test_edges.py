@@ -1159,7 +1159,8 @@ def test_a_stream_torn_mid_event_ends_with_an_error_the_sdk_raises(proxy, raw, a
     """An upstream stream that breaks off in the middle of an event (the connection closed, or
     its deadline passed while the event trickled): the client gets the whole events before it,
     never half of one, then the error event, which the provider's SDK raises as its API error
-    (half an event before it made the SDKs fail parsing JSON)."""
+    (half an event before it made the SDKs fail parsing JSON); past the deadline, of the type a
+    504 has (``timeout_error``: it was Anthropic's ``api_error``)."""
     import anthropic
     import openai
 
@@ -1180,6 +1181,8 @@ def test_a_stream_torn_mid_event_ends_with_an_error_the_sdk_raises(proxy, raw, a
     got = _streamed(proxy, body, path)
     whole = _TORN[api][: _TORN[api].rindex(b"\n\n") + 2]
     assert got.startswith(whole) and b"zqxw" not in got, got[-300:]
+    # The deadline passed: the error's type says so, as a request not streamed says it (504).
+    assert (b'"timeout_error"' in got) is (how == "stalled"), got[-300:]
 
 
 @pytest.mark.parametrize("path", ["/proxy/default/v1/chat/completions", "/_plugins/_ml/context_management/x"])

@@ -893,6 +893,7 @@ async def _events(
     n = body.get("n")  # chat's choices: each one's end is awaited
     answer_end = streams.Ending(api.name, min(n, streams.MAX_CHOICES) if type(n) is int and n >= 1 else 1)
     failure: str | None = None
+    failed_status = 502  # 504 once the upstream's deadline passed
     holding = False
     held: list[bytes] = []
     kept = [0]  # the bytes of ``held``
@@ -1003,7 +1004,8 @@ async def _events(
         except TooLarge as exc:
             failure = f"the upstream's stream: {exc}"
         except (TimeoutError, httpx.HTTPError) as exc:
-            failure = upstream.fault(config, exc, "broke off").message
+            fault = upstream.fault(config, exc, "broke off")
+            failure, failed_status = fault.message, fault.status
         except (streams.EventTooLong, streams.EventTooDeep) as exc:
             failure = str(exc)
         except Exception as exc:  # events no reader of them can take
@@ -1046,7 +1048,7 @@ async def _events(
             if held and holding and not _may_be_recall(acc.started()):
                 # Broken off while holding the client's own calls: what came, as it came.
                 yield b"".join(held)
-            yield _stream_error(api, failure)
+            yield _stream_error(api, failure, failed_status)
         delivered = True
     finally:
         await raws.aclose()
@@ -1107,9 +1109,10 @@ async def _recall(tools: Sequence[Tool], name: str, arguments: dict[str, Any] | 
         return f"error: {name} could not use these arguments ({type(exc).__name__})"
 
 
-def _stream_error(api: Api, message: str) -> bytes:
-    """An error event the provider's clients understand, after part of a stream went out."""
-    payload = json.dumps(api.error(502, "llm_exception", message))
+def _stream_error(api: Api, message: str, status: int = 502) -> bytes:
+    """An error event the provider's clients understand, after part of a stream went out (of
+    the type a 504 has when the upstream's deadline passed: Anthropic's ``timeout_error``)."""
+    payload = json.dumps(api.error(status, "llm_timeout" if status == 504 else "llm_exception", message))
     # After a blank line: the events before may have stopped mid-event.
     event = (
         f"\n\nevent: error\ndata: {payload}\n\n"
