@@ -291,7 +291,8 @@ class BodyBudget:
                 "(server.bodies_in_flight_bytes), and those of the requests in progress "
                 "leave no room for this one: retry it shortly",
                 "too_many_requests",
-                headers={"retry-after": "1"},  # the server is busy, not the client wrong
+                # The server is busy, not the client wrong; the body may not have been sent.
+                headers={"retry-after": "1", **_CLOSE},
             )
         self.held += more
         scope[self._HELD] = size

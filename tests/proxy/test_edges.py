@@ -495,6 +495,7 @@ def test_the_bodies_held_at_once_are_bounded_over_all_requests(store, raw):
         raw.answer(json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}]}).encode())
         again = httpx.post(url, json=body, timeout=30)
     assert busy.status_code == 429 and busy.headers["retry-after"] == "1", busy.text
+    assert busy.headers["connection"] == "close"  # answered before its body was read: not kept
     assert busy.json()["error"]["type"] == "rate_limit_error"
     assert "server.bodies_in_flight_bytes" in busy.json()["error"]["message"]
     assert first[0].status_code == 504 and again.status_code == 200, (first[0].text, again.text)
