@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -24,6 +25,16 @@ from .upstream import Upstream
 def upstream() -> Iterator[Upstream]:
     with Upstream() as up:
         yield up
+
+
+def post_text(url: str, text: str, definition: str = "default", timeout: float = 60) -> httpx.Response:
+    """A chat request's body sent as the given JSON text (its bytes as a client wrote them)."""
+    return httpx.post(
+        f"{url}/proxy/{definition}/v1/chat/completions",
+        content=text,
+        headers={"content-type": "application/json"},
+        timeout=timeout,
+    )
 
 
 def stored_record(store, agent: str = "proxy-default") -> dict:

@@ -20,7 +20,7 @@ from ctxmgmt.messages import check_messages
 from ctxmgmt.store import ExecutionStore
 
 from ..conftest import LiveServer, shipped
-from .conftest import models_for, stored_record
+from .conftest import models_for, post_text, stored_record
 from .upstream import Reply, input_tokens
 
 SYSTEM = "You are a careful coding agent. Keep the user's constraints."
@@ -415,12 +415,7 @@ def test_the_deprecated_function_calling_is_found_after_a_moved_breakpoint(proxy
         text = json.dumps(
             {"model": "gpt-test", "messages": messages, "functions": FUNCTIONS}, separators=(",", ":")
         )
-        r = httpx.post(
-            f"{proxy.url}/proxy/default/v1/chat/completions",
-            content=text,
-            headers={"content-type": "application/json"},
-            timeout=30,
-        )
+        r = post_text(proxy.url, text)
         assert r.status_code == 200, r.text
     assert upstream.seen[-1].body["messages"] == then
 

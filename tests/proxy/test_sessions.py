@@ -17,7 +17,7 @@ from ctxmgmt.api import create_app
 from ctxmgmt.definitions import load_definition
 
 from ..conftest import PG_ENV, LiveServer, serve, shipped
-from .conftest import models_for
+from .conftest import models_for, post_text
 from .test_proxy import SYSTEM, TASK, _tool_output
 from .upstream import Reply, Upstream, input_tokens
 
@@ -202,12 +202,7 @@ def test_a_kept_conversation_is_sized_by_what_it_holds(proxy, upstream):
         for i in range(41)
     ]
     text = json.dumps({"model": "gpt-test", "messages": messages})
-    r = httpx.post(
-        f"{proxy.url}/proxy/default/v1/chat/completions",
-        content=text,
-        headers={"content-type": "application/json"},
-        timeout=60,
-    )
+    r = post_text(proxy.url, text)
     assert r.status_code == 200, r.text
     live = proxy.server.config.app.state.proxy_live
     assert live._bytes >= len(text)

@@ -897,9 +897,9 @@ async def _events(
     holding = False
     held: list[bytes] = []
     kept = [0]  # the bytes of ``held``
+    """The events from the first tool call on (within max_stream_bytes, as the stream)."""
     tail = bytearray()
     """Passed through: the bytes of the event that has not ended yet."""
-    """The events from the first tool call on (within max_stream_bytes, as the stream)."""
     delivered = False
     """Whether the client has had the answer's end: the stream is over, or the event that ends
     the answer went out (a client may leave then, while the upstream is slow to close)."""
@@ -979,11 +979,10 @@ async def _events(
                     yield passed
                     delivered = last or delivered
             decoder.finish()
-            ended = False
             if not exchange.recall:
                 # What the last chunk held after an overlong event (it waits for the next
-                # chunk), then an unended last event.
-                ended = read(events.finish(skip=True))[1]
+                # chunk), then an unended last event: read for their usage and the end.
+                read(events.finish(skip=True))
                 rest = bytes(tail)
             else:
                 rest, _ = read(events.finish())
@@ -1000,7 +999,6 @@ async def _events(
                 )
             if failure is None and rest:  # the last event, which no blank line ended
                 yield rest
-            delivered = ended or delivered
         except TooLarge as exc:
             failure = f"the upstream's stream: {exc}"
         except (TimeoutError, httpx.HTTPError) as exc:
