@@ -6,6 +6,11 @@ long as they like. Here every request's headers must be whole within
 ``server.header_timeout_seconds`` of the connection or of the previous answer; otherwise
 the client gets a 408 with the JSON error and the connection is closed. The body has its
 own deadline (``server.body_timeout_seconds``, in :mod:`ctxmgmt.api.requests`).
+
+A request whose body is framed twice (``Content-Length`` and ``Transfer-Encoding`` both) is
+a 400 at once, its connection closed: h11 would go by the chunks, a proxy in front of the
+server may go by the length, and the bytes one takes for a body the other would take for
+the next request (request smuggling, RFC 9112 section 6.3).
 """
 
 from __future__ import annotations
@@ -27,11 +32,16 @@ _DB_ENV = "CTXMGMT_SERVE_DATABASE_URL"
 _CONFIG_ENV = "CTXMGMT_SERVE_CONFIG"
 
 
+_FRAMINGS = frozenset((b"content-length", b"transfer-encoding"))
+
+
 class _DeadlineProtocol(H11Protocol):
     def __init__(self, *args: Any, header_seconds: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_seconds = header_seconds
         self._header_timer: asyncio.TimerHandle | None = None
+        self._refused: str | None = None  # why the request was malformed, when h11 did not say
+        self.conn.next_event = functools.partial(self._framed_once, self.conn.next_event)  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -59,9 +69,19 @@ class _DeadlineProtocol(H11Protocol):
         """An upgrade (a WebSocket handshake) reaches the app as HTTP, which answers it with a
         426 (:mod:`ctxmgmt.api.upgrades`): nothing to warn of."""
 
+    def _framed_once(self, next_event: Any) -> Any:
+        """h11's next event; a request whose body is framed both by length and by chunks is
+        refused as malformed (uvicorn answers h11's protocol errors with a 400 and closes)."""
+        event = next_event()
+        if isinstance(event, h11.Request) and _FRAMINGS.issubset(name for name, _ in event.headers):
+            self._refused = "the request has both Content-Length and Transfer-Encoding; send only one"
+            raise h11.RemoteProtocolError(self._refused)
+        return event
+
     def send_400_response(self, msg: str) -> None:
         """A request that is not HTTP: the JSON error every other answer has, then close."""
-        self._close_with(400, "Bad Request", "bad_request", f"{msg} (the request is not valid HTTP/1.1)")
+        reason = self._refused or msg
+        self._close_with(400, "Bad Request", "bad_request", f"{reason} (the request is not valid HTTP/1.1)")
 
     def _arm(self) -> None:
         self._disarm()

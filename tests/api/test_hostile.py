@@ -275,6 +275,29 @@ def test_a_request_that_is_not_http_gets_the_json_error(api):
         assert json.loads(body)["error"]["type"] == "bad_request"
 
 
+def test_a_body_framed_both_by_length_and_by_chunks_is_a_400_at_once(api):
+    """A request with Content-Length and Transfer-Encoding both (a proxy in front could read
+    its body by the other one: request smuggling) is a 400 naming them, at once, and its
+    connection is closed: what follows is never read as a request."""
+    url = api.base_url
+    smuggled = b"GET /_health HTTP/1.1\r\nHost: x\r\n\r\n"
+    for method in (b"POST /_plugins/_ml/context_management/_search", b"GET /_health"):
+        request = (
+            method + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled
+        )
+        with socket.create_connection((url.host, url.port), timeout=10) as sock:
+            started = time.monotonic()
+            sock.sendall(request)
+            answer = read_response(sock)
+            assert time.monotonic() - started < 5
+            head, _, body = answer.partition("\r\n\r\n")
+            assert head.startswith("HTTP/1.1 400") and "connection: close" in head.lower(), answer
+            reason = json.loads(body)["error"]["reason"]
+            assert "Content-Length and Transfer-Encoding" in reason, reason
+            assert sock.recv(65536) == b"", "the connection stayed open"
+
+
 def test_a_trailing_slash_is_a_404_never_a_redirect(api):
     """…/default/ is a JSON 404, not a 307 whose Location comes from the Host header."""
     for method in ("GET", "DELETE"):

@@ -95,7 +95,9 @@ def test_a_stream_that_stops_ends_at_the_deadline_with_an_error_event(proxy, raw
     raw.trickle(interval=0.2, start=first, content_type="text/event-stream")
     started = time.monotonic()
     got = _streamed(proxy)
-    assert time.monotonic() - started < TIMEOUT + 3
+    # The trickle never ends by itself: any end is the deadline's (the margin for a loaded
+    # machine, where the request's own work before the deadline starts takes seconds).
+    assert TIMEOUT <= time.monotonic() - started < TIMEOUT + 10
     assert got.startswith(first)
     assert b'"error"' in got.rsplit(b"data: ", 1)[-1]
 
