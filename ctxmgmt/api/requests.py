@@ -301,6 +301,12 @@ class BodyBudget:
         self.held -= scope.pop(self._HELD, 0)
 
 
+def _waits_to_send(request: Request) -> bool:
+    """Whether the client waits for a 100 Continue before it sends its body (which reading
+    the body would send): a body refused by its length alone is refused before."""
+    return any(v.strip().lower() == "100-continue" for v in request.headers.getlist("expect"))
+
+
 _CLOSE = {"connection": "close"}
 """An answer given before the body was read whole closes the connection."""
 
@@ -345,6 +351,8 @@ async def _body(request: Request, limit: int, setting: str) -> bytearray:
         raise HTTPProblem(400, "Content-Length must be a whole number")
     if length is not None and int(length) > max(limit, DRAIN_BYTES):
         raise too_large  # at once: not worth reading
+    if length is not None and int(length) > limit and _waits_to_send(request):
+        raise too_large  # at once: the client sends nothing until told to (no 100 Continue)
     decoder = _decoder(request, limit, setting)
     budget: BodyBudget | None = request.scope.get(BodyBudget.SCOPE_KEY)
     if budget is not None and decoder is None and length is not None:

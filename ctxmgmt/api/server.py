@@ -79,7 +79,12 @@ class _DeadlineProtocol(H11Protocol):
         return event
 
     def send_400_response(self, msg: str) -> None:
-        """A request that is not HTTP: the JSON error every other answer has, then close."""
+        """A request that is not HTTP: the JSON error every other answer has, then close. Once
+        its answer has begun (a 404 before a malformed chunk of its body), the connection is
+        closed with no second answer, which a client would take for its next request's."""
+        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            self.transport.close()
+            return
         reason = self._refused or msg
         self._close_with(400, "Bad Request", "bad_request", f"{reason} (the request is not valid HTTP/1.1)")
 

@@ -298,6 +298,42 @@ def test_a_body_framed_both_by_length_and_by_chunks_is_a_400_at_once(api):
             assert sock.recv(65536) == b"", "the connection stayed open"
 
 
+def test_a_malformed_body_after_its_answer_closes_the_connection_with_no_second_answer(api):
+    """A request answered before its chunked body was read (a 404), whose body then turns out
+    malformed: the connection is closed, with no second answer after the first (a client
+    would take it for its next request's)."""
+    url = api.base_url
+    with socket.create_connection((url.host, url.port), timeout=10) as sock:
+        host = f"Host: {url.host}:{url.port}\r\n".encode()
+        sock.sendall(b"POST /nope HTTP/1.1\r\n" + host + b"Transfer-Encoding: chunked\r\n\r\n")
+        first = read_response(sock)
+        assert first.startswith("HTTP/1.1 404"), first
+        sock.sendall(b"zz\r\nGET /_health HTTP/1.1\r\n" + host + b"\r\n")
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+        assert rest == b"", rest
+
+
+def test_a_body_too_large_by_its_length_is_refused_before_the_client_is_asked_to_send_it(api):
+    """A client that waits for a 100 Continue before sending a body whose declared length
+    is over the limit gets the 413 at once, never the 100 (which would invite a body only to
+    refuse it, or hold the connection until the body deadline)."""
+    url = api.base_url
+    request = (
+        f"POST {BASE}/_validate HTTP/1.1\r\nHost: {url.host}:{url.port}\r\nContent-Type: application/json\r\n"
+        "Expect: 100-continue\r\nContent-Length: 2000000\r\n\r\n"
+    )
+    with socket.create_connection((url.host, url.port), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(request.encode())
+        answer = read_response(sock)
+        assert time.monotonic() - started < 5
+    head, _, body = answer.partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 413") and "connection: close" in head.lower(), answer
+    assert "100 Continue" not in answer and "max_body_bytes" in json.loads(body)["error"]["reason"]
+
+
 def test_a_trailing_slash_is_a_404_never_a_redirect(api):
     """…/default/ is a JSON 404, not a 307 whose Location comes from the Host header."""
     for method in ("GET", "DELETE"):
