@@ -58,8 +58,8 @@ def check(items: Sequence[Any], system: Any = None, *, partial_tail: bool = Fals
         return problems  # pairs are checked on well-formed items only
     pending: dict[str, int] = {}  # call_id -> index, for the newest turn's calls
     at = 0
-    for group in _groups(items):
-        _check_group(group, at, pending, problems)
+    for group, classes in _classed_groups(items):
+        _check_group(group, classes, at, pending, problems)
         at += len(group)
     if not partial_tail:
         _unanswered(pending, problems)
@@ -110,19 +110,29 @@ def _text_output(item: Mapping[str, Any]) -> bool:
     return isinstance(output, str) or (isinstance(output, list) and item.get("type") in _PART_OUTPUTS)
 
 
-def _check_group(group: Sequence[Any], first: int, pending: dict[str, int], problems: list[Problem]) -> None:
-    """Check the pairs of one group of well-formed items (at index ``first``), ``pending``
-    being the calls of the turn before it that are not answered yet (call_id -> index)."""
-    main = [(i, x) for i, x in enumerate(group, first) if _kind(x) != "reasoning"]
-    if len(main) < len(group) and (not main or is_output(main[0][1]) or _is_input_message(main[0][1])):
+def _check_group(
+    group: Sequence[Any],
+    classes: Sequence[str],
+    first: int,
+    pending: dict[str, int],
+    problems: list[Problem],
+) -> None:
+    """Check the pairs of one group of well-formed items (at index ``first``; ``classes``
+    their :func:`_class`), ``pending`` being the calls of the turn before it that are not
+    answered yet (call_id -> index)."""
+    if len(group) == 1 and classes[0] == "message":  # the commonest group: nothing to pair
+        _unanswered(pending, problems)
+        return
+    main = [(i, x, c) for i, (x, c) in enumerate(zip(group, classes, strict=True), first) if c != "reasoning"]
+    if len(main) < len(group) and (not main or main[0][2] in ("output", "message")):
         problems.append(
             Problem(
                 f"/messages/{first}",
                 "a reasoning item must be followed by the model's item it reasoned about",
             )
         )
-    if main and is_output(main[0][1]):
-        i, x = main[0]
+    if main and main[0][2] == "output":
+        i, x, _ = main[0]
         if pending.pop(answers(x) or "", None) is None:
             problems.append(
                 Problem(
@@ -132,8 +142,8 @@ def _check_group(group: Sequence[Any], first: int, pending: dict[str, int], prob
             )
         return
     _unanswered(pending, problems)
-    for i, x in main:
-        if is_call(x):
+    for i, x, c in main:
+        if c == "call":
             if x["call_id"] in pending:
                 problems.append(
                     Problem(
@@ -152,6 +162,37 @@ def _kind(item: Any) -> str | None:
     if kind is None and "role" in item:
         return "message" if "tool_calls" not in item and item.get("role") != "tool" else None
     return kind if isinstance(kind, str) and kind else None
+
+
+_HOSTED_KINDS = frozenset(("mcp_list_tools", "mcp_approval_request"))
+
+
+def _class(item: Any) -> str:
+    """What an item is to the grouping and the pairs, told once: ``reasoning``, ``call``
+    (:func:`is_call`), ``hosted`` (the model's item with its own result, which no output
+    answers: a web or file search, an MCP call, an image generation, the MCP tools listed, an
+    approval asked), ``answer`` (the model's message), ``message`` (another's), ``output``
+    (:func:`is_output`), ``reference`` (an ``item_reference``), ``other`` (any other item)
+    or ``bad`` (no item)."""
+    kind = _kind(item)
+    if kind is None:
+        return "bad"
+    if kind == "message":
+        return "answer" if item.get("role") == "assistant" else "message"
+    if kind.endswith("_call"):
+        return "call" if isinstance(item.get("call_id"), str) else "hosted"
+    if kind.endswith("_output"):
+        return "output" if answers(item) is not None else "other"
+    if kind == "reasoning":
+        return "reasoning"
+    if kind == "item_reference":
+        return "reference"
+    return "hosted" if kind in _HOSTED_KINDS else "other"
+
+
+_OPENS_CALLS = frozenset(("call", "hosted", "answer"))
+"""The classes of the model's items after which its later items join its group: a call, the
+assistant's text, an item with its own result."""
 
 
 def is_call(item: Any) -> bool:
@@ -174,10 +215,6 @@ def answers(item: Mapping[str, Any]) -> str | None:
         if isinstance(value, str):
             return value
     return None
-
-
-def _is_input_message(item: Any) -> bool:
-    return _kind(item) == "message" and item.get("role") != "assistant"
 
 
 def _bad_item(item: Any, where: str) -> Problem:
@@ -244,81 +281,67 @@ def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
     reasoning, the items with their own result such as a web search, its assistant message
     and calls), as the API wants them back together: an item of a response is refused
     without the reasoning that came before it in that response."""
-    groups: list[tuple[Any, ...]] = []
+    return [group for group, _ in _classed_groups(items)]
+
+
+def _classed_groups(items: Sequence[Any]) -> list[tuple[tuple[Any, ...], tuple[str, ...]]]:
+    """:func:`_groups`, each with its items' classes (:func:`_class`, told once an item)."""
+    groups: list[tuple[tuple[Any, ...], tuple[str, ...]]] = []
     pending: list[Any] = []
+    reasons: list[str] = []
     for item in items:
-        kind = _kind(item)
-        if kind == "reasoning":
+        c = _class(item)
+        if c == "reasoning":
             pending.append(item)
-        elif groups and _joins(item, groups[-1][-1]):
-            groups[-1] = (*groups[-1], *pending, item)
-            pending = []
-        elif groups and (
-            (is_output(item) and _references(groups[-1]))
-            or (kind == "item_reference" and _references(groups[-1], answered=False))
-        ):
-            # A run of references to items OpenAI stored (the calls) and the outputs after
-            # them: one group, kept or removed together, never an output without its reference.
-            groups[-1] = (*groups[-1], *pending, item)
-            pending = []
-        else:
-            groups.append((*pending, item))
-            pending = []
+            reasons.append(c)
+            continue
+        if groups:
+            group, classes = groups[-1]
+            last = classes[-1]
+            if (
+                # a call or an item with its own result after any item of the model's, the
+                # model's message after an item with its own result (a web search, then the answer)
+                ((c == "call" or c == "hosted") and last in _OPENS_CALLS)
+                or (c == "answer" and last == "hosted")
+                # A run of references to items OpenAI stored (the calls) and the outputs after
+                # them: one group, kept or removed together, never an output without its reference.
+                or (c == "output" and _references(classes))
+                or (c == "reference" and _references(classes, answered=False))
+            ):
+                groups[-1] = ((*group, *pending, item), (*classes, *reasons, c))
+                pending, reasons = [], []
+                continue
+        groups.append(((*pending, item), (*reasons, c)))
+        pending, reasons = [], []
     if pending:
-        groups.append(tuple(pending))
+        groups.append((tuple(pending), tuple(reasons)))
     return groups
 
 
-def _joins(item: Any, last: Any) -> bool:
-    """Whether ``item`` belongs to the model turn whose group ends with ``last``: a call or an
-    item with its own result after any item of the model's, and the assistant's message
-    after an item with its own result (a web search, then the answer)."""
-    if is_call(item) or _hosted(item):
-        return _opens_calls(last)
-    return _is_answer(item) and _hosted(last)
-
-
-def _hosted(item: Any) -> bool:
-    """An item of the model's with its own result, which no output answers (a web or file
-    search, an MCP call, an image generation, the MCP tools listed, an approval asked)."""
-    kind = _kind(item)
-    return (
-        kind is not None
-        and (kind.endswith("_call") or kind in ("mcp_list_tools", "mcp_approval_request"))
-        and not is_call(item)
-    )
-
-
-def _references(group: tuple[Any, ...], *, answered: bool = True) -> bool:
-    """Whether a group is a run of references to stored items, with the outputs after them
-    if ``answered`` (else none yet)."""
-    main = [x for x in group if _kind(x) != "reasoning"]
+def _references(classes: tuple[str, ...], *, answered: bool = True) -> bool:
+    """Whether a group (its items' classes) is a run of references to stored items, with the
+    outputs after them if ``answered`` (else none yet)."""
+    main = [c for c in classes if c != "reasoning"]
     return (
         bool(main)
-        and _kind(main[0]) == "item_reference"
-        and all(_kind(x) == "item_reference" or (answered and is_output(x)) for x in main)
+        and main[0] == "reference"
+        and all(c == "reference" or (answered and c == "output") for c in main)
     )
-
-
-def _opens_calls(item: Any) -> bool:
-    """Whether the model's items after this one belong to its group: it is the model's (a
-    call, the assistant's text, an item with its own result), so later items may join it."""
-    return is_call(item) or _hosted(item) or _is_answer(item)
 
 
 def to_internal(items: Sequence[Any]) -> list[dict[str, Any]]:
     """The internal messages of a valid list of input items (each group converted once,
     then memoised by the identity of its items)."""
-    return [_converted(group)[0] for group in _groups(items)]
+    return [_converted(group, classes)[0] for group, classes in _classed_groups(items)]
 
 
-def _converted(group: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
+def _converted(group: tuple[Any, ...], classes: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     """A group's internal message, and about how many bytes its items keep alive."""
     key = group[0]
     hit = _MEMO.get(id(key), key)
     if hit is not None and len(hit[0]) == len(group) and starts_with(group, hit[0]):
         return hit[1], hit[2]
-    internal = _convert(group)
+    internal = _convert(group, classes)
     made(internal[ORIGIN], (internal,))
     size = sum(rough_size(x) for x in group)
     internal[ORIGIN].size = size  # the token counter sizes its memo by it, without a walk
@@ -343,9 +366,9 @@ def advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
             and type(item.get("content")) is str
             and "tool_calls" not in item
             and grown.inner_restart == len(grown.inner) - open_
-            and (open_ == 0 or (open_ == 1 and _is_answer(items[grown.restart])))
+            and (open_ == 0 or (open_ == 1 and _class(items[grown.restart]) == "answer"))
         ):
-            internal, size = _converted((item,))
+            internal, size = _converted((item,), ("message",))
             inner = grown.inner.append(internal)
             return Grown(len(items), inner, len(items), len(inner), {}, grown.bytes + 2 * size)
     return _advance(items, grown)
@@ -355,11 +378,6 @@ _OWN_TURN = frozenset(("user", "system", "developer"))
 """The roles of a message that is a turn of its own (a user's, a system or developer note)."""
 
 
-def _is_answer(item: Any) -> bool:
-    """The model's message, by itself in its turn so far (calls may still join it)."""
-    return _kind(item) == "message" and item.get("role") == "assistant"
-
-
 def _advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
     """:func:`advance`, every case."""
     k, restart = (grown.k, grown.restart) if grown is not None else (0, 0)
@@ -367,26 +385,26 @@ def _advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
     _check_items(items, k, problems)
     if problems:
         return None
-    groups = _groups(items[restart:])
+    groups = _classed_groups(items[restart:])
     last = max(len(groups) - 1, 0)  # the last turn (a trailing reasoning item waits for its item)
-    while last > 0 and all(_kind(x) == "reasoning" for x in groups[last]):
+    while last > 0 and all(c == "reasoning" for c in groups[last][1]):
         last -= 1
     pending = dict(grown.pending) if grown is not None and grown.pending else {}
     at, kept = restart, pending
-    for g, group in enumerate(groups):
+    for g, (group, classes) in enumerate(groups):
         if g == last:
             restart, kept = at, dict(pending)
-        _check_group(group, at, pending, problems)
+        _check_group(group, classes, at, pending, problems)
         at += len(group)
     if problems:
         return None
-    if groups and _kind(groups[-1][-1]) != "reasoning" and not _opens_calls(groups[-1][-1]):
+    if groups and groups[-1][1][-1] not in _OPENS_CALLS and groups[-1][1][-1] != "reasoning":
         restart, kept, last = at, pending, len(groups)  # no new item can join the last turn
     size = grown.bytes if grown is not None else 0
     tail: list[dict[str, Any]] = []
     at = grown.restart if grown is not None else 0
-    for group in groups:
-        internal, bytes_ = _converted(group)
+    for group, classes in groups:
+        internal, bytes_ = _converted(group, classes)
         tail.append(internal)
         if at < k:  # the last turn before: only its new items are new bytes
             bytes_ = sum(rough_size(x) for x in group[k - at :])
@@ -401,26 +419,26 @@ def _advance(items: Sequence[Any], grown: Grown | None) -> Grown | None:
     return Grown(len(items), inner, restart, final + last, kept, size)
 
 
-def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
-    main = [x for x in group if _kind(x) != "reasoning"]
-    first = main[0] if main else group[0]
+def _convert(group: tuple[Any, ...], classes: tuple[str, ...]) -> dict[str, Any]:
+    main = [(x, c) for x, c in zip(group, classes, strict=True) if c != "reasoning"]
+    first = main[0][0] if main else group[0]
     if not main:  # reasoning with nothing after it yet
         return {"role": "assistant", "content": "", ORIGIN: Origin(first, group=group)}
-    calls = [_call(x) for x in main if is_call(x)]
-    message = next((x for x in main if _kind(x) == "message"), None)
+    calls = [_call(x) for x, c in main if c == "call"]
+    message = next((x for x, c in main if c == "message" or c == "answer"), None)
     # Items with their own result (a web search, an MCP call) or of another type: counted
     # whole, never edited.
-    whole = [x for x in main if x is not message and not is_call(x)]
+    whole = [x for x, c in main if x is not message and c != "call"]
     if calls:
         text = _text(_content(message["content"])[0]) if message is not None else None
-        hidden = [x for x in main if is_call(x) and _kind(x) not in CALL_INPUTS]
+        hidden = [x for x, c in main if c == "call" and _kind(x) not in CALL_INPUTS]
         return {
             "role": "assistant",
             "content": text or None,
             "tool_calls": calls,
             ORIGIN: Origin(first, group=group, plain=_counted([*hidden, *whole])),
         }
-    if is_output(first):
+    if main[0][1] == "output":
         output = first.get("output")
         if _text_output(first):
             content, counted = _content(output)
@@ -442,7 +460,11 @@ def _convert(group: tuple[Any, ...]) -> dict[str, Any]:
             "content": content,
             ORIGIN: Origin(first, group=group, plain=counted),
         }
-    return {"role": "assistant", "content": "", ORIGIN: Origin(first, group=group, plain=_counted(main))}
+    return {
+        "role": "assistant",
+        "content": "",
+        ORIGIN: Origin(first, group=group, plain=_counted([x for x, _ in main])),
+    }
 
 
 def _call(item: Mapping[str, Any]) -> dict[str, Any]:
