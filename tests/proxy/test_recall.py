@@ -399,6 +399,31 @@ def test_a_streamed_anthropic_answer_that_reads_ends_with_the_final_answer(archi
     assert final.stop_reason == "end_turn"
 
 
+def test_a_streamed_anthropic_recall_call_whose_input_is_no_json_is_told_so(archiving, upstream):
+    """Through the proxy: a streamed Anthropic recall call whose input deltas make no JSON
+    object is answered, in the round the proxy sends, with the error that says so (and
+    ``{}`` in its place, an object as the API wants); the client gets the final answer."""
+    told = []
+
+    def answer(body: dict) -> Reply:
+        told.append(json.dumps(body["messages"][-1]))
+        return Reply("asked again")
+
+    upstream.replies.extend([Reply(preface="Let me look.", calls=[("context_read", "{not json")]), answer])
+    client = anthropic.Anthropic(base_url=f"{archiving.url}/proxy/long-running-agent", api_key="k")
+    with client.messages.stream(model="claude-test", max_tokens=100, messages=_anthropic_history()) as stream:
+        final = stream.get_final_message()
+    assert final.content[-1].text == "asked again"
+    assert "arguments are not a JSON object" in told[0], told
+    calls = [
+        b
+        for m in upstream.seen[1].body["messages"]
+        for b in m["content"]
+        if isinstance(b, dict) and b["type"] == "tool_use"
+    ]
+    assert calls[-1]["name"] == "context_read" and calls[-1]["input"] == {}
+
+
 def test_a_streamed_responses_answer_that_reads_ends_with_the_final_answer(archiving, upstream):
     """The Responses API streamed: the final response holds the words before the read and the
     final answer, and no function call."""
@@ -1406,6 +1431,26 @@ def test_a_watched_stream_torn_mid_event_passes_on_no_half_event(store, tmp_path
     assert any((tmp_path / "archive").rglob("*.*")), "the result was archived: recall was offered"
     assert got.content.startswith(torn[: torn.rindex(b"\n\n") + 2]), got.content[:300]
     assert b"zqxw" not in got.content and b"ended before the answer's end" in got.content, got.content[-300:]
+
+
+@pytest.mark.parametrize("partial", ["{not json", "[1, 2]", '"ref"'])
+def test_a_streamed_anthropic_recall_call_whose_input_is_no_json_object_is_told_so(partial):
+    """A streamed Anthropic recall call whose input deltas make no JSON object: the answer
+    holds ``{}`` for it (the API wants an object back in the next round), and the call is
+    told its arguments are no JSON object (it was told "ref is missing")."""
+    from ctxmgmt.api.proxy.recall import calls_of
+    from ctxmgmt.api.proxy.streams import Accumulator
+
+    acc = Accumulator("messages")
+    start = {"type": "tool_use", "id": "toolu_1", "name": "context_read", "input": {}}
+    acc.event({"type": "message_start", "message": {"id": "m", "role": "assistant", "content": []}})
+    acc.event({"type": "content_block_start", "index": 0, "content_block": start})
+    delta = {"type": "input_json_delta", "partial_json": partial}
+    acc.event({"type": "content_block_delta", "index": 0, "delta": delta})
+    acc.event({"type": "content_block_stop", "index": 0})
+    whole = acc.answer()
+    assert whole["content"][0]["input"] == {}
+    assert calls_of("messages", whole, acc.unreadable) == [("toolu_1", "context_read", None)]
 
 
 @pytest.mark.parametrize("arguments", ["{not json", "[1, 2]", '"ref"'])

@@ -20,10 +20,11 @@ from typing import Any
 @dataclass
 class Reply:
     """One scripted answer: text, or tool calls ``[(name, arguments), ...]`` (after
-    ``preface``, text said before them)."""
+    ``preface``, text said before them; arguments given as a str are an Anthropic stream's
+    input deltas as they are, JSON or not)."""
 
     text: str = "ok"
-    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
     preface: str | None = None
     reasoning: bool = False
     """Responses: a reasoning item first, as a reasoning model's answer holds (encrypted, as
@@ -380,7 +381,11 @@ def _messages_stream(reply: Reply, n: int, tokens: int, body: dict[str, Any]) ->
             yield _sse(
                 {"type": "content_block_start", "index": i, "content_block": opened}, "content_block_start"
             )
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            given = block["input"]  # a str: the deltas as a model wrote them (no JSON object, maybe)
+            delta = {
+                "type": "input_json_delta",
+                "partial_json": given if isinstance(given, str) else json.dumps(given),
+            }
             yield _sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta")
         yield _sse({"type": "content_block_stop", "index": i}, "content_block_stop")
     done = {

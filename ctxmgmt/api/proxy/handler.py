@@ -18,7 +18,7 @@ import logging
 import operator
 import re
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -786,9 +786,15 @@ def _within(said: str, tokens: int, counter: TokenCounter) -> tuple[str, int]:
 
 
 async def _recall_rounds(
-    exchange: _Exchange, body: dict[str, Any], answer: Any, deadline: float, head: tuple[int, dict[str, str]]
+    exchange: _Exchange,
+    body: dict[str, Any],
+    answer: Any,
+    deadline: float,
+    head: tuple[int, dict[str, str]],
+    unreadable: Collection[str] = (),
 ) -> tuple[int | None, bytes, dict[str, str], Any]:
-    """Answer the recall calls of ``answer`` (parsed) and ask the upstream again (whole
+    """Answer the recall calls of ``answer`` (parsed; ``unreadable``, the ids of its calls
+    whose streamed arguments were no JSON object) and ask the upstream again (whole
     answers), until an answer calls none: (its status, body, headers, parsed body), or a None
     status when ``answer`` called none (``head``: its status and headers, for an answer that
     is the last because no round fits the window). The rounds share the request's
@@ -802,7 +808,7 @@ async def _recall_rounds(
     room = exchange.room
     counter = exchange.counter
     while rounds < MAX_ROUNDS:
-        calls = calls_of(api.name, answer)
+        calls = calls_of(api.name, answer, unreadable if rounds == 0 else ())
         if not calls:
             break
         rounds += 1
@@ -1013,7 +1019,7 @@ async def _events(
             await response.aclose()
         try:
             whole = acc.answer() if holding and failure is None else None
-            recalls = calls_of(api.name, whole) if whole is not None else []
+            recalls = calls_of(api.name, whole, acc.unreadable) if whole is not None else []
         except Exception as exc:  # events no reader of them can take
             log.warning("proxy: the upstream's stream could not be read", exc_info=True)
             failure, whole = f"the upstream's stream could not be read ({type(exc).__name__})", None
@@ -1021,7 +1027,9 @@ async def _events(
             yield b"".join(held)
         elif whole is not None:
             try:
-                status, _, _, answer = await _recall_rounds(exchange, body, whole, deadline, (200, {}))
+                status, _, _, answer = await _recall_rounds(
+                    exchange, body, whole, deadline, (200, {}), acc.unreadable
+                )
                 final = answer if status is not None and 200 <= status < 300 else None
                 final = unechoed(api.name, final) or final
                 if isinstance(final, Mapping) and len(exchange.record["calls"]) == 1:

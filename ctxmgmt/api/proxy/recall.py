@@ -11,7 +11,7 @@ gets never calls one.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from typing import Any
 
 from ...agents.tools import Tool
@@ -186,9 +186,12 @@ def _said(api: str, answer: Mapping[str, Any]) -> list[Any]:
     return _list(answer.get("output" if api == "responses" else "content"))
 
 
-def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any] | None]]:
+def calls_of(
+    api: str, answer: Any, unreadable: Collection[str] = ()
+) -> list[tuple[str, str, dict[str, Any] | None]]:
     """The recall calls of an answer: ``(call id, tool name, arguments)``, the arguments None
-    when they are no JSON object."""
+    when they are no JSON object (or, streamed, were none: ``unreadable``, the ids of calls
+    given ``{}`` in their place)."""
     if not isinstance(answer, Mapping):
         return []
     out: list[tuple[str, str, dict[str, Any] | None]] = []
@@ -203,7 +206,8 @@ def calls_of(api: str, answer: Any) -> list[tuple[str, str, dict[str, Any] | Non
             out.append((str(item.get("call_id")), item["name"], _arguments(item.get("arguments"))))
         else:
             args = item.get("input")
-            out.append((str(item.get("id")), item["name"], dict(args) if isinstance(args, Mapping) else None))
+            readable = isinstance(args, Mapping) and str(item.get("id")) not in unreadable
+            out.append((str(item.get("id")), item["name"], dict(args) if readable else None))
     return out
 
 

@@ -309,6 +309,10 @@ class Accumulator:
         self.finish: Any = None
         self.sequence = 0
         self.completed: dict[str, Any] | None = None
+        self.unreadable: set[str] = set()
+        """Anthropic: the ids of the tool calls whose streamed input was no JSON object (the
+        answer holds ``{}`` for them, as the API wants an object back; a recall call among
+        them is told its arguments were unreadable)."""
 
     def event(self, data: Any) -> bool:
         """Take one event; True when it starts the first tool call (it and what follows are
@@ -451,9 +455,13 @@ class Accumulator:
                 if block.get("type") == "tool_use":
                     partial = block.pop("partial", "")
                     try:
-                        block["input"] = json.loads(partial) if partial else block.get("input") or {}
+                        value = json.loads(partial) if partial else block.get("input") or {}
                     except (ValueError, RecursionError):
-                        block["input"] = {}
+                        value = None
+                    if not isinstance(value, Mapping):
+                        self.unreadable.add(str(block.get("id")))
+                        value = {}
+                    block["input"] = value
                 content.append(block)
             return {**self.base, "content": content, "stop_reason": self.finish}
         if self.completed is not None:
