@@ -304,7 +304,8 @@ class BodyBudget:
 def _waits_to_send(request: Request) -> bool:
     """Whether the client waits for a 100 Continue before it sends its body (which reading
     the body would send): a body refused by its length alone is refused before."""
-    return any(v.strip().lower() == "100-continue" for v in request.headers.getlist("expect"))
+    expected = (e for v in request.headers.getlist("expect") for e in v.split(","))  # a list, as h11 reads it
+    return any(e.strip().lower() == "100-continue" for e in expected)
 
 
 _CLOSE = {"connection": "close"}

@@ -165,15 +165,15 @@ def _kind(item: Any) -> str | None:
 
 
 _HOSTED_KINDS = frozenset(("mcp_list_tools", "mcp_approval_request"))
+"""The model's items with their own result that are not named ``*_call``."""
 
 
 def _class(item: Any) -> str:
-    """What an item is to the grouping and the pairs, told once: ``reasoning``, ``call``
-    (:func:`is_call`), ``hosted`` (the model's item with its own result, which no output
-    answers: a web or file search, an MCP call, an image generation, the MCP tools listed, an
-    approval asked), ``answer`` (the model's message), ``message`` (another's), ``output``
-    (:func:`is_output`), ``reference`` (an ``item_reference``), ``other`` (any other item)
-    or ``bad`` (no item)."""
+    """What an item is to the grouping and the pairs (each item's told once)."""
+    # reasoning; call (is_call); hosted (the model's item with its own result, which no output
+    # answers: a web or file search, an MCP call, an image generation, the MCP tools listed,
+    # an approval asked); answer (the model's message); message (another's); output
+    # (is_output); reference (an item_reference); other (any other item); bad (no item).
     kind = _kind(item)
     if kind is None:
         return "bad"
@@ -276,16 +276,11 @@ def system_text(system: Any) -> str | None:
 
 
 # -- to the internal form ---------------------------------------------------------------
-def _groups(items: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """The items an internal message is made of each: one model turn's items together (its
-    reasoning, the items with their own result such as a web search, its assistant message
-    and calls), as the API wants them back together: an item of a response is refused
-    without the reasoning that came before it in that response."""
-    return [group for group, _ in _classed_groups(items)]
-
-
 def _classed_groups(items: Sequence[Any]) -> list[tuple[tuple[Any, ...], tuple[str, ...]]]:
-    """:func:`_groups`, each with its items' classes (:func:`_class`, told once an item)."""
+    """The items an internal message is made of each, with their classes (:func:`_class`,
+    told once an item): one model turn's items together (its reasoning, the items with their
+    own result such as a web search, its assistant message and calls), as the API wants them
+    back together: an item of a response is refused without the reasoning before it."""
     groups: list[tuple[tuple[Any, ...], tuple[str, ...]]] = []
     pending: list[Any] = []
     reasons: list[str] = []

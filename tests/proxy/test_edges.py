@@ -85,7 +85,7 @@ def test_a_slow_upstream_ends_at_the_deadline_with_a_504(proxy, raw, behaviour):
     r, took = _post(proxy, BODY)
     assert r.status_code == 504
     assert "did not" in r.json()["error"]["message"]
-    assert took < TIMEOUT + 3
+    assert TIMEOUT <= took < TIMEOUT + 10  # a margin for a loaded machine (never ends by itself)
 
 
 def test_a_stream_that_stops_ends_at_the_deadline_with_an_error_event(proxy, raw):
@@ -302,7 +302,7 @@ def test_a_slow_upstream_count_ends_at_the_deadline_with_a_504(proxy, raw, behav
     r, took = _post(proxy, COUNT, "/v1/messages/count_tokens")
     assert r.status_code == 504 and r.json()["type"] == "error"
     assert "did not answer within 1.5 s" in r.json()["error"]["message"]
-    assert took < TIMEOUT + 3
+    assert TIMEOUT <= took < TIMEOUT + 10  # a margin for a loaded machine (never ends by itself)
 
 
 def test_a_flooding_count_is_cut_at_its_size_limit(proxy, raw):

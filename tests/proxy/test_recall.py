@@ -1433,8 +1433,10 @@ def test_a_watched_stream_torn_mid_event_passes_on_no_half_event(store, tmp_path
     assert b"zqxw" not in got.content and b"ended before the answer's end" in got.content, got.content[-300:]
 
 
-@pytest.mark.parametrize("partial", ["{not json", "[1, 2]", '"ref"'])
-def test_a_streamed_anthropic_recall_call_whose_input_is_no_json_object_is_told_so(partial):
+@pytest.mark.parametrize(
+    ("partial", "started"), [("{not json", {}), ("[1, 2]", {}), ('"ref"', {}), (None, []), (None, None)]
+)
+def test_a_streamed_anthropic_recall_call_whose_input_is_no_json_object_is_told_so(partial, started):
     """A streamed Anthropic recall call whose input deltas make no JSON object: the answer
     holds ``{}`` for it (the API wants an object back in the next round), and the call is
     told its arguments are no JSON object (it was told "ref is missing")."""
@@ -1442,11 +1444,12 @@ def test_a_streamed_anthropic_recall_call_whose_input_is_no_json_object_is_told_
     from ctxmgmt.api.proxy.streams import Accumulator
 
     acc = Accumulator("messages")
-    start = {"type": "tool_use", "id": "toolu_1", "name": "context_read", "input": {}}
+    start = {"type": "tool_use", "id": "toolu_1", "name": "context_read", "input": started}
     acc.event({"type": "message_start", "message": {"id": "m", "role": "assistant", "content": []}})
     acc.event({"type": "content_block_start", "index": 0, "content_block": start})
-    delta = {"type": "input_json_delta", "partial_json": partial}
-    acc.event({"type": "content_block_delta", "index": 0, "delta": delta})
+    if partial is not None:  # else its start's input is all it has
+        delta = {"type": "input_json_delta", "partial_json": partial}
+        acc.event({"type": "content_block_delta", "index": 0, "delta": delta})
     acc.event({"type": "content_block_stop", "index": 0})
     whole = acc.answer()
     assert whole["content"][0]["input"] == {}

@@ -455,7 +455,7 @@ class Accumulator:
                 if block.get("type") == "tool_use":
                     partial = block.pop("partial", "")
                     try:
-                        value = json.loads(partial) if partial else block.get("input") or {}
+                        value = json.loads(partial) if partial else block.get("input", {})
                     except (ValueError, RecursionError):
                         value = None
                     if not isinstance(value, Mapping):
