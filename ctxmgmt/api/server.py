@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import http
 import json
 import os
 from typing import Any
@@ -33,6 +34,12 @@ _CONFIG_ENV = "CTXMGMT_SERVE_CONFIG"
 
 
 _FRAMINGS = frozenset((b"content-length", b"transfer-encoding"))
+_SAID_CHARS = 200
+
+
+def _said(reason: str) -> str:
+    """A reason that may quote the client's bytes (h11's "illegal header line: …"), bounded."""
+    return reason if len(reason) <= _SAID_CHARS else reason[: _SAID_CHARS - 1] + "…"
 
 
 class _DeadlineProtocol(H11Protocol):
@@ -40,7 +47,7 @@ class _DeadlineProtocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self.header_seconds = header_seconds
         self._header_timer: asyncio.TimerHandle | None = None
-        self._refused: str | None = None  # why the request was malformed, when h11 did not say
+        self._refused: tuple[int, str] | None = None  # why the request was refused: status, reason
         self.conn.next_event = functools.partial(self._framed_once, self.conn.next_event)  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -70,12 +77,26 @@ class _DeadlineProtocol(H11Protocol):
         426 (:mod:`ctxmgmt.api.upgrades`): nothing to warn of."""
 
     def _framed_once(self, next_event: Any) -> Any:
-        """h11's next event; a request whose body is framed both by length and by chunks is
-        refused as malformed (uvicorn answers h11's protocol errors with a 400 and closes)."""
-        event = next_event()
-        if isinstance(event, h11.Request) and _FRAMINGS.issubset(name for name, _ in event.headers):
-            self._refused = "the request has both Content-Length and Transfer-Encoding; send only one"
-            raise h11.RemoteProtocolError(self._refused)
+        """h11's next event, with why h11 refused the request kept for the answer (uvicorn
+        answers its protocol errors with one generic 400); a request whose body is framed
+        both by length and by chunks, or of another version than HTTP/1.x, is refused too."""
+        try:
+            event = next_event()
+        except h11.RemoteProtocolError as exc:
+            status = exc.error_status_hint if exc.error_status_hint in (431, 501) else 400
+            self._refused = (status, _said(str(exc)))
+            raise
+        if isinstance(event, h11.Request):
+            if _FRAMINGS.issubset(name for name, _ in event.headers):
+                self._refused = (
+                    400,
+                    "the request has both Content-Length and Transfer-Encoding; send only one",
+                )
+            elif event.http_version not in (b"1.0", b"1.1"):
+                version = _said(event.http_version.decode("ascii", "replace"))
+                self._refused = (505, f"HTTP/{version} is not served here; send HTTP/1.1")
+            if self._refused is not None:
+                raise h11.RemoteProtocolError(self._refused[1])
         return event
 
     def send_400_response(self, msg: str) -> None:
@@ -85,8 +106,10 @@ class _DeadlineProtocol(H11Protocol):
         if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             self.transport.close()
             return
-        reason = self._refused or msg
-        self._close_with(400, "Bad Request", "bad_request", f"{reason} (the request is not valid HTTP/1.1)")
+        status, reason = self._refused or (400, msg)
+        phrase = http.HTTPStatus(status).phrase
+        kind = phrase.lower().replace(" ", "_")
+        self._close_with(status, phrase, kind, f"{reason} (the request is not valid HTTP/1.1)")
 
     def _arm(self) -> None:
         self._disarm()

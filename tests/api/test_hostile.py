@@ -275,6 +275,31 @@ def test_a_request_that_is_not_http_gets_the_json_error(api):
         assert json.loads(body)["error"]["type"] == "bad_request"
 
 
+@pytest.mark.parametrize(
+    ("head", "status", "said"),
+    [
+        (b"GET /_health HTTP/1.1\r\nConnection: close\r\n\r\n", 400, "Missing mandatory Host: header"),
+        (b"POST /x HTTP/1.1\r\nHOST\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "Transfer-Encoding: chunked"),
+        (b"GET /_health HTTP/2.0\r\nHOST\r\n\r\n", 505, "HTTP/2.0 is not served here; send HTTP/1.1"),
+        (b"GET /_health HTTP/1.1\r\nHOST\r\n" + b"x" * 5000 + b" y: z\r\n\r\n", 400, "illegal header line"),
+    ],
+)
+def test_a_request_that_is_not_http_is_told_what_is_wrong(api, head, status, said):
+    """A request HTTP/1.1 does not allow gets h11's reason for refusing it (uvicorn's answer
+    was one generic "Invalid HTTP request received."), with the status it calls for (an
+    unsupported transfer coding a 501, another version of HTTP a 505), bounded in length
+    (a reason may quote the request), and its connection closed."""
+    url = api.base_url
+    with socket.create_connection((url.host, url.port), timeout=10) as sock:
+        sock.sendall(head.replace(b"HOST", f"Host: {url.host}:{url.port}".encode()))
+        answer = read_response(sock)
+        assert sock.recv(65536) == b"", "the connection stayed open"
+    top, _, body = answer.partition("\r\n\r\n")
+    assert top.startswith(f"HTTP/1.1 {status} ") and "connection: close" in top.lower(), answer
+    reason = json.loads(body)["error"]["reason"]
+    assert said in reason and len(reason) < 300, reason
+
+
 def test_a_body_framed_both_by_length_and_by_chunks_is_a_400_at_once(api):
     """A request with Content-Length and Transfer-Encoding both (a proxy in front could read
     its body by the other one: request smuggling) is a 400 naming them, at once, and its
