@@ -42,13 +42,23 @@ def _said(reason: str) -> str:
     return reason if len(reason) <= _SAID_CHARS else reason[: _SAID_CHARS - 1] + "…"
 
 
+def _refusal(request: h11.Request) -> tuple[int, str] | None:
+    """What h11 takes that is refused here (a status and why): a body framed both by length
+    and by chunks, a version of HTTP other than 1.0 and 1.1 (h11 reads any ``d.d``)."""
+    if _FRAMINGS.issubset(name for name, _ in request.headers):
+        return 400, "the request has both Content-Length and Transfer-Encoding; send only one"
+    if request.http_version not in (b"1.0", b"1.1"):
+        return 505, f"HTTP/{request.http_version.decode('ascii')} is not served here; send HTTP/1.1"
+    return None
+
+
 class _DeadlineProtocol(H11Protocol):
     def __init__(self, *args: Any, header_seconds: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_seconds = header_seconds
         self._header_timer: asyncio.TimerHandle | None = None
         self._refused: tuple[int, str] | None = None  # why the request was refused: status, reason
-        self.conn.next_event = functools.partial(self._framed_once, self.conn.next_event)  # type: ignore[method-assign]
+        self.conn.next_event = functools.partial(self._checked, self.conn.next_event)  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -76,27 +86,19 @@ class _DeadlineProtocol(H11Protocol):
         """An upgrade (a WebSocket handshake) reaches the app as HTTP, which answers it with a
         426 (:mod:`ctxmgmt.api.upgrades`): nothing to warn of."""
 
-    def _framed_once(self, next_event: Any) -> Any:
-        """h11's next event, with why h11 refused the request kept for the answer (uvicorn
-        answers its protocol errors with one generic 400); a request whose body is framed
-        both by length and by chunks, or of another version than HTTP/1.x, is refused too."""
+    def _checked(self, next_event: Any) -> Any:
+        """h11's next event, with why a request was refused kept for the answer (uvicorn
+        answers every protocol error with one generic 400): h11's reason, or ours
+        (:func:`_refusal`)."""
         try:
             event = next_event()
         except h11.RemoteProtocolError as exc:
             status = exc.error_status_hint if exc.error_status_hint in (431, 501) else 400
             self._refused = (status, _said(str(exc)))
             raise
-        if isinstance(event, h11.Request):
-            if _FRAMINGS.issubset(name for name, _ in event.headers):
-                self._refused = (
-                    400,
-                    "the request has both Content-Length and Transfer-Encoding; send only one",
-                )
-            elif event.http_version not in (b"1.0", b"1.1"):
-                version = _said(event.http_version.decode("ascii", "replace"))
-                self._refused = (505, f"HTTP/{version} is not served here; send HTTP/1.1")
-            if self._refused is not None:
-                raise h11.RemoteProtocolError(self._refused[1])
+        if isinstance(event, h11.Request) and (refused := _refusal(event)) is not None:
+            self._refused = refused
+            raise h11.RemoteProtocolError(refused[1])
         return event
 
     def send_400_response(self, msg: str) -> None:

@@ -170,10 +170,11 @@ _HOSTED_KINDS = frozenset(("mcp_list_tools", "mcp_approval_request"))
 
 def _class(item: Any) -> str:
     """What an item is to the grouping and the pairs (each item's told once)."""
-    # reasoning; call (is_call); hosted (the model's item with its own result, which no output
-    # answers: a web or file search, an MCP call, an image generation, the MCP tools listed,
-    # an approval asked); answer (the model's message); message (another's); output
-    # (is_output); reference (an item_reference); other (any other item); bad (no item).
+    # reasoning; call (``*_call`` with a call_id, which an output answers); hosted (the
+    # model's item with its own result, which no output answers: a web or file search, an MCP
+    # call, an image generation, the MCP tools listed, an approval asked); answer (the model's
+    # message); message (another's); output (``*_output`` with the call id it answers);
+    # reference (an item_reference); other (any other item); bad (no item).
     kind = _kind(item)
     if kind is None:
         return "bad"
@@ -197,15 +198,13 @@ assistant's text, an item with its own result."""
 
 def is_call(item: Any) -> bool:
     """A call that an output answers: ``*_call`` with a ``call_id``."""
-    kind = _kind(item)
-    return kind is not None and kind.endswith("_call") and isinstance(item.get("call_id"), str)
+    return _class(item) == "call"
 
 
 def is_output(item: Any) -> bool:
     """An item that answers a call: ``*_call_output`` with a ``call_id`` (or, as a local
     shell call's output has it, an ``id``)."""
-    kind = _kind(item)
-    return kind is not None and kind.endswith("_output") and answers(item) is not None
+    return _class(item) == "output"
 
 
 def answers(item: Mapping[str, Any]) -> str | None:
