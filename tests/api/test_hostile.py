@@ -282,6 +282,8 @@ def test_a_request_that_is_not_http_gets_the_json_error(api):
         (b"POST /x HTTP/1.1\r\nHOST\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "Transfer-Encoding: chunked"),
         (b"GET /_health HTTP/2.0\r\nHOST\r\n\r\n", 505, "HTTP/2.0 is not served here; send HTTP/1.1"),
         (b"GET /_health HTTP/1.1\r\nHOST\r\n" + b"x" * 5000 + b" y: z\r\n\r\n", 400, "illegal header line"),
+        # headers that never end, past what h11 holds of an unfinished request (16 KiB)
+        (b"GET /_health HTTP/1.1\r\nHOST\r\nx-long: " + b"a" * 100_000, 431, "too long"),
     ],
 )
 def test_a_request_that_is_not_http_is_told_what_is_wrong(api, head, status, said):
