@@ -58,7 +58,7 @@ class _DeadlineProtocol(H11Protocol):
         self.header_seconds = header_seconds
         self._header_timer: asyncio.TimerHandle | None = None
         self._refused: tuple[int, str] | None = None  # why the request was refused: status, reason
-        self.conn.next_event = functools.partial(self._checked, self.conn.next_event)  # type: ignore[method-assign]
+        self.conn.next_event = functools.partial(self._next_event, self.conn.next_event)  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -86,7 +86,7 @@ class _DeadlineProtocol(H11Protocol):
         """An upgrade (a WebSocket handshake) reaches the app as HTTP, which answers it with a
         426 (:mod:`ctxmgmt.api.upgrades`): nothing to warn of."""
 
-    def _checked(self, next_event: Any) -> Any:
+    def _next_event(self, next_event: Any) -> Any:
         """h11's next event, with why a request was refused kept for the answer (uvicorn
         answers every protocol error with one generic 400): h11's reason, or ours
         (:func:`_refusal`)."""
