@@ -11,6 +11,11 @@ A request whose body is framed twice (``Content-Length`` and ``Transfer-Encoding
 a 400 at once, its connection closed: h11 would go by the chunks, a proxy in front of the
 server may go by the length, and the bytes one takes for a body the other would take for
 the next request (request smuggling, RFC 9112 section 6.3).
+
+A request target in absolute form (``GET http://host:8000/_health``, what a client sends
+when told the server is its proxy) is served as its path, its authority taken for the
+``Host`` header (RFC 9112 section 3.2.2): uvicorn would route ``http://host:8000/_health``
+as a path, a 404.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import functools
 import http
 import json
 import os
+import re
 from typing import Any
 
 import h11
@@ -40,6 +46,26 @@ _SAID_CHARS = 200
 def _said(reason: str) -> str:
     """A reason that may quote the client's bytes (h11's "illegal header line: …"), bounded."""
     return reason if len(reason) <= _SAID_CHARS else reason[: _SAID_CHARS - 1] + "…"
+
+
+_ABSOLUTE = re.compile(rb"(?i)https?://([^/?#]*)")
+
+
+def _origin_form(request: h11.Request) -> h11.Request:
+    """A request whose target is in absolute form, as the same request in origin form, its
+    ``Host`` the target's authority (RFC 9112 section 3.2.2); any other, as it came."""
+    found = _ABSOLUTE.match(request.target)
+    if found is None:
+        return request
+    rest = request.target[found.end() :]
+    target = rest if rest.startswith(b"/") else b"/" + rest
+    headers = [(name, value) for name, value in request.headers if name != b"host"]
+    return h11.Request(
+        method=request.method,
+        target=target,
+        headers=[(b"host", found[1]), *headers],
+        http_version=request.http_version,
+    )
 
 
 def _refusal(request: h11.Request) -> tuple[int, str] | None:
@@ -96,9 +122,11 @@ class _DeadlineProtocol(H11Protocol):
             status = exc.error_status_hint if exc.error_status_hint in (431, 501) else 400
             self._refused = (status, _said(str(exc)))
             raise
-        if isinstance(event, h11.Request) and (refused := _refusal(event)) is not None:
-            self._refused = refused
-            raise h11.RemoteProtocolError(refused[1])
+        if isinstance(event, h11.Request):
+            if (refused := _refusal(event)) is not None:
+                self._refused = refused
+                raise h11.RemoteProtocolError(refused[1])
+            return _origin_form(event)
         return event
 
     def send_400_response(self, msg: str) -> None:

@@ -325,6 +325,24 @@ def test_a_body_framed_both_by_length_and_by_chunks_is_a_400_at_once(api):
             assert sock.recv(65536) == b"", "the connection stayed open"
 
 
+def test_a_target_in_absolute_form_is_served_as_its_path_with_its_authority_for_host(api):
+    """A request target in absolute form (a client told the server is its proxy) is served
+    as its path and query, its authority taken for the Host, as RFC 9112 says a server must
+    (uvicorn routed the whole URL as a path: a 404): the host check then reads the authority."""
+    url = api.base_url
+    own = f"{url.host}:{url.port}"
+    with socket.create_connection((url.host, url.port), timeout=10) as sock:
+        for target, host in ((f"http://{own}/_health", "elsewhere.example"), (f"HTTP://{own}?x=1", own)):
+            sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            head, _, body = read_response(sock).partition("\r\n\r\n")
+            status = "200" if "_health" in target else "302"  # "/" sends a browser to the page
+            assert head.startswith(f"HTTP/1.1 {status} "), head
+        sock.sendall(f"GET http://evil.example/_health HTTP/1.1\r\nHost: {own}\r\n\r\n".encode())
+        head, _, body = read_response(sock).partition("\r\n\r\n")
+        assert head.startswith("HTTP/1.1 403 "), head
+        assert "evil.example" in body, body
+
+
 def test_a_malformed_body_after_its_answer_closes_the_connection_with_no_second_answer(api):
     """A request answered before its chunked body was read (a 404), whose body then turns out
     malformed: the connection is closed, with no second answer after the first (a client
