@@ -75,9 +75,7 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     )
     if exc.status_code in (404, 405) and errors.stored_path(request.url.path):
         reason += (
-            "; what OpenAI keeps (a stored response, a conversation) is not forwarded: ask the "
-            "provider for it directly (the proxy forwards POST /v1/responses, managed, and "
-            "/v1/responses/input_tokens and /v1/responses/compact)"
+            "; what OpenAI keeps (a stored response, a conversation) is forwarded by GET, POST and DELETE"
         )
     elif exc.status_code == 404 and errors.provider_path(request.url.path):
         reason += (

@@ -102,7 +102,7 @@ _PROVIDER_PATH = re.compile(
     r"|models(?:/[^/]+)?)"
 )
 _STORED = re.compile(r"/proxy/[^/]+/v1/(?:responses/[^/]+(?:/.*)?|conversations(?:/.*)?)")
-"""What OpenAI keeps (a response by its id, a conversation), which the proxy does not forward."""
+"""What OpenAI keeps (a response by its id, a conversation): forwarded by GET, POST and DELETE."""
 
 
 def stored_path(path: str) -> bool:

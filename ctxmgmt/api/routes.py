@@ -398,6 +398,25 @@ TABLE: tuple[Operation, ...] = (
     ),
     *(
         Operation(
+            method,
+            f"/proxy/{{definition}}{path}",
+            "proxy.kept",
+            "What OpenAI keeps by id (a stored response, a conversation), by its upstream",
+            {},
+            documented=False,
+            raw=True,
+        )
+        for path, methods in (
+            ("/v1/responses/{rest:path}", ("GET", "POST", "DELETE")),
+            ("/v1/conversations", ("POST",)),
+            ("/v1/conversations/{rest:path}", ("GET", "POST", "DELETE")),
+            ("/v1/chat/completions", ("GET",)),
+            ("/v1/chat/completions/{rest:path}", ("GET", "POST", "DELETE")),
+        )
+        for method in methods
+    ),
+    *(
+        Operation(
             "GET",
             path,
             "proxy.base",

@@ -27,6 +27,14 @@ PROXY = {
     ("GET", "/proxy/{definition}/v1/models/{model:path}"),
     ("GET", "/proxy/{definition}"),
     ("GET", "/proxy/{definition}/v1"),
+    # what OpenAI keeps by id, forwarded as asked
+    *(
+        (method, f"/proxy/{{definition}}/v1/{kind}/{{rest:path}}")
+        for kind in ("responses", "conversations", "chat/completions")
+        for method in ("GET", "POST", "DELETE")
+    ),
+    ("POST", "/proxy/{definition}/v1/conversations"),
+    ("GET", "/proxy/{definition}/v1/chat/completions"),
 }
 """The proxy's provider APIs: served, in the table, documented by their providers."""
 

@@ -154,7 +154,7 @@ def test_an_empty_definition_header_is_a_400(proxy, upstream):
 
 
 def test_a_wrong_method_or_path_under_the_proxy_answers_in_the_providers_shape(proxy):
-    """A GET on a proxy path (405) and an unknown path under it (404) answer as the provider
+    """A wrong method on a proxy path (405) and an unknown path under it (404) answer as the provider
     would, so its client raises its own error; the error's type is one of the provider's own
     (Anthropic's ``invalid_request_error`` for a 405, not ``method_not_allowed_exception``)."""
     r = httpx.get(f"{proxy.url}/proxy/default/v1/messages", timeout=30)
@@ -171,7 +171,7 @@ def test_a_wrong_method_or_path_under_the_proxy_answers_in_the_providers_shape(p
             timeout=30,
         )
         assert r.status_code == 405 and r.json()["type"] == "error" and r.json()["error"]["message"], r.text
-    r = httpx.get(
+    r = httpx.put(
         f"{proxy.url}/proxy/default/v1/chat/completions",
         headers={"anthropic-version": "2023-06-01"},
         timeout=30,

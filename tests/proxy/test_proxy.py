@@ -21,7 +21,7 @@ from ctxmgmt.store import ExecutionStore
 
 from ..conftest import LiveServer, shipped
 from .conftest import models_for, post_text, stored_record
-from .upstream import Reply, input_tokens
+from .upstream import Reply, Upstream, input_tokens
 
 SYSTEM = "You are a careful coding agent. Keep the user's constraints."
 TASK = "Fix the failing test in src/app/parser.py; run pytest -x tests/test_parser.py after each change."
@@ -90,14 +90,69 @@ def test_openais_count_and_compaction_go_upstream_as_sent(proxy, upstream):
 
 
 def test_a_background_response_is_refused_saying_why(proxy, upstream):
-    """A background response would be polled at GET /v1/responses/{id}, which the proxy does not
-    forward: a 400 that says so, nothing sent; a stored response asked of the proxy is a 404
-    that says to ask the provider."""
+    """A background response is made upstream after its request, where the proxy could not
+    manage it: a 400 that says so, nothing sent."""
     client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="sk-client", max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="/background: a background response is polled"):
+    with pytest.raises(openai.BadRequestError, match="/background: a background response is made upstream"):
         client.responses.create(model="gpt-test", input=TASK, background=True)
-    with pytest.raises(openai.NotFoundError, match="ask the provider for it directly"):
-        client.responses.retrieve("resp_1")
+    assert upstream.seen == []
+
+
+def test_what_openai_keeps_by_id_goes_to_its_upstream_as_asked(proxy, upstream):
+    """The SDK's calls on what OpenAI keeps (a stored response, its input items, a cancel, a
+    delete; conversations; stored chat completions) go to the one OpenAI upstream with their
+    method, path, query, body and the client's key, and its answers come back (they were a 404)."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="sk-client", max_retries=0)
+    assert client.responses.retrieve("resp_1", include=["reasoning.encrypted_content"]).status == "completed"
+    client.responses.input_items.list("resp_1", limit=5)
+    assert client.responses.cancel("resp_1").status == "cancelled"
+    client.responses.delete("resp_1")
+    made = client.conversations.create(items=[{"type": "message", "role": "user", "content": "hi"}])
+    assert made.id == "conv_1"
+    assert client.conversations.retrieve("conv_9").id == "conv_9"
+    assert client.conversations.delete("conv_9").deleted is True
+    client.chat.completions.messages.list("chatcmpl_1")
+    asked = [(s.path, s.body) for s in upstream.seen]
+    assert asked == [
+        ("GET /v1/responses/resp_1?include%5B%5D=reasoning.encrypted_content", {}),
+        ("GET /v1/responses/resp_1/input_items?limit=5", {}),
+        ("POST /v1/responses/resp_1/cancel", {}),
+        ("DELETE /v1/responses/resp_1", {}),
+        ("POST /v1/conversations", {"items": [{"type": "message", "role": "user", "content": "hi"}]}),
+        ("GET /v1/conversations/conv_9", {}),
+        ("DELETE /v1/conversations/conv_9", {}),
+        ("GET /v1/chat/completions/chatcmpl_1/messages", {}),
+    ]
+    assert all(s.headers["authorization"] == "Bearer sk-client" for s in upstream.seen)
+
+
+def test_what_openai_keeps_goes_where_the_client_says_among_several_upstreams(store, upstream):
+    """With two OpenAI upstreams, a request for a kept object names the model of the one that
+    keeps it in X-Ctxmgmt-Model (a 400 says so without it, a 404 names an unknown one); a path
+    segment that is no id's (``..``) is a 400: nothing goes upstream but the named request."""
+    with Upstream() as other:
+        models = ModelsConfig.from_dict(
+            {
+                "models": {
+                    "gpt-a": {"base_url": upstream.base_url, "model": "a", "context_window": 16_000},
+                    "gpt-b": {"base_url": other.base_url, "model": "b", "context_window": 16_000},
+                }
+            }
+        )
+        with LiveServer(create_app(store, models=models)) as server:
+            base = f"{server.url}/proxy/default/v1"
+            client = openai.OpenAI(base_url=base, api_key="sk-client", max_retries=0)
+            with pytest.raises(openai.BadRequestError, match="name one of its models in X-Ctxmgmt-Model"):
+                client.responses.retrieve("resp_1")
+            with pytest.raises(openai.NotFoundError, match="'gpt-z' is not an openai model"):
+                client.responses.retrieve("resp_1", extra_headers={"X-Ctxmgmt-Model": "gpt-z"})
+            got = client.responses.retrieve("resp_7", extra_headers={"X-Ctxmgmt-Model": "gpt-b"})
+            assert got.id == "resp_7"
+            for bad in ("%2E%2E/%2E%2E/admin", "resp_1%2F%2E%2E", "a%20b"):
+                answer = httpx.get(f"{base}/responses/{bad}", headers={"X-Ctxmgmt-Model": "gpt-a"})
+                assert answer.status_code == 400, answer.text
+                assert "an id is 1-200 of" in answer.json()["error"]["message"]
+        assert [s.path for s in other.seen] == ["GET /v1/responses/resp_7"] and upstream.seen == []
     assert upstream.seen == []
 
 

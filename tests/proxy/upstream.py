@@ -83,7 +83,39 @@ class Upstream:
                 # Headers and body go out as written (no 40 ms wait for a delayed ACK).
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+            def do_GET(self) -> None:
+                self._kept()
+
+            def do_DELETE(self) -> None:
+                self._kept()
+
+            def _kept(self) -> None:
+                """What OpenAI keeps by id: the request recorded, an object of its kind answered."""
+                length = int(self.headers.get("content-length", "0"))
+                raw = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                upstream.seen.append(
+                    Seen(f"{self.command} {self.path}", headers, json.loads(raw) if raw else {}, raw)
+                )
+                path = self.path.partition("?")[0]
+                last = path.rstrip("/").rsplit("/", 1)[-1]
+                if last in ("input_items", "items"):
+                    data: dict[str, Any] = {"object": "list", "data": [], "has_more": False}
+                elif "/conversations" in path:
+                    data = {"id": last if last.startswith("conv_") else "conv_1", "object": "conversation"}
+                    data |= {"created_at": 1, "metadata": {}}
+                    if self.command == "DELETE":
+                        data = {"id": last, "object": "conversation.deleted", "deleted": True}
+                else:
+                    ident = path.split("/responses/", 1)[-1].split("/", 1)[0]
+                    data = {"id": ident, "object": "response", "created_at": 1, "model": "gpt-upstream"}
+                    data |= {"status": "cancelled" if last == "cancel" else "completed", "output": []}
+                self._send(200, "application/json", json.dumps(data).encode())
+
             def do_POST(self) -> None:
+                if "/conversations" in self.path or self.path.partition("?")[0].endswith("/cancel"):
+                    self._kept()
+                    return
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
                 if upstream.delay:
                     time.sleep(upstream.delay)

@@ -11,13 +11,14 @@ in the store between requests; the managed request goes to the model's upstream 
 answer comes back as it came (a success that is no JSON object is a 502). ``GET
 .../v1/models`` lists the configured models in the client's provider's shape (see
 :mod:`ctxmgmt.api.proxy.models`); ``POST .../v1/messages/count_tokens``, ``.../v1/responses/input_tokens``
-and ``.../v1/responses/compact`` go to the upstream as they are (:mod:`ctxmgmt.api.proxy.forward`).
+and ``.../v1/responses/compact`` go to the upstream as they are, and so does what OpenAI keeps by
+id (a stored response, a conversation, a stored chat completion: :mod:`ctxmgmt.api.proxy.forward`).
 """
 
 from __future__ import annotations
 
 from .apis import APIS, Api
-from .forward import compact, count_tokens, input_tokens
+from .forward import MODEL_HEADER, compact, count_tokens, input_tokens, kept
 from .handler import DEFINITION_HEADER, SESSION_HEADER, proxy_request
 from .models import base, model, models
 from .routes import chat, messages, responses
@@ -25,6 +26,7 @@ from .routes import chat, messages, responses
 __all__ = [
     "APIS",
     "DEFINITION_HEADER",
+    "MODEL_HEADER",
     "SESSION_HEADER",
     "Api",
     "base",
@@ -32,6 +34,7 @@ __all__ = [
     "compact",
     "count_tokens",
     "input_tokens",
+    "kept",
     "messages",
     "model",
     "models",

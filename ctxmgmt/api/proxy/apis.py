@@ -93,9 +93,9 @@ class Api:
         elif self.name == "responses":
             if body.get("background") is True:
                 return (
-                    "/background: a background response is polled at GET /v1/responses/{id}, which "
-                    "the proxy does not forward: send the request without background (streamed, if "
-                    "it is long), or to the provider directly"
+                    "/background: a background response is made upstream after the request, where "
+                    "the proxy could not manage what it calls nor what it reports: send the request "
+                    "without background (streamed, if it is long), or to the provider directly"
                 )
             instructions = body.get("instructions")
             if instructions is not None and not isinstance(instructions, str):

@@ -10,22 +10,41 @@
 Each goes to the model's upstream as the client sent it (the model named as upstream, the
 client's query kept), and the upstream's answer comes back unchanged. Nothing is managed or
 recorded; the keys, the body limit and the model's deadline hold as on the API's own route.
+
+- What OpenAI keeps by id, asked for by the SDKs' ``responses.retrieve`` / ``delete`` /
+  ``cancel`` / ``input_items``, ``conversations`` and stored ``chat.completions``:
+  ``/v1/responses/{id}…``, ``/v1/conversations…``, ``/v1/chat/completions/{id}…``, with
+  their method, query and body. Such a request names no model: it goes to the one OpenAI
+  upstream of the models configuration (one ``base_url`` and key), else to the upstream of
+  the model named in ``X-Ctxmgmt-Model`` (several keep different objects: which one keeps
+  this one only the client knows). Each segment of the path is an id's or a word's
+  characters (never ``..``): the upstream's URL is made of what was checked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ...llm import ModelConfig
 from ..requests import body_text, state
 from . import upstream
 from .apis import APIS, Api
 from .body import parse, upstream_text
-from .checks import answer, authorize, definition_name, model_of, stored_version
+from .checks import Refused, answer, authorize, definition_name, model_of, one_header, stored_version
 
-__all__ = ["compact", "count_tokens", "input_tokens"]
+__all__ = ["MODEL_HEADER", "compact", "count_tokens", "input_tokens", "kept"]
+
+MODEL_HEADER = "X-Ctxmgmt-Model"
+"""The model whose upstream keeps a stored object, when several upstreams could."""
+_SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+"""A segment of a stored object's path: an id (``resp_…``, ``conv_…``, ``msg_…``) or a word
+(``input_items``, ``cancel``); never ``.`` nor ``..``, nor anything a URL reads otherwise."""
+_MAX_SEGMENTS = 6
+_KEPT = ("responses", "conversations", "chat")
 
 _ON_THE_LOOP = 65536
 """Characters of a body read on the event loop; a larger one is read in a worker thread."""
@@ -46,11 +65,110 @@ async def compact(request: Request) -> Response:
     return await _forwarded(request, APIS["responses"], "/responses/compact")
 
 
+async def kept(request: Request) -> Response:
+    """What the upstream keeps by id, as the client asked for it (see the module docstring)."""
+    api = APIS["responses"]
+    try:
+        return await _forward_kept(request, api)
+    except Exception as exc:  # in the API's shape, as its own route's answers
+        return answer(api, exc)
+
+
 async def _forwarded(request: Request, api: Api, path: str) -> Response:
     try:
         return await _forward(request, api, path)
     except Exception as exc:  # in the API's shape, as its own route's answers
         return answer(api, exc)
+
+
+def _kept_path(request: Request) -> str:
+    """The path after ``/v1`` of a stored object, each segment checked (see :data:`_SEGMENT`)."""
+    rest = request.url.path.split("/v1/", 1)[1]
+    segments = rest.split("/")
+    if segments[-1] == "" and len(segments) > 1:  # a trailing slash is the same object's
+        segments.pop()
+    if segments[0] not in _KEPT or len(segments) > _MAX_SEGMENTS:
+        raise Refused(404, "resource_not_found_exception", f"no route for {request.method} /v1/{rest[:200]}")
+    for segment in segments:
+        if not _SEGMENT.fullmatch(segment):
+            raise Refused(
+                400,
+                "illegal_argument_exception",
+                f"{segment[:60]!r} in the path: an id is 1-200 of A-Z a-z 0-9 _ - . (not starting with '.')",
+            )
+    return "/" + "/".join(segments)
+
+
+def _keeper(request: Request, api: Api) -> ModelConfig:
+    """The model whose upstream keeps what is asked for: the one named in
+    :data:`MODEL_HEADER`, else the only upstream of ``api``'s provider."""
+    models = state(request).models
+    mine = {name: models[name] for name in models if models[name].provider == api.provider}
+    given = one_header(request, MODEL_HEADER)
+    if given is not None:
+        config = mine.get(given)
+        if config is None:
+            known = ", ".join(sorted(mine)[:20]) or "none"
+            raise Refused(
+                404,
+                "model_not_found",
+                f"{MODEL_HEADER}: {given[:100]!r} is not an {api.provider} model of the proxy's models "
+                f"configuration (configured: {known})",
+            )
+        return config
+    upstreams = {(c.base_url.rstrip("/"), c.api_key_env) for c in mine.values()}
+    if len(upstreams) == 1:
+        return next(iter(mine.values()))
+    if not upstreams:
+        raise Refused(
+            404,
+            "model_not_found",
+            f"no {api.provider} model in the proxy's models configuration keeps what is asked for: "
+            "add one under models: in the --config file",
+        )
+    raise Refused(
+        400,
+        "illegal_argument_exception",
+        f"the proxy's models configuration has {len(upstreams)} {api.provider} upstreams (base_url and "
+        f"key), and only the one that made it keeps what is asked for: name one of its models in "
+        f"{MODEL_HEADER}",
+    )
+
+
+async def _forward_kept(request: Request, api: Api) -> Response:
+    own_key = authorize(request)
+    upstream.query(request)
+    path = _kept_path(request)
+    st = state(request)
+    name = definition_name(request)
+    bodiless = (
+        request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in request.headers
+    )
+    text = "" if bodiless else await body_text(request, setting="proxy_max_body_bytes")
+    if text:  # checked as every JSON body is; what goes upstream is the client's text
+        if len(text) > _ON_THE_LOOP:
+            await asyncio.to_thread(parse, text, api.field)
+        else:
+            parse(text, api.field)
+    await stored_version(st, name)
+    config = _keeper(request, api)
+    sent = upstream.headers(request, config, own_key)
+    target = upstream.url(config, path, request)
+    content = text.encode("utf-8") if text else None
+    if content is None:
+        sent.pop("content-type", None)
+    deadline = asyncio.get_running_loop().time() + config.timeout
+    response = await upstream.call(request, config, target, content, sent, deadline, method=request.method)
+    try:
+        data = await upstream.read(response, deadline, config)
+    finally:
+        await response.aclose()
+    if (
+        request.method != "HEAD"
+        and "text/event-stream" not in response.headers.get("content-type", "").lower()
+    ):
+        upstream.answer_of(data, response)  # a success that is no JSON object is the upstream's fault
+    return Response(data, response.status_code, headers=upstream.returned(response))
 
 
 async def _forward(request: Request, api: Api, path: str) -> Response:

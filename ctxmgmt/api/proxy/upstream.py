@@ -134,14 +134,22 @@ def returned(response: httpx.Response) -> dict[str, str]:
 
 
 async def call(
-    request: Request, config: ModelConfig, target: str, content: bytes, sent: dict[str, str], deadline: float
+    request: Request,
+    config: ModelConfig,
+    target: str,
+    content: bytes | None,
+    sent: dict[str, str],
+    deadline: float,
+    *,
+    method: str = "POST",
 ) -> httpx.Response:
-    """POST ``content`` to ``target`` through the server's kept-alive pool, by ``deadline``
-    (the event loop's clock): the answer's head (its body is read as a stream)."""
+    """Send ``content`` to ``target`` (a POST, or ``method``) through the server's kept-alive
+    pool, by ``deadline`` (the event loop's clock): the answer's head (its body is read as a
+    stream)."""
     pool = state(request).runner.pool
     assert pool is not None  # create_app gives the runner the server's pool
     client = pool.aclient(config)
-    outgoing = client.build_request("POST", target, content=content, headers=sent)
+    outgoing = client.build_request(method, target, content=content, headers=sent)
     try:
         async with asyncio.timeout_at(deadline):
             response = await client.send(outgoing, stream=True)
