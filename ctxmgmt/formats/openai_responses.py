@@ -172,9 +172,10 @@ def _class(item: Any) -> str:
     """What an item is to the grouping and the pairs (each item's told once)."""
     # reasoning; call (``*_call`` with a call_id, which an output answers); hosted (the
     # model's item with its own result, which no output answers: a web or file search, an MCP
-    # call, an image generation, the MCP tools listed, an approval asked); answer (the model's
-    # message); message (another's); output (``*_output`` with the call id it answers);
-    # reference (an item_reference); other (any other item); bad (no item).
+    # call, an image generation, the MCP tools listed, an approval asked, a tool search the
+    # server ran and what it found); answer (the model's message); message (another's);
+    # output (``*_output`` with the call id it answers); reference (an item_reference); other
+    # (any other item); bad (no item).
     kind = _kind(item)
     if kind is None:
         return "bad"
@@ -183,6 +184,8 @@ def _class(item: Any) -> str:
     if kind.endswith("_call"):
         return "call" if isinstance(item.get("call_id"), str) else "hosted"
     if kind.endswith("_output"):
+        if item.get("execution") == "server" and not isinstance(item.get("call_id"), str):
+            return "hosted"  # what a search the server ran found (tool_search_output): no call's answer
         return "output" if answers(item) is not None else "other"
     if kind == "reasoning":
         return "reasoning"

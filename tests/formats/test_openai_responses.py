@@ -240,6 +240,49 @@ def test_an_item_after_a_web_search_keeps_the_reasoning_of_its_response(then):
     assert then != "message" or summarised
 
 
+def _tool_searched(n: int, execution: str) -> list[dict]:
+    """A response that searched its deferred tools, then called the one it found (as the API
+    lists it): a search the server ran has no call_id (its output answers no call), one the
+    client runs pairs by call_id as a function call does."""
+    ids = {"call_id": f"ts_{n}"} if execution == "client" else {}
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object"},
+        "defer_loading": True,
+    }
+    search = {"type": "tool_search_call", "id": f"tsc_{n}", "execution": execution, "status": "completed"}
+    found = {"type": "tool_search_output", "id": f"tso_{n}", "execution": execution, "status": "completed"}
+    call = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": "get_weather"}
+    answer = {"type": "function_call_output", "call_id": f"call_{n}", "output": f"sunny {n} " * 400}
+    return [
+        {**search, **ids, "arguments": {"paths": ["get_weather"]}},
+        {**found, **ids, "tools": [tool]},
+        {**call, "arguments": "{}"},
+        answer,
+    ]
+
+
+@pytest.mark.parametrize("execution", ["server", "client"])
+def test_a_tool_search_and_what_it_found_are_a_turn_s_items(execution):
+    """A tool search the server ran (``tool_search_call`` and ``tool_search_output`` without a
+    call_id, as OpenAI lists them: a real run's items) is the model's item with its own
+    result, kept or removed with its turn; one the client runs pairs by call_id. Both were
+    refused as an output that answers no call."""
+    items: list[dict] = [{"role": "user", "content": "What's the weather in San Francisco?"}]
+    for n in range(6):
+        items += [*_tool_searched(n, execution), {"role": "user", "content": f"and in city {n}?"}]
+    assert_valid_messages(items, format="openai_responses")
+    context = Context(messages=items, format="openai_responses")
+    for keep in (1, 3, 5, 8):
+        entry = {"type": "SlidingWindowManager", "config": {"max_messages": keep, "summarize_removed": True}}
+        out = assert_invariants(definition(entry), "pre_llm", context)
+        kept = {x.get("id") for x in out.context.messages}
+        for n in range(6):  # one turn's items, or a call with its output: together or gone
+            together = {f"tsc_{n}", f"tso_{n}"} | ({f"fc_{n}"} if execution == "server" else set())
+            assert together <= kept or not together & kept, (keep, n, kept)
+
+
 def test_other_calls_and_server_items_are_kept_whole_and_counted():
     """A computer call with its screenshot output, a local shell call, an MCP call and an
     item reference are managed: kept or removed with their turn, counted, never edited."""
