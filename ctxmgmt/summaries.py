@@ -158,19 +158,25 @@ def _title(key: str) -> str:
     return dict(SECTIONS).get(key) or key.replace("_", " ").capitalize()
 
 
+_ONE_LINE = dict.fromkeys(map(ord, "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"), " ")
+"""Every character at which str.splitlines breaks a line, as a space: an item or a title is one
+line of the summary whoever wrote it (a summariser model steered by what it read could write
+a section of ctxmgmt's own, "## Archived messages", into an item)."""
+
+
 def render(
     sections: Mapping[str, Sequence[str]], summarized: int, archives: Sequence[Mapping[str, Any]] = ()
 ) -> str:
     """The summary message text. It starts with a marker that identifies it (its tag unsigned:
     :func:`~ctxmgmt.messages.summary_message` signs it), and ends with a guide to the
-    archived messages, when they were offloaded."""
+    archived messages, when they were offloaded. Each item and title is one line."""
     lines = [summary_line(summarized)]
     keys = [k for k, _ in SECTIONS if k in sections] + [k for k in sections if k not in _DEFAULT_KEYS]
     for key in keys:
         items = sections.get(key) or ()
         if items:
-            lines.append(f"## {_title(key)}")
-            lines += [f"- {item}" for item in items]
+            lines.append(f"## {_title(key)}".translate(_ONE_LINE))
+            lines += [f"- {item}".translate(_ONE_LINE) for item in items]
     if archives:
         # How to read one, said once: a line per archive costs half the tokens.
         lines += ["## Archived messages", 'context_read(ref="m-…") returns an archive\'s messages:']
