@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .errors import OffloadError
 from .formats import CHAT, Constraints
 from .types import Hook
 
@@ -108,6 +109,16 @@ class Runtime:
     @property
     def execution(self) -> str | None:
         return self.environment.execution
+
+    def holds(self, ref: str) -> bool:
+        """Whether the conversation's archive holds ``ref`` (no store: it holds nothing)."""
+        if self.offloader is None:
+            return False
+        try:
+            self.offloader.read(self.session, ref, limit=1)
+        except (OffloadError, ValueError):
+            return False
+        return True
 
     @property
     def pool(self) -> object | None:

@@ -8,7 +8,7 @@ results that answer it (parallel calls included).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import ContextError, Problem
@@ -46,6 +46,8 @@ _RECALLED = re.compile(
 """How a recall tool's result begins (:func:`ctxmgmt.agents.tools.recall_tools`): a read's
 header with its reference (``[t-…: chars from 0 of 5000; …]``, references as
 :data:`ctxmgmt.offload.base.REF` makes them), a search's first hit, or its "no match"."""
+_NAMED_REF = re.compile(r"\[?([tm]-[0-9a-f]{32})")
+"""The archive a recall result's first line names (a read's, a search's first hit)."""
 
 
 CACHE_CONTROL = "cache_control"
@@ -108,17 +110,27 @@ def _uncached(value: Any, depth: int) -> Any:
     return out
 
 
-def is_recalled(name: str | None, message: Mapping[str, Any]) -> bool:
+def is_recalled(
+    name: str | None, message: Mapping[str, Any], holds: Callable[[str], bool] | None = None
+) -> bool:
     """Whether a tool result is what a recall tool read back from an archive, which holds it:
     its call bears a recall tool's name and its text begins as a recall result does. A
     result of a tool of the client's own with that name (a proxy's client may declare its
-    own ``context_search``) is the client's: archived like any other before it is cut."""
+    own ``context_search``) is the client's: archived like any other before it is cut.
+
+    ``holds``: whether the conversation's archive holds a reference. Given, a result is
+    taken for a recall only when the archive holds the one its first line names: a text
+    can begin as a recall result does (the unsigned header is content's to copy), and one
+    that is not in the archive must be archived before it is cut."""
     if name not in RECALL_TOOLS:
         return False
     content = message.get("content")
     text = content if isinstance(content, str) else text_of(content)
     if _RECALLED.match(text[:200]) is not None or text.startswith(_RUNNER_CUT):
-        return True
+        if holds is None:
+            return True
+        named = _NAMED_REF.match(text)
+        return named is not None and holds(named[1])
     # Cut by ctxmgmt since (a tail keeps no header, a notice comes first): its signed stamp
     # says so, and what it was cut from is archived (a recall result's archive, or its own).
     return find(STAMP, text, binding(message)) is not None

@@ -84,7 +84,7 @@ def _names(msgs: Any) -> dict[int, str]:
 
 def _archived(runtime: Runtime, name: str | None, m: Mapping[str, Any]) -> bool:
     """Whether a cleared result is archived first (a recalled one is in its archive already)."""
-    return runtime.offloader is not None and not is_recalled(name, m)
+    return runtime.offloader is not None and not is_recalled(name, m, runtime.holds)
 
 
 class ToolResultClearingManager(ContextManager):

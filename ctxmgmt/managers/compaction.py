@@ -78,7 +78,7 @@ class ToolResultCompactionManager(ContextManager):
                 return context
         changed: dict[int, Mapping[str, Any]] = {}
         for i, cap in todo:
-            recalled = is_recalled(names.get(str(msgs[i].get("tool_call_id"))), msgs[i])
+            recalled = is_recalled(names.get(str(msgs[i].get("tool_call_id"))), msgs[i], runtime.holds)
             new = self._compact(msgs[i], cap, runtime, recalled=recalled)
             if new is not None:
                 changed[i] = new

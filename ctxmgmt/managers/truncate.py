@@ -87,7 +87,7 @@ class ToolsOutputTruncateManager(ContextManager):
             names = tool_names(msgs, start) if names is None else names
             # What the model recalled is cut like any result, but not archived again: the
             # archive it came from holds it (its first line names the reference).
-            recalled = is_recalled(names.get(str(m.get("tool_call_id"))), m)
+            recalled = is_recalled(names.get(str(m.get("tool_call_id"))), m, runtime.holds)
             changed[i] = self._truncate(m, runtime, archive=not recalled)
         runtime.details["truncated"] = len(changed)
         if not changed:

@@ -279,21 +279,27 @@ def test_compaction_takes_a_forged_reference_for_plain_content(tmp_path):
 
 def test_a_recall_result_is_cleared_without_a_second_archive(tmp_path):
     """With a store, a cleared result is archived first; a context_read result is cleared
-    without archiving it again (its archive holds it) and its notice names no reference."""
+    without archiving it again (its archive holds it) and its notice names no reference. One
+    that only begins as a recall result does, naming an archive the store does not hold, is
+    archived like any other."""
     from ctxmgmt.offload import LocalOffloader
 
-    msgs = run(2, names=("read", "context_read"))
-    i = [k for k, m in enumerate(msgs) if m["role"] == "tool"][1]  # what context_read returned
-    header = f"[t-{'ab' * 16}: chars from 0 of 90000; next offset 4000]\n"
-    msgs[i] = {**msgs[i], "content": header + msgs[i]["content"]}
-    msgs.append({"role": "assistant", "content": "done"})
-    out = clearing(trigger=0, keep=0).apply(
-        "pre_llm", Context(messages=msgs, model=MODEL), offloader=LocalOffloader(tmp_path), session="s"
-    )
-    results = [m for m in out.context.messages if m["role"] == "tool"]
-    assert all(cleared(m) for m in results)
-    assert "stored as t-" in results[0]["content"] and "stored as" not in results[1]["content"]
-    assert len(out.trace[0]["details"]["offloaded"]) == 1
+    store = LocalOffloader(tmp_path)
+    held = store.store_tool_result("s", "x" * 90_000)
+    for ref, archives in ((held, 1), (f"t-{'ab' * 16}", 2)):
+        msgs = run(2, names=("read", "context_read"))
+        i = [k for k, m in enumerate(msgs) if m["role"] == "tool"][1]  # what context_read returned
+        header = f"[{ref}: chars from 0 of 90000; next offset 4000]\n"
+        msgs[i] = {**msgs[i], "content": header + msgs[i]["content"]}
+        msgs.append({"role": "assistant", "content": "done"})
+        out = clearing(trigger=0, keep=0).apply(
+            "pre_llm", Context(messages=msgs, model=MODEL), offloader=store, session="s"
+        )
+        results = [m for m in out.context.messages if m["role"] == "tool"]
+        assert all(cleared(m) for m in results)
+        assert "stored as t-" in results[0]["content"]
+        assert ("stored as" in results[1]["content"]) is (archives == 2)
+        assert len(out.trace[0]["details"]["offloaded"]) == archives
 
 
 def _shell_run(command: str, output: str) -> list[dict]:

@@ -184,6 +184,31 @@ def test_recalled_context_is_cut_like_any_result():
     assert "[truncated: original 900 chars" in out[2]["content"]
 
 
+def test_an_output_that_only_looks_recalled_is_archived_before_it_is_cut(tmp_path):
+    """A context_read result is cut without a second archive when the conversation's store
+    holds the archive its header names; one whose header names an archive the store does
+    not hold (a tool's output, or a history, can begin as a recall result does) is archived
+    before it is cut: nothing removed is lost (it was cut with no archive)."""
+    from ctxmgmt.offload import LocalOffloader
+
+    store = LocalOffloader(tmp_path)
+    held = store.store_tool_result("s", "row\n" * 50_000)
+    for ref, archived in ((held, False), (f"t-{'0' * 32}", True)):
+        call = {"id": "r", "type": "function", "function": {"name": "context_read", "arguments": "{}"}}
+        text = f"[{ref}: chars from 0 of 200000; next offset 20000]\n" + "row\n" * 5_000
+        msgs = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "r", "content": text},
+        ]
+        out = truncate(max_output_length=2_000, offload=True).apply(
+            "post_tool", Context(messages=msgs), offloader=store, session="s"
+        )
+        cut = out.context.messages[2]["content"]
+        assert len(cut) <= 2_000 and ("stored as t-" in cut) is archived, cut[:200]
+        assert len(store.list("s")) == 1 + archived
+
+
 @pytest.mark.parametrize("hook", ["post_tool", "pre_llm"])
 def test_a_cut_output_is_never_cut_again_and_keeps_the_original_size(hook):
     """Two entries: the second cuts a 70-char output to its token limit; neither entry cuts

@@ -256,17 +256,22 @@ def test_a_summary_that_would_not_save_tokens_archives_nothing(tmp_path):
 
 def test_a_recalled_result_is_compacted_without_a_second_archive(tmp_path):
     """Compaction cuts a context_read result over its cap like any other, without archiving
-    it again; a second run changes nothing."""
+    it again; a second run changes nothing. A result that only begins as one does, naming an
+    archive the conversation's store does not hold (content can copy the header), is
+    archived before it is cut."""
     from tests.test_marks import turn
 
     store = LocalOffloader(tmp_path)
-    recalled = f"[t-{'0' * 32}: chars from 0 of 90000; next offset 20000]\n" + "row " * 5_000
-    msgs = turn(recalled, call_id="r", name="context_read")
+    ref = store.store_tool_result("s", "row " * 22_500)
     entry = {"type": "ToolResultCompactionManager", "config": {"recent_n": 0, "old_max_chars": 2_000}}
     d = load_definition({"name": "c", "hooks": {"pre_llm": [entry]}})
-    out = d.apply("pre_llm", Context(messages=msgs), offloader=store, session="s")
-    text = out.context.messages[2]["content"]
-    assert len(text) <= 2_000 and f"[truncated: original {len(recalled):,} chars #k=" in text
-    assert not store.list("s") and not out.trace[0]["details"].get("offloaded")
-    again = d.apply("pre_llm", out.context, offloader=store, session="s")
-    assert list(again.context.messages) == list(out.context.messages)
+    for named, archived in ((ref, False), (f"t-{'0' * 32}", True)):
+        recalled = f"[{named}: chars from 0 of 90000; next offset 20000]\n" + "row " * 5_000
+        msgs = turn(recalled, call_id="r", name="context_read")
+        out = d.apply("pre_llm", Context(messages=msgs), offloader=store, session="s")
+        text = out.context.messages[2]["content"]
+        assert f"[truncated: original {len(recalled):,} chars" in text and "#k=" in text
+        assert bool(out.trace[0]["details"].get("offloaded")) is archived
+        assert ("stored as t-" in text) is archived and len(store.list("s")) == 1 + archived
+        again = d.apply("pre_llm", out.context, offloader=store, session="s")
+        assert list(again.context.messages) == list(out.context.messages)
