@@ -451,6 +451,29 @@ def test_a_chat_request_with_the_deprecated_function_calling_goes_as_written(pro
     assert record["status"] == "finished" and record["calls"][0]["unmanaged"] == "function_call"
 
 
+CUSTOM_TOOLS = [{"type": "custom", "custom": {"name": "apply_patch", "description": "apply a patch"}}]
+CUSTOM_CALL = {"id": "call_1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}
+
+
+def test_a_chat_request_with_a_custom_tool_call_goes_as_written(proxy, upstream, store):
+    """A chat conversation with GPT-5's custom (free-form) tools: the request after the
+    model's custom tool call (the call and its result in the history, which OpenAI takes) goes
+    upstream as the client wrote it, unmanaged and recorded so; it was a 400."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/proxy/default/v1", api_key="k", max_retries=0)
+    messages = [
+        {"role": "user", "content": "Fix it."},
+        {"role": "assistant", "content": None, "tool_calls": [CUSTOM_CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "patched"},
+    ]
+    upstream.replies.append(Reply("Done."))
+    answer = client.chat.completions.create(model="gpt-test", messages=messages, tools=CUSTOM_TOOLS)
+    assert answer.choices[0].message.content == "Done."
+    sent = upstream.seen[-1].body
+    assert sent["messages"] == messages and sent["tools"] == CUSTOM_TOOLS
+    record = stored_record(store)
+    assert record["status"] == "finished" and record["calls"][0]["unmanaged"] == "custom_tool_call"
+
+
 def test_the_deprecated_function_calling_is_found_after_a_moved_breakpoint(proxy, upstream, store):
     """A conversation whose next request moves its breakpoint off a message (read past the
     previous body's first messages only) and then calls a function the deprecated way: it is

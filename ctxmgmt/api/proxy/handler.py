@@ -483,19 +483,33 @@ def _held_upstream(api: Api, body: Mapping[str, Any]) -> str | None:
 
 def _legacy_calls(api: Api, parsed: Body) -> str | None:
     """``function_call`` when a chat request holds the deprecated function calling (an
-    assistant's ``function_call``, a ``function`` message), which the hooks do not manage: it
-    goes upstream as it is. Looked for in the text read past the previous body's messages (a
-    continued conversation's new ones: a legacy one is never kept as a previous body), and
-    only where that text names it."""
-    if api.name != "chat" or parsed.text.find('"function_call"', parsed.read_from) < 0:
+    assistant's ``function_call``, a ``function`` message), ``custom_tool_call`` when it holds
+    a call of a custom tool (``{"type": "custom", "custom": {name, input}}``, GPT-5's
+    free-form tools), which the hooks do not manage in chat: it goes upstream as it is.
+    Looked for in the text read past the previous body's messages (a continued
+    conversation's new ones: such a one is never kept as a previous body), and only where
+    that text names it."""
+    if api.name != "chat":
+        return None
+    legacy = parsed.text.find('"function_call"', parsed.read_from) >= 0
+    custom = parsed.text.find('"custom"', parsed.read_from) >= 0
+    if not (legacy or custom):
         return None
     messages = parsed.data.get("messages")
-    legacy = (
-        m.get("role") == "function" or m.get("function_call") is not None
-        for m in (messages if isinstance(messages, list) else ())
-        if isinstance(m, Mapping)
-    )
-    return "function_call" if any(legacy) else None
+    for m in messages if isinstance(messages, list) else ():
+        if not isinstance(m, Mapping):
+            continue
+        if legacy and (m.get("role") == "function" or m.get("function_call") is not None):
+            return "function_call"
+        calls = m.get("tool_calls")
+        if custom and isinstance(calls, list) and any(_custom(c) for c in calls):
+            return "custom_tool_call"
+    return None
+
+
+def _custom(call: Any) -> bool:
+    """A chat tool call of a custom tool (its input free text, not JSON arguments)."""
+    return isinstance(call, Mapping) and call.get("type") == "custom" and call.get("function") is None
 
 
 def _record(
