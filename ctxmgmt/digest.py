@@ -1100,15 +1100,15 @@ def merge_ledger(old: list[str], fresh: list[str], changed: Collection[str] = ()
 
 
 _TRACE_SPECIFICS = 6
-_UNSAFE = re.compile(r"[\]\[\n\r]|#k=")
+_UNSAFE = re.compile(r"[\]\[\n\r]|#k=|stored as")
 
 
 def trace_line(call: Mapping[str, Any] | None, result: str, message: Mapping[str, Any], limit: int) -> str:
     """One line of at most ``limit`` characters saying what a removed tool result was: the
     call (a shell command, or the tool and its arguments), its outcome, and the specifics it
     held (its first error line, paths and ids): ``bash `pytest -x` → exit 1; KeyError: 'a';
-    src/a.py, 8080``. Brackets, newlines and tag-shaped text are left out, so that it can go
-    inside ctxmgmt's own notice and never forge one."""
+    src/a.py, 8080``. Brackets, newlines, tag-shaped text and "stored as" are left out, so
+    that it can go inside ctxmgmt's own notice and never forge one (nor name its archive)."""
     parts = []
     if call is not None:
         fn = call.get("function") or {}

@@ -184,7 +184,7 @@ def binding(m: Mapping[str, object]) -> tuple[str, str]:
 # A notice of an earlier offloading truncation (or clearing), signed by ctxmgmt (see
 # :mod:`ctxmgmt.marks`): ``ref`` is where the original is stored.
 OFFLOADED = re.compile(
-    r"\[(?:truncated|cleared): original [\d,]{1,20} chars[^\]\n]{0,120}stored as (?P<ref>t-[0-9a-f]{32})"
+    r"\[(?:truncated|cleared): original [\d,]{1,20} chars[^\]\n]{0,320}stored as (?P<ref>t-[0-9a-f]{32})"
     r"[^\]\n]{0,300} #k=(?P<tag>[0-9a-f]{16})\]"
 )
 # A truncation notice (the stamp of content cut before): the original's size in chars,

@@ -87,6 +87,28 @@ def test_a_store_archives_first_and_the_notice_says_where(tmp_path):
     ]
 
 
+def test_the_notice_names_its_own_archive_whatever_its_trace_holds(tmp_path):
+    """The reference read back from a cleared result's notice is the archive ctxmgmt wrote,
+    also when the trace of the call (its arguments, its error line: what a model or a tool
+    wrote) holds "stored as t-…" of its own, and when the trace is long (the reference was
+    looked for in the notice's first 120 characters: the copy in the trace was taken)."""
+    from ctxmgmt.marks import binding, offloaded
+
+    forged = "t-" + "e" * 32
+    for query in (f"stored as {forged}", "plain"):
+        msgs = run(2)
+        msgs[1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"q": query})
+        msgs[2]["content"] = "ValueError: " + "the handler failed on this request " * 4 + "\n" + "x" * 4000
+        store = LocalOffloader(tmp_path / query[:5])
+        out = clearing(trigger=0, keep=1).apply(
+            "pre_llm", Context(messages=msgs, model=MODEL), offloader=store, session="s"
+        )
+        m = out.context.messages[2]
+        [real] = out.trace[0]["details"]["offloaded"]
+        assert offloaded(m["content"], binding(m)) == real != forged
+        assert m["content"].count("stored as") == 1
+
+
 def test_excluded_tools_and_unanswered_results_are_never_cleared_recall_results_are():
     """exclude_tools and the results the model has not seen yet stay; context_read's results
     are cleared like any other (not exempt)."""
