@@ -545,29 +545,16 @@ def test_a_responses_request_without_input_goes_as_written(proxy, upstream, stor
             "needs a string text",
         ),
         (
-            [
-                {"role": "user", "content": "hi"},
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "sh", "input": "ls"}}],
-                },
-                {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
-            ],
-            "/messages/1/tool_calls/0",
-            "custom tool call (type 'custom') is not managed",
-        ),
-        (
             [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": {}}],
             "/messages/1/tool_calls",
             "tool_calls must be a list of calls",
         ),
     ],
-    ids=["text-part", "custom-call", "no-calls"],
+    ids=["text-part", "no-calls"],
 )
 def test_a_chat_error_says_what_is_wrong_and_where_and_nothing_else(proxy, upstream, messages, pointer, said):
-    """A chat request the proxy refuses: the message names the pointer and what is wrong (a
-    custom call said as such), OpenAI's ``param`` is that pointer, and
+    """A chat request the proxy refuses: the message names the pointer and what is wrong,
+    OpenAI's ``param`` is that pointer, and
     no advice about pairing tool results comes with a problem that is not one."""
     r = httpx.post(
         f"{proxy.url}/proxy/default/v1/chat/completions",
