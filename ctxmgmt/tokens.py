@@ -88,6 +88,10 @@ TOOL_SCHEMA_OVERHEAD = 8
 REPLY_PRIMING = 3
 IMAGE_TOKENS = {"low": 85, "high": 765, "auto": 765}
 AUDIO_OR_FILE_TOKENS = 256
+FILE_CHARS_PER_TOKEN = 6
+"""A file sent inline (a PDF's base64 in ``file_data``): about a token per 4.5 bytes of file, as
+its Anthropic document block and its Responses ``input_file`` are reckoned; at least
+AUDIO_OR_FILE_TOKENS (a file id, or a small file)."""
 CHARS_PER_TOKEN = 4
 ID_CHARS_PER_TOKEN = 3
 LARGE_TEXT = 200_000
@@ -364,7 +368,12 @@ class TokenCounter:
                 image = part.get("image_url")
                 detail = image.get("detail", "auto") if isinstance(image, dict) else "auto"
                 n += IMAGE_TOKENS.get(detail if isinstance(detail, str) else "auto", IMAGE_TOKENS["auto"])
-            elif kind in ("input_audio", "file"):
+            elif kind == "file":
+                file = part.get("file")
+                data = file.get("file_data") if isinstance(file, dict) else None
+                inline = len(data) // FILE_CHARS_PER_TOKEN if isinstance(data, str) else 0
+                n += max(AUDIO_OR_FILE_TOKENS, inline)
+            elif kind == "input_audio":
                 n += AUDIO_OR_FILE_TOKENS
             else:
                 n += self.text(json.dumps(part, ensure_ascii=False, default=str))

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._memo import Memo, rough_size
 from ..history import History, starts_with
+from ..tokens import FILE_CHARS_PER_TOKEN
 from ..types import MARK_MEMBER
 
 __all__ = [
@@ -29,8 +30,9 @@ ORIGIN = MARK_MEMBER
 along when they edit a message (``{**m, "content": ...}``), so an edited message still
 knows its source; the key never leaves ctxmgmt: the way back rebuilds provider messages."""
 
-BASE64_CHARS_PER_TOKEN = 6
-"""An estimate for a base64 file or document (a PDF): about a token per 4.5 bytes of file."""
+BASE64_CHARS_PER_TOKEN = FILE_CHARS_PER_TOKEN
+"""An estimate for a base64 file or document (a PDF): about a token per 4.5 bytes of file (as
+a chat file part's inline data is counted)."""
 
 CONVERSION_MEMO_BYTES = 32 * 1024 * 1024
 """What the memo of converted provider messages may hold, by the size of what it keeps alive."""

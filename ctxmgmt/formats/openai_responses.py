@@ -26,7 +26,6 @@ from typing import Any
 from ..errors import Problem
 from ..history import History, starts_with
 from ._common import (
-    BASE64_CHARS_PER_TOKEN,
     ORIGIN,
     Grown,
     Origin,
@@ -427,7 +426,7 @@ def _convert(group: tuple[Any, ...], classes: tuple[str, ...]) -> dict[str, Any]
     # whole, never edited.
     whole = [x for x, c in main if x is not message and c != "call"]
     if calls:
-        text = _text(_content(message["content"])[0]) if message is not None else None
+        text = _text(_content(message["content"])) if message is not None else None
         hidden = [x for x, c in main if c == "call" and _kind(x) not in CALL_INPUTS]
         return {
             "role": "assistant",
@@ -438,7 +437,7 @@ def _convert(group: tuple[Any, ...], classes: tuple[str, ...]) -> dict[str, Any]
     if main[0][1] == "output":
         output = first.get("output")
         if _text_output(first):
-            content, counted = _content(output)
+            content, counted = _content(output), None
         else:  # a screenshot, a shell's outputs or another structure: counted, never edited
             content, counted = "", _counted([output])
         return {
@@ -448,10 +447,9 @@ def _convert(group: tuple[Any, ...], classes: tuple[str, ...]) -> dict[str, Any]
             ORIGIN: Origin(first, group=group, plain=counted),
         }
     if message is not None:
-        content, counted = _content(message["content"])
+        content, counted = _content(message["content"]), None
         if whole:  # the answer after a web search: its text, the search counted whole
-            files = (counted or {}).get("counted_tokens", 0)  # what _content estimated of its files
-            counted = {"source": whole, "counted_tokens": estimate_tokens(whole) + files}
+            counted = {"source": whole, "counted_tokens": estimate_tokens(whole)}
         return {
             "role": message["role"],
             "content": content,
@@ -481,15 +479,14 @@ def _counted(values: Sequence[Any]) -> dict[str, Any] | None:
     return {"source": list(values), "counted_tokens": estimate_tokens(values)}
 
 
-def _content(content: Any) -> tuple[Any, dict[str, Any] | None]:
+def _content(content: Any) -> Any:
     """Chat content for Responses content (text parts joined, images as images, their address
-    kept for the archive), and what the provider counts besides (a file's data, estimated)."""
+    kept for the archive, files as file parts with their data, counted from its size)."""
     if isinstance(content, str):
-        return content, None
+        return content
     if all(isinstance(p, dict) and p.get("type") in TEXT_PARTS for p in content):
-        return "\n".join(p.get("text", p.get("refusal", "")) for p in content), None
+        return "\n".join(p.get("text", p.get("refusal", "")) for p in content)
     parts: list[dict[str, Any]] = []
-    estimate = 0
     for p in content:
         kind = p.get("type") if isinstance(p, dict) else None
         if kind in TEXT_PARTS:
@@ -500,15 +497,14 @@ def _content(content: Any) -> tuple[Any, dict[str, Any] | None]:
                 {"type": "image_url", "image_url": {"url": str(url), "detail": p.get("detail", "auto")}}
             )
         else:
-            data = p.get("file_data") if isinstance(p, dict) else None
-            estimate += len(data) // BASE64_CHARS_PER_TOKEN if isinstance(data, str) else 0
+            data = p.get("file_data") if isinstance(p, dict) else None  # counted from its size
             name = (
                 p.get("filename") if isinstance(p, dict) and isinstance(p.get("filename"), str) else str(kind)
             )
             parts.append(
                 {"type": "file", "file": {"filename": name, "file_data": data or p.get("file_id") or ""}}
             )
-    return parts, {"counted_tokens": estimate} if estimate else None
+    return parts
 
 
 # -- back -------------------------------------------------------------------------------
@@ -572,7 +568,7 @@ def _rebuild_turn(m: Mapping[str, Any], originals: Sequence[Any], calls: Sequenc
         kind = _kind(x)
         if kind == "message":
             if text:
-                same = _text(_content(x.get("content"))[0]) == text
+                same = _text(_content(x.get("content"))) == text
                 out.append(x if same else {**x, "content": _parts_back(text, x.get("content"), "output")})
             text = ""
         elif is_call(x):

@@ -1,6 +1,7 @@
 """OpenAI Responses input items in, items out: reasoning stays with the item after it, each
 call keeps its one output, untouched items come back as the same objects."""
 
+import base64
 import json
 
 import pytest
@@ -390,3 +391,42 @@ def test_outputs_after_a_reference_to_stored_calls_go_with_it():
         assert 0 < len(kept) < 60 and len(kept) % 5 == 0
         for k in range(0, len(kept), 5):
             assert [x["type"] for x in kept[k : k + 5]] == [x["type"] for x in turn(0)]
+
+
+def test_an_inline_file_is_counted_alike_in_each_format():
+    """The same PDF sent inline as a chat file part, a Responses input_file and an Anthropic
+    document block is counted alike, from its base64 (a chat file part was a flat 256 tokens
+    whatever its size: a request with a large PDF went over its window)."""
+    from ctxmgmt import get_counter
+
+    data = base64.b64encode(bytes(range(256)) * 1_800).decode()  # a 450 KB file
+    url = f"data:application/pdf;base64,{data}"
+    ask = "Summarise this report."
+    chat = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": ask},
+                {"type": "file", "file": {"filename": "report.pdf", "file_data": url}},
+            ],
+        }
+    ]
+    responses = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": ask},
+                {"type": "input_file", "filename": "report.pdf", "file_data": url},
+            ],
+        }
+    ]
+    source = {"type": "base64", "media_type": "application/pdf", "data": data}
+    document = {"type": "document", "source": source}
+    anthropic = [{"role": "user", "content": [{"type": "text", "text": ask}, document]}]
+    counter = get_counter("gpt-4o")
+    counts = [
+        counter.context(Context(messages=m, format=f))[0]
+        for m, f in ((chat, "openai_chat"), (responses, "openai_responses"), (anthropic, "anthropic"))
+    ]
+    assert min(counts) >= len(data) // 6, counts
+    assert max(counts) - min(counts) <= 300, counts
