@@ -152,7 +152,14 @@ def test_what_openai_keeps_goes_where_the_client_says_among_several_upstreams(st
                 answer = httpx.get(f"{base}/responses/{bad}", headers={"X-Ctxmgmt-Model": "gpt-a"})
                 assert answer.status_code == 400, answer.text
                 assert "an id is 1-200 of" in answer.json()["error"]["message"]
-        assert [s.path for s in other.seen] == ["GET /v1/responses/resp_7"] and upstream.seen == []
+            # A definition may be named v1 (/proxy/v1/v1/...): the path is the route's, not a split.
+            store.seed("v1", shipped("default"))
+            answer = httpx.get(
+                f"{server.url}/proxy/v1/v1/responses/resp_8/", headers={"X-Ctxmgmt-Model": "gpt-b"}
+            )
+            assert answer.status_code == 200 and answer.json()["id"] == "resp_8", answer.text
+        assert [s.path for s in other.seen] == ["GET /v1/responses/resp_7", "GET /v1/responses/resp_8"]
+        assert upstream.seen == []
     assert upstream.seen == []
 
 
@@ -785,6 +792,48 @@ def test_a_proxy_key_reads_definitions_and_nothing_of_the_conversations(store, u
     for r in refused:
         assert r.status_code == 403, (r.request.url, r.status_code, r.text)
         assert "proxy key" in r.text and "read or write key" in r.text
+
+
+def test_what_openai_keeps_is_asked_with_the_servers_key_by_a_write_key_only(store, upstream, monkeypatch):
+    """What OpenAI keeps, asked for with the server's own upstream key (the model's
+    api_key_env), reaches every agent's stored responses and conversations: a proxy key (an
+    agent's) is refused with a 403 saying why, nothing sent; a write key's request goes. With a
+    model that has no key of its own, an agent's request goes with its own upstream key."""
+    import hashlib
+
+    monkeypatch.setenv("CTXMGMT_TEST_UPSTREAM_KEY", "sk-server")
+    keys = [("agent", "proxy", b"p-key"), ("admin", "write", b"w-key")]
+    config = ServerConfig.from_dict(
+        {
+            "api_keys": [
+                {"name": n, "scope": s, "key_sha256": hashlib.sha256(k).hexdigest()} for n, s, k in keys
+            ]
+        }
+    )
+    for keyed in (True, False):
+        upstream.seen.clear()
+        models = {"base_url": upstream.base_url, "model": "gpt-upstream", "context_window": 16_000}
+        if keyed:
+            models["api_key_env"] = "CTXMGMT_TEST_UPSTREAM_KEY"
+        app = create_app(
+            store, models=ModelsConfig.from_dict({"models": {"gpt-test": models}}), config=config
+        )
+        with LiveServer(app) as server:
+            base = f"{server.url}/proxy/default/v1"
+            agent = {"x-ctxmgmt-key": "p-key", "authorization": "Bearer sk-agent"}
+            asked = [httpx.get(f"{base}/chat/completions", headers=agent, timeout=30)]
+            asked.append(httpx.delete(f"{base}/responses/resp_1", headers=agent, timeout=30))
+            admin = httpx.get(f"{base}/responses/resp_1", headers={"x-ctxmgmt-key": "w-key"}, timeout=30)
+        assert admin.status_code == 200, admin.text
+        if keyed:
+            assert [r.status_code for r in asked] == [403, 403], [r.text for r in asked]
+            assert "may not ask for what OpenAI keeps with the server's own key" in asked[0].text
+            assert [(s.path, s.headers["authorization"]) for s in upstream.seen] == [
+                ("GET /v1/responses/resp_1", "Bearer sk-server")
+            ]
+        else:
+            assert [r.status_code for r in asked] == [200, 200], [r.text for r in asked]
+            assert [s.headers.get("authorization") for s in upstream.seen][:2] == ["Bearer sk-agent"] * 2
 
 
 @pytest.mark.parametrize(

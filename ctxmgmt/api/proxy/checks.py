@@ -77,10 +77,12 @@ def answer(api: Api, exc: BaseException) -> JSONResponse:
     return JSONResponse(body, found.status, headers=found.headers)
 
 
-def authorize(request: Request, *, reading: bool = False) -> bool:
+def authorize(request: Request, *, reading: bool = False, keeper: str | None = None) -> bool:
     """Check the project's key, when keys are configured; True when the client's
     ``Authorization`` / ``x-api-key`` held it (so they are not the upstream's). ``reading``:
-    a request that calls no model (the models list), which a read key may make too."""
+    a request that calls no model (the models list), which a read key may make too.
+    ``keeper``: a request for what the upstream keeps (a stored response, a conversation)
+    with the server's own upstream key, which reaches every agent's: a write key only."""
     config = state(request).config
     if not config.auth_enabled:
         return False
@@ -99,6 +101,14 @@ def authorize(request: Request, *, reading: bool = False) -> bool:
             403,
             "security_exception",
             f"the key {key.name!r} may only read; the proxy calls the model's upstream",
+        )
+    if keeper is not None and key.scope != "write":
+        raise Refused(
+            403,
+            "security_exception",
+            f"the key {key.name!r} may not ask for what OpenAI keeps with the server's own key for "
+            f"{keeper!r} (it reaches every agent's stored responses and conversations): use a write "
+            "key, or a model without api_key_env, whose requests go with the client's own key",
         )
     return not own
 

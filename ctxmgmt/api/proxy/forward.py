@@ -43,8 +43,8 @@ MODEL_HEADER = "X-Ctxmgmt-Model"
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 """A segment of a stored object's path: an id (``resp_…``, ``conv_…``, ``msg_…``) or a word
 (``input_items``, ``cancel``); never ``.`` nor ``..``, nor anything a URL reads otherwise."""
-_MAX_SEGMENTS = 6
-_KEPT = ("responses", "conversations", "chat")
+_MAX_SEGMENTS = 5
+_KEPT = ("responses", "conversations", "chat/completions")
 
 _ON_THE_LOOP = 65536
 """Characters of a body read on the event loop; a larger one is read in a worker thread."""
@@ -82,13 +82,17 @@ async def _forwarded(request: Request, api: Api, path: str) -> Response:
 
 
 def _kept_path(request: Request) -> str:
-    """The path after ``/v1`` of a stored object, each segment checked (see :data:`_SEGMENT`)."""
-    rest = request.url.path.split("/v1/", 1)[1]
-    segments = rest.split("/")
-    if segments[-1] == "" and len(segments) > 1:  # a trailing slash is the same object's
+    """The path after ``/v1`` of a stored object: the route's kind (``responses``, ...), then
+    the segments after it, each checked (see :data:`_SEGMENT`)."""
+    rest: str = request.path_params.get("rest", "")
+    path: str = request.scope["path"]
+    head = (path[: len(path) - len(rest)] if rest else path).rstrip("/")
+    kind = next((k for k in _KEPT if head.endswith(f"/v1/{k}")), None)
+    segments = rest.split("/") if rest else []
+    if segments and segments[-1] == "":  # a trailing slash is the same object's
         segments.pop()
-    if segments[0] not in _KEPT or len(segments) > _MAX_SEGMENTS:
-        raise Refused(404, "resource_not_found_exception", f"no route for {request.method} /v1/{rest[:200]}")
+    if kind is None or len(segments) > _MAX_SEGMENTS:
+        raise Refused(404, "resource_not_found_exception", f"no route for {request.method} {path[:200]}")
     for segment in segments:
         if not _SEGMENT.fullmatch(segment):
             raise Refused(
@@ -96,7 +100,7 @@ def _kept_path(request: Request) -> str:
                 "illegal_argument_exception",
                 f"{segment[:60]!r} in the path: an id is 1-200 of A-Z a-z 0-9 _ - . (not starting with '.')",
             )
-    return "/" + "/".join(segments)
+    return "/" + "/".join([kind, *segments])
 
 
 def _keeper(request: Request, api: Api) -> ModelConfig:
@@ -141,7 +145,7 @@ async def _forward_kept(request: Request, api: Api) -> Response:
     path = _kept_path(request)
     st = state(request)
     name = definition_name(request)
-    bodiless = (
+    bodiless = request.method != "POST" or (  # a body only for a POST (a create, an update)
         request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in request.headers
     )
     text = "" if bodiless else await body_text(request, setting="proxy_max_body_bytes")
@@ -152,6 +156,8 @@ async def _forward_kept(request: Request, api: Api) -> Response:
             parse(text, api.field)
     await stored_version(st, name)
     config = _keeper(request, api)
+    if config.api_key():  # the server's key reaches every agent's: a write key's request only
+        authorize(request, keeper=config.id)
     sent = upstream.headers(request, config, own_key)
     target = upstream.url(config, path, request)
     content = text.encode("utf-8") if text else None
@@ -163,10 +169,7 @@ async def _forward_kept(request: Request, api: Api) -> Response:
         data = await upstream.read(response, deadline, config)
     finally:
         await response.aclose()
-    if (
-        request.method != "HEAD"
-        and "text/event-stream" not in response.headers.get("content-type", "").lower()
-    ):
+    if data and "text/event-stream" not in response.headers.get("content-type", "").lower():
         upstream.answer_of(data, response)  # a success that is no JSON object is the upstream's fault
     return Response(data, response.status_code, headers=upstream.returned(response))
 
