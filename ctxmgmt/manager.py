@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .errors import OffloadError
 from .formats import CHAT, Constraints
 from .types import Hook
 
@@ -92,6 +91,7 @@ class Runtime:
     """What the provider asks of the list beyond the chat rules (``user_first``)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
+    _held: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
     room: int | None = None
     """The counted tokens a request may have (the window less the reply's reserve, as the fit
     step reckons it), or None when the window is unknown: what a manager adds (a summary)
@@ -111,12 +111,20 @@ class Runtime:
         return self.environment.execution
 
     def holds(self, ref: str) -> bool:
-        """Whether the conversation's archive holds ``ref`` (no store: it holds nothing)."""
+        """Whether the conversation's archive holds ``ref`` (no store: it holds nothing; a store
+        that cannot say, nothing either: what is cut is archived, or the archive's failure is
+        said as any other). Asked once per reference and manager run."""
+        known = self._held.get(ref)
+        if known is None:
+            known = self._held[ref] = self._ask(ref)
+        return known
+
+    def _ask(self, ref: str) -> bool:
         if self.offloader is None:
             return False
         try:
             self.offloader.read(self.session, ref, limit=1)
-        except (OffloadError, ValueError):
+        except Exception:  # not held, or the store failed: archived again, or said to fail
             return False
         return True
 

@@ -46,8 +46,13 @@ _RECALLED = re.compile(
 """How a recall tool's result begins (:func:`ctxmgmt.agents.tools.recall_tools`): a read's
 header with its reference (``[t-…: chars from 0 of 5000; …]``, references as
 :data:`ctxmgmt.offload.base.REF` makes them), a search's first hit, or its "no match"."""
-_NAMED_REF = re.compile(r"\[?([tm]-[0-9a-f]{32})")
-"""The archive a recall result's first line names (a read's, a search's first hit)."""
+_NAMED_REF = re.compile(r"(?<![\w-])([tm]-[0-9a-f]{32})(?![\w-])")
+"""The archive a recall result names first (a read's header, a search's first hit, the runner's
+notice of a cut recall output), within its first _REF_WITHIN characters."""
+_REF_WITHIN = 1000
+_SHORT = 200
+"""A recall-shaped result this short is taken as one without asking the store: no cut of it
+could lose anything."""
 
 
 CACHE_CONTROL = "cache_control"
@@ -127,9 +132,11 @@ def is_recalled(
     content = message.get("content")
     text = content if isinstance(content, str) else text_of(content)
     if _RECALLED.match(text[:200]) is not None or text.startswith(_RUNNER_CUT):
-        if holds is None:
+        if holds is None or len(text) <= _SHORT:  # a search's "no match": nothing to lose
             return True
-        named = _NAMED_REF.match(text)
+        # A read's header, a search's first hit, or the runner's notice of a cut recall
+        # (its archive, or the read's header on the line after it).
+        named = _NAMED_REF.search(text, 0, _REF_WITHIN)
         return named is not None and holds(named[1])
     # Cut by ctxmgmt since (a tail keeps no header, a notice comes first): its signed stamp
     # says so, and what it was cut from is archived (a recall result's archive, or its own).

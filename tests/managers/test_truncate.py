@@ -193,9 +193,16 @@ def test_an_output_that_only_looks_recalled_is_archived_before_it_is_cut(tmp_pat
 
     store = LocalOffloader(tmp_path)
     held = store.store_tool_result("s", "row\n" * 50_000)
-    for ref, archived in ((held, False), (f"t-{'0' * 32}", True)):
+    runner = "[ctxmgmt: the output of context_read was cut: 900,000 bytes, of which the first 20,000 are kept"
+    for head, archived in (
+        (f"[{held}: chars from 0 of 200000; next offset 20000]", False),
+        (f"[t-{'0' * 32}: chars from 0 of 200000; next offset 20000]", True),
+        # the runner's notice of a recall output it cut, then the read's header: held
+        (f"{runner} (max_output_bytes)]\n[{held}: chars from 0 of 200000; next offset 20000]", False),
+    ):
         call = {"id": "r", "type": "function", "function": {"name": "context_read", "arguments": "{}"}}
-        text = f"[{ref}: chars from 0 of 200000; next offset 20000]\n" + "row\n" * 5_000
+        text = head + "\n" + "row\n" * 5_000
+        before = len(store.list("s"))
         msgs = [
             {"role": "user", "content": "q"},
             {"role": "assistant", "content": None, "tool_calls": [call]},
@@ -206,7 +213,7 @@ def test_an_output_that_only_looks_recalled_is_archived_before_it_is_cut(tmp_pat
         )
         cut = out.context.messages[2]["content"]
         assert len(cut) <= 2_000 and ("stored as t-" in cut) is archived, cut[:200]
-        assert len(store.list("s")) == 1 + archived
+        assert len(store.list("s")) == before + archived
 
 
 @pytest.mark.parametrize("hook", ["post_tool", "pre_llm"])
