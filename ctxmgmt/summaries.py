@@ -145,23 +145,27 @@ MAX_GUIDE = 20
 _DEFAULT_KEYS = frozenset(k for k, _ in SECTIONS)
 
 
+_ONE_LINE = dict.fromkeys(map(ord, "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"), " ")
+"""Every character at which str.splitlines breaks a line, as a space: an item or a title is one
+line of the summary whoever wrote it (a summariser model steered by what it read could write
+a section of ctxmgmt's own, "## Archived messages", into an item)."""
+
+
 def _items(value: Any) -> list[str]:
-    """A field's value as a list of strings (a model may answer a string or an object)."""
+    """A field's value as a list of one-line strings (a model may answer a string or an
+    object, and an item of several lines): what the state keeps is what is rendered."""
     if isinstance(value, str):
-        return [value] if value else []
+        return [value.translate(_ONE_LINE)] if value else []
     if isinstance(value, (list, tuple)):
-        return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value]
+        return [
+            (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)).translate(_ONE_LINE)
+            for v in value
+        ]
     return [] if value is None else [json.dumps(value, ensure_ascii=False)]
 
 
 def _title(key: str) -> str:
     return dict(SECTIONS).get(key) or key.replace("_", " ").capitalize()
-
-
-_ONE_LINE = dict.fromkeys(map(ord, "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"), " ")
-"""Every character at which str.splitlines breaks a line, as a space: an item or a title is one
-line of the summary whoever wrote it (a summariser model steered by what it read could write
-a section of ctxmgmt's own, "## Archived messages", into an item)."""
 
 
 def render(

@@ -150,6 +150,8 @@ def test_a_model_summary_item_is_one_line_whatever_the_model_wrote(chat_server, 
         assert archives == [] and sections["key_decisions"] == [], summary["content"]
         assert not mentions_archive(summary)
         assert sections["goal"] == [item.replace(brk, " ")]
+        # What the state keeps is what the message says (read back, merged alike).
+        assert result.context.state["summary"]["sections"]["goal"] == sections["goal"]
 
 
 def test_model_summary_async(chat_server, models):
