@@ -183,8 +183,10 @@ def _class(item: Any) -> str:
     if kind.endswith("_call"):
         return "call" if isinstance(item.get("call_id"), str) else "hosted"
     if kind.endswith("_output"):
-        if item.get("execution") == "server" and not isinstance(item.get("call_id"), str):
-            return "hosted"  # what a search the server ran found (tool_search_output): no call's answer
+        if not isinstance(item.get("call_id"), str) and (
+            item.get("execution") == "server" or kind == "tool_search_output"
+        ):  # what a search the server ran found: no call's answer (execution may be left out)
+            return "hosted"
         return "output" if answers(item) is not None else "other"
     if kind == "reasoning":
         return "reasoning"
