@@ -17,12 +17,16 @@ This module is the engine's: it imports no built-in manager, no store and no LLM
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .errors import OffloadError
 from .formats import CHAT, Constraints
 from .types import Hook
+
+log = logging.getLogger("ctxmgmt.managers")
 
 if TYPE_CHECKING:
     from .archive import Archive
@@ -91,7 +95,7 @@ class Runtime:
     """What the provider asks of the list beyond the chat rules (``user_first``)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
-    _held: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
+    _held: dict[tuple[str, str], bool] = field(default_factory=dict, init=False, repr=False)
     room: int | None = None
     """The counted tokens a request may have (the window less the reply's reserve, as the fit
     step reckons it), or None when the window is unknown: what a manager adds (a summary)
@@ -114,9 +118,10 @@ class Runtime:
         """Whether the conversation's archive holds ``ref`` (no store: it holds nothing; a store
         that cannot say, nothing either: what is cut is archived, or the archive's failure is
         said as any other). Asked once per reference and manager run."""
-        known = self._held.get(ref)
+        key = (self.session, ref)
+        known = self._held.get(key)
         if known is None:
-            known = self._held[ref] = self._ask(ref)
+            known = self._held[key] = self._ask(ref)
         return known
 
     def _ask(self, ref: str) -> bool:
@@ -124,7 +129,10 @@ class Runtime:
             return False
         try:
             self.offloader.read(self.session, ref, limit=1)
-        except Exception:  # not held, or the store failed: archived again, or said to fail
+        except (OffloadError, ValueError):  # not held (or no reference at all)
+            return False
+        except Exception:  # the store failed to say: archived again, or its failure said there
+            log.warning("the offload store could not say whether it holds %s", ref, exc_info=True)
             return False
         return True
 

@@ -134,9 +134,12 @@ def is_recalled(
     if _RECALLED.match(text[:200]) is not None or text.startswith(_RUNNER_CUT):
         if holds is None or len(text) <= _SHORT:  # a search's "no match": nothing to lose
             return True
-        # A read's header, a search's first hit, or the runner's notice of a cut recall
-        # (its archive, or the read's header on the line after it).
-        named = _NAMED_REF.search(text, 0, _REF_WITHIN)
+        # A read's header or a search's first hit names it first; the runner's notice of a
+        # cut recall names its archive (or the read's header follows it).
+        if text.startswith(_RUNNER_CUT):
+            named = _NAMED_REF.search(text, 0, _REF_WITHIN)
+        else:
+            named = _NAMED_REF.match(text, 1 if text.startswith("[") else 0)
         return named is not None and holds(named[1])
     # Cut by ctxmgmt since (a tail keeps no header, a notice comes first): its signed stamp
     # says so, and what it was cut from is archived (a recall result's archive, or its own).

@@ -161,7 +161,7 @@ def _items(value: Any) -> list[str]:
             (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)).translate(_ONE_LINE)
             for v in value
         ]
-    return [] if value is None else [json.dumps(value, ensure_ascii=False)]
+    return [] if value is None else [json.dumps(value, ensure_ascii=False).translate(_ONE_LINE)]
 
 
 def _title(key: str) -> str:

@@ -1310,3 +1310,17 @@ def test_an_anthropic_tool_result_marked_is_error_is_a_failed_call():
     assert "`make job1`" in "\n".join(sections["errors"])
     assert any("make job1" in item and "failed" in item for item in sections["specifics"])
     assert not any("make job0" in item and "failed" in item for item in sections["specifics"])
+
+
+def test_a_summary_item_is_one_line_in_the_state_whatever_its_shape():
+    """A summariser's items are one line where the state keeps them, a string, a list or an
+    object of a custom field alike (json.dumps leaves U+2028, U+2029 and NEL as they are):
+    what the state holds is what the message shows and reads back."""
+    from ctxmgmt.summaries import merge, parse_rendered, render
+
+    answer = {"goal": "fix\nit", "key_decisions": ["a\u2028b"], "layout": {"note": "x\u2029y\x85z"}}
+    merged = merge(None, answer)
+    items = [item for section in merged.values() for item in section]
+    assert items and not any(len(item.splitlines()) > 1 for item in items), items
+    back, _, _ = parse_rendered(render(merged, 3))
+    assert back["goal"] == merged["goal"] and back["key_decisions"] == merged["key_decisions"]

@@ -37,6 +37,7 @@ from typing import Any
 
 from ..errors import ContextError, Problem
 from ..history import History, items, scan
+from ..tokens import AUDIO_OR_FILE_TOKENS
 from ._common import (
     BASE64_CHARS_PER_TOKEN,
     ORIGIN,
@@ -568,8 +569,8 @@ def _parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], d
         data = source.get("data")
         if source.get("type") == "text" and isinstance(data, str):
             texts.append(data)
-        elif isinstance(data, str):
-            estimate += len(data) // BASE64_CHARS_PER_TOKEN
+        elif isinstance(data, str):  # its file part counts AUDIO_OR_FILE_TOKENS: at least that, in all
+            estimate += max(0, len(data) // BASE64_CHARS_PER_TOKEN - AUDIO_OR_FILE_TOKENS)
         else:
             estimate += estimate_tokens(b)
         title = b.get("title") if isinstance(b.get("title"), str) else str(kind)

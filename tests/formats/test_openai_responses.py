@@ -275,6 +275,9 @@ def test_a_tool_search_and_what_it_found_are_a_turn_s_items(execution):
     for n in range(6):
         items += [*_tool_searched(n, execution), {"role": "user", "content": f"and in city {n}?"}]
     assert_valid_messages(items, format="openai_responses")
+    if execution != "client":  # a call_id given as null, as the SDK's types allow: the same
+        nulled = [{**x, "call_id": None} if x.get("type", "").startswith("tool_search") else x for x in items]
+        assert_valid_messages(nulled, format="openai_responses")
     context = Context(messages=items, format="openai_responses")
     for keep in (1, 3, 5, 8):
         entry = {"type": "SlidingWindowManager", "config": {"max_messages": keep, "summarize_removed": True}}
@@ -430,4 +433,4 @@ def test_an_inline_file_is_counted_alike_in_each_format():
         for m, f in ((chat, "openai_chat"), (responses, "openai_responses"), (anthropic, "anthropic"))
     ]
     assert min(counts) >= len(data) // 6, counts
-    assert max(counts) - min(counts) <= 300, counts
+    assert max(counts) - min(counts) <= 20, counts

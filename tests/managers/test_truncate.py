@@ -199,6 +199,8 @@ def test_an_output_that_only_looks_recalled_is_archived_before_it_is_cut(tmp_pat
         (f"[t-{'0' * 32}: chars from 0 of 200000; next offset 20000]", True),
         # the runner's notice of a recall output it cut, then the read's header: held
         (f"{runner} (max_output_bytes)]\n[{held}: chars from 0 of 200000; next offset 20000]", False),
+        # a long "no match" naming a held archive further in: no recall's (archived first)
+        (f"no match in the archived context, but see {held}", True),
     ):
         call = {"id": "r", "type": "function", "function": {"name": "context_read", "arguments": "{}"}}
         text = head + "\n" + "row\n" * 5_000

@@ -794,11 +794,13 @@ def test_a_proxy_key_reads_definitions_and_nothing_of_the_conversations(store, u
         assert "proxy key" in r.text and "read or write key" in r.text
 
 
-def test_what_openai_keeps_is_asked_with_the_servers_key_by_a_write_key_only(store, upstream, monkeypatch):
-    """What OpenAI keeps, asked for with the server's own upstream key (the model's
-    api_key_env), reaches every agent's stored responses and conversations: a proxy key (an
-    agent's) is refused with a 403 saying why, nothing sent; a write key's request goes. With a
-    model that has no key of its own, an agent's request goes with its own upstream key."""
+def test_what_openai_keeps_is_listed_with_the_servers_key_by_a_write_key_only(store, upstream, monkeypatch):
+    """The list of stored chat completions, asked with the server's own upstream key (the
+    model's api_key_env), holds every agent's: a proxy key (an agent's) is refused with a 403
+    saying why, nothing sent; a write key's list goes. An object asked by its id goes for an
+    agent's key too (the id is the client's to know, as a Responses request's
+    previous_response_id is). With a model that has no key of its own, an agent's request
+    goes with its own upstream key. A POST with no id (a create on the object routes) is a 404."""
     import hashlib
 
     monkeypatch.setenv("CTXMGMT_TEST_UPSTREAM_KEY", "sk-server")
@@ -821,19 +823,26 @@ def test_what_openai_keeps_is_asked_with_the_servers_key_by_a_write_key_only(sto
         with LiveServer(app) as server:
             base = f"{server.url}/proxy/default/v1"
             agent = {"x-ctxmgmt-key": "p-key", "authorization": "Bearer sk-agent"}
-            asked = [httpx.get(f"{base}/chat/completions", headers=agent, timeout=30)]
-            asked.append(httpx.delete(f"{base}/responses/resp_1", headers=agent, timeout=30))
-            admin = httpx.get(f"{base}/responses/resp_1", headers={"x-ctxmgmt-key": "w-key"}, timeout=30)
-        assert admin.status_code == 200, admin.text
+            listed = httpx.get(f"{base}/chat/completions", headers=agent, timeout=30)
+            by_id = httpx.get(f"{base}/responses/resp_1", headers=agent, timeout=30)
+            admin = httpx.get(f"{base}/chat/completions", headers={"x-ctxmgmt-key": "w-key"}, timeout=30)
+            create = httpx.post(f"{base}/responses/", headers=agent, json={"model": "gpt-test"}, timeout=30)
+        assert admin.status_code == by_id.status_code == 200, (admin.text, by_id.text)
+        assert create.status_code == 404, create.text
+        seen = [(s.path, s.headers.get("authorization")) for s in upstream.seen]
         if keyed:
-            assert [r.status_code for r in asked] == [403, 403], [r.text for r in asked]
-            assert "may not ask for what OpenAI keeps with the server's own key" in asked[0].text
-            assert [(s.path, s.headers["authorization"]) for s in upstream.seen] == [
-                ("GET /v1/responses/resp_1", "Bearer sk-server")
+            assert listed.status_code == 403, listed.text
+            assert "may not list what OpenAI keeps with the server's own key" in listed.text
+            assert seen == [
+                ("GET /v1/responses/resp_1", "Bearer sk-server"),
+                ("GET /v1/chat/completions", "Bearer sk-server"),
             ]
         else:
-            assert [r.status_code for r in asked] == [200, 200], [r.text for r in asked]
-            assert [s.headers.get("authorization") for s in upstream.seen][:2] == ["Bearer sk-agent"] * 2
+            assert listed.status_code == 200, listed.text
+            assert seen[:2] == [
+                ("GET /v1/chat/completions", "Bearer sk-agent"),
+                ("GET /v1/responses/resp_1", "Bearer sk-agent"),
+            ]
 
 
 @pytest.mark.parametrize(

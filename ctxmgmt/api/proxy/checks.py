@@ -81,8 +81,8 @@ def authorize(request: Request, *, reading: bool = False, keeper: str | None = N
     """Check the project's key, when keys are configured; True when the client's
     ``Authorization`` / ``x-api-key`` held it (so they are not the upstream's). ``reading``:
     a request that calls no model (the models list), which a read key may make too.
-    ``keeper``: a request for what the upstream keeps (a stored response, a conversation)
-    with the server's own upstream key, which reaches every agent's: a write key only."""
+    ``keeper``: a list of what the upstream keeps (stored chat completions) with the
+    server's own upstream key for that model, which lists every agent's: a write key only."""
     config = state(request).config
     if not config.auth_enabled:
         return False
@@ -106,9 +106,9 @@ def authorize(request: Request, *, reading: bool = False, keeper: str | None = N
         raise Refused(
             403,
             "security_exception",
-            f"the key {key.name!r} may not ask for what OpenAI keeps with the server's own key for "
-            f"{keeper!r} (it reaches every agent's stored responses and conversations): use a write "
-            "key, or a model without api_key_env, whose requests go with the client's own key",
+            f"the key {key.name!r} may not list what OpenAI keeps with the server's own key for "
+            f"{keeper!r} (the list holds every agent's): use a write key, or a model without "
+            "api_key_env, whose requests go with the client's own key",
         )
     return not own
 

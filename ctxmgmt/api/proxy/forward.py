@@ -81,9 +81,10 @@ async def _forwarded(request: Request, api: Api, path: str) -> Response:
         return answer(api, exc)
 
 
-def _kept_path(request: Request) -> str:
-    """The path after ``/v1`` of a stored object: the route's kind (``responses``, ...), then
-    the segments after it, each checked (see :data:`_SEGMENT`)."""
+def _kept_path(request: Request) -> tuple[str, list[str]]:
+    """The path after ``/v1`` of a stored object: the route's kind (``responses``, ...), and
+    the segments after it, each checked (see :data:`_SEGMENT`); none only for the list of
+    stored chat completions and a new conversation."""
     rest: str = request.path_params.get("rest", "")
     path: str = request.scope["path"]
     head = (path[: len(path) - len(rest)] if rest else path).rstrip("/")
@@ -91,7 +92,8 @@ def _kept_path(request: Request) -> str:
     segments = rest.split("/") if rest else []
     if segments and segments[-1] == "":  # a trailing slash is the same object's
         segments.pop()
-    if kind is None or len(segments) > _MAX_SEGMENTS:
+    whole = (kind, request.method) in (("chat/completions", "GET"), ("conversations", "POST"))
+    if kind is None or len(segments) > _MAX_SEGMENTS or not (segments or whole):
         raise Refused(404, "resource_not_found_exception", f"no route for {request.method} {path[:200]}")
     for segment in segments:
         if not _SEGMENT.fullmatch(segment):
@@ -100,7 +102,7 @@ def _kept_path(request: Request) -> str:
                 "illegal_argument_exception",
                 f"{segment[:60]!r} in the path: an id is 1-200 of A-Z a-z 0-9 _ - . (not starting with '.')",
             )
-    return "/" + "/".join([kind, *segments])
+    return kind, segments
 
 
 def _keeper(request: Request, api: Api) -> ModelConfig:
@@ -142,7 +144,8 @@ def _keeper(request: Request, api: Api) -> ModelConfig:
 async def _forward_kept(request: Request, api: Api) -> Response:
     own_key = authorize(request)
     upstream.query(request)
-    path = _kept_path(request)
+    kind, segments = _kept_path(request)
+    path = "/" + "/".join([kind, *segments])
     st = state(request)
     name = definition_name(request)
     bodiless = request.method != "POST" or (  # a body only for a POST (a create, an update)
@@ -156,7 +159,10 @@ async def _forward_kept(request: Request, api: Api) -> Response:
             parse(text, api.field)
     await stored_version(st, name)
     config = _keeper(request, api)
-    if config.api_key():  # the server's key reaches every agent's: a write key's request only
+    if config.api_key() and not segments and request.method == "GET":
+        # The list of stored chat completions, with the server's own key: every agent's. An
+        # object asked by its id is the client's to ask, as a Responses request's
+        # previous_response_id is (an id is not guessed).
         authorize(request, keeper=config.id)
     sent = upstream.headers(request, config, own_key)
     target = upstream.url(config, path, request)
