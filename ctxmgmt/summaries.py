@@ -155,13 +155,14 @@ def _items(value: Any) -> list[str]:
     """A field's value as a list of one-line strings (a model may answer a string or an
     object, and an item of several lines): what the state keeps is what is rendered."""
     if isinstance(value, str):
-        return [value.translate(_ONE_LINE)] if value else []
-    if isinstance(value, (list, tuple)):
-        return [
-            (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)).translate(_ONE_LINE)
-            for v in value
-        ]
-    return [] if value is None else [json.dumps(value, ensure_ascii=False).translate(_ONE_LINE)]
+        values: Sequence[Any] = [value] if value else []
+    elif isinstance(value, (list, tuple)):
+        values = value
+    else:
+        values = [] if value is None else [value]
+    return [
+        (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)).translate(_ONE_LINE) for v in values
+    ]
 
 
 def _title(key: str) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -33,7 +34,7 @@ from ...llm import ModelConfig
 from ..requests import body_text, state
 from . import upstream
 from .apis import APIS, Api
-from .body import parse, upstream_text
+from .body import Body, parse, upstream_text
 from .checks import Refused, answer, authorize, definition_name, model_of, one_header, stored_version
 
 __all__ = ["MODEL_HEADER", "compact", "count_tokens", "input_tokens", "kept"]
@@ -52,33 +53,70 @@ _ON_THE_LOOP = 65536
 
 async def count_tokens(request: Request) -> Response:
     """The upstream's count of a Messages request (see the module docstring)."""
-    return await _forwarded(request, APIS["messages"], "/messages/count_tokens")
+    api = APIS["messages"]
+    return await _answered(api, _forward(request, api, "/messages/count_tokens"))
 
 
 async def input_tokens(request: Request) -> Response:
     """The upstream's count of a Responses request (see the module docstring)."""
-    return await _forwarded(request, APIS["responses"], "/responses/input_tokens")
+    api = APIS["responses"]
+    return await _answered(api, _forward(request, api, "/responses/input_tokens"))
 
 
 async def compact(request: Request) -> Response:
     """The upstream's compaction of a Responses conversation (see the module docstring)."""
-    return await _forwarded(request, APIS["responses"], "/responses/compact")
+    api = APIS["responses"]
+    return await _answered(api, _forward(request, api, "/responses/compact"))
 
 
 async def kept(request: Request) -> Response:
     """What the upstream keeps by id, as the client asked for it (see the module docstring)."""
     api = APIS["responses"]
+    return await _answered(api, _forward_kept(request, api))
+
+
+async def _answered(api: Api, work: Awaitable[Response]) -> Response:
+    """``work``'s answer, or its error in the API's shape, as its own route's answers are."""
     try:
-        return await _forward_kept(request, api)
-    except Exception as exc:  # in the API's shape, as its own route's answers
+        return await work
+    except Exception as exc:
         return answer(api, exc)
 
 
-async def _forwarded(request: Request, api: Api, path: str) -> Response:
+async def _checked(text: str, api: Api) -> Body:
+    """A body read and checked as the API's own route's is (no NaN, no lone surrogate, no key
+    twice, bounded nesting), off the event loop when it is large."""
+    return (
+        await asyncio.to_thread(parse, text, api.field)
+        if len(text) > _ON_THE_LOOP
+        else parse(text, api.field)
+    )
+
+
+async def _relayed(
+    request: Request,
+    config: ModelConfig,
+    path: str,
+    content: bytes | None,
+    sent: dict[str, str],
+    *,
+    kept: bool,
+) -> Response:
+    """``content`` to the model's upstream at ``path`` (with the request's method and query),
+    by the model's deadline; the answer back as it came. A success that is no JSON object is
+    the upstream's fault (a 502), but for what is ``kept``: an empty answer (a deletion's
+    204) or events (a stored response's, streamed)."""
+    deadline = asyncio.get_running_loop().time() + config.timeout
+    target = upstream.url(config, path, request)
+    response = await upstream.call(request, config, target, content, sent, deadline, method=request.method)
     try:
-        return await _forward(request, api, path)
-    except Exception as exc:  # in the API's shape, as its own route's answers
-        return answer(api, exc)
+        data = await upstream.read(response, deadline, config)
+    finally:
+        await response.aclose()
+    events = "text/event-stream" in response.headers.get("content-type", "").lower()
+    if not kept or (data and not events):
+        upstream.answer_of(data, response)
+    return Response(data, response.status_code, headers=upstream.returned(response))
 
 
 def _kept_path(request: Request) -> tuple[str, list[str]]:
@@ -152,11 +190,8 @@ async def _forward_kept(request: Request, api: Api) -> Response:
         request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in request.headers
     )
     text = "" if bodiless else await body_text(request, setting="proxy_max_body_bytes")
-    if text:  # checked as every JSON body is; what goes upstream is the client's text
-        if len(text) > _ON_THE_LOOP:
-            await asyncio.to_thread(parse, text, api.field)
-        else:
-            parse(text, api.field)
+    if text:  # what goes upstream is the client's text, checked
+        await _checked(text, api)
     await stored_version(st, name)
     config = _keeper(request, api)
     if config.api_key() and not segments and request.method == "GET":
@@ -165,19 +200,9 @@ async def _forward_kept(request: Request, api: Api) -> Response:
         # previous_response_id is (an id is not guessed).
         authorize(request, keeper=config.id)
     sent = upstream.headers(request, config, own_key)
-    target = upstream.url(config, path, request)
-    content = text.encode("utf-8") if text else None
-    if content is None:
+    if not text:
         sent.pop("content-type", None)
-    deadline = asyncio.get_running_loop().time() + config.timeout
-    response = await upstream.call(request, config, target, content, sent, deadline, method=request.method)
-    try:
-        data = await upstream.read(response, deadline, config)
-    finally:
-        await response.aclose()
-    if data and "text/event-stream" not in response.headers.get("content-type", "").lower():
-        upstream.answer_of(data, response)  # a success that is no JSON object is the upstream's fault
-    return Response(data, response.status_code, headers=upstream.returned(response))
+    return await _relayed(request, config, path, text.encode("utf-8") if text else None, sent, kept=True)
 
 
 async def _forward(request: Request, api: Api, path: str) -> Response:
@@ -185,26 +210,11 @@ async def _forward(request: Request, api: Api, path: str) -> Response:
     upstream.query(request)  # before any work: a query too long to go upstream
     st = state(request)
     name = definition_name(request)
-    text = await body_text(request, setting="proxy_max_body_bytes")
-    # Read and checked as the API's own route's body (no NaN, no lone surrogate, no key twice,
-    # bounded nesting); its text goes upstream as the client wrote it, the model's name
-    # written in.
-    parsed = (
-        await asyncio.to_thread(parse, text, api.field)
-        if len(text) > _ON_THE_LOOP
-        else parse(text, api.field)
-    )
+    # Its text goes upstream as the client wrote it, the model's name written in.
+    parsed = await _checked(await body_text(request, setting="proxy_max_body_bytes"), api)
     await stored_version(st, name)
     config = model_of(request, parsed.data, api, window=False)  # nothing is managed
     sent = upstream.headers(request, config, own_key)
-    target = upstream.url(config, path, request)
     # The conversation as the client wrote it (none, or not a list: the upstream says so).
     outgoing = upstream_text(parsed, None, {"model": config.model})
-    deadline = asyncio.get_running_loop().time() + config.timeout
-    response = await upstream.call(request, config, target, outgoing.encode("utf-8"), sent, deadline)
-    try:
-        data = await upstream.read(response, deadline, config)
-    finally:
-        await response.aclose()
-    upstream.answer_of(data, response)  # a success that is no JSON object is the upstream's fault
-    return Response(data, response.status_code, headers=upstream.returned(response))
+    return await _relayed(request, config, path, outgoing.encode("utf-8"), sent, kept=False)
