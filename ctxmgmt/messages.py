@@ -667,13 +667,19 @@ _CUSTOM_CALLS = (
 )
 
 
+def is_custom_call(call: Any) -> bool:
+    """A chat tool call of a custom tool (``{"type": "custom", "custom": {name, input}}``: its
+    input free text, not JSON arguments), which chat messages are not managed with."""
+    return isinstance(call, Mapping) and call.get("type") == "custom" and call.get("function") is None
+
+
 def _check_calls(calls: Any, where: str) -> list[Problem]:
     if not isinstance(calls, list):
         return [Problem(f"{where}/tool_calls", "tool_calls must be a list of calls (or null: none)")]
     problems = []
     for j, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(call, dict) and call.get("type") == "custom" and fn is None:
+        if is_custom_call(call):
             problems.append(Problem(f"{where}/tool_calls/{j}", _CUSTOM_CALLS))
         elif (
             not isinstance(call, dict)

@@ -11,6 +11,7 @@ stored, logged or recorded.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
 import json
@@ -41,6 +42,7 @@ from ...messages import (
     RECALL_TOOLS,
     cache_control_values,
     holds_cache_control,
+    is_custom_call,
     without_cache_control,
 )
 from ...store.repository import now_ms, relaxed
@@ -496,20 +498,17 @@ def _legacy_calls(api: Api, parsed: Body) -> str | None:
     if not (legacy or custom):
         return None
     messages = parsed.data.get("messages")
-    for m in messages if isinstance(messages, list) else ():
+    # Only the messages read anew: the previous body's held none (it would not be kept).
+    first = bisect.bisect_left(parsed.spans, parsed.read_from, key=lambda span: span[1])
+    for m in messages[first:] if isinstance(messages, list) else ():
         if not isinstance(m, Mapping):
             continue
         if legacy and (m.get("role") == "function" or m.get("function_call") is not None):
             return "function_call"
         calls = m.get("tool_calls")
-        if custom and isinstance(calls, list) and any(_custom(c) for c in calls):
+        if custom and isinstance(calls, list) and any(is_custom_call(c) for c in calls):
             return "custom_tool_call"
     return None
-
-
-def _custom(call: Any) -> bool:
-    """A chat tool call of a custom tool (its input free text, not JSON arguments)."""
-    return isinstance(call, Mapping) and call.get("type") == "custom" and call.get("function") is None
 
 
 def _record(
