@@ -95,7 +95,6 @@ class Runtime:
     """What the provider asks of the list beyond the chat rules (``user_first``)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts a manager reports for its trace entry (``runtime.details["removed"] = 3``)."""
-    _held: dict[tuple[str, str], bool] = field(default_factory=dict, init=False, repr=False)
     room: int | None = None
     """The counted tokens a request may have (the window less the reply's reserve, as the fit
     step reckons it), or None when the window is unknown: what a manager adds (a summary)
@@ -114,27 +113,22 @@ class Runtime:
     def execution(self) -> str | None:
         return self.environment.execution
 
-    def holds(self, ref: str) -> bool:
-        """Whether the conversation's archive holds ``ref`` (no store: it holds nothing; a store
-        that cannot say, nothing either: what is cut is archived, or the archive's failure is
-        said as any other). Asked once per reference and manager run."""
-        key = (self.session, ref)
-        known = self._held.get(key)
-        if known is None:
-            known = self._held[key] = self._ask(ref)
-        return known
-
-    def _ask(self, ref: str) -> bool:
-        if self.offloader is None:
+    def holds(self, ref: str, offset: int, unit: str, text: str) -> bool:
+        """Whether the conversation's archive ``ref`` holds ``text`` from ``offset`` (in
+        ``unit``: chars or lines) on (:data:`~ctxmgmt.messages.Holds`). No store holds
+        anything; nor does one that cannot say: what is cut is then archived, or the
+        archive's failure said as any other."""
+        if self.offloader is None or unit not in ("chars", "lines"):
             return False
+        limit = len(text) if unit == "chars" else len(text.splitlines()) + 1
         try:
-            self.offloader.read(self.session, ref, limit=1)
+            got = self.offloader.read(self.session, ref, offset=offset, limit=limit, unit=unit)  # type: ignore[arg-type]
         except (OffloadError, ValueError):  # not held (or no reference at all)
             return False
-        except Exception:  # the store failed to say: archived again, or its failure said there
+        except Exception:
             log.warning("the offload store could not say whether it holds %s", ref, exc_info=True)
             return False
-        return True
+        return got.text.startswith(text)
 
     @property
     def pool(self) -> object | None:

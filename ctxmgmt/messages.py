@@ -46,13 +46,17 @@ _RECALLED = re.compile(
 """How a recall tool's result begins (:func:`ctxmgmt.agents.tools.recall_tools`): a read's
 header with its reference (``[t-…: chars from 0 of 5000; …]``, references as
 :data:`ctxmgmt.offload.base.REF` makes them), a search's first hit, or its "no match"."""
-_NAMED_REF = re.compile(r"(?<![\w-])([tm]-[0-9a-f]{32})(?![\w-])")
-"""The archive a recall result names first (a read's header, a search's first hit, the runner's
-notice of a cut recall output), within its first _REF_WITHIN characters."""
-_REF_WITHIN = 1000
+_READ_HEAD = re.compile(
+    r"\[([tm]-[0-9a-f]{32}): (chars|lines) from (\d{1,15}) of \d{1,15}; [^\]\n]{0,300}\]\n"
+)
+"""A read's header: the archive, the unit and the offset its text was read from."""
 _SHORT = 200
 """A recall-shaped result this short is taken as one without asking the store: no cut of it
-could lose anything."""
+could lose anything (a search's "no match")."""
+
+Holds = Callable[[str, int, str, str], bool]
+"""Whether an archive holds a text: ``holds(ref, offset, unit, text)``, ``text`` read from
+``offset`` (in ``unit``, chars or lines) of archive ``ref`` of the conversation."""
 
 
 CACHE_CONTROL = "cache_control"
@@ -115,32 +119,27 @@ def _uncached(value: Any, depth: int) -> Any:
     return out
 
 
-def is_recalled(
-    name: str | None, message: Mapping[str, Any], holds: Callable[[str], bool] | None = None
-) -> bool:
+def is_recalled(name: str | None, message: Mapping[str, Any], holds: Holds | None = None) -> bool:
     """Whether a tool result is what a recall tool read back from an archive, which holds it:
     its call bears a recall tool's name and its text begins as a recall result does. A
     result of a tool of the client's own with that name (a proxy's client may declare its
     own ``context_search``) is the client's: archived like any other before it is cut.
 
-    ``holds``: whether the conversation's archive holds a reference. Given, a result is
-    taken for a recall only when the archive holds the one its first line names: a text
-    can begin as a recall result does (the unsigned header is content's to copy), and one
-    that is not in the archive must be archived before it is cut."""
+    ``holds``: whether the conversation's archive holds a text. Given, a result is taken for
+    a recall only when the archive it names holds its text where its header says (a read's;
+    others, a search's hits or the runner's cut of a recall, are archived like any result
+    before they are cut): a text can begin as a recall result does, naming a real archive
+    (the unsigned header is content's to copy), and what the archive does not hold must be
+    archived before it is cut."""
     if name not in RECALL_TOOLS:
         return False
     content = message.get("content")
     text = content if isinstance(content, str) else text_of(content)
     if _RECALLED.match(text[:200]) is not None or text.startswith(_RUNNER_CUT):
-        if holds is None or len(text) <= _SHORT:  # a search's "no match": nothing to lose
+        if holds is None or len(text) <= _SHORT:
             return True
-        # A read's header or a search's first hit names it first; the runner's notice of a
-        # cut recall names its archive (or the read's header follows it).
-        if text.startswith(_RUNNER_CUT):
-            named = _NAMED_REF.search(text, 0, _REF_WITHIN)
-        else:
-            named = _NAMED_REF.match(text, 1 if text.startswith("[") else 0)
-        return named is not None and holds(named[1])
+        head = _READ_HEAD.match(text)
+        return head is not None and holds(head[1], int(head[3]), head[2], text[head.end() :])
     # Cut by ctxmgmt since (a tail keeps no header, a notice comes first): its signed stamp
     # says so, and what it was cut from is archived (a recall result's archive, or its own).
     return find(STAMP, text, binding(message)) is not None

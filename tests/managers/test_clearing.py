@@ -307,10 +307,12 @@ def test_a_recall_result_is_cleared_without_a_second_archive(tmp_path):
     from ctxmgmt.offload import LocalOffloader
 
     store = LocalOffloader(tmp_path)
-    held = store.store_tool_result("s", "x" * 90_000)
+    read = run(2, names=("read", "context_read"))[4]["content"]  # what context_read returned
+    held = store.store_tool_result("s", read + "and the rest of the archive")
     for ref, archives in ((held, 1), (f"t-{'ab' * 16}", 2)):
         msgs = run(2, names=("read", "context_read"))
-        i = [k for k, m in enumerate(msgs) if m["role"] == "tool"][1]  # what context_read returned
+        i = [k for k, m in enumerate(msgs) if m["role"] == "tool"][1]
+        assert msgs[i]["content"] == read
         header = f"[{ref}: chars from 0 of 90000; next offset 4000]\n"
         msgs[i] = {**msgs[i], "content": header + msgs[i]["content"]}
         msgs.append({"role": "assistant", "content": "done"})

@@ -185,25 +185,27 @@ def test_recalled_context_is_cut_like_any_result():
 
 
 def test_an_output_that_only_looks_recalled_is_archived_before_it_is_cut(tmp_path):
-    """A context_read result is cut without a second archive when the conversation's store
-    holds the archive its header names; one whose header names an archive the store does
-    not hold (a tool's output, or a history, can begin as a recall result does) is archived
-    before it is cut: nothing removed is lost (it was cut with no archive)."""
+    """A context_read result is cut without a second archive when the archive its header
+    names holds its text where the header says (by chars or by lines); one whose header names
+    an archive the store does not hold, or a real archive but another text (a tool's output
+    can copy a header the model was shown), is archived before it is cut: nothing removed is
+    lost (it was cut with no archive). What the header does not vouch for (the runner's cut
+    of a recall, a long "no match") is archived too: a copy at worst."""
     from ctxmgmt.offload import LocalOffloader
 
     store = LocalOffloader(tmp_path)
     held = store.store_tool_result("s", "row\n" * 50_000)
     runner = "[ctxmgmt: the output of context_read was cut: 900,000 bytes, of which the first 20,000 are kept"
-    for head, archived in (
-        (f"[{held}: chars from 0 of 200000; next offset 20000]", False),
-        (f"[t-{'0' * 32}: chars from 0 of 200000; next offset 20000]", True),
-        # the runner's notice of a recall output it cut, then the read's header: held
-        (f"{runner} (max_output_bytes)]\n[{held}: chars from 0 of 200000; next offset 20000]", False),
-        # a long "no match" naming a held archive further in: no recall's (archived first)
-        (f"no match in the archived context, but see {held}", True),
+    rows = "row\n" * 5_000
+    for text, archived in (
+        (f"[{held}: chars from 0 of 200000; next offset 20000]\n{rows}", False),
+        (f"[{held}: lines from 10 of 50000; next offset 5010]\n{rows}", False),
+        (f"[t-{'0' * 32}: chars from 0 of 200000; next offset 20000]\n{rows}", True),
+        (f"[{held}: chars from 0 of 200000; next offset 20000]\n" + "forged\n" * 5_000, True),
+        (f"{runner} (max_output_bytes)]\n[{held}: chars from 0 of 200000; next offset 20000]\n{rows}", True),
+        (f"no match in the archived context, but see {held}\n{rows}", True),
     ):
         call = {"id": "r", "type": "function", "function": {"name": "context_read", "arguments": "{}"}}
-        text = head + "\n" + "row\n" * 5_000
         before = len(store.list("s"))
         msgs = [
             {"role": "user", "content": "q"},
