@@ -438,10 +438,9 @@ def _convert(group: tuple[Any, ...], classes: tuple[str, ...]) -> dict[str, Any]
         }
     if main[0][1] == "output":
         output = first.get("output")
-        if _text_output(first):
-            content, counted = _content(output), None
-        else:  # a screenshot, a shell's outputs or another structure: counted, never edited
-            content, counted = "", _counted([output])
+        text_output = _text_output(first)  # else a screenshot, a shell's outputs: counted, never edited
+        content = _content(output) if text_output else ""
+        counted = None if text_output else _counted([output])
         return {
             "role": "tool",
             "tool_call_id": answers(first),
@@ -449,12 +448,11 @@ def _convert(group: tuple[Any, ...], classes: tuple[str, ...]) -> dict[str, Any]
             ORIGIN: Origin(first, group=group, plain=counted),
         }
     if message is not None:
-        content, counted = _content(message["content"]), None
-        if whole:  # the answer after a web search: its text, the search counted whole
-            counted = {"source": whole, "counted_tokens": estimate_tokens(whole)}
+        # The answer after a web search: its text, the search counted whole.
+        counted = {"source": whole, "counted_tokens": estimate_tokens(whole)} if whole else None
         return {
             "role": message["role"],
-            "content": content,
+            "content": _content(message["content"]),
             ORIGIN: Origin(first, group=group, plain=counted),
         }
     return {

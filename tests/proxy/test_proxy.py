@@ -160,7 +160,6 @@ def test_what_openai_keeps_goes_where_the_client_says_among_several_upstreams(st
             assert answer.status_code == 200 and answer.json()["id"] == "resp_8", answer.text
         assert [s.path for s in other.seen] == ["GET /v1/responses/resp_7", "GET /v1/responses/resp_8"]
         assert upstream.seen == []
-    assert upstream.seen == []
 
 
 @pytest.mark.parametrize("definition", ["default", "cache-aware"])
